@@ -1,0 +1,44 @@
+# The two commands: `make dev` and `make test`. Both create .venv and install
+# the project into it on a fresh machine; nothing else is needed by hand.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint proto proto-check unit bench bench-full clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	touch $(STAMP)
+
+dev: $(STAMP)
+	$(VENV)/bin/corral dev $(DEV_ARGS)
+
+test: $(STAMP) proto-check lint
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy corral services cli tests bench scripts
+
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+proto-check: $(STAMP)
+	$(PY) scripts/gen_proto.py --check
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench --quick
+
+bench-full: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

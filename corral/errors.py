@@ -1,0 +1,87 @@
+"""Domain errors and their gRPC status codes.
+
+Handlers raise these; the one interceptor in `corral.server` turns them into
+statuses, so a handler never builds a status by hand and the mapping lives
+in one place (STYLE.md: INVALID_ARGUMENT names the field, FAILED_PRECONDITION
+for a stale check-index or a non-ready node, ABORTED for retryable
+serialization failures, UNAVAILABLE for not-leader with the leader's address).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+LEADER_METADATA_KEY = "corral-leader"
+
+
+class CorralError(Exception):
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(CorralError):
+    """Bad input; `field` names the offending field (e.g. `job.task_groups[0].count`)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+
+
+class NotFound(CorralError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(CorralError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(CorralError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Aborted(CorralError):
+    """A retryable conflict (serialization failure, lost race)."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class OutOfRange(CorralError):
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class ResourceExhausted(CorralError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(CorralError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class NotLeader(Unavailable):
+    """This process is a standby; `leader_address` says where the leader is
+    (empty while an election is under way)."""
+
+    def __init__(self, role: str, leader_address: str) -> None:
+        where = f"leader={leader_address}" if leader_address else "no leader elected yet"
+        super().__init__(f"this {role} is not the leader; {where}")
+        self.leader_address = leader_address
+
+
+class PermissionDenied(CorralError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+def leader_from_error(err: grpc.aio.AioRpcError | grpc.RpcError) -> str:
+    """The leader address carried by an UNAVAILABLE not-leader status, or ''."""
+    md: Any = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    for key, value in md or ():
+        if key == LEADER_METADATA_KEY:
+            return value if isinstance(value, str) else value.decode()
+    return ""

