@@ -72,6 +72,16 @@ class EvalStub:
                 request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
                 _registered_method=True)
+        self.PauseNackTimeout = channel.unary_unary(
+                '/corral.v1.Eval/PauseNackTimeout',
+                request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
+                _registered_method=True)
+        self.ResumeNackTimeout = channel.unary_unary(
+                '/corral.v1.Eval/ResumeNackTimeout',
+                request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/corral.v1.Eval/Stats',
                 request_serializer=corral_dot_v1_dot_eval__pb2.BrokerStatsRequest.SerializeToString,
@@ -132,6 +142,21 @@ class EvalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseNackTimeout(self, request, context):
+        """The planner pauses an eval's nack timer while its plan waits in the plan
+        queue and is applied, and resumes it (full timeout) afterwards. Both fail
+        FAILED_PRECONDITION when the eval is not outstanding with that token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeNackTimeout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Stats(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -173,6 +198,16 @@ def add_EvalServicer_to_server(servicer, server):
             ),
             'OutstandingReset': grpc.unary_unary_rpc_method_handler(
                     servicer.OutstandingReset,
+                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
+            ),
+            'PauseNackTimeout': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseNackTimeout,
+                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
+            ),
+            'ResumeNackTimeout': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeNackTimeout,
                     request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
                     response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
             ),
@@ -372,6 +407,60 @@ class Eval:
             request,
             target,
             '/corral.v1.Eval/OutstandingReset',
+            corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
+            corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseNackTimeout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Eval/PauseNackTimeout',
+            corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
+            corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeNackTimeout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Eval/ResumeNackTimeout',
             corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
             corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
             options,

@@ -50,6 +50,12 @@ class EvalStub:
     """Create a follow-up eval whose previous_eval is outstanding with the token."""
     OutstandingReset: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
     """Reset the nack timer of an outstanding eval during a long scheduling run."""
+    PauseNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
+    """The planner pauses an eval's nack timer while its plan waits in the plan
+    queue and is applied, and resumes it (full timeout) afterwards. Both fail
+    FAILED_PRECONDITION when the eval is not outstanding with that token.
+    """
+    ResumeNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
     Stats: _grpc.UnaryUnaryMultiCallable[_eval_pb2.BrokerStatsRequest, _eval_pb2.BrokerStats]
 
 @_typing.type_check_only
@@ -72,6 +78,12 @@ class EvalAsyncStub(EvalStub):
     """Create a follow-up eval whose previous_eval is outstanding with the token."""
     OutstandingReset: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
     """Reset the nack timer of an outstanding eval during a long scheduling run."""
+    PauseNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
+    """The planner pauses an eval's nack timer while its plan waits in the plan
+    queue and is applied, and resumes it (full timeout) afterwards. Both fail
+    FAILED_PRECONDITION when the eval is not outstanding with that token.
+    """
+    ResumeNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
     Stats: _aio.UnaryUnaryMultiCallable[_eval_pb2.BrokerStatsRequest, _eval_pb2.BrokerStats]  # type: ignore[assignment]
 
 class EvalServicer(metaclass=_abc_1.ABCMeta):
@@ -133,6 +145,24 @@ class EvalServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]:
         """Reset the nack timer of an outstanding eval during a long scheduling run."""
+
+    @_abc_1.abstractmethod
+    def PauseNackTimeout(
+        self,
+        request: _eval_pb2.EvalAckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]:
+        """The planner pauses an eval's nack timer while its plan waits in the plan
+        queue and is applied, and resumes it (full timeout) afterwards. Both fail
+        FAILED_PRECONDITION when the eval is not outstanding with that token.
+        """
+
+    @_abc_1.abstractmethod
+    def ResumeNackTimeout(
+        self,
+        request: _eval_pb2.EvalAckRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]: ...
 
     @_abc_1.abstractmethod
     def Stats(
