@@ -13,6 +13,9 @@ import re
 import time
 import uuid
 from collections.abc import Iterable
+from typing import TypeVar
+
+from google.protobuf.message import Message
 
 from corral.v1 import structs_pb2 as pb
 
@@ -172,6 +175,16 @@ class SchedulerAlgorithm:
 
 
 # --------------------------------------------------------------------------- ids and time
+
+M = TypeVar("M", bound=Message)
+
+
+def copy_msg(msg: M) -> M:
+    """A deep copy of a message (messages in snapshots are shared: copy
+    before changing)."""
+    out = type(msg)()
+    out.CopyFrom(msg)
+    return out
 
 
 def new_id() -> str:

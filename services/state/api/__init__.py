@@ -1,0 +1,14 @@
+"""The public API served by the state service: Job, Node, Alloc, Evals,
+Event and Operator (one module per service)."""
+
+from __future__ import annotations
+
+from corral.server import GrpcServer
+from services.state.app_context import StateContext
+
+
+def register(server: GrpcServer, ctx: StateContext) -> None:
+    """Add every public servicer to the server."""
+    from services.state.api import events
+
+    events.register(server, ctx)

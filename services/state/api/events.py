@@ -1,0 +1,95 @@
+"""`Event.Stream`: the change log as the user-facing event stream, filtered
+by topic (and key), from an index or from now, with heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from corral import structs
+from corral.errors import InvalidArgument
+from corral.server import GrpcServer
+from corral.v1 import event_pb2, event_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state.app_context import StateContext
+
+Context = Any
+HEARTBEAT_S = 10.0
+
+
+def _object_keys(ev: pb.Event) -> tuple[str, ...]:
+    """Keys an event matches: its own id, plus the job id for evals/allocs."""
+    kind = ev.WhichOneof("payload")
+    if kind == "evaluation":
+        return (ev.key, ev.evaluation.job_id)
+    if kind == "allocation":
+        return (ev.key, ev.allocation.job_id, ev.allocation.node_id)
+    return (ev.key,)
+
+
+class EventServicer(event_pb2_grpc.EventServicer):
+    def __init__(self, ctx: StateContext) -> None:
+        self.ctx = ctx
+
+    async def Stream(
+        self, request: event_pb2.EventStreamRequest, context: Context
+    ) -> AsyncIterator[event_pb2.EventStreamResponse]:
+        filters: dict[str, set[str]] = {}
+        for i, t in enumerate(request.topics):
+            if t.topic != "*" and t.topic not in structs.Topic.ALL:
+                raise InvalidArgument(f"topics[{i}].topic", f"unknown topic {t.topic!r}")
+            filters.setdefault(t.topic, set()).add(t.key or "*")
+        namespace = request.namespace
+
+        def wanted(ev: pb.Event) -> bool:
+            if namespace and namespace != "*" and ev.namespace and ev.namespace != namespace:
+                return False
+            if not filters:
+                return True
+            for topic in (ev.topic, "*"):
+                keys = filters.get(topic)
+                if keys is None:
+                    continue
+                if "*" in keys or any(k in keys for k in _object_keys(ev)):
+                    return True
+            return False
+
+        from_index = request.from_index or self.ctx.feed.index
+        queue: asyncio.Queue[pb.ChangeBatch | None] = asyncio.Queue(maxsize=1024)
+
+        async def pump() -> None:
+            try:
+                async for batch in self.ctx.feed.subscribe(from_index, self.ctx.shutting_down):
+                    await queue.put(batch)
+            finally:
+                await queue.put(None)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    batch = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                except TimeoutError:
+                    yield event_pb2.EventStreamResponse(index=self.ctx.feed.index, heartbeat=True)
+                    continue
+                if batch is None:
+                    if task.done() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+                    return
+                events = [e for e in batch.events if wanted(e)]
+                if events:
+                    yield event_pb2.EventStreamResponse(index=batch.index, events=events)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def register(server: GrpcServer, ctx: StateContext) -> None:
+    server.add(
+        event_pb2_grpc.add_EventServicer_to_server,
+        EventServicer(ctx),
+        event_pb2.DESCRIPTOR.services_by_name["Event"].full_name,
+    )

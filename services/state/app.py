@@ -1,0 +1,105 @@
+"""Assembles a state service process: database, change feed, gRPC servicers,
+change-log retention and member registration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from corral import structs
+from corral.process import new_member_id
+from corral.server import GrpcServer
+from corral.v1 import state_pb2, state_pb2_grpc
+from services.state.app_context import StateContext
+from services.state.db.database import Database
+from services.state.feed import ChangeFeed
+from services.state.state_service import StateServicer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StateSettings:
+    dsn: str
+    listen: str = "127.0.0.1:0"
+    log_retention: int = 50_000  # change-log entries kept for subscribers that fall behind
+    retention_interval: float = 30.0
+    pool_size: int = 8
+
+
+class StateApp:
+    def __init__(self, settings: StateSettings) -> None:
+        self.settings = settings
+        self.db = Database(settings.dsn, pool_size=settings.pool_size)
+        self.feed = ChangeFeed(self.db)
+        self.server = GrpcServer(settings.listen, name="state")
+        self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> str:
+        await self.feed.start()
+        self.server.add(
+            state_pb2_grpc.add_StateServicer_to_server,
+            StateServicer(self.ctx),
+            state_pb2.DESCRIPTOR.services_by_name["State"].full_name,
+        )
+        self._add_public_services()
+        await self.server.start()
+        self.ctx.address = self.server.bound_address
+        self.ctx.member_id = new_member_id("state")
+        await self._register_self()
+        self._tasks.append(asyncio.create_task(self._retention_loop(), name="log-retention"))
+        self._tasks.append(asyncio.create_task(self._member_loop(), name="member"))
+        return self.server.bound_address
+
+    def _add_public_services(self) -> None:
+        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator)."""
+        from services.state import api
+
+        api.register(self.server, self.ctx)
+
+    async def stop(self) -> None:
+        await self.server.stop(grace=5.0)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.feed.stop()
+        await self.db.close()
+
+    async def wait_stopped(self) -> None:
+        await self.server.wait_stopped()
+
+    async def _register_self(self) -> None:
+        member = state_pb2.Member(
+            id=self.ctx.member_id,
+            role="state",
+            address=self.ctx.address,
+            started_at=structs.now_ns(),
+            last_seen=structs.now_ns(),
+            version="1",
+        )
+        await self.db.touch_member(
+            member.id, member.role, member.address, member.SerializeToString()
+        )
+
+    async def _member_loop(self) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            try:
+                await self._register_self()
+            except Exception as exc:
+                log.warning("member refresh failed: %s", exc)
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.retention_interval)
+            try:
+                dropped = await self.db.truncate_log(self.settings.log_retention)
+                if dropped:
+                    log.info("truncated %d change-log entries", dropped)
+            except Exception as exc:
+                log.warning("change-log truncation failed: %s", exc)

@@ -1,0 +1,191 @@
+"""The PostgreSQL schema, as SQLAlchemy 2 models.
+
+Every object is stored as its serialized protobuf (`payload`) beside the
+columns we filter on, so reads never reassemble objects from columns and the
+wire format stays the single definition of an object. The schema itself is
+created only by the Alembic migrations in `migrations/`; these models are
+what the code and `alembic revision --autogenerate` see.
+
+`index_counter` is the heart of correctness: one row whose `value` every
+write transaction increments first. The row lock serializes writers, so
+commit order equals index order across any number of state processes (a
+sequence would not: it orders by allocation, not by commit).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s__%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s__%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s__%(constraint_name)s",
+    "fk": "fk_%(table_name)s__%(column_0_N_name)s__%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class IndexCounter(Base):
+    """The single-row state index counter."""
+
+    __tablename__ = "index_counter"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ChangeLog(Base):
+    """One row per write transaction: the ChangeBatch of its events.
+
+    Gap-free (every index has exactly one row until it is truncated) and the
+    source of both State.Subscribe and Event.Stream."""
+
+    __tablename__ = "change_log"
+    index: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()
+    )
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class TableIndex(Base):
+    """The last index that wrote each table (Nomad's `index` table)."""
+
+    __tablename__ = "table_indexes"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+    stop: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    job_modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class JobVersion(Base):
+    """Every registered version of a job (allocs reference job_version)."""
+
+    __tablename__ = "job_versions"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class JobSummary(Base):
+    __tablename__ = "job_summaries"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), nullable=False)
+    datacenter: Mapped[str] = mapped_column(String(128), nullable=False)
+    node_pool: Mapped[str] = mapped_column(String(128), nullable=False)
+    node_class: Mapped[str] = mapped_column(String(128), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    eligibility: Mapped[str] = mapped_column(String(16), nullable=False)
+    drain: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Alloc(Base):
+    __tablename__ = "allocs"
+    __table_args__ = (
+        Index(None, "namespace", "job_id"),
+        Index(None, "node_id"),
+        Index(None, "eval_id"),
+    )
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), nullable=False)
+    job_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    node_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    eval_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    name: Mapped[str] = mapped_column(String(512), nullable=False)
+    task_group: Mapped[str] = mapped_column(String(256), nullable=False)
+    desired_status: Mapped[str] = mapped_column(String(16), nullable=False)
+    client_status: Mapped[str] = mapped_column(String(16), nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Eval(Base):
+    __tablename__ = "evals"
+    __table_args__ = (Index(None, "namespace", "job_id"), Index(None, "status"))
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), nullable=False)
+    job_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    type: Mapped[str] = mapped_column(String(16), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    triggered_by: Mapped[str] = mapped_column(String(64), nullable=False)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+    __table_args__ = (Index(None, "namespace", "job_id"),)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), nullable=False)
+    job_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class SchedulerConfig(Base):
+    __tablename__ = "scheduler_config"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Member(Base):
+    """Processes of every role and where they listen (not indexed state:
+    refreshed often, never part of the change feed)."""
+
+    __tablename__ = "members"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(32), nullable=False)
+    address: Mapped[str] = mapped_column(String(256), nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    last_seen: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )

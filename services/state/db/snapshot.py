@@ -1,0 +1,100 @@
+"""A consistent copy of every table at one index (Raft's snapshot install).
+
+Read in one REPEATABLE READ transaction: the counter value read there is the
+index of the newest transaction visible to it, because a writer holds the
+counter row lock until it commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from corral.store import StateSnapshot, StateStore
+from corral.v1 import structs_pb2 as pb
+from services.state.db.database import Database
+
+
+@dataclass
+class Dump:
+    index: int = 0
+    table_indexes: dict[str, int] = field(default_factory=dict)
+    jobs: list[pb.Job] = field(default_factory=list)
+    job_versions: list[pb.Job] = field(default_factory=list)
+    nodes: list[pb.Node] = field(default_factory=list)
+    allocs: list[pb.Allocation] = field(default_factory=list)
+    evals: list[pb.Evaluation] = field(default_factory=list)
+    deployments: list[pb.Deployment] = field(default_factory=list)
+    job_summaries: list[pb.JobSummary] = field(default_factory=list)
+    scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
+
+    def to_snapshot(self) -> StateSnapshot:
+        return StateStore.build(
+            self.index,
+            jobs=self.jobs,
+            job_versions=self.job_versions,
+            nodes=self.nodes,
+            allocs=self.allocs,
+            evals=self.evals,
+            deployments=self.deployments,
+            job_summaries=self.job_summaries,
+            scheduler_config=self.scheduler_config,
+            table_indexes=self.table_indexes,
+        )
+
+
+_TABLES: list[tuple[str, str, type]] = [
+    ("jobs", "SELECT payload FROM jobs", pb.Job),
+    ("job_versions", "SELECT payload FROM job_versions", pb.Job),
+    ("nodes", "SELECT payload FROM nodes", pb.Node),
+    ("allocs", "SELECT payload FROM allocs", pb.Allocation),
+    ("evals", "SELECT payload FROM evals", pb.Evaluation),
+    ("deployments", "SELECT payload FROM deployments", pb.Deployment),
+    ("job_summaries", "SELECT payload FROM job_summaries", pb.JobSummary),
+]
+
+
+async def stream_dump(
+    db: Database, chunk_size: int = 1000
+) -> AsyncIterator[tuple[str, list[object] | Dump]]:
+    """Yield ("header", Dump-with-index) first, then (table, objects) chunks."""
+    async with db.read(repeatable=True) as conn:
+        index_row = (
+            await conn.execute(text("SELECT value FROM index_counter WHERE id = 1"))
+        ).first()
+        head = Dump(index=int(index_row[0]) if index_row else 0)
+        for name, idx in await conn.execute(text("SELECT name, index FROM table_indexes")):
+            head.table_indexes[str(name)] = int(idx)
+        cfg = (
+            await conn.execute(text("SELECT payload FROM scheduler_config WHERE id = 1"))
+        ).first()
+        if cfg is not None:
+            head.scheduler_config = pb.SchedulerConfiguration.FromString(cfg[0])
+        yield "header", head
+        for name, query, cls in _TABLES:
+            result = await conn.stream(text(query))
+            chunk: list[object] = []
+            async for row in result:
+                chunk.append(cls.FromString(row[0]))  # type: ignore[attr-defined]
+                if len(chunk) >= chunk_size:
+                    yield name, chunk
+                    chunk = []
+            if chunk:
+                yield name, chunk
+
+
+async def load_dump(db: Database) -> Dump:
+    """The whole state at one index, in memory."""
+    dump = Dump()
+    async for name, part in stream_dump(db, chunk_size=5000):
+        if name == "header":
+            assert isinstance(part, Dump)
+            dump.index = part.index
+            dump.table_indexes = part.table_indexes
+            dump.scheduler_config = part.scheduler_config
+        else:
+            assert isinstance(part, list)
+            getattr(dump, name).extend(part)
+    return dump

@@ -1,0 +1,198 @@
+"""The change feed inside a state process: follows the change log with
+LISTEN/NOTIFY, keeps a local `StateStore` at the newest index, and fans the
+batches out to every `State.Subscribe` and `Event.Stream` stream.
+
+One reader per process reads each new change-log row once, however many
+subscribers there are; subscribers that start behind the in-memory ring are
+served from the table and then join the live ring. Nothing polls: the
+reader sleeps until a NOTIFY (or a reconnect of the LISTEN connection, after
+which it catches up from its last index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+
+import psycopg
+
+from corral.errors import OutOfRange
+from corral.store import StateSnapshot, StateStore
+from corral.v1 import structs_pb2 as pb
+from services.state.db.database import NOTIFY_CHANNEL, Database
+from services.state.db.snapshot import load_dump
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 1000
+
+
+class ChangeFeed:
+    def __init__(self, db: Database, *, ring_size: int = 8192) -> None:
+        self.db = db
+        self.store = StateStore()
+        self._ring: deque[pb.ChangeBatch] = deque(maxlen=ring_size)
+        self._advanced = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+
+    @property
+    def index(self) -> int:
+        return self.store.index
+
+    def snapshot(self) -> StateSnapshot:
+        return self.store.snapshot()
+
+    async def start(self) -> None:
+        """Load the state, then follow the log. Returns once caught up."""
+        self._tasks.append(asyncio.create_task(self._listen(), name="feed-listen"))
+        await self._bootstrap()
+        self._tasks.append(asyncio.create_task(self._read_loop(), name="feed-read"))
+        await self._ready.wait()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        self._signal_advance()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    async def _bootstrap(self) -> None:
+        dump = await load_dump(self.db)
+        self.store.reset(dump.to_snapshot())
+        self._ring.clear()
+        log.info("state loaded at index %d", dump.index, extra={"index": dump.index})
+
+    async def _listen(self) -> None:
+        """Hold a LISTEN connection; every NOTIFY (and every reconnect) wakes the reader."""
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.db.dsn, autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    backoff = 0.1
+                    self._wake.set()  # catch up on whatever was missed while not listening
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # connection lost: retry, then catch up
+                if self._stopping.is_set():
+                    return
+                log.warning("change feed LISTEN connection lost: %s", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _read_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._catch_up()
+                self._ready.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("change feed read failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            await self._wake.wait()
+            self._wake.clear()
+
+    async def _catch_up(self) -> None:
+        while True:
+            last = self.store.index
+            batches = await self.db.read_log(last, READ_BATCH)
+            if not batches:
+                return
+            if batches[0].index != last + 1:
+                # The log was truncated past us (we were down a long time): reload.
+                log.warning("change log truncated past index %d; reloading state", last)
+                await self._bootstrap()
+                self._signal_advance()
+                continue
+            for batch in batches:
+                self.store.apply(batch)
+                self._ring.append(batch)
+            self._signal_advance()
+            if len(batches) < READ_BATCH:
+                return
+
+    def _signal_advance(self) -> None:
+        ev = self._advanced
+        self._advanced = asyncio.Event()
+        ev.set()
+
+    async def wait_advance(self, timeout: float | None = None) -> None:
+        """Wait until the index moves (or timeout); never raises on timeout."""
+        ev = self._advanced
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ev.wait(), timeout)
+
+    async def wait_for_index(self, min_index: int, timeout: float) -> StateSnapshot:
+        """A snapshot at index >= min_index; TimeoutError if it does not come."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.store.index < min_index:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"timed out waiting for index {min_index} (at {self.store.index})"
+                )
+            await self.wait_advance(remaining)
+        return self.store.snapshot()
+
+    async def subscribe(
+        self, from_index: int, stop: asyncio.Event | None = None
+    ) -> AsyncIterator[pb.ChangeBatch]:
+        """Every batch with index > from_index, in order, without gaps, until stop.
+
+        Raises OutOfRange when from_index is older than the retained log, or
+        newer than anything this state has (the subscriber followed another
+        database): the subscriber must re-bootstrap from a snapshot.
+        """
+        last = from_index
+        if last > self.store.index and last > await self.db.latest_index():
+            raise OutOfRange(f"from_index {last} is ahead of the state (index {self.store.index})")
+        while True:
+            if stop is not None and stop.is_set():
+                return
+            if self._stopping.is_set():
+                return
+            ring = self._ring
+            if last >= self.store.index:
+                ev = self._advanced
+                waiters = [asyncio.ensure_future(ev.wait())]
+                if stop is not None:
+                    waiters.append(asyncio.ensure_future(stop.wait()))
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+                continue
+            if ring and ring[0].index <= last + 1:
+                start = last + 1 - ring[0].index
+                pending = [ring[i] for i in range(start, len(ring))]
+                for batch in pending:
+                    yield batch
+                    last = batch.index
+                continue
+            batches = await self.db.read_log(last, READ_BATCH)
+            if not batches or batches[0].index != last + 1:
+                oldest = await self.db.oldest_retained_index()
+                raise OutOfRange(
+                    f"from_index {last} is older than the retained change log "
+                    f"(oldest retained {oldest}); re-bootstrap from State.Snapshot"
+                )
+            for batch in batches:
+                yield batch
+                last = batch.index

@@ -1,0 +1,145 @@
+"""The `State` gRPC service: the index, snapshots, the change feed and the
+writes the other roles make (proto/corral/v1/state.proto)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from corral import structs
+from corral.errors import InvalidArgument
+from corral.v1 import state_pb2, state_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state import validate
+from services.state.app_context import StateContext
+from services.state.db.snapshot import Dump, stream_dump
+from services.state.writes.evals import upsert_evals, validate_evals
+from services.state.writes.plans import apply_plans, validate_plans
+
+Context = Any
+
+MEMBER_TTL_MS = 10_000
+
+
+class StateServicer(state_pb2_grpc.StateServicer):
+    def __init__(self, ctx: StateContext) -> None:
+        self.ctx = ctx
+
+    async def GetIndex(
+        self, request: state_pb2.GetIndexRequest, context: Context
+    ) -> state_pb2.GetIndexResponse:
+        db = self.ctx.db
+        return state_pb2.GetIndexResponse(
+            index=await db.latest_index(), oldest_retained_index=await db.oldest_retained_index()
+        )
+
+    async def Snapshot(
+        self, request: state_pb2.SnapshotRequest, context: Context
+    ) -> AsyncIterator[state_pb2.SnapshotChunk]:
+        size = request.chunk_size or 1000
+        if size > 100_000:
+            raise InvalidArgument("chunk_size", "must be at most 100000")
+        async for name, part in stream_dump(self.ctx.db, chunk_size=size):
+            if isinstance(part, Dump):
+                yield state_pb2.SnapshotChunk(
+                    index=part.index,
+                    table_indexes=[
+                        state_pb2.TableIndex(table=t, index=i)
+                        for t, i in part.table_indexes.items()
+                    ],
+                    scheduler_config=part.scheduler_config,
+                )
+            else:
+                chunk = state_pb2.SnapshotChunk()
+                getattr(chunk, name).extend(part)
+                yield chunk
+        yield state_pb2.SnapshotChunk(done=True)
+
+    async def Subscribe(
+        self, request: state_pb2.SubscribeRequest, context: Context
+    ) -> AsyncIterator[pb.ChangeBatch]:
+        topics = set(request.topics)
+        unknown = topics - set(structs.Topic.ALL)
+        if unknown:
+            raise InvalidArgument("topics", f"unknown topic(s): {', '.join(sorted(unknown))}")
+        async for batch in self.ctx.feed.subscribe(request.from_index, self.ctx.shutting_down):
+            if topics:
+                filtered = pb.ChangeBatch(index=batch.index, time=batch.time)
+                filtered.events.extend(e for e in batch.events if e.topic in topics)
+                yield filtered
+            else:
+                yield batch
+
+    async def UpsertEvals(
+        self, request: state_pb2.UpsertEvalsRequest, context: Context
+    ) -> state_pb2.WriteResponse:
+        validate_evals(request.evals)
+        async with self.ctx.db.write() as tx:
+            await upsert_evals(tx, request.evals)
+        return state_pb2.WriteResponse(index=tx.index)
+
+    async def ApplyPlans(
+        self, request: state_pb2.ApplyPlansRequest, context: Context
+    ) -> state_pb2.ApplyPlansResponse:
+        validate_plans(request.plans)
+        async with self.ctx.db.write(count=len(request.plans)) as tx:
+            indexes = await apply_plans(tx, request.plans)
+        return state_pb2.ApplyPlansResponse(indexes=indexes)
+
+    async def UpdateAllocDesiredTransitions(
+        self, request: state_pb2.UpdateAllocDesiredTransitionsRequest, context: Context
+    ) -> state_pb2.WriteResponse:
+        validate.batch_size(len(request.transitions), "transitions")
+        for i, t in enumerate(request.transitions):
+            validate.require_id(t.alloc_id, f"transitions[{i}].alloc_id")
+        if request.evals:
+            validate_evals(request.evals)
+        async with self.ctx.db.write() as tx:
+            allocs = await tx.get_allocs([t.alloc_id for t in request.transitions])
+            for t in request.transitions:
+                cur = allocs.get(t.alloc_id)
+                if cur is None:
+                    continue
+                alloc = structs.copy_msg(cur)
+                alloc.desired_transition.MergeFrom(t.transition)
+                tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+            if request.evals:
+                await upsert_evals(tx, request.evals)
+        return state_pb2.WriteResponse(index=tx.index)
+
+    async def UpsertDeployments(
+        self, request: state_pb2.UpsertDeploymentsRequest, context: Context
+    ) -> state_pb2.WriteResponse:
+        validate.batch_size(len(request.deployments), "deployments")
+        for i, d in enumerate(request.deployments):
+            validate.deployment(d, f"deployments[{i}]")
+        if request.evals:
+            validate_evals(request.evals)
+        async with self.ctx.db.write() as tx:
+            for d in request.deployments:
+                d = structs.copy_msg(d)
+                old = await tx.get_deployment(d.id)
+                d.create_index = old.create_index if old is not None else 0
+                tx.put_deployment(d)
+            if request.evals:
+                await upsert_evals(tx, request.evals)
+        return state_pb2.WriteResponse(index=tx.index)
+
+    async def RegisterMember(
+        self, request: state_pb2.RegisterMemberRequest, context: Context
+    ) -> state_pb2.RegisterMemberResponse:
+        member = structs.copy_msg(request.member)
+        validate.require_id(member.id, "member.id")
+        validate.one_of(member.role, MEMBER_ROLES, "member.role")
+        if not member.address:
+            raise InvalidArgument("member.address", "is required")
+        member.last_seen = structs.now_ns()
+        if not member.started_at:
+            member.started_at = member.last_seen
+        await self.ctx.db.touch_member(
+            member.id, member.role, member.address, member.SerializeToString()
+        )
+        return state_pb2.RegisterMemberResponse(ttl_ms=MEMBER_TTL_MS)
+
+
+MEMBER_ROLES = ("state", "broker", "planner", "worker", "agent")

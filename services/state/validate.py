@@ -1,0 +1,99 @@
+"""Input validation shared by the state service's write RPCs.
+
+Every check raises `InvalidArgument(field, problem)` naming the offending
+field, before anything is written, so bad input never half-writes.
+"""
+
+from __future__ import annotations
+
+from corral import structs
+from corral.errors import InvalidArgument
+from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
+from corral.v1 import structs_pb2 as pb
+
+MAX_ID_LEN = 256
+MAX_BATCH = 100_000
+
+
+def require_id(value: str, field: str) -> None:
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > MAX_ID_LEN:
+        raise InvalidArgument(field, f"is longer than {MAX_ID_LEN} characters")
+
+
+def one_of(value: str, allowed: tuple[str, ...] | frozenset[str], field: str) -> None:
+    if value not in allowed:
+        choices = ", ".join(sorted(allowed))
+        raise InvalidArgument(field, f"unknown value {value!r} (expected one of: {choices})")
+
+
+def batch_size(n: int, field: str, *, allow_empty: bool = False) -> None:
+    if n == 0 and not allow_empty:
+        raise InvalidArgument(field, "must not be empty")
+    if n > MAX_BATCH:
+        raise InvalidArgument(field, f"has {n} entries, more than {MAX_BATCH}")
+
+
+def evaluation(ev: pb.Evaluation, field: str) -> None:
+    require_id(ev.id, f"{field}.id")
+    one_of(ev.status, EvalStatus.ALL, f"{field}.status")
+    one_of(ev.type, JobType.ALL, f"{field}.type")
+    if ev.type != JobType.CORE:
+        require_id(ev.job_id, f"{field}.job_id")
+    if not ev.triggered_by:
+        raise InvalidArgument(f"{field}.triggered_by", "is required")
+    if ev.triggered_by not in structs.Trigger.ALL:
+        one_of(ev.triggered_by, structs.Trigger.ALL, f"{field}.triggered_by")
+    if not 0 <= ev.priority <= structs.CORE_JOB_PRIORITY:
+        raise InvalidArgument(
+            f"{field}.priority", f"must be between 0 and {structs.CORE_JOB_PRIORITY}"
+        )
+    if ev.wait < 0:
+        raise InvalidArgument(f"{field}.wait", "must not be negative")
+    for tg, n in ev.queued_allocations.items():
+        if n < 0:
+            raise InvalidArgument(f"{field}.queued_allocations[{tg}]", "must not be negative")
+
+
+def resources(r: pb.Resources, field: str) -> None:
+    for name in ("cpu", "cores", "memory_mb", "memory_max_mb", "disk_mb"):
+        if getattr(r, name) < 0:
+            raise InvalidArgument(f"{field}.{name}", "must not be negative")
+    for i, net in enumerate(r.networks):
+        for kind in ("reserved_ports", "dynamic_ports"):
+            for j, port in enumerate(getattr(net, kind)):
+                if not 0 <= port.value <= 65535:
+                    raise InvalidArgument(
+                        f"{field}.networks[{i}].{kind}[{j}].value", "must be 0..65535"
+                    )
+
+
+def allocation(a: pb.Allocation, field: str) -> None:
+    require_id(a.id, f"{field}.id")
+    require_id(a.job_id, f"{field}.job_id")
+    require_id(a.node_id, f"{field}.node_id")
+    require_id(a.eval_id, f"{field}.eval_id")
+    if not a.task_group:
+        raise InvalidArgument(f"{field}.task_group", "is required")
+    one_of(a.desired_status, DesiredStatus.ALL, f"{field}.desired_status")
+    if a.client_status:
+        one_of(a.client_status, ClientStatus.ALL, f"{field}.client_status")
+    resources(a.resources, f"{field}.resources")
+    for name, tr in a.task_resources.items():
+        resources(tr, f"{field}.task_resources[{name}]")
+
+
+def alloc_stop(s: pb.AllocStop, field: str) -> None:
+    require_id(s.alloc_id, f"{field}.alloc_id")
+    if s.client_status:
+        one_of(s.client_status, ClientStatus.ALL, f"{field}.client_status")
+    if s.desired_status:
+        one_of(
+            s.desired_status, (DesiredStatus.STOP, DesiredStatus.EVICT), f"{field}.desired_status"
+        )
+
+
+def deployment(d: pb.Deployment, field: str) -> None:
+    require_id(d.id, f"{field}.id")
+    require_id(d.job_id, f"{field}.job_id")

@@ -1,0 +1,68 @@
+"""Writing evaluations, with the side effects Nomad's FSM applies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.structs import EvalStatus, copy_msg
+from corral.v1 import structs_pb2 as pb
+from services.state import validate
+from services.state.db.database import WriteTx
+
+
+def validate_evals(evals: Sequence[pb.Evaluation], field: str = "evals") -> None:
+    validate.batch_size(len(evals), field)
+    for i, ev in enumerate(evals):
+        validate.evaluation(ev, f"{field}[{i}]")
+
+
+async def upsert_evals(
+    tx: WriteTx, evals: Sequence[pb.Evaluation], *, index: int | None = None
+) -> None:
+    """Insert or update evals at `index` (default: the transaction's).
+
+    * An existing eval keeps its create_index/create_time.
+    * Completing an eval with no failed task groups cancels every other
+      blocked eval of its job ("evaluation <id> successful"), as Nomad does
+      when the blocked tracker untracks the job.
+    * queued_allocations are recorded in the job summary's `queued`.
+    """
+    existing = await tx.get_evals([e.id for e in evals])
+    for ev in evals:
+        ev = copy_msg(ev)
+        old = existing.get(ev.id)
+        if old is not None:
+            ev.create_index = old.create_index
+            ev.create_time = old.create_time
+        else:
+            ev.create_index = 0
+        tx.put_eval(ev, index=index)
+        if ev.status == EvalStatus.COMPLETE and not ev.failed_tg_allocs and ev.job_id:
+            await _cancel_blocked(tx, ev, index)
+        if ev.queued_allocations and ev.job_id:
+            await _record_queued(tx, ev, index)
+
+
+async def _cancel_blocked(tx: WriteTx, done: pb.Evaluation, index: int | None) -> None:
+    for other in await tx.evals_by_job(done.namespace, done.job_id):
+        if other.id == done.id or other.status != EvalStatus.BLOCKED:
+            continue
+        canceled = copy_msg(other)
+        canceled.status = EvalStatus.CANCELED
+        canceled.status_description = f'evaluation "{done.id}" successful'
+        tx.put_eval(canceled, index=index)
+
+
+async def _record_queued(tx: WriteTx, ev: pb.Evaluation, index: int | None) -> None:
+    summary = await tx.get_job_summary(ev.namespace, ev.job_id)
+    if summary is None:
+        summary = pb.JobSummary(job_id=ev.job_id, namespace=ev.namespace)
+    else:
+        summary = copy_msg(summary)
+    changed = False
+    for tg, queued in ev.queued_allocations.items():
+        if summary.summary[tg].queued != queued or tg not in summary.summary:
+            summary.summary[tg].queued = queued
+            changed = True
+    if changed:
+        tx.put_job_summary(summary, index=index)

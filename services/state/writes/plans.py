@@ -1,0 +1,140 @@
+"""Committing plan results (State.ApplyPlans): everything one plan changes,
+at one index; several plans at consecutive indexes in one transaction.
+
+The planner has already checked every node fits against the newest state;
+this layer merges the plan onto the stored objects the way Nomad's FSM does
+(`UpsertPlanResults`): placed allocs are created, in-place updates keep the
+client-side fields, stops and preemptions are applied as diffs onto the
+newest copy of each alloc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.errors import InvalidArgument
+from corral.structs import ClientStatus, DesiredStatus, Eligibility, JobStatus, copy_msg
+from corral.v1 import state_pb2
+from corral.v1 import structs_pb2 as pb
+from services.state import validate
+from services.state.db.database import WriteTx
+from services.state.writes.evals import upsert_evals, validate_evals
+
+
+def validate_plans(plans: Sequence[state_pb2.AppliedPlan]) -> None:
+    validate.batch_size(len(plans), "plans")
+    for i, p in enumerate(plans):
+        f = f"plans[{i}]"
+        validate.require_id(p.eval_id, f"{f}.eval_id")
+        validate.require_id(p.job_id, f"{f}.job_id")
+        seen: set[str] = set()
+        for j, a in enumerate(p.allocs):
+            validate.allocation(a, f"{f}.allocs[{j}]")
+            if a.id in seen:
+                raise InvalidArgument(
+                    f"{f}.allocs[{j}].id", f"alloc {a.id} appears twice in the plan"
+                )
+            seen.add(a.id)
+        for j, s in enumerate(p.stops):
+            validate.alloc_stop(s, f"{f}.stops[{j}]")
+        for j, s in enumerate(p.preemptions):
+            validate.alloc_stop(s, f"{f}.preemptions[{j}]")
+        if p.HasField("deployment"):
+            validate.deployment(p.deployment, f"{f}.deployment")
+        if p.evals:
+            validate_evals(p.evals, f"{f}.evals")
+
+
+async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> None:
+    """Write one plan's committed part at `index`."""
+    job = await tx.get_job(plan.namespace, plan.job_id)
+    if job is None:
+        raise InvalidArgument("plan.job_id", f"job {plan.job_id!r} does not exist")
+
+    touched = [a.id for a in plan.allocs] + [s.alloc_id for s in plan.stops]
+    touched += [s.alloc_id for s in plan.preemptions]
+    stored = await tx.get_allocs(touched)
+
+    for a in plan.allocs:
+        alloc = copy_msg(a)
+        old = stored.get(alloc.id)
+        if old is None:
+            alloc.create_index = 0
+            alloc.create_time = 0
+            if not alloc.client_status:
+                alloc.client_status = ClientStatus.PENDING
+        else:
+            alloc.create_index = old.create_index
+            alloc.create_time = old.create_time
+            # The client owns its task states; the scheduler may only force
+            # lost/unknown (disconnects), never overwrite a live status.
+            alloc.task_states.clear()
+            for name, ts in old.task_states.items():
+                alloc.task_states[name].CopyFrom(ts)
+            if alloc.client_status not in (ClientStatus.LOST, ClientStatus.UNKNOWN):
+                alloc.client_status = old.client_status
+                alloc.client_description = old.client_description
+        alloc.alloc_modify_index = index
+        tx.put_alloc(alloc, "PlanResult", index=index)
+
+    for stop in plan.stops:
+        _apply_stop(tx, stored.get(stop.alloc_id), stop, DesiredStatus.STOP, index)
+    for stop in plan.preemptions:
+        _apply_stop(tx, stored.get(stop.alloc_id), stop, DesiredStatus.EVICT, index)
+
+    if plan.HasField("deployment"):
+        d = copy_msg(plan.deployment)
+        old_d = await tx.get_deployment(d.id)
+        d.create_index = old_d.create_index if old_d is not None else 0
+        tx.put_deployment(d, index=index)
+    for upd in plan.deployment_updates:
+        cur = await tx.get_deployment(upd.deployment_id)
+        if cur is None:
+            continue
+        cur = copy_msg(cur)
+        cur.status = upd.status
+        cur.status_description = upd.status_description
+        tx.put_deployment(cur, index=index)
+
+    if plan.evals:
+        await upsert_evals(tx, plan.evals, index=index)
+
+    if plan.ineligible_nodes:
+        nodes = await tx.get_nodes(list(plan.ineligible_nodes))
+        for node in nodes.values():
+            node = copy_msg(node)
+            node.scheduling_eligibility = Eligibility.INELIGIBLE
+            tx.put_node(node, "NodeEligibility", index=index)
+
+    if plan.allocs and job.status == JobStatus.PENDING and not job.stop:
+        job = copy_msg(job)
+        job.status = JobStatus.RUNNING
+        tx.put_job(job, "JobStatusUpdated", index=index)
+
+
+def _apply_stop(
+    tx: WriteTx, current: pb.Allocation | None, stop: pb.AllocStop, default: str, index: int
+) -> None:
+    if current is None:
+        return  # already garbage collected; nothing left to stop
+    alloc = copy_msg(current)
+    alloc.desired_status = stop.desired_status or default
+    if stop.desired_description:
+        alloc.desired_description = stop.desired_description
+    if stop.client_status:
+        alloc.client_status = stop.client_status
+    if stop.followup_eval_id:
+        alloc.followup_eval_id = stop.followup_eval_id
+    if stop.preempted_by_allocation:
+        alloc.preempted_by_allocation = stop.preempted_by_allocation
+    alloc.alloc_modify_index = index
+    tx.put_alloc(alloc, "PlanResult", index=index)
+
+
+async def apply_plans(tx: WriteTx, plans: Sequence[state_pb2.AppliedPlan]) -> list[int]:
+    """Each plan at its own consecutive index of the transaction."""
+    if len(plans) != len(tx.indexes):
+        raise ValueError("one index per plan")
+    for plan, index in zip(plans, tx.indexes, strict=True):
+        await apply_plan(tx, plan, index)
+    return list(tx.indexes)
