@@ -94,11 +94,18 @@ class StateApp:
             except Exception as exc:
                 log.warning("member refresh failed: %s", exc)
 
+    async def truncate_change_log(self, keep: int) -> int:
+        """Keep the newest `keep` change-log entries (in the table and in
+        the feed's ring); returns how many rows were dropped."""
+        dropped = await self.db.truncate_log(keep)
+        self.feed.forget_before(await self.db.oldest_retained_index())
+        return dropped
+
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.retention_interval)
             try:
-                dropped = await self.db.truncate_log(self.settings.log_retention)
+                dropped = await self.truncate_change_log(self.settings.log_retention)
                 if dropped:
                     log.info("truncated %d change-log entries", dropped)
             except Exception as exc:

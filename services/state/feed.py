@@ -126,6 +126,12 @@ class ChangeFeed:
             if len(batches) < READ_BATCH:
                 return
 
+    def forget_before(self, index: int) -> None:
+        """Drop ring entries at or below `index` (the change log was truncated
+        there): subscribers older than that must re-bootstrap."""
+        while self._ring and self._ring[0].index <= index:
+            self._ring.popleft()
+
     def _signal_advance(self) -> None:
         ev = self._advanced
         self._advanced = asyncio.Event()

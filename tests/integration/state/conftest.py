@@ -1,0 +1,32 @@
+"""A real state service (in-process, port 0) over the module's database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from corral.v1 import state_pb2_grpc
+from services.state.app import StateApp, StateSettings
+
+
+@pytest.fixture(scope="module")
+async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
+    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+@pytest.fixture(scope="module")
+async def state_addr(state_app: StateApp) -> str:
+    return state_app.server.bound_address
+
+
+@pytest.fixture(scope="module")
+async def state_stub(state_addr: str) -> AsyncIterator[state_pb2_grpc.StateAsyncStub]:
+    async with grpc.aio.insecure_channel(state_addr) as channel:
+        yield state_pb2_grpc.StateStub(channel)

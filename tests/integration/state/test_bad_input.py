@@ -1,0 +1,98 @@
+"""Bad input to the internal write RPCs: a clear status naming the field,
+and nothing written (the index does not move)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from corral.v1 import state_pb2, state_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state.app import StateApp
+from tests.integration.state.helpers import pending_eval
+
+
+async def _expect_invalid(call: object, needle: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call  # type: ignore[misc]
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert needle in (err.value.details() or ""), err.value.details()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda e: setattr(e, "id", ""), "evals[0].id: is required"),
+        (lambda e: setattr(e, "job_id", ""), "evals[0].job_id: is required"),
+        (lambda e: setattr(e, "status", "exploded"), "evals[0].status: unknown value 'exploded'"),
+        (lambda e: setattr(e, "type", "quantum"), "evals[0].type: unknown value 'quantum'"),
+        (lambda e: setattr(e, "triggered_by", "whim"), "evals[0].triggered_by"),
+        (lambda e: setattr(e, "priority", -3), "evals[0].priority"),
+        (lambda e: setattr(e, "wait", -1), "evals[0].wait"),
+    ],
+)
+async def test_upsert_evals_rejects_bad_evals(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub, mutate: object, needle: str
+) -> None:
+    before = await state_app.db.latest_index()
+    ev = pending_eval()
+    mutate(ev)  # type: ignore[operator]
+    good = pending_eval()
+    await _expect_invalid(
+        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest(evals=[ev, good])), needle
+    )
+    assert await state_app.db.latest_index() == before
+
+
+async def test_upsert_evals_rejects_oversized_batches(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+) -> None:
+    before = await state_app.db.latest_index()
+    evals = [pending_eval() for _ in range(100_001)]
+    await _expect_invalid(
+        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest(evals=evals)), "more than"
+    )
+    await _expect_invalid(
+        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest()), "must not be empty"
+    )
+    assert await state_app.db.latest_index() == before
+
+
+async def test_apply_plans_rejects_negative_resources_and_missing_ids(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+) -> None:
+    before = await state_app.db.latest_index()
+    alloc = pb.Allocation(
+        id="a1", job_id="web", node_id="n1", eval_id="e1", task_group="web", desired_status="run"
+    )
+    alloc.resources.memory_mb = -5
+    plan = state_pb2.AppliedPlan(eval_id="e1", job_id="web", namespace="default", allocs=[alloc])
+    await _expect_invalid(
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        "plans[0].allocs[0].resources.memory_mb: must not be negative",
+    )
+    plan.allocs[0].resources.memory_mb = 5
+    plan.allocs[0].node_id = ""
+    await _expect_invalid(
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        "plans[0].allocs[0].node_id",
+    )
+    plan.allocs[0].node_id = "n1"
+    plan.allocs[0].desired_status = "maybe"
+    await _expect_invalid(
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        "desired_status: unknown value",
+    )
+    plan.allocs[0].desired_status = "run"
+    # a plan for a job that does not exist writes nothing
+    await _expect_invalid(
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])), "does not exist"
+    )
+    assert await state_app.db.latest_index() == before
+
+
+async def test_subscribe_rejects_unknown_topics(state_stub: state_pb2_grpc.StateAsyncStub) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in state_stub.Subscribe(state_pb2.SubscribeRequest(topics=["Weather"])):
+            pass
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
