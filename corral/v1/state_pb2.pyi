@@ -417,6 +417,64 @@ class UpsertDeploymentsRequest(_message.Message):
 Global___UpsertDeploymentsRequest: _TypeAlias = UpsertDeploymentsRequest  # noqa: Y015
 
 @_typing.final
+class JobRef(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobRef: _TypeAlias = JobRef  # noqa: Y015
+
+@_typing.final
+class GarbageCollectRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVAL_IDS_FIELD_NUMBER: _builtins.int
+    ALLOC_IDS_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    NODE_IDS_FIELD_NUMBER: _builtins.int
+    DEPLOYMENT_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def eval_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def alloc_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobRef]: ...
+    @_builtins.property
+    def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def deployment_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        eval_ids: _abc.Iterable[_builtins.str] | None = ...,
+        alloc_ids: _abc.Iterable[_builtins.str] | None = ...,
+        jobs: _abc.Iterable[Global___JobRef] | None = ...,
+        node_ids: _abc.Iterable[_builtins.str] | None = ...,
+        deployment_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_ids", b"alloc_ids", "deployment_ids", b"deployment_ids", "eval_ids", b"eval_ids", "jobs", b"jobs", "node_ids", b"node_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GarbageCollectRequest: _TypeAlias = GarbageCollectRequest  # noqa: Y015
+
+@_typing.final
 class Member(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -70,6 +70,11 @@ class StateStub:
                 request_serializer=corral_dot_v1_dot_state__pb2.UpsertDeploymentsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.GarbageCollect = channel.unary_unary(
+                '/corral.v1.State/GarbageCollect',
+                request_serializer=corral_dot_v1_dot_state__pb2.GarbageCollectRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
+                _registered_method=True)
         self.RegisterMember = channel.unary_unary(
                 '/corral.v1.State/RegisterMember',
                 request_serializer=corral_dot_v1_dot_state__pb2.RegisterMemberRequest.SerializeToString,
@@ -134,6 +139,14 @@ class StateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GarbageCollect(self, request, context):
+        """Delete garbage the core scheduler collected (terminal evals and their
+        allocs, dead jobs with their versions, down nodes, old deployments).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterMember(self, request, context):
         """Process registry: every role registers its address and refreshes it.
         """
@@ -177,6 +190,11 @@ def add_StateServicer_to_server(servicer, server):
             'UpsertDeployments': grpc.unary_unary_rpc_method_handler(
                     servicer.UpsertDeployments,
                     request_deserializer=corral_dot_v1_dot_state__pb2.UpsertDeploymentsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_state__pb2.WriteResponse.SerializeToString,
+            ),
+            'GarbageCollect': grpc.unary_unary_rpc_method_handler(
+                    servicer.GarbageCollect,
+                    request_deserializer=corral_dot_v1_dot_state__pb2.GarbageCollectRequest.FromString,
                     response_serializer=corral_dot_v1_dot_state__pb2.WriteResponse.SerializeToString,
             ),
             'RegisterMember': grpc.unary_unary_rpc_method_handler(
@@ -373,6 +391,33 @@ class State:
             target,
             '/corral.v1.State/UpsertDeployments',
             corral_dot_v1_dot_state__pb2.UpsertDeploymentsRequest.SerializeToString,
+            corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GarbageCollect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.State/GarbageCollect',
+            corral_dot_v1_dot_state__pb2.GarbageCollectRequest.SerializeToString,
             corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
             options,
             channel_credentials,

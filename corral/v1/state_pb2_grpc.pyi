@@ -58,6 +58,10 @@ class StateStub:
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]
     """Upsert deployments and their status (deployment watcher)."""
+    GarbageCollect: _grpc.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]
+    """Delete garbage the core scheduler collected (terminal evals and their
+    allocs, dead jobs with their versions, down nodes, old deployments).
+    """
     RegisterMember: _grpc.UnaryUnaryMultiCallable[_state_pb2.RegisterMemberRequest, _state_pb2.RegisterMemberResponse]
     """Process registry: every role registers its address and refreshes it."""
 
@@ -86,6 +90,10 @@ class StateAsyncStub(StateStub):
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _aio.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Upsert deployments and their status (deployment watcher)."""
+    GarbageCollect: _aio.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
+    """Delete garbage the core scheduler collected (terminal evals and their
+    allocs, dead jobs with their versions, down nodes, old deployments).
+    """
     RegisterMember: _aio.UnaryUnaryMultiCallable[_state_pb2.RegisterMemberRequest, _state_pb2.RegisterMemberResponse]  # type: ignore[assignment]
     """Process registry: every role registers its address and refreshes it."""
 
@@ -153,6 +161,16 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
         """Upsert deployments and their status (deployment watcher)."""
+
+    @_abc_1.abstractmethod
+    def GarbageCollect(
+        self,
+        request: _state_pb2.GarbageCollectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
+        """Delete garbage the core scheduler collected (terminal evals and their
+        allocs, dead jobs with their versions, down nodes, old deployments).
+        """
 
     @_abc_1.abstractmethod
     def RegisterMember(

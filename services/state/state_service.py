@@ -125,6 +125,36 @@ class StateServicer(state_pb2_grpc.StateServicer):
                 await upsert_evals(tx, request.evals)
         return state_pb2.WriteResponse(index=tx.index)
 
+    async def GarbageCollect(
+        self, request: state_pb2.GarbageCollectRequest, context: Context
+    ) -> state_pb2.WriteResponse:
+        total = (
+            len(request.eval_ids)
+            + len(request.alloc_ids)
+            + len(request.jobs)
+            + len(request.node_ids)
+            + len(request.deployment_ids)
+        )
+        validate.batch_size(total, "garbage")
+        for i, ref in enumerate(request.jobs):
+            validate.require_id(ref.job_id, f"jobs[{i}].job_id")
+        async with self.ctx.db.write() as tx:
+            for ev in (await tx.get_evals(list(request.eval_ids))).values():
+                tx.delete_eval(ev)
+            for alloc in (await tx.get_allocs(list(request.alloc_ids))).values():
+                tx.delete_alloc(alloc)
+            for ref in request.jobs:
+                job = await tx.get_job(ref.namespace, ref.job_id)
+                if job is not None:
+                    tx.delete_job(job)
+            for node in (await tx.get_nodes(list(request.node_ids))).values():
+                tx.delete_node(node)
+            for dep_id in request.deployment_ids:
+                dep = await tx.get_deployment(dep_id)
+                if dep is not None:
+                    tx.delete_deployment(dep)
+        return state_pb2.WriteResponse(index=tx.index)
+
     async def RegisterMember(
         self, request: state_pb2.RegisterMemberRequest, context: Context
     ) -> state_pb2.RegisterMemberResponse:

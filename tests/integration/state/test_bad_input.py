@@ -96,3 +96,23 @@ async def test_subscribe_rejects_unknown_topics(state_stub: state_pb2_grpc.State
         async for _ in state_stub.Subscribe(state_pb2.SubscribeRequest(topics=["Weather"])):
             pass
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_garbage_collect_deletes_and_feeds_deletions(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+) -> None:
+    ev = pending_eval("gc")
+    async with state_app.db.write() as tx:
+        tx.put_eval(ev)
+    await state_app.feed.wait_for_index(tx.index, 10)
+    assert state_app.feed.snapshot().eval_by_id(ev.id) is not None
+    resp = await state_stub.GarbageCollect(
+        state_pb2.GarbageCollectRequest(eval_ids=[ev.id, "missing"])
+    )
+    snap = await state_app.feed.wait_for_index(resp.index, 10)
+    assert snap.eval_by_id(ev.id) is None
+    batch = (await state_app.db.read_log(resp.index - 1, 1))[0]
+    assert [(e.topic, e.deleted) for e in batch.events] == [("Evaluation", True)]
+    await _expect_invalid(
+        state_stub.GarbageCollect(state_pb2.GarbageCollectRequest()), "must not be empty"
+    )
