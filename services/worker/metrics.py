@@ -1,0 +1,34 @@
+"""Worker metrics, named after Nomad's `nomad.worker.*` series."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+DEQUEUE_EVAL = Histogram(
+    "corral_worker_dequeue_eval_seconds", "Time to dequeue an eval (nomad.worker.dequeue_eval)"
+)
+WAIT_FOR_INDEX = Histogram(
+    "corral_worker_wait_for_index_seconds",
+    "Wait for the replica to reach the eval's index (nomad.worker.wait_for_index)",
+)
+INVOKE_SCHEDULER = Histogram(
+    "corral_worker_invoke_scheduler_seconds",
+    "Scheduler run time by eval type (nomad.worker.invoke_scheduler.<type>)",
+    ["type"],
+)
+SUBMIT_PLAN = Histogram(
+    "corral_worker_submit_plan_seconds", "Plan submission round trip (nomad.worker.submit_plan)"
+)
+EVAL_WRITE = Histogram(
+    "corral_worker_eval_write_seconds",
+    "Eval.Update/Create/Reblock round trip (nomad.worker.update_eval, create_eval, reblock_eval)",
+    ["op"],
+)
+SEND_ACK = Histogram(
+    "corral_worker_send_ack_seconds", "Ack/Nack round trip (nomad.worker.send_ack)", ["op"]
+)
+EVALS_PROCESSED = Counter("corral_worker_evals_total", "Evals finished by outcome", ["outcome"])
+BEHIND_STATE = Counter(
+    "corral_worker_behind_state_total",
+    "Evals nacked because the replica could not reach their index",
+)

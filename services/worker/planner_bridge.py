@@ -1,0 +1,108 @@
+"""The `Planner` a scheduler gets from the worker (Nomad's worker-as-planner).
+
+Schedulers are synchronous and run in a thread; these methods hop onto the
+worker's event loop for the RPCs and block the scheduler thread until they
+finish. Every plan and eval written carries the snapshot index the
+scheduler worked from; a partial plan's refresh index is waited for on the
+replica and the fresher snapshot handed back, so the scheduler retries on
+state that includes what made the plan fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from corral import structs
+from corral.store import StateSnapshot
+from corral.v1 import plan_pb2, state_pb2
+from corral.v1 import structs_pb2 as pb
+
+if TYPE_CHECKING:
+    from services.worker.worker import Worker
+
+T = TypeVar("T")
+
+
+class WorkerPlanner:
+    """Implements the scheduler's `Planner` and `CorePlanner` protocols."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        worker: Worker,
+        token: str,
+        snapshot: StateSnapshot,
+        traceparent: str = "",
+    ) -> None:
+        self.loop = loop
+        self.worker = worker
+        self.token = token
+        self.snapshot = snapshot
+        self.traceparent = traceparent
+        self.plans_submitted = 0
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    # ------------------------------------------------------------ Planner
+
+    def submit_plan(self, plan: pb.Plan) -> tuple[pb.PlanResult, StateSnapshot | None]:
+        plan.eval_token = self.token
+        plan.snapshot_index = self.snapshot.index
+        if not plan.traceparent:
+            plan.traceparent = self.traceparent
+        self.plans_submitted += 1
+        resp: plan_pb2.PlanSubmitResponse = self._run(self.worker.submit_plan(plan))
+        result = resp.result
+        if result.refresh_index:
+            snap = self._run(self.worker.wait_for_refresh(result.refresh_index))
+            self.snapshot = snap
+            return result, snap
+        return result, None
+
+    def update_eval(self, ev: pb.Evaluation) -> None:
+        self._stamp(ev)
+        self._run(self.worker.eval_write("Update", [ev], self.token))
+
+    def create_eval(self, ev: pb.Evaluation) -> None:
+        self._stamp(ev)
+        if not ev.create_time:
+            ev.create_time = ev.modify_time
+        self._run(self.worker.eval_write("Create", [ev], self.token))
+
+    def reblock_eval(self, ev: pb.Evaluation) -> None:
+        # Nomad: keep the job summary's queued counts in step before the
+        # eval goes back into the blocked tracker unchanged.
+        summary = self.snapshot.job_summary(ev.namespace, ev.job_id)
+        stale = summary is None and bool(ev.queued_allocations)
+        if summary is not None:
+            stale = any(
+                summary.summary[tg].queued != n if tg in summary.summary else True
+                for tg, n in ev.queued_allocations.items()
+            )
+        if stale:
+            self.update_eval(ev)
+        self._stamp(ev)
+        self._run(self.worker.eval_write("Reblock", [ev], self.token))
+
+    # ------------------------------------------------------------ CorePlanner
+
+    def delete_evals(self, eval_ids: Sequence[str], alloc_ids: Sequence[str]) -> None:
+        self._gc(state_pb2.GarbageCollectRequest(eval_ids=eval_ids, alloc_ids=alloc_ids))
+
+    def delete_jobs(self, jobs: Sequence[tuple[str, str]]) -> None:
+        refs = [state_pb2.JobRef(namespace=ns, job_id=job_id) for ns, job_id in jobs]
+        self._gc(state_pb2.GarbageCollectRequest(jobs=refs))
+
+    def delete_nodes(self, node_ids: Sequence[str]) -> None:
+        self._gc(state_pb2.GarbageCollectRequest(node_ids=node_ids))
+
+    def _gc(self, request: state_pb2.GarbageCollectRequest) -> None:
+        if any((request.eval_ids, request.alloc_ids, request.jobs, request.node_ids)):
+            self._run(self.worker.garbage_collect(request))
+
+    def _stamp(self, ev: pb.Evaluation) -> None:
+        ev.snapshot_index = self.snapshot.index
+        ev.modify_time = structs.now_ns()

@@ -1,0 +1,137 @@
+"""The worker pool: N scheduler loops sharing one replica, one executor and
+the broker/planner clients, reconfigurable at run time (Nomad 1.2's
+scheduler worker API)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from corral.errors import InvalidArgument
+from corral.replica import Replica
+from corral.structs import JobType
+from corral.v1 import state_pb2_grpc, worker_pb2
+from services.worker.config import MAX_SCHEDULERS, WorkerSettings
+from services.worker.worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+class RoleClient(Protocol):
+    """Calls a method of a leader-elected role's service by name, following
+    the leader (broker: `Eval`, planner: `Plan`)."""
+
+    async def call(self, method: str, request: Any, *, timeout: float) -> Any: ...
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        replica: Replica,
+        broker: RoleClient,
+        planner: RoleClient,
+        state: state_pb2_grpc.StateAsyncStub,
+    ) -> None:
+        validate_config(settings.num_schedulers, settings.enabled_schedulers)
+        self.settings = settings
+        self.replica = replica
+        self.broker = broker
+        self.planner = planner
+        self.state = state
+        self.enabled_schedulers = list(settings.enabled_schedulers)
+        self.workers: list[Worker] = []
+        # One thread per loop: a scheduler blocks its thread while its plan
+        # is applied, and other loops keep scheduling meanwhile.
+        self.executor = ThreadPoolExecutor(
+            max_workers=MAX_SCHEDULERS, thread_name_prefix="scheduler"
+        )
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self._resize(self.settings.num_schedulers)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop every loop: each finishes or nacks its current eval."""
+        workers = list(self.workers)
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*(w.wait_stopped(timeout) for w in workers))
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------ admin
+
+    def info(self) -> list[worker_pb2.WorkerInfo]:
+        return [
+            worker_pb2.WorkerInfo(
+                id=w.id,
+                enabled_schedulers=self.enabled_schedulers,
+                started=w.started,
+                status=w.status,
+                workload_status=w.workload,
+                current_eval_id=w.current_eval_id,
+                snapshot_index=w.snapshot_index,
+                evals_processed=w.evals_processed,
+            )
+            for w in self.workers
+        ]
+
+    def select(self, ids: list[str]) -> list[Worker]:
+        if not ids:
+            return list(self.workers)
+        by_id = {w.id: w for w in self.workers}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise InvalidArgument("worker_ids", f"unknown worker id(s): {', '.join(missing)}")
+        return [by_id[i] for i in ids]
+
+    def config(self) -> worker_pb2.WorkerPoolConfig:
+        return worker_pb2.WorkerPoolConfig(
+            num_schedulers=len([w for w in self.workers if not w.stopping]),
+            enabled_schedulers=self.enabled_schedulers,
+        )
+
+    async def set_config(self, num: int, enabled: list[str]) -> worker_pb2.WorkerPoolConfig:
+        """Change the number of loops and the scheduler types they dequeue,
+        without a restart: extra loops stop (nacking nothing: they finish the
+        eval they hold), new ones start; enabled types apply on the next
+        dequeue of every loop."""
+        validate_config(num, enabled)
+        async with self._lock:
+            self.enabled_schedulers = list(enabled)
+            await self._resize(num)
+        return self.config()
+
+    async def _resize(self, num: int) -> None:
+        live = [w for w in self.workers if not w.stopping]
+        while len(live) < num:
+            w = Worker(self, f"{uuid.uuid4().hex[:8]}")
+            w.start()
+            self.workers.append(w)
+            live.append(w)
+        extra = live[num:]
+        for w in extra:
+            w.stop()
+        if extra:
+            await asyncio.gather(*(w.wait_stopped(30) for w in extra))
+            self.workers = [w for w in self.workers if w not in extra]
+        log.info("worker pool: %d schedulers, enabled %s", num, ",".join(self.enabled_schedulers))
+
+
+def validate_config(num: int, enabled: list[str]) -> None:
+    if not 0 <= num <= MAX_SCHEDULERS:
+        raise InvalidArgument("num_schedulers", f"must be between 0 and {MAX_SCHEDULERS}")
+    if not enabled:
+        raise InvalidArgument("enabled_schedulers", "must not be empty")
+    unknown = [s for s in enabled if s not in JobType.ALL]
+    if unknown:
+        raise InvalidArgument(
+            "enabled_schedulers", f"unknown scheduler type(s): {', '.join(unknown)}"
+        )
+    if JobType.CORE not in enabled:
+        raise InvalidArgument(
+            "enabled_schedulers", f"must include {JobType.CORE!r} (garbage collection)"
+        )

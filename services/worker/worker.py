@@ -1,0 +1,381 @@
+"""One scheduler loop: Nomad's `worker.go` (seed 001), with the index-wait
+and long-backoff behaviour of seeds 000/002.
+
+    paused? -> wait | Eval.Dequeue -> wait for the replica to reach
+    max(eval.modify_index, wait_index) -> invoke the scheduler on that
+    snapshot -> Eval.Ack, or Eval.Nack on any failure.
+
+A worker whose replica cannot reach the index within the sync limit nacks
+the eval and then waits up to the slow catch-up period, ending early as soon
+as the replica catches up (the replica wakes it; nothing polls), so a worker
+on a freshly started or lagging process neither fails evals needlessly nor
+spins on redeliveries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from corral import telemetry
+from corral.store import StateSnapshot
+from corral.v1 import eval_pb2, plan_pb2, state_pb2
+from corral.v1 import structs_pb2 as pb
+from services.worker import metrics
+from services.worker.planner_bridge import WorkerPlanner
+from services.worker.scheduler.scheduler import new_scheduler
+
+if TYPE_CHECKING:
+    from services.worker.pool import WorkerPool
+
+log = logging.getLogger(__name__)
+tracer = telemetry.tracer("corral.worker")
+
+
+class Status:
+    STARTING = "starting"
+    STARTED = "started"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Workload:
+    RUNNING = "running"
+    WAITING_TO_DEQUEUE = "waiting_to_dequeue"
+    WAITING_FOR_RAFT = "waiting_for_raft"
+    SCHEDULING = "scheduling"
+    SUBMITTING = "submitting"
+    BACKOFF = "backoff"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+
+
+# gRPC codes worth retrying (no leader yet, a standby, a restart in progress)
+TRANSIENT = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.ABORTED,
+)
+
+
+class WorkerStopping(Exception):
+    """The worker was stopped while it waited."""
+
+
+class Worker:
+    def __init__(self, pool: WorkerPool, worker_id: str) -> None:
+        self.pool = pool
+        self.id = worker_id
+        self.status = Status.STARTING
+        self.workload = Workload.RUNNING
+        self.current_eval_id = ""
+        self.snapshot_index = 0
+        self.evals_processed = 0
+        self.started = time.time_ns()
+        self._failures = 0
+        self._resume = asyncio.Event()
+        self._resume.set()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ control
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"worker-{self.id}")
+
+    def pause(self) -> bool:
+        """Nomad: not from pausing/paused/stopping/stopped."""
+        if self.status in (Status.PAUSING, Status.PAUSED, Status.STOPPING, Status.STOPPED):
+            return False
+        self.status = Status.PAUSING
+        self._resume.clear()
+        return True
+
+    def resume(self) -> bool:
+        """Nomad: only from paused (or a pause not yet taken effect)."""
+        if self.status not in (Status.PAUSED, Status.PAUSING):
+            return False
+        self.status = Status.RESUMING
+        self._resume.set()
+        return True
+
+    def stop(self) -> None:
+        if self.status == Status.STOPPED:
+            return
+        self.status = Status.STOPPING
+        self._stop.set()
+        self._resume.set()
+
+    async def wait_stopped(self, timeout: float | None = None) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # ------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        self.status = Status.STARTED
+        try:
+            while not self.stopping:
+                if not self._resume.is_set():
+                    self.status = Status.PAUSED
+                    self.workload = Workload.PAUSED
+                    await self._resume.wait()
+                    if self.stopping:
+                        break
+                    self.status = Status.STARTED
+                await self._one_eval()
+        except WorkerStopping:
+            pass
+        except asyncio.CancelledError:
+            log.warning("worker %s cancelled", self.id)
+        finally:
+            self.status = Status.STOPPED
+            self.workload = Workload.STOPPED
+            self.current_eval_id = ""
+
+    async def _one_eval(self) -> None:
+        self.workload = Workload.WAITING_TO_DEQUEUE
+        resp = await self._dequeue()
+        if resp is None or not resp.eval.id:
+            return
+        ev, token = resp.eval, resp.token
+        self.current_eval_id = ev.id
+        extra = {"eval_id": ev.id, "job_id": ev.job_id}
+        try:
+            if self.stopping:
+                await self._nack(ev, token)
+                return
+            wait_index = max(ev.modify_index, resp.wait_index)
+            snapshot = await self._wait_for_index(ev, token, wait_index)
+            if snapshot is None:
+                return
+            self.workload = Workload.SCHEDULING
+            self.snapshot_index = snapshot.index
+            ok = await self._invoke_scheduler(ev, token, snapshot)
+            if ok:
+                await self._ack(ev, token)
+            else:
+                await self._nack(ev, token)
+        except WorkerStopping:
+            log.warning(
+                "worker %s shutting down with eval outstanding; nacking", self.id, extra=extra
+            )
+            await self._nack(ev, token)
+            raise
+        finally:
+            self.current_eval_id = ""
+
+    async def _dequeue(self) -> eval_pb2.EvalDequeueResponse | None:
+        settings = self.pool.settings
+        req = eval_pb2.EvalDequeueRequest(
+            schedulers=self.pool.enabled_schedulers,
+            timeout_ms=int(settings.dequeue_timeout * 1000),
+            scheduler_version=settings.scheduler_version,
+        )
+        start = time.perf_counter()
+        try:
+            resp: eval_pb2.EvalDequeueResponse = await self.pool.broker.call(
+                "Dequeue", req, timeout=settings.dequeue_timeout + 5.0
+            )
+        except grpc.aio.AioRpcError as exc:
+            details = exc.details() or ""
+            if details.startswith("scheduler version mismatch"):
+                log.warning("worker %s: %s; backing off", self.id, details)
+                await self._backoff(
+                    settings.version_mismatch_backoff, settings.version_mismatch_backoff
+                )
+            else:
+                log.debug("worker %s: dequeue failed: %s", self.id, details)
+                await self._backoff(settings.backoff_fast, settings.backoff_limit)
+            return None
+        if resp.eval.id:
+            metrics.DEQUEUE_EVAL.observe(time.perf_counter() - start)
+            self._failures = 0
+        return resp
+
+    async def _wait_for_index(
+        self, ev: pb.Evaluation, token: str, index: int
+    ) -> StateSnapshot | None:
+        """Snapshot-min-index: the snapshot must include the eval's own write
+        and every write its job's evals saw (seed 002). Behind the state:
+        nack now, then wait up to the slow catch-up period for the replica."""
+        settings = self.pool.settings
+        replica = self.pool.replica
+        self.workload = Workload.WAITING_FOR_RAFT
+        start = time.perf_counter()
+        try:
+            snap: StateSnapshot = await self._interruptible(
+                replica.wait_for_index(index, settings.sync_limit)
+            )
+            metrics.WAIT_FOR_INDEX.observe(time.perf_counter() - start)
+            return snap
+        except WorkerStopping:
+            log.warning(
+                "worker %s: shutdown while waiting for state index %d (eval %s)",
+                self.id,
+                index,
+                ev.id,
+                extra={"eval_id": ev.id, "index": index},
+            )
+            raise
+        except TimeoutError:
+            pass
+        metrics.BEHIND_STATE.inc()
+        log.warning(
+            "worker %s: state at index %d is behind eval %s's index %d after %.1fs; nacking and "
+            "waiting up to %.0fs for it to catch up",
+            self.id,
+            replica.index,
+            ev.id,
+            index,
+            settings.sync_limit,
+            settings.slow_catchup,
+            extra={"eval_id": ev.id, "index": index},
+        )
+        await self._nack(ev, token)
+        self.workload = Workload.BACKOFF
+        with contextlib.suppress(TimeoutError):
+            await self._interruptible(replica.wait_for_index(index, settings.slow_catchup))
+        return None
+
+    async def _invoke_scheduler(
+        self, ev: pb.Evaluation, token: str, snapshot: StateSnapshot
+    ) -> bool:
+        loop = asyncio.get_running_loop()
+        planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent)
+        sched_log = logging.LoggerAdapter(log, {"eval_id": ev.id, "job_id": ev.job_id})
+        start = time.perf_counter()
+        ctx = telemetry.context_from_traceparent(ev.traceparent)
+
+        def run() -> None:
+            with tracer.start_as_current_span(f"scheduler.{ev.type}", context=ctx) as span:
+                span.set_attribute("eval.id", ev.id)
+                span.set_attribute("job.id", ev.job_id)
+                sched = new_scheduler(ev.type, snapshot, planner, log=sched_log.logger)
+                sched.process(ev)
+
+        try:
+            await loop.run_in_executor(self.pool.executor, run)
+        except Exception as exc:
+            metrics.EVALS_PROCESSED.labels("failed").inc()
+            log.error(
+                "worker %s: scheduler failed on eval %s: %s",
+                self.id,
+                ev.id,
+                exc,
+                extra={"eval_id": ev.id, "job_id": ev.job_id},
+                exc_info=not isinstance(exc, grpc.aio.AioRpcError),
+            )
+            return False
+        finally:
+            metrics.INVOKE_SCHEDULER.labels(ev.type).observe(time.perf_counter() - start)
+        self.evals_processed += 1
+        metrics.EVALS_PROCESSED.labels("ok").inc()
+        return True
+
+    # ------------------------------------------------------------ RPCs used by the planner bridge
+
+    async def submit_plan(self, plan: pb.Plan) -> plan_pb2.PlanSubmitResponse:
+        """Plan.Submit, retrying transient errors (no planner leader yet, a
+        standby, a restart) with the slow backoff, as Nomad's worker does."""
+        settings = self.pool.settings
+        self.workload = Workload.SUBMITTING
+        start = time.perf_counter()
+        deadline = time.monotonic() + settings.plan_retry_limit
+        attempt = 0
+        try:
+            while True:
+                try:
+                    resp: plan_pb2.PlanSubmitResponse = await self.pool.planner.call(
+                        "Submit", plan_pb2.PlanSubmitRequest(plan=plan), timeout=60.0
+                    )
+                    return resp
+                except grpc.aio.AioRpcError as exc:
+                    transient = exc.code() in TRANSIENT or "plan queue" in (exc.details() or "")
+                    if not transient or time.monotonic() > deadline or self.stopping:
+                        raise
+                    attempt += 1
+                    await asyncio.sleep(
+                        min(settings.backoff_limit, settings.backoff_slow * 2**attempt)
+                    )
+        finally:
+            metrics.SUBMIT_PLAN.observe(time.perf_counter() - start)
+            self.workload = Workload.SCHEDULING
+
+    async def wait_for_refresh(self, index: int) -> StateSnapshot:
+        return await self.pool.replica.wait_for_index(index, self.pool.settings.sync_limit)
+
+    async def eval_write(self, op: str, evals: list[pb.Evaluation], token: str) -> None:
+        start = time.perf_counter()
+        try:
+            await self.pool.broker.call(
+                op, eval_pb2.EvalWriteRequest(evals=evals, token=token), timeout=30.0
+            )
+        finally:
+            metrics.EVAL_WRITE.labels(op.lower()).observe(time.perf_counter() - start)
+
+    async def garbage_collect(self, request: state_pb2.GarbageCollectRequest) -> None:
+        await self.pool.state.GarbageCollect(request, timeout=60.0)
+
+    # ------------------------------------------------------------ ack / nack / backoff
+
+    async def _ack(self, ev: pb.Evaluation, token: str) -> None:
+        await self._send("Ack", ev, token)
+
+    async def _nack(self, ev: pb.Evaluation, token: str) -> None:
+        await self._send("Nack", ev, token)
+
+    async def _send(self, op: str, ev: pb.Evaluation, token: str) -> None:
+        start = time.perf_counter()
+        try:
+            await self.pool.broker.call(
+                op, eval_pb2.EvalAckRequest(eval_id=ev.id, token=token), timeout=10.0
+            )
+        except grpc.aio.AioRpcError as exc:
+            # The broker redelivers after the nack timeout; nothing is lost.
+            log.warning(
+                "worker %s: %s of eval %s failed: %s",
+                self.id,
+                op,
+                ev.id,
+                exc.details(),
+                extra={"eval_id": ev.id},
+            )
+        finally:
+            metrics.SEND_ACK.labels(op.lower()).observe(time.perf_counter() - start)
+
+    async def _backoff(self, base: float, limit: float) -> None:
+        """Exponential in consecutive failures, ended early by stop."""
+        self.workload = Workload.BACKOFF
+        delay = min(limit, base * (2**self._failures))
+        self._failures += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), delay)
+
+    async def _interruptible(self, coro: Any) -> Any:
+        """Run coro unless stop comes first (then raise WorkerStopping)."""
+        task = asyncio.ensure_future(coro)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise WorkerStopping()
