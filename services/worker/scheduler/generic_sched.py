@@ -1,0 +1,495 @@
+"""The generic scheduler for service and batch jobs (Nomad's
+`scheduler/generic_sched.go`): reconcile the job's allocs with its spec,
+place what is missing through the feasibility/ranking stack, submit the plan
+and retry on fresher state when the planner rejects part of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from corral import structs
+from corral.store import StateSnapshot
+from corral.structs import ClientStatus, DesiredStatus, EvalStatus, Trigger
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler import annotate, util
+from services.worker.scheduler.reconcile import AllocReconciler, PlaceResult, ReconcileResults
+from services.worker.scheduler.reconcile_util import (
+    AllocNameIndex,
+    next_delay,
+    reschedule_policy,
+)
+from services.worker.scheduler.scheduler import Planner, SchedulerError
+
+if TYPE_CHECKING:
+    from services.worker.scheduler.rank import RankedNode
+
+MAX_SERVICE_ATTEMPTS = 5
+MAX_BATCH_ATTEMPTS = 2
+
+
+class Placer:
+    """The schedulers' seam onto the feasibility/ranking stack: choose a
+    node for one alloc, build the alloc in the plan, check in-place fits,
+    and report metrics and class eligibility for blocked evals."""
+
+    def __init__(
+        self,
+        snap: StateSnapshot,
+        plan: pb.Plan,
+        log: logging.Logger,
+        batch: bool,
+        job: pb.Job | None,
+        *,
+        system: bool = False,
+        sysbatch: bool = False,
+    ) -> None:
+        from services.worker.scheduler.context import EvalContext
+        from services.worker.scheduler.stack import GenericStack, SystemStack
+
+        self.snap = snap
+        self.plan = plan
+        self.log = log
+        self.ctx = EvalContext(snap, plan, log)
+        self.stack: GenericStack | SystemStack
+        if system:
+            self.stack = SystemStack(sysbatch, self.ctx)
+        else:
+            self.stack = GenericStack(batch, self.ctx)
+        self.nodes: list[pb.Node] = []
+        self.nodes_by_dc: dict[str, int] = {}
+        if job is not None and not job.stop:
+            self.stack.set_job(job)
+
+    def set_nodes(self, nodes: list[pb.Node]) -> None:
+        self.stack.set_nodes(nodes)
+
+    def set_nodes_for_job(self, job: pb.Job) -> None:
+        self.nodes, _, self.nodes_by_dc = util.ready_nodes_in_dcs(
+            self.snap, job.datacenters, job.node_pool
+        )
+        self.stack.set_nodes(self.nodes)
+
+    def select(
+        self,
+        tg: pb.TaskGroup,
+        *,
+        alloc_name: str,
+        penalty_node_ids: set[str] | None = None,
+        preferred_node: pb.Node | None = None,
+    ) -> RankedNode | None:
+        from services.worker.scheduler.stack import SelectOptions
+
+        opts = SelectOptions(
+            alloc_name=alloc_name,
+            penalty_node_ids=penalty_node_ids or set(),
+            preferred_nodes=[preferred_node] if preferred_node is not None else [],
+        )
+        return self.stack.select(tg, opts)
+
+    def nodes_filtered(self) -> int:
+        return int(self.ctx.metrics.nodes_filtered)
+
+    def failure_metrics(
+        self, tg: pb.TaskGroup, nodes_by_dc: dict[str, int] | None = None
+    ) -> pb.AllocMetric:
+        m = structs.copy_msg(self.ctx.metrics)
+        for dc, n in (nodes_by_dc if nodes_by_dc is not None else self.nodes_by_dc).items():
+            m.nodes_available[dc] = n
+        m.nodes_in_pool = len(self.nodes) if nodes_by_dc is None else sum(nodes_by_dc.values())
+        return m
+
+    def eligibility(self) -> tuple[dict[str, bool], bool, bool]:
+        e = self.ctx.eligibility
+        return dict(e.get_classes()), bool(e.has_escaped()), bool(e.quota_limit_reached())
+
+    def fits_in_place(self, existing: pb.Allocation, node: pb.Node, tg: pb.TaskGroup) -> bool:
+        """Would the updated group still be feasible and fit on the alloc's
+        own node, counting the alloc's own resources as free?"""
+        util.append_stopped_alloc(self.plan, existing, util.ALLOC_IN_PLACE)
+        try:
+            self.stack.set_nodes([node])
+            option = self.select(tg, alloc_name=existing.name)
+        finally:
+            util.pop_update(self.plan, existing)
+            if self.nodes:
+                self.stack.set_nodes(self.nodes)
+        return option is not None
+
+    def new_alloc(
+        self, ev: pb.Evaluation, job: pb.Job, tg: pb.TaskGroup, name: str, option: RankedNode
+    ) -> pb.Allocation:
+        """Build the new alloc directly inside the plan (no extra copy)."""
+        node = option.node
+        a = self.plan.node_allocation[node.id].allocs.add(
+            id=structs.new_id(),
+            namespace=job.namespace,
+            eval_id=ev.id,
+            name=name,
+            node_id=node.id,
+            node_name=node.name,
+            job_id=job.id,
+            job_version=job.version,
+            job_modify_index=job.job_modify_index,
+            task_group=tg.name,
+            desired_status=DesiredStatus.RUN,
+            client_status=ClientStatus.PENDING,
+            job_type=job.type,
+            job_priority=job.priority,
+        )
+        total = a.resources
+        for task_name, r in option.task_resources.items():
+            a.task_resources[task_name].CopyFrom(r)
+            total.cpu += r.cpu
+            total.cores += r.cores
+            total.memory_mb += r.memory_mb
+            total.memory_max_mb += r.memory_max_mb or r.memory_mb
+            total.networks.extend(r.networks)
+            total.allocated_devices.extend(r.allocated_devices)
+        alloc_res = getattr(option, "alloc_resources", None)
+        if alloc_res is not None:
+            total.networks.extend(alloc_res.networks)
+        total.disk_mb = tg.ephemeral_disk.size_mb
+        m = a.metrics
+        m.CopyFrom(self.ctx.metrics)
+        for dc, n in self.nodes_by_dc.items():
+            m.nodes_available[dc] = n
+        m.nodes_in_pool = len(self.nodes)
+        for victim in getattr(option, "preempted_allocs", None) or ():
+            util.append_preempted_alloc(self.plan, victim, a.id)
+            a.preempted_allocations.append(victim.id)
+        return a
+
+
+class GenericScheduler:
+    """Schedules one service or batch evaluation."""
+
+    def __init__(
+        self, snapshot: StateSnapshot, planner: Planner, log: logging.Logger, *, batch: bool
+    ) -> None:
+        self.snap = snapshot
+        self.planner = planner
+        self.log = log
+        self.batch = batch
+        self.eval = pb.Evaluation()
+        self.job: pb.Job | None = None
+        self.plan = pb.Plan()
+        self.plan_result: pb.PlanResult | None = None
+        self.blocked: pb.Evaluation | None = None
+        self.next_eval: pb.Evaluation | None = None
+        self.failed_tg_allocs: dict[str, pb.AllocMetric] = {}
+        self.queued: dict[str, int] = {}
+        self.followups: list[pb.Evaluation] = []
+        self.annotations: pb.PlanAnnotations | None = None
+        self.placer: Placer | None = None
+        self.rolling_limited = False
+
+    # ------------------------------------------------------------ driver
+
+    def process(self, ev: pb.Evaluation) -> None:
+        self.eval = structs.copy_msg(ev)
+        if ev.triggered_by not in Trigger.ALL or ev.triggered_by == Trigger.SCHEDULED:
+            self._set_status(
+                EvalStatus.FAILED,
+                f"scheduler cannot handle '{ev.triggered_by}' evaluation reason",
+            )
+            return
+        limit = MAX_BATCH_ATTEMPTS if self.batch else MAX_SERVICE_ATTEMPTS
+        try:
+            util.retry_max(limit, self._attempt, lambda: util.progress_made(self.plan_result))
+        except util.SetStatusError as err:
+            self._create_blocked_eval(plan_failure=True)
+            self._set_status(err.eval_status, str(err))
+            return
+        if self.eval.status == EvalStatus.BLOCKED and self.failed_tg_allocs:
+            reblock = structs.copy_msg(self.eval)
+            classes, escaped, quota = self._eligibility()
+            reblock.escaped_computed_class = escaped
+            reblock.ClearField("class_eligibility")
+            for k, v in classes.items():
+                reblock.class_eligibility[k] = v
+            reblock.quota_limit_reached = quota
+            self.planner.reblock_eval(reblock)
+            return
+        self._set_status(EvalStatus.COMPLETE, "")
+
+    def _set_status(self, status: str, desc: str) -> None:
+        util.set_status(
+            self.log,
+            self.planner,
+            self.eval,
+            status=status,
+            desc=desc,
+            blocked=self.blocked,
+            next_eval=self.next_eval,
+            failed_tg_allocs=self.failed_tg_allocs,
+            queued=self.queued,
+        )
+
+    def _eligibility(self) -> tuple[dict[str, bool], bool, bool]:
+        if self.placer is None:
+            return {}, False, False
+        return self.placer.eligibility()
+
+    def _create_blocked_eval(self, *, plan_failure: bool) -> None:
+        classes, escaped, quota = self._eligibility()
+        blocked = util.create_blocked_eval(
+            self.eval,
+            class_eligibility=None if escaped else classes,
+            escaped=escaped,
+            quota_reached=quota,
+            failed_tg_allocs=self.failed_tg_allocs,
+        )
+        if plan_failure:
+            blocked.triggered_by = Trigger.MAX_PLAN_ATTEMPTS
+            blocked.status_description = util.BLOCKED_EVAL_MAX_PLAN
+        else:
+            blocked.status_description = util.BLOCKED_EVAL_FAILED_PLACEMENTS
+        self.blocked = blocked
+        self.planner.create_eval(blocked)
+
+    def _attempt(self) -> bool:
+        """One pass: reconcile, place, submit. True when done."""
+        ev = self.eval
+        self.job = self.snap.job_by_id(ev.namespace, ev.job_id)
+        stopped = util.job_stopped(self.job)
+        self.queued = {}
+        if not stopped:
+            assert self.job is not None
+            self.queued = {tg.name: 0 for tg in self.job.task_groups}
+        self.followups = []
+        self.plan = util.make_plan(ev, self.job)
+        self.failed_tg_allocs = {}
+        self.rolling_limited = False
+        self.placer = Placer(self.snap, self.plan, self.log, self.batch, self.job)
+
+        self._compute_job_allocs()
+
+        if (
+            ev.status != EvalStatus.BLOCKED
+            and self.failed_tg_allocs
+            and self.blocked is None
+            and (not self.followups or structs.now_ns() > ev.wait_until)
+        ):
+            self._create_blocked_eval(plan_failure=False)
+
+        if util.plan_is_noop(self.plan) and not ev.annotate_plan:
+            return True
+
+        if self.followups and ev.wait_until == 0:
+            for f in self.followups:
+                f.previous_eval = ev.id
+                f.traceparent = ev.traceparent
+                self.planner.create_eval(f)
+                self.next_eval = f
+
+        if self.rolling_limited and self.job is not None and self.next_eval is None:
+            # era rolling update: continue after the stagger
+            self.next_eval = util.next_rolling_eval(ev, util.stagger_of(self.job))
+            self.planner.create_eval(self.next_eval)
+
+        if ev.annotate_plan and self.annotations is not None:
+            self.plan.annotations.CopyFrom(self.annotations)
+
+        result, new_snap = self.planner.submit_plan(self.plan)
+        self.plan_result = result
+        util.adjust_queued_allocations(result, self.queued)
+        if new_snap is not None:
+            self.log.debug("refresh forced", extra={"eval_id": ev.id})
+            self.snap = new_snap
+            return False
+        full, expected, actual = util.full_commit(self.plan, result)
+        if not full:
+            raise SchedulerError(
+                f"missing state refresh after partial commit ({actual} of {expected} placed)"
+            )
+        return True
+
+    # ------------------------------------------------------------ reconcile
+
+    def _alloc_update(
+        self, existing: pb.Allocation, job: pb.Job, tg: pb.TaskGroup
+    ) -> tuple[bool, bool, pb.Allocation | None]:
+        """Ignore, destructive, or the in-place updated alloc."""
+        if existing.job_modify_index == job.job_modify_index:
+            return True, False, None
+        old_job = util.alloc_job(self.snap, job, existing)
+        if old_job is None or util.tasks_updated(job, old_job, tg.name):
+            return False, True, None
+        if structs.alloc_terminal(existing):
+            return True, False, None
+        node = self.snap.node_by_id(existing.node_id)
+        if node is None or not util.node_in_job(node, job):
+            return False, True, None
+        assert self.placer is not None
+        if not self.placer.fits_in_place(existing, node, tg):
+            return False, True, None
+        updated = structs.copy_msg(existing)
+        updated.eval_id = self.eval.id
+        updated.job_version = job.version
+        updated.job_modify_index = job.job_modify_index
+        return False, False, updated
+
+    def _compute_job_allocs(self) -> None:
+        ev = self.eval
+        allocs = self.snap.allocs_by_job(ev.namespace, ev.job_id)
+        tainted = util.tainted_nodes(self.snap, allocs)
+        util.update_non_terminal_allocs_to_lost(self.plan, tainted, allocs)
+
+        job = self.job
+        rec = AllocReconciler(
+            job=None if util.job_stopped(job) else job,
+            job_id=ev.job_id,
+            is_batch=self.batch,
+            eval_id=ev.id,
+            eval_priority=ev.priority,
+            existing=allocs,
+            tainted=tainted,
+            now=structs.now_ns(),
+            alloc_update_fn=self._alloc_update,
+            job_of=lambda a: util.alloc_job(self.snap, job, a),
+        )
+        result = rec.compute()
+        self.annotations = annotate.from_reconcile(result)
+        self.followups = result.followup_evals()
+        self.rolling_limited = bool(result.rolling_limited)
+
+        plan = self.plan
+        for s in result.stop:
+            util.append_stopped_alloc(
+                plan, s.alloc, s.description, s.client_status, s.followup_eval_id
+            )
+        for group in (
+            result.disconnect_updates.values(),
+            result.reconnect_updates.values(),
+            result.inplace_update,
+            result.attribute_updates.values(),
+        ):
+            for a in group:
+                util.append_alloc(plan, a)
+
+        if not result.place and not result.destructive_update:
+            if job is not None and not job.stop:
+                for tg in job.task_groups:
+                    self.queued[tg.name] = 0
+            return
+        for p in result.place:
+            self.queued[p.task_group.name] = self.queued.get(p.task_group.name, 0) + 1
+        for p in result.destructive_update:
+            self.queued[p.task_group.name] = self.queued.get(p.task_group.name, 0) + 1
+        self._compute_placements(result)
+
+    # ------------------------------------------------------------ placement
+
+    def _compute_placements(self, result: ReconcileResults) -> None:
+        job = self.job
+        assert job is not None and self.placer is not None
+        placer = self.placer
+        placer.set_nodes_for_job(job)
+        now = structs.now_ns()
+        plan = self.plan
+        for batch in (result.destructive_update, result.place):
+            for missing in batch:
+                tg = missing.task_group
+                failed = self.failed_tg_allocs.get(tg.name)
+                if failed is not None:
+                    failed.coalesced_failures += 1
+                    continue
+                prev = missing.previous_alloc
+                if missing.stop_previous and prev is not None:
+                    util.append_stopped_alloc(plan, prev, missing.stop_description)
+                penalty: set[str] = set()
+                if prev is not None:
+                    if prev.client_status == ClientStatus.FAILED:
+                        penalty.add(prev.node_id)
+                    for rev in prev.reschedule_tracker.events:
+                        penalty.add(rev.prev_node_id)
+                preferred = self._preferred_node(missing)
+                option = placer.select(
+                    tg,
+                    alloc_name=missing.name,
+                    penalty_node_ids=penalty,
+                    preferred_node=preferred,
+                )
+                if option is None:
+                    self.failed_tg_allocs[tg.name] = placer.failure_metrics(tg)
+                    if missing.stop_previous and prev is not None:
+                        util.pop_update(plan, prev)
+                    if prev is not None and missing.reschedule:
+                        self._mark_failed_to_reschedule(prev)
+                    continue
+                name = self._dedupe_name(missing, result.name_indexes.get(tg.name))
+                alloc = placer.new_alloc(self.eval, job, tg, name, option)
+                if len(alloc.preempted_allocations) and self.annotations is not None:
+                    annotate.add_preemptions(
+                        self.annotations,
+                        tg.name,
+                        (v for v in option.preempted_allocs),
+                    )
+                if prev is not None:
+                    alloc.previous_allocation = prev.id
+                    if missing.reschedule:
+                        self._update_reschedule_tracker(alloc, prev, now)
+
+    def _dedupe_name(self, missing: PlaceResult, index: AllocNameIndex | None) -> str:
+        """A placement whose name index is already doubly used gets the next
+        free name instead (can happen after a destructive scale-up)."""
+        if index is None or missing.stop_previous:
+            return missing.name
+        i = structs.alloc_name_index(missing.name)
+        if index.is_duplicate(i):
+            index.unset_index(i)
+            return index.next(1)[0]
+        return missing.name
+
+    def _preferred_node(self, missing: PlaceResult) -> pb.Node | None:
+        """The previous node, for groups with sticky or migrating disks."""
+        prev = missing.previous_alloc
+        tg = missing.task_group
+        if prev is None or not (tg.ephemeral_disk.sticky or tg.ephemeral_disk.migrate):
+            return None
+        node = self.snap.node_by_id(prev.node_id)
+        if node is None or not structs.node_ready(node):
+            return None
+        return node
+
+    def _update_reschedule_tracker(
+        self, alloc: pb.Allocation, prev: pb.Allocation, now: int
+    ) -> None:
+        """Carry the reschedule history forward onto the replacement."""
+        tg = structs.task_group(
+            util.alloc_job(self.snap, self.job, prev) or pb.Job(), prev.task_group
+        )
+        policy = reschedule_policy(tg, self.job.type if self.job else "")
+        kept: list[pb.RescheduleEvent] = []
+        events = list(prev.reschedule_tracker.events)
+        if policy is not None and policy.attempts > 0:
+            kept = [
+                e
+                for e in events
+                if policy.interval > 0 and now - e.reschedule_time <= policy.interval
+            ]
+        else:
+            kept = events[-util.MAX_PAST_RESCHEDULE_EVENTS :]
+        tracker = alloc.reschedule_tracker
+        tracker.events.extend(kept)
+        tracker.events.add(
+            reschedule_time=now,
+            prev_alloc_id=prev.id,
+            prev_node_id=prev.node_id,
+            delay=next_delay(prev, policy),
+        )
+        tracker.last_reschedule = util.LAST_RESCHEDULE_OK
+
+    def _mark_failed_to_reschedule(self, prev: pb.Allocation) -> None:
+        """Keep the failed alloc (do not stop it) and note on its tracker
+        that its replacement could not be placed, so a later eval retries."""
+        util.pop_update(self.plan, prev)
+        updated = structs.copy_msg(prev)
+        for lst in self.plan.node_allocation.values():
+            for a in lst.allocs:
+                if a.id == prev.id:
+                    updated = structs.copy_msg(a)
+        updated.reschedule_tracker.last_reschedule = util.LAST_RESCHEDULE_FAILED
+        util.replace_alloc_in_plan(self.plan, updated)

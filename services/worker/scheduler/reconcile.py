@@ -1,0 +1,698 @@
+"""The cluster reconciler for service and batch jobs (Nomad's
+`scheduler/reconciler/reconcile_cluster.go`): pure alloc-set arithmetic that
+compares a job with its existing allocs and the state of their nodes, and
+says per task group what to place, stop, update in place or destructively,
+migrate, mark lost/unknown, reconnect, and reschedule now or later.
+
+It reads nothing but its inputs and writes nothing: the generic scheduler
+turns the result into a plan. Deployments and canaries are not modelled;
+rolling updates are bounded by the update block's `max_parallel` and the
+scheduler continues them with a `rolling-update` eval after `stagger`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from corral import structs
+from corral.structs import ClientStatus, DesiredStatus, EvalStatus, NodeStatus, Trigger
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler import util
+from services.worker.scheduler.reconcile_util import (
+    AllocNameIndex,
+    AllocSet,
+    DelayedReschedule,
+    classify,
+    difference,
+    disconnect_timeout,
+    filter_by_reschedulable,
+    filter_server_terminal,
+    name_order,
+    union,
+    wait_client_stop,
+)
+
+#: (existing alloc, new job, new group) -> (ignore, destructive, in-place alloc)
+AllocUpdateFn = Callable[
+    [pb.Allocation, pb.Job, pb.TaskGroup], tuple[bool, bool, pb.Allocation | None]
+]
+
+
+@dataclass
+class PlaceResult:
+    """One alloc to place: a new name, a replacement or a reschedule."""
+
+    name: str
+    task_group: pb.TaskGroup
+    previous_alloc: pb.Allocation | None = None
+    reschedule: bool = False
+    lost: bool = False
+    #: destructive updates stop the previous alloc as part of the placement
+    stop_previous: bool = False
+    stop_description: str = ""
+
+
+@dataclass
+class StopResult:
+    alloc: pb.Allocation
+    description: str
+    client_status: str = ""
+    followup_eval_id: str = ""
+
+
+@dataclass
+class ReconcileResults:
+    place: list[PlaceResult] = field(default_factory=list)
+    destructive_update: list[PlaceResult] = field(default_factory=list)
+    inplace_update: list[pb.Allocation] = field(default_factory=list)
+    stop: list[StopResult] = field(default_factory=list)
+    attribute_updates: dict[str, pb.Allocation] = field(default_factory=dict)
+    disconnect_updates: dict[str, pb.Allocation] = field(default_factory=dict)
+    reconnect_updates: dict[str, pb.Allocation] = field(default_factory=dict)
+    desired_tg_updates: dict[str, pb.DesiredUpdates] = field(default_factory=dict)
+    desired_followup_evals: dict[str, list[pb.Evaluation]] = field(default_factory=dict)
+    name_indexes: dict[str, AllocNameIndex] = field(default_factory=dict)
+    #: groups whose destructive updates were held back by max_parallel
+    rolling_limited: list[str] = field(default_factory=list)
+
+    def followup_evals(self) -> list[pb.Evaluation]:
+        return [e for evs in self.desired_followup_evals.values() for e in evs]
+
+
+def _stops(allocs: Iterable[pb.Allocation], desc: str, client_status: str = "") -> list[StopResult]:
+    return [StopResult(a, desc, client_status) for a in allocs]
+
+
+def _score(a: pb.Allocation) -> float | None:
+    scores = [m.norm_score for m in a.metrics.score_meta_data]
+    return max(scores) if scores else None
+
+
+def _start_time(a: pb.Allocation, tg: pb.TaskGroup | None) -> int:
+    """When the leader task (else the oldest task) of the alloc started."""
+    if tg is None or not tg.tasks:
+        return 0
+    oldest = 0
+    for task in tg.tasks:
+        ts = a.task_states.get(task.name)
+        started = ts.started_at if ts is not None else 0
+        if task.leader:
+            return started
+        if started and (oldest == 0 or started < oldest):
+            oldest = started
+    return oldest
+
+
+def pick_reconnecting(
+    tg: pb.TaskGroup, original: pb.Allocation, replacement: pb.Allocation
+) -> pb.Allocation:
+    """Which of a reconnecting alloc and one of its replacements to keep,
+    per the group's `disconnect.reconcile` strategy; a replacement of a newer
+    job version always wins."""
+    if replacement.job_version > original.job_version:
+        return replacement
+    strategy = structs.reconcile_strategy(tg)
+    if strategy == "keep_original":
+        return original
+    if strategy == "keep_replacement":
+        return replacement
+    if strategy == "longest_running":
+        o, r = _start_time(original, tg), _start_time(replacement, tg)
+        if o == 0 and r != 0:
+            return replacement
+        if o != 0 and r == 0:
+            return original
+        if o != 0 and r != 0:
+            return original if o <= r else replacement
+    # best_score
+    so, sr = _score(original), _score(replacement)
+    better = (so is None and sr is not None) or (so is not None and sr is not None and sr > so)
+    if better and (
+        replacement.client_status == ClientStatus.RUNNING
+        or original.client_status != ClientStatus.RUNNING
+    ):
+        return replacement
+    return original
+
+
+class AllocReconciler:
+    """Computes the changes that converge one job's allocs on its spec."""
+
+    def __init__(
+        self,
+        *,
+        job: pb.Job | None,
+        job_id: str,
+        is_batch: bool,
+        eval_id: str,
+        eval_priority: int,
+        existing: Iterable[pb.Allocation],
+        tainted: dict[str, pb.Node | None],
+        now: int,
+        alloc_update_fn: AllocUpdateFn,
+        job_of: Callable[[pb.Allocation], pb.Job | None] | None = None,
+    ) -> None:
+        self.job = job
+        self.job_id = job_id
+        self.is_batch = is_batch
+        self.eval_id = eval_id
+        self.eval_priority = eval_priority
+        self.existing = list(existing)
+        self.tainted = tainted
+        self.now = now
+        self.alloc_update_fn = alloc_update_fn
+        self._job_of = job_of or (lambda a: job)
+        self.job_type = job.type if job is not None else ""
+        self.result = ReconcileResults()
+
+    # ------------------------------------------------------------ helpers
+
+    def _tg_of(self, a: pb.Allocation) -> pb.TaskGroup | None:
+        j = self._job_of(a)
+        if j is None:
+            j = self.job
+        if j is None:
+            return None
+        tg = structs.task_group(j, a.task_group)
+        if tg is None and self.job is not None and j is not self.job:
+            tg = structs.task_group(self.job, a.task_group)
+        return tg
+
+    def _older(self, a: pb.Allocation) -> bool:
+        """Placed for an older version of the job, or for an earlier job of
+        the same id that was purged and registered again."""
+        job = self.job
+        assert job is not None
+        return a.job_version < job.version or a.job_modify_index < job.create_index
+
+    def _desired(self, group: str) -> pb.DesiredUpdates:
+        d = self.result.desired_tg_updates.get(group)
+        if d is None:
+            d = self.result.desired_tg_updates[group] = pb.DesiredUpdates()
+        return d
+
+    def _awaiting_heartbeat(self, a: pb.Allocation) -> bool:
+        """Running again on a node still marked disconnected (the client
+        pushed alloc updates before its heartbeat): the reconnect is handled
+        when the node turns ready; until then it neither counts nor is
+        replaced."""
+        node = self.tainted.get(a.node_id)
+        return (
+            node is not None
+            and node.status == NodeStatus.DISCONNECTED
+            and a.client_status == ClientStatus.RUNNING
+            and structs.needs_reconnect(a)
+        )
+
+    def _new_followup(self, trigger: str, wait_until: int, desc: str) -> pb.Evaluation:
+        job = self.job
+        assert job is not None
+        return pb.Evaluation(
+            id=structs.new_id(),
+            namespace=job.namespace,
+            priority=self.eval_priority,
+            type=job.type,
+            triggered_by=trigger,
+            job_id=job.id,
+            job_modify_index=job.modify_index,
+            status=EvalStatus.PENDING,
+            status_description=desc,
+            wait_until=wait_until,
+        )
+
+    def _later_evals(
+        self, later: list[DelayedReschedule], trigger: str, desc: str, rest_trigger: str
+    ) -> tuple[dict[str, str], list[pb.Evaluation]]:
+        """Batch delayed allocs into follow-up evals: allocs due within 5 s
+        of a batch's first share its eval (WaitUntil = that first time)."""
+        if not later:
+            return {}, []
+        later = sorted(later, key=lambda d: d.reschedule_time)
+        first = later[0].reschedule_time
+        ev = self._new_followup(trigger, first, desc)
+        evals = [ev]
+        ids: dict[str, str] = {}
+        for d in later:
+            if d.reschedule_time - first >= util.BATCHED_FAILED_ALLOC_WINDOW:
+                first = d.reschedule_time
+                ev = self._new_followup(rest_trigger, first, desc)
+                evals.append(ev)
+            ids[d.alloc.id] = ev.id
+        return ids, evals
+
+    # ------------------------------------------------------------ compute
+
+    def compute(self) -> ReconcileResults:
+        by_group: dict[str, AllocSet] = {}
+        for a in self.existing:
+            by_group.setdefault(a.task_group, {})[a.id] = a
+        job = self.job
+        if job is None or job.stop:
+            self._handle_stop(by_group)
+            return self.result
+        for tg in job.task_groups:
+            by_group.setdefault(tg.name, {})
+        for group, allocs in by_group.items():
+            self._compute_group(group, allocs)
+        return self.result
+
+    def _stop_all(self, group: str, allocs: AllocSet) -> None:
+        c = classify(allocs, self.tainted, self.now, self._tg_of)
+        stops = (
+            _stops(c.untainted.values(), util.ALLOC_NOT_NEEDED)
+            + _stops(c.migrate.values(), util.ALLOC_NOT_NEEDED)
+            + _stops(c.lost.values(), util.ALLOC_LOST, ClientStatus.LOST)
+            + _stops(c.disconnecting.values(), util.ALLOC_NOT_NEEDED)
+            + _stops(c.reconnecting.values(), util.ALLOC_NOT_NEEDED)
+            + _stops(
+                (a for a in c.ignore.values() if a.client_status == ClientStatus.UNKNOWN),
+                util.ALLOC_NOT_NEEDED,
+            )
+            + _stops(
+                (a for a in c.expiring.values() if a.client_status == ClientStatus.UNKNOWN),
+                util.ALLOC_NOT_NEEDED,
+            )
+        )
+        self.result.stop.extend(stops)
+        self._desired(group).stop += len(allocs)
+
+    def _handle_stop(self, by_group: dict[str, AllocSet]) -> None:
+        for group, allocs in by_group.items():
+            live = {k: a for k, a in allocs.items() if not structs.alloc_terminal(a)}
+            self._stop_all(group, live)
+
+    def _compute_group(self, group: str, all_allocs: AllocSet) -> None:
+        job = self.job
+        assert job is not None
+        res = self.result
+        desired = self._desired(group)
+        tg = structs.task_group(job, group)
+        allocs = filter_server_terminal(all_allocs.values(), self.is_batch)
+
+        if tg is None or tg.count == 0:
+            self._stop_all(group, allocs)
+            return
+
+        # terminal batch allocs of an older job version are history
+        if self.is_batch:
+            old = {k: a for k, a in allocs.items() if self._older(a) and structs.alloc_terminal(a)}
+            if old:
+                allocs = difference(allocs, old)
+                desired.ignore += len(old)
+
+        c = classify(allocs, self.tainted, self.now, self._tg_of)
+        desired.ignore += len(c.ignore)
+
+        resched = {
+            "is_batch": self.is_batch,
+            "now": self.now,
+            "eval_id": self.eval_id,
+            "tg_of": self._tg_of,
+            "job_type": self.job_type,
+        }
+        untainted, reschedule_now, reschedule_later = filter_by_reschedulable(
+            c.untainted,
+            is_disconnecting=False,
+            **resched,  # type: ignore[arg-type]
+        )
+        _, mig_now, mig_later = filter_by_reschedulable(
+            c.migrate,
+            is_disconnecting=False,
+            **resched,  # type: ignore[arg-type]
+        )
+        reschedule_now = union(reschedule_now, mig_now)
+        reschedule_later = reschedule_later + mig_later
+        migrate = dict(c.migrate)
+        lost = dict(c.lost)
+        disconnecting = dict(c.disconnecting)
+
+        if c.reconnecting:
+            untainted, migrate, lost, disconnecting = self._compute_reconnecting(
+                tg, c.reconnecting, all_allocs, untainted, migrate, lost, disconnecting
+            )
+
+        lost = union(lost, c.expiring)
+        followups = res.desired_followup_evals.setdefault(group, [])
+
+        timeout_evals: dict[str, str] = {}
+        if disconnecting:
+            untainted, reschedule_now, reschedule_later, timeout_evals = (
+                self._compute_disconnecting(
+                    tg, disconnecting, untainted, reschedule_now, reschedule_later
+                )
+            )
+
+        # lost allocs whose group wants the client to stop them first delay
+        # every placement of the group until that time has passed
+        lost_later = [
+            DelayedReschedule(a, wait_client_stop(a, tg, self.now))
+            for a in lost.values()
+            if structs.stop_on_client_after(tg) > 0 and wait_client_stop(a, tg, self.now) > self.now
+        ]
+        lost_later_evals: dict[str, str] = {}
+        if lost_later:
+            lost_later_evals, evs = self._later_evals(
+                lost_later, Trigger.ALLOC_FAILURE, util.RESCHEDULING_FOLLOWUP, Trigger.ALLOC_FAILURE
+            )
+            followups.extend(evs)
+        lost_later_evals.update(timeout_evals)
+
+        if reschedule_later:
+            self._reschedule_later(group, reschedule_later, all_allocs, migrate)
+
+        name_index = AllocNameIndex(
+            job.id, group, tg.count, union(untainted, migrate, reschedule_now, lost)
+        )
+        res.name_indexes[group] = name_index
+
+        untainted = self._compute_stop(tg, name_index, untainted, migrate, lost, lost_later_evals)
+
+        inplace, destructive = self._compute_updates(tg, untainted)
+
+        max_parallel = util.max_parallel_of(job, tg)
+        if max_parallel == 0 or len(destructive) + len(migrate) == 0:
+            under = tg.count
+        else:
+            under = max_parallel
+
+        place: list[PlaceResult] = []
+        if not lost_later:
+            place = self._compute_placements(
+                tg, name_index, untainted, migrate, reschedule_now, lost
+            )
+
+        # apply the placements; failed allocs being rescheduled are stopped
+        desired.place += len(place)
+        res.place.extend(place)
+        failed = [
+            a
+            for aid, a in reschedule_now.items()
+            if aid not in res.disconnect_updates
+            and aid not in migrate
+            and a.client_status != ClientStatus.UNKNOWN
+        ]
+        res.stop.extend(_stops(failed, util.ALLOC_RESCHEDULED))
+        desired.stop += len(failed)
+        under -= min(len(place), under)
+
+        n = min(len(destructive), under)
+        desired.destructive_update += n
+        desired.ignore += len(destructive) - n
+        if len(destructive) > n:
+            res.rolling_limited.append(group)
+        for a in name_order(destructive)[:n]:
+            res.destructive_update.append(
+                PlaceResult(
+                    name=a.name,
+                    task_group=tg,
+                    previous_alloc=a,
+                    stop_previous=True,
+                    stop_description=util.ALLOC_UPDATING,
+                )
+            )
+
+        desired.migrate += len(migrate)
+        for a in name_order(migrate):
+            res.stop.append(StopResult(a, util.ALLOC_MIGRATING))
+            if self.is_batch and a.desired_transition.reschedule:
+                continue
+            res.place.append(PlaceResult(name=a.name, task_group=tg, previous_alloc=a))
+
+        # never more placements of a group than its count
+        group_places = [p for p in res.place if p.task_group.name == group]
+        if len(group_places) > tg.count:
+            drop = {id(p) for p in group_places[tg.count :]}
+            res.place = [p for p in res.place if id(p) not in drop]
+            desired.place = tg.count
+
+    # ------------------------------------------------------------ pieces
+
+    def _compute_reconnecting(
+        self,
+        tg: pb.TaskGroup,
+        reconnecting: AllocSet,
+        all_allocs: AllocSet,
+        untainted: AllocSet,
+        migrate: AllocSet,
+        lost: AllocSet,
+        disconnecting: AllocSet,
+    ) -> tuple[AllocSet, AllocSet, AllocSet, AllocSet]:
+        """Decide, for allocs coming back from a disconnected node, which of
+        them and their replacements keep running."""
+        stop: AllocSet = {}
+        stops: list[StopResult] = []
+        reconnect: AllocSet = {}
+
+        def add_stop(a: pb.Allocation, desc: str, client_status: str = "") -> None:
+            if a.id not in stop:
+                stop[a.id] = a
+                stops.append(StopResult(a, desc, client_status))
+
+        for r in reconnecting.values():
+            if not structs.alloc_server_terminal(r) and r.client_status == ClientStatus.FAILED:
+                add_stop(r, util.ALLOC_RESCHEDULED, ClientStatus.FAILED)
+                continue
+            t = r.desired_transition
+            if (
+                r.desired_status != DesiredStatus.RUN
+                or t.migrate
+                or t.reschedule
+                or t.force_reschedule
+                or self._older(r)
+            ):
+                add_stop(r, util.ALLOC_NOT_NEEDED)
+                continue
+            replacements: list[str] = []
+            nxt = r.next_allocation
+            while nxt in all_allocs and nxt not in replacements:
+                replacements.append(nxt)
+                nxt = all_allocs[nxt].next_allocation
+            for rid in replacements:
+                rep = all_allocs[rid]
+                if structs.alloc_server_terminal(rep):
+                    continue
+                if pick_reconnecting(tg, r, rep) is rep:
+                    add_stop(r, util.ALLOC_NOT_NEEDED)
+                else:
+                    add_stop(rep, util.ALLOC_RECONNECTED)
+        for r in reconnecting.values():
+            if r.id not in stop:
+                reconnect[r.id] = r
+
+        self.result.stop.extend(stops)
+        self._desired(tg.name).stop += len(stop)
+        untainted = difference(untainted, stop)
+        migrate = difference(migrate, stop)
+        lost = difference(lost, stop)
+        disconnecting = difference(disconnecting, stop)
+
+        if reconnect:
+            updates = self._reconnecting_updates(reconnect)
+            self.result.reconnect_updates.update(updates)
+            self._desired(tg.name).reconnect_updates += len(updates)
+            untainted = union(untainted, reconnect)
+        return untainted, migrate, lost, disconnecting
+
+    def _reconnecting_updates(self, reconnect: AllocSet) -> AllocSet:
+        """Kept running allocs record their reconnect as a new AllocState so
+        later evals do not treat them as reconnecting again."""
+        out: AllocSet = {}
+        for a in reconnect.values():
+            t = a.desired_transition
+            if t.migrate or t.reschedule or t.force_reschedule or self._older(a):
+                continue
+            if a.desired_status != DesiredStatus.RUN or a.client_status != ClientStatus.RUNNING:
+                continue
+            u = structs.copy_msg(a)
+            u.alloc_states.add(field="client_status", value=a.client_status, time=self.now)
+            out[u.id] = u
+        return out
+
+    def _compute_disconnecting(
+        self,
+        tg: pb.TaskGroup,
+        disconnecting: AllocSet,
+        untainted: AllocSet,
+        reschedule_now: AllocSet,
+        reschedule_later: list[DelayedReschedule],
+    ) -> tuple[AllocSet, AllocSet, list[DelayedReschedule], dict[str, str]]:
+        """Mark allocs of a disconnected node unknown, schedule the
+        disconnect-timeout follow-up, and queue their replacements."""
+        u, now_set, later = filter_by_reschedulable(
+            disconnecting,
+            is_batch=self.is_batch,
+            is_disconnecting=True,
+            now=self.now,
+            eval_id=self.eval_id,
+            tg_of=self._tg_of,
+            job_type=self.job_type,
+        )
+        reschedule_now = union(reschedule_now, now_set)
+        untainted = union(untainted, u)
+        reschedule_later = reschedule_later + later
+
+        timeouts = [
+            DelayedReschedule(a, disconnect_timeout(self._tg_of(a) or tg, self.now))
+            for a in disconnecting.values()
+        ]
+        timeout_ids, evs = self._later_evals(
+            timeouts,
+            Trigger.MAX_DISCONNECT_TIMEOUT,
+            util.DISCONNECT_TIMEOUT_FOLLOWUP,
+            Trigger.MAX_DISCONNECT_TIMEOUT,
+        )
+        self.result.desired_followup_evals.setdefault(tg.name, []).extend(evs)
+
+        updates: AllocSet = {}
+        for aid, a in disconnecting.items():
+            d = structs.copy_msg(a)
+            d.client_status = ClientStatus.UNKNOWN
+            d.alloc_states.add(field="client_status", value=ClientStatus.UNKNOWN, time=self.now)
+            d.client_description = util.ALLOC_UNKNOWN
+            d.followup_eval_id = timeout_ids.get(aid, "")
+            updates[aid] = d
+        reschedule_now = {k: updates.get(k, v) for k, v in reschedule_now.items()}
+        self.result.disconnect_updates.update(updates)
+        desired = self._desired(tg.name)
+        desired.disconnect_updates = len(self.result.disconnect_updates)
+        desired.reschedule_now = len(reschedule_now)
+        desired.reschedule_later = len(reschedule_later)
+        return untainted, reschedule_now, reschedule_later, timeout_ids
+
+    def _reschedule_later(
+        self,
+        group: str,
+        later: list[DelayedReschedule],
+        all_allocs: AllocSet,
+        migrate: AllocSet,
+    ) -> None:
+        """Create batched follow-up evals for allocs to reschedule later and
+        record each eval on its alloc (an attribute-only update)."""
+        ids, evs = self._later_evals(
+            later, Trigger.RETRY_FAILED_ALLOC, util.RESCHEDULING_FOLLOWUP, Trigger.ALLOC_FAILURE
+        )
+        res = self.result
+        for d in later:
+            aid = d.alloc.id
+            eval_id = ids[aid]
+            if aid in res.disconnect_updates:
+                res.disconnect_updates[aid].followup_eval_id = eval_id
+            elif aid in migrate:
+                m = structs.copy_msg(migrate[aid])
+                m.followup_eval_id = eval_id
+                migrate[aid] = m
+            else:
+                u = structs.copy_msg(all_allocs.get(aid, d.alloc))
+                u.followup_eval_id = eval_id
+                res.attribute_updates[aid] = u
+        res.desired_followup_evals.setdefault(group, []).extend(evs)
+        self._desired(group).reschedule_later = len(later)
+
+    def _compute_stop(
+        self,
+        tg: pb.TaskGroup,
+        name_index: AllocNameIndex,
+        untainted: AllocSet,
+        migrate: AllocSet,
+        lost: AllocSet,
+        followup_evals: dict[str, str],
+    ) -> AllocSet:
+        """Stop lost allocs and, on scale-down, the highest-named extras
+        (migrating ones first). Returns the untainted set without them."""
+        res = self.result
+        stop: AllocSet = dict(lost)
+        for a in lost.values():
+            res.stop.append(
+                StopResult(a, util.ALLOC_LOST, ClientStatus.LOST, followup_evals.get(a.id, ""))
+            )
+
+        def finish() -> AllocSet:
+            self._desired(tg.name).stop += len(stop)
+            return difference(untainted, stop)
+
+        known = [
+            a
+            for a in untainted.values()
+            if a.client_status != ClientStatus.UNKNOWN and not self._awaiting_heartbeat(a)
+        ]
+        remove = len(known) + len(migrate) - tg.count
+        if remove <= 0:
+            return finish()
+        working = {k: a for k, a in untainted.items() if not structs.alloc_server_terminal(a)}
+
+        if migrate:
+            mig_index = AllocNameIndex(self.job_id, tg.name, tg.count, migrate)
+            names = mig_index.highest(remove)
+            for aid, a in list(migrate.items()):
+                if a.name not in names:
+                    continue
+                res.stop.append(StopResult(a, util.ALLOC_NOT_NEEDED))
+                del migrate[aid]
+                stop[aid] = a
+                name_index.unset_index(structs.alloc_name_index(a.name))
+                remove -= 1
+                if remove == 0:
+                    return finish()
+
+        names = name_index.highest(remove)
+        for a in name_order(working):
+            if a.name in names:
+                stop[a.id] = a
+                res.stop.append(StopResult(a, util.ALLOC_NOT_NEEDED))
+                del working[a.id]
+                remove -= 1
+                if remove == 0:
+                    return finish()
+        # duplicate names can leave extras behind
+        for a in name_order(working):
+            stop[a.id] = a
+            res.stop.append(StopResult(a, util.ALLOC_NOT_NEEDED))
+            remove -= 1
+            if remove == 0:
+                break
+        return finish()
+
+    def _compute_updates(self, tg: pb.TaskGroup, untainted: AllocSet) -> tuple[AllocSet, AllocSet]:
+        job = self.job
+        assert job is not None
+        inplace: AllocSet = {}
+        destructive: AllocSet = {}
+        ignore = 0
+        for aid, a in untainted.items():
+            ign, destroy, updated = self.alloc_update_fn(a, job, tg)
+            if ign:
+                ignore += 1
+            elif destroy:
+                destructive[aid] = a
+            elif updated is not None:
+                inplace[aid] = updated
+        self.result.inplace_update.extend(inplace.values())
+        d = self._desired(tg.name)
+        d.ignore += ignore
+        d.in_place_update += len(inplace)
+        return inplace, destructive
+
+    def _compute_placements(
+        self,
+        tg: pb.TaskGroup,
+        name_index: AllocNameIndex,
+        untainted: AllocSet,
+        migrate: AllocSet,
+        reschedule: AllocSet,
+        lost: AllocSet,
+    ) -> list[PlaceResult]:
+        place = [
+            PlaceResult(name=a.name, task_group=tg, previous_alloc=a, reschedule=True)
+            for a in name_order(reschedule)
+        ]
+        existing = len(untainted) + len(migrate) + len(reschedule)
+        for a in name_order(lost):
+            if existing >= tg.count:
+                break
+            existing += 1
+            place.append(PlaceResult(name=a.name, task_group=tg, previous_alloc=a, lost=True))
+        if existing < tg.count:
+            for name in name_index.next(tg.count - existing):
+                place.append(PlaceResult(name=name, task_group=tg))
+        return place

@@ -1,0 +1,300 @@
+"""The `_core` GC scheduler: terminal evals and their allocs, dead jobs and
+down nodes older than their thresholds are deleted (Nomad's
+core_sched_test.go)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from corral import structs
+from corral.structs import (
+    HOUR,
+    MINUTE,
+    ClientStatus,
+    DesiredStatus,
+    EvalStatus,
+    JobStatus,
+    NodeStatus,
+)
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler import mock
+from services.worker.scheduler.core_sched import (
+    CORE_JOB_EVAL_GC,
+    CORE_JOB_FORCE_GC,
+    CORE_JOB_JOB_GC,
+    CORE_JOB_NODE_GC,
+    CoreScheduler,
+    GCConfig,
+    core_eval,
+)
+from services.worker.scheduler.harness import Harness
+from services.worker.scheduler.scheduler import SchedulerError
+
+NOW = 1_700_000_000 * structs.SECOND
+LOG = logging.getLogger("test")
+
+
+def run(h: Harness, kind: str, config: GCConfig | None = None) -> None:
+    CoreScheduler(h.snapshot(), h, LOG, config, now=NOW).process(core_eval(kind))
+
+
+def old_eval(job: pb.Job, *, age: int, status: str = EvalStatus.COMPLETE) -> pb.Evaluation:
+    ev = mock.eval_for(job, status=status)
+    ev.modify_time = NOW - age
+    return ev
+
+
+def alloc_for(job, ev, *, age: int, client=ClientStatus.COMPLETE, desired=DesiredStatus.RUN):
+    a = mock.alloc(job, mock.node(), client_status=client, desired_status=desired, eval_id=ev.id)
+    a.modify_time = NOW - age
+    return a
+
+
+def test_eval_gc_collects_old_terminal_eval_and_allocs():
+    h = Harness(now=NOW)
+    job = mock.job()
+    h.upsert_jobs(job)
+    ev = old_eval(job, age=2 * HOUR)
+    a = alloc_for(job, ev, age=2 * HOUR, desired=DesiredStatus.STOP)
+    h.store.apply(
+        pb.ChangeBatch(
+            index=h.next_index(),
+            events=[
+                pb.Event(topic="Evaluation", evaluation=ev),
+                pb.Event(topic="Allocation", allocation=a),
+            ],
+        )
+    )
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == [ev.id]
+    assert h.deleted_allocs == [a.id]
+    assert h.snapshot().eval_by_id(ev.id) is None
+    assert h.snapshot().alloc_by_id(a.id) is None
+
+
+def _put(h: Harness, *objs) -> None:
+    events = []
+    for o in objs:
+        if isinstance(o, pb.Evaluation):
+            events.append(pb.Event(topic="Evaluation", evaluation=o))
+        elif isinstance(o, pb.Allocation):
+            events.append(pb.Event(topic="Allocation", allocation=o))
+        elif isinstance(o, pb.Node):
+            events.append(pb.Event(topic="Node", node=o))
+        elif isinstance(o, pb.Job):
+            events.append(pb.Event(topic="Job", job=o))
+    h.store.apply(pb.ChangeBatch(index=h.next_index(), events=events))
+
+
+@pytest.mark.parametrize(
+    ("status", "age", "collected"),
+    [
+        (EvalStatus.COMPLETE, 2 * HOUR, True),
+        (EvalStatus.FAILED, 2 * HOUR, True),
+        (EvalStatus.CANCELED, 2 * HOUR, True),
+        (EvalStatus.COMPLETE, 10 * MINUTE, False),
+        (EvalStatus.PENDING, 2 * HOUR, False),
+        (EvalStatus.BLOCKED, 2 * HOUR, False),
+    ],
+)
+def test_eval_gc_threshold_and_status(status, age, collected):
+    h = Harness(now=NOW)
+    job = mock.job()
+    ev = old_eval(job, age=age, status=status)
+    _put(h, job, ev)
+    run(h, CORE_JOB_EVAL_GC)
+    assert (h.deleted_evals == [ev.id]) is collected
+
+
+def test_eval_gc_keeps_eval_with_running_alloc():
+    h = Harness(now=NOW)
+    job = mock.job()
+    ev = old_eval(job, age=2 * HOUR)
+    live = alloc_for(job, ev, age=2 * HOUR, client=ClientStatus.RUNNING)
+    done = alloc_for(job, ev, age=2 * HOUR, desired=DesiredStatus.STOP)
+    _put(h, job, ev, live, done)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == []
+    assert h.deleted_allocs == [done.id]
+
+
+def test_eval_gc_keeps_failed_alloc_that_may_still_reschedule():
+    h = Harness(now=NOW)
+    job = mock.job()  # service: unlimited reschedules
+    ev = old_eval(job, age=2 * HOUR)
+    failed = alloc_for(job, ev, age=2 * HOUR, client=ClientStatus.FAILED)
+    _put(h, job, ev, failed)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == [] and h.deleted_allocs == []
+
+
+def test_eval_gc_failed_alloc_with_replacement_goes():
+    h = Harness(now=NOW)
+    job = mock.job()
+    ev = old_eval(job, age=2 * HOUR)
+    failed = alloc_for(job, ev, age=2 * HOUR, client=ClientStatus.FAILED)
+    failed.next_allocation = "replacement"
+    _put(h, job, ev, failed)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == [ev.id]
+
+
+def test_batch_eval_uses_longer_threshold_and_keeps_live_job_allocs():
+    h = Harness(now=NOW)
+    job = mock.batch_job()
+    job.status = JobStatus.RUNNING
+    ev = old_eval(job, age=2 * HOUR)
+    ev.type = "batch"
+    a = alloc_for(job, ev, age=2 * HOUR)
+    _put(h, job, ev, a)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == []  # younger than 24 h
+
+    h2 = Harness(now=NOW)
+    ev.modify_time = NOW - 30 * HOUR
+    a.modify_time = NOW - 30 * HOUR
+    a.create_index = 1  # placed for the current version
+    job.job_modify_index = 1
+    _put(h2, job, ev, a)
+    run(h2, CORE_JOB_EVAL_GC)
+    # the job is still running: its completed allocs stay so they are not re-run
+    assert h2.deleted_evals == [] and h2.deleted_allocs == []
+
+
+def test_batch_eval_of_dead_stopped_job_is_collected():
+    h = Harness(now=NOW)
+    job = mock.batch_job()
+    job.status = JobStatus.DEAD
+    job.stop = True
+    ev = old_eval(job, age=30 * HOUR)
+    ev.type = "batch"
+    a = alloc_for(job, ev, age=30 * HOUR)
+    _put(h, job, ev, a)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == [ev.id] and h.deleted_allocs == [a.id]
+
+
+def test_job_gc_collects_dead_job_with_its_evals_and_allocs():
+    h = Harness(now=NOW)
+    job = mock.batch_job()
+    job.status = JobStatus.DEAD
+    job.submit_time = NOW - 5 * HOUR
+    ev = old_eval(job, age=5 * HOUR)
+    ev.type = "batch"
+    a = alloc_for(job, ev, age=5 * HOUR)
+    _put(h, job, ev, a)
+    run(h, CORE_JOB_JOB_GC)
+    assert h.deleted_jobs == [(job.namespace, job.id)]
+    assert h.deleted_evals == [ev.id]
+    assert h.deleted_allocs == [a.id]
+    assert h.snapshot().job_by_id(job.namespace, job.id) is None
+
+
+def test_job_gc_keeps_running_job_and_young_dead_job():
+    h = Harness(now=NOW)
+    running = mock.job()
+    running.status = JobStatus.RUNNING
+    running.submit_time = NOW - 10 * HOUR
+    young = mock.job()
+    young.status = JobStatus.DEAD
+    young.submit_time = NOW - HOUR
+    _put(h, running, young)
+    run(h, CORE_JOB_JOB_GC)
+    assert h.deleted_jobs == []
+
+
+def test_job_gc_keeps_dead_job_with_pending_eval():
+    h = Harness(now=NOW)
+    job = mock.job()
+    job.stop = True
+    job.status = JobStatus.DEAD
+    job.submit_time = NOW - 10 * HOUR
+    ev = old_eval(job, age=10 * HOUR, status=EvalStatus.PENDING)
+    _put(h, job, ev)
+    run(h, CORE_JOB_JOB_GC)
+    assert h.deleted_jobs == []
+
+
+def test_job_gc_skips_periodic_parent():
+    h = Harness(now=NOW)
+    job = mock.batch_job()
+    job.periodic.enabled = True
+    job.status = JobStatus.DEAD
+    job.submit_time = NOW - 10 * HOUR
+    _put(h, job)
+    run(h, CORE_JOB_JOB_GC)
+    assert h.deleted_jobs == []
+
+
+def test_node_gc_collects_old_down_node_without_live_allocs():
+    h = Harness(now=NOW)
+    down = mock.node(status=NodeStatus.DOWN)
+    down.status_updated_at = NOW - 25 * HOUR
+    busy = mock.node(status=NodeStatus.DOWN)
+    busy.status_updated_at = NOW - 25 * HOUR
+    recent = mock.node(status=NodeStatus.DOWN)
+    recent.status_updated_at = NOW - HOUR
+    ready = mock.node()
+    ready.status_updated_at = NOW - 25 * HOUR
+    job = mock.job()
+    live = mock.alloc(job, busy)
+    dead = mock.alloc(job, down, client_status=ClientStatus.LOST, desired_status=DesiredStatus.STOP)
+    _put(h, down, busy, recent, ready, live, dead)
+    run(h, CORE_JOB_NODE_GC)
+    assert h.deleted_nodes == [down.id]
+
+
+def test_force_gc_ignores_thresholds():
+    h = Harness(now=NOW)
+    job = mock.job()
+    job.stop = True
+    job.status = JobStatus.DEAD
+    job.submit_time = NOW - 1
+    ev = old_eval(job, age=1)
+    down = mock.node(status=NodeStatus.DOWN)
+    down.status_updated_at = NOW - 1
+    _put(h, job, ev, down)
+    run(h, CORE_JOB_FORCE_GC)
+    assert h.deleted_jobs == [(job.namespace, job.id)]
+    assert ev.id in h.deleted_evals
+    assert h.deleted_nodes == [down.id]
+
+
+def test_custom_thresholds():
+    h = Harness(now=NOW)
+    job = mock.job()
+    ev = old_eval(job, age=10 * MINUTE)
+    _put(h, job, ev)
+    run(h, CORE_JOB_EVAL_GC, GCConfig(eval_gc_threshold=5 * MINUTE))
+    assert h.deleted_evals == [ev.id]
+
+
+def test_unknown_core_job_is_an_error():
+    h = Harness(now=NOW)
+    with pytest.raises(SchedulerError):
+        run(h, "bogus-gc")
+
+
+def test_core_scheduler_needs_a_deleting_planner():
+    class PlainPlanner:
+        def submit_plan(self, plan):
+            raise AssertionError
+
+        def update_eval(self, ev):
+            pass
+
+        def create_eval(self, ev):
+            pass
+
+        def reblock_eval(self, ev):
+            pass
+
+    h = Harness(now=NOW)
+    job = mock.job()
+    _put(h, job, old_eval(job, age=2 * HOUR))
+    with pytest.raises(SchedulerError):
+        CoreScheduler(h.snapshot(), PlainPlanner(), LOG, now=NOW).process(
+            core_eval(CORE_JOB_EVAL_GC)
+        )
