@@ -27,16 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from sqlalchemy import Table, delete, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy import Table
 
 from corral.structs import DEFAULT_NAMESPACE, Topic
 from corral.v1 import structs_pb2 as pb
 from services.state.db import models as m
 
 NOTIFY_CHANNEL = "corral_changes"
-UPSERT_CHUNK = 1000
 
 _T_JOBS: Table = m.Job.__table__  # type: ignore[assignment]
 _T_JOB_VERSIONS: Table = m.JobVersion.__table__  # type: ignore[assignment]
@@ -46,7 +44,6 @@ _T_ALLOCS: Table = m.Alloc.__table__  # type: ignore[assignment]
 _T_EVALS: Table = m.Eval.__table__  # type: ignore[assignment]
 _T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
 _T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
-_T_CHANGE_LOG: Table = m.ChangeLog.__table__  # type: ignore[assignment]
 
 #: table name (as in table_indexes and StateSnapshot.table_index) per topic
 TOPIC_TABLE = {
@@ -199,7 +196,7 @@ class WriteTx:
     committed state plus this transaction's own queued puts.
     """
 
-    def __init__(self, conn: AsyncConnection, indexes: list[int]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Any], indexes: list[int]) -> None:
         self.conn = conn
         self.indexes = indexes
         self.index = indexes[-1]
@@ -392,60 +389,60 @@ class WriteTx:
 
     # ------------------------------------------------------------ reads
 
-    async def _one(self, table: str, key: Any, stmt: Any, cls: type[Any]) -> Any:
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cur = await self.conn.execute(sql, params)
+        return await cur.fetchall()
+
+    async def _one(
+        self, table: str, key: Any, sql: str, params: Sequence[Any], cls: type[Any]
+    ) -> Any:
         found, obj = self._pending.get(table, key)
         if found:
             return obj
-        row = (await self.conn.execute(stmt)).first()
-        return cls.FromString(row[0]) if row else None
+        rows = await self._fetch(sql, params)
+        return cls.FromString(rows[0][0]) if rows else None
 
     async def get_job(self, namespace: str, job_id: str) -> pb.Job | None:
         key = (_ns(namespace), job_id)
-        stmt = select(_T_JOBS.c.payload).where(
-            _T_JOBS.c.namespace == key[0], _T_JOBS.c.id == job_id
-        )
-        job: pb.Job | None = await self._one("jobs", key, stmt, pb.Job)
+        sql = "SELECT payload FROM jobs WHERE namespace = %s AND id = %s"
+        job: pb.Job | None = await self._one("jobs", key, sql, key, pb.Job)
         return job
 
     async def get_job_version(self, namespace: str, job_id: str, version: int) -> pb.Job | None:
         key = (_ns(namespace), job_id, version)
-        t = _T_JOB_VERSIONS
-        stmt = select(t.c.payload).where(
-            t.c.namespace == key[0], t.c.id == job_id, t.c.version == version
-        )
-        job: pb.Job | None = await self._one("job_versions", key, stmt, pb.Job)
+        sql = "SELECT payload FROM job_versions WHERE namespace = %s AND id = %s AND version = %s"
+        job: pb.Job | None = await self._one("job_versions", key, sql, key, pb.Job)
         return job
 
     async def get_job_summary(self, namespace: str, job_id: str) -> pb.JobSummary | None:
         key = (_ns(namespace), job_id)
-        t = _T_SUMMARIES
-        stmt = select(t.c.payload).where(t.c.namespace == key[0], t.c.job_id == job_id)
-        s: pb.JobSummary | None = await self._one("job_summaries", key, stmt, pb.JobSummary)
+        sql = "SELECT payload FROM job_summaries WHERE namespace = %s AND job_id = %s"
+        s: pb.JobSummary | None = await self._one("job_summaries", key, sql, key, pb.JobSummary)
         return s
 
     async def get_node(self, node_id: str) -> pb.Node | None:
-        stmt = select(_T_NODES.c.payload).where(_T_NODES.c.id == node_id)
-        node: pb.Node | None = await self._one("nodes", node_id, stmt, pb.Node)
+        sql = "SELECT payload FROM nodes WHERE id = %s"
+        node: pb.Node | None = await self._one("nodes", node_id, sql, (node_id,), pb.Node)
         return node
 
     async def get_eval(self, eval_id: str) -> pb.Evaluation | None:
-        stmt = select(_T_EVALS.c.payload).where(_T_EVALS.c.id == eval_id)
-        ev: pb.Evaluation | None = await self._one("evals", eval_id, stmt, pb.Evaluation)
+        sql = "SELECT payload FROM evals WHERE id = %s"
+        ev: pb.Evaluation | None = await self._one("evals", eval_id, sql, (eval_id,), pb.Evaluation)
         return ev
 
     async def get_deployment(self, deployment_id: str) -> pb.Deployment | None:
-        stmt = select(_T_DEPLOYMENTS.c.payload).where(_T_DEPLOYMENTS.c.id == deployment_id)
-        d: pb.Deployment | None = await self._one("deployments", deployment_id, stmt, pb.Deployment)
+        sql = "SELECT payload FROM deployments WHERE id = %s"
+        d: pb.Deployment | None = await self._one(
+            "deployments", deployment_id, sql, (deployment_id,), pb.Deployment
+        )
         return d
 
     async def get_scheduler_config(self) -> pb.SchedulerConfiguration:
-        stmt = select(_T_SCHED_CONFIG.c.payload).where(_T_SCHED_CONFIG.c.id == 1)
-        cfg = await self._one("scheduler_config", 1, stmt, pb.SchedulerConfiguration)
+        sql = "SELECT payload FROM scheduler_config WHERE id = 1"
+        cfg = await self._one("scheduler_config", 1, sql, (), pb.SchedulerConfiguration)
         return cfg if cfg is not None else pb.SchedulerConfiguration()
 
-    async def _many(
-        self, table: str, ids: Sequence[str], t: Table, cls: type[Any]
-    ) -> dict[str, Any]:
+    async def _many(self, table: str, ids: Sequence[str], cls: type[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         missing: list[str] = []
         for i in ids:
@@ -456,60 +453,69 @@ class WriteTx:
             else:
                 missing.append(i)
         if missing:
-            rows = await self.conn.execute(select(t.c.id, t.c.payload).where(t.c.id.in_(missing)))
+            rows = await self._fetch(
+                f"SELECT id, payload FROM {table} WHERE id = ANY(%s)", (missing,)
+            )
             for row in rows:
                 out[row[0]] = cls.FromString(row[1])
         return out
 
     async def get_allocs(self, alloc_ids: Sequence[str]) -> dict[str, pb.Allocation]:
-        return await self._many("allocs", alloc_ids, _T_ALLOCS, pb.Allocation)
+        return await self._many("allocs", alloc_ids, pb.Allocation)
 
     async def get_evals(self, eval_ids: Sequence[str]) -> dict[str, pb.Evaluation]:
-        return await self._many("evals", eval_ids, _T_EVALS, pb.Evaluation)
+        return await self._many("evals", eval_ids, pb.Evaluation)
 
     async def get_nodes(self, node_ids: Sequence[str]) -> dict[str, pb.Node]:
-        return await self._many("nodes", node_ids, _T_NODES, pb.Node)
+        return await self._many("nodes", node_ids, pb.Node)
 
     async def _by(
-        self, table: str, t: Table, where: Any, cls: type[Any], key_col: str = "id"
+        self, table: str, where: str, params: Sequence[Any], cls: type[Any], pred: Any
     ) -> list[Any]:
-        """Rows matching `where`, merged with this transaction's own puts."""
-        rows = await self.conn.execute(select(t.c[key_col], t.c.payload).where(where))
+        """Rows matching `where`, merged with this transaction's own puts
+        (including objects it created that match `pred`)."""
+        rows = await self._fetch(f"SELECT id, payload FROM {table} WHERE {where}", params)
         out: dict[Any, Any] = {r[0]: cls.FromString(r[1]) for r in rows}
         for key, obj in self._pending.objects.get(table, {}).items():
             if obj is None:
                 out.pop(key, None)
-            elif key in out:
+            elif key in out or pred(obj):
                 out[key] = obj
         return list(out.values())
 
     async def allocs_by_job(self, namespace: str, job_id: str) -> list[pb.Allocation]:
-        t = _T_ALLOCS
-        found = await self._by(
-            "allocs", t, (t.c.namespace == _ns(namespace)) & (t.c.job_id == job_id), pb.Allocation
+        ns = _ns(namespace)
+        return await self._by(
+            "allocs",
+            "namespace = %s AND job_id = %s",
+            (ns, job_id),
+            pb.Allocation,
+            lambda a: _ns(a.namespace) == ns and a.job_id == job_id,
         )
-        return found + self._new_matching("allocs", found, lambda a: a.job_id == job_id)
 
     async def allocs_by_node(self, node_id: str) -> list[pb.Allocation]:
-        t = _T_ALLOCS
-        found = await self._by("allocs", t, t.c.node_id == node_id, pb.Allocation)
-        return found + self._new_matching("allocs", found, lambda a: a.node_id == node_id)
+        return await self._by(
+            "allocs", "node_id = %s", (node_id,), pb.Allocation, lambda a: a.node_id == node_id
+        )
 
     async def evals_by_job(self, namespace: str, job_id: str) -> list[pb.Evaluation]:
-        t = _T_EVALS
-        found = await self._by(
-            "evals", t, (t.c.namespace == _ns(namespace)) & (t.c.job_id == job_id), pb.Evaluation
+        ns = _ns(namespace)
+        return await self._by(
+            "evals",
+            "namespace = %s AND job_id = %s",
+            (ns, job_id),
+            pb.Evaluation,
+            lambda e: _ns(e.namespace) == ns and e.job_id == job_id,
         )
-        return found + self._new_matching("evals", found, lambda e: e.job_id == job_id)
 
     async def evals_by_status(self, statuses: Iterable[str]) -> list[pb.Evaluation]:
-        t = _T_EVALS
         wanted = list(statuses)
-        found = await self._by("evals", t, t.c.status.in_(wanted), pb.Evaluation)
-        return found + self._new_matching("evals", found, lambda e: e.status in wanted)
+        return await self._by(
+            "evals", "status = ANY(%s)", (wanted,), pb.Evaluation, lambda e: e.status in wanted
+        )
 
     async def jobs_all(self) -> list[pb.Job]:
-        rows = await self.conn.execute(select(_T_JOBS.c.namespace, _T_JOBS.c.id, _T_JOBS.c.payload))
+        rows = await self._fetch("SELECT namespace, id, payload FROM jobs")
         out = {(r[0], r[1]): pb.Job.FromString(r[2]) for r in rows}
         for key, obj in self._pending.objects.get("jobs", {}).items():
             if obj is None:
@@ -519,62 +525,35 @@ class WriteTx:
         return list(out.values())
 
     async def count_nodes(self) -> int:
-        row = (await self.conn.execute(text("SELECT count(*) FROM nodes"))).first()
-        return int(row[0]) if row else 0
-
-    def _new_matching(self, table: str, found: list[Any], pred: Any) -> list[Any]:
-        """Objects put by this transaction that the SQL query could not see yet."""
-        seen = {o.id for o in found}
-        return [
-            o
-            for o in self._pending.objects.get(table, {}).values()
-            if o is not None and o.id not in seen and pred(o)
-        ]
+        rows = await self._fetch("SELECT count(*) FROM nodes")
+        return int(rows[0][0]) if rows else 0
 
     # ------------------------------------------------------------ commit
 
     async def _flush(self) -> None:
-        conn = self.conn
+        """Queue every write of the transaction; with the connection in
+        pipeline mode they go to the server together with the COMMIT."""
         p = self._pending
-        specs: list[tuple[str, Table, list[str]]] = [
-            ("jobs", _T_JOBS, ["namespace", "id"]),
-            ("job_versions", _T_JOB_VERSIONS, ["namespace", "id", "version"]),
-            ("job_summaries", _T_SUMMARIES, ["namespace", "job_id"]),
-            ("nodes", _T_NODES, ["id"]),
-            ("allocs", _T_ALLOCS, ["id"]),
-            ("evals", _T_EVALS, ["id"]),
-            ("deployments", _T_DEPLOYMENTS, ["id"]),
-            ("scheduler_config", _T_SCHED_CONFIG, ["id"]),
-        ]
-        for name, table, keys in specs:
+        for name, (upsert, bulk, keys) in _UPSERTS.items():
             dels = p.deletes.get(name)
             if dels:
-                if len(keys) == 1:
-                    await conn.execute(
-                        delete(table).where(table.c[keys[0]].in_(list(dels.values())))
+                await self._delete(name, keys, list(dels.values()))
+            if name == "job_versions":
+                for ns, job_id in (p.deletes.get("job_versions_all") or {}).values():
+                    await self.conn.execute(
+                        "DELETE FROM job_versions WHERE namespace = %s AND id = %s", (ns, job_id)
                     )
-                else:
-                    for where in dels.values():
-                        await conn.execute(
-                            delete(table).where(
-                                *[table.c[k] == v for k, v in zip(keys, where, strict=True)]
-                            )
-                        )
-            all_versions = p.deletes.get("job_versions_all") if name == "job_versions" else None
-            for ns, job_id in (all_versions or {}).values():
-                await conn.execute(
-                    delete(table).where(table.c.namespace == ns, table.c.id == job_id)
-                )
-            rows = list(p.rows.get(name, {}).values())
+            rows = p.rows.get(name)
             if not rows:
                 continue
-            stmt = pg_insert(table)
-            cols = [c.name for c in table.columns if c.name not in keys and c.name in rows[0]]
-            stmt = stmt.on_conflict_do_update(
-                index_elements=keys, set_={c: stmt.excluded[c] for c in cols}
-            )
-            for start in range(0, len(rows), UPSERT_CHUNK):
-                await conn.execute(stmt, rows[start : start + UPSERT_CHUNK])
+            cols = _COLUMNS[name]
+            if len(rows) == 1:
+                (row,) = rows.values()
+                await self.conn.execute(upsert, tuple(row[c] for c in cols))
+            else:
+                # one statement for any number of rows: a column array each
+                arrays = [[r[c] for r in rows.values()] for c in cols]
+                await self.conn.execute(bulk, arrays)
 
         touched: dict[str, int] = {}
         log_rows = []
@@ -585,121 +564,170 @@ class WriteTx:
                 if table_name is not None:
                     touched[table_name] = at
             batch = pb.ChangeBatch(index=at, time=self.now, events=events)
-            log_rows.append({"index": at, "payload": batch.SerializeToString()})
-        await conn.execute(pg_insert(_T_CHANGE_LOG), log_rows)
-        if touched:
-            await conn.execute(
-                text(
-                    "INSERT INTO table_indexes (name, index) "
-                    "SELECT * FROM unnest(CAST(:names AS text[]), CAST(:idx AS bigint[])) "
-                    "ON CONFLICT (name) DO UPDATE SET index = excluded.index"
-                ),
-                {"names": list(touched), "idx": list(touched.values())},
-            )
-        await conn.execute(
-            text("SELECT pg_notify(:ch, :payload)"),
-            {"ch": NOTIFY_CHANNEL, "payload": str(self.index)},
+            log_rows.append((at, batch.SerializeToString()))
+        await self.conn.execute(
+            "INSERT INTO change_log (index, payload) SELECT * FROM unnest(%b::int8[], %b::bytea[])",
+            ([r[0] for r in log_rows], [r[1] for r in log_rows]),
         )
+        if touched:
+            await self.conn.execute(
+                "INSERT INTO table_indexes (name, index) "
+                "SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+                "ON CONFLICT (name) DO UPDATE SET index = excluded.index",
+                (list(touched), list(touched.values())),
+            )
+        await self.conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(self.index)))
+
+    async def _delete(self, table: str, keys: list[str], wheres: list[Any]) -> None:
+        if len(keys) == 1:
+            await self.conn.execute(f"DELETE FROM {table} WHERE {keys[0]} = ANY(%s)", (wheres,))
+            return
+        cond = " AND ".join(f"{k} = %s" for k in keys)
+        for where in wheres:
+            await self.conn.execute(f"DELETE FROM {table} WHERE {cond}", tuple(where))
+
+
+_PG_TYPES = {"String": "text", "Integer": "int4", "BigInteger": "int8", "Boolean": "bool"}
+
+
+def _upsert_sql(table: Table, keys: list[str]) -> tuple[str, str]:
+    """(single-row upsert, multi-row upsert from one array per column)."""
+    cols = [c.name for c in table.columns]
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
+    conflict = f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    single = (
+        f"INSERT INTO {table.name} ({', '.join(cols)}) "
+        f"VALUES ({', '.join(['%s'] * len(cols))}) {conflict}"
+    )
+    types = [_PG_TYPES.get(type(c.type).__name__, "bytea") for c in table.columns]
+    arrays = ", ".join(f"%b::{t}[]" for t in types)
+    bulk = f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays}) {conflict}"
+    return single, bulk
+
+
+_KEYS: dict[str, tuple[Table, list[str]]] = {
+    "jobs": (_T_JOBS, ["namespace", "id"]),
+    "job_versions": (_T_JOB_VERSIONS, ["namespace", "id", "version"]),
+    "job_summaries": (_T_SUMMARIES, ["namespace", "job_id"]),
+    "nodes": (_T_NODES, ["id"]),
+    "allocs": (_T_ALLOCS, ["id"]),
+    "evals": (_T_EVALS, ["id"]),
+    "deployments": (_T_DEPLOYMENTS, ["id"]),
+    "scheduler_config": (_T_SCHED_CONFIG, ["id"]),
+}
+_UPSERTS: dict[str, tuple[str, str, list[str]]] = {
+    name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()
+}
+_COLUMNS: dict[str, list[str]] = {
+    name: [c.name for c in t.columns] for name, (t, _) in _KEYS.items()
+}
 
 
 class Database:
-    """The state service's handle on PostgreSQL."""
+    """The state service's handle on PostgreSQL: a psycopg connection pool.
+
+    The schema is SQLAlchemy's (models + Alembic); the hot path talks to
+    psycopg directly in pipeline mode, because every write serializes on
+    the index counter and round trips are the ceiling (perf-anchors §4.3).
+    """
 
     def __init__(self, dsn: str, *, pool_size: int = 8) -> None:
         self.dsn = dsn
-        self.engine: AsyncEngine = create_async_engine(
-            "postgresql+psycopg://",
-            async_creator=lambda: psycopg.AsyncConnection.connect(dsn),
-            pool_size=pool_size,
-            max_overflow=pool_size,
-            pool_pre_ping=True,
+        self.pool = AsyncConnectionPool(
+            dsn, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}
         )
+        self._opened = False
+
+    async def _ensure_open(self) -> None:
+        if not self._opened:
+            self._opened = True
+            await self.pool.open(wait=True, timeout=30)
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        if self._opened:
+            await self.pool.close()
+            self._opened = False
 
     @contextlib.asynccontextmanager
     async def write(self, count: int = 1) -> AsyncIterator[WriteTx]:
         """An indexed write transaction taking `count` consecutive indexes."""
         if count < 1:
             raise ValueError("count must be >= 1")
-        async with self.engine.begin() as conn:
-            result = await conn.execute(
-                text("UPDATE index_counter SET value = value + :n WHERE id = 1 RETURNING value"),
-                {"n": count},
+        await self._ensure_open()
+        async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            cur = await conn.execute(
+                "UPDATE index_counter SET value = value + %s WHERE id = 1 RETURNING value", (count,)
             )
-            last = int(result.scalar_one())
+            row = await cur.fetchone()
+            assert row is not None, "index_counter row missing: run the migrations"
+            last = int(row[0])
             tx = WriteTx(conn, list(range(last - count + 1, last + 1)))
             yield tx
             await tx._flush()
 
     @contextlib.asynccontextmanager
-    async def read(self, *, repeatable: bool = False) -> AsyncIterator[AsyncConnection]:
+    async def read(
+        self, *, repeatable: bool = False
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A read-only transaction; `repeatable` gives one consistent snapshot
         of every table (REPEATABLE READ)."""
-        async with self.engine.connect() as conn:
+        await self._ensure_open()
+        async with self.pool.connection() as conn, conn.transaction(force_rollback=True):
             if repeatable:
-                await conn.execute(
-                    text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                )
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield conn
-            await conn.rollback()
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        await self._ensure_open()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall() if cur.description else []
 
     async def latest_index(self) -> int:
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(text("SELECT value FROM index_counter WHERE id = 1"))).first()
-            return int(row[0]) if row else 0
+        rows = await self._query("SELECT value FROM index_counter WHERE id = 1")
+        return int(rows[0][0]) if rows else 0
 
     async def oldest_retained_index(self) -> int:
         """The change log holds every index after this one."""
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(text("SELECT min(index) FROM change_log"))).first()
-            if row is None or row[0] is None:
-                latest = (
-                    await conn.execute(text("SELECT value FROM index_counter WHERE id = 1"))
-                ).first()
-                return int(latest[0]) if latest else 0
-            return int(row[0]) - 1
+        rows = await self._query(
+            "SELECT coalesce(min(index) - 1, (SELECT value FROM index_counter WHERE id = 1)) "
+            "FROM change_log"
+        )
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
     async def read_log(self, after: int, limit: int = 1000) -> list[pb.ChangeBatch]:
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(
-                select(_T_CHANGE_LOG.c.payload)
-                .where(_T_CHANGE_LOG.c.index > after)
-                .order_by(_T_CHANGE_LOG.c.index)
-                .limit(limit)
-            )
-            return [pb.ChangeBatch.FromString(r[0]) for r in rows]
+        rows = await self._query(
+            "SELECT payload FROM change_log WHERE index > %s ORDER BY index LIMIT %s",
+            (after, limit),
+        )
+        return [pb.ChangeBatch.FromString(r[0]) for r in rows]
 
     async def truncate_log(self, keep: int) -> int:
         """Drop change-log rows older than the newest `keep` indexes."""
-        async with self.engine.begin() as conn:
-            result = await conn.execute(
-                text(
-                    "DELETE FROM change_log WHERE index <= "
-                    "(SELECT value FROM index_counter WHERE id = 1) - :keep"
-                ),
-                {"keep": keep},
+        await self._ensure_open()
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "DELETE FROM change_log WHERE index <= "
+                "(SELECT value FROM index_counter WHERE id = 1) - %s",
+                (keep,),
             )
-            return int(result.rowcount or 0)
+            return int(cur.rowcount or 0)
 
     async def touch_member(self, member_id: str, role: str, address: str, payload: bytes) -> None:
-        t: Table = m.Member.__table__  # type: ignore[assignment]
-        stmt = pg_insert(t).values(id=member_id, role=role, address=address, payload=payload)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["id"],
-            set_={"role": role, "address": address, "payload": payload, "last_seen": text("now()")},
+        await self._query(
+            "INSERT INTO members (id, role, address, payload, last_seen) "
+            "VALUES (%s, %s, %s, %s, now()) ON CONFLICT (id) DO UPDATE SET "
+            "role = EXCLUDED.role, address = EXCLUDED.address, payload = EXCLUDED.payload, "
+            "last_seen = now()",
+            (member_id, role, address, payload),
         )
-        async with self.engine.begin() as conn:
-            await conn.execute(stmt)
 
     async def members(self, role: str = "", max_age_s: float = 60.0) -> list[tuple[bytes, float]]:
         """Members seen in the last max_age_s seconds: (payload, age seconds)."""
-        async with self.engine.connect() as conn:
-            q = text(
-                "SELECT payload, extract(epoch FROM now() - last_seen) FROM members "
-                "WHERE last_seen > now() - make_interval(secs => :age) "
-                "AND (:role = '' OR role = :role) ORDER BY role, id"
-            )
-            rows = await conn.execute(q, {"age": max_age_s, "role": role})
-            return [(bytes(r[0]), float(r[1])) for r in rows]
+        rows = await self._query(
+            "SELECT payload, extract(epoch FROM now() - last_seen)::float8 FROM members "
+            "WHERE last_seen > now() - make_interval(secs => %s) "
+            "AND (%s = '' OR role = %s) ORDER BY role, id",
+            (max_age_s, role, role),
+        )
+        return [(bytes(r[0]), float(r[1])) for r in rows]

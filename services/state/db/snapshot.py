@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
-
 from corral.store import StateSnapshot, StateStore
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
@@ -61,28 +59,25 @@ async def stream_dump(
 ) -> AsyncIterator[tuple[str, list[object] | Dump]]:
     """Yield ("header", Dump-with-index) first, then (table, objects) chunks."""
     async with db.read(repeatable=True) as conn:
-        index_row = (
-            await conn.execute(text("SELECT value FROM index_counter WHERE id = 1"))
-        ).first()
+        cur = await conn.execute("SELECT value FROM index_counter WHERE id = 1")
+        index_row = await cur.fetchone()
         head = Dump(index=int(index_row[0]) if index_row else 0)
-        for name, idx in await conn.execute(text("SELECT name, index FROM table_indexes")):
+        cur = await conn.execute("SELECT name, index FROM table_indexes")
+        for name, idx in await cur.fetchall():
             head.table_indexes[str(name)] = int(idx)
-        cfg = (
-            await conn.execute(text("SELECT payload FROM scheduler_config WHERE id = 1"))
-        ).first()
+        cur = await conn.execute("SELECT payload FROM scheduler_config WHERE id = 1")
+        cfg = await cur.fetchone()
         if cfg is not None:
             head.scheduler_config = pb.SchedulerConfiguration.FromString(cfg[0])
         yield "header", head
         for name, query, cls in _TABLES:
-            result = await conn.stream(text(query))
-            chunk: list[object] = []
-            async for row in result:
-                chunk.append(cls.FromString(row[0]))  # type: ignore[attr-defined]
-                if len(chunk) >= chunk_size:
-                    yield name, chunk
-                    chunk = []
-            if chunk:
-                yield name, chunk
+            async with conn.cursor(name=f"snapshot_{name}") as scur:
+                await scur.execute(query)
+                while True:
+                    rows = await scur.fetchmany(chunk_size)
+                    if not rows:
+                        break
+                    yield name, [cls.FromString(r[0]) for r in rows]  # type: ignore[attr-defined]
 
 
 async def load_dump(db: Database) -> Dump:
