@@ -1,0 +1,156 @@
+"""A real Corral cluster of processes for end-to-end tests.
+
+Each role runs as `python -m services.<role>` on port 0 with a ready file;
+the cluster waits for the file, reads the bound address and passes it on.
+Processes can be killed (SIGKILL) and restarted to test failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Proc:
+    role: str
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    ready_file: Path
+    log_file: Path
+    popen: subprocess.Popen[bytes] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return str(self.info.get("address", ""))
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+
+class Cluster:
+    """Start roles in dependency order; every address is discovered."""
+
+    def __init__(self, dsn: str, workdir: Path, *, env: dict[str, str] | None = None) -> None:
+        self.dsn = dsn
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "CORRAL_LOG_FORMAT": "text", **(env or {})}
+        self.procs: dict[str, Proc] = {}
+
+    # ------------------------------------------------------------ addresses
+
+    @property
+    def state_addr(self) -> str:
+        return self.procs["state"].address
+
+    @property
+    def broker_addr(self) -> str:
+        return ",".join(p.address for n, p in self.procs.items() if p.role == "broker" and p.alive)
+
+    @property
+    def planner_addr(self) -> str:
+        return ",".join(p.address for n, p in self.procs.items() if p.role == "planner" and p.alive)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(
+        self,
+        role: str,
+        *extra: str,
+        name: str | None = None,
+        module: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Proc:
+        name = name or role
+        ready = self.workdir / f"{name}.ready.json"
+        ready.unlink(missing_ok=True)
+        args = [sys.executable, "-m", module or f"services.{role}", "--ready-file", str(ready)]
+        if role in ("state", "broker", "planner"):
+            args += ["--dsn", self.dsn]
+        if role != "state":
+            args += ["--state-addr", self.state_addr]
+        if role in ("worker",):
+            args += ["--broker-addr", self.broker_addr, "--planner-addr", self.planner_addr]
+        args += list(extra)
+        proc = Proc(
+            role=role,
+            name=name,
+            args=args,
+            env={**self.env, **(env or {})},
+            ready_file=ready,
+            log_file=self.workdir / f"{name}.log",
+        )
+        self.procs[name] = proc
+        self._spawn(proc, timeout)
+        return proc
+
+    def _spawn(self, proc: Proc, timeout: float) -> None:
+        proc.ready_file.unlink(missing_ok=True)
+        log = proc.log_file.open("ab")
+        proc.popen = subprocess.Popen(
+            proc.args,
+            cwd=ROOT,
+            env=proc.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.ready_file.exists():
+                proc.info = json.loads(proc.ready_file.read_text())
+                return
+            if proc.popen.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = proc.log_file.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{proc.name} did not become ready (exit {proc.popen.poll()}):\n{tail}")
+
+    def restart(self, name: str, timeout: float = 60.0) -> Proc:
+        proc = self.procs[name]
+        if proc.alive:
+            self.stop(name)
+        self._spawn(proc, timeout)
+        return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: the process gets no chance to clean up."""
+        proc = self.procs[name]
+        if proc.popen is not None and proc.alive:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(10)
+
+    def stop(self, name: str, timeout: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL after timeout; returns the exit code."""
+        proc = self.procs[name]
+        if proc.popen is None:
+            return None
+        if proc.alive:
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+            try:
+                proc.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(10)
+        return proc.popen.returncode
+
+    def stop_all(self) -> None:
+        for name in reversed(list(self.procs)):
+            self.stop(name)
+
+    def log(self, name: str) -> str:
+        return self.procs[name].log_file.read_text(errors="replace")
