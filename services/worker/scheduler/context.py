@@ -1,0 +1,283 @@
+"""The evaluation context (Nomad's `scheduler/feasible/context.go`): what the
+feasibility and ranking code share while one eval is scheduled.
+
+* the read-only state snapshot and the plan being built (the plan is a
+  protobuf the schedulers mutate directly, so caches here key on a cheap
+  per-node fingerprint of the plan instead of on change notifications);
+* the metrics of the current placement attempt (`pb.AllocMetric`), reset by
+  every `select`, with Nomad's helpers `filter_node`, `exhausted_node` and
+  `score_node` (top-5 scores kept, as Nomad does);
+* `EvalEligibility`: per computed node class, whether the job and each task
+  group were found feasible, and whether some constraint targets unique node
+  data so class memoisation cannot be trusted ("escaped"). The blocked-evals
+  tracker uses both to decide which capacity changes should wake the eval.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass, field
+
+from corral import structs
+from corral.store import StateSnapshot
+from corral.structs import ClientStatus, DesiredStatus
+from corral.v1 import structs_pb2 as pb
+
+#: number of best-scored nodes whose scores are kept in the metric
+MAX_RETAINED_NODE_SCORES = 5
+NORM_SCORER_NAME = "normalized-score"
+
+_LOG = logging.getLogger("corral.scheduler")
+_SERVER_TERMINAL = (DesiredStatus.STOP, DesiredStatus.EVICT)
+_CLIENT_TERMINAL = ClientStatus.TERMINAL
+
+_UNIQUE_PREFIXES = ("${node.unique.", "${attr.unique.", "${meta.unique.")
+
+
+def target_escapes(target: str) -> bool:
+    """A constraint target naming node-unique data defeats class memoisation."""
+    return target.startswith(_UNIQUE_PREFIXES)
+
+
+def constraint_escapes(c: pb.Constraint) -> bool:
+    """Escaped: targets unique node data, or is a distinct_* constraint whose
+    outcome depends on which node already runs what (conservative: blocked
+    evals with such constraints are woken by any class)."""
+    return (
+        target_escapes(c.l_target)
+        or target_escapes(c.r_target)
+        or c.operand in ("distinct_hosts", "distinct_property")
+    )
+
+
+class ClassStatus:
+    UNKNOWN = 0
+    INELIGIBLE = 1
+    ELIGIBLE = 2
+    ESCAPED = 3
+
+
+@dataclass
+class EvalEligibility:
+    """Feasibility of computed node classes for the job and its groups."""
+
+    job: dict[str, bool] = field(default_factory=dict)
+    job_escaped: bool = False
+    task_groups: dict[str, dict[str, bool]] = field(default_factory=dict)
+    tg_escaped: dict[str, bool] = field(default_factory=dict)
+    quota_reached: str = ""
+
+    def set_job(self, job: pb.Job) -> None:
+        self.job_escaped = any(constraint_escapes(c) for c in job.constraints)
+        for tg in job.task_groups:
+            escaped = any(constraint_escapes(c) for c in tg.constraints) or any(
+                constraint_escapes(c) for t in tg.tasks for c in t.constraints
+            )
+            self.tg_escaped[tg.name] = escaped
+
+    def has_escaped(self) -> bool:
+        return self.job_escaped or any(self.tg_escaped.values())
+
+    def get_classes(self) -> dict[str, bool]:
+        """Class -> eligible, merged as Nomad does: a class is eligible if
+        some group found it eligible and the job did not rule it out."""
+        elig: dict[str, bool] = {}
+        for classes in self.task_groups.values():
+            for cls, ok in classes.items():
+                if ok:
+                    elig[cls] = True
+                else:
+                    elig.setdefault(cls, False)
+        for cls, ok in self.job.items():
+            if ok:
+                elig.setdefault(cls, True)
+            else:
+                elig[cls] = False
+        return elig
+
+    def job_status(self, cls: str) -> int:
+        if self.job_escaped:
+            return ClassStatus.ESCAPED
+        ok = self.job.get(cls)
+        if ok is None:
+            return ClassStatus.UNKNOWN
+        return ClassStatus.ELIGIBLE if ok else ClassStatus.INELIGIBLE
+
+    def set_job_eligibility(self, eligible: bool, cls: str) -> None:
+        self.job[cls] = eligible
+
+    def tg_status(self, tg: str, cls: str) -> int:
+        if self.tg_escaped.get(tg, False):
+            return ClassStatus.ESCAPED
+        classes = self.task_groups.get(tg)
+        if classes is None:
+            return ClassStatus.UNKNOWN
+        ok = classes.get(cls)
+        if ok is None:
+            return ClassStatus.UNKNOWN
+        return ClassStatus.ELIGIBLE if ok else ClassStatus.INELIGIBLE
+
+    def set_tg_eligibility(self, eligible: bool, tg: str, cls: str) -> None:
+        self.task_groups.setdefault(tg, {})[cls] = eligible
+
+    def quota_limit_reached(self) -> str:
+        """Name of the quota that blocked placement ("" — no quotas here)."""
+        return self.quota_reached
+
+
+_Fingerprint = tuple[int, str, int, str, int, str]
+
+
+class EvalContext:
+    """Shared state of one eval's placement work (see module docstring)."""
+
+    def __init__(
+        self, snapshot: StateSnapshot, plan: pb.Plan, log: logging.Logger | None = None
+    ) -> None:
+        self.snapshot = snapshot
+        self.plan = plan
+        self.log = log or _LOG
+        self.metrics = pb.AllocMetric()
+        self.eligibility = EvalEligibility()
+        self._base: dict[str, list[pb.Allocation]] = {}
+        self._proposed: dict[str, tuple[_Fingerprint, list[pb.Allocation]]] = {}
+        self._computed_class: dict[str, str] = {}
+        self._scores: dict[str, float] = {}
+        self._top: list[tuple[float, int, str, dict[str, float]]] = []
+        self._seq = 0
+
+    # ------------------------------------------------------------ metrics
+
+    def reset(self) -> None:
+        """Start the metrics of a new placement attempt."""
+        self.metrics = pb.AllocMetric()
+        self._scores = {}
+        self._top = []
+
+    def evaluate_node(self) -> None:
+        self.metrics.nodes_evaluated += 1
+
+    def filter_node(self, node: pb.Node, constraint: str) -> None:
+        m = self.metrics
+        m.nodes_filtered += 1
+        if node.node_class:
+            m.class_filtered[node.node_class] += 1
+        if constraint:
+            m.constraint_filtered[constraint] += 1
+
+    def exhausted_node(self, node: pb.Node, dimension: str) -> None:
+        m = self.metrics
+        m.nodes_exhausted += 1
+        if node.node_class:
+            m.class_exhausted[node.node_class] += 1
+        if dimension:
+            m.dimension_exhausted[dimension] += 1
+
+    def score_node(self, node: pb.Node, name: str, score: float) -> None:
+        """Record one scorer's value; the normalized score closes the node's
+        entry and competes for the top-5 kept in the metric."""
+        if name != NORM_SCORER_NAME:
+            self._scores[name] = score
+            return
+        self._seq += 1
+        item = (score, -self._seq, node.id, self._scores)
+        self._scores = {}
+        if len(self._top) < MAX_RETAINED_NODE_SCORES:
+            heapq.heappush(self._top, item)
+        elif item > self._top[0]:
+            heapq.heapreplace(self._top, item)
+
+    def discard_scores(self) -> None:
+        """Forget scores gathered for a node that was then rejected."""
+        self._scores = {}
+
+    def populate_score_meta_data(self) -> None:
+        """Move the retained top scores into the metric, best first."""
+        del self.metrics.score_meta_data[:]
+        for score, _, node_id, scores in sorted(self._top, reverse=True):
+            self.metrics.score_meta_data.add(node_id=node_id, scores=scores, norm_score=score)
+
+    # ------------------------------------------------------------ nodes
+
+    def computed_class(self, node: pb.Node) -> str:
+        if node.computed_class:
+            return node.computed_class
+        cls = self._computed_class.get(node.id)
+        if cls is None:
+            cls = structs.computed_class(node)
+            self._computed_class[node.id] = cls
+        return cls
+
+    # ------------------------------------------------------------ proposed allocs
+
+    def existing_allocs(self, node_id: str) -> list[pb.Allocation]:
+        """Non-terminal allocs on the node in the snapshot (cached: the
+        snapshot never changes)."""
+        base = self._base.get(node_id)
+        if base is None:
+            base = [
+                a
+                for a in self.snapshot.allocs_by_node(node_id)
+                if a.desired_status not in _SERVER_TERMINAL
+                and a.client_status not in _CLIENT_TERMINAL
+            ]
+            self._base[node_id] = base
+        return base
+
+    def _fingerprint(self, node_id: str) -> _Fingerprint:
+        plan = self.plan
+        nu = np_ = na = 0
+        lu = lp = la = ""
+        upd = plan.node_update.get(node_id)
+        if upd is not None and (nu := len(upd.stops)):
+            lu = upd.stops[nu - 1].alloc_id
+        pre = plan.node_preemptions.get(node_id)
+        if pre is not None and (np_ := len(pre.stops)):
+            lp = pre.stops[np_ - 1].alloc_id
+        alc = plan.node_allocation.get(node_id)
+        if alc is not None and (na := len(alc.allocs)):
+            la = alc.allocs[na - 1].id
+        return (nu, lu, np_, lp, na, la)
+
+    def proposed_allocs(self, node_id: str) -> list[pb.Allocation]:
+        """What the node would run if the plan were applied: its non-terminal
+        allocs, minus the plan's stops and preemptions on it, with the plan's
+        placements on it (an updated alloc replaces its old copy).
+
+        Cached per node; the cache entry is reused while the plan's lists for
+        the node keep the same length and last element. Call
+        `invalidate(node_id)` after editing a plan entry in place."""
+        fp = self._fingerprint(node_id)
+        hit = self._proposed.get(node_id)
+        if hit is not None and hit[0] == fp:
+            return hit[1]
+        base = self.existing_allocs(node_id)
+        nu, _, np_, _, na, _ = fp
+        if not (nu or np_ or na):
+            out = base
+        else:
+            removed: set[str] = set()
+            if nu:
+                removed.update(s.alloc_id for s in self.plan.node_update[node_id].stops)
+            if np_:
+                removed.update(s.alloc_id for s in self.plan.node_preemptions[node_id].stops)
+            placed = list(self.plan.node_allocation[node_id].allocs) if na else []
+            removed.update(a.id for a in placed)
+            out = [a for a in base if a.id not in removed]
+            out.extend(placed)
+        self._proposed[node_id] = (fp, out)
+        return out
+
+    def invalidate(self, node_id: str | None = None) -> None:
+        """Drop cached proposed allocs (of one node, or all)."""
+        if node_id is None:
+            self._proposed.clear()
+        else:
+            self._proposed.pop(node_id, None)
+
+    def plan_preempted_ids(self) -> set[str]:
+        out: set[str] = set()
+        for lst in self.plan.node_preemptions.values():
+            out.update(s.alloc_id for s in lst.stops)
+        return out

@@ -1,0 +1,404 @@
+"""Ranking: how good a feasible node is for one placement (Nomad's
+`scheduler/feasible/rank.go`).
+
+For each candidate the `Ranker`:
+
+1. takes the node's proposed allocs (snapshot − plan stops/preemptions +
+   plan placements) and sums what they use (`corral.fit`);
+2. assigns the group's ports (static and dynamic, from the node's dynamic
+   range) and device instances; failure exhausts the node ("network: …",
+   "devices: …");
+3. checks the group fits next to them (cores, cpu, memory, disk, max allocs);
+   if not, and preemption is on, asks `preemption` for lower-priority allocs
+   to evict, else exhausts the node with the failing dimension;
+4. scores it: bin-packing fit (or the "spread" algorithm) normalised to
+   [0, 1]; job anti-affinity −(collisions+1)/count when the node already runs
+   allocs of this job and group; −1 reschedule penalty for the previous
+   node(s) of a rescheduled alloc; node affinity Σ matching weights / Σ|w|;
+   the spread boost. The final score is the mean of the appended scores.
+
+Only the chosen node's allocated resources are built as protobufs
+(`finalize`), so the per-node loop stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from corral.fit import (
+    Capacity,
+    DeviceAccounter,
+    NetworkIndex,
+    PortAssignmentError,
+    Usage,
+    exceeded_dimension,
+    node_capacity,
+    usage_of,
+)
+from corral.structs import SchedulerAlgorithm
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.context import NORM_SCORER_NAME, EvalContext
+from services.worker.scheduler.feasible import check_constraint, device_matches, resolve_target
+from services.worker.scheduler.preemption import preempt_for_task_group
+from services.worker.scheduler.spread import SCORER_NAME as SPREAD_SCORER
+from services.worker.scheduler.spread import SpreadScorer
+
+#: the best raw fit score (20 − (10^0 + 10^0))
+BINPACK_MAX_FIT_SCORE = 18.0
+
+
+@dataclass
+class RankedNode:
+    """A scored candidate node; for the chosen one, the resources to put
+    in the new alloc (`alloc_resources` are totals including assigned ports
+    and devices; `task_resources` per task)."""
+
+    node: pb.Node
+    final_score: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+    alloc_resources: pb.Resources = field(default_factory=pb.Resources)
+    task_resources: dict[str, pb.Resources] = field(default_factory=dict)
+    preempted_allocs: list[pb.Allocation] = field(default_factory=list)
+    # assignments made while ranking, turned into protobufs by `finalize`
+    group_network: pb.NetworkResource | None = None
+    task_networks: dict[str, pb.NetworkResource] = field(default_factory=dict)
+    task_devices: dict[str, list[pb.AllocatedDevice]] = field(default_factory=dict)
+
+
+def free_percentages(cap: Capacity, used: Usage) -> tuple[float, float]:
+    """Free share of cpu and memory after `used` (over capacity net of
+    reserved resources)."""
+    cpu = 1.0 - used.cpu / cap.cpu if cap.cpu > 0 else 0.0
+    mem = 1.0 - used.memory_mb / cap.memory_mb if cap.memory_mb > 0 else 0.0
+    return cpu, mem
+
+
+def score_fit_binpack(cap: Capacity, used: Usage) -> float:
+    """20 − (10^free_cpu + 10^free_mem), clamped to [0, 18]: fuller is better."""
+    fc, fm = free_percentages(cap, used)
+    score: float = 20.0 - (math.pow(10.0, fc) + math.pow(10.0, fm))
+    return min(max(score, 0.0), BINPACK_MAX_FIT_SCORE)
+
+
+def score_fit_spread(cap: Capacity, used: Usage) -> float:
+    """(10^free_cpu + 10^free_mem) − 2, clamped to [0, 18]: emptier is better."""
+    fc, fm = free_percentages(cap, used)
+    score: float = (math.pow(10.0, fc) + math.pow(10.0, fm)) - 2.0
+    return min(max(score, 0.0), BINPACK_MAX_FIT_SCORE)
+
+
+def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
+    """Σ weights of matching affinities / Σ |weights|."""
+    total_w = sum(abs(a.weight) for a in affinities)
+    if total_w == 0:
+        return 0.0
+    score = 0.0
+    for a in affinities:
+        lval, lok = resolve_target(a.l_target, node)
+        rval, rok = resolve_target(a.r_target, node)
+        if check_constraint(a.operand, lval, rval, lok, rok):
+            score += a.weight
+    return score / total_w
+
+
+class Ranker:
+    """Fits and scores candidate nodes for one task group at a time."""
+
+    def __init__(
+        self,
+        ctx: EvalContext,
+        rng: random.Random,
+        *,
+        spread: SpreadScorer | None = None,
+        generic: bool = True,
+    ) -> None:
+        self.ctx = ctx
+        self.rng = rng
+        self.spread = spread
+        self.generic = generic  # job anti-affinity, penalties, affinities
+        cfg = ctx.snapshot.scheduler_config
+        self.spread_algorithm = cfg.scheduler_algorithm == SchedulerAlgorithm.SPREAD
+        self.memory_oversubscription = cfg.memory_oversubscription_enabled
+        self.job: pb.Job | None = None
+        self.tg: pb.TaskGroup | None = None
+        self.evict = False
+        self.penalty_node_ids: set[str] = set()
+        self.affinities: list[pb.Affinity] = []
+        self._caps: dict[str, Capacity] = {}
+        self._used: dict[str, tuple[list[pb.Allocation], Usage]] = {}
+        # the group's ask, precomputed per select
+        self._cpu = self._cores = self._mem = self._disk = 0
+        self._needs_network = False
+        self._needs_devices = False
+        self._preempted_counts: dict[tuple[str, str, str], int] | None = None
+
+    def set_job(self, job: pb.Job) -> None:
+        self.job = job
+
+    def set_task_group(
+        self, tg: pb.TaskGroup, *, evict: bool = False, penalty_node_ids: set[str] | None = None
+    ) -> None:
+        job = self.job
+        assert job is not None, "set_job first"
+        self.tg = tg
+        self.evict = evict
+        self.penalty_node_ids = penalty_node_ids or set()
+        cpu = cores = mem = 0
+        needs_net = len(tg.networks) > 0
+        needs_dev = False
+        affinities = list(job.affinities) + list(tg.affinities)
+        for t in tg.tasks:
+            r = t.resources
+            cpu += r.cpu
+            cores += r.cores
+            mem += r.memory_mb
+            if len(r.networks):
+                needs_net = True
+            if len(r.devices):
+                needs_dev = True
+            affinities.extend(t.affinities)
+        self._cpu, self._cores, self._mem = cpu, cores, mem
+        self._disk = tg.ephemeral_disk.size_mb
+        self._needs_network = needs_net
+        self._needs_devices = needs_dev
+        self.affinities = affinities if self.generic else []
+        self._preempted_counts = None
+
+    def has_affinities(self) -> bool:
+        return bool(self.affinities)
+
+    # ------------------------------------------------------------ helpers
+
+    def capacity(self, node: pb.Node) -> Capacity:
+        cap = self._caps.get(node.id)
+        if cap is None:
+            cap = node_capacity(node)
+            self._caps[node.id] = cap
+        return cap
+
+    def _usage(self, node_id: str, proposed: list[pb.Allocation], mhz: int) -> Usage:
+        hit = self._used.get(node_id)
+        if hit is not None and hit[0] is proposed:
+            return hit[1]
+        used = usage_of(proposed, mhz)
+        self._used[node_id] = (proposed, used)
+        return used
+
+    def _assign_networks(
+        self, node: pb.Node, proposed: list[pb.Allocation], option: RankedNode
+    ) -> bool:
+        tg = self.tg
+        assert tg is not None
+        idx, reason = NetworkIndex.for_node(node, proposed)
+        if reason:
+            self.ctx.exhausted_node(node, "network: port collision")
+            return False
+        try:
+            if len(tg.networks):
+                option.group_network = idx.assign(tg.networks[0], self.rng)
+            for t in tg.tasks:
+                if len(t.resources.networks):
+                    option.task_networks[t.name] = idx.assign(t.resources.networks[0], self.rng)
+        except PortAssignmentError as e:
+            self.ctx.exhausted_node(node, f"network: {e}")
+            return False
+        return True
+
+    def _assign_devices(
+        self, node: pb.Node, proposed: list[pb.Allocation], option: RankedNode
+    ) -> bool:
+        tg = self.tg
+        assert tg is not None
+        acct = DeviceAccounter(node)
+        acct.add_allocs(proposed)
+        devices = node.node_resources.devices
+        for t in tg.tasks:
+            for req in t.resources.devices:
+                want = req.count or 1
+                for dev in devices:
+                    if not device_matches(req, dev):
+                        continue
+                    key = (dev.vendor, dev.type, dev.name)
+                    free = acct.free_instances(key)
+                    if len(free) < want:
+                        continue
+                    ids = free[:want]
+                    for iid in ids:
+                        acct.instances[key][iid] += 1
+                    option.task_devices.setdefault(t.name, []).append(
+                        pb.AllocatedDevice(
+                            vendor=dev.vendor, type=dev.type, name=dev.name, device_ids=ids
+                        )
+                    )
+                    break
+                else:
+                    self.ctx.exhausted_node(node, "devices: no devices match request")
+                    return False
+        return True
+
+    def _already_preempted(self) -> dict[tuple[str, str, str], int]:
+        if self._preempted_counts is None:
+            counts: dict[tuple[str, str, str], int] = {}
+            snap = self.ctx.snapshot
+            for lst in self.ctx.plan.node_preemptions.values():
+                for s in lst.stops:
+                    a = snap.alloc_by_id(s.alloc_id)
+                    if a is not None:
+                        key = (a.namespace or "default", a.job_id, a.task_group)
+                        counts[key] = counts.get(key, 0) + 1
+            self._preempted_counts = counts
+        return self._preempted_counts
+
+    def _preempt(
+        self, cap: Capacity, proposed: list[pb.Allocation], ask: Usage
+    ) -> list[pb.Allocation] | None:
+        job = self.job
+        assert job is not None
+        snap = self.ctx.snapshot
+        max_parallel: dict[tuple[str, str, str], int] = {}
+        priority_of: dict[str, int] = {}
+        for a in proposed:
+            key = (a.namespace or "default", a.job_id, a.task_group)
+            if key in max_parallel:
+                continue
+            vj = snap.job_by_id(a.namespace, a.job_id)
+            mp = 0
+            if vj is not None:
+                priority_of[a.job_id] = vj.priority
+                for g in vj.task_groups:
+                    if g.name == a.task_group:
+                        mp = g.migrate.max_parallel
+            max_parallel[key] = mp
+        return preempt_for_task_group(
+            capacity=cap,
+            current=proposed,
+            ask=ask,
+            priority=job.priority,
+            namespace=job.namespace,
+            job_id=job.id,
+            max_parallel_of=max_parallel,
+            already_preempted=self._already_preempted(),
+            priority_of=priority_of,
+        )
+
+    # ------------------------------------------------------------ rank
+
+    def rank(self, node: pb.Node) -> RankedNode | None:
+        """Fit and score `node`, or None (recorded as exhausted)."""
+        ctx = self.ctx
+        tg = self.tg
+        job = self.job
+        assert tg is not None and job is not None
+        cap = self.capacity(node)
+        proposed = ctx.proposed_allocs(node.id)
+        used = self._usage(node.id, proposed, cap.mhz_per_core)
+        option = RankedNode(node)
+        if self._needs_network and not self._assign_networks(node, proposed, option):
+            return None
+        if self._needs_devices and not self._assign_devices(node, proposed, option):
+            return None
+        ask = Usage(
+            cpu=self._cpu + self._cores * cap.mhz_per_core,
+            cores=self._cores,
+            memory_mb=self._mem,
+            disk_mb=self._disk,
+            allocs=1,
+        )
+        total = Usage(
+            used.cpu + ask.cpu,
+            used.cores + ask.cores,
+            used.memory_mb + ask.memory_mb,
+            used.disk_mb + ask.disk_mb,
+            used.allocs + 1,
+        )
+        dim = exceeded_dimension(cap, total)
+        if dim:
+            victims = self._preempt(cap, proposed, ask) if self.evict else None
+            if not victims:
+                ctx.exhausted_node(node, dim)
+                return None
+            option.preempted_allocs = victims
+            for v in victims:
+                vu = Usage()
+                vu.add(v.resources, cap.mhz_per_core)
+                total.cpu -= vu.cpu
+                total.cores -= vu.cores
+                total.memory_mb -= vu.memory_mb
+                total.disk_mb -= vu.disk_mb
+                total.allocs -= 1
+
+        scores = option.scores
+        fit = (
+            score_fit_spread(cap, total) if self.spread_algorithm else score_fit_binpack(cap, total)
+        )
+        s = fit / BINPACK_MAX_FIT_SCORE
+        scores["binpack"] = s
+        ctx.score_node(node, "binpack", s)
+        if self.generic:
+            collisions = 0
+            jid, tgn = job.id, tg.name
+            for a in proposed:
+                if a.job_id == jid and a.task_group == tgn:
+                    collisions += 1
+            if collisions:
+                s = -(collisions + 1) / max(tg.count, 1)
+                scores["job-anti-affinity"] = s
+                ctx.score_node(node, "job-anti-affinity", s)
+            else:
+                ctx.score_node(node, "job-anti-affinity", 0.0)
+            if node.id in self.penalty_node_ids:
+                scores["node-reschedule-penalty"] = -1.0
+                ctx.score_node(node, "node-reschedule-penalty", -1.0)
+            else:
+                ctx.score_node(node, "node-reschedule-penalty", 0.0)
+            if self.affinities:
+                s = affinity_score(self.affinities, node)
+                scores["node-affinity"] = s
+                ctx.score_node(node, "node-affinity", s)
+            else:
+                ctx.score_node(node, "node-affinity", 0.0)
+            if self.spread is not None and self.spread.has_spreads():
+                s = self.spread.score(node)
+                if s != 0.0:
+                    scores[SPREAD_SCORER] = s
+                    ctx.score_node(node, SPREAD_SCORER, s)
+        option.final_score = math.fsum(scores.values()) / len(scores)
+        ctx.score_node(node, NORM_SCORER_NAME, option.final_score)
+        return option
+
+    # ------------------------------------------------------------ result
+
+    def finalize(self, option: RankedNode) -> RankedNode:
+        """Build the chosen node's task and alloc resources."""
+        tg = self.tg
+        assert tg is not None
+        total = pb.Resources(disk_mb=tg.ephemeral_disk.size_mb)
+        if option.group_network is not None:
+            total.networks.append(option.group_network)
+        for t in tg.tasks:
+            r = t.resources
+            tr = pb.Resources(
+                cpu=r.cpu,
+                cores=r.cores,
+                memory_mb=r.memory_mb,
+                memory_max_mb=r.memory_max_mb if self.memory_oversubscription else 0,
+                devices=r.devices,
+            )
+            net = option.task_networks.get(t.name)
+            if net is not None:
+                tr.networks.append(net)
+                total.networks.append(net)
+            devs = option.task_devices.get(t.name)
+            if devs:
+                tr.allocated_devices.extend(devs)
+                total.allocated_devices.extend(devs)
+            option.task_resources[t.name] = tr
+            total.cpu += tr.cpu
+            total.cores += tr.cores
+            total.memory_mb += tr.memory_mb
+            total.memory_max_mb += tr.memory_max_mb or tr.memory_mb
+            total.devices.extend(r.devices)
+        option.alloc_resources = total
+        return option

@@ -1,0 +1,163 @@
+"""Spread scoring (Nomad's `scheduler/feasible/spread.go`).
+
+A spread block names a node attribute and optionally target percentages of
+the group's count per value. For each candidate node, each spread adds a
+boost:
+
+* with targets: ((desired − used − 1) / desired) × weight / Σweights, where
+  `desired` = percent × count (values not listed share the remainder under
+  the implicit target "*"; a value with no desired share gets the lowest
+  boost seen so far, starting at −1);
+* without targets (even spread): compares the node's value count with the
+  least- and most-used values: below the minimum → positive, at the minimum
+  with imbalance → (max − min) / min, balanced or above → negative;
+* a node lacking the attribute gets −1.
+
+The summed boost is appended as the "allocation-spread" score when non-zero.
+Counts come from `PropertySet`s over the job's allocs in the snapshot and in
+the plan being built, refreshed before every select.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.context import EvalContext
+from services.worker.scheduler.feasible import PropertySet, resolve_target
+
+IMPLICIT_TARGET = "*"
+SCORER_NAME = "allocation-spread"
+
+
+@dataclass(slots=True)
+class _SpreadInfo:
+    weight: int
+    desired: dict[str, float]
+
+
+class SpreadScorer:
+    """Spread boosts for one job; `set_task_group` before each select."""
+
+    def __init__(self, ctx: EvalContext) -> None:
+        self.ctx = ctx
+        self.job: pb.Job | None = None
+        self.tg: pb.TaskGroup | None = None
+        self._sets: dict[str, list[PropertySet]] = {}
+        self._info: dict[str, dict[str, _SpreadInfo]] = {}
+        self._sum_weights: dict[str, int] = {}
+        self.lowest_boost = -1.0
+        self.active: list[PropertySet] = []
+
+    def set_job(self, job: pb.Job) -> None:
+        self.job = job
+        self._sets = {}
+        self._info = {}
+        self._sum_weights = {}
+        self.lowest_boost = -1.0
+
+    def has_spreads(self) -> bool:
+        return bool(self.active)
+
+    def set_task_group(self, tg: pb.TaskGroup) -> None:
+        job = self.job
+        assert job is not None, "set_job first"
+        self.tg = tg
+        sets = self._sets.get(tg.name)
+        if sets is None:
+            sets = []
+            for sp in [*job.spreads, *tg.spreads]:
+                sets.append(
+                    PropertySet(
+                        self.ctx,
+                        job,
+                        sp.attribute,
+                        task_group=tg.name,
+                        target_values=[t.value for t in sp.spread_target],
+                    )
+                )
+            self._sets[tg.name] = sets
+            self._compute_info(job, tg)
+        else:
+            for ps in sets:
+                ps.populate_proposed()
+        self.active = sets
+
+    def _compute_info(self, job: pb.Job, tg: pb.TaskGroup) -> None:
+        infos: dict[str, _SpreadInfo] = {}
+        total = tg.count
+        sum_w = 0
+        for sp in [*tg.spreads, *job.spreads]:
+            si = _SpreadInfo(sp.weight, {})
+            sum_desired = 0.0
+            for t in sp.spread_target:
+                d = t.percent / 100.0 * total
+                si.desired[t.value] = d
+                sum_desired += d
+            if 0 < sum_desired < total:
+                si.desired[IMPLICIT_TARGET] = total - sum_desired
+            infos[sp.attribute] = si
+            sum_w += sp.weight
+        self._info[tg.name] = infos
+        self._sum_weights[tg.name] = sum_w
+
+    def score(self, node: pb.Node) -> float:
+        """The node's summed spread boost (0 when there is nothing to say)."""
+        tg = self.tg
+        assert tg is not None
+        infos = self._info[tg.name]
+        sum_w = self._sum_weights[tg.name] or 1
+        total = 0.0
+        for ps in self.active:
+            value, err, used = ps.used_count(node)
+            used += 1
+            if err:
+                total -= 1.0
+                continue
+            info = infos.get(ps.attribute)
+            if info is None:
+                continue
+            if not info.desired:
+                total += even_spread_boost(ps, node)
+                continue
+            desired = info.desired.get(value)
+            if desired is None:
+                desired = info.desired.get(IMPLICIT_TARGET)
+                if desired is None:
+                    total -= 1.0
+                    continue
+            if desired == 0:
+                total += self.lowest_boost
+                continue
+            boost = (desired - used) / desired * (info.weight / sum_w)
+            total += boost
+            if boost < self.lowest_boost:
+                self.lowest_boost = boost
+        return total
+
+
+def even_spread_boost(ps: PropertySet, node: pb.Node) -> float:
+    """Boost for spreading evenly over a property's values."""
+    combined = ps.combined_use()
+    if not combined:
+        return 0.0  # nothing placed yet: every node is as good
+    value, ok = resolve_target(ps.attribute, node)
+    if not ok:
+        return -1.0
+    current = combined.get(value, 0)
+    # values whose count dropped to zero (stopped in the plan) do not set
+    # the minimum, as in Nomad
+    nonzero = [n for n in combined.values() if n > 0]
+    lo = min(nonzero) if nonzero else 0
+    hi = max(nonzero) if nonzero else 0
+    if lo == 0:
+        boost = -1.0
+    else:
+        boost = (lo - current) / lo
+    if current != lo:
+        return boost
+    if lo == hi:
+        return -1.0
+    if lo == 0:
+        return 1.0
+    return (hi - lo) / lo

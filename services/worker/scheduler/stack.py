@@ -1,0 +1,251 @@
+"""Selection stacks: the schedulers' one entry point for "where should this
+alloc go?" (Nomad's `scheduler/feasible/stack.go` and `select.go`).
+
+`GenericStack` (service, batch) walks a deterministically shuffled node list
+from where the previous select stopped, filters by feasibility, ranks the
+feasible nodes that fit and keeps the best of the first `limit` of them:
+
+* limit: batch 2 (power of two choices); service max(2, ⌈log2 n⌉); when the
+  group has affinities or spreads, max(100, count) so the scores mean
+  something;
+* up to 3 nodes scoring ≤ 0 are skipped and only used when nothing better
+  turns up;
+* preferred nodes (sticky or migrating ephemeral disk) are tried first;
+* if nothing fits and preemption is enabled for the job's scheduler type,
+  the select is retried allowing preemption (Nomad's generic scheduler does
+  this retry itself).
+
+`SystemStack` (system, sysbatch) takes the first feasible node that fits, in
+the given order, with no limit and no shuffling; preemption follows the
+scheduler configuration (system on by default).
+
+Both fill `ctx.metrics` for the select: nodes evaluated/filtered/exhausted,
+the top-5 node scores and the allocation time (ns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+from dataclasses import dataclass, field, replace
+
+from corral.structs import JobType
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.context import EvalContext
+from services.worker.scheduler.feasible import FeasibilityChecker
+from services.worker.scheduler.preemption import preemption_enabled
+from services.worker.scheduler.rank import RankedNode, Ranker
+from services.worker.scheduler.spread import SpreadScorer
+
+__all__ = ["GenericStack", "RankedNode", "SelectOptions", "SystemStack"]
+
+#: nodes scoring at or below this are skipped while better ones may come
+SKIP_SCORE_THRESHOLD = 0.0
+#: at most this many low-scoring nodes are skipped
+MAX_SKIP = 3
+#: the visit limit for groups with affinities or spreads (Nomad's
+#: node_limit_for_feasibility_checks default)
+NODE_LIMIT_FOR_FEASIBILITY_CHECKS = 100
+
+
+@dataclass
+class SelectOptions:
+    alloc_name: str = ""
+    penalty_node_ids: set[str] = field(default_factory=set)  # reschedule penalty (score -1)
+    preferred_nodes: list[pb.Node] = field(default_factory=list)  # sticky/migrate: try first
+    preempt: bool = False
+
+
+def shuffle_seed(eval_id: str, index: int) -> int:
+    """Seed of the node shuffle: the eval id mixed with the snapshot index,
+    so retries of one eval on one snapshot visit nodes in the same order."""
+    h = int.from_bytes(hashlib.blake2b(eval_id.encode(), digest_size=8).digest(), "big")
+    return h ^ index
+
+
+class _NodeSource:
+    """Candidate nodes visited round-robin from where the last select
+    stopped; each select sees every node at most once (Nomad's
+    StaticIterator)."""
+
+    __slots__ = ("nodes", "offset", "seen")
+
+    def __init__(self) -> None:
+        self.nodes: list[pb.Node] = []
+        self.offset = 0
+        self.seen = 0
+
+    def set_nodes(self, nodes: list[pb.Node]) -> None:
+        self.nodes = nodes
+        self.offset = 0
+        self.seen = 0
+
+    def reset(self) -> None:
+        self.seen = 0
+
+
+class _BaseStack:
+    def __init__(self, ctx: EvalContext, *, generic: bool) -> None:
+        self.ctx = ctx
+        seed = shuffle_seed(ctx.plan.eval_id, ctx.snapshot.index)
+        self.seed = seed
+        self.port_rng = random.Random(seed + 1)
+        self.source = _NodeSource()
+        self.checker = FeasibilityChecker(ctx, distinct_hosts=generic)
+        self.spread = SpreadScorer(ctx) if generic else None
+        self.ranker = Ranker(ctx, self.port_rng, spread=self.spread, generic=generic)
+        self.job: pb.Job | None = None
+        self._job_key: tuple[str, str, int, int] | None = None
+        self.preempt_enabled = False
+
+    def set_job(self, job: pb.Job) -> None:
+        key = (job.namespace, job.id, job.version, job.job_modify_index)
+        if key == self._job_key:
+            return
+        self._job_key = key
+        self.job = job
+        self.checker.set_job(job)
+        self.ranker.set_job(job)
+        if self.spread is not None:
+            self.spread.set_job(job)
+        self.preempt_enabled = preemption_enabled(
+            self.ctx.snapshot.scheduler_config, job.type or JobType.SERVICE
+        )
+
+    def _next_ranked(self) -> RankedNode | None:
+        """The next feasible node that fits, ranked; None when every node
+        was seen in this select."""
+        src = self.source
+        nodes = src.nodes
+        n = len(nodes)
+        ctx = self.ctx
+        checker = self.checker
+        ranker = self.ranker
+        while src.seen < n:
+            node = nodes[src.offset]
+            src.offset = src.offset + 1 if src.offset + 1 < n else 0
+            src.seen += 1
+            ctx.metrics.nodes_evaluated += 1
+            if not checker.feasible(node):
+                continue
+            option = ranker.rank(node)
+            if option is not None:
+                return option
+        return None
+
+    def _prepare(self, tg: pb.TaskGroup, options: SelectOptions, evict: bool) -> None:
+        assert self.job is not None, "set_job before select"
+        self.ctx.reset()
+        self.source.reset()
+        self.checker.set_task_group(tg)
+        if self.spread is not None:
+            self.spread.set_task_group(tg)
+        self.ranker.set_task_group(tg, evict=evict, penalty_node_ids=options.penalty_node_ids)
+
+    def _finish(self, option: RankedNode | None, start: int) -> RankedNode | None:
+        self.ctx.populate_score_meta_data()
+        if option is not None:
+            self.ranker.finalize(option)
+        self.ctx.metrics.allocation_time = time.perf_counter_ns() - start
+        return option
+
+
+class GenericStack(_BaseStack):
+    """Placement for service and batch jobs (see module docstring)."""
+
+    def __init__(self, batch: bool, ctx: EvalContext) -> None:
+        super().__init__(ctx, generic=True)
+        self.batch = batch
+        self.limit = 2
+        self._shuffled_from: tuple[int, int] | None = None
+        self._shuffled: list[pb.Node] = []
+
+    def set_nodes(self, nodes: list[pb.Node]) -> None:
+        """Shuffle (deterministically) and use `nodes` as the candidates.
+        Setting the same list object again reuses its shuffle."""
+        key = (id(nodes), len(nodes))
+        if key != self._shuffled_from or len(self._shuffled) != len(nodes):
+            shuffled = list(nodes)
+            random.Random(self.seed).shuffle(shuffled)
+            self._shuffled = shuffled
+            self._shuffled_from = key
+        self.source.set_nodes(self._shuffled)
+        limit = 2
+        n = len(nodes)
+        if not self.batch and n > 0:
+            limit = max(limit, math.ceil(math.log2(n)))
+        self.limit = limit
+
+    def select(self, tg: pb.TaskGroup, options: SelectOptions | None = None) -> RankedNode | None:
+        opts = options or SelectOptions()
+        if opts.preferred_nodes:
+            saved = (self.source.nodes, self.source.offset)
+            self.source.set_nodes(list(opts.preferred_nodes))
+            try:
+                option = self.select(tg, replace(opts, preferred_nodes=[]))
+            finally:
+                self.source.nodes, self.source.offset = saved
+            if option is not None:
+                return option
+            opts = replace(opts, preferred_nodes=[])
+        option = self._select(tg, opts)
+        if option is None and not opts.preempt and self.preempt_enabled:
+            option = self._select(tg, replace(opts, preempt=True))
+        return option
+
+    def _select(self, tg: pb.TaskGroup, opts: SelectOptions) -> RankedNode | None:
+        start = time.perf_counter_ns()
+        self._prepare(tg, opts, opts.preempt)
+        limit = self.limit
+        if self.ranker.has_affinities() or (self.spread is not None and self.spread.has_spreads()):
+            limit = max(tg.count, NODE_LIMIT_FOR_FEASIBILITY_CHECKS)
+
+        skipped: list[RankedNode] = []
+        skip_used = 0
+        taken = 0
+        best: RankedNode | None = None
+        while taken < limit:
+            option = self._next_ranked()
+            while (
+                option is not None
+                and option.final_score <= SKIP_SCORE_THRESHOLD
+                and len(skipped) < MAX_SKIP
+            ):
+                skipped.append(option)
+                option = self._next_ranked()
+            if option is None:
+                if skip_used >= len(skipped):
+                    break
+                option = skipped[skip_used]
+                skip_used += 1
+            taken += 1
+            if best is None or option.final_score > best.final_score:
+                best = option
+        return self._finish(best, start)
+
+
+class SystemStack(_BaseStack):
+    """Placement for system and sysbatch jobs: the first feasible node that
+    fits, trying nodes in the order given."""
+
+    def __init__(self, sysbatch: bool, ctx: EvalContext) -> None:
+        super().__init__(ctx, generic=False)
+        self.sysbatch = sysbatch
+
+    def set_nodes(self, nodes: list[pb.Node]) -> None:
+        self.source.set_nodes(nodes)
+
+    def set_job(self, job: pb.Job) -> None:
+        super().set_job(job)
+        self.preempt_enabled = preemption_enabled(
+            self.ctx.snapshot.scheduler_config,
+            JobType.SYSBATCH if self.sysbatch else JobType.SYSTEM,
+        )
+
+    def select(self, tg: pb.TaskGroup, options: SelectOptions | None = None) -> RankedNode | None:
+        opts = options or SelectOptions()
+        start = time.perf_counter_ns()
+        self._prepare(tg, opts, opts.preempt or self.preempt_enabled)
+        return self._finish(self._next_ranked(), start)
