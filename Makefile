@@ -27,9 +27,11 @@ lint: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
+	$(PY) scripts/gen_api_docs.py
 
 proto-check: $(STAMP)
 	$(PY) scripts/gen_proto.py --check
+	$(PY) scripts/gen_api_docs.py --check
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
