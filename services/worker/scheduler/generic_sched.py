@@ -138,25 +138,18 @@ class Placer:
             job_type=job.type,
             job_priority=job.priority,
         )
-        total = a.resources
+        # totals include the assigned ports and devices
+        a.resources.CopyFrom(option.alloc_resources)
+        if not a.resources.disk_mb:
+            a.resources.disk_mb = tg.ephemeral_disk.size_mb
         for task_name, r in option.task_resources.items():
             a.task_resources[task_name].CopyFrom(r)
-            total.cpu += r.cpu
-            total.cores += r.cores
-            total.memory_mb += r.memory_mb
-            total.memory_max_mb += r.memory_max_mb or r.memory_mb
-            total.networks.extend(r.networks)
-            total.allocated_devices.extend(r.allocated_devices)
-        alloc_res = getattr(option, "alloc_resources", None)
-        if alloc_res is not None:
-            total.networks.extend(alloc_res.networks)
-        total.disk_mb = tg.ephemeral_disk.size_mb
         m = a.metrics
         m.CopyFrom(self.ctx.metrics)
         for dc, n in self.nodes_by_dc.items():
             m.nodes_available[dc] = n
         m.nodes_in_pool = len(self.nodes)
-        for victim in getattr(option, "preempted_allocs", None) or ():
+        for victim in option.preempted_allocs:
             util.append_preempted_alloc(self.plan, victim, a.id)
             a.preempted_allocations.append(victim.id)
         return a

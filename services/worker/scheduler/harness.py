@@ -79,13 +79,20 @@ class Harness:
 
     def upsert_jobs(self, *jobs: pb.Job, keep_indexes: bool = False) -> int:
         """Register jobs; unless `keep_indexes`, a job's modify and
-        job_modify indexes become the write's index (its create index is
-        kept if set), as a real registration does."""
+        job_modify indexes become the write's index, its create index is
+        kept, and re-registering bumps the version, as a real registration
+        does (older versions stay readable by version)."""
         index = self._index + 1
         out = []
+        snap = self.store.snapshot()
         for j in jobs:
             j2 = structs.copy_msg(j)
             if not keep_indexes:
+                cur = snap.job_by_id(j2.namespace, j2.id)
+                if cur is not None:
+                    # every registration is a new version, as in the state store
+                    j2.version = max(j2.version, cur.version + 1)
+                    j2.create_index = cur.create_index
                 if not j2.create_index:
                     j2.create_index = index
                 j2.modify_index = index

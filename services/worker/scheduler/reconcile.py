@@ -399,7 +399,7 @@ class AllocReconciler:
         n = min(len(destructive), under)
         desired.destructive_update += n
         desired.ignore += len(destructive) - n
-        if len(destructive) > n:
+        if len(destructive) > n and max_parallel > 0:
             res.rolling_limited.append(group)
         for a in name_order(destructive)[:n]:
             res.destructive_update.append(

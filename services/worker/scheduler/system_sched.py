@@ -262,6 +262,7 @@ class SystemScheduler:
         self.placer = Placer(
             self.snap, self.plan, self.log, True, self.job, system=True, sysbatch=self.sysbatch
         )
+        self.placer.nodes, self.placer.nodes_by_dc = self.nodes, self.nodes_by_dc
 
         self._compute_job_allocs()
 

@@ -1,0 +1,120 @@
+"""The sysbatch scheduler (seed 004): run once on every feasible node;
+allocs that finished are not run again for the same job version."""
+
+from __future__ import annotations
+
+from corral import structs
+from corral.structs import ClientStatus, EvalStatus, NodeStatus, Trigger
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler import mock
+from tests.unit.scheduler.test_generic_sched import cluster, planned, register, run, stops
+
+
+def finished(job, node, *, ok: bool = True) -> pb.Allocation:
+    a = mock.alloc(job, node, client_status=ClientStatus.COMPLETE if ok else ClientStatus.FAILED)
+    a.task_states["web"].CopyFrom(
+        pb.TaskState(state="dead", failed=not ok, finished_at=structs.now_ns())
+    )
+    return a
+
+
+def test_register_places_one_per_node():
+    h, nodes = cluster(4)
+    job = register(h, mock.sysbatch_job())
+    run(h, job)
+    assert sorted(a.node_id for a in planned(h.last_plan())) == sorted(n.id for n in nodes)
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+
+def test_periodic_trigger_is_accepted():
+    h, _ = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    run(h, job, Trigger.PERIODIC_JOB)
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    assert len(planned(h.last_plan())) == 2
+
+
+def test_completed_allocs_are_not_rerun():
+    h, nodes = cluster(3)
+    job = register(h, mock.sysbatch_job())
+    h.upsert_allocs(*(finished(job, n) for n in nodes))
+    run(h, job)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+
+def test_failed_allocs_are_not_rerun_for_the_same_version():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    h.upsert_allocs(finished(job, nodes[0], ok=False), finished(job, nodes[1]))
+    run(h, job)
+    assert not h.plans
+
+
+def test_job_update_reruns_finished_allocs():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    old = [finished(job, n) for n in nodes]
+    h.upsert_allocs(*old)
+    job.task_groups[0].tasks[0].env["V"] = "2"
+    job = register(h, job)
+    run(h, job)
+    new = planned(h.last_plan())
+    assert sorted(a.node_id for a in new) == sorted(n.id for n in nodes)
+    assert {a.previous_allocation for a in new} == {a.id for a in old}
+    assert all(a.job_modify_index == job.job_modify_index for a in new)
+
+
+def test_new_node_runs_it_once():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    h.upsert_allocs(*(finished(job, n) for n in nodes))
+    new = mock.node()
+    h.upsert_nodes(new)
+    run(h, job, Trigger.NODE_UPDATE, node_id=new.id)
+    (a,) = planned(h.last_plan())
+    assert a.node_id == new.id
+
+
+def test_completed_alloc_on_down_node_is_not_lost():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    done = finished(job, nodes[0])
+    running = mock.alloc(job, nodes[1])
+    h.upsert_allocs(done, running)
+    down = structs.copy_msg(nodes[0])
+    down.status = NodeStatus.DOWN
+    h.upsert_nodes(down)
+    run(h, job, Trigger.NODE_UPDATE)
+    assert not h.plans
+
+
+def test_running_alloc_on_down_node_is_lost():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    a = mock.alloc(job, nodes[0])
+    h.upsert_allocs(a, finished(job, nodes[1]))
+    down = structs.copy_msg(nodes[0])
+    down.status = NodeStatus.DOWN
+    h.upsert_nodes(down)
+    run(h, job, Trigger.NODE_UPDATE)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == a.id and s.client_status == ClientStatus.LOST
+
+
+def test_retry_limit_is_two():
+    h, nodes = cluster(1)
+    job = register(h, mock.sysbatch_job())
+    h.reject_nodes.add(nodes[0].id)
+    run(h, job)
+    assert len(h.plans) == 2
+    assert h.last_eval().status_description == "maximum attempts reached (2)"
+
+
+def test_filtered_nodes_are_skipped_silently():
+    h, nodes = cluster(2)
+    h.upsert_nodes(mock.node(attributes={"kernel.name": "darwin"}))
+    job = register(h, mock.sysbatch_job())
+    run(h, job)
+    assert {a.node_id for a in planned(h.last_plan())} == {n.id for n in nodes}
+    assert not h.create_evals and not h.last_eval().failed_tg_allocs

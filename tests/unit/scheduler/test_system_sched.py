@@ -1,0 +1,348 @@
+"""The system scheduler on the in-memory harness (seed 004, Nomad's
+scheduler_system_test.go): one alloc per feasible node."""
+
+from __future__ import annotations
+
+from corral import structs
+from corral.structs import (
+    MINUTE,
+    SECOND,
+    ClientStatus,
+    DesiredStatus,
+    EvalStatus,
+    NodeStatus,
+    Trigger,
+)
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler import mock, util
+from tests.unit.scheduler.test_generic_sched import (
+    cluster,
+    live_allocs,
+    planned,
+    register,
+    run,
+    stops,
+)
+
+
+def system_allocs(h, job, nodes):
+    allocs = [mock.alloc(job, n) for n in nodes]
+    h.upsert_allocs(*allocs)
+    return allocs
+
+
+def test_register_places_one_alloc_per_node():
+    h, nodes = cluster(10)
+    job = register(h, mock.system_job())
+    run(h, job)
+    allocs = planned(h.last_plan())
+    assert sorted(a.node_id for a in allocs) == sorted(n.id for n in nodes)
+    assert {a.name for a in allocs} == {f"{job.id}.web[0]"}
+    final = h.last_eval()
+    assert final.status == EvalStatus.COMPLETE
+    assert dict(final.queued_allocations) == {"web": 0}
+    assert not h.create_evals
+
+
+def test_register_twice_is_a_noop():
+    h, _ = cluster(3)
+    job = register(h, mock.system_job())
+    run(h, job)
+    run(h, job)
+    assert len(h.plans) == 1
+
+
+def test_only_nodes_of_job_datacenters():
+    h, nodes = cluster(2)
+    h.upsert_nodes(mock.node(datacenter="dc2"))
+    job = register(h, mock.system_job())
+    run(h, job)
+    assert {a.node_id for a in planned(h.last_plan())} == {n.id for n in nodes}
+
+
+def test_new_node_gets_an_alloc():
+    h, nodes = cluster(3)
+    job = register(h, mock.system_job())
+    system_allocs(h, job, nodes)
+    new = mock.node()
+    h.upsert_nodes(new)
+    run(h, job, Trigger.NODE_UPDATE, node_id=new.id)
+    (a,) = planned(h.last_plan())
+    assert a.node_id == new.id
+
+
+def test_nodes_failing_constraints_are_filtered_silently():
+    h, nodes = cluster(3)
+    windows = mock.node(attributes={"kernel.name": "windows"})
+    h.upsert_nodes(windows)
+    job = register(h, mock.system_job())
+    run(h, job)
+    assert {a.node_id for a in planned(h.last_plan())} == {n.id for n in nodes}
+    final = h.last_eval()
+    assert not final.failed_tg_allocs
+    assert dict(final.queued_allocations) == {"web": 0}
+    assert not h.create_evals
+
+
+def test_all_nodes_filtered_reports_metrics_without_blocking():
+    h, _ = cluster(2, attributes={"kernel.name": "windows"})
+    job = register(h, mock.system_job())
+    run(h, job)
+    final = h.last_eval()
+    assert "web" in final.failed_tg_allocs
+    assert final.failed_tg_allocs["web"].nodes_filtered > 0
+    assert not h.create_evals
+
+
+def test_exhausted_node_creates_blocked_eval_for_that_node():
+    h, nodes = cluster(3)
+    job = register(h, mock.system_job(cpu=3000))
+    hog = mock.alloc(mock.job(cpu=3000), nodes[0])
+    h.upsert_allocs(hog)
+    run(h, job)
+    placed_on = {a.node_id for a in planned(h.last_plan())}
+    assert placed_on == {nodes[1].id, nodes[2].id}
+    final = h.last_eval()
+    assert final.failed_tg_allocs["web"].nodes_exhausted == 1
+    (blocked,) = h.create_evals
+    assert blocked.status == EvalStatus.BLOCKED
+    assert blocked.node_id == nodes[0].id
+    assert blocked.status_description == util.BLOCKED_EVAL_FAILED_PLACEMENTS
+    assert final.status == EvalStatus.COMPLETE
+
+
+def test_job_deregister_stops_all():
+    h, nodes = cluster(3)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    job.stop = True
+    job = register(h, job)
+    run(h, job, Trigger.JOB_DEREGISTER)
+    assert {s.alloc_id for s in stops(h.last_plan())} == {a.id for a in allocs}
+
+
+def test_node_down_marks_lost_without_replacement():
+    h, nodes = cluster(3)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    down = structs.copy_msg(nodes[0])
+    down.status = NodeStatus.DOWN
+    h.upsert_nodes(down)
+    run(h, job, Trigger.NODE_UPDATE, node_id=down.id)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == allocs[0].id
+    assert s.client_status == ClientStatus.LOST
+    assert s.desired_description == util.ALLOC_LOST
+    assert not planned(h.last_plan())
+
+
+def test_drain_migrate_stops_alloc_without_replacement_on_node():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    draining = structs.copy_msg(nodes[0])
+    draining.drain = True
+    draining.scheduling_eligibility = structs.Eligibility.INELIGIBLE
+    h.upsert_nodes(draining)
+    m = structs.copy_msg(allocs[0])
+    m.desired_transition.migrate = True
+    h.upsert_allocs(m)
+    run(h, job, Trigger.NODE_DRAIN, node_id=draining.id)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == m.id and s.desired_description == util.ALLOC_NODE_TAINTED
+    assert not planned(h.last_plan())
+
+
+def test_ineligible_node_keeps_alloc_unless_job_changed():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    inel = structs.copy_msg(nodes[0])
+    inel.scheduling_eligibility = structs.Eligibility.INELIGIBLE
+    h.upsert_nodes(inel)
+    run(h, job, Trigger.NODE_UPDATE)
+    assert not h.plans
+    job.task_groups[0].tasks[0].env["X"] = "1"
+    job = register(h, job)
+    run(h, job)
+    stopped = {s.alloc_id: s.desired_description for s in stops(h.last_plan())}
+    assert stopped[allocs[0].id] == util.ALLOC_NOT_NEEDED
+    assert allocs[0].node_id not in {a.node_id for a in planned(h.last_plan())}
+
+
+def test_in_place_update():
+    h, nodes = cluster(3)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    job.task_groups[0].restart_policy.attempts = 7
+    job = register(h, job)
+    run(h, job)
+    assert not stops(h.last_plan())
+    assert {a.id for a in planned(h.last_plan())} == {a.id for a in allocs}
+
+
+def test_destructive_update_all_at_once_without_update_block():
+    h, nodes = cluster(4)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    job.task_groups[0].tasks[0].env["X"] = "1"
+    job = register(h, job)
+    run(h, job)
+    assert {s.alloc_id for s in stops(h.last_plan())} == {a.id for a in allocs}
+    new = planned(h.last_plan())
+    assert len(new) == 4 and {a.previous_allocation for a in new} == {a.id for a in allocs}
+    assert not h.create_evals
+
+
+def test_rolling_update_with_max_parallel_and_stagger():
+    h, nodes = cluster(10)
+    job = mock.system_job()
+    job.update.CopyFrom(pb.UpdateStrategy(max_parallel=3, stagger=20 * SECOND))
+    job = register(h, job)
+    system_allocs(h, job, nodes)
+    job.task_groups[0].tasks[0].env["X"] = "1"
+    job = register(h, job)
+    ev = run(h, job)
+    assert len(stops(h.last_plan())) == 3
+    assert len(planned(h.last_plan())) == 3
+    (rolling,) = h.create_evals
+    assert rolling.triggered_by == Trigger.ROLLING_UPDATE
+    assert rolling.wait == 20 * SECOND and rolling.previous_eval == ev.id
+    assert h.last_eval().next_eval == rolling.id
+    annotations_free = h.last_plan().annotations
+    assert annotations_free.ByteSize() == 0
+
+    # following rolling evals finish the job: 3 + 3 + 3 + 1
+    for _ in range(3):
+        nxt = h.create_evals[-1]
+        h.process(job.type, nxt)
+    updated = [a for a in live_allocs(h, job) if a.job_modify_index == job.job_modify_index]
+    assert len(updated) == 10
+
+
+def test_disconnected_node_marks_unknown_and_does_not_replace():
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    job.task_groups[0].max_client_disconnect = 10 * MINUTE
+    job = register(h, job)
+    allocs = system_allocs(h, job, nodes)
+    disc = structs.copy_msg(nodes[0])
+    disc.status = NodeStatus.DISCONNECTED
+    h.upsert_nodes(disc)
+    run(h, job, Trigger.NODE_UPDATE, node_id=disc.id)
+    (upd,) = planned(h.last_plan())
+    assert upd.id == allocs[0].id and upd.client_status == ClientStatus.UNKNOWN
+    assert structs.last_client_state(upd) == ClientStatus.UNKNOWN
+    assert not stops(h.last_plan())
+    assert h.alloc(allocs[0].id).client_status == ClientStatus.UNKNOWN
+
+
+def test_disconnected_node_without_lost_after_is_lost():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    disc = structs.copy_msg(nodes[0])
+    disc.status = NodeStatus.DISCONNECTED
+    h.upsert_nodes(disc)
+    run(h, job, Trigger.NODE_UPDATE)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == allocs[0].id and s.client_status == ClientStatus.LOST
+
+
+def test_reconnect_records_alloc_state():
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    job.task_groups[0].max_client_disconnect = 10 * MINUTE
+    job = register(h, job)
+    a = mock.alloc(job, nodes[0])
+    a.alloc_states.add(field="client_status", value="unknown", time=structs.now_ns() - MINUTE)
+    b = mock.alloc(job, nodes[1])
+    h.upsert_allocs(a, b)
+    run(h, job, Trigger.RECONNECT)
+    (upd,) = planned(h.last_plan())
+    assert upd.id == a.id
+    assert structs.last_client_state(upd) == ClientStatus.RUNNING
+    assert structs.last_client_state(h.alloc(a.id)) == ClientStatus.RUNNING
+    # the next eval sees a normal running alloc
+    run(h, job, Trigger.NODE_UPDATE)
+    assert len(h.plans) == 1
+
+
+def test_unknown_alloc_still_disconnected_is_ignored_and_expired_is_lost():
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    job.task_groups[0].max_client_disconnect = 10 * MINUTE
+    job = register(h, job)
+    disc = structs.copy_msg(nodes[0])
+    disc.status = NodeStatus.DISCONNECTED
+    h.upsert_nodes(disc)
+    a = mock.alloc(job, nodes[0], client_status=ClientStatus.UNKNOWN)
+    a.alloc_states.add(field="client_status", value="unknown", time=structs.now_ns() - MINUTE)
+    b = mock.alloc(job, nodes[1])
+    h.upsert_allocs(a, b)
+    run(h, job, Trigger.NODE_UPDATE)
+    assert not h.plans
+    expired = structs.copy_msg(a)
+    expired.alloc_states[0].time = structs.now_ns() - 11 * MINUTE
+    h.upsert_allocs(expired)
+    run(h, job, Trigger.MAX_DISCONNECT_TIMEOUT)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == a.id and s.client_status == ClientStatus.LOST
+
+
+def test_max_attempts_five_and_no_blocked_eval():
+    h, nodes = cluster(1)
+    job = register(h, mock.system_job())
+    h.reject_nodes.add(nodes[0].id)
+    run(h, job)
+    assert len(h.plans) == 5
+    assert h.last_eval().status == EvalStatus.FAILED
+    assert h.last_eval().status_description == "maximum attempts reached (5)"
+    assert not h.create_evals
+
+
+def test_progress_resets_attempts():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    h.reject_nodes.add(nodes[0].id)
+    h.reject_plans = 5
+    run(h, job)
+    # the first plan placed on the other node (progress: the count resets),
+    # then four rejected retries, then success on the sixth plan; without
+    # the reset the fifth rejection would have failed the eval
+    assert len(h.plans) == 6
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    assert len(live_allocs(h, job)) == 2
+
+
+def test_system_rejects_periodic_trigger():
+    h, _ = cluster(1)
+    job = register(h, mock.system_job())
+    run(h, job, Trigger.PERIODIC_JOB)
+    assert h.last_eval().status == EvalStatus.FAILED
+    assert not h.plans
+
+
+def test_alloc_for_removed_group_is_stopped():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    allocs = system_allocs(h, job, nodes)
+    job.task_groups[0].name = "other"
+    job = register(h, job)
+    run(h, job)
+    assert {s.alloc_id for s in stops(h.last_plan())} == {a.id for a in allocs}
+    assert {a.name for a in planned(h.last_plan())} == {f"{job.id}.other[0]"}
+
+
+def test_stopped_alloc_on_down_node_marked_lost():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    a = mock.alloc(job, nodes[0], desired_status=DesiredStatus.STOP)
+    b = mock.alloc(job, nodes[1])
+    h.upsert_allocs(a, b)
+    down = structs.copy_msg(nodes[0])
+    down.status = NodeStatus.DOWN
+    h.upsert_nodes(down)
+    run(h, job, Trigger.NODE_UPDATE)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == a.id and s.client_status == ClientStatus.LOST
