@@ -134,6 +134,13 @@ class Harness:
             )
         return self._write(out)
 
+    def set_scheduler_config(self, config: pb.SchedulerConfiguration) -> int:
+        """Operator scheduler configuration (algorithm, preemption)."""
+        c = structs.copy_msg(config)
+        return self._write(
+            [pb.Event(topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=c)]
+        )
+
     # ------------------------------------------------------------ running schedulers
 
     def process(

@@ -94,3 +94,44 @@ def test_add_preemptions():
     annotate.add_preemptions(out, "web", victims)
     assert out.desired_tg_updates["web"].preemptions == 2
     assert [a.id for a in out.preempted_allocs] == [v.id for v in victims]
+
+
+def _full_node_with_low_priority_alloc(h, nodes):
+    victim_job = mock.job(count=1, cpu=3500, priority=20)
+    victim = mock.alloc(victim_job, nodes[0])
+    h.upsert_allocs(victim)
+    return victim
+
+
+def test_system_preemption_is_planned_and_annotated():
+    h, nodes = cluster(1)
+    victim = _full_node_with_low_priority_alloc(h, nodes)
+    job = register(h, mock.system_job(cpu=3000, priority=70))
+    run(h, job, annotate_plan=True)
+    plan = h.last_plan()
+    (alloc,) = [a for lst in plan.node_allocation.values() for a in lst.allocs]
+    assert list(alloc.preempted_allocations) == [victim.id]
+    (evict,) = plan.node_preemptions[nodes[0].id].stops
+    assert evict.alloc_id == victim.id and evict.preempted_by_allocation == alloc.id
+    assert tg_updates(h)["web"].preemptions == 1
+    assert [a.id for a in plan.annotations.preempted_allocs] == [victim.id]
+    assert h.alloc(victim.id).desired_status == "evict"
+
+
+def test_service_preemption_follows_scheduler_config():
+    h, nodes = cluster(1)
+    victim = _full_node_with_low_priority_alloc(h, nodes)
+    job = register(h, mock.job(count=1, cpu=3000, priority=70))
+    run(h, job)
+    assert len(h.create_evals) == 1  # blocked: preemption is off for service
+
+    h.set_scheduler_config(
+        pb.SchedulerConfiguration(
+            preemption_config=pb.PreemptionConfig(service_scheduler_enabled=True)
+        )
+    )
+    h.create_evals.clear()
+    run(h, job, annotate_plan=True)
+    (alloc,) = [a for lst in h.last_plan().node_allocation.values() for a in lst.allocs]
+    assert list(alloc.preempted_allocations) == [victim.id]
+    assert tg_updates(h)["web"].preemptions == 1
