@@ -486,3 +486,5 @@ class GenericScheduler:
                     updated = structs.copy_msg(a)
         updated.reschedule_tracker.last_reschedule = util.LAST_RESCHEDULE_FAILED
         util.replace_alloc_in_plan(self.plan, updated)
+        if self.placer is not None:
+            self.placer.ctx.invalidate(prev.node_id)

@@ -414,7 +414,7 @@ class AllocReconciler:
 
         desired.migrate += len(migrate)
         for a in name_order(migrate):
-            res.stop.append(StopResult(a, util.ALLOC_MIGRATING))
+            res.stop.append(StopResult(a, util.ALLOC_MIGRATING, "", a.followup_eval_id))
             if self.is_batch and a.desired_transition.reschedule:
                 continue
             res.place.append(PlaceResult(name=a.name, task_group=tg, previous_alloc=a))

@@ -579,3 +579,183 @@ def test_queued_allocations_per_task_group():
     queued = dict(h.last_eval().queued_allocations)
     assert queued["web"] == 0
     assert queued["api"] == 3
+
+
+def test_datacenter_change_moves_allocs_destructively():
+    h, nodes = cluster(2)
+    dc2 = [mock.node(datacenter="dc2") for _ in range(2)]
+    h.upsert_nodes(*dc2)
+    job = register(h, mock.job(count=2))
+    allocs = running_allocs(h, job, nodes, 2)
+    del job.datacenters[:]
+    job.datacenters.append("dc2")
+    job = register(h, job)
+    run(h, job)
+    assert {s.alloc_id for s in stops(h.last_plan())} == {a.id for a in allocs}
+    assert {a.node_id for a in planned(h.last_plan())} <= {n.id for n in dc2}
+
+
+def test_sticky_disk_prefers_previous_node_on_update():
+    h, nodes = cluster(5)
+    job = mock.job(count=1)
+    job.task_groups[0].ephemeral_disk.sticky = True
+    job = register(h, job)
+    (a,) = running_allocs(h, job, nodes, 1)
+    job.task_groups[0].tasks[0].env["X"] = "1"
+    job = register(h, job)
+    run(h, job)
+    (new,) = planned(h.last_plan())
+    assert new.node_id == a.node_id and new.previous_allocation == a.id
+
+
+def test_eval_for_unknown_job_with_no_allocs_completes_without_plan():
+    h, _ = cluster(1)
+    job = mock.job(count=1)
+    run(h, job, Trigger.JOB_DEREGISTER)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+
+def test_register_count_zero_makes_no_plan():
+    h, _ = cluster(2)
+    job = register(h, mock.job(count=0))
+    run(h, job)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    assert not h.create_evals
+
+
+def test_feasible_and_infeasible_task_groups():
+    h, _ = cluster(2)
+    job = mock.job(count=2)
+    bad = structs.copy_msg(job.task_groups[0])
+    bad.name = "bad"
+    bad.constraints.add(l_target="${attr.kernel.name}", r_target="plan9", operand="=")
+    job.task_groups.append(bad)
+    job = register(h, job)
+    run(h, job)
+    assert {a.task_group for a in planned(h.last_plan())} == {"web"}
+    final = h.last_eval()
+    assert set(final.failed_tg_allocs) == {"bad"}
+    assert dict(final.queued_allocations) == {"web": 0, "bad": 2}
+    (blocked,) = h.create_evals
+    assert set(blocked.failed_tg_allocs) == {"bad"}
+
+
+def test_node_update_with_nothing_to_do_is_a_noop():
+    h, nodes = cluster(2)
+    job = register(h, mock.job(count=2))
+    running_allocs(h, job, nodes, 2)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+
+def test_batch_lost_alloc_on_down_node_is_replaced():
+    h, nodes = cluster(2)
+    job = register(h, mock.batch_job(count=1))
+    (a,) = running_allocs(h, job, nodes, 1)
+    down = structs.copy_msg(nodes[0])
+    down.status = NodeStatus.DOWN
+    h.upsert_nodes(down)
+    run(h, job, Trigger.NODE_UPDATE)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == a.id and s.client_status == ClientStatus.LOST
+    (new,) = planned(h.last_plan())
+    assert new.node_id == nodes[1].id and new.previous_allocation == a.id
+
+
+def test_multiple_failed_allocs_rescheduled_in_one_eval():
+    h, nodes = cluster(4)
+    job = mock.job(count=3)
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(delay=0, delay_function="constant", unlimited=True)
+    )
+    job = register(h, job)
+    allocs = running_allocs(h, job, nodes, 3)
+    for a in allocs[:2]:
+        fail(h, a, at=structs.now_ns() - SECOND)
+    run(h, job, Trigger.ALLOC_FAILURE)
+    new = planned(h.last_plan())
+    assert {a.previous_allocation for a in new} == {allocs[0].id, allocs[1].id}
+    assert {s.alloc_id for s in stops(h.last_plan())} == {allocs[0].id, allocs[1].id}
+
+
+def test_reschedule_tracker_keeps_only_events_inside_the_interval():
+    h, nodes = cluster(3)
+    job = mock.job(count=1)
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(attempts=5, interval=structs.HOUR, delay=0, delay_function="constant")
+    )
+    job = register(h, job)
+    (a,) = running_allocs(h, job, nodes, 1)
+    now = structs.now_ns()
+    f = structs.copy_msg(h.alloc(a.id))
+    f.reschedule_tracker.events.add(reschedule_time=now - 2 * structs.HOUR, prev_alloc_id="old")
+    f.reschedule_tracker.events.add(reschedule_time=now - 10 * MINUTE, prev_alloc_id="recent")
+    h.upsert_allocs(f)
+    fail(h, a, at=now - SECOND)
+    run(h, job, Trigger.ALLOC_FAILURE)
+    (new,) = planned(h.last_plan())
+    assert [e.prev_alloc_id for e in new.reschedule_tracker.events] == ["recent", a.id]
+
+
+def test_unlimited_reschedule_tracker_keeps_last_five_events():
+    h, nodes = cluster(3)
+    job = mock.job(count=1)
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(delay=0, delay_function="constant", unlimited=True)
+    )
+    job = register(h, job)
+    (a,) = running_allocs(h, job, nodes, 1)
+    f = structs.copy_msg(h.alloc(a.id))
+    for i in range(7):
+        f.reschedule_tracker.events.add(reschedule_time=i, prev_alloc_id=f"p{i}")
+    h.upsert_allocs(f)
+    fail(h, a, at=structs.now_ns() - SECOND)
+    run(h, job, Trigger.ALLOC_FAILURE)
+    (new,) = planned(h.last_plan())
+    assert [e.prev_alloc_id for e in new.reschedule_tracker.events] == [
+        "p2",
+        "p3",
+        "p4",
+        "p5",
+        "p6",
+        a.id,
+    ]
+
+
+def test_exponential_delay_recorded_on_the_tracker():
+    h, nodes = cluster(3)
+    job = mock.job(count=1)
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(
+            delay=SECOND, delay_function="exponential", max_delay=structs.HOUR, unlimited=True
+        )
+    )
+    job = register(h, job)
+    (a,) = running_allocs(h, job, nodes, 1)
+    f = structs.copy_msg(h.alloc(a.id))
+    f.reschedule_tracker.events.add(reschedule_time=structs.now_ns() - MINUTE, delay=SECOND)
+    h.upsert_allocs(f)
+    fail(h, a, at=structs.now_ns() - 10 * SECOND)
+    run(h, job, Trigger.ALLOC_FAILURE)
+    (new,) = planned(h.last_plan())
+    assert new.reschedule_tracker.events[-1].delay == 2 * SECOND
+
+
+def test_batch_drain_migrates_running_alloc():
+    h, nodes = cluster(2)
+    job = register(h, mock.batch_job(count=1))
+    (a,) = running_allocs(h, job, nodes, 1)
+    draining = structs.copy_msg(nodes[0])
+    draining.drain = True
+    h.upsert_nodes(draining)
+    m = structs.copy_msg(h.alloc(a.id))
+    m.desired_transition.migrate = True
+    h.upsert_allocs(m)
+    run(h, job, Trigger.NODE_DRAIN)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == a.id and s.desired_description == util.ALLOC_MIGRATING
+    (new,) = planned(h.last_plan())
+    assert new.node_id == nodes[1].id

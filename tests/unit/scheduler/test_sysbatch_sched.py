@@ -118,3 +118,35 @@ def test_filtered_nodes_are_skipped_silently():
     run(h, job)
     assert {a.node_id for a in planned(h.last_plan())} == {n.id for n in nodes}
     assert not h.create_evals and not h.last_eval().failed_tg_allocs
+
+
+def test_in_place_job_update_does_not_rerun_finished_allocs():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    h.upsert_allocs(*(finished(job, n) for n in nodes))
+    job.task_groups[0].restart_policy.attempts = 9
+    job = register(h, job)
+    run(h, job)
+    assert not h.plans or not planned(h.last_plan())
+
+
+def test_deregister_stops_running_allocs_only():
+    h, nodes = cluster(2)
+    job = register(h, mock.sysbatch_job())
+    live = mock.alloc(job, nodes[0])
+    h.upsert_allocs(live, finished(job, nodes[1]))
+    job.stop = True
+    job = register(h, job)
+    run(h, job, Trigger.JOB_DEREGISTER)
+    assert [s.alloc_id for s in stops(h.last_plan())] == [live.id]
+
+
+def test_sysbatch_does_not_preempt_by_default():
+    h, nodes = cluster(1)
+    hog = mock.alloc(mock.job(cpu=3500, priority=10), nodes[0])
+    h.upsert_allocs(hog)
+    job = register(h, mock.sysbatch_job(cpu=3000, priority=90))
+    run(h, job)
+    assert not h.plans or not planned(h.last_plan())
+    (blocked,) = h.create_evals
+    assert blocked.node_id == nodes[0].id

@@ -346,3 +346,44 @@ def test_stopped_alloc_on_down_node_marked_lost():
     run(h, job, Trigger.NODE_UPDATE)
     (s,) = stops(h.last_plan())
     assert s.alloc_id == a.id and s.client_status == ClientStatus.LOST
+
+
+def test_datacenter_removed_from_job_stops_its_allocs():
+    h, nodes = cluster(2)
+    dc2 = mock.node(datacenter="dc2")
+    h.upsert_nodes(dc2)
+    job = mock.system_job(datacenters=("dc1", "dc2"))
+    job = register(h, job)
+    allocs = system_allocs(h, job, [*nodes, dc2])
+    del job.datacenters[:]
+    job.datacenters.append("dc1")
+    job = register(h, job)
+    run(h, job)
+    stopped = {s.alloc_id for s in stops(h.last_plan())}
+    assert stopped == {allocs[2].id}
+
+
+def test_queued_allocations_with_multiple_task_groups():
+    h, nodes = cluster(3)
+    job = mock.system_job()
+    tg2 = structs.copy_msg(job.task_groups[0])
+    tg2.name = "sidecar"
+    tg2.constraints.add(l_target="${node.unique.id}", r_target=nodes[0].id, operand="=")
+    job.task_groups.append(tg2)
+    job = register(h, job)
+    run(h, job)
+    by_group: dict[str, int] = {}
+    for a in planned(h.last_plan()):
+        by_group[a.task_group] = by_group.get(a.task_group, 0) + 1
+    assert by_group == {"web": 3, "sidecar": 1}
+    assert dict(h.last_eval().queued_allocations) == {"web": 0, "sidecar": 0}
+    assert not h.create_evals
+
+
+def test_node_update_with_nothing_to_do_is_a_noop():
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job())
+    system_allocs(h, job, nodes)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
