@@ -304,23 +304,8 @@ class AllocReconciler:
         c = classify(allocs, self.tainted, self.now, self._tg_of)
         desired.ignore += len(c.ignore)
 
-        resched = {
-            "is_batch": self.is_batch,
-            "now": self.now,
-            "eval_id": self.eval_id,
-            "tg_of": self._tg_of,
-            "job_type": self.job_type,
-        }
-        untainted, reschedule_now, reschedule_later = filter_by_reschedulable(
-            c.untainted,
-            is_disconnecting=False,
-            **resched,  # type: ignore[arg-type]
-        )
-        _, mig_now, mig_later = filter_by_reschedulable(
-            c.migrate,
-            is_disconnecting=False,
-            **resched,  # type: ignore[arg-type]
-        )
+        untainted, reschedule_now, reschedule_later = self._reschedulable(c.untainted)
+        _, mig_now, mig_later = self._reschedulable(c.migrate)
         reschedule_now = union(reschedule_now, mig_now)
         reschedule_later = reschedule_later + mig_later
         migrate = dict(c.migrate)
@@ -509,6 +494,19 @@ class AllocReconciler:
             out[u.id] = u
         return out
 
+    def _reschedulable(
+        self, allocs: AllocSet, *, disconnecting: bool = False
+    ) -> tuple[AllocSet, AllocSet, list[DelayedReschedule]]:
+        return filter_by_reschedulable(
+            allocs,
+            is_batch=self.is_batch,
+            is_disconnecting=disconnecting,
+            now=self.now,
+            eval_id=self.eval_id,
+            tg_of=self._tg_of,
+            job_type=self.job_type,
+        )
+
     def _compute_disconnecting(
         self,
         tg: pb.TaskGroup,
@@ -519,15 +517,7 @@ class AllocReconciler:
     ) -> tuple[AllocSet, AllocSet, list[DelayedReschedule], dict[str, str]]:
         """Mark allocs of a disconnected node unknown, schedule the
         disconnect-timeout follow-up, and queue their replacements."""
-        u, now_set, later = filter_by_reschedulable(
-            disconnecting,
-            is_batch=self.is_batch,
-            is_disconnecting=True,
-            now=self.now,
-            eval_id=self.eval_id,
-            tg_of=self._tg_of,
-            job_type=self.job_type,
-        )
+        u, now_set, later = self._reschedulable(disconnecting, disconnecting=True)
         reschedule_now = union(reschedule_now, now_set)
         untainted = union(untainted, u)
         reschedule_later = reschedule_later + later
