@@ -3,6 +3,10 @@ in, plans and evals out (Nomad's generic_sched_test.go)."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from corral import structs
 from corral.structs import (
     MINUTE,
@@ -15,7 +19,11 @@ from corral.structs import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import mock, util
+from services.worker.scheduler.core_sched import CoreScheduler
+from services.worker.scheduler.generic_sched import GenericScheduler
 from services.worker.scheduler.harness import Harness
+from services.worker.scheduler.scheduler import Scheduler, SchedulerError, new_scheduler
+from services.worker.scheduler.system_sched import SystemScheduler
 
 
 def cluster(n: int = 10, **node_kw) -> tuple[Harness, list[pb.Node]]:
@@ -759,3 +767,40 @@ def test_batch_drain_migrates_running_alloc():
     assert s.alloc_id == a.id and s.desired_description == util.ALLOC_MIGRATING
     (new,) = planned(h.last_plan())
     assert new.node_id == nodes[1].id
+
+
+def test_partial_commit_without_refresh_is_a_scheduler_error():
+    """A planner that drops placements without a refresh snapshot breaks the
+    contract: the eval is nacked (SchedulerError), not silently completed."""
+    h, _ = cluster(2)
+    job = register(h, mock.job(count=2))
+    ev = mock.eval_for(job)
+
+    class Dropping(Harness):
+        def submit_plan(self, plan):
+            self.plans.append(plan)
+            return pb.PlanResult(), None
+
+    d = Dropping(h.store)
+    with pytest.raises(SchedulerError):
+        new_scheduler(job.type, h.snapshot(), d, log=logging.getLogger("t")).process(ev)
+    assert not d.evals
+
+
+def test_unknown_scheduler_type_is_an_error():
+    with pytest.raises(SchedulerError):
+        new_scheduler("quantum", Harness().snapshot(), Harness())
+
+
+def test_new_scheduler_types():
+    h = Harness()
+    kinds = {
+        "service": GenericScheduler,
+        "batch": GenericScheduler,
+        "system": SystemScheduler,
+        "sysbatch": SystemScheduler,
+        "_core": CoreScheduler,
+    }
+    for name, cls in kinds.items():
+        s = new_scheduler(name, h.snapshot(), h)
+        assert isinstance(s, cls) and isinstance(s, Scheduler)
