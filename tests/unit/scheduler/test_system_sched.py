@@ -387,3 +387,20 @@ def test_node_update_with_nothing_to_do_is_a_noop():
     run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
     assert not h.plans
     assert h.last_eval().status == EvalStatus.COMPLETE
+
+
+def test_alloc_update_before_heartbeat_is_left_alone():
+    """Seed 003 on a system job: running again while the node is still
+    disconnected: no second disconnect, nothing lost, nothing placed."""
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    job.task_groups[0].max_client_disconnect = 10 * MINUTE
+    job = register(h, job)
+    disc = structs.copy_msg(nodes[0])
+    disc.status = NodeStatus.DISCONNECTED
+    h.upsert_nodes(disc)
+    a = mock.alloc(job, nodes[0])
+    a.alloc_states.add(field="client_status", value="unknown", time=structs.now_ns() - MINUTE)
+    h.upsert_allocs(a, mock.alloc(job, nodes[1]))
+    run(h, job, Trigger.RECONNECT)
+    assert not h.plans
