@@ -307,7 +307,7 @@ class GenericScheduler:
         """Ignore, destructive, or the in-place updated alloc."""
         if existing.job_modify_index == job.job_modify_index:
             return True, False, None
-        old_job = util.alloc_job(self.snap, job, existing)
+        old_job = util.placed_job_version(self.snap, job, existing)
         if old_job is None or util.tasks_updated(job, old_job, tg.name):
             return False, True, None
         if structs.alloc_terminal(existing):

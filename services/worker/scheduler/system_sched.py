@@ -368,7 +368,7 @@ class SystemScheduler:
         for t in updates:
             a, tg = t.alloc, t.task_group
             assert a is not None and tg is not None and job is not None
-            old_job = util.alloc_job(self.snap, job, a)
+            old_job = util.placed_job_version(self.snap, job, a)
             if old_job is None or util.tasks_updated(job, old_job, tg.name):
                 destructive.append(t)
                 continue

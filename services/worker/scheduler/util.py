@@ -119,6 +119,14 @@ def alloc_job(snap: StateSnapshot, job: pb.Job | None, alloc: pb.Allocation) -> 
     return old if old is not None else job
 
 
+def placed_job_version(snap: StateSnapshot, job: pb.Job, alloc: pb.Allocation) -> pb.Job | None:
+    """Exactly the job version the alloc runs, or None if that version is no
+    longer stored (then an update must be treated as destructive)."""
+    if alloc.job_version == job.version:
+        return job
+    return snap.job_by_version(alloc.namespace, alloc.job_id, alloc.job_version)
+
+
 def job_stopped(job: pb.Job | None) -> bool:
     return job is None or job.stop
 

@@ -804,3 +804,15 @@ def test_new_scheduler_types():
     for name, cls in kinds.items():
         s = new_scheduler(name, h.snapshot(), h)
         assert isinstance(s, cls) and isinstance(s, Scheduler)
+
+
+def test_alloc_of_a_version_no_longer_stored_is_updated_destructively():
+    h, nodes = cluster(2)
+    job = register(h, mock.job(count=1))
+    a = mock.alloc(job, nodes[0])
+    a.job_version = 99  # its spec is gone: cannot prove an in-place update is safe
+    a.job_modify_index = 1
+    h.upsert_allocs(a)
+    run(h, job)
+    assert [s.alloc_id for s in stops(h.last_plan())] == [a.id]
+    assert len(planned(h.last_plan())) == 1
