@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from corral.store import StateSnapshot
 from corral.structs import JobType
 from corral.v1 import structs_pb2 as pb
+
+if TYPE_CHECKING:
+    from services.worker.scheduler.core_sched import GCConfig
 
 
 class SchedulerError(Exception):
@@ -83,9 +86,11 @@ def new_scheduler(
     planner: Planner,
     *,
     log: logging.Logger | None = None,
+    gc_config: GCConfig | None = None,
 ) -> Scheduler:
     """The scheduler for an eval type: service, batch, system, sysbatch or
-    `_core`. Unknown types raise `SchedulerError` (the worker nacks)."""
+    `_core` (whose GC thresholds `gc_config` overrides). Unknown types raise
+    `SchedulerError` (the worker nacks)."""
     # Imported here: the concrete schedulers import this module.
     from services.worker.scheduler.core_sched import CoreScheduler
     from services.worker.scheduler.generic_sched import GenericScheduler
@@ -101,5 +106,5 @@ def new_scheduler(
     if sched_type == JobType.SYSBATCH:
         return SystemScheduler(snapshot, planner, logger, sysbatch=True)
     if sched_type == JobType.CORE:
-        return CoreScheduler(snapshot, planner, logger)
+        return CoreScheduler(snapshot, planner, logger, gc_config)
     raise SchedulerError(f"unknown scheduler type {sched_type!r}")

@@ -298,3 +298,18 @@ def test_core_scheduler_needs_a_deleting_planner():
         CoreScheduler(h.snapshot(), PlainPlanner(), LOG, now=NOW).process(
             core_eval(CORE_JOB_EVAL_GC)
         )
+
+
+def test_new_scheduler_passes_gc_config():
+    from services.worker.scheduler.scheduler import new_scheduler
+
+    h = Harness()
+    job = mock.job()
+    ev = mock.eval_for(job, status=EvalStatus.COMPLETE)
+    ev.modify_time = structs.now_ns() - 10 * MINUTE
+    _put(h, job, ev)
+    new_scheduler("_core", h.snapshot(), h).process(core_eval(CORE_JOB_EVAL_GC))
+    assert h.deleted_evals == []
+    cfg = GCConfig(eval_gc_threshold=MINUTE)
+    new_scheduler("_core", h.snapshot(), h, gc_config=cfg).process(core_eval(CORE_JOB_EVAL_GC))
+    assert h.deleted_evals == [ev.id]
