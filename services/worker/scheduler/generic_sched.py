@@ -344,6 +344,20 @@ class GenericScheduler:
             job_of=lambda a: util.alloc_job(self.snap, job, a),
         )
         result = rec.compute()
+        self.log.debug(
+            "reconciled current state with desired state",
+            extra={
+                "eval_id": ev.id,
+                "job_id": ev.job_id,
+                "place": len(result.place),
+                "destructive": len(result.destructive_update),
+                "inplace": len(result.inplace_update),
+                "stop": len(result.stop),
+                "disconnect": len(result.disconnect_updates),
+                "reconnect": len(result.reconnect_updates),
+                "followups": len(result.followup_evals()),
+            },
+        )
         self.annotations = annotate.from_reconcile(result)
         self.followups = result.followup_evals()
         self.rolling_limited = bool(result.rolling_limited)
