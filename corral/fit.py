@@ -23,6 +23,7 @@ addresses). Network bandwidth (`mbits`) is not accounted, like modern Nomad.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -212,6 +213,16 @@ def _parse_port(text: str, field_name: str) -> int:
     return p
 
 
+@functools.lru_cache(maxsize=256)
+def _reserved_ports(spec: str) -> tuple[int, ...] | str:
+    """Parsed node reserved ports (nodes share a handful of specs), or the
+    parse error."""
+    try:
+        return tuple(parse_port_spec(spec))
+    except InvalidArgument as e:
+        return e.message
+
+
 class PortAssignmentError(Exception):
     """A network ask cannot be satisfied on this node (static port taken or
     dynamic range exhausted); the message is the exhaustion reason."""
@@ -260,10 +271,9 @@ class NetworkIndex:
         spec = node.reserved_resources.reserved_host_ports
         if not spec:
             return ""
-        try:
-            ports = parse_port_spec(spec)
-        except InvalidArgument as e:
-            return e.message
+        ports = _reserved_ports(spec)
+        if isinstance(ports, str):
+            return ports
         self.used.update(ports)
         return ""
 

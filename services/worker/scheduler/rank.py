@@ -5,9 +5,10 @@ For each candidate the `Ranker`:
 
 1. takes the node's proposed allocs (snapshot − plan stops/preemptions +
    plan placements) and sums what they use (`corral.fit`);
-2. assigns the group's ports (static and dynamic, from the node's dynamic
-   range) and device instances; failure exhausts the node ("network: …",
-   "devices: …");
+2. checks the group's ports are free (static ports unused, enough room in
+   the node's dynamic range) and assigns device instances; failure exhausts
+   the node ("network: …", "devices: …"); dynamic ports are only picked for
+   the chosen node;
 3. checks the group fits next to them (cores, cpu, memory, disk, max allocs);
    if not, and preemption is on, asks `preemption` for lower-priority allocs
    to evict, else exhausts the node with the failing dimension;
@@ -28,10 +29,10 @@ import random
 from dataclasses import dataclass, field
 
 from corral.fit import (
+    MAX_VALID_PORT,
     Capacity,
     DeviceAccounter,
     NetworkIndex,
-    PortAssignmentError,
     Usage,
     exceeded_dimension,
     node_capacity,
@@ -49,7 +50,12 @@ from services.worker.scheduler.spread import SpreadScorer
 BINPACK_MAX_FIT_SCORE = 18.0
 
 
-@dataclass
+#: placeholder until `finalize` builds the chosen node's resources (never
+#: handed out: only finalized options leave a select)
+_PENDING = pb.Resources()
+
+
+@dataclass(slots=True)
 class RankedNode:
     """A scored candidate node; for the chosen one, the resources to put
     in the new alloc (`alloc_resources` are totals including assigned ports
@@ -58,13 +64,13 @@ class RankedNode:
     node: pb.Node
     final_score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
-    alloc_resources: pb.Resources = field(default_factory=pb.Resources)
+    alloc_resources: pb.Resources = field(default_factory=lambda: _PENDING)
     task_resources: dict[str, pb.Resources] = field(default_factory=dict)
     preempted_allocs: list[pb.Allocation] = field(default_factory=list)
-    # assignments made while ranking, turned into protobufs by `finalize`
+    # assignments made while ranking/finalizing (None until needed)
     group_network: pb.NetworkResource | None = None
-    task_networks: dict[str, pb.NetworkResource] = field(default_factory=dict)
-    task_devices: dict[str, list[pb.AllocatedDevice]] = field(default_factory=dict)
+    task_networks: dict[str, pb.NetworkResource] | None = None
+    task_devices: dict[str, list[pb.AllocatedDevice]] | None = None
 
 
 def free_percentages(cap: Capacity, used: Usage) -> tuple[float, float]:
@@ -128,6 +134,9 @@ class Ranker:
         self.affinities: list[pb.Affinity] = []
         self._caps: dict[str, Capacity] = {}
         self._used: dict[str, tuple[list[pb.Allocation], Usage]] = {}
+        self._ports: dict[str, tuple[list[pb.Allocation], NetworkIndex, str]] = {}
+        self._static_ports: list[tuple[str, int]] = []
+        self._dynamic_ports = 0
         # the group's ask, precomputed per select
         self._cpu = self._cores = self._mem = self._disk = 0
         self._needs_network = False
@@ -148,6 +157,7 @@ class Ranker:
         cpu = cores = mem = 0
         needs_net = len(tg.networks) > 0
         needs_dev = False
+        asks = list(tg.networks[:1])
         affinities = list(job.affinities) + list(tg.affinities)
         for t in tg.tasks:
             r = t.resources
@@ -156,12 +166,15 @@ class Ranker:
             mem += r.memory_mb
             if len(r.networks):
                 needs_net = True
+                asks.append(r.networks[0])
             if len(r.devices):
                 needs_dev = True
             affinities.extend(t.affinities)
         self._cpu, self._cores, self._mem = cpu, cores, mem
         self._disk = tg.ephemeral_disk.size_mb
         self._needs_network = needs_net
+        self._static_ports = [(p.label, p.value) for a in asks for p in a.reserved_ports]
+        self._dynamic_ports = sum(len(a.dynamic_ports) for a in asks)
         self._needs_devices = needs_dev
         self.affinities = affinities if self.generic else []
         self._preempted_counts = None
@@ -186,25 +199,56 @@ class Ranker:
         self._used[node_id] = (proposed, used)
         return used
 
-    def _assign_networks(
-        self, node: pb.Node, proposed: list[pb.Allocation], option: RankedNode
-    ) -> bool:
-        tg = self.tg
-        assert tg is not None
+    def _port_index(self, node: pb.Node, proposed: list[pb.Allocation]) -> tuple[NetworkIndex, str]:
+        """The node's used ports (cached while its proposed allocs are
+        unchanged) and a collision reason if its state is already invalid."""
+        hit = self._ports.get(node.id)
+        if hit is not None and hit[0] is proposed:
+            return hit[1], hit[2]
         idx, reason = NetworkIndex.for_node(node, proposed)
+        self._ports[node.id] = (proposed, idx, reason)
+        return idx, reason
+
+    def _ports_available(self, node: pb.Node, proposed: list[pb.Allocation]) -> bool:
+        """Can the group's ports be had on the node? Only checked here; the
+        dynamic ports are picked for the chosen node alone (`finalize`)."""
+        idx, reason = self._port_index(node, proposed)
         if reason:
             self.ctx.exhausted_node(node, "network: port collision")
             return False
-        try:
-            if len(tg.networks):
-                option.group_network = idx.assign(tg.networks[0], self.rng)
-            for t in tg.tasks:
-                if len(t.resources.networks):
-                    option.task_networks[t.name] = idx.assign(t.resources.networks[0], self.rng)
-        except PortAssignmentError as e:
-            self.ctx.exhausted_node(node, f"network: {e}")
-            return False
+        used = idx.used
+        seen: set[int] = set()
+        for label, v in self._static_ports:
+            if v <= 0 or v >= MAX_VALID_PORT:
+                self.ctx.exhausted_node(node, f"network: invalid port {v} (out of range)")
+                return False
+            if v in used or v in seen:
+                self.ctx.exhausted_node(node, f"network: reserved port collision {label}={v}")
+                return False
+            seen.add(v)
+        if self._dynamic_ports:
+            lo, hi = idx.min_dynamic_port, idx.max_dynamic_port
+            taken = sum(1 for p in used if lo <= p <= hi) + sum(1 for p in seen if lo <= p <= hi)
+            if (hi - lo + 1) - taken < self._dynamic_ports:
+                self.ctx.exhausted_node(node, "network: dynamic port selection failed")
+                return False
         return True
+
+    def _assign_networks(self, option: RankedNode) -> None:
+        """Pick the chosen node's ports (static as asked, dynamic at random
+        from the free part of its range)."""
+        tg = self.tg
+        assert tg is not None
+        node = option.node
+        idx, _ = self._port_index(node, self.ctx.proposed_allocs(node.id))
+        idx = idx.copy()
+        if len(tg.networks):
+            option.group_network = idx.assign(tg.networks[0], self.rng)
+        for t in tg.tasks:
+            if len(t.resources.networks):
+                if option.task_networks is None:
+                    option.task_networks = {}
+                option.task_networks[t.name] = idx.assign(t.resources.networks[0], self.rng)
 
     def _assign_devices(
         self, node: pb.Node, proposed: list[pb.Allocation], option: RankedNode
@@ -227,6 +271,8 @@ class Ranker:
                     ids = free[:want]
                     for iid in ids:
                         acct.instances[key][iid] += 1
+                    if option.task_devices is None:
+                        option.task_devices = {}
                     option.task_devices.setdefault(t.name, []).append(
                         pb.AllocatedDevice(
                             vendor=dev.vendor, type=dev.type, name=dev.name, device_ids=ids
@@ -295,7 +341,7 @@ class Ranker:
         proposed = ctx.proposed_allocs(node.id)
         used = self._usage(node.id, proposed, cap.mhz_per_core)
         option = RankedNode(node)
-        if self._needs_network and not self._assign_networks(node, proposed, option):
+        if self._needs_network and not self._ports_available(node, proposed):
             return None
         if self._needs_devices and not self._assign_devices(node, proposed, option):
             return None
@@ -374,6 +420,8 @@ class Ranker:
         """Build the chosen node's task and alloc resources."""
         tg = self.tg
         assert tg is not None
+        if self._needs_network:
+            self._assign_networks(option)
         total = pb.Resources(disk_mb=tg.ephemeral_disk.size_mb)
         if option.group_network is not None:
             total.networks.append(option.group_network)
@@ -386,11 +434,11 @@ class Ranker:
                 memory_max_mb=r.memory_max_mb if self.memory_oversubscription else 0,
                 devices=r.devices,
             )
-            net = option.task_networks.get(t.name)
+            net = option.task_networks.get(t.name) if option.task_networks else None
             if net is not None:
                 tr.networks.append(net)
                 total.networks.append(net)
-            devs = option.task_devices.get(t.name)
+            devs = option.task_devices.get(t.name) if option.task_devices else None
             if devs:
                 tr.allocated_devices.extend(devs)
                 total.allocated_devices.extend(devs)
