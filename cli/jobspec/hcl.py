@@ -36,12 +36,35 @@ _OPTIONS = SerializationOptions(
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "service", "check", "template", "artifact", "vault", "consul", "volume", "volume_mount",
-        "lifecycle", "logs", "identity", "csi_plugin", "dispatch_payload", "scaling", "connect",
-        "multiregion", "secret", "action", "schedule", "numa", "kind", "shutdown_delay",
-        "max_kill_timeout", "vault_token", "consul_token", "ui", "sidecar_task",
+        "service",
+        "check",
+        "template",
+        "artifact",
+        "vault",
+        "consul",
+        "volume",
+        "volume_mount",
+        "lifecycle",
+        "logs",
+        "identity",
+        "csi_plugin",
+        "dispatch_payload",
+        "scaling",
+        "connect",
+        "multiregion",
+        "secret",
+        "action",
+        "schedule",
+        "numa",
+        "kind",
+        "shutdown_delay",
+        "max_kill_timeout",
+        "vault_token",
+        "consul_token",
+        "ui",
+        "sidecar_task",
     }
-)  # fmt: skip
+)
 
 Path = tuple[Any, ...]
 
@@ -415,23 +438,49 @@ def _fill(msg: Any, body: Body, spec: list[tuple[str, str, str]]) -> set[str]:
 
 # --------------------------------------------------------------- stanzas
 
-RESTART = [("attempts", "int", "attempts"), ("interval", "dur", "interval"),
-           ("delay", "dur", "delay"), ("mode", "str", "mode")]  # fmt: skip
-RESCHEDULE = [("attempts", "int", "attempts"), ("interval", "dur", "interval"),
-              ("delay", "dur", "delay"), ("delay_function", "str", "delay_function"),
-              ("max_delay", "dur", "max_delay"), ("unlimited", "bool", "unlimited")]  # fmt: skip
-UPDATE = [("stagger", "dur", "stagger"), ("max_parallel", "int", "max_parallel"),
-          ("health_check", "str", "health_check"), ("min_healthy_time", "dur", "min_healthy_time"),
-          ("healthy_deadline", "dur", "healthy_deadline"),
-          ("progress_deadline", "dur", "progress_deadline"), ("auto_revert", "bool", "auto_revert"),
-          ("auto_promote", "bool", "auto_promote"), ("canary", "int", "canary")]  # fmt: skip
-MIGRATE = [("max_parallel", "int", "max_parallel"), ("health_check", "str", "health_check"),
-           ("min_healthy_time", "dur", "min_healthy_time"),
-           ("healthy_deadline", "dur", "healthy_deadline")]  # fmt: skip
+RESTART = [
+    ("attempts", "int", "attempts"),
+    ("interval", "dur", "interval"),
+    ("delay", "dur", "delay"),
+    ("mode", "str", "mode"),
+]
+RESCHEDULE = [
+    ("attempts", "int", "attempts"),
+    ("interval", "dur", "interval"),
+    ("delay", "dur", "delay"),
+    ("delay_function", "str", "delay_function"),
+    ("max_delay", "dur", "max_delay"),
+    ("unlimited", "bool", "unlimited"),
+]
+UPDATE = [
+    ("stagger", "dur", "stagger"),
+    ("max_parallel", "int", "max_parallel"),
+    ("health_check", "str", "health_check"),
+    ("min_healthy_time", "dur", "min_healthy_time"),
+    ("healthy_deadline", "dur", "healthy_deadline"),
+    ("progress_deadline", "dur", "progress_deadline"),
+    ("auto_revert", "bool", "auto_revert"),
+    ("auto_promote", "bool", "auto_promote"),
+    ("canary", "int", "canary"),
+]
+MIGRATE = [
+    ("max_parallel", "int", "max_parallel"),
+    ("health_check", "str", "health_check"),
+    ("min_healthy_time", "dur", "min_healthy_time"),
+    ("healthy_deadline", "dur", "healthy_deadline"),
+]
 
 # constraint { <operator> = value } shorthands Nomad accepts
-_SHORTHAND = ("regexp", "version", "semver", "set_contains", "set_contains_all",
-              "set_contains_any", "distinct_property", "distinct_hosts")  # fmt: skip
+_SHORTHAND = (
+    "regexp",
+    "version",
+    "semver",
+    "set_contains",
+    "set_contains_all",
+    "set_contains_any",
+    "distinct_property",
+    "distinct_hosts",
+)
 
 
 def _value_str(value: Any) -> str:
@@ -600,8 +649,15 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     _policy(body, "migrate", tg.migrate, f"{body.proto}.migrate", MIGRATE)
     eb = body.block("ephemeral_disk", f"{body.proto}.ephemeral_disk")
     if eb is not None:
-        _fill(tg.ephemeral_disk, eb, [("sticky", "bool", "sticky"), ("migrate", "bool", "migrate"),
-                                      ("size", "int", "size_mb")])  # fmt: skip
+        _fill(
+            tg.ephemeral_disk,
+            eb,
+            [
+                ("sticky", "bool", "sticky"),
+                ("migrate", "bool", "migrate"),
+                ("size", "int", "size_mb"),
+            ],
+        )
         eb.done()
     _network(body, tg.networks)
     meta = body.string_map("meta")

@@ -40,10 +40,27 @@ _RENAMES = {
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
 _IGNORED = frozenset(
-    {"Region", "Status", "StatusDescription", "Stable", "Version", "SubmitTime", "CreateIndex",
-     "ModifyIndex", "JobModifyIndex", "Stop", "SpecType", "VersionTag", "DispatchIdempotencyToken",
-     "NomadTokenID", "ConsulToken", "VaultToken", "VaultNamespace", "ConsulNamespace"}
-)  # fmt: skip
+    {
+        "Region",
+        "Status",
+        "StatusDescription",
+        "Stable",
+        "Version",
+        "SubmitTime",
+        "CreateIndex",
+        "ModifyIndex",
+        "JobModifyIndex",
+        "Stop",
+        "SpecType",
+        "VersionTag",
+        "DispatchIdempotencyToken",
+        "NomadTokenID",
+        "ConsulToken",
+        "VaultToken",
+        "VaultNamespace",
+        "ConsulNamespace",
+    }
+)
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z][a-z])")
 
 

@@ -1,0 +1,7 @@
+"""`python -m cli` is `corral`."""
+
+import sys
+
+from cli.main import main
+
+sys.exit(main())

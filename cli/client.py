@@ -1,0 +1,92 @@
+"""The connection to a Corral cluster: one synchronous gRPC channel to the
+state service's public API (`-address`, else `$CORRAL_ADDR`, else
+127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs
+live on other processes; `worker()` and `client_alloc()` dial those."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import grpc
+
+from corral.v1 import (
+    alloc_pb2_grpc,
+    eval_pb2_grpc,
+    event_pb2_grpc,
+    job_pb2_grpc,
+    node_pb2_grpc,
+    operator_pb2_grpc,
+    worker_pb2_grpc,
+)
+
+DEFAULT_ADDR = "127.0.0.1:4646"
+ENV_ADDR = "CORRAL_ADDR"
+# Unary calls fail after this long rather than hang (blocking queries pass
+# their own, longer deadline).
+DEFAULT_TIMEOUT = 30.0
+
+
+def normalize_address(address: str) -> str:
+    """Accept Nomad-style `http://host:port` too: gRPC wants `host:port`."""
+    for scheme in ("http://", "https://", "grpc://"):
+        if address.startswith(scheme):
+            address = address[len(scheme) :]
+    return address.rstrip("/")
+
+
+def resolve_address(flag: str | None) -> str:
+    return normalize_address(flag or os.environ.get(ENV_ADDR) or DEFAULT_ADDR)
+
+
+@dataclass
+class Client:
+    address: str
+    _channels: dict[str, grpc.Channel] = field(default_factory=dict)
+
+    def channel(self, address: str | None = None) -> grpc.Channel:
+        addr = normalize_address(address or self.address)
+        if addr not in self._channels:
+            self._channels[addr] = grpc.insecure_channel(
+                addr,
+                options=[
+                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+        return self._channels[addr]
+
+    @property
+    def jobs(self) -> job_pb2_grpc.JobStub:
+        return job_pb2_grpc.JobStub(self.channel())
+
+    @property
+    def nodes(self) -> node_pb2_grpc.NodeStub:
+        return node_pb2_grpc.NodeStub(self.channel())
+
+    @property
+    def allocs(self) -> alloc_pb2_grpc.AllocStub:
+        return alloc_pb2_grpc.AllocStub(self.channel())
+
+    @property
+    def evals(self) -> eval_pb2_grpc.EvalsStub:
+        return eval_pb2_grpc.EvalsStub(self.channel())
+
+    @property
+    def events(self) -> event_pb2_grpc.EventStub:
+        return event_pb2_grpc.EventStub(self.channel())
+
+    @property
+    def operator(self) -> operator_pb2_grpc.OperatorStub:
+        return operator_pb2_grpc.OperatorStub(self.channel())
+
+    def worker(self, address: str) -> worker_pb2_grpc.WorkerStub:
+        return worker_pb2_grpc.WorkerStub(self.channel(address))
+
+    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
+        return alloc_pb2_grpc.ClientAllocStub(self.channel(address))
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        self._channels.clear()

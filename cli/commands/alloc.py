@@ -1,0 +1,211 @@
+"""`corral alloc status|stop|logs`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import grpc
+
+from cli.commands import group, not_found
+from cli.main import CliError, Context, common
+from cli.monitor import monitor_eval
+from cli.output import fmt_ago, fmt_time, heading, kv, print_json, short, table
+from corral.v1 import alloc_pb2, node_pb2
+from corral.v1 import structs_pb2 as pb
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    allocs = group(sub, "alloc", "Inspect and stop allocations, read task logs")
+
+    p = allocs.add_parser(
+        "status", help="Show an allocation: task states, events, placement metrics"
+    )
+    p.add_argument("alloc", help="alloc id or unique prefix")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_status)
+
+    p = allocs.add_parser("stop", help="Stop an allocation (the scheduler replaces it)")
+    p.add_argument("alloc")
+    p.add_argument("-detach", "--detach", action="store_true")
+    p.add_argument(
+        "-no-shutdown-delay", "--no-shutdown-delay", dest="no_shutdown_delay", action="store_true"
+    )
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_stop)
+
+    p = allocs.add_parser("logs", help="Print a task's stdout (or -stderr), from its client node")
+    p.add_argument("alloc")
+    p.add_argument(
+        "task", nargs="?", default="", help="task name (needed when the group has several)"
+    )
+    p.add_argument("-task", "--task", dest="task_flag", default="")
+    p.add_argument("-stderr", "--stderr", dest="stderr", action="store_true")
+    p.add_argument("-f", "--follow", "-follow", dest="follow", action="store_true")
+    p.add_argument("-tail", "--tail", dest="tail", action="store_true", help="start from the end")
+    p.add_argument(
+        "-n", "--lines", dest="lines", type=int, default=10, help="lines with -tail (default 10)"
+    )
+    p.add_argument("-c", "--bytes", dest="bytes", type=int, default=0, help="bytes with -tail")
+    common(p, verbose=True)
+    p.set_defaults(func=cmd_logs)
+
+
+def get_alloc(ctx: Context, alloc_id: str) -> pb.Allocation:
+    try:
+        resp = ctx.client.allocs.Get(alloc_pb2.AllocGetRequest(alloc_id=alloc_id), timeout=30)
+        return resp.alloc
+    except grpc.RpcError as exc:
+        if not_found(exc):
+            raise CliError(f'no allocation with id or prefix "{alloc_id}"') from None
+        raise
+
+
+def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+    a = get_alloc(ctx, args.alloc)
+    if args.json:
+        print_json(a, ctx.out)
+        return 0
+    v = args.verbose
+    pairs: list[tuple[str, object]] = [
+        ("ID", short(a.id, v)),
+        ("Eval ID", short(a.eval_id, v)),
+        ("Name", a.name),
+        ("Node ID", short(a.node_id, v)),
+        ("Node Name", a.node_name),
+        ("Job ID", a.job_id),
+        ("Job Version", a.job_version),
+        ("Client Status", a.client_status),
+        ("Client Description", a.client_description or "<none>"),
+        ("Desired Status", a.desired_status),
+        ("Desired Description", a.desired_description or "<none>"),
+        ("Created", fmt_ago(a.create_time)),
+        ("Modified", fmt_ago(a.modify_time)),
+    ]
+    if a.previous_allocation:
+        pairs.append(("Replacement Of", short(a.previous_allocation, v)))
+    if a.next_allocation:
+        pairs.append(("Replaced By", short(a.next_allocation, v)))
+    if a.followup_eval_id:
+        pairs.append(("Follow-up Eval", short(a.followup_eval_id, v)))
+    if a.preempted_by_allocation:
+        pairs.append(("Preempted By", short(a.preempted_by_allocation, v)))
+    kv(pairs, ctx.out)
+    r = a.resources
+    heading("Allocated Resources", ctx.out)
+    ports = [
+        f"{p.label}:{p.value}" for n in r.networks for p in (*n.reserved_ports, *n.dynamic_ports)
+    ]
+    kv(
+        [
+            ("CPU", f"{r.cpu} MHz"),
+            ("Memory", f"{r.memory_mb} MiB"),
+            ("Disk", f"{r.disk_mb} MiB"),
+            ("Ports", ", ".join(ports) or "<none>"),
+        ],
+        ctx.out,
+    )
+    for name in sorted(a.task_states):
+        ts = a.task_states[name]
+        heading(f'Task "{name}" is "{ts.state}"', ctx.out)
+        kv(
+            [
+                ("Started At", fmt_time(ts.started_at)),
+                ("Finished At", fmt_time(ts.finished_at)),
+                ("Total Restarts", ts.restarts),
+                ("Failed", str(ts.failed).lower()),
+            ],
+            ctx.out,
+        )
+        if ts.events:
+            heading("Recent Events:", ctx.out)
+            events = list(ts.events)[::-1] if v else list(ts.events)[-10:][::-1]
+            table(
+                ("Time", "Type", "Description"),
+                [(fmt_time(e.time), e.type, e.display_message or e.message) for e in events],
+                ctx.out,
+            )
+    if v and a.HasField("metrics"):
+        m = a.metrics
+        heading("Placement Metrics", ctx.out)
+        kv(
+            [
+                ("Nodes Evaluated", m.nodes_evaluated),
+                ("Nodes Filtered", m.nodes_filtered),
+                ("Nodes Exhausted", m.nodes_exhausted),
+                ("Nodes In Pool", m.nodes_in_pool),
+                ("Allocation Time", f"{m.allocation_time / 1e6:.3f}ms"),
+            ],
+            ctx.out,
+        )
+        if m.score_meta_data:
+            scorers = sorted({k for s in m.score_meta_data for k in s.scores})
+            table(
+                ("Node", *scorers, "final score"),
+                [
+                    (
+                        short(s.node_id, v),
+                        *(f"{s.scores.get(k, 0):.3g}" for k in scorers),
+                        f"{s.norm_score:.3g}",
+                    )
+                    for s in m.score_meta_data
+                ],
+                ctx.out,
+            )
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace, ctx: Context) -> int:
+    a = get_alloc(ctx, args.alloc)
+    resp: alloc_pb2.AllocStopResponse = ctx.client.allocs.Stop(
+        alloc_pb2.AllocStopRequest(alloc_id=a.id, no_shutdown_delay=args.no_shutdown_delay),
+        timeout=30,
+    )
+    if args.json:
+        print_json(resp, ctx.out)
+        return 0
+    if args.detach or not resp.eval_id:
+        ctx.out.write(f"Eval ID: {resp.eval_id}\n")
+        return 0
+    return monitor_eval(ctx.client, resp.eval_id, ctx.out, verbose=args.verbose).exit_code
+
+
+def cmd_logs(args: argparse.Namespace, ctx: Context) -> int:
+    a = get_alloc(ctx, args.alloc)
+    task = args.task_flag or args.task
+    if not task:
+        names = sorted(a.task_states) or sorted(a.task_resources)
+        if len(names) == 1:
+            task = names[0]
+        elif not names:
+            raise CliError(f'allocation "{short(a.id)}" has no tasks yet; give the task name')
+        else:
+            raise CliError(
+                f'allocation "{short(a.id)}" has several tasks ({", ".join(names)}); name one'
+            )
+    node = ctx.client.nodes.Get(node_pb2.NodeGetRequest(node_id=a.node_id), timeout=30).node
+    if not node.http_addr:
+        raise CliError(f'node "{short(node.id)}" does not advertise an address for logs')
+    req = alloc_pb2.AllocLogsRequest(
+        alloc_id=a.id, task=task, type="stderr" if args.stderr else "stdout", follow=args.follow
+    )
+    trim_lines = 0
+    if args.tail:
+        req.origin = "end"
+        if args.bytes:
+            req.offset = args.bytes
+        else:
+            req.offset = max(4096, args.lines * 512)
+            trim_lines = args.lines
+    stream = ctx.client.client_alloc(node.http_addr).Logs(req, timeout=None if args.follow else 60)
+    out = sys.stdout.buffer
+    first = True
+    for chunk in stream:
+        data = chunk.data
+        if first and trim_lines:
+            lines = data.splitlines(keepends=True)
+            data = b"".join(lines[-trim_lines:])
+        first = False
+        out.write(data)
+        out.flush()
+    return 0

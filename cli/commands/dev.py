@@ -1,0 +1,339 @@
+"""`corral dev` (also `corral agent -dev`): a whole Corral on one machine.
+
+Embedded PostgreSQL, migrations, then every role as its own process, started
+by module name and in dependency order — state, broker, planner, worker and
+one client agent (raw_exec and mock drivers) — each waited for through its
+ready file. Prints a table of the processes, then watches them: Ctrl-C or
+SIGTERM stops every role (SIGTERM, SIGKILL after a grace period) and the
+database, so nothing is left running. If a role exits on its own, the rest
+are stopped too and the exit code is 1.
+
+Data (PostgreSQL, logs, ready files, agent state) lives in `-data-dir`
+(default `.corral/dev`), kept between runs; `-ephemeral` uses a temporary
+directory removed at exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from cli.commands import group as _group  # noqa: F401 - keeps the import graph uniform
+from cli.main import CliError, Context
+from cli.output import table
+from cli.supervisor import RoleProcess, Shutdown, StartError, shutdown_signals, stop_all
+
+DEFAULT_DATA_DIR = ".corral/dev"
+DEFAULT_PORT = 4646
+
+# role, module, the address flags it is given (all also go in the environment)
+ROLE_ORDER = ("state", "broker", "planner", "worker", "agent")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "dev",
+        help="Run a whole Corral locally (embedded PostgreSQL and every role)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_dev_flags(p)
+    p.set_defaults(func=cmd_dev)
+
+
+def add_dev_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-data-dir",
+        "--data-dir",
+        dest="data_dir",
+        default=None,
+        help=f"where PostgreSQL data, logs and agent state live (default {DEFAULT_DATA_DIR})",
+    )
+    p.add_argument(
+        "-ephemeral",
+        "--ephemeral",
+        action="store_true",
+        help="use a temporary data directory, deleted at exit",
+    )
+    p.add_argument(
+        "-port",
+        "--port",
+        type=int,
+        default=None,
+        help=f"state service (public API) port (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    p.add_argument("-bind", "--bind", default="127.0.0.1", help="address every role listens on")
+    p.add_argument(
+        "-dsn",
+        "--dsn",
+        default=os.environ.get("CORRAL_DSN", ""),
+        help="use this PostgreSQL instead of the embedded one (env CORRAL_DSN)",
+    )
+    p.add_argument(
+        "-workers",
+        "--workers",
+        type=int,
+        default=None,
+        help="scheduler loops in the worker process (default: the worker's own)",
+    )
+    p.add_argument(
+        "-no-agent",
+        "--no-agent",
+        dest="no_agent",
+        action="store_true",
+        help="do not start the local client node",
+    )
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _say(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
+    port = DEFAULT_PORT if args.port is None else args.port
+    if port < 0 or port > 65535:
+        raise CliError("-port must be 0..65535")
+    if port and not _port_free(args.bind, port):
+        raise CliError(
+            f"port {port} on {args.bind} is in use (is another `corral dev` running?); "
+            "stop it or pick another port with -port"
+        )
+    if args.ephemeral:
+        data_dir = Path(tempfile.mkdtemp(prefix="corral-dev-"))
+    else:
+        data_dir = Path(args.data_dir or DEFAULT_DATA_DIR).resolve()
+        data_dir.mkdir(parents=True, exist_ok=True)
+    logs = data_dir / "logs"
+    run = data_dir / "run"
+    roles: list[RoleProcess] = []
+    pg = None
+    code = 0
+    with shutdown_signals():
+        try:
+            _say(f"Data directory: {data_dir}{' (ephemeral)' if args.ephemeral else ''}")
+            dsn = args.dsn
+            if not dsn:
+                _say("Starting embedded PostgreSQL")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    from corral.pgserver import EmbeddedPostgres
+
+                    pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
+                    dsn = pg.start()
+            env = dict(os.environ)
+            env.update({"CORRAL_DSN": dsn, "PYTHONUNBUFFERED": "1"})
+            env.pop("CORRAL_ADDR", None)
+            _say("Applying migrations")
+            _migrate(dsn, env, logs / "migrate.log")
+            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles)
+        except Shutdown as sig:
+            print(f"\n==> Caught {sig}, shutting down", flush=True)
+        except StartError as exc:
+            print(f"Error: {exc}", file=sys.stderr, flush=True)
+            code = 1
+        finally:
+            # No signal may interrupt the orderly stop below.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if roles:
+                _say("Stopping " + ", ".join(r.role for r in reversed(roles) if r.proc))
+                killed = stop_all(roles)
+                if killed:
+                    _say(f"Killed after {10}s grace: {', '.join(killed)}")
+            if pg is not None:
+                _say("Stopping PostgreSQL")
+                try:
+                    pg.stop()
+                except Exception as exc:  # report, keep cleaning up
+                    print(f"Error: stopping PostgreSQL: {exc}", file=sys.stderr)
+            (data_dir / "dev.json").unlink(missing_ok=True)
+            if args.ephemeral:
+                shutil.rmtree(data_dir, ignore_errors=True)
+            _say("Stopped")
+    return code
+
+
+def _migrate(dsn: str, env: dict[str, str], log_path: Path) -> None:
+    import subprocess
+
+    from cli.supervisor import module_exists
+
+    if not module_exists("services.state"):
+        raise StartError("role state: module services.state does not exist yet; cannot migrate")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.run(
+            [sys.executable, "-m", "services.state", "migrate", "--dsn", dsn],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-8:]
+        raise StartError(
+            "migrations failed; last lines of " + str(log_path) + ":\n    " + "\n    ".join(tail)
+        )
+
+
+def _run_roles(
+    args: argparse.Namespace,
+    data_dir: Path,
+    logs: Path,
+    run: Path,
+    env: dict[str, str],
+    dsn: str,
+    port: int,
+    roles: list[RoleProcess],
+) -> int:
+    bind = args.bind
+
+    def start(role: str, argv: list[str], extra_env: dict[str, str] | None = None) -> RoleProcess:
+        rp = RoleProcess(role, f"services.{role}", argv, logs / f"{role}.log", run / f"{role}.json")
+        roles.append(rp)
+        _say(f"Starting {role}")
+        role_env = dict(env)
+        role_env.update(extra_env or {})
+        role_env[f"CORRAL_{role.upper()}_LISTEN"] = argv[argv.index("--listen") + 1]
+        role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = f"{bind}:0"
+        rp.start(role_env)
+        rp.wait_ready()
+        return rp
+
+    state = start(
+        "state", ["--dsn", dsn, "--listen", f"{bind}:{port}", "--metrics-listen", f"{bind}:0"]
+    )
+    env["CORRAL_STATE_ADDR"] = state.address
+    broker = start(
+        "broker",
+        [
+            "--dsn",
+            dsn,
+            "--state-addr",
+            state.address,
+            "--listen",
+            f"{bind}:0",
+            "--metrics-listen",
+            f"{bind}:0",
+        ],
+    )
+    env["CORRAL_BROKER_ADDR"] = broker.address
+    planner = start(
+        "planner",
+        [
+            "--dsn",
+            dsn,
+            "--state-addr",
+            state.address,
+            "--broker-addr",
+            broker.address,
+            "--listen",
+            f"{bind}:0",
+            "--metrics-listen",
+            f"{bind}:0",
+        ],
+    )
+    env["CORRAL_PLANNER_ADDR"] = planner.address
+    worker_env = {}
+    if args.workers is not None:
+        worker_env["CORRAL_WORKER_NUM_SCHEDULERS"] = str(args.workers)
+    start(
+        "worker",
+        [
+            "--state-addr",
+            state.address,
+            "--broker-addr",
+            broker.address,
+            "--planner-addr",
+            planner.address,
+            "--listen",
+            f"{bind}:0",
+            "--metrics-listen",
+            f"{bind}:0",
+        ],
+        worker_env,
+    )
+    if not args.no_agent:
+        agent_dir = data_dir / "agent"
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        start(
+            "agent",
+            [
+                "--state-addr",
+                state.address,
+                "--listen",
+                f"{bind}:0",
+                "--metrics-listen",
+                f"{bind}:0",
+            ],
+            {
+                "CORRAL_AGENT_DATA_DIR": str(agent_dir),
+                "CORRAL_AGENT_DRIVERS": "raw_exec,mock",
+                "CORRAL_AGENT_NODE_NAME": socket.gethostname(),
+            },
+        )
+
+    summary = {
+        r.role: {
+            "pid": r.pid,
+            "address": r.address,
+            "metrics": r.info.get("metrics", ""),
+            "log": str(r.log_path),
+        }
+        for r in roles
+    }
+    (data_dir / "dev.json").write_text(
+        json.dumps(
+            {"address": state.address, "data_dir": str(data_dir), "dsn": dsn, "roles": summary},
+            indent=2,
+        )
+    )
+    print()
+    table(
+        ("Role", "PID", "Address", "Metrics", "Log"),
+        [
+            (r.role, r.pid, r.address, r.info.get("metrics") or "-", os.path.relpath(r.log_path))
+            for r in roles
+        ],
+    )
+    print(
+        f"\nCorral is running. The public API is at {state.address}.\n"
+        f"In another terminal:\n\n"
+        + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")
+        + "    corral job run examples/hello.nomad.hcl\n"
+        "    corral job status hello\n\n"
+        "Press Ctrl-C to stop everything.\n",
+        flush=True,
+    )
+    while True:
+        for r in roles:
+            assert r.proc is not None
+            rc = r.proc.poll()
+            if rc is not None:
+                print(
+                    f"Error: role {r.role} exited with code {rc}; "
+                    f"last lines of {r.log_path}:\n{r.tail()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+        time.sleep(0.5)

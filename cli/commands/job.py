@@ -1,0 +1,551 @@
+"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import grpc
+
+from cli.commands import group, not_found
+from cli.jobspec import load_job
+from cli.jobspec.duration import format_duration
+from cli.main import CliError, Context, common
+from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
+from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
+from cli.plan_output import changes, write_plan
+from corral.structs import EvalStatus, JobType
+from corral.v1 import job_pb2, query_pb2
+from corral.v1 import structs_pb2 as pb
+
+PLAN_EXIT_ERROR = 255
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    jobs = group(sub, "job", "Register, plan, inspect and stop jobs")
+
+    p = jobs.add_parser("run", help="Register a job file and monitor its evaluation")
+    p.add_argument("file", help="job file (HCL or JSON; - for stdin)")
+    p.add_argument("-detach", "--detach", action="store_true", help="return after registering")
+    p.add_argument(
+        "-check-index",
+        "--check-index",
+        dest="check_index",
+        type=int,
+        default=None,
+        help="register only if the job's modify index equals this (0: must not exist)",
+    )
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_run)
+
+    p = jobs.add_parser(
+        "plan", help="Dry-run a job file: what would change (exit 1 if allocs change)"
+    )
+    p.add_argument("file")
+    p.add_argument("-diff", "--diff", dest="diff", action="store_true", default=True)
+    p.add_argument("-no-diff", "--no-diff", dest="diff", action="store_false")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_plan)
+
+    p = jobs.add_parser("validate", help="Parse and check a job file without contacting a server")
+    p.add_argument("file")
+    p.add_argument(
+        "-json", "--json", dest="json", action="store_true", help="print the job as JSON"
+    )
+    p.set_defaults(func=cmd_validate)
+
+    p = jobs.add_parser("status", help="List jobs, or show one job with its allocations")
+    p.add_argument("job", nargs="?", help="job id or unique prefix")
+    p.add_argument("-all-allocs", "--all-allocs", dest="all_allocs", action="store_true")
+    p.add_argument("-evals", "--evals", dest="evals", action="store_true")
+    p.add_argument("-short", "--short", dest="short", action="store_true")
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_status)
+
+    p = jobs.add_parser("stop", help="Stop a job (and -purge it)")
+    p.add_argument("job")
+    p.add_argument("-purge", "--purge", action="store_true", help="remove the job from state")
+    p.add_argument("-detach", "--detach", action="store_true")
+    p.add_argument(
+        "-yes",
+        "--yes",
+        "-y",
+        action="store_true",
+        help="no confirmation (accepted for Nomad compatibility)",
+    )
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_stop)
+
+    p = jobs.add_parser("history", help="A job's versions (-p for the diffs between them)")
+    p.add_argument("job")
+    p.add_argument(
+        "-p", "--p", dest="diffs", action="store_true", help="show the diff of each version"
+    )
+    p.add_argument("-version", "--version", dest="version", type=int, default=None)
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_history)
+
+    p = jobs.add_parser("inspect", help="Print a job's registered specification as JSON")
+    p.add_argument("job")
+    p.add_argument("-version", "--version", dest="version", type=int, default=None)
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True)
+    p.set_defaults(func=cmd_inspect)
+
+    p = jobs.add_parser("scale", help="Change a task group's count: job scale JOB [GROUP] COUNT")
+    p.add_argument("job")
+    p.add_argument("args", nargs="+", metavar="[GROUP] COUNT")
+    p.add_argument("-detach", "--detach", action="store_true")
+    p.add_argument("-check-index", "--check-index", dest="check_index", type=int, default=None)
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_scale)
+
+    p = jobs.add_parser("dispatch", help="Dispatch an instance of a parameterized batch job")
+    p.add_argument("job")
+    p.add_argument("payload", nargs="?", help="payload file (- for stdin)")
+    p.add_argument("-meta", "--meta", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("-id-prefix-template", "--id-prefix-template", dest="id_prefix", default="")
+    p.add_argument("-detach", "--detach", action="store_true")
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_dispatch)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def resolve_job(ctx: Context, job_id: str, namespace: str = "") -> pb.Job:
+    """The job with this id, or the only job whose id starts with it."""
+    try:
+        resp = ctx.client.jobs.Get(
+            job_pb2.JobGetRequest(job_id=job_id, query=query_pb2.QueryOptions(namespace=namespace)),
+            timeout=30,
+        )
+        return resp.job
+    except grpc.RpcError as exc:
+        if not not_found(exc):
+            raise
+    matches = list_jobs(ctx, prefix=job_id, namespace=namespace)
+    if len(matches) == 1:
+        return resolve_job(ctx, matches[0].id, matches[0].namespace)
+    if not matches:
+        raise CliError(f'no job with id or prefix "{job_id}" (see `corral job status`)')
+    ids = ", ".join(m.id for m in matches[:10])
+    raise CliError(f'prefix "{job_id}" matched {len(matches)} jobs ({ids}); give more of the id')
+
+
+def list_jobs(ctx: Context, *, prefix: str = "", namespace: str = "") -> list[job_pb2.JobListStub]:
+    """Every page of Job.List."""
+    out: list[job_pb2.JobListStub] = []
+    token = ""
+    while True:
+        resp = ctx.client.jobs.List(
+            job_pb2.JobListRequest(
+                query=query_pb2.QueryOptions(
+                    prefix=prefix, next_token=token, namespace=namespace, per_page=500
+                )
+            ),
+            timeout=30,
+        )
+        out.extend(resp.jobs)
+        token = resp.meta.next_token
+        if not token:
+            return out
+
+
+def _after_register(
+    ctx: Context,
+    args: argparse.Namespace,
+    job_id: str,
+    namespace: str,
+    eval_id: str,
+    version: int | None,
+    job_type: str,
+) -> int:
+    """Shared tail of run/scale/stop/dispatch: monitor unless -detach."""
+    if not eval_id:
+        ctx.out.write(f'Job "{job_id}" registered (periodic or parameterized: no evaluation)\n')
+        return 0
+    if args.detach:
+        ctx.out.write(f"Evaluation ID: {eval_id}\n")
+        return 0
+    result = monitor_eval(ctx.client, eval_id, ctx.out, verbose=getattr(args, "verbose", False))
+    if result.exit_code == 1 or version is None:
+        return result.exit_code
+    code = monitor_placements(
+        ctx.client,
+        job_id,
+        namespace,
+        version,
+        ctx.out,
+        expect_full=not result.placement_failures,
+    )
+    return result.exit_code or code
+
+
+# ------------------------------------------------------------------ run / plan
+
+
+def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
+    job = load_job(args.file)
+    req = job_pb2.JobRegisterRequest(job=job)
+    if args.check_index is not None:
+        req.enforce_index = True
+        req.job_modify_index = args.check_index
+    resp: job_pb2.JobRegisterResponse = ctx.client.jobs.Register(req, timeout=30)
+    if args.json:
+        print_json(resp, ctx.out)
+        if args.detach or not resp.eval_id:
+            return 0
+        # -json without -detach: print the answer, then wait quietly
+        devnull = open("/dev/null", "w")  # noqa: SIM115
+        ctx.out = devnull
+    if job.periodic.enabled and job.HasField("periodic"):
+        ctx.out.write("Job registration successful (periodic: launches follow its cron spec)\n")
+        return 0
+    if job.HasField("parameterized"):
+        ctx.out.write(
+            f"Job registration successful\nDispatch it with `corral job dispatch {job.id}`\n"
+        )
+        return 0
+    if resp.warnings:
+        ctx.err.write(f"Job Warnings:\n{resp.warnings}\n\n")
+    return _after_register(ctx, args, job.id, job.namespace, resp.eval_id, resp.version, job.type)
+
+
+def cmd_plan(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        job = load_job(args.file)
+        resp: job_pb2.JobPlanResponse = ctx.client.jobs.Plan(
+            job_pb2.JobPlanRequest(job=job, diff=args.diff), timeout=60
+        )
+    except Exception as exc:
+        # Nomad's plan exits 255 on errors so that 1 can mean "changes".
+        from cli.jobspec import JobspecError
+        from cli.main import grpc_message
+
+        if isinstance(exc, grpc.RpcError):
+            ctx.err.write(f"Error: {grpc_message(exc, ctx.address)}\n")
+        elif isinstance(exc, JobspecError):
+            ctx.err.write(f"Error: {exc}\n")
+        else:
+            raise
+        return PLAN_EXIT_ERROR
+    if args.json:
+        print_json(resp, ctx.out)
+    else:
+        write_plan(
+            ctx.out, job, resp, filename=args.file, verbose=args.verbose, show_diff=args.diff
+        )
+    return 1 if changes(resp) else 0
+
+
+def cmd_validate(args: argparse.Namespace, ctx: Context) -> int:
+    job = load_job(args.file)
+    if args.json:
+        print_json(job, ctx.out)
+    else:
+        ctx.out.write("Job validation successful\n")
+    return 0
+
+
+# ------------------------------------------------------------------ status
+
+
+def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
+    if not args.job:
+        jobs = list_jobs(ctx, namespace=args.namespace)
+        if args.json:
+            print_json(jobs, ctx.out)
+        elif not jobs:
+            ctx.out.write("No running jobs\n")
+        else:
+            table(
+                ("ID", "Type", "Priority", "Status", "Submit Date"),
+                [
+                    (
+                        j.id,
+                        j.type,
+                        j.priority,
+                        _job_status(j.status, j.stop),
+                        fmt_time(j.submit_time),
+                    )
+                    for j in jobs
+                ],
+                ctx.out,
+            )
+        return 0
+    job = resolve_job(ctx, args.job, args.namespace)
+    get = job_pb2.JobGetRequest(
+        job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+    )
+    summary = ctx.client.jobs.Summary(get, timeout=30).summary
+    allocs = list(
+        ctx.client.jobs.Allocations(
+            job_pb2.JobGetRequest(job_id=job.id, all=args.all_allocs, query=get.query), timeout=30
+        ).allocs
+    )
+    evals = list(ctx.client.jobs.Evaluations(get, timeout=30).evals)
+    if args.json:
+        print_json(
+            {
+                "job": _d(job),
+                "summary": _d(summary),
+                "allocations": [_d(a) for a in allocs],
+                "evaluations": [_d(e) for e in evals],
+            },
+            ctx.out,
+        )
+        return 0
+    v = args.verbose
+    kv(
+        [
+            ("ID", job.id),
+            ("Name", job.name),
+            ("Submit Date", fmt_time(job.submit_time)),
+            ("Type", job.type),
+            ("Priority", job.priority),
+            ("Datacenters", join(job.datacenters)),
+            ("Namespace", job.namespace),
+            ("Node Pool", job.node_pool),
+            ("Status", _job_status(job.status, job.stop)),
+            ("Periodic", str(job.HasField("periodic") and job.periodic.enabled).lower()),
+            ("Parameterized", str(job.HasField("parameterized")).lower()),
+            ("Version", job.version),
+        ],
+        ctx.out,
+    )
+    if args.short:
+        return 0
+    heading("Summary", ctx.out)
+    table(
+        ("Task Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost", "Unknown"),
+        [
+            (name, s.queued, s.starting, s.running, s.failed, s.complete, s.lost, s.unknown)
+            for name, s in sorted(summary.summary.items())
+        ],
+        ctx.out,
+    )
+    blocked = [e for e in evals if e.status == EvalStatus.BLOCKED and e.failed_tg_allocs]
+    if blocked:
+        heading("Placement Failure", ctx.out)
+        for tg, metric in sorted(blocked[0].failed_tg_allocs.items()):
+            write_placement_failure(ctx.out, tg, metric, indent="")
+    if args.evals:
+        heading("Evaluations", ctx.out)
+        _eval_table(ctx, evals, v)
+    heading("Allocations", ctx.out)
+    if not allocs:
+        ctx.out.write("No allocations placed\n")
+    else:
+        _alloc_table(ctx, allocs, v)
+    return 0
+
+
+def _d(m: object) -> dict[str, object]:
+    from cli.output import to_dict
+
+    return to_dict(m)  # type: ignore[arg-type]
+
+
+def _job_status(status: str, stop: bool) -> str:
+    return f"{status} (stopped)" if stop and status != "dead" else status
+
+
+def _alloc_table(ctx: Context, allocs: list[pb.Allocation], verbose: bool) -> None:
+    allocs = sorted(allocs, key=lambda a: a.create_index, reverse=True)
+    table(
+        ("ID", "Node ID", "Task Group", "Version", "Desired", "Status", "Created", "Modified"),
+        [
+            (
+                short(a.id, verbose),
+                short(a.node_id, verbose),
+                a.task_group,
+                a.job_version,
+                a.desired_status,
+                a.client_status,
+                fmt_ago(a.create_time),
+                fmt_ago(a.modify_time),
+            )
+            for a in allocs
+        ],
+        ctx.out,
+    )
+
+
+def _eval_table(ctx: Context, evals: list[pb.Evaluation], verbose: bool) -> None:
+    table(
+        ("ID", "Priority", "Triggered By", "Status", "Placement Failures"),
+        [
+            (
+                short(e.id, verbose),
+                e.priority,
+                e.triggered_by,
+                e.status,
+                str(bool(e.failed_tg_allocs)).lower(),
+            )
+            for e in sorted(evals, key=lambda e: e.create_index, reverse=True)
+        ],
+        ctx.out,
+    )
+
+
+# ------------------------------------------------------------------ stop / scale / dispatch
+
+
+def cmd_stop(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: job_pb2.JobDeregisterResponse = ctx.client.jobs.Deregister(
+        job_pb2.JobDeregisterRequest(job_id=job.id, namespace=job.namespace, purge=args.purge),
+        timeout=30,
+    )
+    if args.json:
+        print_json(resp, ctx.out)
+        return 0
+    if not resp.eval_id:
+        ctx.out.write(f'Job "{job.id}" {"purged" if args.purge else "stopped"}\n')
+        return 0
+    if args.detach:
+        ctx.out.write(f"Evaluation ID: {resp.eval_id}\n")
+        return 0
+    return monitor_eval(ctx.client, resp.eval_id, ctx.out, verbose=args.verbose).exit_code
+
+
+def cmd_scale(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    if len(args.args) == 1:
+        if len(job.task_groups) != 1:
+            names = ", ".join(tg.name for tg in job.task_groups)
+            raise CliError(f'job "{job.id}" has several groups ({names}); name the one to scale')
+        group_name, count_text = job.task_groups[0].name, args.args[0]
+    elif len(args.args) == 2:
+        group_name, count_text = args.args
+    else:
+        raise CliError("usage: corral job scale JOB [GROUP] COUNT")
+    try:
+        count = int(count_text)
+    except ValueError:
+        raise CliError(f"count must be a whole number, got {count_text!r}") from None
+    if count < 0:
+        raise CliError("count must not be negative")
+    req = job_pb2.JobScaleRequest(
+        job_id=job.id,
+        namespace=job.namespace,
+        group=group_name,
+        count=count,
+        message="scaled with corral job scale",
+    )
+    if args.check_index is not None:
+        req.enforce_index = True
+        req.job_modify_index = args.check_index
+    resp: job_pb2.JobRegisterResponse = ctx.client.jobs.Scale(req, timeout=30)
+    if args.json:
+        print_json(resp, ctx.out)
+        return 0
+    return _after_register(ctx, args, job.id, job.namespace, resp.eval_id, resp.version, job.type)
+
+
+def cmd_dispatch(args: argparse.Namespace, ctx: Context) -> int:
+    meta: dict[str, str] = {}
+    for item in args.meta:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"-meta expects KEY=VALUE, got {item!r}")
+        meta[key] = value
+    payload = b""
+    if args.payload == "-":
+        payload = sys.stdin.buffer.read()
+    elif args.payload:
+        try:
+            with open(args.payload, "rb") as fh:
+                payload = fh.read()
+        except OSError as exc:
+            raise CliError(f"cannot read payload {args.payload}: {exc.strerror}") from None
+    resp: job_pb2.JobDispatchResponse = ctx.client.jobs.Dispatch(
+        job_pb2.JobDispatchRequest(
+            job_id=args.job,
+            namespace=args.namespace,
+            payload=payload,
+            meta=meta,
+            id_prefix_template=args.id_prefix,
+        ),
+        timeout=30,
+    )
+    if args.json:
+        print_json(resp, ctx.out)
+        return 0
+    ctx.out.write(
+        f"Dispatched Job ID = {resp.dispatched_job_id}\nEvaluation ID     = {resp.eval_id}\n\n"
+    )
+    return _after_register(
+        ctx, args, resp.dispatched_job_id, args.namespace, resp.eval_id, 0, JobType.BATCH
+    )
+
+
+# ------------------------------------------------------------------ history / inspect
+
+
+def _versions(ctx: Context, job: pb.Job, diffs: bool) -> job_pb2.JobVersionsResponse:
+    resp: job_pb2.JobVersionsResponse = ctx.client.jobs.Versions(
+        job_pb2.JobVersionsRequest(
+            job_id=job.id, diffs=diffs, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    return resp
+
+
+def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp = _versions(ctx, job, args.diffs)
+    versions = list(resp.versions)
+    if args.version is not None:
+        versions = [v for v in versions if v.version == args.version]
+        if not versions:
+            raise CliError(f'job "{job.id}" has no version {args.version}')
+    if args.json:
+        print_json(versions, ctx.out)
+        return 0
+    from cli.plan_output import _fields, _objects
+
+    for i, v in enumerate(versions):
+        kv(
+            [
+                ("Version", v.version),
+                ("Stable", str(v.stable).lower()),
+                ("Submit Date", fmt_time(v.submit_time)),
+            ],
+            ctx.out,
+        )
+        if args.diffs and args.version is None and i < len(resp.diffs):
+            d = resp.diffs[i]
+            if d.type and d.type != "None":
+                ctx.out.write("Diff:\n")
+                _fields(ctx.out, list(d.fields), "", False)
+                _objects(ctx.out, list(d.objects), "", False)
+                for tg in d.task_groups:
+                    if tg.type != "None":
+                        ctx.out.write(f'Task Group: "{tg.name}"\n')
+                        _fields(ctx.out, list(tg.fields), "  ", False)
+                        _objects(ctx.out, list(tg.objects), "  ", False)
+        ctx.out.write("\n")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    if args.version is not None and args.version != job.version:
+        match = [v for v in _versions(ctx, job, False).versions if v.version == args.version]
+        if not match:
+            raise CliError(f'job "{job.id}" has no version {args.version}')
+        job = match[0]
+    # Nomad prints the job as JSON; the output is a valid job file for `job run`.
+    print_json({"job": _d(job)}, ctx.out)
+    return 0
+
+
+__all__ = ["format_duration", "register", "resolve_job"]

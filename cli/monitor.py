@@ -1,0 +1,278 @@
+"""`job run` / `job stop` / `job scale` progress: follow an evaluation to
+its end (Nomad's eval monitor), then show, per task group, how many allocs
+are desired, placed, running, complete and failed until the placements have
+finished (no alloc of the new version is still pending on its client).
+
+Exit codes: 0 when everything was placed and started; 2 when the scheduler
+could not place everything (as Nomad's monitor); 1 when an eval failed or an
+alloc failed on its client. Everything is driven by blocking queries, so the
+view updates as soon as the state changes and costs nothing while idle."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import grpc
+
+from cli.client import Client
+from cli.output import now_stamp, short
+from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
+from corral.v1 import eval_pb2, job_pb2, query_pb2
+from corral.v1 import structs_pb2 as pb
+
+TERMINAL_EVAL = (EvalStatus.COMPLETE, EvalStatus.FAILED, EvalStatus.CANCELED)
+BLOCK_MS = 2000
+RPC_TIMEOUT = BLOCK_MS / 1000 + 15
+
+
+@dataclass
+class GroupProgress:
+    desired: int = 0
+    placed: int = 0
+    running: int = 0
+    complete: int = 0
+    failed: int = 0
+    pending: int = 0
+    lost: int = 0
+
+    def row(self, name: str) -> tuple[str, int, int, int, int, int, int]:
+        return (
+            name,
+            self.desired,
+            self.placed,
+            self.pending,
+            self.running,
+            self.complete,
+            self.failed,
+        )
+
+
+@dataclass
+class MonitorResult:
+    exit_code: int = 0
+    placement_failures: dict[str, pb.AllocMetric] = field(default_factory=dict)
+
+
+def _log(out: TextIO, text: str, *, top: bool = False) -> None:
+    prefix = "==>" if top else "   "
+    out.write(f"{prefix} {now_stamp()}: {text}\n")
+    out.flush()
+
+
+def monitor_eval(
+    client: Client, eval_id: str, out: TextIO, *, verbose: bool = False
+) -> MonitorResult:
+    """Follow one evaluation (and its immediate follow-ups) to a terminal status."""
+    result = MonitorResult()
+    _log(out, f'Monitoring evaluation "{short(eval_id, verbose)}"', top=True)
+    seen_allocs: set[str] = set()
+    status = ""
+    index = 0
+    announced = False
+    current = eval_id
+    while True:
+        try:
+            resp: eval_pb2.EvalGetResponse = client.evals.Get(
+                eval_pb2.EvalGetRequest(
+                    eval_id=current,
+                    include_related=True,
+                    query=query_pb2.QueryOptions(min_index=index, wait_ms=BLOCK_MS),
+                ),
+                timeout=RPC_TIMEOUT,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                continue
+            raise
+        ev = resp.eval
+        index = max(index, resp.meta.index)
+        if not announced:
+            what = f'node "{short(ev.node_id, verbose)}"' if ev.node_id else f'job "{ev.job_id}"'
+            _log(out, f"Evaluation triggered by {what} ({ev.triggered_by})")
+            announced = True
+        for a in resp.allocs:
+            if a.id in seen_allocs:
+                continue
+            seen_allocs.add(a.id)
+            _log(
+                out,
+                f'Allocation "{short(a.id, verbose)}" created: node "{short(a.node_id, verbose)}", '
+                f'group "{a.task_group}"',
+            )
+        if ev.status != status:
+            if status:
+                _log(out, f'Evaluation status changed: "{status}" -> "{ev.status}"')
+            elif ev.status == EvalStatus.PENDING:
+                _log(out, 'Evaluation status is "pending"')
+            status = ev.status
+        if ev.status not in TERMINAL_EVAL:
+            continue
+        for tg, metric in ev.failed_tg_allocs.items():
+            result.placement_failures[tg] = metric
+        if ev.next_eval and not ev.failed_tg_allocs and ev.status == EvalStatus.COMPLETE:
+            nxt = next((r for r in resp.related if r.id == ev.next_eval), None)
+            wait_s = 0.0
+            if nxt is not None and nxt.wait_until:
+                wait_s = max(0.0, nxt.wait_until / 1e9 - time.time())
+            if wait_s <= 10:
+                _log(out, f'Monitoring next evaluation "{short(ev.next_eval, verbose)}"')
+                current, status, announced = ev.next_eval, "", True
+                continue
+            _log(out, f'Next evaluation "{short(ev.next_eval, verbose)}" in {int(wait_s)}s')
+        if ev.blocked_eval:
+            _log(
+                out,
+                f'Evaluation "{short(ev.blocked_eval, verbose)}" waiting for additional capacity '
+                "to place remainder",
+            )
+        if result.placement_failures:
+            out.write(
+                f'==> {now_stamp()}: Evaluation "{short(current, verbose)}" finished with '
+                f'status "{ev.status}" but failed to place all allocations:\n'
+            )
+            for tg, metric in sorted(result.placement_failures.items()):
+                write_placement_failure(out, tg, metric)
+            result.exit_code = 2
+        else:
+            _log(
+                out,
+                f'Evaluation "{short(current, verbose)}" finished with status "{ev.status}"',
+                top=True,
+            )
+            if ev.status == EvalStatus.FAILED:
+                out.write(f"    {ev.status_description}\n")
+                result.exit_code = 1
+        return result
+
+
+def write_placement_failure(out: TextIO, tg: str, m: pb.AllocMetric, indent: str = "    ") -> None:
+    """Nomad's 'Task Group "x" (failed to place N allocations)' explanation."""
+    n = m.coalesced_failures + 1
+    out.write(
+        f'{indent}Task Group "{tg}" (failed to place {n} allocation{"s" if n != 1 else ""}):\n'
+    )
+    inner = indent + "  * "
+    if m.nodes_evaluated == 0:
+        out.write(f"{inner}No nodes were eligible for evaluation\n")
+    for dc, count in sorted(m.nodes_available.items()):
+        if count == 0:
+            out.write(f'{inner}No nodes are available in datacenter "{dc}"\n')
+    for cls, count in sorted(m.class_filtered.items()):
+        out.write(f'{inner}Class "{cls}": {count} nodes excluded by filter\n')
+    for constraint, count in sorted(m.constraint_filtered.items()):
+        out.write(f'{inner}Constraint "{constraint}": {count} nodes excluded by filter\n')
+    if m.nodes_exhausted:
+        out.write(f"{inner}Resources exhausted on {m.nodes_exhausted} nodes\n")
+    for cls, count in sorted(m.class_exhausted.items()):
+        out.write(f'{inner}Class "{cls}" exhausted on {count} nodes\n')
+    for dim, count in sorted(m.dimension_exhausted.items()):
+        out.write(f'{inner}Dimension "{dim}" exhausted on {count} nodes\n')
+    for q in m.quota_exhausted:
+        out.write(f"{inner}Quota limit hit {q!r}\n")
+
+
+def _progress(job: pb.Job, allocs: list[pb.Allocation], version: int) -> dict[str, GroupProgress]:
+    groups: dict[str, GroupProgress] = defaultdict(GroupProgress)
+    for tg in job.task_groups:
+        groups[tg.name].desired = tg.count
+    system = job.type in (JobType.SYSTEM, JobType.SYSBATCH)
+    for a in allocs:
+        # this version's allocs that should run (or ran to completion)
+        if a.job_version != version:
+            continue
+        if a.desired_status != DesiredStatus.RUN and a.client_status != ClientStatus.COMPLETE:
+            continue
+        g = groups[a.task_group]
+        g.placed += 1
+        if a.client_status == ClientStatus.PENDING:
+            g.pending += 1
+        elif a.client_status == ClientStatus.RUNNING:
+            g.running += 1
+        elif a.client_status == ClientStatus.COMPLETE:
+            g.complete += 1
+        elif a.client_status == ClientStatus.FAILED:
+            g.failed += 1
+        elif a.client_status in (ClientStatus.LOST, ClientStatus.UNKNOWN):
+            g.lost += 1
+    if system:
+        for g in groups.values():
+            g.desired = g.placed
+    return dict(groups)
+
+
+def monitor_placements(
+    client: Client,
+    job_id: str,
+    namespace: str,
+    version: int,
+    out: TextIO,
+    *,
+    expect_full: bool,
+) -> int:
+    """Show desired/placed/running/failed per group until no alloc of
+    `version` is pending on its client (and, when `expect_full`, every
+    desired alloc is placed). Returns 1 when an alloc failed, else 0."""
+    index = 0
+    last: tuple[tuple[str, int, int, int, int, int, int], ...] | None = None
+    _log(out, "Waiting for placements to start", top=True)
+    while True:
+        try:
+            jresp = client.jobs.Get(
+                job_pb2.JobGetRequest(
+                    job_id=job_id, query=query_pb2.QueryOptions(namespace=namespace)
+                ),
+                timeout=RPC_TIMEOUT,
+            )
+            aresp = client.jobs.Allocations(
+                job_pb2.JobGetRequest(
+                    job_id=job_id,
+                    all=True,
+                    query=query_pb2.QueryOptions(
+                        min_index=index, wait_ms=BLOCK_MS, namespace=namespace
+                    ),
+                ),
+                timeout=RPC_TIMEOUT,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                continue
+            raise
+        index = max(index, aresp.meta.index)
+        groups = _progress(jresp.job, list(aresp.allocs), version)
+        rows = tuple(groups[name].row(name) for name in sorted(groups))
+        if rows != last:
+            last = rows
+            out.write(f"    {now_stamp()}:\n")
+            headers = (
+                "Task Group",
+                "Desired",
+                "Placed",
+                "Pending",
+                "Running",
+                "Complete",
+                "Failed",
+            )
+            widths = [max(len(str(r[i])) for r in (headers, *rows)) for i in range(len(headers))]
+            for r in (headers, *rows):
+                out.write(
+                    "    "
+                    + "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip()
+                    + "\n"
+                )
+            out.flush()
+        pending = sum(g.pending for g in groups.values())
+        short_of = any(g.placed < g.desired for g in groups.values())
+        if pending == 0 and (not expect_full or not short_of):
+            failed = sum(g.failed for g in groups.values())
+            if failed:
+                _log(
+                    out,
+                    f"{failed} allocation(s) failed; see `corral job status {job_id}`",
+                    top=True,
+                )
+                return 1
+            _log(out, "Placements finished", top=True)
+            return 0

@@ -1,0 +1,178 @@
+"""Starting and stopping role processes for `corral dev`.
+
+Each role runs as `python -m services.<role>` in its own session (so a
+terminal's Ctrl-C reaches only the supervisor, which then stops everything in
+order), with its output in `logs/<role>.log` and a `--ready-file` the role
+writes once it listens. On Linux every child also gets PR_SET_PDEATHSIG, so
+even a supervisor killed with SIGKILL leaves no role running."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+GRACE_SECONDS = 10.0
+READY_TIMEOUT = 90.0
+
+
+class StartError(Exception):
+    """A role did not come up; the message says which and why."""
+
+
+class Shutdown(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """SIGINT/SIGTERM arrived."""
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM this child when the supervisor dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def module_exists(module: str) -> bool:
+    """Whether `python -m module` can run, without importing any role code:
+    look for the file under the `services` package's directory."""
+    root = Path(__file__).resolve().parent.parent
+    parts = module.split(".")
+    base = root.joinpath(*parts)
+    return (base / "__main__.py").exists() or base.with_suffix(".py").exists()
+
+
+@dataclass
+class RoleProcess:
+    role: str
+    module: str
+    argv: list[str]
+    log_path: Path
+    ready_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    _log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    @property
+    def address(self) -> str:
+        return str(self.info.get("address", ""))
+
+    def start(self, env: dict[str, str]) -> None:
+        if not module_exists(self.module):
+            raise StartError(
+                f"role {self.role}: module {self.module} does not exist yet "
+                f"(no {self.module.replace('.', '/')}/__main__.py); cannot start it"
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.ready_path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.ready_path.unlink()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log.write(f"\n---- corral dev: starting {self.role} at {time.ctime()}\n".encode())
+        self._log.flush()
+        cmd = [sys.executable, "-m", self.module, *self.argv, "--ready-file", str(self.ready_path)]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+        )
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ready_path.exists():
+                try:
+                    self.info = json.loads(self.ready_path.read_text())
+                    return self.info
+                except (OSError, ValueError):
+                    pass  # being renamed into place; read again
+            code = self.proc.poll()
+            if code is not None:
+                raise StartError(
+                    f"role {self.role} exited with code {code} before it was ready; "
+                    f"last lines of {self.log_path}:\n{self.tail()}"
+                )
+            time.sleep(0.05)
+        raise StartError(
+            f"role {self.role} was not ready after {timeout:.0f}s; see {self.log_path}"
+        )
+
+    def tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "    (no log)"
+        return "\n".join(f"    {line}" for line in text[-lines:])
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def stop_all(roles: list[RoleProcess], grace: float = GRACE_SECONDS) -> list[str]:
+    """SIGTERM in reverse start order, wait up to `grace` seconds in total,
+    then SIGKILL what is left. Returns the roles that had to be killed."""
+    running = [r for r in reversed(roles) if r.proc is not None and r.proc.poll() is None]
+    for r in running:
+        r.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    killed: list[str] = []
+    for r in running:
+        assert r.proc is not None
+        remaining = max(0.0, deadline - time.monotonic())
+        try:
+            r.proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            r.signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                r.proc.wait(timeout=5)
+            killed.append(r.role)
+    for r in roles:
+        r.close_log()
+        with contextlib.suppress(FileNotFoundError):
+            r.ready_path.unlink()
+    return killed
+
+
+@contextlib.contextmanager
+def shutdown_signals() -> Any:
+    """Turn SIGINT/SIGTERM into a `Shutdown` exception while inside, so
+    start-up waits and the main loop unwind through their `finally`."""
+
+    def handler(signum: int, _frame: object) -> None:
+        # Further signals during the orderly stop are ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Shutdown(signal.Signals(signum).name)
+
+    old_int = signal.signal(signal.SIGINT, handler)
+    old_term = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
