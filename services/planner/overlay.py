@@ -1,0 +1,137 @@
+"""The optimistic overlay: plans already applied (or being written) that the
+replica has not seen yet.
+
+The applier evaluates plan N+1 while plan N is still being written, and the
+replica learns of N's commit only through the change feed a little later.
+Evaluating N+1 on the bare replica would let it take capacity N already
+took, so every applied result is also applied here, to an in-memory copy of
+the replica's snapshot, as a synthetic `ChangeBatch` built the way the state
+service merges a plan (placements created or updated in place, stops and
+preemptions as diffs onto the newest copy). Nomad does the same on its
+optimistic snapshot (`snap.UpsertPlanResults` in plan_apply.go).
+
+An entry leaves the overlay once the replica has reached the index it was
+committed at. When a write fails, the whole overlay is discarded
+(`generation` moves on) and every plan evaluated on it must be failed, never
+committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.store import StateSnapshot, StateStore
+from corral.structs import ClientStatus, DesiredStatus, Topic, copy_msg
+from corral.v1 import state_pb2
+from corral.v1 import structs_pb2 as pb
+
+_EVENT_TYPE = "PlanResult"
+
+
+def plan_change_batch(snap: StateSnapshot, plan: state_pb2.AppliedPlan) -> pb.ChangeBatch:
+    """The alloc and deployment changes `plan` makes, merged onto `snap` as
+    the state service would, as an unindexed batch (index 0: it moves no
+    table index and no snapshot index)."""
+    batch = pb.ChangeBatch()
+    for a in plan.allocs:
+        alloc = copy_msg(a)
+        old = snap.alloc_by_id(a.id)
+        if old is None:
+            if not alloc.client_status:
+                alloc.client_status = ClientStatus.PENDING
+        elif alloc.client_status not in (ClientStatus.LOST, ClientStatus.UNKNOWN):
+            alloc.client_status = old.client_status
+        batch.events.add(topic=Topic.ALLOCATION, type=_EVENT_TYPE, key=a.id, allocation=alloc)
+    for stops, default in (
+        (plan.stops, DesiredStatus.STOP),
+        (plan.preemptions, DesiredStatus.EVICT),
+    ):
+        for stop in stops:
+            cur = snap.alloc_by_id(stop.alloc_id)
+            if cur is None:
+                continue
+            alloc = copy_msg(cur)
+            alloc.desired_status = stop.desired_status or default
+            if stop.client_status:
+                alloc.client_status = stop.client_status
+            if stop.desired_description:
+                alloc.desired_description = stop.desired_description
+            if stop.preempted_by_allocation:
+                alloc.preempted_by_allocation = stop.preempted_by_allocation
+            batch.events.add(
+                topic=Topic.ALLOCATION, type=_EVENT_TYPE, key=alloc.id, allocation=alloc
+            )
+    if plan.HasField("deployment"):
+        batch.events.add(
+            topic=Topic.DEPLOYMENT,
+            type=_EVENT_TYPE,
+            key=plan.deployment.id,
+            deployment=plan.deployment,
+        )
+    return batch
+
+
+@dataclass(eq=False, slots=True)
+class OverlayEntry:
+    """One applied plan: its write and, once committed, its index."""
+
+    plan: state_pb2.AppliedPlan
+    generation: int
+    index: int = 0  # 0 while the write is in flight
+
+
+class Overlay:
+    """Replica snapshot + applied-but-not-yet-replicated plans."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._entries: list[OverlayEntry] = []
+        self._base_index = -1
+        self._store = StateStore()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def entries(self) -> list[OverlayEntry]:
+        return list(self._entries)
+
+    def snapshot(self, base: StateSnapshot) -> StateSnapshot:
+        """`base` (the replica's newest snapshot) with every entry the
+        replica has not reached yet applied on top."""
+        if base.index != self._base_index:
+            self._rebase(base)
+        return self._store.snapshot()
+
+    def _rebase(self, base: StateSnapshot) -> None:
+        # An entry committed at or below the replica's index is in `base`.
+        # Entries still in flight are re-applied even if the feed already
+        # delivered them: re-applying a plan is conservative (it can only
+        # hide capacity freed since, never invent capacity).
+        self._entries = [e for e in self._entries if e.index == 0 or e.index > base.index]
+        self._store = StateStore(base)
+        self._base_index = base.index
+        for entry in self._entries:
+            self._store.apply(
+                plan_change_batch(self._store.snapshot(), entry.plan), stamp_tables=False
+            )
+
+    def add(self, plan: state_pb2.AppliedPlan) -> OverlayEntry:
+        """Apply `plan` optimistically (call `snapshot` first so the overlay
+        sits on the newest replica state)."""
+        entry = OverlayEntry(plan, self.generation)
+        self._store.apply(plan_change_batch(self._store.snapshot(), plan), stamp_tables=False)
+        self._entries.append(entry)
+        return entry
+
+    def committed(self, entry: OverlayEntry, index: int) -> None:
+        """The entry's write committed at `index`."""
+        entry.index = index
+
+    def discard(self) -> None:
+        """A write failed: forget every entry (they may depend on it) and
+        start a new generation; plans evaluated on the old one are void."""
+        self.generation += 1
+        self._entries = []
+        self._base_index = -1
+        self._store = StateStore()
