@@ -55,6 +55,10 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
     touched += [s.alloc_id for s in plan.preemptions]
     stored = await tx.get_allocs(touched)
 
+    predecessors = [a.previous_allocation for a in plan.allocs if a.previous_allocation]
+    if predecessors:
+        stored.update(await tx.get_allocs([p for p in predecessors if p not in stored]))
+
     for a in plan.allocs:
         alloc = copy_msg(a)
         old = stored.get(alloc.id)
@@ -76,11 +80,18 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
                 alloc.client_description = old.client_description
         alloc.alloc_modify_index = index
         tx.put_alloc(alloc, "PlanResult", index=index)
+        stored[alloc.id] = alloc
+        if old is None and alloc.previous_allocation:
+            _link_replacement(tx, stored, alloc, index)
 
-    for stop in plan.stops:
-        _apply_stop(tx, stored.get(stop.alloc_id), stop, DesiredStatus.STOP, index)
-    for stop in plan.preemptions:
-        _apply_stop(tx, stored.get(stop.alloc_id), stop, DesiredStatus.EVICT, index)
+    for stops, desired in (
+        (plan.stops, DesiredStatus.STOP),
+        (plan.preemptions, DesiredStatus.EVICT),
+    ):
+        for stop in stops:
+            stopped = _apply_stop(tx, stored.get(stop.alloc_id), stop, desired, index)
+            if stopped is not None:
+                stored[stopped.id] = stopped
 
     if plan.HasField("deployment"):
         d = copy_msg(plan.deployment)
@@ -112,23 +123,41 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
         tx.put_job(job, "JobStatusUpdated", index=index)
 
 
+def _link_replacement(
+    tx: WriteTx, stored: dict[str, pb.Allocation], alloc: pb.Allocation, index: int
+) -> None:
+    """Point the replaced alloc at its replacement (next_allocation): the
+    reconnect logic follows this chain to find which alloc replaced which."""
+    prev = stored.get(alloc.previous_allocation)
+    if prev is None:
+        return
+    linked = copy_msg(prev)
+    linked.next_allocation = alloc.id
+    stored[prev.id] = linked
+    tx.put_alloc(linked, "PlanResult", index=index)
+
+
 def _apply_stop(
     tx: WriteTx, current: pb.Allocation | None, stop: pb.AllocStop, default: str, index: int
-) -> None:
+) -> pb.Allocation | None:
     if current is None:
-        return  # already garbage collected; nothing left to stop
+        return None  # already garbage collected; nothing left to stop
     alloc = copy_msg(current)
     alloc.desired_status = stop.desired_status or default
     if stop.desired_description:
         alloc.desired_description = stop.desired_description
-    if stop.client_status:
+    if stop.client_status and stop.client_status != alloc.client_status:
+        # The scheduler changed the client status (e.g. lost): record it in
+        # the alloc's state history as Nomad's AppendStoppedAlloc does.
         alloc.client_status = stop.client_status
+        alloc.alloc_states.add(field="client_status", value=stop.client_status, time=tx.now)
     if stop.followup_eval_id:
         alloc.followup_eval_id = stop.followup_eval_id
     if stop.preempted_by_allocation:
         alloc.preempted_by_allocation = stop.preempted_by_allocation
     alloc.alloc_modify_index = index
     tx.put_alloc(alloc, "PlanResult", index=index)
+    return alloc
 
 
 async def apply_plans(tx: WriteTx, plans: Sequence[state_pb2.AppliedPlan]) -> list[int]:
