@@ -28,7 +28,7 @@ async def test_group_commit_places_each_plan_at_its_own_index(
             eval_id=f"e{i}",
             namespace="default",
             job_id=job.id,
-            allocs=[mock.alloc(job, node, index=i)],
+            allocs=[mock.alloc(job, node, index=i, client_status=ClientStatus.PENDING)],
         )
         for i in range(3)
     ]
