@@ -472,6 +472,18 @@ class PropertySet:
                 key = self.targeted(v)
                 counts[key] = counts.get(key, 0) + 1
 
+    def _counted_in_existing(self, a: pb.Allocation) -> bool:
+        """An in-place update of an alloc the snapshot already counts (same
+        id and node) must not count twice."""
+        old = self.ctx.snapshot.alloc_by_id(a.id)
+        return (
+            old is not None
+            and old.node_id == a.node_id
+            and old.desired_status not in _TERMINAL_DESIRED
+            and old.client_status not in _TERMINAL_CLIENT
+            and self._wanted(old)
+        )
+
     def populate_proposed(self) -> None:
         """Recount the plan's placements and stops (call before each select)."""
         proposed: dict[str, int] = {}
@@ -488,6 +500,7 @@ class PropertySet:
                     a.desired_status not in _TERMINAL_DESIRED
                     and a.client_status not in _TERMINAL_CLIENT
                     and self._wanted(a)
+                    and not self._counted_in_existing(a)
                 ):
                     n += 1
             if n:

@@ -159,18 +159,27 @@ class GenericStack(_BaseStack):
         super().__init__(ctx, generic=True)
         self.batch = batch
         self.limit = 2
-        self._shuffled_from: tuple[int, int] | None = None
+        self._shuffled_input: list[pb.Node] | None = None
+        self._shuffled_key: tuple[int, str, str] = (0, "", "")
         self._shuffled: list[pb.Node] = []
 
     def set_nodes(self, nodes: list[pb.Node]) -> None:
         """Shuffle (deterministically) and use `nodes` as the candidates.
-        Setting the same list object again reuses its shuffle."""
-        key = (id(nodes), len(nodes))
-        if key != self._shuffled_from or len(self._shuffled) != len(nodes):
+        Setting the same list object again reuses its shuffle (so switching
+        to one node and back, as in-place update checks do, is cheap)."""
+        if len(nodes) <= 1:
+            # a single node (in-place update checks, system placements)
+            # needs no shuffle and keeps the cached shuffle of the full list
+            self.source.set_nodes(list(nodes))
+            self.limit = 2
+            return
+        key = (len(nodes), nodes[0].id, nodes[-1].id)
+        if nodes is not self._shuffled_input or key != self._shuffled_key:
             shuffled = list(nodes)
             random.Random(self.seed).shuffle(shuffled)
             self._shuffled = shuffled
-            self._shuffled_from = key
+            self._shuffled_input = nodes  # held so its identity stays unique
+            self._shuffled_key = key
         self.source.set_nodes(self._shuffled)
         limit = 2
         n = len(nodes)

@@ -424,6 +424,38 @@ def test_distinct_property_sees_new_plan_entries_between_selects() -> None:
     assert not fc.feasible(nodes[3])
 
 
+def test_distinct_property_remove_and_replace() -> None:
+    nodes = _racks()
+    job = mock.job()
+    job.constraints.append(pb.Constraint(l_target="${meta.rack}", operand="distinct_property"))
+    old = mock.alloc(job, nodes[2])
+    plan = pb.Plan(eval_id="e")
+    ctx = _ctx(nodes, jobs=[job], allocs=[old], plan=plan)
+    fc = _checker(ctx, job)
+    assert not fc.feasible(nodes[2])
+    plan.node_update[nodes[2].id].stops.add(alloc_id=old.id)  # destructive update
+    fc.set_task_group(job.task_groups[0])
+    assert fc.feasible(nodes[2])
+    plan.node_allocation[nodes[2].id].allocs.append(mock.alloc(job, nodes[2]))
+    fc.set_task_group(job.task_groups[0])
+    assert not fc.feasible(nodes[2])
+
+
+def test_distinct_property_in_place_update_counts_once() -> None:
+    nodes = _racks()
+    job = mock.job()
+    job.task_groups[0].constraints.append(
+        pb.Constraint(l_target="${meta.rack}", r_target="2", operand="distinct_property")
+    )
+    old = mock.alloc(job, nodes[2])
+    plan = pb.Plan(eval_id="e")
+    updated = structs.copy_msg(old)
+    updated.job_version = 3
+    plan.node_allocation[nodes[2].id].allocs.append(updated)
+    ctx = _ctx(nodes, jobs=[job], allocs=[old], plan=plan)
+    assert _checker(ctx, job).feasible(nodes[2])  # 1 of 2 used, not 2
+
+
 def test_distinct_property_missing_property_and_bad_count() -> None:
     n = mock.node(meta={})
     job = mock.job()

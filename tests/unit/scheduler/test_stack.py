@@ -138,6 +138,19 @@ def test_shuffle_is_deterministic_per_eval_and_index() -> None:
     assert shuffle_seed("a", 1) != shuffle_seed("a", 2)
 
 
+def test_set_nodes_reuses_shuffle_only_for_the_same_list() -> None:
+    nodes = [mock.node() for _ in range(20)]
+    job = mock.job()
+    s = _stack(_ctx(nodes), job, nodes)
+    first = s.source.nodes
+    s.set_nodes([nodes[0]])
+    s.set_nodes(nodes)
+    assert s.source.nodes is first and s.source.offset == 0
+    other = [mock.node() for _ in range(20)]
+    s.set_nodes(other)
+    assert {n.id for n in s.source.nodes} == {n.id for n in other}
+
+
 def test_successive_selects_resume_where_the_last_stopped() -> None:
     nodes = [mock.node(cpu=100000, memory_mb=100000) for _ in range(8)]
     job = mock.batch_job(count=8)
