@@ -132,8 +132,9 @@ def grpc_message(exc: grpc.RpcError, address: str) -> str:
             or "dns" in lowered
             or "failed to" in lowered
         ):
+            reason = "connection refused" if "refused" in lowered else details
             return (
-                f"cannot reach Corral at {address} ({details}); is `corral dev` running? "
+                f"cannot reach Corral at {address} ({reason}); is `corral dev` running? "
                 "Set -address or CORRAL_ADDR to point elsewhere"
             )
         return f"{details} (server unavailable at {address})"

@@ -43,8 +43,15 @@ def _die_with_parent() -> None:
 
 
 def module_exists(module: str) -> bool:
-    """Whether `python -m module` can run, without importing any role code:
-    look for the file under the `services` package's directory."""
+    """Whether `python -m module` can run. Role modules are looked up as
+    files under `services/`, so no role code is imported here."""
+    if not module.startswith("services."):
+        import importlib.util
+
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            return False
     root = Path(__file__).resolve().parent.parent
     parts = module.split(".")
     base = root.joinpath(*parts)

@@ -141,7 +141,7 @@ class Source:
         while probe:
             if probe in self.origins:
                 line, display = self.origins[probe]
-                rest = proto_path[len(probe) :].lstrip(".")
+                rest = proto_path[len(probe) :].lstrip(".").replace(".", " > ")
                 return (line, f"{display} > {rest}" if rest else display)
             cut = max(probe.rfind("."), probe.rfind("["))
             probe = probe[:cut] if cut > 0 else ""
@@ -787,7 +787,11 @@ def _syntax_error(filename: str, exc: LarkError) -> JobspecError:
         token = getattr(exc, "token", None)
         if token is not None and getattr(token, "type", "") == "$END":
             return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
-        shown = repr(str(token)) if token is not None and str(token).strip() else "a line break"
+        text = str(token) if token is not None else ""
+        if not text.strip() or getattr(token, "type", "").startswith("NL"):
+            shown = "end of line (a value is missing?)"
+        else:
+            shown = repr(text.strip().splitlines()[0])
         return JobspecError(filename, line, "", f"syntax error: unexpected {shown}")
     return JobspecError(filename, line, "", f"syntax error: {exc}")
 
