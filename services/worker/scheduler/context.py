@@ -188,6 +188,17 @@ class EvalContext:
         elif item > self._top[0]:
             heapq.heapreplace(self._top, item)
 
+    def record_node_scores(self, node_id: str, scores: dict[str, float], final: float) -> None:
+        """All of a node's scorer values and its normalized score at once
+        (the fast path of `score_node`)."""
+        self._seq += 1
+        item = (final, -self._seq, node_id, scores)
+        top = self._top
+        if len(top) < MAX_RETAINED_NODE_SCORES:
+            heapq.heappush(top, item)
+        elif item > top[0]:
+            heapq.heapreplace(top, item)
+
     def discard_scores(self) -> None:
         """Forget scores gathered for a node that was then rejected."""
         self._scores = {}

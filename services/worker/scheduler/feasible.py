@@ -593,19 +593,33 @@ class FeasibilityChecker:
         self.tg_distinct_hosts = False
         self.property_sets: list[PropertySet] = []
         self._psets_by_tg: dict[str, list[PropertySet]] = {}
+        self._tg_cons_cache: dict[str, tuple[pb.TaskGroup, TaskGroupConstraints, bool]] = {}
+        # per group: class -> passed the class-level checks (job + group);
+        # those never depend on the plan, so they hold for the whole eval
+        self._class_ok_by_tg: dict[str, dict[str, bool]] = {}
+        self._class_ok: dict[str, bool] = {}
+        self._memoisable = False
 
     def set_job(self, job: pb.Job) -> None:
         self.job = job
         self.job_constraints = tuple(job.constraints)
         self.job_distinct_hosts = distinct_hosts_enabled(job.constraints)
         self._psets_by_tg = {}
+        self._tg_cons_cache = {}
+        self._class_ok_by_tg = {}
         self.ctx.eligibility.set_job(job)
 
     def set_task_group(self, tg: pb.TaskGroup) -> None:
         assert self.job is not None, "set_job first"
         self.tg = tg
-        self.tg_cons = task_group_constraints(tg)
-        self.tg_distinct_hosts = distinct_hosts_enabled(tg.constraints)
+        cons = self._tg_cons_cache.get(tg.name)
+        if cons is None or cons[0] is not tg:
+            cons = (tg, task_group_constraints(tg), distinct_hosts_enabled(tg.constraints))
+            self._tg_cons_cache[tg.name] = cons
+        self.tg_cons, self.tg_distinct_hosts = cons[1], cons[2]
+        elig = self.ctx.eligibility
+        self._memoisable = not elig.job_escaped and not elig.tg_escaped.get(tg.name, False)
+        self._class_ok = self._class_ok_by_tg.setdefault(tg.name, {})
         psets = self._psets_by_tg.get(tg.name)
         if psets is None:
             psets = distinct_property_sets(self.ctx, self.job, tg)
@@ -677,10 +691,17 @@ class FeasibilityChecker:
         return True
 
     def feasible(self, node: pb.Node) -> bool:
-        cls = self.ctx.computed_class(node)
-        if not self._job_feasible(node, cls):
-            return False
-        if not self._tg_feasible(node, cls):
+        ctx = self.ctx
+        cls = node.computed_class or ctx.computed_class(node)
+        known = self._class_ok.get(cls)
+        if known is None:
+            ok = self._job_feasible(node, cls) and self._tg_feasible(node, cls)
+            if self._memoisable:
+                self._class_ok[cls] = ok
+            if not ok:
+                return False
+        elif not known:
+            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
             return False
         if self.use_distinct_hosts and not self._distinct_hosts_ok(node):
             self.ctx.filter_node(node, DISTINCT_HOSTS)

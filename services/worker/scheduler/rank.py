@@ -34,13 +34,12 @@ from corral.fit import (
     DeviceAccounter,
     NetworkIndex,
     Usage,
-    exceeded_dimension,
     node_capacity,
     usage_of,
 )
 from corral.structs import SchedulerAlgorithm
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.context import NORM_SCORER_NAME, EvalContext
+from services.worker.scheduler.context import EvalContext
 from services.worker.scheduler.feasible import check_constraint, device_matches, resolve_target
 from services.worker.scheduler.preemption import preempt_for_task_group
 from services.worker.scheduler.spread import SCORER_NAME as SPREAD_SCORER
@@ -134,7 +133,7 @@ class Ranker:
         self.affinities: list[pb.Affinity] = []
         self._caps: dict[str, Capacity] = {}
         self._used: dict[str, tuple[list[pb.Allocation], Usage]] = {}
-        self._ports: dict[str, tuple[list[pb.Allocation], NetworkIndex, str]] = {}
+        self._ports: dict[str, tuple[list[pb.Allocation], NetworkIndex, str, int]] = {}
         self._static_ports: list[tuple[str, int]] = []
         self._dynamic_ports = 0
         # the group's ask, precomputed per select
@@ -199,24 +198,30 @@ class Ranker:
         self._used[node_id] = (proposed, used)
         return used
 
-    def _port_index(self, node: pb.Node, proposed: list[pb.Allocation]) -> tuple[NetworkIndex, str]:
+    def _port_index(
+        self, node: pb.Node, proposed: list[pb.Allocation]
+    ) -> tuple[NetworkIndex, str, int]:
         """The node's used ports (cached while its proposed allocs are
-        unchanged) and a collision reason if its state is already invalid."""
+        unchanged), a collision reason if its state is already invalid, and
+        how many used ports fall in its dynamic range."""
         hit = self._ports.get(node.id)
         if hit is not None and hit[0] is proposed:
-            return hit[1], hit[2]
+            return hit[1], hit[2], hit[3]
         idx, reason = NetworkIndex.for_node(node, proposed)
-        self._ports[node.id] = (proposed, idx, reason)
-        return idx, reason
+        lo, hi = idx.min_dynamic_port, idx.max_dynamic_port
+        in_range = sum(1 for p in idx.used if lo <= p <= hi)
+        self._ports[node.id] = (proposed, idx, reason, in_range)
+        return idx, reason, in_range
 
     def _ports_available(self, node: pb.Node, proposed: list[pb.Allocation]) -> bool:
         """Can the group's ports be had on the node? Only checked here; the
         dynamic ports are picked for the chosen node alone (`finalize`)."""
-        idx, reason = self._port_index(node, proposed)
+        idx, reason, in_range = self._port_index(node, proposed)
         if reason:
             self.ctx.exhausted_node(node, "network: port collision")
             return False
         used = idx.used
+        lo, hi = idx.min_dynamic_port, idx.max_dynamic_port
         seen: set[int] = set()
         for label, v in self._static_ports:
             if v <= 0 or v >= MAX_VALID_PORT:
@@ -226,12 +231,11 @@ class Ranker:
                 self.ctx.exhausted_node(node, f"network: reserved port collision {label}={v}")
                 return False
             seen.add(v)
-        if self._dynamic_ports:
-            lo, hi = idx.min_dynamic_port, idx.max_dynamic_port
-            taken = sum(1 for p in used if lo <= p <= hi) + sum(1 for p in seen if lo <= p <= hi)
-            if (hi - lo + 1) - taken < self._dynamic_ports:
-                self.ctx.exhausted_node(node, "network: dynamic port selection failed")
-                return False
+            if lo <= v <= hi:
+                in_range += 1
+        if self._dynamic_ports and (hi - lo + 1) - in_range < self._dynamic_ports:
+            self.ctx.exhausted_node(node, "network: dynamic port selection failed")
+            return False
         return True
 
     def _assign_networks(self, option: RankedNode) -> None:
@@ -240,8 +244,7 @@ class Ranker:
         tg = self.tg
         assert tg is not None
         node = option.node
-        idx, _ = self._port_index(node, self.ctx.proposed_allocs(node.id))
-        idx = idx.copy()
+        idx = self._port_index(node, self.ctx.proposed_allocs(node.id))[0].copy()
         if len(tg.networks):
             option.group_network = idx.assign(tg.networks[0], self.rng)
         for t in tg.tasks:
@@ -251,13 +254,16 @@ class Ranker:
                 option.task_networks[t.name] = idx.assign(t.resources.networks[0], self.rng)
 
     def _assign_devices(
-        self, node: pb.Node, proposed: list[pb.Allocation], option: RankedNode
-    ) -> bool:
+        self, node: pb.Node, proposed: list[pb.Allocation]
+    ) -> dict[str, list[pb.AllocatedDevice]] | None:
+        """Free device instances for each task's requests, or None (node
+        exhausted)."""
         tg = self.tg
         assert tg is not None
         acct = DeviceAccounter(node)
         acct.add_allocs(proposed)
         devices = node.node_resources.devices
+        out: dict[str, list[pb.AllocatedDevice]] = {}
         for t in tg.tasks:
             for req in t.resources.devices:
                 want = req.count or 1
@@ -271,9 +277,7 @@ class Ranker:
                     ids = free[:want]
                     for iid in ids:
                         acct.instances[key][iid] += 1
-                    if option.task_devices is None:
-                        option.task_devices = {}
-                    option.task_devices.setdefault(t.name, []).append(
+                    out.setdefault(t.name, []).append(
                         pb.AllocatedDevice(
                             vendor=dev.vendor, type=dev.type, name=dev.name, device_ids=ids
                         )
@@ -281,8 +285,8 @@ class Ranker:
                     break
                 else:
                     self.ctx.exhausted_node(node, "devices: no devices match request")
-                    return False
-        return True
+                    return None
+        return out
 
     def _already_preempted(self) -> dict[tuple[str, str, str], int]:
         if self._preempted_counts is None:
@@ -332,7 +336,10 @@ class Ranker:
     # ------------------------------------------------------------ rank
 
     def rank(self, node: pb.Node) -> RankedNode | None:
-        """Fit and score `node`, or None (recorded as exhausted)."""
+        """Fit and score `node`, or None (recorded as exhausted).
+
+        The hot loop of every select: plain ints and dicts only, no
+        protobufs built here."""
         ctx = self.ctx
         tg = self.tg
         job = self.job
@@ -340,49 +347,60 @@ class Ranker:
         cap = self.capacity(node)
         proposed = ctx.proposed_allocs(node.id)
         used = self._usage(node.id, proposed, cap.mhz_per_core)
-        option = RankedNode(node)
         if self._needs_network and not self._ports_available(node, proposed):
             return None
-        if self._needs_devices and not self._assign_devices(node, proposed, option):
-            return None
-        ask = Usage(
-            cpu=self._cpu + self._cores * cap.mhz_per_core,
-            cores=self._cores,
-            memory_mb=self._mem,
-            disk_mb=self._disk,
-            allocs=1,
-        )
-        total = Usage(
-            used.cpu + ask.cpu,
-            used.cores + ask.cores,
-            used.memory_mb + ask.memory_mb,
-            used.disk_mb + ask.disk_mb,
-            used.allocs + 1,
-        )
-        dim = exceeded_dimension(cap, total)
+        devices: dict[str, list[pb.AllocatedDevice]] | None = None
+        if self._needs_devices:
+            devices = self._assign_devices(node, proposed)
+            if devices is None:
+                return None
+        ask_cpu = self._cpu + self._cores * cap.mhz_per_core
+        cpu = used.cpu + ask_cpu
+        cores = used.cores + self._cores
+        mem = used.memory_mb + self._mem
+        disk = used.disk_mb + self._disk
+        dim = ""  # inlined corral.fit.exceeded_dimension (same order)
+        if cap.max_allocs and used.allocs + 1 > cap.max_allocs:
+            dim = "max allocation exceeded"
+        elif cores > cap.cores:
+            dim = "cores"
+        elif cpu > cap.cpu:
+            dim = "cpu"
+        elif mem > cap.memory_mb:
+            dim = "memory"
+        elif disk > cap.disk_mb:
+            dim = "disk"
+        victims: list[pb.Allocation] = []
         if dim:
-            victims = self._preempt(cap, proposed, ask) if self.evict else None
-            if not victims:
+            ask = Usage(ask_cpu, self._cores, self._mem, self._disk, 1)
+            found = self._preempt(cap, proposed, ask) if self.evict else None
+            if not found:
                 ctx.exhausted_node(node, dim)
                 return None
-            option.preempted_allocs = victims
+            victims = found
             for v in victims:
-                vu = Usage()
-                vu.add(v.resources, cap.mhz_per_core)
-                total.cpu -= vu.cpu
-                total.cores -= vu.cores
-                total.memory_mb -= vu.memory_mb
-                total.disk_mb -= vu.disk_mb
-                total.allocs -= 1
+                vr = v.resources
+                cpu -= vr.cpu + vr.cores * cap.mhz_per_core
+                mem -= vr.memory_mb
 
-        scores = option.scores
-        fit = (
-            score_fit_spread(cap, total) if self.spread_algorithm else score_fit_binpack(cap, total)
-        )
-        s = fit / BINPACK_MAX_FIT_SCORE
-        scores["binpack"] = s
-        ctx.score_node(node, "binpack", s)
+        # fit score over the free share of cpu and memory after placing
+        free_cpu = 1.0 - cpu / cap.cpu if cap.cpu > 0 else 0.0
+        free_mem = 1.0 - mem / cap.memory_mb if cap.memory_mb > 0 else 0.0
+        if self.spread_algorithm:
+            fit = (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem)) - 2.0
+        else:
+            fit = 20.0 - (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem))
+        fit = min(max(fit, 0.0), BINPACK_MAX_FIT_SCORE) / BINPACK_MAX_FIT_SCORE
+        scores = {"binpack": fit}
+        total = fit
         if self.generic:
+            # the metric also lists the scorers that had nothing to say
+            meta = {
+                "binpack": fit,
+                "job-anti-affinity": 0.0,
+                "node-reschedule-penalty": 0.0,
+                "node-affinity": 0.0,
+            }
             collisions = 0
             jid, tgn = job.id, tg.name
             for a in proposed:
@@ -390,29 +408,32 @@ class Ranker:
                     collisions += 1
             if collisions:
                 s = -(collisions + 1) / max(tg.count, 1)
-                scores["job-anti-affinity"] = s
-                ctx.score_node(node, "job-anti-affinity", s)
-            else:
-                ctx.score_node(node, "job-anti-affinity", 0.0)
+                scores["job-anti-affinity"] = meta["job-anti-affinity"] = s
+                total += s
             if node.id in self.penalty_node_ids:
-                scores["node-reschedule-penalty"] = -1.0
-                ctx.score_node(node, "node-reschedule-penalty", -1.0)
-            else:
-                ctx.score_node(node, "node-reschedule-penalty", 0.0)
+                scores["node-reschedule-penalty"] = meta["node-reschedule-penalty"] = -1.0
+                total -= 1.0
             if self.affinities:
                 s = affinity_score(self.affinities, node)
-                scores["node-affinity"] = s
-                ctx.score_node(node, "node-affinity", s)
-            else:
-                ctx.score_node(node, "node-affinity", 0.0)
-            if self.spread is not None and self.spread.has_spreads():
-                s = self.spread.score(node)
+                scores["node-affinity"] = meta["node-affinity"] = s
+                total += s
+            spread = self.spread
+            if spread is not None and spread.active:
+                s = spread.score(node)
                 if s != 0.0:
-                    scores[SPREAD_SCORER] = s
-                    ctx.score_node(node, SPREAD_SCORER, s)
-        option.final_score = math.fsum(scores.values()) / len(scores)
-        ctx.score_node(node, NORM_SCORER_NAME, option.final_score)
-        return option
+                    scores[SPREAD_SCORER] = meta[SPREAD_SCORER] = s
+                    total += s
+        else:
+            meta = dict(scores)
+        final = total / len(scores)
+        ctx.record_node_scores(node.id, meta, final)
+        return RankedNode(
+            node,
+            final,
+            scores,
+            task_devices=devices,
+            preempted_allocs=victims,
+        )
 
     # ------------------------------------------------------------ result
 
