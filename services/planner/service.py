@@ -71,6 +71,10 @@ def validate_plan(plan: pb.Plan) -> None:
                 raise InvalidArgument(f"{f}.node_id", f"is {a.node_id!r}, not the key {node_id!r}")
             if not a.namespace:
                 a.namespace = plan.job.namespace
+            if not a.eval_id:
+                a.eval_id = plan.eval_id
+            if not a.desired_status:
+                a.desired_status = DesiredStatus.RUN
             if a.job_id != plan.job.id or a.namespace != plan.job.namespace:
                 raise InvalidArgument(f"{f}.job_id", "must be the plan's job")
             if not a.task_group:

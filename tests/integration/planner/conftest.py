@@ -1,0 +1,113 @@
+"""A real state service (in-process, port 0) over the module's database, and
+the planner's applier core (replica, plan queue, applier) in-process.
+
+Plans are put straight into the plan queue here; the token check and the
+process with leader election are exercised in test_planner_process.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from corral.invariants import check_state, errors
+from corral.replica import Replica
+from corral.structs import copy_msg
+from corral.v1 import state_pb2
+from corral.v1 import structs_pb2 as pb
+from services.planner.applier import PlanApplier
+from services.planner.config import PlannerSettings
+from services.planner.plan_queue import PlanQueue
+from services.planner.state_client import StateClient
+from services.state.app import StateApp, StateSettings
+
+
+@pytest.fixture(scope="module")
+async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
+    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+@pytest.fixture(scope="module")
+async def state_addr(state_app: StateApp) -> str:
+    return state_app.server.bound_address
+
+
+async def seed(
+    app: StateApp,
+    *,
+    nodes: list[pb.Node] | tuple[()] = (),
+    jobs: list[pb.Job] | tuple[()] = (),
+    allocs: list[pb.Allocation] | tuple[()] = (),
+) -> int:
+    """Write objects through the state's own indexed write path (as the
+    public Node/Job APIs would); returns the index."""
+    async with app.db.write() as tx:
+        for n in nodes:
+            tx.put_node(copy_msg(n))
+        for j in jobs:
+            tx.put_job(copy_msg(j))
+        for a in allocs:
+            tx.put_alloc(copy_msg(a))
+    return tx.index
+
+
+@dataclass
+class PlannerCore:
+    replica: Replica
+    queue: PlanQueue
+    applier: PlanApplier
+    client: GatedStateClient
+    task: asyncio.Task[None]
+
+    async def submit(self, plan: pb.Plan, timeout: float = 30.0) -> pb.PlanResult:
+        pending = self.queue.enqueue(plan)
+        return await asyncio.wait_for(pending.future, timeout)
+
+
+class GatedStateClient(StateClient):
+    """The real state client, with a gate a test can close to hold writes
+    (to evaluate the next plan while one is being written)."""
+
+    def __init__(self, state_addr: str) -> None:
+        super().__init__(state_addr)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.waiting = asyncio.Event()
+
+    async def apply_plans(
+        self, plans: Sequence[state_pb2.AppliedPlan], *, timeout: float
+    ) -> list[int]:
+        self.waiting.set()
+        await self.gate.wait()
+        return await super().apply_plans(plans, timeout=timeout)
+
+
+@pytest.fixture
+async def core(state_addr: str) -> AsyncIterator[PlannerCore]:
+    replica = Replica(state_addr, name="planner-test")
+    await replica.start()
+    client = GatedStateClient(state_addr)
+    queue = PlanQueue()
+    applier = PlanApplier(queue, replica, client, PlannerSettings(state_addr=state_addr))
+    queue.set_enabled(True)
+    task = asyncio.create_task(applier.run())
+    try:
+        yield PlannerCore(replica, queue, applier, client, task)
+    finally:
+        queue.set_enabled(False)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.close()
+        await replica.stop()
+    violations = await check_state(state_addr)
+    assert not errors(violations), [str(v) for v in violations]
