@@ -113,6 +113,9 @@ class PlanApplier:
         every plan not yet answered then fails with "plan queue flushed"."""
         self.overlay.discard()
         self._resync = True
+        # fresh per term: a cancelled term may have left a slot taken
+        self._writes = asyncio.Queue()
+        self._slots = asyncio.Semaphore(self.settings.pipeline_depth)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._evaluator(), name="plan-evaluator")
