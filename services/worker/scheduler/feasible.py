@@ -438,6 +438,7 @@ class PropertySet:
         self.proposed: dict[str, int] = {}
         self.cleared: dict[str, int] = {}
         self._combined: dict[str, int] | None = None
+        self._bounds: tuple[int, int] | None = None
         if not error:
             self._populate_existing()
             self.populate_proposed()
@@ -518,6 +519,7 @@ class PropertySet:
         self.proposed = proposed
         self.cleared = cleared
         self._combined = None
+        self._bounds = None
 
     def combined_use(self) -> dict[str, int]:
         """existing + proposed − stopped, per (targeted) value."""
@@ -531,11 +533,23 @@ class PropertySet:
             self._combined = out
         return self._combined
 
+    def use_bounds(self) -> tuple[int, int]:
+        """Least and most uses among values in use (0, 0 if none); values
+        whose count dropped to zero do not set the minimum, as in Nomad."""
+        if self._bounds is None:
+            nonzero = [n for n in self.combined_use().values() if n > 0]
+            self._bounds = (min(nonzero), max(nonzero)) if nonzero else (0, 0)
+        return self._bounds
+
     def used_count(self, node: pb.Node) -> tuple[str, str, int]:
         """(targeted value, error, count of allocs using it) for `node`."""
         if self.error:
             return "", self.error, 0
-        v, ok = resolve_target(self.attribute, node)
+        hit = self._node_value.get(node.id)
+        if hit is None:
+            hit = resolve_target(self.attribute, node)
+            self._node_value[node.id] = hit
+        v, ok = hit
         if not ok:
             return v, f"missing property {self.attribute!r}", 0
         key = self.targeted(v)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.feasible import PropertySet, resolve_target
+from services.worker.scheduler.feasible import PropertySet
 
 IMPLICIT_TARGET = "*"
 SCORER_NAME = "allocation-spread"
@@ -141,15 +141,10 @@ def even_spread_boost(ps: PropertySet, node: pb.Node) -> float:
     combined = ps.combined_use()
     if not combined:
         return 0.0  # nothing placed yet: every node is as good
-    value, ok = resolve_target(ps.attribute, node)
-    if not ok:
+    value, err, current = ps.used_count(node)
+    if err:
         return -1.0
-    current = combined.get(value, 0)
-    # values whose count dropped to zero (stopped in the plan) do not set
-    # the minimum, as in Nomad
-    nonzero = [n for n in combined.values() if n > 0]
-    lo = min(nonzero) if nonzero else 0
-    hi = max(nonzero) if nonzero else 0
+    lo, hi = ps.use_bounds()
     if lo == 0:
         boost = -1.0
     else:
