@@ -193,6 +193,24 @@ def test_nothing_fits_returns_none_with_metrics() -> None:
     assert m.allocation_time > 0
 
 
+def test_driver_filter_and_binpack_overflow() -> None:
+    no_driver = mock.node()
+    del no_driver.drivers["mock"]
+    del no_driver.attributes["driver.mock"]
+    no_driver.computed_class = structs.computed_class(no_driver)
+    small = mock.node(cpu=500)
+    roomy = mock.node()
+    nodes = [no_driver, small, roomy]
+    job = mock.job(cpu=1000)
+    ctx = _ctx(nodes)
+    s = _stack(ctx, job, nodes)
+    opt = s.select(job.task_groups[0])
+    assert opt is not None and opt.node.id == roomy.id
+    m = ctx.metrics
+    assert m.constraint_filtered["missing drivers"] == 1
+    assert m.dimension_exhausted["cpu"] == 1
+
+
 def test_metrics_reset_per_select() -> None:
     nodes = [mock.node() for _ in range(4)]
     job = mock.job()
