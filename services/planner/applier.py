@@ -137,7 +137,12 @@ class PlanApplier:
         while True:
             batch = await self.queue.dequeue(limit)
             self._active.update(batch)
-            decisions = await self._evaluate(batch)
+            try:
+                decisions = await self._evaluate(batch)
+            except Exception as exc:  # a bug must not stop the applier
+                log.exception("plan evaluation failed")
+                self._fail_all(batch, Aborted(f"plan evaluation failed: {exc}"))
+                continue
             if not decisions:
                 continue
             await self._slots.acquire()
@@ -264,6 +269,11 @@ class PlanApplier:
             decisions = await self._writes.get()
             try:
                 await self._write(decisions)
+            except Exception as exc:  # a bug must not stop the applier
+                log.exception("plan write handling failed")
+                self.overlay.discard()
+                self._resync = True
+                self._fail_all([d.pending for d in decisions], Aborted(f"plan apply failed: {exc}"))
             finally:
                 metrics.OUTSTANDING_APPLY.dec()
                 self._slots.release()
@@ -332,6 +342,11 @@ class PlanApplier:
             outcome = "noop"
         metrics.PLANS.labels(outcome).inc()
         pending.respond(evaluation.result)
+
+    def _fail_all(self, pendings: list[PendingPlan], err: CorralError) -> None:
+        for pending in pendings:
+            if not pending.future.done():
+                self._fail(pending, err)
 
     def _fail(self, pending: PendingPlan, err: CorralError) -> None:
         self._active.discard(pending)
