@@ -1,0 +1,64 @@
+"""Advisory-lock leader election against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import psycopg
+
+from corral.leader import LeaderElection, find_leader
+
+
+async def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+async def test_one_leader_standby_takes_over_and_address_is_published(fresh_pg_dsn: str) -> None:
+    events: list[str] = []
+
+    def callbacks(name: str) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+        async def elected() -> None:
+            events.append(f"{name}+")
+
+        async def lost() -> None:
+            events.append(f"{name}-")
+
+        return elected, lost
+
+    a = LeaderElection(
+        fresh_pg_dsn, "testrole", "10.0.0.1:4647", retry_interval=0.1, keepalive_interval=0.1
+    )
+    b = LeaderElection(
+        fresh_pg_dsn, "testrole", "10.0.0.2:4647", retry_interval=0.1, keepalive_interval=0.1
+    )
+    ta = asyncio.create_task(a.run(*callbacks("a")))
+    await _wait(lambda: a.is_leader)
+    tb = asyncio.create_task(b.run(*callbacks("b")))
+    await asyncio.sleep(0.3)
+    assert a.is_leader and not b.is_leader
+    assert await b.leader_address() == "10.0.0.1:4647"
+    assert await find_leader(fresh_pg_dsn, "testrole") == "10.0.0.1:4647"
+
+    # the leader's connection dies (as when its process is killed): the
+    # standby wins the lock and the old leader notices it lost it
+    with psycopg.connect(fresh_pg_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            ("corral:testrole:10.0.0.1:4647",),
+        )
+    await _wait(lambda: b.is_leader)
+    await _wait(lambda: "a-" in events)
+    assert await find_leader(fresh_pg_dsn, "testrole") == "10.0.0.2:4647"
+    # the old leader steps down within its keepalive interval; writes made
+    # in that window are fenced by the state service (leader_id checks)
+
+    await a.stop()
+    await b.stop()
+    await asyncio.gather(ta, tb)
+    assert events[-1] == "b-"
+    assert await find_leader(fresh_pg_dsn, "testrole") == ""
