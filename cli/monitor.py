@@ -203,6 +203,27 @@ def _progress(job: pb.Job, allocs: list[pb.Allocation], version: int) -> dict[st
     return dict(groups)
 
 
+HEADERS = ("Task Group", "Desired", "Placed", "Pending", "Running", "Complete", "Failed")
+
+
+def _draw_table(
+    out: TextIO, rows: tuple[tuple[str, int, int, int, int, int, int], ...], drawn: int
+) -> int:
+    """Print the progress table. On a terminal, redraw it in place (a live
+    view); elsewhere (pipes, logs) print each new state below the last.
+    Returns the number of lines drawn."""
+    live = drawn > 0 and out.isatty()
+    if live:
+        out.write(f"\x1b[{drawn}F\x1b[J")  # back to the table's first line, clear below
+    lines = [f"    {now_stamp()}:"]
+    widths = [max(len(str(r[i])) for r in (HEADERS, *rows)) for i in range(len(HEADERS))]
+    for r in (HEADERS, *rows):
+        lines.append("    " + "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip())
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+    return len(lines)
+
+
 def monitor_placements(
     client: Client,
     job_id: str,
@@ -217,6 +238,7 @@ def monitor_placements(
     desired alloc is placed). Returns 1 when an alloc failed, else 0."""
     index = 0
     last: tuple[tuple[str, int, int, int, int, int, int], ...] | None = None
+    drawn = 0
     _log(out, "Waiting for placements to start", top=True)
     while True:
         try:
@@ -245,24 +267,7 @@ def monitor_placements(
         rows = tuple(groups[name].row(name) for name in sorted(groups))
         if rows != last:
             last = rows
-            out.write(f"    {now_stamp()}:\n")
-            headers = (
-                "Task Group",
-                "Desired",
-                "Placed",
-                "Pending",
-                "Running",
-                "Complete",
-                "Failed",
-            )
-            widths = [max(len(str(r[i])) for r in (headers, *rows)) for i in range(len(headers))]
-            for r in (headers, *rows):
-                out.write(
-                    "    "
-                    + "  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip()
-                    + "\n"
-                )
-            out.flush()
+            drawn = _draw_table(out, rows, drawn)
         pending = sum(g.pending for g in groups.values())
         short_of = any(g.placed < g.desired for g in groups.values())
         if pending == 0 and (not expect_full or not short_of):
