@@ -22,7 +22,10 @@ class PlanWriter(Protocol):
 
 
 class StateClient:
-    """PlanWriter over a gRPC channel to the state service."""
+    """PlanWriter over a gRPC channel to the state service.
+
+    `leader_id` is the planner leader's advertised address, sent for
+    fencing (empty: unfenced, as in tests that run the applier alone)."""
 
     def __init__(self, state_addr: str, *, leader_id: str = "") -> None:
         self.leader_id = leader_id
