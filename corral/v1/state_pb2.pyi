@@ -222,7 +222,10 @@ class UpsertEvalsRequest(_message.Message):
     EVALS_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.str
-    """fencing: the broker leader's id (optional)"""
+    """Fencing: the broker leader's advertised address. When set, the write is
+    refused (FAILED_PRECONDITION) unless that address holds the broker's
+    leader lock at commit, so a deposed leader cannot write.
+    """
     @_builtins.property
     def evals(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Evaluation]: ...
     def __init__(
@@ -306,7 +309,7 @@ class ApplyPlansRequest(_message.Message):
     PLANS_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.str
-    """fencing: the planner leader's id (optional)"""
+    """Fencing: the planner leader's advertised address (see UpsertEvalsRequest)."""
     @_builtins.property
     def plans(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppliedPlan]: ...
     def __init__(

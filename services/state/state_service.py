@@ -14,6 +14,7 @@ from services.state import validate
 from services.state.app_context import StateContext
 from services.state.db.snapshot import Dump, stream_dump
 from services.state.writes.evals import upsert_evals, validate_evals
+from services.state.writes.fence import require_leader
 from services.state.writes.plans import apply_plans, validate_plans
 
 Context = Any
@@ -75,6 +76,8 @@ class StateServicer(state_pb2_grpc.StateServicer):
     ) -> state_pb2.WriteResponse:
         validate_evals(request.evals)
         async with self.ctx.db.write() as tx:
+            if request.leader_id:
+                await require_leader(tx, "broker", request.leader_id)
             await upsert_evals(tx, request.evals)
         return state_pb2.WriteResponse(index=tx.index)
 
@@ -83,6 +86,8 @@ class StateServicer(state_pb2_grpc.StateServicer):
     ) -> state_pb2.ApplyPlansResponse:
         validate_plans(request.plans)
         async with self.ctx.db.write(count=len(request.plans)) as tx:
+            if request.leader_id:
+                await require_leader(tx, "planner", request.leader_id)
             indexes = await apply_plans(tx, request.plans)
         return state_pb2.ApplyPlansResponse(indexes=indexes)
 

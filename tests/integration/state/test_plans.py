@@ -125,3 +125,35 @@ async def test_in_place_update_keeps_client_fields(
     assert stored.client_status == ClientStatus.RUNNING
     assert stored.task_states["web"].state == "running"
     assert stored.create_index == r1.indexes[0]
+
+
+async def test_fenced_plan_from_a_non_leader_is_refused(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+) -> None:
+    import grpc
+    import pytest
+
+    from corral.leader import LeaderElection
+
+    job, node = await _seed(state_app, "fenced-job")
+    plan = state_pb2.AppliedPlan(
+        eval_id="e1", namespace="default", job_id=job.id, allocs=[mock.alloc(job, node)]
+    )
+    before = await state_app.db.latest_index()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await state_stub.ApplyPlans(
+            state_pb2.ApplyPlansRequest(plans=[plan], leader_id="10.9.9.9:1")
+        )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "not the planner leader" in (err.value.details() or "")
+    assert await state_app.db.latest_index() == before
+
+    election = LeaderElection(state_app.db.dsn, "planner", "10.9.9.9:1")
+    assert await election._campaign()
+    try:
+        resp = await state_stub.ApplyPlans(
+            state_pb2.ApplyPlansRequest(plans=[plan], leader_id="10.9.9.9:1")
+        )
+        assert resp.indexes[0] == before + 1
+    finally:
+        await election.stop()
