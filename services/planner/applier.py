@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 FAULT_EXIT_STATUS = 75
 
 _PLAN_FIELD = re.compile(r"^plans\[(\d+)\]")
+#: how the state words a fenced write (services/state/writes/fence.py)
+_NOT_LEADER = "is not the planner leader"
 
 
 class ReplicaView(Protocol):
@@ -369,6 +371,9 @@ def _write_errors(exc: BaseException, n: int) -> list[CorralError]:
     is UNAVAILABLE for all: the worker retries."""
     if isinstance(exc, grpc.aio.AioRpcError):
         code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.FAILED_PRECONDITION and _NOT_LEADER in details:
+            # fenced: this planner was deposed; the worker retries the new leader
+            return [Unavailable(f"{ERR_FLUSHED}: {details}") for _ in range(n)]
         kinds: dict[grpc.StatusCode, type[CorralError]] = {
             grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
             grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
