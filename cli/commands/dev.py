@@ -137,7 +137,16 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                     from corral.pgserver import EmbeddedPostgres
 
                     pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
-                    dsn = pg.start()
+                    # A signal in the middle of start() would leave a server we
+                    # hold no handle to; hold signals until it has returned.
+                    held = {signal.SIGINT, signal.SIGTERM}
+                    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+                    try:
+                        dsn = pg.start()
+                    except Exception as exc:
+                        raise StartError(f"the embedded PostgreSQL did not start: {exc}") from None
+                    finally:
+                        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
             env = dict(os.environ)
             env.update({"CORRAL_DSN": dsn, "PYTHONUNBUFFERED": "1"})
             env.pop("CORRAL_ADDR", None)
