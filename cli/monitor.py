@@ -180,10 +180,13 @@ def _progress(job: pb.Job, allocs: list[pb.Allocation], version: int) -> dict[st
         groups[tg.name].desired = tg.count
     system = job.type in (JobType.SYSTEM, JobType.SYSBATCH)
     for a in allocs:
-        # this version's allocs that should run (or ran to completion)
-        if a.job_version != version:
-            continue
-        if a.desired_status != DesiredStatus.RUN and a.client_status != ClientStatus.COMPLETE:
+        # Allocs that should run, whatever their version (a count-only change
+        # may keep allocs at an older version), and this version's finished
+        # batch work.
+        wanted = a.desired_status == DesiredStatus.RUN
+        if not wanted and not (
+            a.client_status == ClientStatus.COMPLETE and a.job_version == version
+        ):
             continue
         g = groups[a.task_group]
         g.placed += 1
@@ -233,8 +236,8 @@ def monitor_placements(
     *,
     expect_full: bool,
 ) -> int:
-    """Show desired/placed/running/failed per group until no alloc of
-    `version` is pending on its client (and, when `expect_full`, every
+    """Show desired/placed/running/failed per group until no alloc that
+    should run is pending on its client (and, when `expect_full`, every
     desired alloc is placed). Returns 1 when an alloc failed, else 0."""
     index = 0
     last: tuple[tuple[str, int, int, int, int, int, int], ...] | None = None

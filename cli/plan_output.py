@@ -101,6 +101,10 @@ def write_plan(
             out.write(f'{tmark}{" " if tmark else ""}Task Group: "{tg.name}"{note}\n')
             _fields(out, list(tg.fields), "  ", verbose)
             _objects(out, list(tg.objects), "  ", verbose)
+        # groups the scheduler annotated that the diff does not list
+        listed = {tg.name for tg in diff.task_groups}
+        for name in sorted(set(ann) - listed):
+            out.write(f'Task Group: "{name}"{tg_annotation(ann[name], None)}\n')
         out.write("\n")
     elif ann:
         out.write(f'Job: "{job.id}"\n')

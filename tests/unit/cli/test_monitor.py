@@ -10,17 +10,18 @@ def alloc(group: str, version: int, desired: str, client: str) -> pb.Allocation:
     )
 
 
-def test_progress_counts_only_the_new_version():
-    job = pb.Job(type="service", task_groups=[pb.TaskGroup(name="web", count=3)])
+def test_progress_counts_allocs_that_should_run():
+    job = pb.Job(type="service", task_groups=[pb.TaskGroup(name="web", count=4)])
     allocs = [
         alloc("web", 2, "run", "running"),
         alloc("web", 2, "run", "pending"),
         alloc("web", 2, "run", "failed"),
-        alloc("web", 1, "stop", "complete"),  # the old version
+        alloc("web", 1, "run", "running"),  # kept at the old version (count-only change)
+        alloc("web", 1, "stop", "complete"),  # replaced
         alloc("web", 2, "stop", "running"),  # being stopped (scaled down)
     ]
     g = _progress(job, allocs, 2)["web"]
-    assert (g.desired, g.placed, g.pending, g.running, g.failed) == (3, 3, 1, 1, 1)
+    assert (g.desired, g.placed, g.pending, g.running, g.failed) == (4, 4, 1, 2, 1)
 
 
 def test_system_jobs_desire_what_was_placed():

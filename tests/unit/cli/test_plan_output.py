@@ -50,3 +50,12 @@ def test_rendering_failed_placements():
     assert "WARNING: Failed to place all allocations." in text
     assert 'Task Group "web" (failed to place 1 allocation)' in text
     assert 'Dimension "memory" exhausted on 3 nodes' in text
+
+
+def test_unchanged_job_still_shows_the_annotations():
+    resp = plan(ignore=3)
+    resp.diff.type = "None"
+    out = io.StringIO()
+    write_plan(out, pb.Job(id="j"), resp, filename="j.hcl", verbose=False)
+    assert 'Task Group: "web" (3 ignore)' in out.getvalue()
+    assert not changes(resp)
