@@ -415,3 +415,12 @@ def test_file_level_errors(text, line, problem):
         parse_job(text, "f.hcl")
     assert info.value.line == line, str(info.value)
     assert problem in str(info.value)
+
+
+def test_explicit_zero_count_and_unquoted_labels():
+    job = parse_job(
+        'job example {\n group "g" {\n count = 0\n task t { driver = "mock" }\n }\n}\n', "z.hcl"
+    )
+    assert job.id == "example"
+    assert job.task_groups[0].count == 0
+    assert job.task_groups[0].tasks[0].name == "t"
