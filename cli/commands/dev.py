@@ -26,15 +26,20 @@ import time
 import warnings
 from pathlib import Path
 
-from cli.commands import group as _group  # noqa: F401 - keeps the import graph uniform
 from cli.main import CliError, Context
 from cli.output import table
-from cli.supervisor import RoleProcess, Shutdown, StartError, shutdown_signals, stop_all
+from cli.supervisor import (
+    RoleProcess,
+    Shutdown,
+    StartError,
+    shutdown_signals,
+    stop_all,
+)
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
 
-# role, module, the address flags it is given (all also go in the environment)
+# start order; each role is `python -m services.<role>`
 ROLE_ORDER = ("state", "broker", "planner", "worker", "agent")
 
 
@@ -166,7 +171,7 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                 _say("Stopping " + ", ".join(r.role for r in reversed(roles) if r.proc))
                 killed = stop_all(roles)
                 if killed:
-                    _say(f"Killed after {10}s grace: {', '.join(killed)}")
+                    _say(f"Killed after {GRACE_SECONDS:g}s grace: {', '.join(killed)}")
             if pg is not None:
                 _say("Stopping PostgreSQL")
                 try:
