@@ -29,6 +29,7 @@ from pathlib import Path
 from cli.main import CliError, Context
 from cli.output import table
 from cli.supervisor import (
+    GRACE_SECONDS,
     RoleProcess,
     Shutdown,
     StartError,
