@@ -40,9 +40,6 @@ from cli.supervisor import (
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
 
-# start order; each role is `python -m services.<role>`
-ROLE_ORDER = ("state", "broker", "planner", "worker", "agent")
-
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
