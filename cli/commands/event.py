@@ -11,7 +11,7 @@ from cli.output import to_dict
 from corral.structs import Topic
 from corral.v1 import event_pb2
 
-TOPICS = ("Job", "Evaluation", "Allocation", "Node", "Deployment", "Operator", "*")
+TOPICS = (*Topic.ALL, "*")
 # Nomad's CLI shorthands
 ALIASES = {
     "Eval": "Evaluation",
@@ -120,6 +120,3 @@ def _detail(ev: object) -> str:
     if which == "deployment":
         return f"  job={ev.deployment.job_id} status={ev.deployment.status}"
     return ""
-
-
-__all__ = ["Topic", "register"]
