@@ -33,6 +33,7 @@ from typing import Protocol
 
 import grpc
 
+from corral import telemetry
 from corral.errors import (
     Aborted,
     CorralError,
@@ -53,6 +54,7 @@ from services.planner.plan_queue import ERR_FLUSHED, PendingPlan, PlanQueue
 from services.planner.state_client import PlanWriter
 
 log = logging.getLogger(__name__)
+tracer = telemetry.tracer("corral.planner")
 
 #: exit status of the test-only fault `exit-before-apply`
 FAULT_EXIT_STATUS = 75
@@ -228,6 +230,8 @@ class PlanApplier:
             return None
         finally:
             metrics.EVALUATE.observe(time.perf_counter() - start)
+        if telemetry.tracing_enabled():
+            _span(plan.traceparent, "plan.evaluate", start, plan.eval_id, evaluation)
         result = evaluation.result
         if evaluation.rejections:
             metrics.NODE_REJECTED.inc(len(evaluation.rejections))
@@ -314,6 +318,10 @@ class PlanApplier:
                         self._fail(d.pending, stale_err)
                 return
             metrics.APPLY.observe(time.perf_counter() - start)
+            if telemetry.tracing_enabled():
+                for d in writes:
+                    plan = d.pending.plan
+                    _span(plan.traceparent, "plan.apply", start, plan.eval_id, d.evaluation)
             metrics.GROUP_COMMIT_SIZE.observe(len(writes))
             self.stats.commits += 1
             for d, index in zip(writes, indexes, strict=True):
@@ -354,6 +362,21 @@ class PlanApplier:
         self._active.discard(pending)
         metrics.PLANS.labels("failed").inc()
         pending.fail(err)
+
+
+def _span(
+    traceparent: str, name: str, start: float, eval_id: str, evaluation: PlanEvaluation
+) -> None:
+    """Record a finished step of a plan in the eval's trace (started
+    `start` perf-counter seconds ago)."""
+    now_wall = time.time_ns()
+    begin = now_wall - int((time.perf_counter() - start) * 1e9)
+    ctx = telemetry.context_from_traceparent(traceparent)
+    span = tracer.start_span(name, context=ctx, start_time=begin)
+    span.set_attribute("eval.id", eval_id)
+    span.set_attribute("plan.nodes_rejected", len(evaluation.rejections))
+    span.set_attribute("plan.alloc_index", evaluation.result.alloc_index)
+    span.end(end_time=now_wall)
 
 
 def _describe(exc: BaseException) -> str:
