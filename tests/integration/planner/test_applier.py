@@ -326,3 +326,19 @@ async def test_failed_write_fails_the_plans_evaluated_on_top_of_it(
     assert isinstance(done[1], Aborted), done[1]
     live = [a for a in await stored_allocs(state_addr, job) if a.desired_status == "run"]
     assert len(live) == 6 and victim.id in {a.id for a in live}
+
+
+async def test_fenced_write_from_a_deposed_leader_commits_nothing(
+    state_app: StateApp, state_addr: str, core: PlannerCore
+) -> None:
+    from corral.errors import Unavailable
+
+    node, job = mock.node(), mock.job()
+    index = await seed(state_app, nodes=[node], jobs=[job])
+    core.client.leader_id = "127.0.0.1:1"  # holds no planner leader lock
+    try:
+        with pytest.raises(Unavailable, match="plan queue flushed"):
+            await core.submit(plan_for(job, new_allocs(job, node, 1), snapshot_index=index))
+    finally:
+        core.client.leader_id = ""
+    assert await stored_allocs(state_addr, job) == []

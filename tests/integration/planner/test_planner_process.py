@@ -242,6 +242,14 @@ async def test_token_check_standby_and_commit(
         assert len(resp.result.node_allocation[node.id].allocs) == 2
         stats = await stub.Stats(plan_pb2.PlanStatsRequest())
         assert stats.enabled and stats.plans_applied >= 1 and stats.commits >= 1
+
+        # the leader goes away: the standby takes over and commits the next plan
+        await leader.stop()
+        taken_over = plan_stub(channels, standby.address)
+        await wait_leader(taken_over)
+        more = placement_plan(ev, token, job, node, resp.index)
+        resp2 = await taken_over.Submit(plan_pb2.PlanSubmitRequest(plan=more), timeout=30)
+        assert resp2.index > resp.index
     finally:
         await leader.stop()
         if standby is not None:
