@@ -221,6 +221,12 @@ class PlanApplier:
     def _evaluate_one(self, pending: PendingPlan) -> Decision | None:
         plan = pending.plan
         snap = self.overlay.snapshot(self.replica.snapshot())
+        if not plan.job.task_groups:
+            # sent as a reference (Nomad's workers send namespace + id): the
+            # commit denormalises the stored job
+            stored = snap.job_by_id(plan.job.namespace, plan.job.id)
+            if stored is not None:
+                plan.job.CopyFrom(stored)
         start = time.perf_counter()
         try:
             evaluation = evaluate_plan(snap, plan)

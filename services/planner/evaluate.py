@@ -92,7 +92,12 @@ def _alloc_group(snap: StateSnapshot, plan: pb.Plan, alloc: pb.Allocation) -> pb
     """The task group an alloc was placed for: the plan's job when versions
     agree, else the stored job version."""
     job: pb.Job | None = plan.job
-    if job is None or job.id != alloc.job_id or job.version != alloc.job_version:
+    if (
+        job is None
+        or not job.task_groups  # sent as a reference (namespace + id) only
+        or job.id != alloc.job_id
+        or job.version != alloc.job_version
+    ):
         job = snap.job_by_version(alloc.namespace, alloc.job_id, alloc.job_version) or plan.job
     return task_group(job, alloc.task_group) if job is not None else None
 

@@ -295,3 +295,14 @@ def test_evaluation_does_not_touch_the_plan_maps() -> None:
     plan = plan_for(job, place=new_allocs(job, node, 1))
     evaluate_plan(snap, plan)
     assert list(plan.node_update) == [] and list(plan.node_preemptions) == []
+
+
+def test_down_node_rule_reads_the_stored_job_when_the_plan_sends_a_reference() -> None:
+    node, job = mock.node(status=NodeStatus.DOWN), mock.job()
+    job.task_groups[0].disconnect.replace = False
+    snap = snap_of([node], [job])
+    (a,) = new_allocs(job, node, 1)
+    a.client_status = ClientStatus.UNKNOWN
+    ref = pb.Job(id=job.id, namespace=job.namespace)
+    plan = plan_for(ref, place=[a])
+    assert evaluate_node_plan(snap, plan, node.id) == ""
