@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 import grpc
 
 from cli.commands import group, not_found
-from cli.jobspec import load_job
+from cli.jobspec import JobspecError, load_job
 from cli.jobspec.duration import format_duration
-from cli.main import CliError, Context, common
+from cli.main import CliError, Context, common, grpc_message
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
@@ -202,8 +203,7 @@ def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
         if args.detach or not resp.eval_id:
             return 0
         # -json without -detach: print the answer, then wait quietly
-        devnull = open("/dev/null", "w")  # noqa: SIM115
-        ctx.out = devnull
+        ctx.out = io.StringIO()
     if job.periodic.enabled and job.HasField("periodic"):
         ctx.out.write("Job registration successful (periodic: launches follow its cron spec)\n")
         return 0
@@ -223,17 +223,12 @@ def cmd_plan(args: argparse.Namespace, ctx: Context) -> int:
         resp: job_pb2.JobPlanResponse = ctx.client.jobs.Plan(
             job_pb2.JobPlanRequest(job=job, diff=args.diff), timeout=60
         )
-    except Exception as exc:
+    except grpc.RpcError as exc:
         # Nomad's plan exits 255 on errors so that 1 can mean "changes".
-        from cli.jobspec import JobspecError
-        from cli.main import grpc_message
-
-        if isinstance(exc, grpc.RpcError):
-            ctx.err.write(f"Error: {grpc_message(exc, ctx.address)}\n")
-        elif isinstance(exc, JobspecError):
-            ctx.err.write(f"Error: {exc}\n")
-        else:
-            raise
+        ctx.err.write(f"Error: {grpc_message(exc, ctx.address)}\n")
+        return PLAN_EXIT_ERROR
+    except JobspecError as exc:
+        ctx.err.write(f"Error: {exc}\n")
         return PLAN_EXIT_ERROR
     if args.json:
         print_json(resp, ctx.out)
