@@ -109,6 +109,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="scheduler version sent on dequeue (rolling upgrades)",
     )
+    env_flag(
+        p,
+        "--fault",
+        "CORRAL_WORKER_FAULT",
+        default="",
+        help="test-only fault injection: stall-before-ack",
+    )
     args = p.parse_args(argv)
     for flag in ("state_addr", "broker_addr", "planner_addr"):
         if not getattr(args, flag):
@@ -127,6 +134,7 @@ async def run(args: argparse.Namespace) -> int:
         scheduler_version=args.scheduler_version,
         sync_limit=args.sync_limit,
         slow_catchup=args.slow_catchup,
+        fault=args.fault,
     )
     replica = Replica(settings.state_addr, name="worker")
     await replica.start()

@@ -38,3 +38,5 @@ class WorkerSettings:
     version_mismatch_backoff: float = 30.0
     # Bound on one submit_plan retrying a transient error (no leader, UNAVAILABLE)
     plan_retry_limit: float = 30.0
+    # Test-only fault injection (see worker.FAULT_*); empty in production
+    fault: str = ""

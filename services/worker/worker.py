@@ -66,6 +66,11 @@ TRANSIENT = (
 )
 
 
+#: test-only fault (CORRAL_WORKER_FAULT): hang after the scheduler ran (its
+#: plan committed) and before the ack, so a test can kill the worker there
+FAULT_STALL_BEFORE_ACK = "stall-before-ack"
+
+
 class WorkerStopping(Exception):
     """The worker was stopped while it waited."""
 
@@ -165,6 +170,9 @@ class Worker:
             self.workload = Workload.SCHEDULING
             self.snapshot_index = snapshot.index
             ok = await self._invoke_scheduler(ev, token, snapshot)
+            if ok and self.pool.settings.fault == FAULT_STALL_BEFORE_ACK:
+                log.error("fault injection: stalling before ack of eval %s", ev.id, extra=extra)
+                await self._interruptible(asyncio.Event().wait())
             if ok:
                 await self._ack(ev, token)
             else:
