@@ -84,6 +84,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     env_flag(
         parser,
+        "--max-batch-allocs",
+        "CORRAL_PLANNER_MAX_BATCH_ALLOCS",
+        default=5000,
+        type=int,
+        help="most allocs (placed, stopped, preempted) per group commit; 0 = no bound",
+    )
+    env_flag(
+        parser,
         "--fault",
         "CORRAL_PLANNER_FAULT",
         default="",
@@ -199,6 +207,7 @@ async def serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         pipeline_depth=args.pipeline_depth,
         max_batch=args.max_batch,
+        max_batch_allocs=args.max_batch_allocs,
         fault=args.fault,
     )
     proc = PlannerProcess(settings)

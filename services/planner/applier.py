@@ -138,8 +138,9 @@ class PlanApplier:
 
     async def _evaluator(self) -> None:
         limit = self.settings.max_batch
+        max_size = self.settings.max_batch_allocs
         while True:
-            batch = await self.queue.dequeue(limit)
+            batch = await self.queue.dequeue(limit, max_size)
             self._active.update(batch)
             try:
                 decisions = await self._evaluate(batch)
@@ -153,8 +154,11 @@ class PlanApplier:
             # The writer is free for us now; plans that arrived while we
             # waited join this batch instead of paying a commit of their own.
             room = limit - len(decisions)
-            if room > 0:
-                more = self.queue.pop_ready(room)
+            size = sum(d.pending.size for d in decisions)
+            if room > 0 and (not max_size or size < max_size):
+                more = self.queue.pop_ready(
+                    room, max_size - size if max_size else 0, take_one=False
+                )
                 if more:
                     self._active.update(more)
                     decisions.extend(await self._evaluate(more))

@@ -22,6 +22,10 @@ class PlannerSettings:
     # Most plans evaluated together and written in one ApplyPlans
     # transaction (group commit).
     max_batch: int = 64
+    # ... and at most about this many allocs (placed, stopped, preempted)
+    # per group commit, so big plans are not piled into one huge
+    # transaction; a single bigger plan still goes alone. 0 = no bound.
+    max_batch_allocs: int = 5000
     # How long a plan waits for the replica to reach its snapshot index
     # (Nomad's snapshotMinIndex timeout).
     wait_for_index_timeout: float = 10.0
@@ -34,5 +38,7 @@ class PlannerSettings:
             raise ValueError("pipeline_depth must be >= 1")
         if self.max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        if self.max_batch_allocs < 0:
+            raise ValueError("max_batch_allocs must be >= 0")
         if self.fault not in FAULTS:
             raise ValueError(f"unknown fault {self.fault!r}; known: {', '.join(FAULTS[1:])}")

@@ -22,6 +22,14 @@ ERR_DISABLED = "plan queue is disabled"
 ERR_FLUSHED = "plan queue flushed"
 
 
+def plan_size(plan: pb.Plan) -> int:
+    """Allocs a plan places, stops or preempts."""
+    n = sum(len(lst.allocs) for lst in plan.node_allocation.values())
+    n += sum(len(lst.stops) for lst in plan.node_update.values())
+    n += sum(len(lst.stops) for lst in plan.node_preemptions.values())
+    return n
+
+
 @dataclass(eq=False, slots=True)
 class PendingPlan:
     """A submitted plan and the future its submitter waits on."""
@@ -30,6 +38,7 @@ class PendingPlan:
     future: asyncio.Future[pb.PlanResult]
     seq: int
     enqueued_at: float = field(default_factory=time.monotonic)
+    size: int = 0  # allocs placed, stopped or preempted: the rows its commit writes
 
     @property
     def priority(self) -> int:
@@ -76,7 +85,7 @@ class PlanQueue:
         if not self._enabled:
             raise Unavailable(ERR_DISABLED)
         fut: asyncio.Future[pb.PlanResult] = asyncio.get_running_loop().create_future()
-        pending = PendingPlan(plan, fut, next(self._seq))
+        pending = PendingPlan(plan, fut, next(self._seq), size=plan_size(plan))
         self._push(pending)
         return pending
 
@@ -92,24 +101,34 @@ class PlanQueue:
         metrics.QUEUE_DEPTH.set(len(self._heap))
         self._ready.set()
 
-    def pop_ready(self, limit: int) -> list[PendingPlan]:
-        """Up to `limit` waiting plans in order, without waiting. Plans whose
-        submitter gave up (cancelled) are dropped."""
+    def pop_ready(
+        self, limit: int, max_size: int = 0, *, take_one: bool = True
+    ) -> list[PendingPlan]:
+        """Up to `limit` waiting plans in order, without waiting, stopping
+        before their total size passes `max_size` (0 = no bound; with
+        `take_one` the first plan is taken whatever its size). Plans whose
+        submitter gave up are dropped."""
         out: list[PendingPlan] = []
+        total = 0
         while self._heap and len(out) < limit:
-            _, _, pending = heapq.heappop(self._heap)
+            _, _, pending = self._heap[0]
             if pending.future.done():
+                heapq.heappop(self._heap)
                 continue
+            if max_size and total + pending.size > max_size and (out or not take_one):
+                break
+            heapq.heappop(self._heap)
+            total += pending.size
             out.append(pending)
         if not self._heap:
             self._ready.clear()
         metrics.QUEUE_DEPTH.set(len(self._heap))
         return out
 
-    async def dequeue(self, limit: int) -> list[PendingPlan]:
-        """Wait for at least one plan, then take up to `limit`."""
+    async def dequeue(self, limit: int, max_size: int = 0) -> list[PendingPlan]:
+        """Wait for at least one plan, then take as `pop_ready` does."""
         while True:
             await self._ready.wait()
-            out = self.pop_ready(limit)
+            out = self.pop_ready(limit, max_size)
             if out:
                 return out

@@ -196,3 +196,21 @@ async def test_queue_skips_plans_whose_submitter_gave_up() -> None:
     gone.future.cancel()
     got = await asyncio.wait_for(q.dequeue(10), 1)
     assert [p.plan.eval_id for p in got] == ["kept"]
+
+
+async def test_batches_stop_before_passing_the_alloc_bound_but_take_one_big_plan() -> None:
+    q = PlanQueue()
+    q.set_enabled(True)
+    node, job = mock.node(), mock.job()
+
+    def sized(n: int, eval_id: str) -> pb.Plan:
+        plan = place_plan(job, pending_allocs(job, node, n))
+        plan.eval_id = eval_id
+        return plan
+
+    for eval_id, n in (("big", 8), ("a", 2), ("b", 2), ("c", 2)):
+        q.enqueue(sized(n, eval_id))
+    assert [p.plan.eval_id for p in q.pop_ready(10, max_size=5)] == ["big"]
+    assert [p.plan.eval_id for p in q.pop_ready(10, max_size=5)] == ["a", "b"]
+    assert q.pop_ready(10, max_size=1, take_one=False) == []
+    assert [p.plan.eval_id for p in q.pop_ready(10, max_size=5)] == ["c"]
