@@ -167,19 +167,19 @@ def stop_all(roles: list[RoleProcess], grace: float = GRACE_SECONDS) -> list[str
 
 @contextlib.contextmanager
 def shutdown_signals() -> Any:
-    """Turn SIGINT/SIGTERM into a `Shutdown` exception while inside, so
-    start-up waits and the main loop unwind through their `finally`."""
+    """Turn SIGINT/SIGTERM/SIGHUP into a `Shutdown` exception while inside,
+    so start-up waits and the main loop unwind through their `finally`."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def handler(signum: int, _frame: object) -> None:
         # Further signals during the orderly stop are ignored.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
         raise Shutdown(signal.Signals(signum).name)
 
-    old_int = signal.signal(signal.SIGINT, handler)
-    old_term = signal.signal(signal.SIGTERM, handler)
+    old = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

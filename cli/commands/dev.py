@@ -142,7 +142,7 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                     pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
                     # A signal in the middle of start() would leave a server we
                     # hold no handle to; hold signals until it has returned.
-                    held = {signal.SIGINT, signal.SIGTERM}
+                    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
                     signal.pthread_sigmask(signal.SIG_BLOCK, held)
                     try:
                         dsn = pg.start()
@@ -163,8 +163,8 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
             code = 1
         finally:
             # No signal may interrupt the orderly stop below.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
             if roles:
                 _say("Stopping " + ", ".join(r.role for r in reversed(roles) if r.proc))
                 killed = stop_all(roles)
