@@ -1,0 +1,358 @@
+"""The eval broker (Nomad's nomad/eval_broker.go): in-memory, leader only.
+
+* ready heaps per scheduler type: higher priority first, then lower create
+  index (FIFO);
+* one eval per job is ready or unacked at a time; the others wait in the
+  job's pending heap (higher priority, then higher modify index, first);
+* unacked evals carry a per-dequeue token and a nack timer;
+* evals with `wait` / `wait_until` are held until then;
+* on ack, the job's pending evals other than the best are moved to the
+  cancelable set (seed 000): a storm of N updates costs about one run;
+* past the delivery limit a nacked eval goes to the `_failed` queue.
+
+Everything runs on one asyncio loop, so no locks: methods are synchronous
+except `dequeue`, which waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.errors import FailedPrecondition, NotFound
+from corral.structs import JobType, job_key
+from corral.v1 import structs_pb2 as pb
+from services.broker.config import BrokerSettings
+
+FAILED_QUEUE = "_failed"
+
+JobKey = tuple[str, str]
+
+
+@dataclass
+class _Unack:
+    eval: pb.Evaluation
+    token: str
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _Waiter:
+    schedulers: frozenset[str]
+    future: asyncio.Future[tuple[pb.Evaluation, str]]
+
+
+@dataclass
+class BrokerStats:
+    total_ready: int = 0
+    total_unacked: int = 0
+    total_pending: int = 0
+    total_waiting: int = 0
+    total_cancelable: int = 0
+    total_failed: int = 0
+    by_scheduler: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # type -> (ready, unacked)
+
+
+class EvalBroker:
+    def __init__(
+        self, settings: BrokerSettings, *, on_cancelable: Callable[[], None] | None = None
+    ) -> None:
+        self.settings = settings
+        self.enabled = False
+        self._seq = itertools.count()
+        self._on_cancelable = on_cancelable
+        self._reset()
+
+    def _reset(self) -> None:
+        self._evals: dict[str, int] = {}  # eval id -> dequeue count
+        self._job_evals: dict[JobKey, str] = {}  # job -> its ready/unacked eval
+        self._pending: dict[JobKey, list[tuple[int, int, int, pb.Evaluation]]] = {}
+        self._ready: dict[str, list[tuple[int, int, int, pb.Evaluation]]] = {}
+        self._unack: dict[str, _Unack] = {}
+        self._requeue: dict[str, pb.Evaluation] = {}  # token -> eval to enqueue after its ack
+        self._waiting: dict[str, asyncio.TimerHandle] = {}  # eval id -> release timer
+        self._cancelable: list[pb.Evaluation] = []
+        self._waiters: list[_Waiter] = []
+
+    # ------------------------------------------------------------ enable
+
+    def set_enabled(self, enabled: bool) -> None:
+        """Enabled only on the leader; disabling flushes everything and
+        wakes blocked dequeuers (they return empty)."""
+        if self.enabled == enabled:
+            return
+        self.enabled = enabled
+        if not enabled:
+            for u in self._unack.values():
+                if u.timer is not None:
+                    u.timer.cancel()
+            for t in self._waiting.values():
+                t.cancel()
+            for w in self._waiters:
+                if not w.future.done():
+                    w.future.cancel()
+            self._reset()
+
+    # ------------------------------------------------------------ enqueue
+
+    def tracked(self, eval_id: str) -> bool:
+        return eval_id in self._evals
+
+    def enqueue(self, ev: pb.Evaluation, token: str = "") -> None:
+        """Route a pending eval. An eval already tracked is ignored, unless it
+        is unacked (with `token`, when given): then it is re-enqueued once
+        that dequeue is acked (Nomad's EnqueueAll requeue)."""
+        if not self.enabled:
+            return
+        if ev.id in self._evals:
+            unack = self._unack.get(ev.id)
+            if unack is not None and (not token or unack.token == token):
+                self._requeue[unack.token] = ev
+            return
+        self._evals[ev.id] = 0
+        now = time.time_ns()
+        if ev.wait_until and ev.wait_until > now:
+            self._hold(ev, (ev.wait_until - now) / 1e9)
+        elif ev.wait > 0:
+            self._hold(ev, ev.wait / 1e9)
+        else:
+            self._enqueue_locked(ev, ev.type)
+
+    def _hold(self, ev: pb.Evaluation, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+
+        def release() -> None:
+            self._waiting.pop(ev.id, None)
+            if self.enabled:
+                self._enqueue_locked(ev, ev.type)
+
+        self._waiting[ev.id] = loop.call_later(delay, release)
+
+    def _enqueue_locked(self, ev: pb.Evaluation, queue: str) -> None:
+        key = job_key(ev.namespace, ev.job_id)
+        if queue != FAILED_QUEUE and ev.type != JobType.CORE:
+            owner = self._job_evals.get(key)
+            if owner is None:
+                self._job_evals[key] = ev.id
+            elif owner != ev.id:
+                heapq.heappush(
+                    self._pending.setdefault(key, []),
+                    (-ev.priority, -ev.modify_index, next(self._seq), ev),
+                )
+                return
+        heapq.heappush(
+            self._ready.setdefault(queue, []), (-ev.priority, ev.create_index, next(self._seq), ev)
+        )
+        self._wake(queue)
+
+    def _wake(self, queue: str) -> None:
+        for w in list(self._waiters):
+            if w.future.done():
+                self._waiters.remove(w)
+                continue
+            if queue in w.schedulers:
+                picked = self._pick(w.schedulers)
+                if picked is None:
+                    return
+                self._waiters.remove(w)
+                w.future.set_result(picked)
+                return
+
+    # ------------------------------------------------------------ dequeue
+
+    async def dequeue(
+        self, schedulers: list[str], timeout: float
+    ) -> tuple[pb.Evaluation, str] | None:
+        """The highest-priority ready eval of the given types with a fresh
+        token, or None after `timeout` seconds."""
+        wanted = frozenset(schedulers)
+        picked = self._pick(wanted)
+        if picked is not None:
+            return picked
+        if timeout <= 0:
+            return None
+        fut: asyncio.Future[tuple[pb.Evaluation, str]] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(wanted, fut)
+        self._waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                # handed an eval just as we gave up: put it back
+                ev, token = fut.result()
+                self.nack_quietly(ev.id, token)
+            return None
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _pick(self, schedulers: frozenset[str]) -> tuple[pb.Evaluation, str] | None:
+        if not self.enabled:
+            return None
+        best: str | None = None
+        best_key: tuple[int, int, int] | None = None
+        for name in schedulers:
+            heap = self._ready.get(name)
+            if not heap:
+                continue
+            top = heap[0]
+            key = (top[0], top[1], top[2])
+            # ties in priority between queues go to the oldest eval; Nomad
+            # picks randomly — creation order is fairer and deterministic
+            if best_key is None or key < best_key:
+                best, best_key = name, key
+        if best is None:
+            return None
+        ev = heapq.heappop(self._ready[best])[3]
+        token = str(uuid.uuid4())
+        self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
+        unack = _Unack(ev, token)
+        unack.timer = self._nack_timer(ev.id, token)
+        self._unack[ev.id] = unack
+        return ev, token
+
+    def _nack_timer(self, eval_id: str, token: str) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(
+            self.settings.nack_timeout, self.nack_quietly, eval_id, token
+        )
+
+    # ------------------------------------------------------------ ack / nack
+
+    def _outstanding(self, eval_id: str, token: str) -> _Unack:
+        unack = self._unack.get(eval_id)
+        if unack is None:
+            if eval_id in self._evals:
+                raise FailedPrecondition(
+                    f"evaluation {eval_id} is not outstanding (nack timer expired?)"
+                )
+            raise NotFound(f"evaluation {eval_id} not found in the broker")
+        if unack.token != token:
+            raise FailedPrecondition(f"token does not match for evaluation {eval_id}")
+        return unack
+
+    def outstanding_token(self, eval_id: str) -> str:
+        unack = self._unack.get(eval_id)
+        return unack.token if unack is not None else ""
+
+    def ack(self, eval_id: str, token: str) -> None:
+        unack = self._outstanding(eval_id, token)
+        if unack.timer is not None:
+            unack.timer.cancel()
+        ev = unack.eval
+        del self._unack[eval_id]
+        self._evals.pop(eval_id, None)
+        key = job_key(ev.namespace, ev.job_id)
+        if self._job_evals.get(key) == eval_id:
+            del self._job_evals[key]
+        pending = self._pending.pop(key, None)
+        if pending:
+            best = heapq.heappop(pending)[3]
+            # everything else was superseded by the plan this ack covers
+            for _, _, _, old in pending:
+                self._evals.pop(old.id, None)
+                self._cancelable.append(old)
+            self._enqueue_locked(best, best.type)
+            if pending and self._on_cancelable is not None:
+                self._on_cancelable()
+        requeued = self._requeue.pop(token, None)
+        if requeued is not None:
+            self.enqueue(requeued)
+
+    def nack(self, eval_id: str, token: str) -> None:
+        unack = self._outstanding(eval_id, token)
+        if unack.timer is not None:
+            unack.timer.cancel()
+        del self._unack[eval_id]
+        self._requeue.pop(token, None)
+        ev = unack.eval
+        count = self._evals.get(eval_id, 0)
+        if count >= self.settings.delivery_limit:
+            self._enqueue_locked(ev, FAILED_QUEUE)
+            return
+        delay = self._nack_delay(count)
+        if delay <= 0:
+            self._enqueue_locked(ev, ev.type)
+        else:
+            self._hold_nacked(ev, delay)
+
+    def _hold_nacked(self, ev: pb.Evaluation, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+
+        def release() -> None:
+            self._waiting.pop(ev.id, None)
+            if self.enabled and ev.id in self._evals:
+                self._enqueue_locked(ev, ev.type)
+
+        self._waiting[ev.id] = loop.call_later(delay, release)
+
+    def _nack_delay(self, count: int) -> float:
+        """Nomad: count 1 -> initial delay; n >= 2 -> (n-1) x subsequent."""
+        if count <= 0:
+            return 0.0
+        if count == 1:
+            return self.settings.initial_nack_delay
+        return (count - 1) * self.settings.subsequent_nack_delay
+
+    def nack_quietly(self, eval_id: str, token: str) -> None:
+        """The nack timer's nack (or a give-up): errors mean it is gone already."""
+        try:
+            self.nack(eval_id, token)
+        except (NotFound, FailedPrecondition):
+            pass
+
+    # ------------------------------------------------------------ nack timer control
+
+    def outstanding_reset(self, eval_id: str, token: str) -> None:
+        unack = self._outstanding(eval_id, token)
+        if unack.timer is not None:
+            unack.timer.cancel()
+        unack.timer = self._nack_timer(eval_id, token)
+
+    def pause_nack_timeout(self, eval_id: str, token: str) -> None:
+        unack = self._outstanding(eval_id, token)
+        if unack.timer is not None:
+            unack.timer.cancel()
+            unack.timer = None
+
+    def resume_nack_timeout(self, eval_id: str, token: str) -> None:
+        self.outstanding_reset(eval_id, token)
+
+    # ------------------------------------------------------------ reaping
+
+    def take_cancelable(self, limit: int) -> list[pb.Evaluation]:
+        out = self._cancelable[:limit]
+        del self._cancelable[:limit]
+        return out
+
+    def has_cancelable(self) -> bool:
+        return bool(self._cancelable)
+
+    def failed_ready(self) -> bool:
+        return bool(self._ready.get(FAILED_QUEUE))
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> BrokerStats:
+        s = BrokerStats()
+        for name, heap in self._ready.items():
+            if name == FAILED_QUEUE:
+                s.total_failed = len(heap)
+                continue
+            s.total_ready += len(heap)
+            ready, unacked = s.by_scheduler.get(name, (0, 0))
+            s.by_scheduler[name] = (ready + len(heap), unacked)
+        for u in self._unack.values():
+            s.total_unacked += 1
+            ready, unacked = s.by_scheduler.get(u.eval.type, (0, 0))
+            s.by_scheduler[u.eval.type] = (ready, unacked + 1)
+        s.total_pending = sum(len(h) for h in self._pending.values())
+        s.total_waiting = len(self._waiting)
+        s.total_cancelable = len(self._cancelable)
+        return s

@@ -1,0 +1,87 @@
+"""Routes committed state changes to the broker and the blocked tracker, as
+Nomad's FSM does after each Raft apply: a pending eval is enqueued, a
+blocked one tracked, a complete one untracks its job's blocked eval; a node
+that becomes ready or eligible, or an alloc that finishes on a node, frees
+capacity and unblocks what it can."""
+
+from __future__ import annotations
+
+from corral.store import StateSnapshot
+from corral.structs import ClientStatus, EvalStatus, node_ready
+from corral.v1 import structs_pb2 as pb
+from services.broker.blocked_evals import BlockedEvals
+from services.broker.eval_broker import EvalBroker
+
+
+class FeedRouter:
+    def __init__(self, broker: EvalBroker, blocked: BlockedEvals) -> None:
+        self.broker = broker
+        self.blocked = blocked
+        self.enabled = False
+        self._ready_nodes: set[str] = set()
+        self._terminal_allocs: set[str] = set()
+
+    def restore(self, snap: StateSnapshot) -> tuple[int, int]:
+        """On becoming leader: every pending eval to the broker, every
+        blocked eval to the tracker (exactly once: the caller enables
+        routing in the same step, with no await in between)."""
+        self._ready_nodes = {n.id for n in snap.iter_nodes() if node_ready(n)}
+        self._terminal_allocs = {
+            a.id for a in snap.allocs.values() if a.client_status in ClientStatus.TERMINAL
+        }
+        pending = blocked = 0
+        for ev in sorted(snap.evals.values(), key=lambda e: e.create_index):
+            if ev.status == EvalStatus.PENDING:
+                self.broker.enqueue(ev)
+                pending += 1
+            elif ev.status == EvalStatus.BLOCKED:
+                self.blocked.block(ev)
+                blocked += 1
+        self.enabled = True
+        return pending, blocked
+
+    def on_batch(self, batch: pb.ChangeBatch, snap: StateSnapshot) -> None:
+        if not self.enabled:
+            return
+        for event in batch.events:
+            kind = event.WhichOneof("payload")
+            if kind == "evaluation":
+                if not event.deleted:
+                    self._route_eval(event.evaluation)
+            elif kind == "node":
+                self._route_node(event, batch.index)
+            elif kind == "allocation":
+                self._route_alloc(event, snap, batch.index)
+
+    def _route_eval(self, ev: pb.Evaluation) -> None:
+        if ev.status == EvalStatus.PENDING:
+            self.broker.enqueue(ev)
+        elif ev.status == EvalStatus.BLOCKED:
+            if not self.blocked.tracked(ev.id):
+                self.blocked.block(ev)
+        elif ev.status == EvalStatus.COMPLETE and not ev.failed_tg_allocs:
+            self.blocked.untrack(ev.namespace, ev.job_id)
+
+    def _route_node(self, event: pb.Event, index: int) -> None:
+        node = event.node
+        if event.deleted or not node_ready(node):
+            self._ready_nodes.discard(node.id)
+            return
+        if node.id in self._ready_nodes:
+            return
+        self._ready_nodes.add(node.id)
+        self.blocked.unblock(node.computed_class, index)
+        self.blocked.unblock_node(node.id, index)
+
+    def _route_alloc(self, event: pb.Event, snap: StateSnapshot, index: int) -> None:
+        alloc = event.allocation
+        if event.deleted:
+            self._terminal_allocs.discard(alloc.id)
+            return
+        if alloc.client_status not in ClientStatus.TERMINAL or alloc.id in self._terminal_allocs:
+            return
+        self._terminal_allocs.add(alloc.id)
+        node = snap.node_by_id(alloc.node_id)
+        if node is not None:
+            self.blocked.unblock(node.computed_class, index)
+            self.blocked.unblock_node(node.id, index)

@@ -1,0 +1,232 @@
+"""The `Eval` gRPC service (proto/corral/v1/eval.proto), served by the broker
+leader; a standby answers UNAVAILABLE with the leader's address.
+
+Eval.Update/Create/Reblock check the worker's token (which also resets the
+eval's nack timer) and write through `State.UpsertEvals`, fenced with this
+leader's address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import Gauge
+
+from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, NotLeader
+from corral.replica import Replica
+from corral.structs import EvalStatus, JobType
+from corral.v1 import eval_pb2, eval_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.broker.blocked_evals import BlockedEvals
+from services.broker.config import BrokerSettings
+from services.broker.eval_broker import EvalBroker
+
+Context = Any
+WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
+
+ROLE = "broker"
+GAUGES = {
+    name: Gauge(
+        f"corral_broker_{name}", f"Evals {name.removeprefix('total_')} (nomad.broker.{name})"
+    )
+    for name in (
+        "total_ready",
+        "total_unacked",
+        "total_pending",
+        "total_waiting",
+        "total_cancelable",
+        "total_failed",
+        "total_blocked",
+        "total_escaped",
+    )
+}
+BY_SCHEDULER = Gauge(
+    "corral_broker_evals", "Evals by scheduler type and state", ["scheduler", "state"]
+)
+
+
+class EvalServicer(eval_pb2_grpc.EvalServicer):
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        broker: EvalBroker,
+        blocked: BlockedEvals,
+        replica: Replica,
+        write: WriteEvals,
+        is_leader: Callable[[], bool],
+        leader_address: Callable[[], Awaitable[str]],
+    ) -> None:
+        self.settings = settings
+        self.broker = broker
+        self.blocked = blocked
+        self.replica = replica
+        self.write = write
+        self.is_leader = is_leader
+        self.leader_address = leader_address
+
+    async def _require_leader(self) -> None:
+        if not self.is_leader() or not self.broker.enabled:
+            raise NotLeader(ROLE, await self.leader_address())
+
+    # ------------------------------------------------------------ dequeue / ack
+
+    async def Dequeue(
+        self, request: eval_pb2.EvalDequeueRequest, context: Context
+    ) -> eval_pb2.EvalDequeueResponse:
+        if request.scheduler_version != self.settings.scheduler_version:
+            raise FailedPrecondition(
+                f"scheduler version mismatch: worker has {request.scheduler_version}, "
+                f"broker requires {self.settings.scheduler_version}"
+            )
+        if not request.schedulers:
+            raise InvalidArgument("schedulers", "at least one scheduler type is required")
+        unknown = [s for s in request.schedulers if s not in JobType.ALL]
+        if unknown:
+            raise InvalidArgument("schedulers", f"unknown scheduler type(s): {', '.join(unknown)}")
+        await self._require_leader()
+        timeout = (
+            request.timeout_ms / 1000
+            if request.timeout_ms > 0
+            else self.settings.dequeue_default_timeout
+        )
+        timeout = min(timeout, self.settings.dequeue_max_timeout)
+        got = await self.broker.dequeue(list(request.schedulers), timeout)
+        if got is None:
+            return eval_pb2.EvalDequeueResponse()
+        ev, token = got
+        return eval_pb2.EvalDequeueResponse(eval=ev, token=token, wait_index=self._wait_index(ev))
+
+    def _wait_index(self, ev: pb.Evaluation) -> int:
+        """max(eval modify index, every eval of its job in state): plans of
+        one invocation must be seen by the next (seed 002)."""
+        snap = self.replica.snapshot()
+        index = ev.modify_index
+        for other in snap.evals_by_job(ev.namespace, ev.job_id):
+            index = max(index, other.modify_index)
+        return index
+
+    async def Ack(
+        self, request: eval_pb2.EvalAckRequest, context: Context
+    ) -> eval_pb2.EvalAckResponse:
+        await self._require_leader()
+        self.broker.ack(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
+
+    async def Nack(
+        self, request: eval_pb2.EvalAckRequest, context: Context
+    ) -> eval_pb2.EvalAckResponse:
+        await self._require_leader()
+        self.broker.nack(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
+
+    async def OutstandingReset(
+        self, request: eval_pb2.EvalAckRequest, context: Context
+    ) -> eval_pb2.EvalAckResponse:
+        await self._require_leader()
+        self.broker.outstanding_reset(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
+
+    async def PauseNackTimeout(
+        self, request: eval_pb2.EvalAckRequest, context: Context
+    ) -> eval_pb2.EvalAckResponse:
+        await self._require_leader()
+        self.broker.pause_nack_timeout(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
+
+    async def ResumeNackTimeout(
+        self, request: eval_pb2.EvalAckRequest, context: Context
+    ) -> eval_pb2.EvalAckResponse:
+        await self._require_leader()
+        self.broker.resume_nack_timeout(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
+
+    # ------------------------------------------------------------ writes from workers
+
+    def _single(self, request: eval_pb2.EvalWriteRequest) -> pb.Evaluation:
+        if len(request.evals) != 1:
+            raise InvalidArgument("evals", "exactly one evaluation is required")
+        ev = request.evals[0]
+        if not ev.id:
+            raise InvalidArgument("evals[0].id", "is required")
+        return ev
+
+    async def Update(
+        self, request: eval_pb2.EvalWriteRequest, context: Context
+    ) -> eval_pb2.EvalWriteResponse:
+        await self._require_leader()
+        ev = self._single(request)
+        self.broker.outstanding_reset(ev.id, request.token)
+        return eval_pb2.EvalWriteResponse(index=await self.write([ev]))
+
+    async def Create(
+        self, request: eval_pb2.EvalWriteRequest, context: Context
+    ) -> eval_pb2.EvalWriteResponse:
+        await self._require_leader()
+        ev = self._single(request)
+        if not ev.previous_eval:
+            raise InvalidArgument(
+                "evals[0].previous_eval", "is required (the outstanding eval creating it)"
+            )
+        self.broker.outstanding_reset(ev.previous_eval, request.token)
+        if self.replica.snapshot().eval_by_id(ev.id) is not None:
+            raise AlreadyExists(f"evaluation {ev.id} already exists")
+        return eval_pb2.EvalWriteResponse(index=await self.write([ev]))
+
+    async def Reblock(
+        self, request: eval_pb2.EvalWriteRequest, context: Context
+    ) -> eval_pb2.EvalWriteResponse:
+        await self._require_leader()
+        ev = self._single(request)
+        self.broker.outstanding_reset(ev.id, request.token)
+        stored = self.replica.snapshot().eval_by_id(ev.id)
+        if stored is None:
+            raise NotFound(f"evaluation {ev.id} not found")
+        if stored.status != EvalStatus.BLOCKED:
+            raise FailedPrecondition(f"evaluation {ev.id} is not blocked (status {stored.status})")
+        self.blocked.block(ev, request.token)
+        return eval_pb2.EvalWriteResponse(index=self.replica.index)
+
+    # ------------------------------------------------------------ stats
+
+    async def Stats(
+        self, request: eval_pb2.BrokerStatsRequest, context: Context
+    ) -> eval_pb2.BrokerStats:
+        s = self.broker.stats()
+        out = eval_pb2.BrokerStats(
+            enabled=self.broker.enabled,
+            total_ready=s.total_ready,
+            total_unacked=s.total_unacked,
+            total_pending=s.total_pending,
+            total_waiting=s.total_waiting,
+            total_failed=s.total_failed,
+            total_cancelable=s.total_cancelable,
+            total_blocked=self.blocked.total_blocked,
+            total_escaped=self.blocked.total_escaped,
+            delayed_evals=s.total_waiting,
+            leader_address=await self.leader_address(),
+        )
+        for name, (ready, unacked) in s.by_scheduler.items():
+            out.by_scheduler[name].ready = ready
+            out.by_scheduler[name].unacked = unacked
+        return out
+
+
+def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
+    """Refresh the Prometheus gauges (called periodically)."""
+    s = broker.stats()
+    values = {
+        "total_ready": s.total_ready,
+        "total_unacked": s.total_unacked,
+        "total_pending": s.total_pending,
+        "total_waiting": s.total_waiting,
+        "total_cancelable": s.total_cancelable,
+        "total_failed": s.total_failed,
+        "total_blocked": blocked.total_blocked,
+        "total_escaped": blocked.total_escaped,
+    }
+    for name, value in values.items():
+        GAUGES[name].set(value)
+    for sched, (ready, unacked) in s.by_scheduler.items():
+        BY_SCHEDULER.labels(sched, "ready").set(ready)
+        BY_SCHEDULER.labels(sched, "unacked").set(unacked)
