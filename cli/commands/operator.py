@@ -9,7 +9,7 @@ import argparse
 from cli.commands import group
 from cli.main import CliError, Context, common
 from cli.output import fmt_ago, heading, kv, print_json, short, table, to_dict
-from corral.v1 import operator_pb2, worker_pb2
+from corral.v1 import operator_pb2, state_pb2, worker_pb2
 from corral.v1 import structs_pb2 as pb
 
 SCHEDULERS = ("service", "batch", "system", "sysbatch", "_core")
@@ -75,6 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "worker", help="Scheduler worker pools (Nomad's worker API)"
     ).add_subparsers(dest="worker_command", metavar="<subcommand>")
     p = workers.add_parser("status", help="Every worker process and its scheduler loops")
+    _worker_address_flag(p)
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_worker_status)
     for name, help_text in (("pause", "Pause scheduler loops"), ("resume", "Resume paused loops")):
@@ -94,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             default="",
             help="only this worker process (id or address)",
         )
+        _worker_address_flag(p)
         common(p, json=True, verbose=True)
         p.set_defaults(func=cmd_worker_control, action=name)
     p = workers.add_parser("config", help="Show or set a worker pool's size and enabled schedulers")
@@ -106,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="comma-separated: service,batch,system,sysbatch,_core",
     )
     p.add_argument("-process", "--process", dest="process", default="")
+    _worker_address_flag(p)
     common(p, json=True)
     p.set_defaults(func=cmd_worker_config)
 
@@ -113,6 +116,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-role", "--role", default="")
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_members)
+
+
+def _worker_address_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-worker-address",
+        "--worker-address",
+        dest="worker_addresses",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="talk to this worker process directly (repeatable) instead of finding "
+        "workers through the state service's member list",
+    )
 
 
 def _show_config(
@@ -185,7 +201,13 @@ def cmd_set_config(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _worker_members(ctx: Context, process: str = "") -> list[operator_pb2.state__pb2.Member]:  # type: ignore[name-defined]
+def _worker_members(
+    ctx: Context, process: str = "", addresses: list[str] | None = None
+) -> list[state_pb2.Member]:
+    """Worker processes: the given addresses, else those registered with the
+    state service (Operator.Members(role="worker"))."""
+    if addresses:
+        return [state_pb2.Member(id=a, role="worker", address=a) for a in addresses]
     members = list(
         ctx.client.operator.Members(operator_pb2.MembersRequest(role="worker"), timeout=30).members
     )
@@ -200,7 +222,7 @@ def _worker_members(ctx: Context, process: str = "") -> list[operator_pb2.state_
 
 def cmd_worker_status(args: argparse.Namespace, ctx: Context) -> int:
     results = []
-    for m in _worker_members(ctx):
+    for m in _worker_members(ctx, "", args.worker_addresses):
         results.append(
             ctx.client.worker(m.address).List(worker_pb2.WorkerListRequest(), timeout=30)
         )
@@ -234,7 +256,7 @@ def cmd_worker_status(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_worker_control(args: argparse.Namespace, ctx: Context) -> int:
     results = []
     req = worker_pb2.WorkerControlRequest(worker_ids=args.worker_ids)
-    for m in _worker_members(ctx, args.process):
+    for m in _worker_members(ctx, args.process, args.worker_addresses):
         stub = ctx.client.worker(m.address)
         call = stub.Pause if args.action == "pause" else stub.Resume
         results.append(call(req, timeout=30))
@@ -250,7 +272,7 @@ def cmd_worker_control(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_worker_config(args: argparse.Namespace, ctx: Context) -> int:
     out = []
-    for m in _worker_members(ctx, args.process):
+    for m in _worker_members(ctx, args.process, args.worker_addresses):
         stub = ctx.client.worker(m.address)
         if args.num is None and args.enabled is None:
             cfg = stub.GetConfig(worker_pb2.WorkerConfigRequest(), timeout=30)
