@@ -141,18 +141,17 @@ class RoleProcess:
 
 
 def stop_all(roles: list[RoleProcess], grace: float = GRACE_SECONDS) -> list[str]:
-    """SIGTERM in reverse start order, wait up to `grace` seconds in total,
-    then SIGKILL what is left. Returns the roles that had to be killed."""
-    running = [r for r in reversed(roles) if r.proc is not None and r.proc.poll() is None]
-    for r in running:
-        r.signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
+    """Stop roles one at a time in reverse start order (clients first, the
+    state service last, so no role loses its dependencies while it shuts
+    down): SIGTERM, wait up to `grace` seconds, then SIGKILL. Returns the
+    roles that had to be killed."""
     killed: list[str] = []
-    for r in running:
-        assert r.proc is not None
-        remaining = max(0.0, deadline - time.monotonic())
+    for r in reversed(roles):
+        if r.proc is None or r.proc.poll() is not None:
+            continue
+        r.signal(signal.SIGTERM)
         try:
-            r.proc.wait(timeout=remaining)
+            r.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             r.signal(signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
