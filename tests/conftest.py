@@ -13,13 +13,14 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from corral.pgserver import EmbeddedPostgres, with_database
+from tests.e2e.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = ROOT / "services" / "state" / "db" / "migrations"
@@ -104,3 +105,28 @@ def fresh_pg_dsn(
         yield with_database(pg_admin_dsn, name)
     finally:
         drop_database(pg_admin_dsn, name)
+
+
+@pytest.fixture
+def make_cluster(
+    request: pytest.FixtureRequest, pg_admin_dsn: str, pg_template: str, tmp_path: Path
+) -> Iterator[Callable[..., Cluster]]:
+    """Call it to get an empty Cluster of real processes (start roles
+    yourself), over a database of its own; everything is stopped and the
+    database dropped when the test ends."""
+    made: list[tuple[Cluster, str]] = []
+
+    def make(**env: str) -> Cluster:
+        name = new_database(pg_admin_dsn, pg_template, f"{request.node.name}_{len(made)}")
+        cluster = Cluster(
+            with_database(pg_admin_dsn, name), tmp_path / f"cluster{len(made)}", env=env
+        )
+        made.append((cluster, name))
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster, name in made:
+            cluster.stop_all()
+            drop_database(pg_admin_dsn, name)

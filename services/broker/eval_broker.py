@@ -144,7 +144,8 @@ class EvalBroker:
             elif owner != ev.id:
                 heapq.heappush(
                     self._pending.setdefault(key, []),
-                    (-ev.priority, -ev.modify_index, next(self._seq), ev),
+                    # ties in modify index (one write) go to the newest arrival
+                    (-ev.priority, -ev.modify_index, -next(self._seq), ev),
                 )
                 return
         heapq.heappush(
@@ -183,15 +184,28 @@ class EvalBroker:
         self._waiters.append(waiter)
         try:
             return await asyncio.wait_for(fut, timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                # handed an eval just as we gave up: put it back
-                ev, token = fut.result()
-                self.nack_quietly(ev.id, token)
+        except TimeoutError:
+            self._give_back(fut)
             return None
+        except asyncio.CancelledError:
+            self._give_back(fut)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller itself was cancelled (shutdown)
+            return None  # the broker was disabled (leadership lost)
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+
+    def _give_back(self, fut: asyncio.Future[tuple[pb.Evaluation, str]]) -> None:
+        """An eval handed to a dequeuer that gave up goes back at once."""
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            ev, token = fut.result()
+            unack = self._unack.pop(ev.id, None)
+            if unack is not None and unack.timer is not None:
+                unack.timer.cancel()
+            self._evals[ev.id] = max(0, self._evals.get(ev.id, 1) - 1)
+            self._enqueue_locked(ev, ev.type)
 
     def _pick(self, schedulers: frozenset[str]) -> tuple[pb.Evaluation, str] | None:
         if not self.enabled:

@@ -1,0 +1,205 @@
+"""The broker as a real process over a real state service and PostgreSQL:
+token rules, standby redirects, nack delays and the delivery limit, the
+cancelable set written back as canceled, blocked evals released by node
+capacity, and restore after the leader is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import grpc
+import psycopg
+import pytest
+
+from corral.errors import leader_from_error
+from corral.structs import new_id
+from corral.v1 import eval_pb2, eval_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state.db.database import Database
+from services.worker.scheduler import mock
+from tests.e2e.cluster import Cluster
+
+FAST = ["--nack-timeout", "1", "--initial-nack-delay", "0.2", "--subsequent-nack-delay", "0.3"]
+
+
+def pending(job: str, *, create: int = 0, **kw: object) -> pb.Evaluation:
+    e = pb.Evaluation(
+        id=new_id(),
+        namespace="default",
+        job_id=job,
+        type="service",
+        priority=50,
+        status="pending",
+        triggered_by="job-register",
+    )
+    for k, v in kw.items():
+        setattr(e, k, v)
+    return e
+
+
+async def write(dsn: str, *objs: pb.Evaluation | pb.Node | pb.Job) -> int:
+    db = Database(dsn, pool_size=1)
+    try:
+        async with db.write() as tx:
+            for o in objs:
+                if isinstance(o, pb.Evaluation):
+                    tx.put_eval(o)
+                elif isinstance(o, pb.Node):
+                    tx.put_node(o)
+                else:
+                    tx.put_job(o)
+        return tx.index
+    finally:
+        await db.close()
+
+
+def eval_rows(dsn: str, job: str) -> dict[str, tuple[str, str]]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT id, payload FROM evals WHERE job_id = %s", (job,)).fetchall()
+    out = {}
+    for eval_id, payload in rows:
+        e = pb.Evaluation.FromString(payload)
+        out[eval_id] = (e.status, e.status_description)
+    return out
+
+
+async def until(pred: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def dequeue(
+    stub: eval_pb2_grpc.EvalAsyncStub, timeout_ms: int = 2000
+) -> eval_pb2.EvalDequeueResponse:
+    resp: eval_pb2.EvalDequeueResponse = await stub.Dequeue(
+        eval_pb2.EvalDequeueRequest(
+            schedulers=["service"], timeout_ms=timeout_ms, scheduler_version=1
+        )
+    )
+    return resp
+
+
+@pytest.fixture
+def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
+    c = make_cluster()
+    c.start("state")
+    c.start("broker", *FAST, name="broker")
+    return c
+
+
+async def test_tokens_version_and_wait_index(cluster: Cluster) -> None:
+    e = pending("web")
+    index = await write(cluster.dsn, mock.job(job_id="web"), e)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Dequeue(
+                eval_pb2.EvalDequeueRequest(schedulers=["service"], scheduler_version=2)
+            )
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert (err.value.details() or "").startswith("scheduler version mismatch")
+        got = await dequeue(stub)
+        assert got.eval.id == e.id and got.token and got.wait_index >= index
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token="stale"))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token=got.token))
+
+
+async def test_standby_redirects_to_leader(cluster: Cluster) -> None:
+    standby = cluster.start("broker", *FAST, name="broker2")
+    async with grpc.aio.insecure_channel(standby.address) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await dequeue(eval_pb2_grpc.EvalStub(ch), 100)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert leader_from_error(err.value) == cluster.procs["broker"].address
+
+
+async def test_delivery_limit_fails_the_eval_with_a_follow_up(cluster: Cluster) -> None:
+    e = pending("flaky")
+    await write(cluster.dsn, mock.job(job_id="flaky"), e)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        for _ in range(3):
+            got = await dequeue(stub, 5000)
+            assert got.eval.id == e.id
+            await stub.Nack(eval_pb2.EvalAckRequest(eval_id=e.id, token=got.token))
+    await until(lambda: eval_rows(cluster.dsn, "flaky").get(e.id, ("", ""))[0] == "failed")
+    rows = eval_rows(cluster.dsn, "flaky")
+    assert rows[e.id][1] == "evaluation reached delivery limit (3)"
+    follow_ups = [i for i, (status, _) in rows.items() if i != e.id and status == "pending"]
+    assert len(follow_ups) == 1
+
+
+async def test_one_ack_cancels_999_of_1000_queued_evals(cluster: Cluster) -> None:
+    evals = [pending("storm") for _ in range(1000)]
+    await write(cluster.dsn, mock.job(job_id="storm"), *evals)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        got = await dequeue(stub)
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+        await until(
+            lambda: (
+                sum(1 for s, _ in eval_rows(cluster.dsn, "storm").values() if s == "canceled")
+                == 998
+            )
+        )
+        rows = eval_rows(cluster.dsn, "storm")
+        canceled = [d for s, d in rows.values() if s == "canceled"]
+        assert set(canceled) == {"canceled after more recent eval was processed"}
+        last = await dequeue(stub)
+        assert last.eval.id == evals[-1].id  # the newest one is what runs
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=last.eval.id, token=last.token))
+
+
+async def test_blocked_eval_released_by_a_matching_node_class_only(cluster: Cluster) -> None:
+    gpu = mock.node(node_class="gpu", status="initializing")
+    small = mock.node(node_class="small")
+    e = pending("needs-gpu", status="blocked", triggered_by="queued-allocs")
+    e.class_eligibility[gpu.computed_class] = True
+    e.class_eligibility[small.computed_class] = False
+    await write(cluster.dsn, mock.job(job_id="needs-gpu"), e)
+    await asyncio.sleep(0.5)
+    await write(cluster.dsn, small)  # capacity it cannot use
+    await asyncio.sleep(1.0)
+    assert eval_rows(cluster.dsn, "needs-gpu")[e.id][0] == "blocked"
+    gpu.status = "ready"
+    index = await write(cluster.dsn, gpu)
+    await until(lambda: eval_rows(cluster.dsn, "needs-gpu")[e.id][0] == "pending")
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        got = await dequeue(eval_pb2_grpc.EvalStub(ch))
+    assert got.eval.id == e.id
+    assert got.wait_index > index  # the worker waits for the state that unblocked it
+
+
+async def test_restore_after_the_leader_is_killed(cluster: Cluster) -> None:
+    standby = cluster.start("broker", *FAST, name="broker2")
+    evals = [pending(f"job{i}") for i in range(20)]
+    await write(cluster.dsn, *evals)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        held = [await dequeue(stub) for _ in range(5)]  # outstanding when the leader dies
+    assert {h.eval.id for h in held} <= {e.id for e in evals}
+    cluster.kill("broker")
+    seen: list[str] = []
+    async with grpc.aio.insecure_channel(standby.address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        deadline = time.monotonic() + 30
+        while len(seen) < 20 and time.monotonic() < deadline:
+            try:
+                got = await dequeue(stub, 500)
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNAVAILABLE  # still electing
+                await asyncio.sleep(0.2)
+                continue
+            if got.eval.id:
+                seen.append(got.eval.id)
+                await stub.Ack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+        # the old leader's tokens mean nothing to the new one
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.Ack(eval_pb2.EvalAckRequest(eval_id=held[0].eval.id, token=held[0].token))
+    assert sorted(seen) == sorted(e.id for e in evals)  # nothing lost, nothing twice

@@ -1,0 +1,202 @@
+"""The in-memory eval broker: ordering, per-job serialization, tokens, nack
+delays, delivery limit, cancelable set, delays (nomad/eval_broker_test.go)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from corral.errors import FailedPrecondition, NotFound
+from corral.structs import new_id
+from corral.v1 import structs_pb2 as pb
+from services.broker.config import BrokerSettings
+from services.broker.eval_broker import FAILED_QUEUE, EvalBroker
+
+FAST = BrokerSettings(
+    nack_timeout=0.2, initial_nack_delay=0.05, subsequent_nack_delay=0.1, delivery_limit=3
+)
+
+
+def ev(
+    job: str = "",
+    priority: int = 50,
+    create_index: int = 1,
+    modify_index: int = 0,
+    typ: str = "service",
+    **kw: object,
+) -> pb.Evaluation:
+    e = pb.Evaluation(
+        id=new_id(),
+        namespace="default",
+        job_id=job or new_id(),
+        priority=priority,
+        type=typ,
+        status="pending",
+        triggered_by="job-register",
+        create_index=create_index,
+        modify_index=modify_index or create_index,
+    )
+    for k, v in kw.items():
+        setattr(e, k, v)
+    return e
+
+
+def broker(settings: BrokerSettings = FAST) -> EvalBroker:
+    b = EvalBroker(settings)
+    b.set_enabled(True)
+    return b
+
+
+async def test_priority_then_fifo_across_scheduler_types() -> None:
+    b = broker()
+    low = ev(priority=10, create_index=1)
+    first = ev(priority=50, create_index=2)
+    second = ev(priority=50, create_index=3)
+    batch = ev(priority=80, create_index=4, typ="batch")
+    for e in (low, second, first, batch):
+        b.enqueue(e)
+    got = [await b.dequeue(["service", "batch"], 0.1) for _ in range(4)]
+    assert [g[0].id for g in got if g] == [batch.id, first.id, second.id, low.id]
+    assert await b.dequeue(["service"], 0.05) is None
+
+
+async def test_dequeue_long_polls_until_an_eval_arrives() -> None:
+    b = broker()
+    e = ev()
+    waiter = asyncio.create_task(b.dequeue(["service"], 5))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    b.enqueue(e)
+    got = await asyncio.wait_for(waiter, 1)
+    assert got is not None and got[0].id == e.id
+
+
+async def test_one_outstanding_eval_per_job_pending_released_in_order_on_ack() -> None:
+    b = broker()
+    a = ev(job="web", create_index=1)
+    hi = ev(job="web", priority=90, create_index=2)
+    newer = ev(job="web", create_index=3, modify_index=3)
+    for e in (a, hi, newer):
+        b.enqueue(e)
+    assert b.stats().total_pending == 2
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None and got[0].id == a.id
+    assert await b.dequeue(["service"], 0.05) is None  # the job is busy
+    b.ack(a.id, got[1])
+    nxt = await b.dequeue(["service"], 0.1)
+    assert nxt is not None and nxt[0].id == hi.id  # highest priority first
+    # the rest was superseded by what the acked plan covered
+    assert b.stats().total_cancelable == 1
+    assert [c.id for c in b.take_cancelable(10)] == [newer.id]
+
+
+async def test_cancelable_set_reaps_all_but_one_of_1000_queued_evals() -> None:
+    b = broker()
+    evals = [ev(job="storm", create_index=i + 1) for i in range(1000)]
+    for e in evals:
+        b.enqueue(e)
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None
+    b.ack(got[0].id, got[1])
+    s = b.stats()
+    assert s.total_cancelable == 998 and s.total_ready == 1
+    nxt = await b.dequeue(["service"], 0.1)
+    assert nxt is not None and nxt[0].id == evals[-1].id  # newest (highest modify index) wins
+
+
+async def test_tokens_are_checked() -> None:
+    b = broker()
+    e = ev()
+    b.enqueue(e)
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None
+    with pytest.raises(FailedPrecondition, match="token does not match"):
+        b.ack(e.id, "stale-token")
+    with pytest.raises(NotFound):
+        b.ack("unknown-eval", got[1])
+    b.ack(e.id, got[1])
+
+
+async def test_nack_timer_redelivers_then_delivery_limit_sends_to_failed_queue() -> None:
+    b = broker()
+    e = ev()
+    b.enqueue(e)
+    deliveries = []
+    for _ in range(3):
+        got = await b.dequeue(["service"], 2)
+        assert got is not None and got[0].id == e.id
+        deliveries.append(time.monotonic())
+        # never acked: the nack timer (0.2 s) fires, then the nack delay
+    failed = await b.dequeue([FAILED_QUEUE], 2)
+    assert failed is not None and failed[0].id == e.id
+    assert await b.dequeue(["service"], 0.3) is None
+    # second redelivery waited the initial delay, third (n-1) x subsequent
+    assert deliveries[1] - deliveries[0] >= 0.2 + 0.05
+    assert deliveries[2] - deliveries[1] >= 0.2 + 0.1
+
+
+async def test_explicit_nack_delays_and_stale_ack_after_timer() -> None:
+    b = broker()
+    e = ev()
+    b.enqueue(e)
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None
+    b.nack(e.id, got[1])
+    assert b.stats().total_waiting == 1
+    again = await b.dequeue(["service"], 1)
+    assert again is not None and again[0].id == e.id
+    await asyncio.sleep(0.3)  # nack timer expired
+    with pytest.raises(FailedPrecondition, match="not outstanding"):
+        b.ack(e.id, again[1])
+
+
+async def test_pause_and_reset_nack_timer() -> None:
+    b = broker()
+    e = ev()
+    b.enqueue(e)
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None
+    b.pause_nack_timeout(e.id, got[1])
+    await asyncio.sleep(0.3)
+    b.resume_nack_timeout(e.id, got[1])
+    b.outstanding_reset(e.id, got[1])
+    b.ack(e.id, got[1])
+
+
+async def test_wait_until_holds_the_eval() -> None:
+    b = broker()
+    e = ev(wait_until=time.time_ns() + 200_000_000)
+    b.enqueue(e)
+    assert b.stats().total_waiting == 1
+    assert await b.dequeue(["service"], 0.05) is None
+    got = await b.dequeue(["service"], 1)
+    assert got is not None and got[0].id == e.id
+
+
+async def test_requeue_of_an_outstanding_eval_happens_after_ack() -> None:
+    b = broker()
+    e = ev()
+    b.enqueue(e)
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None
+    b.enqueue(e)  # e.g. unblocked while its worker still holds it
+    assert await b.dequeue(["service"], 0.05) is None
+    b.ack(e.id, got[1])
+    again = await b.dequeue(["service"], 0.1)
+    assert again is not None and again[0].id == e.id
+
+
+async def test_disable_flushes_everything() -> None:
+    b = broker()
+    for _ in range(3):
+        b.enqueue(ev())
+    waiter = asyncio.create_task(b.dequeue(["batch"], 5))
+    await asyncio.sleep(0.01)
+    b.set_enabled(False)
+    assert await waiter is None
+    s = b.stats()
+    assert (s.total_ready, s.total_unacked, s.total_pending) == (0, 0, 0)
+    b.enqueue(ev())
+    assert b.stats().total_ready == 0
