@@ -384,6 +384,31 @@ def default_reschedule_policy(job_type: str) -> pb.ReschedulePolicy:
     return pb.ReschedulePolicy()
 
 
+_NON_SPEC_FIELDS = (
+    "status",
+    "status_description",
+    "stable",
+    "version",
+    "submit_time",
+    "create_index",
+    "modify_index",
+    "job_modify_index",
+)
+
+
+def job_spec_changed(old: pb.Job, new: pb.Job) -> bool:
+    """Whether the user-visible spec differs (status and indexes aside): an
+    unchanged re-registration keeps its version and job modify index."""
+
+    def spec(job: pb.Job) -> bytes:
+        j = copy_msg(job)
+        for name in _NON_SPEC_FIELDS:
+            j.ClearField(name)  # type: ignore[arg-type]
+        return j.SerializeToString(deterministic=True)
+
+    return spec(old) != spec(new)
+
+
 def job_key(namespace: str, job_id: str) -> tuple[str, str]:
     return (namespace or DEFAULT_NAMESPACE, job_id)
 

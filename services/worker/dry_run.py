@@ -54,6 +54,8 @@ def snapshot_with_job(snapshot: StateSnapshot, job: pb.Job) -> tuple[StateSnapsh
     job.namespace = job.namespace or structs.DEFAULT_NAMESPACE
     current = snapshot.job_by_id(job.namespace, job.id)
     index = snapshot.index + 1
+    if current is not None and not current.stop and not structs.job_spec_changed(current, job):
+        return snapshot, current  # nothing to register: plan against what runs
     job.version = current.version + 1 if current is not None else 0
     job.create_index = current.create_index if current is not None else index
     job.modify_index = index

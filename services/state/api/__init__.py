@@ -9,6 +9,7 @@ from services.state.app_context import StateContext
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer to the server."""
-    from services.state.api import events
+    from services.state.api import allocs, evals, events, jobs, operator
 
-    events.register(server, ctx)
+    for module in (jobs, allocs, evals, events, operator):
+        module.register(server, ctx)

@@ -1,0 +1,81 @@
+"""The public `Alloc` service: list, get and stop allocations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.errors import NotFound
+from corral.server import GrpcServer
+from corral.structs import Trigger, copy_msg
+from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from services.state.api import query
+from services.state.app_context import StateContext
+from services.state.writes.jobs import new_eval
+
+Context = Any
+TABLES = ("allocs",)
+
+
+class AllocServicer(alloc_pb2_grpc.AllocServicer):
+    def __init__(self, ctx: StateContext) -> None:
+        self.ctx = ctx
+
+    async def List(
+        self, request: alloc_pb2.AllocListRequest, context: Context
+    ) -> alloc_pb2.AllocListResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        if request.job_id:
+            candidates = snap.allocs_by_job(request.query.namespace or "default", request.job_id)
+        elif request.node_id:
+            candidates = snap.allocs_by_node(request.node_id)
+        else:
+            candidates = list(snap.allocs.values())
+        allocs = [
+            a
+            for a in candidates
+            if query.namespace_matches(request.query, a.namespace)
+            and a.id.startswith(request.query.prefix)
+            and (not request.node_id or a.node_id == request.node_id)
+            and (not request.client_status or a.client_status == request.client_status)
+        ]
+        page, token = query.paginate(allocs, lambda a: a.id, request.query)
+        return alloc_pb2.AllocListResponse(allocs=page, meta=query.meta(snap, TABLES, token))
+
+    async def Get(
+        self, request: alloc_pb2.AllocGetRequest, context: Context
+    ) -> alloc_pb2.AllocGetResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        alloc_id = query.resolve_prefix(list(snap.allocs.keys()), request.alloc_id, "alloc")
+        return alloc_pb2.AllocGetResponse(
+            alloc=snap.allocs[alloc_id], meta=query.meta(snap, TABLES)
+        )
+
+    async def Stop(
+        self, request: alloc_pb2.AllocStopRequest, context: Context
+    ) -> alloc_pb2.AllocStopResponse:
+        """Nomad's Alloc.Stop: mark the alloc to migrate and evaluate its job;
+        the scheduler stops it and places a replacement."""
+        snap = self.ctx.feed.snapshot()
+        alloc_id = query.resolve_prefix(list(snap.allocs.keys()), request.alloc_id, "alloc")
+        async with self.ctx.db.write() as tx:
+            alloc = (await tx.get_allocs([alloc_id])).get(alloc_id)
+            if alloc is None:
+                raise NotFound(f"alloc {alloc_id!r} not found")
+            job = await tx.get_job(alloc.namespace, alloc.job_id)
+            if job is None:
+                raise NotFound(f"job {alloc.job_id!r} of alloc {alloc_id} not found")
+            alloc = copy_msg(alloc)
+            alloc.desired_transition.migrate = True
+            alloc.desired_transition.no_shutdown_delay = request.no_shutdown_delay
+            tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+            ev = new_eval(job, Trigger.ALLOC_STOP)
+            tx.put_eval(ev)
+        return alloc_pb2.AllocStopResponse(eval_id=ev.id, index=tx.index)
+
+
+def register(server: GrpcServer, ctx: StateContext) -> None:
+    server.add(
+        alloc_pb2_grpc.add_AllocServicer_to_server,
+        AllocServicer(ctx),
+        alloc_pb2.DESCRIPTOR.services_by_name["Alloc"].full_name,
+    )

@@ -1,0 +1,64 @@
+"""The public `Evals` service: list and get evaluations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.server import GrpcServer
+from corral.v1 import eval_pb2, eval_pb2_grpc
+from services.state.api import query
+from services.state.app_context import StateContext
+
+Context = Any
+TABLES = ("evals",)
+
+
+class EvalsServicer(eval_pb2_grpc.EvalsServicer):
+    def __init__(self, ctx: StateContext) -> None:
+        self.ctx = ctx
+
+    async def List(
+        self, request: eval_pb2.EvalListRequest, context: Context
+    ) -> eval_pb2.EvalListResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        if request.job_id:
+            candidates = snap.evals_by_job(request.query.namespace or "default", request.job_id)
+        else:
+            candidates = list(snap.evals.values())
+        evals = [
+            e
+            for e in candidates
+            if query.namespace_matches(request.query, e.namespace)
+            and e.id.startswith(request.query.prefix)
+            and (not request.status or e.status == request.status)
+            and (not request.triggered_by or e.triggered_by == request.triggered_by)
+        ]
+        # Nomad lists evals in creation order; the token is the sort key
+        page, token = query.paginate(
+            evals, lambda e: f"{e.create_index:020d}/{e.id}", request.query
+        )
+        return eval_pb2.EvalListResponse(evals=page, meta=query.meta(snap, TABLES, token))
+
+    async def Get(
+        self, request: eval_pb2.EvalGetRequest, context: Context
+    ) -> eval_pb2.EvalGetResponse:
+        tables = ("evals", "allocs")
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        eval_id = query.resolve_prefix(list(snap.evals.keys()), request.eval_id, "eval")
+        ev = snap.evals[eval_id]
+        resp = eval_pb2.EvalGetResponse(eval=ev, meta=query.meta(snap, tables))
+        if request.include_related:
+            for rid in (ev.previous_eval, ev.next_eval, ev.blocked_eval, *ev.related_evals):
+                other = snap.eval_by_id(rid) if rid else None
+                if other is not None:
+                    resp.related.append(other)
+            resp.allocs.extend(sorted(snap.allocs_by_eval(ev.id), key=lambda a: a.name))
+        return resp
+
+
+def register(server: GrpcServer, ctx: StateContext) -> None:
+    server.add(
+        eval_pb2_grpc.add_EvalsServicer_to_server,
+        EvalsServicer(ctx),
+        eval_pb2.DESCRIPTOR.services_by_name["Evals"].full_name,
+    )

@@ -1,0 +1,258 @@
+"""The public `Job` service (proto/corral/v1/job.proto)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from corral.server import GrpcServer
+from corral.store import StateSnapshot
+from corral.structs import ClientStatus, DesiredStatus, JobType, Trigger, copy_msg, task_group
+from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state.api import query
+from services.state.app_context import StateContext
+from services.state.writes.jobs import canonicalize, deregister_job, register_job, validate_job
+
+Context = Any
+JOB_TABLES = ("jobs",)
+
+
+def summarize(snap: StateSnapshot, job: pb.Job) -> pb.JobSummary:
+    """Counts by task group computed from the allocs in the snapshot, with
+    the scheduler's queued counts from the persisted summary."""
+    out = pb.JobSummary(job_id=job.id, namespace=job.namespace)
+    stored = snap.job_summary(job.namespace, job.id)
+    for tg in job.task_groups:
+        out.summary[tg.name].queued = (
+            stored.summary[tg.name].queued if stored and tg.name in stored.summary else 0
+        )
+    for a in snap.allocs_by_job(job.namespace, job.id):
+        s = out.summary[a.task_group]
+        if a.client_status == ClientStatus.PENDING and a.desired_status == DesiredStatus.RUN:
+            s.starting += 1
+        elif a.client_status == ClientStatus.RUNNING:
+            s.running += 1
+        elif a.client_status == ClientStatus.COMPLETE:
+            s.complete += 1
+        elif a.client_status == ClientStatus.FAILED:
+            s.failed += 1
+        elif a.client_status == ClientStatus.LOST:
+            s.lost += 1
+        elif a.client_status == ClientStatus.UNKNOWN:
+            s.unknown += 1
+    return out
+
+
+def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
+    stub = job_pb2.JobListStub(
+        id=job.id,
+        namespace=job.namespace,
+        name=job.name,
+        type=job.type,
+        priority=job.priority,
+        status=job.status,
+        stop=job.stop,
+        version=job.version,
+        submit_time=job.submit_time,
+        create_index=job.create_index,
+        modify_index=job.modify_index,
+        job_modify_index=job.job_modify_index,
+    )
+    for tg, s in summarize(snap, job).summary.items():
+        stub.summary[tg].CopyFrom(s)
+    return stub
+
+
+class JobServicer(job_pb2_grpc.JobServicer):
+    def __init__(self, ctx: StateContext) -> None:
+        self.ctx = ctx
+
+    def _job(self, snap: StateSnapshot, job_id: str, namespace: str = "") -> pb.Job:
+        if not job_id:
+            raise InvalidArgument("job_id", "is required")
+        job = snap.job_by_id(namespace or "default", job_id)
+        if job is None:
+            raise NotFound(f"job {job_id!r} not found")
+        return job
+
+    async def Register(
+        self, request: job_pb2.JobRegisterRequest, context: Context
+    ) -> job_pb2.JobRegisterResponse:
+        if not request.HasField("job"):
+            raise InvalidArgument("job", "is required")
+        job = canonicalize(request.job)
+        validate_job(job)
+        async with self.ctx.db.write() as tx:
+            job, ev = await register_job(
+                tx,
+                job,
+                enforce_index=request.enforce_index,
+                job_modify_index=request.job_modify_index,
+                eval_priority=request.eval_priority,
+                traceparent=request.traceparent,
+            )
+        return job_pb2.JobRegisterResponse(
+            eval_id=ev.id if ev else "",
+            eval_create_index=tx.index if ev else 0,
+            job_modify_index=job.job_modify_index,
+            index=tx.index,
+            version=job.version,
+        )
+
+    async def Deregister(
+        self, request: job_pb2.JobDeregisterRequest, context: Context
+    ) -> job_pb2.JobDeregisterResponse:
+        if not request.job_id:
+            raise InvalidArgument("job_id", "is required")
+        async with self.ctx.db.write() as tx:
+            job, ev = await deregister_job(
+                tx,
+                request.namespace,
+                request.job_id,
+                purge=request.purge,
+                traceparent=request.traceparent,
+            )
+        return job_pb2.JobDeregisterResponse(
+            eval_id=ev.id,
+            eval_create_index=tx.index,
+            job_modify_index=job.job_modify_index,
+            index=tx.index,
+        )
+
+    async def Scale(
+        self, request: job_pb2.JobScaleRequest, context: Context
+    ) -> job_pb2.JobRegisterResponse:
+        if request.count < 0:
+            raise InvalidArgument("count", "must not be negative")
+        snap = self.ctx.feed.snapshot()
+        job = copy_msg(self._job(snap, request.job_id, request.namespace))
+        tg = task_group(job, request.group)
+        if tg is None:
+            raise NotFound(f"task group {request.group!r} not found in job {job.id!r}")
+        if job.type in (JobType.SYSTEM, JobType.SYSBATCH):
+            raise FailedPrecondition(f"cannot scale a {job.type} job: it runs one alloc per node")
+        tg.count = request.count
+        async with self.ctx.db.write() as tx:
+            job, ev = await register_job(
+                tx,
+                job,
+                enforce_index=request.enforce_index,
+                job_modify_index=request.job_modify_index,
+                trigger=Trigger.JOB_SCALING,
+            )
+        return job_pb2.JobRegisterResponse(
+            eval_id=ev.id if ev else "",
+            eval_create_index=tx.index,
+            job_modify_index=job.job_modify_index,
+            index=tx.index,
+            version=job.version,
+        )
+
+    async def Plan(
+        self, request: job_pb2.JobPlanRequest, context: Context
+    ) -> job_pb2.JobPlanResponse:
+        """Dry run: forwarded to a live worker, which runs the scheduler on its
+        snapshot without submitting (the state service holds no scheduler)."""
+        if not request.HasField("job"):
+            raise InvalidArgument("job", "is required")
+        job = canonicalize(request.job)
+        validate_job(job)
+        members = await self.ctx.db.members(role="worker", max_age_s=30)
+        last = ""
+        for payload, _age in members:
+            member = state_pb2.Member.FromString(payload)
+            try:
+                async with grpc.aio.insecure_channel(member.address) as ch:
+                    resp: job_pb2.JobPlanResponse = await worker_pb2_grpc.WorkerStub(ch).PlanJob(
+                        job_pb2.JobPlanRequest(job=job, diff=request.diff), timeout=60
+                    )
+                    return resp
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise InvalidArgument("job", exc.details() or "invalid job") from None
+                last = f"{member.address}: {exc.details()}"
+        raise Unavailable(
+            f"no scheduler worker is running to plan the job{'; ' + last if last else ''}"
+        )
+
+    async def Get(self, request: job_pb2.JobGetRequest, context: Context) -> job_pb2.JobGetResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, JOB_TABLES)
+        job = self._job(snap, request.job_id, request.query.namespace)
+        return job_pb2.JobGetResponse(job=job, meta=query.meta(snap, JOB_TABLES))
+
+    async def List(
+        self, request: job_pb2.JobListRequest, context: Context
+    ) -> job_pb2.JobListResponse:
+        tables = ("jobs", "allocs")
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        jobs = [
+            j
+            for j in snap.iter_jobs()
+            if query.namespace_matches(request.query, j.namespace)
+            and j.id.startswith(request.query.prefix)
+        ]
+        page, token = query.paginate(jobs, lambda j: j.id, request.query)
+        return job_pb2.JobListResponse(
+            jobs=[_stub(snap, j) for j in page], meta=query.meta(snap, tables, token)
+        )
+
+    async def Versions(
+        self, request: job_pb2.JobVersionsRequest, context: Context
+    ) -> job_pb2.JobVersionsResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, JOB_TABLES)
+        job = self._job(snap, request.job_id, request.query.namespace)
+        versions = snap.job_versions_of(job.namespace, job.id)
+        return job_pb2.JobVersionsResponse(versions=versions, meta=query.meta(snap, JOB_TABLES))
+
+    async def Summary(
+        self, request: job_pb2.JobGetRequest, context: Context
+    ) -> job_pb2.JobSummaryResponse:
+        tables = ("jobs", "allocs", "job_summary")
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        job = self._job(snap, request.job_id, request.query.namespace)
+        return job_pb2.JobSummaryResponse(
+            summary=summarize(snap, job), meta=query.meta(snap, tables)
+        )
+
+    async def Allocations(
+        self, request: job_pb2.JobGetRequest, context: Context
+    ) -> job_pb2.JobAllocationsResponse:
+        tables = ("allocs",)
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        job = self._job(snap, request.job_id, request.query.namespace)
+        allocs = snap.allocs_by_job(job.namespace, job.id)
+        if not request.all:
+            allocs = [
+                a
+                for a in allocs
+                if a.job_version == job.version or a.desired_status == DesiredStatus.RUN
+            ]
+        allocs.sort(key=lambda a: (a.create_index, a.id))
+        return job_pb2.JobAllocationsResponse(allocs=allocs, meta=query.meta(snap, tables))
+
+    async def Evaluations(
+        self, request: job_pb2.JobGetRequest, context: Context
+    ) -> job_pb2.JobEvaluationsResponse:
+        tables = ("evals",)
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        job = self._job(snap, request.job_id, request.query.namespace)
+        evals = sorted(
+            snap.evals_by_job(job.namespace, job.id), key=lambda e: (e.create_index, e.id)
+        )
+        return job_pb2.JobEvaluationsResponse(evals=evals, meta=query.meta(snap, tables))
+
+    async def Dispatch(
+        self, request: job_pb2.JobDispatchRequest, context: Context
+    ) -> job_pb2.JobDispatchResponse:
+        raise FailedPrecondition("dispatch of parameterized jobs is not implemented yet")
+
+
+def register(server: GrpcServer, ctx: StateContext) -> None:
+    server.add(
+        job_pb2_grpc.add_JobServicer_to_server,
+        JobServicer(ctx),
+        job_pb2.DESCRIPTOR.services_by_name["Job"].full_name,
+    )

@@ -1,0 +1,82 @@
+"""Blocking queries and pagination for the public reads (Nomad's
+QueryOptions/QueryMeta), served from the feed's in-memory snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from corral.errors import InvalidArgument, NotFound
+from corral.store import StateSnapshot
+from corral.v1 import query_pb2
+from services.state.app_context import StateContext
+
+T = TypeVar("T")
+
+DEFAULT_WAIT_S = 300.0
+MAX_WAIT_S = 600.0
+
+
+async def snapshot_for(
+    ctx: StateContext, query: query_pb2.QueryOptions, tables: Sequence[str]
+) -> StateSnapshot:
+    """The newest snapshot; with `min_index`, wait until one of `tables` was
+    written after it (or the wait runs out, then answer anyway)."""
+    snap = ctx.feed.snapshot()
+    if not query.min_index:
+        return snap
+    wait = query.wait_ms / 1000 if query.wait_ms > 0 else DEFAULT_WAIT_S
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(wait, MAX_WAIT_S)
+    while table_index(snap, tables) <= query.min_index:
+        remaining = deadline - loop.time()
+        if remaining <= 0 or ctx.shutting_down.is_set():
+            break
+        await ctx.feed.wait_advance(remaining)
+        snap = ctx.feed.snapshot()
+    return snap
+
+
+def table_index(snap: StateSnapshot, tables: Sequence[str]) -> int:
+    return max(1, *(snap.table_index(t) for t in tables))
+
+
+def meta(snap: StateSnapshot, tables: Sequence[str], next_token: str = "") -> query_pb2.QueryMeta:
+    return query_pb2.QueryMeta(
+        index=table_index(snap, tables), next_token=next_token, known_leader=True
+    )
+
+
+def paginate(
+    items: list[T], key: Callable[[T], str], query: query_pb2.QueryOptions
+) -> tuple[list[T], str]:
+    """Items sorted by key, starting at next_token, at most per_page."""
+    if query.per_page < 0:
+        raise InvalidArgument("query.per_page", "must not be negative")
+    items = sorted(items, key=key)
+    if query.next_token:
+        items = [i for i in items if key(i) >= query.next_token]
+    if query.per_page and len(items) > query.per_page:
+        return items[: query.per_page], key(items[query.per_page])
+    return items, ""
+
+
+def namespace_matches(query: query_pb2.QueryOptions, namespace: str) -> bool:
+    wanted = query.namespace or "default"
+    return wanted == "*" or (namespace or "default") == wanted
+
+
+def resolve_prefix(ids: Sequence[str], prefix: str, kind: str) -> str:
+    """The one id starting with `prefix` (Nomad accepts unique prefixes)."""
+    if not prefix:
+        raise InvalidArgument(f"{kind}_id", "is required")
+    if prefix in ids:
+        return prefix
+    matches = [i for i in ids if i.startswith(prefix)]
+    if not matches:
+        raise NotFound(f"{kind} {prefix!r} not found")
+    if len(matches) > 1:
+        shown = ", ".join(sorted(matches)[:5])
+        raise InvalidArgument(f"{kind}_id", f"prefix {prefix!r} matches several {kind}s: {shown}")
+    return matches[0]

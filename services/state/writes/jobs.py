@@ -1,0 +1,247 @@
+"""Registering and deregistering jobs (Nomad's Job.Register/Deregister and
+the FSM's upsertJob): the job and its evaluation are written in one
+transaction at one index."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from corral import structs, telemetry
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
+from corral.v1 import structs_pb2 as pb
+from services.state import validate
+from services.state.db.database import WriteTx
+
+MAX_JOB_BYTES = 1024 * 1024
+_NAME = re.compile(r"^[A-Za-z0-9._/\-]+$")
+_OPERANDS = frozenset(
+    (
+        "=",
+        "==",
+        "is",
+        "!=",
+        "not",
+        ">",
+        ">=",
+        "<",
+        "<=",
+        "regexp",
+        "version",
+        "semver",
+        "set_contains",
+        "set_contains_all",
+        "set_contains_any",
+        "distinct_hosts",
+        "distinct_property",
+        "is_set",
+        "is_not_set",
+    )
+)
+_DELAY_FUNCTIONS = ("constant", "exponential", "fibonacci")
+
+
+def validate_job(job: pb.Job) -> None:
+    """Everything a scheduler relies on; the first problem names its field."""
+    size = job.ByteSize()
+    if size > MAX_JOB_BYTES:
+        raise InvalidArgument("job", f"is {size} bytes, more than the {MAX_JOB_BYTES} allowed")
+    validate.require_id(job.id, "job.id")
+    if not _NAME.match(job.id):
+        raise InvalidArgument("job.id", "may contain only letters, digits, '.', '_', '-' and '/'")
+    validate.one_of(job.type, JobType.USER, "job.type")
+    if not structs.MIN_PRIORITY <= job.priority <= structs.MAX_PRIORITY:
+        raise InvalidArgument(
+            "job.priority", f"must be between {structs.MIN_PRIORITY} and {structs.MAX_PRIORITY}"
+        )
+    _constraints(job.constraints, "job.constraints")
+    _affinities(job.affinities, "job.affinities")
+    if not job.task_groups:
+        raise InvalidArgument("job.task_groups", "a job needs at least one task group")
+    groups: set[str] = set()
+    for i, tg in enumerate(job.task_groups):
+        f = f"job.task_groups[{i}]"
+        if not tg.name:
+            raise InvalidArgument(f"{f}.name", "is required")
+        if tg.name in groups:
+            raise InvalidArgument(f"{f}.name", f"duplicate task group {tg.name!r}")
+        groups.add(tg.name)
+        if tg.count < 0:
+            raise InvalidArgument(f"{f}.count", "must not be negative")
+        _constraints(tg.constraints, f"{f}.constraints")
+        _affinities(tg.affinities, f"{f}.affinities")
+        for j, sp in enumerate(tg.spreads):
+            if not sp.attribute:
+                raise InvalidArgument(f"{f}.spreads[{j}].attribute", "is required")
+            if not 0 <= sp.weight <= 100:
+                raise InvalidArgument(f"{f}.spreads[{j}].weight", "must be between 0 and 100")
+        rp = tg.reschedule_policy
+        if rp.delay_function and rp.delay_function not in _DELAY_FUNCTIONS:
+            validate.one_of(
+                rp.delay_function, _DELAY_FUNCTIONS, f"{f}.reschedule_policy.delay_function"
+            )
+        for name in ("attempts", "interval", "delay", "max_delay"):
+            if getattr(rp, name) < 0:
+                raise InvalidArgument(f"{f}.reschedule_policy.{name}", "must not be negative")
+        if tg.restart_policy.mode and tg.restart_policy.mode not in ("fail", "delay"):
+            validate.one_of(tg.restart_policy.mode, ("fail", "delay"), f"{f}.restart_policy.mode")
+        if tg.update.max_parallel < 0:
+            raise InvalidArgument(f"{f}.update.max_parallel", "must not be negative")
+        if structs.lost_after(tg) < 0 or structs.stop_on_client_after(tg) < 0:
+            raise InvalidArgument(f"{f}.disconnect", "durations must not be negative")
+        if tg.ephemeral_disk.size_mb < 0:
+            raise InvalidArgument(f"{f}.ephemeral_disk.size_mb", "must not be negative")
+        if not tg.tasks:
+            raise InvalidArgument(f"{f}.tasks", f"task group {tg.name!r} needs at least one task")
+        tasks: set[str] = set()
+        for k, task in enumerate(tg.tasks):
+            tf = f"{f}.tasks[{k}]"
+            if not task.name:
+                raise InvalidArgument(f"{tf}.name", "is required")
+            if task.name in tasks:
+                raise InvalidArgument(f"{tf}.name", f"duplicate task {task.name!r}")
+            tasks.add(task.name)
+            if not task.driver:
+                raise InvalidArgument(f"{tf}.driver", "is required")
+            validate.resources(task.resources, f"{tf}.resources")
+            _constraints(task.constraints, f"{tf}.constraints")
+            if task.kill_timeout < 0:
+                raise InvalidArgument(f"{tf}.kill_timeout", "must not be negative")
+
+
+def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
+    for i, c in enumerate(cs):
+        operand = c.operand or "="
+        if operand not in _OPERANDS:
+            validate.one_of(operand, _OPERANDS, f"{field}[{i}].operand")
+        if operand not in ("distinct_hosts",) and not c.l_target:
+            raise InvalidArgument(f"{field}[{i}].l_target", "is required")
+
+
+def _affinities(affs: Iterable[pb.Affinity], field: str) -> None:
+    for i, a in enumerate(affs):
+        if a.weight == 0 or not -100 <= a.weight <= 100:
+            raise InvalidArgument(f"{field}[{i}].weight", "must be between -100 and 100 and not 0")
+        if a.operand and a.operand not in _OPERANDS:
+            validate.one_of(a.operand, _OPERANDS, f"{field}[{i}].operand")
+
+
+def canonicalize(job: pb.Job) -> pb.Job:
+    """Fill the defaults a job spec may leave out."""
+    job = copy_msg(job)
+    job.namespace = job.namespace or structs.DEFAULT_NAMESPACE
+    job.name = job.name or job.id
+    job.type = job.type or JobType.SERVICE
+    job.priority = job.priority or structs.DEFAULT_PRIORITY
+    job.node_pool = job.node_pool or structs.DEFAULT_NODE_POOL
+    if not job.datacenters:
+        job.datacenters.append("*")
+    for tg in job.task_groups:
+        if job.type in (JobType.SYSTEM, JobType.SYSBATCH):
+            tg.count = 1 if tg.count == 0 else tg.count
+        if not tg.HasField("reschedule_policy"):
+            tg.reschedule_policy.CopyFrom(structs.default_reschedule_policy(job.type))
+        if not tg.HasField("restart_policy"):
+            # Nomad: service 2 restarts per 30 min, batch 3 per 24 h, 15 s apart
+            batch = job.type in (JobType.BATCH, JobType.SYSBATCH)
+            tg.restart_policy.CopyFrom(
+                pb.RestartPolicy(
+                    attempts=3 if batch else 2,
+                    interval=24 * structs.HOUR if batch else 30 * structs.MINUTE,
+                    delay=15 * structs.SECOND,
+                    mode="fail",
+                )
+            )
+        if not tg.ephemeral_disk.size_mb:
+            tg.ephemeral_disk.size_mb = 300
+        for task in tg.tasks:
+            if not task.resources.cpu:
+                task.resources.cpu = 100
+            if not task.resources.memory_mb:
+                task.resources.memory_mb = 300
+            if not task.kill_timeout:
+                task.kill_timeout = 5 * structs.SECOND
+    return job
+
+
+def new_eval(
+    job: pb.Job, trigger: str, *, priority: int = 0, traceparent: str = ""
+) -> pb.Evaluation:
+    return pb.Evaluation(
+        id=structs.new_id(),
+        namespace=job.namespace,
+        priority=priority or job.priority,
+        type=job.type,
+        triggered_by=trigger,
+        job_id=job.id,
+        status=EvalStatus.PENDING,
+        traceparent=traceparent or telemetry.current_traceparent(),
+    )
+
+
+async def register_job(
+    tx: WriteTx,
+    job: pb.Job,
+    *,
+    enforce_index: bool = False,
+    job_modify_index: int = 0,
+    eval_priority: int = 0,
+    traceparent: str = "",
+    trigger: str = Trigger.JOB_REGISTER,
+) -> tuple[pb.Job, pb.Evaluation | None]:
+    """Upsert the job (a new version only when its spec changed) and its
+    register eval, at the transaction's index."""
+    current = await tx.get_job(job.namespace, job.id)
+    if enforce_index:
+        have = current.job_modify_index if current is not None else 0
+        if have != job_modify_index:
+            if job_modify_index == 0:
+                raise FailedPrecondition(
+                    f"enforcing job modify index 0: job {job.id!r} already exists"
+                )
+            raise FailedPrecondition(
+                f"enforcing job modify index {job_modify_index}: job exists with conflicting "
+                f"job modify index: {have}"
+            )
+    job = copy_msg(job)
+    job.submit_time = tx.now
+    if current is not None and not current.stop and not structs.job_spec_changed(current, job):
+        job = current  # identical re-registration: only a new eval
+    else:
+        job.version = current.version + 1 if current is not None else 0
+        job.create_index = current.create_index if current is not None else 0
+        job.job_modify_index = tx.index
+        job.status = JobStatus.PENDING
+        job.stable = False
+        tx.put_job(job)
+    ev: pb.Evaluation | None = None
+    if not job.periodic.enabled and not job.HasField("parameterized"):
+        ev = new_eval(job, trigger, priority=eval_priority, traceparent=traceparent)
+        ev.job_modify_index = job.job_modify_index
+        tx.put_eval(ev)
+    return job, ev
+
+
+async def deregister_job(
+    tx: WriteTx, namespace: str, job_id: str, *, purge: bool = False, traceparent: str = ""
+) -> tuple[pb.Job, pb.Evaluation]:
+    """Stop the job (a new, stopped version) or purge it; either way a
+    deregister eval makes the scheduler stop its allocs."""
+    current = await tx.get_job(namespace, job_id)
+    if current is None:
+        raise NotFound(f"job {job_id!r} not found")
+    if purge:
+        tx.delete_job(current)
+        job = current
+    else:
+        job = copy_msg(current)
+        job.stop = True
+        job.version = current.version + 1
+        job.job_modify_index = tx.index
+        job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
+        tx.put_job(job, "JobDeregistered")
+    ev = new_eval(job, Trigger.JOB_DEREGISTER, traceparent=traceparent)
+    ev.job_modify_index = tx.index
+    tx.put_eval(ev)
+    return job, ev
