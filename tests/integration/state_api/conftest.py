@@ -1,0 +1,26 @@
+"""A real state service (in-process, port 0) over the module's database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from services.state.app import StateApp, StateSettings
+
+
+@pytest.fixture(scope="module")
+async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
+    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+@pytest.fixture(scope="module")
+async def channel(state_app: StateApp) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(state_app.server.bound_address) as ch:
+        yield ch
