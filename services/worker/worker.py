@@ -66,6 +66,16 @@ TRANSIENT = (
 )
 
 
+async def _first(*events: asyncio.Event) -> None:
+    """Return when any of the events is set."""
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+
+
 #: test-only fault (CORRAL_WORKER_FAULT): hang after the scheduler ran (its
 #: plan committed) and before the ack, so a test can kill the worker there
 FAULT_STALL_BEFORE_ACK = "stall-before-ack"
@@ -88,6 +98,7 @@ class Worker:
         self._failures = 0
         self._resume = asyncio.Event()
         self._resume.set()
+        self._pausing = asyncio.Event()  # set from pause() until resume()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -102,6 +113,7 @@ class Worker:
             return False
         self.status = Status.PAUSING
         self._resume.clear()
+        self._pausing.set()
         return True
 
     def resume(self) -> bool:
@@ -109,6 +121,7 @@ class Worker:
         if self.status not in (Status.PAUSED, Status.PAUSING):
             return False
         self.status = Status.RESUMING
+        self._pausing.clear()
         self._resume.set()
         return True
 
@@ -194,10 +207,22 @@ class Worker:
             scheduler_version=settings.scheduler_version,
         )
         start = time.perf_counter()
+        call = asyncio.ensure_future(
+            self.pool.broker.call("Dequeue", req, timeout=settings.dequeue_timeout + 5.0)
+        )
+        # a pause or stop cancels the long poll: a paused worker dequeues nothing
+        interrupt = asyncio.ensure_future(_first(self._pausing, self._stop))
         try:
-            resp: eval_pb2.EvalDequeueResponse = await self.pool.broker.call(
-                "Dequeue", req, timeout=settings.dequeue_timeout + 5.0
-            )
+            done, _ = await asyncio.wait({call, interrupt}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            interrupt.cancel()
+        if call not in done:
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await call
+            return None
+        try:
+            resp: eval_pb2.EvalDequeueResponse = call.result()
         except grpc.aio.AioRpcError as exc:
             details = exc.details() or ""
             if details.startswith("scheduler version mismatch"):
