@@ -19,6 +19,7 @@ from corral.process import env_flag, write_ready_file
 from corral.server import install_signal_handlers
 from services.state.app import StateApp, StateSettings
 from services.state.db.migrate import upgrade
+from services.state.heartbeat import HeartbeatSettings
 
 log = logging.getLogger("services.state")
 
@@ -52,6 +53,45 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="change-log entries kept for lagging subscribers",
     )
+    env_flag(
+        parser,
+        "--advertise",
+        "CORRAL_ADVERTISE_ADDR",
+        default="",
+        help="address others reach this process at",
+    )
+    env_flag(
+        parser,
+        "--heartbeat-min-ttl",
+        "CORRAL_HEARTBEAT_MIN_TTL",
+        default=10.0,
+        type=float,
+        help="min node TTL (s)",
+    )
+    env_flag(
+        parser,
+        "--heartbeat-grace",
+        "CORRAL_HEARTBEAT_GRACE",
+        default=10.0,
+        type=float,
+        help="grace after TTL (s)",
+    )
+    env_flag(
+        parser,
+        "--heartbeat-failover-ttl",
+        "CORRAL_HEARTBEAT_FAILOVER_TTL",
+        default=300.0,
+        type=float,
+        help="TTL every node gets after a leader change (s)",
+    )
+    env_flag(
+        parser,
+        "--heartbeats-per-second",
+        "CORRAL_HEARTBEATS_PER_SECOND",
+        default=50.0,
+        type=float,
+        help="cluster heartbeat rate the TTL is sized for",
+    )
     args = parser.parse_args(argv)
     if not args.dsn:
         parser.error("--dsn (or CORRAL_DSN) is required")
@@ -60,8 +100,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> int:
     upgrade(args.dsn)
+    heartbeat = HeartbeatSettings(
+        min_ttl=args.heartbeat_min_ttl,
+        grace=args.heartbeat_grace,
+        failover_ttl=args.heartbeat_failover_ttl,
+        max_per_second=args.heartbeats_per_second,
+    )
     app = StateApp(
-        StateSettings(dsn=args.dsn, listen=args.listen, log_retention=args.log_retention)
+        StateSettings(
+            dsn=args.dsn,
+            listen=args.listen,
+            advertise=args.advertise,
+            log_retention=args.log_retention,
+            heartbeat=heartbeat,
+        )
     )
     address = await app.start()
     metrics = ""
@@ -70,7 +122,9 @@ async def serve(args: argparse.Namespace) -> int:
         metrics = f"{host}:{telemetry.start_metrics_server(args.metrics_listen)}"
     stopping: list[asyncio.Task[None]] = []
     install_signal_handlers(lambda: stopping.append(asyncio.ensure_future(app.stop())))
-    write_ready_file(args.ready_file, role="state", address=address, metrics=metrics)
+    write_ready_file(
+        args.ready_file, role="state", address=args.advertise or address, metrics=metrics
+    )
     log.info("state service ready", extra={"index": app.feed.index})
     await app.wait_stopped()
     return 0

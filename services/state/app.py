@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral import structs
+from corral.leader import LeaderElection
 from corral.process import new_member_id
 from corral.server import GrpcServer
 from corral.v1 import state_pb2, state_pb2_grpc
 from services.state.app_context import StateContext
 from services.state.db.database import Database
 from services.state.feed import ChangeFeed
+from services.state.heartbeat import Drainer, Heartbeats, HeartbeatSettings
 from services.state.state_service import StateServicer
 
 log = logging.getLogger(__name__)
@@ -24,9 +26,11 @@ log = logging.getLogger(__name__)
 class StateSettings:
     dsn: str
     listen: str = "127.0.0.1:0"
+    advertise: str = ""  # address others reach this process at (default: the bound one)
     log_retention: int = 50_000  # change-log entries kept for subscribers that fall behind
     retention_interval: float = 30.0
     pool_size: int = 8
+    heartbeat: HeartbeatSettings = field(default_factory=HeartbeatSettings)
 
 
 class StateApp:
@@ -36,6 +40,10 @@ class StateApp:
         self.feed = ChangeFeed(self.db)
         self.server = GrpcServer(settings.listen, name="state")
         self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
+        self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
+        self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
+        self.election: LeaderElection | None = None
+        self._term: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> str:
@@ -47,21 +55,52 @@ class StateApp:
         )
         self._add_public_services()
         await self.server.start()
-        self.ctx.address = self.server.bound_address
+        self.ctx.address = self.settings.advertise or self.server.bound_address
         self.ctx.member_id = new_member_id("state")
         await self._register_self()
+        self.election = LeaderElection(self.settings.dsn, "state", self.ctx.address)
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="log-retention"))
         self._tasks.append(asyncio.create_task(self._member_loop(), name="member"))
+        self._tasks.append(
+            asyncio.create_task(self.election.run(self._on_elected, self._on_lost), name="election")
+        )
         return self.server.bound_address
+
+    async def _on_elected(self) -> None:
+        """Heartbeat timers and the drainer run on the leader only."""
+        await self.feed.wait_for_index(await self.db.latest_index(), 30)
+        self.heartbeats.start_term()
+        self._term = [
+            asyncio.create_task(self.heartbeats.run(), name="heartbeats"),
+            asyncio.create_task(self.drainer.run(), name="drainer"),
+        ]
+        log.info("state leader: tracking %d node heartbeats", len(self.feed.snapshot().nodes))
+
+    async def _on_lost(self) -> None:
+        self.heartbeats.end_term()
+        for t in self._term:
+            t.cancel()
+        for t in self._term:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._term = []
+
+    async def leader_address(self) -> str:
+        return await self.election.leader_address() if self.election is not None else ""
 
     def _add_public_services(self) -> None:
         """Public API servicers (Job, Node, Alloc, Evals, Event, Operator)."""
         from services.state import api
+        from services.state.api import nodes
 
         api.register(self.server, self.ctx)
+        nodes.register(self.server, self.ctx, self.heartbeats, self.leader_address)
 
     async def stop(self) -> None:
         await self.server.stop(grace=5.0)
+        if self.election is not None:
+            await self.election.stop()
+        await self._on_lost()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -1,0 +1,271 @@
+"""The public `Node` service (proto/corral/v1/node.proto): what clients call
+(Register, UpdateStatus — the heartbeat —, UpdateAlloc, GetClientAllocs)
+and what operators call (List, Get, UpdateDrain, UpdateEligibility)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from corral import structs
+from corral.errors import InvalidArgument, NotFound
+from corral.server import GrpcServer
+from corral.structs import NodeStatus
+from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state import validate
+from services.state.api import query
+from services.state.app_context import StateContext
+from services.state.heartbeat import Heartbeats
+from services.state.writes import nodes as writes
+
+Context = Any
+TABLES = ("nodes",)
+LeaderAddress = Callable[[], Awaitable[str]]
+
+
+def _stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
+    stub = node_pb2.NodeListStub(
+        id=n.id,
+        name=n.name,
+        datacenter=n.datacenter,
+        node_pool=n.node_pool,
+        node_class=n.node_class,
+        status=n.status,
+        scheduling_eligibility=n.scheduling_eligibility,
+        drain=n.drain,
+        address=n.http_addr,
+        create_index=n.create_index,
+        modify_index=n.modify_index,
+        running_allocs=sum(1 for a in snap.allocs_by_node(n.id) if not structs.alloc_terminal(a)),
+    )
+    for name, d in n.drivers.items():
+        stub.drivers[name].detected = d.detected
+        stub.drivers[name].healthy = d.healthy
+    return stub
+
+
+class NodeServicer(node_pb2_grpc.NodeServicer):
+    def __init__(
+        self, ctx: StateContext, heartbeats: Heartbeats, leader_address: LeaderAddress
+    ) -> None:
+        self.ctx = ctx
+        self.heartbeats = heartbeats
+        self.leader_address = leader_address
+
+    def _ttl_response(self, **kw: Any) -> node_pb2.NodeUpdateResponse:
+        ttl = self.heartbeats.ttl()
+        return node_pb2.NodeUpdateResponse(
+            heartbeat_ttl_ms=int(ttl * 1000), num_nodes=len(self.ctx.feed.snapshot().nodes), **kw
+        )
+
+    async def Register(
+        self, request: node_pb2.NodeRegisterRequest, context: Context
+    ) -> node_pb2.NodeUpdateResponse:
+        writes.validate_node(request.node)
+        async with self.ctx.db.write() as tx:
+            node, evals = await writes.register_node(tx, request.node)
+        resp = self._ttl_response(
+            eval_ids=[e.id for e in evals],
+            eval_create_index=tx.index if evals else 0,
+            node_modify_index=tx.index,
+            index=tx.index,
+        )
+        if node.status != NodeStatus.DOWN:
+            self.heartbeats.reset(node.id, resp.heartbeat_ttl_ms / 1000)
+        return resp
+
+    async def Deregister(
+        self, request: node_pb2.NodeDeregisterRequest, context: Context
+    ) -> node_pb2.NodeUpdateResponse:
+        validate.require_id(request.node_id, "node_id")
+        async with self.ctx.db.write() as tx:
+            node = await tx.get_node(request.node_id)
+            if node is None:
+                raise NotFound(f"node {request.node_id} not found")
+            tx.delete_node(node)
+            evals = await writes.node_evals(tx, node)
+        self.heartbeats.forget(request.node_id)
+        return node_pb2.NodeUpdateResponse(eval_ids=[e.id for e in evals], index=tx.index)
+
+    async def UpdateStatus(
+        self, request: node_pb2.NodeUpdateStatusRequest, context: Context
+    ) -> node_pb2.NodeUpdateResponse:
+        validate.require_id(request.node_id, "node_id")
+        validate.one_of(
+            request.status, (NodeStatus.INITIALIZING, NodeStatus.READY, NodeStatus.DOWN), "status"
+        )
+        if not self.heartbeats.enabled:
+            forwarded = await self._forward(request)
+            if forwarded is not None:
+                return forwarded
+        snap = self.ctx.feed.snapshot()
+        stored = snap.node_by_id(request.node_id)
+        if stored is None:
+            raise NotFound(f"node {request.node_id} not found: register it first")
+        writes.check_secret(stored, request.secret_id)
+        index = snap.index
+        evals: list[pb.Evaluation] = []
+        if stored.status != request.status:
+            async with self.ctx.db.write() as tx:
+                node, evals, written = await writes.update_status(
+                    tx, request.node_id, request.status, secret_id=request.secret_id
+                )
+            index = tx.index if written else index
+            stored = node
+        resp = self._ttl_response(
+            eval_ids=[e.id for e in evals],
+            eval_create_index=index if evals else 0,
+            node_modify_index=stored.modify_index,
+            index=index,
+        )
+        if stored.status != NodeStatus.DOWN:
+            self.heartbeats.reset(stored.id, resp.heartbeat_ttl_ms / 1000)
+        else:
+            self.heartbeats.forget(stored.id)
+        return resp
+
+    async def _forward(
+        self, request: node_pb2.NodeUpdateStatusRequest
+    ) -> node_pb2.NodeUpdateResponse | None:
+        """Heartbeat timers live on the leader: relay the heartbeat there."""
+        leader = await self.leader_address()
+        if not leader or leader == self.ctx.address:
+            return None
+        try:
+            async with grpc.aio.insecure_channel(leader) as ch:
+                resp: node_pb2.NodeUpdateResponse = await node_pb2_grpc.NodeStub(ch).UpdateStatus(
+                    request, timeout=10
+                )
+                resp.leader_address = leader
+                return resp
+        except grpc.aio.AioRpcError:
+            return None
+
+    async def UpdateAlloc(
+        self, request: node_pb2.NodeUpdateAllocRequest, context: Context
+    ) -> node_pb2.NodeUpdateAllocResponse:
+        if not request.allocs:
+            raise InvalidArgument("allocs", "must not be empty")
+        node_id = request.allocs[0].node_id
+        for i, a in enumerate(request.allocs):
+            validate.require_id(a.id, f"allocs[{i}].id")
+            if not a.node_id:
+                raise InvalidArgument(f"allocs[{i}].node_id", "missing node ID")
+            if a.node_id != node_id:
+                raise InvalidArgument(
+                    f"allocs[{i}].node_id", "all allocs of one update must be on one node"
+                )
+            validate.one_of(a.client_status, structs.ClientStatus.ALL, f"allocs[{i}].client_status")
+        async with self.ctx.db.write() as tx:
+            _, evals = await writes.update_allocs(tx, request.allocs, request.secret_id)
+        return node_pb2.NodeUpdateAllocResponse(index=tx.index, eval_ids=[e.id for e in evals])
+
+    async def GetClientAllocs(
+        self, request: node_pb2.NodeClientAllocsRequest, context: Context
+    ) -> node_pb2.NodeClientAllocsResponse:
+        validate.require_id(request.node_id, "node_id")
+        loop = asyncio.get_running_loop()
+        wait = request.wait_ms / 1000 if request.wait_ms > 0 else query.DEFAULT_WAIT_S
+        deadline = loop.time() + min(wait, query.MAX_WAIT_S)
+        while True:
+            snap = self.ctx.feed.snapshot()
+            node = snap.node_by_id(request.node_id)
+            if node is None:
+                raise NotFound(f"node {request.node_id} not found")
+            writes.check_secret(node, request.secret_id)
+            allocs = snap.allocs_by_node(request.node_id)
+            newest = max((a.alloc_modify_index for a in allocs), default=0)
+            index = max(newest, 1)
+            if not request.min_index or newest > request.min_index:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.ctx.shutting_down.is_set():
+                break
+            await self.ctx.feed.wait_advance(remaining)
+        resp = node_pb2.NodeClientAllocsResponse(index=index)
+        jobs: dict[tuple[str, str, int], pb.Job] = {}
+        for a in allocs:
+            resp.allocs[a.id] = a.alloc_modify_index
+            reconnecting = request.min_index == 0
+            if reconnecting and structs.alloc_client_terminal(a):
+                continue  # seed 003: a reconnecting client must not restart finished work
+            if structs.alloc_terminal(a) and a.alloc_modify_index <= request.min_index:
+                continue
+            resp.full_allocs.append(a)
+            job = snap.job_by_version(a.namespace, a.job_id, a.job_version)
+            if job is not None:
+                jobs[(a.namespace, a.job_id, a.job_version)] = job
+        resp.jobs.extend(jobs.values())
+        return resp
+
+    async def List(
+        self, request: node_pb2.NodeListRequest, context: Context
+    ) -> node_pb2.NodeListResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        nodes = [
+            n
+            for n in snap.iter_nodes()
+            if n.id.startswith(request.query.prefix)
+            and (not request.status or n.status == request.status)
+        ]
+        page, token = query.paginate(nodes, lambda n: n.id, request.query)
+        return node_pb2.NodeListResponse(
+            nodes=[_stub(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
+        )
+
+    async def Get(
+        self, request: node_pb2.NodeGetRequest, context: Context
+    ) -> node_pb2.NodeGetResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
+        node = pb.Node()
+        node.CopyFrom(snap.nodes[node_id])
+        node.secret_id = ""  # never shown to operators
+        return node_pb2.NodeGetResponse(node=node, meta=query.meta(snap, TABLES))
+
+    async def Allocations(
+        self, request: node_pb2.NodeGetRequest, context: Context
+    ) -> node_pb2.NodeAllocationsResponse:
+        tables = ("allocs",)
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
+        allocs = snap.allocs_by_node(node_id)
+        if not request.all:
+            allocs = [a for a in allocs if not structs.alloc_terminal(a)]
+        allocs.sort(key=lambda a: (a.create_index, a.id))
+        return node_pb2.NodeAllocationsResponse(allocs=allocs, meta=query.meta(snap, tables))
+
+    async def UpdateDrain(
+        self, request: node_pb2.NodeUpdateDrainRequest, context: Context
+    ) -> node_pb2.NodeUpdateResponse:
+        snap = self.ctx.feed.snapshot()
+        node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
+        strategy = request.drain_strategy if request.HasField("drain_strategy") else None
+        async with self.ctx.db.write() as tx:
+            await writes.set_drain(tx, node_id, strategy, request.mark_eligible)
+        return node_pb2.NodeUpdateResponse(index=tx.index, node_modify_index=tx.index)
+
+    async def UpdateEligibility(
+        self, request: node_pb2.NodeUpdateEligibilityRequest, context: Context
+    ) -> node_pb2.NodeUpdateResponse:
+        snap = self.ctx.feed.snapshot()
+        node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
+        async with self.ctx.db.write() as tx:
+            _, evals = await writes.set_eligibility(tx, node_id, request.eligibility)
+        return node_pb2.NodeUpdateResponse(
+            index=tx.index, node_modify_index=tx.index, eval_ids=[e.id for e in evals]
+        )
+
+
+def register(
+    server: GrpcServer, ctx: StateContext, heartbeats: Heartbeats, leader_address: LeaderAddress
+) -> None:
+    server.add(
+        node_pb2_grpc.add_NodeServicer_to_server,
+        NodeServicer(ctx, heartbeats, leader_address),
+        node_pb2.DESCRIPTOR.services_by_name["Node"].full_name,
+    )

@@ -1,0 +1,219 @@
+"""What only the state leader runs: node heartbeat timers and the node
+drainer (Nomad's heartbeat.go and drainer/).
+
+Heartbeats never write unless a status changes: the leader keeps one
+deadline per node in memory (a heap watched by one task, so thousands of
+nodes cost one timer). A node that misses its TTL plus the grace period
+becomes `disconnected` when one of its running allocs belongs to a group
+with a disconnect timeout (`max_client_disconnect` / `lost_after`), else
+`down`, and node-update evals follow. After a leader change every non-down
+node gets the long failover TTL, as in Nomad.
+
+The drainer marks a draining node's allocs to migrate, at most the group's
+`migrate.max_parallel` at a time (all at once past the deadline), and ends
+the drain when nothing is left running there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from corral import structs
+from corral.store import StateSnapshot
+from corral.structs import DesiredStatus, JobType, NodeStatus, Trigger, copy_msg
+from corral.v1 import structs_pb2 as pb
+from services.state.app_context import StateContext
+from services.state.writes.jobs import new_eval
+from services.state.writes.nodes import set_drain, update_status
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HeartbeatSettings:
+    min_ttl: float = 10.0
+    max_per_second: float = 50.0
+    grace: float = 10.0
+    failover_ttl: float = 300.0
+    drain_interval: float = 1.0
+
+
+class Heartbeats:
+    def __init__(self, ctx: StateContext, settings: HeartbeatSettings) -> None:
+        self.ctx = ctx
+        self.settings = settings
+        self.enabled = False
+        self._deadline: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._changed = asyncio.Event()
+
+    def ttl(self) -> float:
+        """Grows with the number of nodes so the heartbeat rate stays under
+        max_per_second; jittered so nodes spread out."""
+        n = len(self.ctx.feed.snapshot().nodes)
+        base = max(self.settings.min_ttl, n / self.settings.max_per_second)
+        return base + random.uniform(0, base)
+
+    def reset(self, node_id: str, ttl: float) -> None:
+        if not self.enabled:
+            return
+        deadline = time.monotonic() + ttl + self.settings.grace
+        self._deadline[node_id] = deadline
+        heapq.heappush(self._heap, (deadline, node_id))
+        if self._heap[0][1] == node_id:
+            self._changed.set()
+
+    def forget(self, node_id: str) -> None:
+        self._deadline.pop(node_id, None)
+
+    def start_term(self) -> None:
+        """Leader elected: every live node gets the failover TTL."""
+        self.enabled = True
+        self._deadline.clear()
+        self._heap.clear()
+        for node in self.ctx.feed.snapshot().iter_nodes():
+            if node.status != NodeStatus.DOWN:
+                self.reset(node.id, self.settings.failover_ttl)
+
+    def end_term(self) -> None:
+        self.enabled = False
+        self._deadline.clear()
+        self._heap.clear()
+
+    async def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            while self._heap and self._heap[0][0] <= now:
+                deadline, node_id = heapq.heappop(self._heap)
+                if self._deadline.get(node_id) != deadline:
+                    continue  # superseded by a later heartbeat
+                del self._deadline[node_id]
+                try:
+                    await self._expire(node_id)
+                except Exception:
+                    log.exception(
+                        "could not mark node %s unresponsive", node_id, extra={"node_id": node_id}
+                    )
+                    self.reset(node_id, 1.0)
+            delay = (self._heap[0][0] - time.monotonic()) if self._heap else 3600.0
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), max(0.0, delay))
+
+    async def _expire(self, node_id: str) -> None:
+        snap = self.ctx.feed.snapshot()
+        node = snap.node_by_id(node_id)
+        if node is None or node.status == NodeStatus.DOWN:
+            return
+        new = NodeStatus.DOWN
+        if node.status != NodeStatus.INITIALIZING and _has_disconnect_timeout(snap, node_id):
+            new = NodeStatus.DISCONNECTED
+        async with self.ctx.db.write() as tx:
+            _, evals, _ = await update_status(tx, node_id, new, reason="Node heartbeat missed")
+        log.warning(
+            "node %s missed its heartbeat: %s (%d evals)",
+            node_id,
+            new,
+            len(evals),
+            extra={"node_id": node_id},
+        )
+        if new == NodeStatus.DISCONNECTED:
+            # still watched: a disconnected node that never returns goes down
+            self.reset(node_id, self.ttl())
+
+
+def _has_disconnect_timeout(snap: StateSnapshot, node_id: str) -> bool:
+    for a in snap.allocs_by_node(node_id):
+        if a.desired_status != DesiredStatus.RUN or structs.alloc_client_terminal(a):
+            continue
+        job = snap.job_by_version(a.namespace, a.job_id, a.job_version) or snap.job_by_id(
+            a.namespace, a.job_id
+        )
+        tg = structs.task_group(job, a.task_group) if job is not None else None
+        if tg is not None and structs.lost_after(tg) > 0:
+            return True
+    return False
+
+
+class Drainer:
+    def __init__(self, ctx: StateContext, interval: float = 1.0) -> None:
+        self.ctx = ctx
+        self.interval = interval
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("drainer step failed")
+            await asyncio.sleep(self.interval)
+
+    async def step(self) -> None:
+        snap = self.ctx.feed.snapshot()
+        for node in snap.iter_nodes():
+            if node.drain:
+                await self._drain(node)
+
+    async def _drain(self, node: pb.Node) -> None:
+        snap = self.ctx.feed.snapshot()
+        strategy = node.drain_strategy
+        live = [a for a in snap.allocs_by_node(node.id) if not structs.alloc_terminal(a)]
+        if strategy.ignore_system_jobs:
+            live = [a for a in live if a.job_type not in (JobType.SYSTEM, JobType.SYSBATCH)]
+        if not live:
+            async with self.ctx.db.write() as tx:
+                await set_drain(tx, node.id, None, mark_eligible=False)
+            log.info("node %s drain complete", node.id, extra={"node_id": node.id})
+            return
+        force = strategy.deadline < 0 or (
+            strategy.force_deadline and time.time_ns() >= strategy.force_deadline
+        )
+        # system jobs last (Nomad drains them after everything else)
+        service = [a for a in live if a.job_type not in (JobType.SYSTEM, JobType.SYSBATCH)]
+        batch = service or live
+        to_mark: list[pb.Allocation] = []
+        groups: dict[tuple[str, str, str], list[pb.Allocation]] = {}
+        for a in batch:
+            groups.setdefault((a.namespace, a.job_id, a.task_group), []).append(a)
+        for (ns, job_id, tg_name), allocs in groups.items():
+            waiting = [a for a in allocs if not a.desired_transition.migrate]
+            if force:
+                to_mark.extend(waiting)
+                continue
+            job = snap.job_by_id(ns, job_id)
+            tg = structs.task_group(job, tg_name) if job is not None else None
+            limit = tg.migrate.max_parallel if tg is not None and tg.migrate.max_parallel else 1
+            in_flight = len(allocs) - len(waiting)
+            to_mark.extend(waiting[: max(0, limit - in_flight)])
+        if not to_mark:
+            return
+        async with self.ctx.db.write() as tx:
+            jobs: dict[tuple[str, str], pb.Job] = {}
+            for a in to_mark:
+                cur = (await tx.get_allocs([a.id])).get(a.id)
+                if cur is None:
+                    continue
+                alloc = copy_msg(cur)
+                alloc.desired_transition.migrate = True
+                tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+                job = await tx.get_job(a.namespace, a.job_id)
+                if job is not None:
+                    jobs[structs.job_key(a.namespace, a.job_id)] = job
+            for job in jobs.values():
+                ev = new_eval(job, Trigger.NODE_DRAIN)
+                ev.node_id = node.id
+                tx.put_eval(ev)
+        log.info(
+            "drain of node %s: %d allocs to migrate",
+            node.id,
+            len(to_mark),
+            extra={"node_id": node.id},
+        )

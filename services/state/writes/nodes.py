@@ -1,0 +1,281 @@
+"""Node writes with Nomad's lifecycle rules (nomad-semantics.md §6):
+registration, status transitions with the evals they trigger, client alloc
+updates, drain and eligibility."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from corral import structs
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from corral.structs import (
+    ClientStatus,
+    DesiredStatus,
+    Eligibility,
+    JobType,
+    NodeStatus,
+    Trigger,
+    copy_msg,
+)
+from corral.v1 import structs_pb2 as pb
+from services.state import validate
+from services.state.db.database import WriteTx
+from services.state.writes.jobs import new_eval
+
+
+def validate_node(node: pb.Node) -> None:
+    validate.require_id(node.id, "node.id")
+    if not node.datacenter:
+        raise InvalidArgument("node.datacenter", "is required")
+    if node.status:
+        validate.one_of(
+            node.status, (NodeStatus.INITIALIZING, NodeStatus.READY, NodeStatus.DOWN), "node.status"
+        )
+    if node.scheduling_eligibility:
+        validate.one_of(node.scheduling_eligibility, Eligibility.ALL, "node.scheduling_eligibility")
+    for name in ("cpu", "total_cores", "memory_mb", "disk_mb", "max_allocs"):
+        if getattr(node.node_resources, name) < 0:
+            raise InvalidArgument(f"node.node_resources.{name}", "must not be negative")
+    for name in ("cpu", "cores", "memory_mb", "disk_mb"):
+        if getattr(node.reserved_resources, name) < 0:
+            raise InvalidArgument(f"node.reserved_resources.{name}", "must not be negative")
+
+
+def check_secret(stored: pb.Node, secret_id: str) -> None:
+    if stored.secret_id and secret_id and stored.secret_id != secret_id:
+        raise PermissionDenied(f"node {stored.id}: secret id does not match")
+
+
+def _event(node: pb.Node, message: str, now: int) -> None:
+    node.events.add(message=message, subsystem="Cluster", timestamp=now)
+    del node.events[:-10]  # keep the last ten, as Nomad does
+
+
+async def node_evals(
+    tx: WriteTx, node: pb.Node, *, index: int | None = None
+) -> list[pb.Evaluation]:
+    """Nomad's createNodeEvals: one node-update eval per job with allocs on
+    the node (service allocs not fully terminal, batch allocs not client
+    terminal; system/sysbatch allocs are covered below) plus one per system
+    job whose datacenters and pool take the node."""
+    jobs: dict[tuple[str, str], pb.Job] = {}
+    for a in await tx.allocs_by_node(node.id):
+        if a.job_type in (JobType.SYSTEM, JobType.SYSBATCH):
+            continue
+        if a.job_type == JobType.BATCH and structs.alloc_client_terminal(a):
+            continue
+        if structs.alloc_server_terminal(a) and structs.alloc_client_terminal(a):
+            continue
+        key = structs.job_key(a.namespace, a.job_id)
+        if key not in jobs:
+            job = await tx.get_job(a.namespace, a.job_id)
+            if job is not None:
+                jobs[key] = job
+    for job in await tx.jobs_all():
+        if job.type != JobType.SYSTEM or job.stop:
+            continue
+        dcs = list(job.datacenters) or ["*"]
+        if ("*" in dcs or node.datacenter in dcs) and (job.node_pool or "default") == (
+            node.node_pool or "default"
+        ):
+            jobs[structs.job_key(job.namespace, job.id)] = job
+    out = []
+    for job in jobs.values():
+        ev = new_eval(job, Trigger.NODE_UPDATE)
+        ev.node_id = node.id
+        ev.node_modify_index = index or tx.index
+        tx.put_eval(ev, index=index)
+        out.append(ev)
+    return out
+
+
+def _needs_evals(old: str, new: str) -> bool:
+    """Nomad: always for down; for init->ready, down->ready, leaving or
+    entering disconnected."""
+    if new == NodeStatus.DOWN:
+        return True
+    if (old, new) in (
+        (NodeStatus.INITIALIZING, NodeStatus.READY),
+        (NodeStatus.DOWN, NodeStatus.READY),
+    ):
+        return True
+    return NodeStatus.DISCONNECTED in (old, new) and old != new
+
+
+async def register_node(tx: WriteTx, node: pb.Node) -> tuple[pb.Node, list[pb.Evaluation]]:
+    stored = await tx.get_node(node.id)
+    node = copy_msg(node)
+    node.node_pool = node.node_pool or structs.DEFAULT_NODE_POOL
+    node.scheduling_eligibility = node.scheduling_eligibility or Eligibility.ELIGIBLE
+    node.status = node.status or NodeStatus.INITIALIZING
+    node.computed_class = structs.computed_class(node)
+    changed_status = stored is None
+    old_status = ""
+    if stored is not None:
+        check_secret(stored, node.secret_id)
+        # the stored status and scheduling state are the server's
+        old_status = stored.status
+        node.create_index = stored.create_index
+        node.scheduling_eligibility = stored.scheduling_eligibility
+        node.drain = stored.drain
+        if stored.HasField("drain_strategy"):
+            node.drain_strategy.CopyFrom(stored.drain_strategy)
+        node.last_missed_heartbeat_index = stored.last_missed_heartbeat_index
+        node.last_alloc_update_index = stored.last_alloc_update_index
+        node.events.extend(stored.events)
+        if stored.status in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
+            node.status = (
+                NodeStatus.INITIALIZING if stored.status == NodeStatus.DISCONNECTED else node.status
+            )
+        else:
+            node.status = stored.status
+        changed_status = old_status != node.status
+    else:
+        _event(node, "Node registered", tx.now)
+    node.status_updated_at = (
+        tx.now if changed_status else (stored.status_updated_at if stored else tx.now)
+    )
+    tx.put_node(node, "NodeRegistration")
+    evals: list[pb.Evaluation] = []
+    significant = stored is None or structs.computed_class(stored) != node.computed_class
+    if node.status == NodeStatus.DOWN or (
+        node.status == NodeStatus.READY and (significant or changed_status)
+    ):
+        evals = await node_evals(tx, node)
+    return node, evals
+
+
+async def update_status(
+    tx: WriteTx, node_id: str, status: str, *, secret_id: str = "", reason: str = ""
+) -> tuple[pb.Node, list[pb.Evaluation], bool]:
+    """Apply a status change; returns (node, evals, written)."""
+    stored = await tx.get_node(node_id)
+    if stored is None:
+        raise NotFound(f"node {node_id} not found")
+    check_secret(stored, secret_id)
+    old = stored.status
+    new = status
+    if old == NodeStatus.DISCONNECTED and new == NodeStatus.READY:
+        new = NodeStatus.INITIALIZING  # a reconnecting client re-initializes first
+    if old == NodeStatus.INITIALIZING and new == NodeStatus.READY:
+        allocs = await tx.allocs_by_node(node_id)
+        live = [a for a in allocs if not structs.alloc_terminal(a)]
+        if live and stored.last_alloc_update_index <= stored.last_missed_heartbeat_index:
+            new = NodeStatus.INITIALIZING  # must push its alloc states first (seed 003)
+    if new == old:
+        return stored, [], False
+    node = copy_msg(stored)
+    node.status = new
+    node.status_updated_at = tx.now
+    if new in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
+        node.last_missed_heartbeat_index = tx.index
+        _event(node, reason or "Node heartbeat missed", tx.now)
+    elif new == NodeStatus.READY:
+        node.last_missed_heartbeat_index = 0
+        if old == NodeStatus.DOWN:
+            _event(node, "Node re-registered", tx.now)
+    tx.put_node(node, "NodeStreamEvent")
+    # the allocs of a disconnected node become unknown in the scheduler
+    # (with an AllocState) when it processes the node-update eval
+    evals = await node_evals(tx, node) if _needs_evals(old, new) else []
+    return node, evals, True
+
+
+async def update_allocs(
+    tx: WriteTx, updates: Iterable[pb.Allocation], secret_id: str = ""
+) -> tuple[pb.Node, list[pb.Evaluation]]:
+    """Client-side alloc status (Node.UpdateAlloc)."""
+    updates = list(updates)
+    node_id = updates[0].node_id
+    node = await tx.get_node(node_id)
+    if node is None:
+        raise NotFound(f"node {node_id} not found")
+    check_secret(node, secret_id)
+    if node.status in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
+        raise FailedPrecondition(
+            f"node {node_id} is not allowed to update allocs while in status {node.status}"
+        )
+    stored = await tx.get_allocs([u.id for u in updates])
+    evals: dict[tuple[str, str], pb.Evaluation] = {}
+    for upd in updates:
+        cur = stored.get(upd.id)
+        if cur is None:
+            continue
+        alloc = copy_msg(cur)
+        was_unknown = cur.client_status == ClientStatus.UNKNOWN
+        alloc.client_status = upd.client_status
+        alloc.client_description = upd.client_description
+        alloc.task_states.clear()
+        for name, ts in upd.task_states.items():
+            alloc.task_states[name].CopyFrom(ts)
+        if upd.HasField("deployment_status"):
+            alloc.deployment_status.CopyFrom(upd.deployment_status)
+        job = await tx.get_job(alloc.namespace, alloc.job_id)
+        key = structs.job_key(alloc.namespace, alloc.job_id)
+        if job is None:
+            alloc.desired_status = DesiredStatus.STOP
+            alloc.desired_description = "job no longer exists"
+        elif key not in evals:
+            trigger = ""
+            if was_unknown and upd.client_status != ClientStatus.UNKNOWN:
+                trigger = Trigger.RECONNECT
+            elif upd.client_status == ClientStatus.FAILED and not alloc.followup_eval_id:
+                trigger = Trigger.ALLOC_FAILURE
+            if trigger:
+                ev = new_eval(job, trigger)
+                tx.put_eval(ev)
+                evals[key] = ev
+        tx.put_alloc(alloc, "AllocationUpdated")
+    node = copy_msg(node)
+    node.last_alloc_update_index = tx.index
+    tx.put_node(node, "NodeAllocUpdate")
+    return node, list(evals.values())
+
+
+async def set_eligibility(
+    tx: WriteTx, node_id: str, eligibility: str
+) -> tuple[pb.Node, list[pb.Evaluation]]:
+    validate.one_of(eligibility, Eligibility.ALL, "eligibility")
+    stored = await tx.get_node(node_id)
+    if stored is None:
+        raise NotFound(f"node {node_id} not found")
+    if stored.drain and eligibility == Eligibility.ELIGIBLE:
+        raise FailedPrecondition(
+            f"node {node_id} is draining: it cannot be made eligible until the drain ends"
+        )
+    if stored.scheduling_eligibility == eligibility:
+        return stored, []
+    node = copy_msg(stored)
+    node.scheduling_eligibility = eligibility
+    tx.put_node(node, "NodeEligibility")
+    evals = await node_evals(tx, node) if eligibility == Eligibility.ELIGIBLE else []
+    return node, evals
+
+
+async def set_drain(
+    tx: WriteTx, node_id: str, strategy: pb.DrainStrategy | None, mark_eligible: bool
+) -> pb.Node:
+    stored = await tx.get_node(node_id)
+    if stored is None:
+        raise NotFound(f"node {node_id} not found")
+    node = copy_msg(stored)
+    if strategy is not None:
+        node.drain = True
+        node.drain_strategy.CopyFrom(strategy)
+        node.drain_strategy.started_at = tx.now
+        if strategy.deadline > 0:
+            node.drain_strategy.force_deadline = tx.now + strategy.deadline
+        node.scheduling_eligibility = Eligibility.INELIGIBLE
+        _event(node, "Node drain strategy set", tx.now)
+    else:
+        node.drain = False
+        node.ClearField("drain_strategy")
+        if mark_eligible:
+            node.scheduling_eligibility = Eligibility.ELIGIBLE
+        _event(node, "Node drain complete" if not mark_eligible else "Node drain stopped", tx.now)
+    tx.put_node(node, "NodeDrain")
+    return node
+
+
+def live_allocs(allocs: Iterable[pb.Allocation]) -> list[pb.Allocation]:
+    return [a for a in allocs if not structs.alloc_terminal(a)]
