@@ -105,6 +105,10 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         snap = self.ctx.feed.snapshot()
         stored = snap.node_by_id(request.node_id)
         if stored is None:
+            # registered a moment ago: let the feed catch up with the database
+            snap = await self.ctx.feed.wait_for_index(await self.ctx.db.latest_index(), 5)
+            stored = snap.node_by_id(request.node_id)
+        if stored is None:
             raise NotFound(f"node {request.node_id} not found: register it first")
         writes.check_secret(stored, request.secret_id)
         index = snap.index

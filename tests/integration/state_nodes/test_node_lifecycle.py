@@ -1,0 +1,195 @@
+"""Node lifecycle against a real state service and PostgreSQL: heartbeats
+that do not write, a missed TTL making the node down (or disconnected) with
+node-update evals, the reconnect ordering of seed 003, blocking client
+alloc queries, eligibility and drain."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import pytest
+
+from corral.structs import ClientStatus
+from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.state.app import StateApp, StateSettings
+from services.state.heartbeat import HeartbeatSettings
+from services.worker.scheduler import mock
+
+FAST = HeartbeatSettings(
+    min_ttl=0.5, grace=0.3, failover_ttl=5.0, max_per_second=1000, drain_interval=0.2
+)
+
+
+@pytest.fixture
+async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
+    a = StateApp(StateSettings(dsn=fresh_pg_dsn, heartbeat=FAST))
+    await a.start()
+    await until(lambda: a.heartbeats.enabled)
+    try:
+        yield a
+    finally:
+        await a.stop()
+
+
+@pytest.fixture
+async def nodes(app: StateApp) -> AsyncIterator[node_pb2_grpc.NodeAsyncStub]:
+    async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
+        yield node_pb2_grpc.NodeStub(ch)
+
+
+async def until(pred: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def place(app: StateApp, node: pb.Node, job: pb.Job) -> pb.Allocation:
+    alloc = mock.alloc(job, node, client_status=ClientStatus.RUNNING)
+    async with app.db.write() as tx:
+        tx.put_job(job)
+        alloc.alloc_modify_index = tx.index
+        tx.put_alloc(alloc)
+    await app.feed.wait_for_index(tx.index, 10)
+    return alloc
+
+
+async def register_ready(app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub) -> pb.Node:
+    node = mock.node(status="initializing")
+    resp = await nodes.Register(node_pb2.NodeRegisterRequest(node=node))
+    assert resp.heartbeat_ttl_ms >= 500
+    resp = await nodes.UpdateStatus(
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready")
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    return node
+
+
+def status(app: StateApp, node_id: str) -> str:
+    n = app.feed.snapshot().node_by_id(node_id)
+    return n.status if n else ""
+
+
+async def test_heartbeats_do_not_write_and_a_missed_ttl_makes_the_node_down(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = await register_ready(app, nodes)
+    await place(app, node, mock.job(job_id="web", count=1))
+    before = await app.db.latest_index()
+    for _ in range(5):
+        await nodes.UpdateStatus(node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready"))
+        await asyncio.sleep(0.2)
+    assert await app.db.latest_index() == before  # heartbeats write nothing
+    await until(lambda: status(app, node.id) == "down")
+    evals = app.feed.snapshot().evals_by_job("default", "web")
+    assert [(e.triggered_by, e.node_id) for e in evals] == [("node-update", node.id)]
+
+
+async def test_disconnect_and_the_reconnect_ordering_of_seed_003(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = await register_ready(app, nodes)
+    job = mock.job(job_id="edge", count=1)
+    job.task_groups[0].max_client_disconnect = 60 * 1_000_000_000
+    alloc = await place(app, node, job)
+    await until(lambda: status(app, node.id) == "disconnected")
+    update = pb.Allocation(id=alloc.id, node_id=node.id, client_status="running")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[update]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "not allowed to update allocs while in status disconnected" in (
+        err.value.details() or ""
+    )
+    # heartbeat first: disconnected -> ready is coerced to initializing
+    await nodes.UpdateStatus(node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready"))
+    assert status(app, node.id) == "initializing" or await _wait_status(
+        app, node.id, "initializing"
+    )
+    await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[update]))
+    resp = await nodes.UpdateStatus(
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready")
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    assert status(app, node.id) == "ready"
+
+
+async def _wait_status(app: StateApp, node_id: str, want: str) -> bool:
+    await until(lambda: status(app, node_id) == want)
+    return True
+
+
+async def test_get_client_allocs_blocks_until_the_node_allocs_change(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = await register_ready(app, nodes)
+    first = await nodes.GetClientAllocs(node_pb2.NodeClientAllocsRequest(node_id=node.id))
+    assert first.index >= 1 and not first.allocs
+    waiter = asyncio.ensure_future(
+        nodes.GetClientAllocs(
+            node_pb2.NodeClientAllocsRequest(node_id=node.id, min_index=first.index, wait_ms=20_000)
+        )
+    )
+    await asyncio.sleep(0.2)
+    assert not waiter.done()
+    alloc = await place(app, node, mock.job(job_id="pull", count=1))
+    resp = await asyncio.wait_for(waiter, 10)
+    assert list(resp.allocs) == [alloc.id]
+    assert [a.id for a in resp.full_allocs] == [alloc.id]
+    assert [j.id for j in resp.jobs] == ["pull"]
+
+
+async def test_eligibility_and_drain_migrate_allocs_in_batches(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = await register_ready(app, nodes)
+    job = mock.job(job_id="drained", count=3)
+    job.task_groups[0].migrate.max_parallel = 2
+    async with app.db.write() as tx:
+        tx.put_job(job)
+        for i in range(3):
+            tx.put_alloc(mock.alloc(job, node, index=i))
+    resp = await nodes.UpdateEligibility(
+        node_pb2.NodeUpdateEligibilityRequest(node_id=node.id, eligibility="ineligible")
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    assert app.feed.snapshot().nodes[node.id].scheduling_eligibility == "ineligible"
+    await nodes.UpdateDrain(
+        node_pb2.NodeUpdateDrainRequest(
+            node_id=node.id, drain_strategy=pb.DrainStrategy(deadline=3600 * 10**9)
+        )
+    )
+
+    def migrating() -> int:
+        return sum(
+            1 for a in app.feed.snapshot().allocs_by_node(node.id) if a.desired_transition.migrate
+        )
+
+    await until(lambda: migrating() == 2)
+    await asyncio.sleep(0.5)
+    assert migrating() == 2  # max_parallel at a time
+    # the scheduler would stop them; the client reports them complete
+    snap = app.feed.snapshot()
+    done = [
+        pb.Allocation(id=a.id, node_id=node.id, client_status="complete")
+        for a in snap.allocs_by_node(node.id)
+        if a.desired_transition.migrate
+    ]
+    async with app.db.write() as tx:
+        for d in done:
+            cur = (await tx.get_allocs([d.id]))[d.id]
+            cur.desired_status = "stop"
+            tx.put_alloc(cur)
+    await until(lambda: migrating() == 3)
+    async with app.db.write() as tx:
+        for a in await tx.allocs_by_node(node.id):
+            a.desired_status = "stop"
+            tx.put_alloc(a)
+    await until(lambda: not app.feed.snapshot().nodes[node.id].drain)
+    assert app.feed.snapshot().nodes[node.id].scheduling_eligibility == "ineligible"
+    assert [e.triggered_by for e in app.feed.snapshot().evals_by_job("default", "drained")].count(
+        "node-drain"
+    ) >= 2
