@@ -26,6 +26,7 @@ from corral.v1 import structs_pb2 as pb
 TERMINAL_EVAL = (EvalStatus.COMPLETE, EvalStatus.FAILED, EvalStatus.CANCELED)
 BLOCK_MS = 2000
 RPC_TIMEOUT = BLOCK_MS / 1000 + 15
+NOT_FOUND_GRACE = 10.0
 
 
 @dataclass
@@ -63,15 +64,20 @@ def _log(out: TextIO, text: str, *, top: bool = False) -> None:
 
 
 def monitor_eval(
-    client: Client, eval_id: str, out: TextIO, *, verbose: bool = False
+    client: Client, eval_id: str, out: TextIO, *, verbose: bool = False, min_index: int = 0
 ) -> MonitorResult:
-    """Follow one evaluation (and its immediate follow-ups) to a terminal status."""
+    """Follow one evaluation (and its immediate follow-ups) to a terminal status.
+
+    `min_index` is the index the eval was written at: the first read is a
+    blocking query for it, so a read replica that has not caught up yet
+    waits instead of answering "not found"."""
     result = MonitorResult()
     _log(out, f'Monitoring evaluation "{short(eval_id, verbose)}"', top=True)
     seen_allocs: set[str] = set()
     status = ""
-    index = 0
+    index = max(0, min_index - 1)
     announced = False
+    not_found_until = time.monotonic() + NOT_FOUND_GRACE
     current = eval_id
     while True:
         try:
@@ -85,6 +91,9 @@ def monitor_eval(
             )
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                continue
+            if exc.code() == grpc.StatusCode.NOT_FOUND and time.monotonic() < not_found_until:
+                time.sleep(0.2)  # written, but not yet visible where this read was served
                 continue
             raise
         ev = resp.eval
@@ -282,5 +291,12 @@ def monitor_placements(
                     top=True,
                 )
                 return 1
-            _log(out, "Placements finished", top=True)
+            if expect_full:
+                _log(out, "Placements finished", top=True)
+            else:
+                _log(
+                    out,
+                    "Placements finished, but not every allocation could be placed (see above)",
+                    top=True,
+                )
             return 0

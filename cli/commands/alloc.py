@@ -167,7 +167,9 @@ def cmd_stop(args: argparse.Namespace, ctx: Context) -> int:
     if args.detach or not resp.eval_id:
         ctx.out.write(f"Eval ID: {resp.eval_id}\n")
         return 0
-    return monitor_eval(ctx.client, resp.eval_id, ctx.out, verbose=args.verbose).exit_code
+    return monitor_eval(
+        ctx.client, resp.eval_id, ctx.out, verbose=args.verbose, min_index=resp.index
+    ).exit_code
 
 
 def cmd_logs(args: argparse.Namespace, ctx: Context) -> int:

@@ -15,7 +15,7 @@ from cli.main import CliError, Context, common, grpc_message
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
-from corral.structs import EvalStatus, JobType
+from corral.structs import EvalStatus
 from corral.v1 import job_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 
@@ -165,7 +165,7 @@ def _after_register(
     namespace: str,
     eval_id: str,
     version: int | None,
-    job_type: str,
+    eval_index: int,
 ) -> int:
     """Shared tail of run/scale/stop/dispatch: monitor unless -detach."""
     if not eval_id:
@@ -174,7 +174,9 @@ def _after_register(
     if args.detach:
         ctx.out.write(f"Evaluation ID: {eval_id}\n")
         return 0
-    result = monitor_eval(ctx.client, eval_id, ctx.out, verbose=getattr(args, "verbose", False))
+    result = monitor_eval(
+        ctx.client, eval_id, ctx.out, verbose=getattr(args, "verbose", False), min_index=eval_index
+    )
     if result.exit_code == 1 or version is None:
         return result.exit_code
     code = monitor_placements(
@@ -214,7 +216,9 @@ def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     if resp.warnings:
         ctx.err.write(f"Job Warnings:\n{resp.warnings}\n\n")
-    return _after_register(ctx, args, job.id, job.namespace, resp.eval_id, resp.version, job.type)
+    return _after_register(
+        ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
+    )
 
 
 def cmd_plan(args: argparse.Namespace, ctx: Context) -> int:
@@ -407,7 +411,9 @@ def cmd_stop(args: argparse.Namespace, ctx: Context) -> int:
     if args.detach:
         ctx.out.write(f"Evaluation ID: {resp.eval_id}\n")
         return 0
-    return monitor_eval(ctx.client, resp.eval_id, ctx.out, verbose=args.verbose).exit_code
+    return monitor_eval(
+        ctx.client, resp.eval_id, ctx.out, verbose=args.verbose, min_index=resp.eval_create_index
+    ).exit_code
 
 
 def cmd_scale(args: argparse.Namespace, ctx: Context) -> int:
@@ -441,7 +447,9 @@ def cmd_scale(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print_json(resp, ctx.out)
         return 0
-    return _after_register(ctx, args, job.id, job.namespace, resp.eval_id, resp.version, job.type)
+    return _after_register(
+        ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
+    )
 
 
 def cmd_dispatch(args: argparse.Namespace, ctx: Context) -> int:
@@ -477,7 +485,7 @@ def cmd_dispatch(args: argparse.Namespace, ctx: Context) -> int:
         f"Dispatched Job ID = {resp.dispatched_job_id}\nEvaluation ID     = {resp.eval_id}\n\n"
     )
     return _after_register(
-        ctx, args, resp.dispatched_job_id, args.namespace, resp.eval_id, 0, JobType.BATCH
+        ctx, args, resp.dispatched_job_id, args.namespace, resp.eval_id, 0, resp.eval_create_index
     )
 
 
