@@ -1,0 +1,285 @@
+"""The client agent (Nomad's client/client.go): fingerprint, register,
+heartbeat, pull allocations with a blocking query, run them, report their
+status — three independent loops over the three client RPCs of seed 003.
+
+After a network cut the agent keeps its tasks running. `Node.UpdateAlloc`
+is refused until the node is ready again, so pending status updates are
+kept and retried after the next successful heartbeat (seed 003's order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import platform
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import psutil
+
+from corral import structs
+from corral.structs import DesiredStatus, NodeStatus
+from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.agent.drivers import ALL_DRIVERS, Driver
+from services.agent.runner import AllocRunner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentSettings:
+    state_addr: str
+    data_dir: Path
+    datacenter: str = "dc1"
+    node_class: str = ""
+    node_pool: str = "default"
+    name: str = field(default_factory=socket.gethostname)
+    meta: dict[str, str] = field(default_factory=dict)
+    drivers: list[str] = field(default_factory=lambda: ["raw_exec", "mock"])
+    http_addr: str = ""  # where ClientAlloc.Logs is served
+    update_interval: float = 0.2  # batch alloc updates (Nomad's allocSyncIntv)
+    reserved_memory_mb: int = 256
+    reserved_cpu: int = 100
+
+
+def fingerprint(settings: AgentSettings, drivers: dict[str, Driver]) -> pb.Node:
+    """What this machine offers, in Nomad's attribute names."""
+    cores = psutil.cpu_count(logical=True) or 1
+    freq = psutil.cpu_freq()
+    mhz = int(freq.max or freq.current) if freq and (freq.max or freq.current) else 2000
+    mem = psutil.virtual_memory().total // (1024 * 1024)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    disk = psutil.disk_usage(str(settings.data_dir)).free // (1024 * 1024)
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    attrs = {
+        "kernel.name": platform.system().lower(),
+        "kernel.version": platform.release(),
+        "os.name": platform.system().lower(),
+        "cpu.arch": platform.machine(),
+        "arch": platform.machine(),
+        "cpu.numcores": str(cores),
+        "cpu.frequency": str(mhz),
+        "cpu.totalcompute": str(mhz * cores),
+        "memory.totalbytes": str(mem * 1024 * 1024),
+        "unique.hostname": socket.gethostname(),
+        "unique.network.ip-address": ip,
+        "nomad.version": "1.5.0",
+        "corral.version": "0.1.0",
+    }
+    node = pb.Node(
+        name=settings.name,
+        datacenter=settings.datacenter,
+        node_pool=settings.node_pool,
+        node_class=settings.node_class,
+        attributes=attrs,
+        meta=settings.meta,
+        http_addr=settings.http_addr,
+        status=NodeStatus.INITIALIZING,
+        node_resources=pb.NodeResources(
+            cpu=mhz * cores,
+            total_cores=cores,
+            memory_mb=int(mem),
+            disk_mb=int(disk),
+            min_dynamic_port=20000,
+            max_dynamic_port=32000,
+        ),
+        reserved_resources=pb.NodeReservedResources(
+            cpu=settings.reserved_cpu, memory_mb=settings.reserved_memory_mb
+        ),
+    )
+    for name, driver in drivers.items():
+        node.drivers[name].CopyFrom(driver.fingerprint())
+        node.attributes[f"driver.{name}"] = "1"
+    return node
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.drivers: dict[str, Driver] = {
+            n: ALL_DRIVERS[n]() for n in settings.drivers if n in ALL_DRIVERS
+        }
+        self.node = fingerprint(settings, self.drivers)
+        self.node.id, self.node.secret_id = self._identity()
+        self.runners: dict[str, AllocRunner] = {}
+        self.jobs: dict[tuple[str, str, int], pb.Job] = {}
+        self._dirty: set[str] = set()
+        self._dirty_event = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._ttl = 10.0
+        self._channel: grpc.aio.Channel | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _identity(self) -> tuple[str, str]:
+        """The node id and secret survive restarts (data_dir/client.json)."""
+        path = self.settings.data_dir / "client.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return str(data["node_id"]), str(data["secret_id"])
+        ident = {"node_id": str(uuid.uuid4()), "secret_id": str(uuid.uuid4())}
+        path.write_text(json.dumps(ident))
+        return ident["node_id"], ident["secret_id"]
+
+    @property
+    def stub(self) -> node_pb2_grpc.NodeAsyncStub:
+        assert self._channel is not None
+        return node_pb2_grpc.NodeStub(self._channel)
+
+    async def start(self) -> None:
+        self._channel = grpc.aio.insecure_channel(self.settings.state_addr)
+        await self._register()
+        self._tasks = [
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self._watch_loop(), name="watch-allocs"),
+            asyncio.create_task(self._update_loop(), name="alloc-updates"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop reporting; tasks are stopped too (a dev agent leaves nothing behind)."""
+        self._stop.set()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await asyncio.gather(*(r.stop() for r in self.runners.values()))
+        if self._channel is not None:
+            await self._channel.close()
+
+    # ------------------------------------------------------------ register / heartbeat
+
+    async def _register(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                resp = await self.stub.Register(
+                    node_pb2.NodeRegisterRequest(node=self.node), timeout=10
+                )
+                self._ttl = resp.heartbeat_ttl_ms / 1000
+                log.info(
+                    "registered node %s (%s), ttl %.1fs", self.node.id, self.node.name, self._ttl
+                )
+                return
+            except grpc.aio.AioRpcError as exc:
+                log.warning("registration failed (%s); retrying", exc.details())
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _heartbeat_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                resp = await self.stub.UpdateStatus(
+                    node_pb2.NodeUpdateStatusRequest(
+                        node_id=self.node.id, status=NodeStatus.READY, secret_id=self.node.secret_id
+                    ),
+                    timeout=10,
+                )
+                self._ttl = max(1.0, resp.heartbeat_ttl_ms / 1000)
+                if failures:
+                    log.info("heartbeat restored after %d failures", failures)
+                failures = 0
+                self._ready.set()
+                self._dirty_event.set()  # retry updates refused while we were away
+            except grpc.aio.AioRpcError as exc:
+                failures += 1
+                self._ready.clear()
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    await self._register()  # the server lost us (state reset, GC)
+                else:
+                    log.warning("heartbeat failed: %s", exc.details())
+            await asyncio.sleep(
+                min(self._ttl / 2, 10.0) if not failures else min(2.0 * failures, 10.0)
+            )
+
+    # ------------------------------------------------------------ allocations
+
+    async def _watch_loop(self) -> None:
+        index = 0
+        while not self._stop.is_set():
+            try:
+                resp = await self.stub.GetClientAllocs(
+                    node_pb2.NodeClientAllocsRequest(
+                        node_id=self.node.id,
+                        min_index=index,
+                        wait_ms=30_000,
+                        secret_id=self.node.secret_id,
+                    ),
+                    timeout=60,
+                )
+            except grpc.aio.AioRpcError as exc:
+                log.debug("alloc watch failed: %s", exc.details())
+                index = 0  # start over: the server skips terminal allocs for us (seed 003)
+                await asyncio.sleep(1.0)
+                continue
+            for job in resp.jobs:
+                self.jobs[(job.namespace, job.id, job.version)] = job
+            await self._reconcile(resp)
+            index = resp.index
+
+    async def _reconcile(self, resp: node_pb2.NodeClientAllocsResponse) -> None:
+        for alloc in resp.full_allocs:
+            runner = self.runners.get(alloc.id)
+            if structs.alloc_server_terminal(alloc) or alloc.desired_status != DesiredStatus.RUN:
+                if runner is not None and not runner.done:
+                    log.info("stopping alloc %s (%s)", alloc.id, alloc.desired_description)
+                    await runner.stop()
+                    self._mark(runner)
+                continue
+            if runner is None:
+                if structs.alloc_client_terminal(alloc):
+                    continue  # finished before; nothing to run again
+                job = self.jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
+                if job is None:
+                    log.warning("alloc %s: job version %d unknown", alloc.id, alloc.job_version)
+                    continue
+                runner = AllocRunner(alloc, job, self.drivers, self.settings.data_dir, self._mark)
+                self.runners[alloc.id] = runner
+                log.info(
+                    "starting alloc %s (%s)", alloc.id, alloc.name, extra={"alloc_id": alloc.id}
+                )
+                runner.start()
+            else:
+                runner.alloc = alloc
+        gone = set(self.runners) - set(resp.allocs)
+        for alloc_id in gone:  # garbage collected on the server
+            runner = self.runners.pop(alloc_id)
+            await runner.stop()
+
+    def _mark(self, runner: AllocRunner) -> None:
+        self._dirty.add(runner.alloc.id)
+        self._dirty_event.set()
+
+    async def _update_loop(self) -> None:
+        """Batch client updates; keep them while the node is not ready."""
+        while not self._stop.is_set():
+            await self._dirty_event.wait()
+            await asyncio.sleep(self.settings.update_interval)
+            self._dirty_event.clear()
+            if not self._dirty:
+                continue
+            ids = list(self._dirty)
+            updates = [self.runners[i].update() for i in ids if i in self.runners]
+            if not updates:
+                self._dirty.clear()
+                continue
+            try:
+                await self.stub.UpdateAlloc(
+                    node_pb2.NodeUpdateAllocRequest(allocs=updates, secret_id=self.node.secret_id),
+                    timeout=10,
+                )
+                self._dirty.difference_update(ids)
+            except grpc.aio.AioRpcError as exc:
+                # FAILED_PRECONDITION: not ready yet (after a disconnect) —
+                # the next successful heartbeat sets the event again
+                log.info("alloc update deferred: %s", exc.details())

@@ -1,0 +1,53 @@
+"""`ClientAlloc.Logs`, served by the agent: a task's stdout/stderr file,
+from the start or the end, optionally followed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from corral.errors import InvalidArgument, NotFound
+from corral.v1 import alloc_pb2, alloc_pb2_grpc
+
+CHUNK = 64 * 1024
+
+
+class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
+    def __init__(self, data_dir: Path, stopping: asyncio.Event) -> None:
+        self.data_dir = data_dir
+        self.stopping = stopping
+
+    async def Logs(
+        self, request: alloc_pb2.AllocLogsRequest, context: Any
+    ) -> AsyncIterator[alloc_pb2.AllocLogsChunk]:
+        kind = request.type or "stdout"
+        if kind not in ("stdout", "stderr"):
+            raise InvalidArgument("type", "must be stdout or stderr")
+        alloc_dir = self.data_dir / "allocs" / request.alloc_id
+        if not request.alloc_id or not alloc_dir.is_dir():
+            raise NotFound(f"alloc {request.alloc_id!r} has no files on this node")
+        tasks = sorted(p.name for p in alloc_dir.iterdir() if p.is_dir() and p.name != "alloc")
+        task = request.task or (tasks[0] if len(tasks) == 1 else "")
+        if task not in tasks:
+            raise InvalidArgument("task", f"name one of: {', '.join(tasks)}")
+        path = alloc_dir / task / f"{kind}.log"
+        path.touch(exist_ok=True)
+        with path.open("rb") as f:
+            size = path.stat().st_size
+            offset = (
+                max(0, size - request.offset)
+                if request.origin == "end"
+                else min(request.offset, size)
+            )
+            f.seek(offset)
+            while True:
+                data = f.read(CHUNK)
+                if data:
+                    yield alloc_pb2.AllocLogsChunk(data=data, offset=offset)
+                    offset += len(data)
+                    continue
+                if not request.follow or self.stopping.is_set():
+                    return
+                await asyncio.sleep(0.25)

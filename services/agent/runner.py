@@ -1,0 +1,241 @@
+"""Running an alloc's tasks on the client, with Nomad's restart policy and
+task events, and the alloc's client status derived from its task states
+(Nomad's allocrunner/taskrunner, much reduced)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from corral import structs
+from corral.structs import ClientStatus, JobType, TaskStateName
+from corral.v1 import structs_pb2 as pb
+from services.agent.drivers import Driver, ExitResult, TaskHandle
+
+log = logging.getLogger(__name__)
+
+
+class RestartTracker:
+    """Nomad's restart policy: `attempts` restarts within `interval`, `delay`
+    apart; then mode `fail` gives up, mode `delay` waits out the interval."""
+
+    def __init__(self, policy: pb.RestartPolicy, batch: bool) -> None:
+        self.policy = policy
+        self.batch = batch
+        self._starts: list[float] = []
+
+    def next(self, result: ExitResult) -> float | None:
+        """Seconds to wait before restarting, or None to stop for good."""
+        if self.batch and result.successful:
+            return None  # a batch task that succeeded is done
+        now = time.monotonic()
+        interval = self.policy.interval / 1e9
+        if interval > 0:
+            self._starts = [t for t in self._starts if now - t < interval]
+        if len(self._starts) < self.policy.attempts:
+            self._starts.append(now)
+            return self.policy.delay / 1e9
+        if self.policy.mode == "delay" and interval > 0:
+            wait = interval - (now - self._starts[0]) if self._starts else interval
+            self._starts = []
+            return max(wait, self.policy.delay / 1e9)
+        return None
+
+
+class TaskRunner:
+    def __init__(
+        self,
+        alloc: pb.Allocation,
+        job: pb.Job,
+        task: pb.Task,
+        driver: Driver,
+        alloc_dir: Path,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.alloc = alloc
+        self.job = job
+        self.task = task
+        self.driver = driver
+        self.dir = alloc_dir / task.name
+        self.on_change = on_change
+        self.state = pb.TaskState(state=TaskStateName.PENDING)
+        self._handle: TaskHandle | None = None
+        self._killing = False
+        tg = structs.task_group(job, alloc.task_group)
+        policy = (
+            task.restart_policy
+            if task.HasField("restart_policy")
+            else (tg.restart_policy if tg else pb.RestartPolicy())
+        )
+        self.restarts = RestartTracker(policy, job.type in (JobType.BATCH, JobType.SYSBATCH))
+
+    def _event(self, kind: str, message: str = "", **kw: object) -> None:
+        self.state.events.add(type=kind, time=time.time_ns(), display_message=message, **kw)  # type: ignore[arg-type]
+        del self.state.events[:-10]
+        self.on_change()
+
+    def env(self) -> dict[str, str]:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir)}
+        env.update(self.task.env)
+        ids = {
+            "ALLOC_ID": self.alloc.id,
+            "ALLOC_NAME": self.alloc.name,
+            "ALLOC_INDEX": str(structs.alloc_name_index(self.alloc.name)),
+            "ALLOC_DIR": str(self.dir.parent / "alloc"),
+            "TASK_DIR": str(self.dir / "local"),
+            "TASK_NAME": self.task.name,
+            "GROUP_NAME": self.alloc.task_group,
+            "JOB_ID": self.job.id,
+            "JOB_NAME": self.job.name,
+            "NODE_ID": self.alloc.node_id,
+            "CPU_LIMIT": str(self.task.resources.cpu),
+            "MEMORY_LIMIT": str(self.task.resources.memory_mb),
+        }
+        for k, v in ids.items():
+            env[f"NOMAD_{k}"] = v  # what Nomad job files expect
+            env[f"CORRAL_{k}"] = v
+        return env
+
+    async def run(self) -> None:
+        self._event("Received", "Task received by client")
+        (self.dir / "local").mkdir(parents=True, exist_ok=True)
+        (self.dir.parent / "alloc").mkdir(parents=True, exist_ok=True)
+        self._event("Task Setup", "Building Task Directory")
+        while not self._killing:
+            try:
+                self._handle = await self.driver.start(self.task, self.env(), self.dir)
+            except Exception as exc:
+                result = ExitResult(exit_code=-1, error=str(exc))
+                self._event("Driver Failure", str(exc), fails_task=True)
+            else:
+                self.state.state = TaskStateName.RUNNING
+                if not self.state.started_at:
+                    self.state.started_at = time.time_ns()
+                self._event("Started", "Task started by client")
+                result = await self._handle.wait()
+                self._event(
+                    "Terminated",
+                    f"Exit Code: {result.exit_code}"
+                    + (f", Signal: {result.signal}" if result.signal else ""),
+                    exit_code=result.exit_code,
+                    signal=result.signal,
+                )
+            if self._killing or result.killed:
+                break
+            delay = self.restarts.next(result)
+            if delay is None:
+                self.state.failed = not result.successful
+                if self.state.failed:
+                    self._event("Not Restarting", "Exceeded allowed attempts", fails_task=True)
+                break
+            self.state.restarts += 1
+            self.state.last_restart = time.time_ns()
+            self.state.state = TaskStateName.PENDING
+            self._event(
+                "Restarting",
+                f"Task restarting in {delay:.0f}s",
+                restart_reason_delay=int(delay * 1e9),
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait_killed(), delay)
+        self.state.state = TaskStateName.DEAD
+        self.state.finished_at = time.time_ns()
+        self.on_change()
+
+    async def _wait_killed(self) -> None:
+        while not self._killing:
+            await asyncio.sleep(0.05)
+
+    async def kill(self) -> None:
+        self._killing = True
+        if self._handle is not None and self.state.state == TaskStateName.RUNNING:
+            self._event("Killing", "Sent interrupt")
+            sig = getattr(signal, self.task.kill_signal or "SIGTERM", signal.SIGTERM)
+            await self._handle.stop(sig, (self.task.kill_timeout or 5 * 10**9) / 1e9)
+            self._event("Killed", "Task successfully killed")
+
+
+class AllocRunner:
+    """Runs every task of one alloc; reports through `on_change`."""
+
+    def __init__(
+        self,
+        alloc: pb.Allocation,
+        job: pb.Job,
+        drivers: dict[str, Driver],
+        data_dir: Path,
+        on_change: Callable[[AllocRunner], None],
+    ) -> None:
+        self.alloc = alloc
+        self.job = job
+        self.dir = data_dir / "allocs" / alloc.id
+        self.on_change = on_change
+        tg = structs.task_group(job, alloc.task_group)
+        self.tasks: list[TaskRunner] = []
+        self.error = ""
+        if tg is None:
+            self.error = (
+                f"task group {alloc.task_group!r} not in job {job.id} version {job.version}"
+            )
+            return
+        for task in tg.tasks:
+            driver = drivers.get(task.driver)
+            if driver is None:
+                self.error = f"driver {task.driver!r} is not available on this node"
+                break
+            self.tasks.append(
+                TaskRunner(alloc, job, task, driver, self.dir, lambda: self.on_change(self))
+            )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"alloc-{self.alloc.id[:8]}")
+
+    async def _run(self) -> None:
+        if self.error:
+            self.on_change(self)
+            return
+        await asyncio.gather(*(t.run() for t in self.tasks))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(t.kill() for t in self.tasks))
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    @property
+    def done(self) -> bool:
+        return bool(self.error) or all(t.state.state == TaskStateName.DEAD for t in self.tasks)
+
+    def client_status(self) -> tuple[str, str]:
+        """Nomad's getClientStatus over the task states."""
+        if self.error:
+            return ClientStatus.FAILED, self.error
+        states = [t.state for t in self.tasks]
+        if any(s.state == TaskStateName.RUNNING for s in states):
+            if all(s.state == TaskStateName.RUNNING for s in states):
+                return ClientStatus.RUNNING, "Tasks are running"
+            return ClientStatus.RUNNING, "Some tasks are running"
+        if states and all(s.state == TaskStateName.DEAD for s in states):
+            if any(s.failed for s in states):
+                return ClientStatus.FAILED, "Failed tasks"
+            return ClientStatus.COMPLETE, "All tasks have completed"
+        return ClientStatus.PENDING, "No tasks have started"
+
+    def update(self) -> pb.Allocation:
+        status, description = self.client_status()
+        out = pb.Allocation(
+            id=self.alloc.id,
+            node_id=self.alloc.node_id,
+            client_status=status,
+            client_description=description,
+        )
+        for t in self.tasks:
+            out.task_states[t.task.name].CopyFrom(t.state)
+        return out
