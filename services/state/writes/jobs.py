@@ -245,3 +245,30 @@ async def deregister_job(
     ev.job_modify_index = tx.index
     tx.put_eval(ev)
     return job, ev
+
+
+async def refresh_job_status(
+    tx: WriteTx, namespace: str, job_id: str, *, index: int | None = None
+) -> None:
+    """Nomad's job status: `dead` once a stopped job has nothing left
+    running, or a batch/sysbatch job's allocs have all finished with no
+    eval still pending or blocked; `running` while allocs run; else pending."""
+    job = await tx.get_job(namespace, job_id)
+    if job is None:
+        return
+    allocs = await tx.allocs_by_job(namespace, job_id)
+    live = [a for a in allocs if not structs.alloc_terminal(a)]
+    evals = await tx.evals_by_job(namespace, job_id)
+    waiting = any(e.status in (EvalStatus.PENDING, EvalStatus.BLOCKED) for e in evals)
+    if job.stop:
+        status = JobStatus.DEAD if not live else JobStatus.RUNNING
+    elif live:
+        status = JobStatus.RUNNING
+    elif job.type in (JobType.BATCH, JobType.SYSBATCH) and allocs and not waiting:
+        status = JobStatus.DEAD
+    else:
+        status = job.status if allocs else JobStatus.PENDING
+    if status != job.status:
+        job = copy_msg(job)
+        job.status = status
+        tx.put_job(job, "JobStatusUpdated", index=index)

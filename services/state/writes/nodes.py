@@ -20,7 +20,7 @@ from corral.structs import (
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
-from services.state.writes.jobs import new_eval
+from services.state.writes.jobs import new_eval, refresh_job_status
 
 
 def validate_node(node: pb.Node) -> None:
@@ -226,6 +226,12 @@ async def update_allocs(
                 tx.put_eval(ev)
                 evals[key] = ev
         tx.put_alloc(alloc, "AllocationUpdated")
+    for ns, job_id in {
+        structs.job_key(u.namespace or "default", stored[u.id].job_id)
+        for u in updates
+        if u.id in stored
+    }:
+        await refresh_job_status(tx, ns, job_id)
     node = copy_msg(node)
     node.last_alloc_update_index = tx.index
     tx.put_node(node, "NodeAllocUpdate")

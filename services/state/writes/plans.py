@@ -19,6 +19,7 @@ from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
 from services.state.writes.evals import upsert_evals, validate_evals
+from services.state.writes.jobs import refresh_job_status
 
 
 def validate_plans(plans: Sequence[state_pb2.AppliedPlan]) -> None:
@@ -121,6 +122,8 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
         job = copy_msg(job)
         job.status = JobStatus.RUNNING
         tx.put_job(job, "JobStatusUpdated", index=index)
+    elif job.stop and plan.stops:
+        await refresh_job_status(tx, plan.namespace, plan.job_id, index=index)
 
 
 def _link_replacement(
