@@ -1,0 +1,158 @@
+"""More broker rules through the real process over real state and
+PostgreSQL: priority then FIFO across scheduler types, one outstanding eval
+per job with the rest pending (superseded ones canceled on ack), escaped
+blocked evals released by any node, Reblock's token and status checks, and
+the Stats totals."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from corral.v1 import eval_pb2, eval_pb2_grpc
+from services.worker.scheduler import mock
+from tests.e2e.cluster import Cluster
+from tests.integration.broker.test_broker_process import (
+    cluster,  # noqa: F401  (fixture)
+    dequeue,
+    eval_rows,
+    pending,
+    until,
+    write,
+)
+
+
+async def take(
+    stub: eval_pb2_grpc.EvalAsyncStub, schedulers: list[str]
+) -> eval_pb2.EvalDequeueResponse:
+    resp: eval_pb2.EvalDequeueResponse = await stub.Dequeue(
+        eval_pb2.EvalDequeueRequest(schedulers=schedulers, timeout_ms=3000, scheduler_version=1)
+    )
+    return resp
+
+
+async def test_priority_then_fifo_across_scheduler_types(cluster: Cluster) -> None:  # noqa: F811
+    a = pending("a", priority=50)
+    b = pending("b", priority=70)
+    c = pending("c", priority=50, type="batch")
+    d = pending("d", priority=90, type="batch")
+    e = pending("e", priority=50)
+    for ev in (a, b, c, d, e):  # one write each: increasing create index
+        await write(cluster.dsn, ev)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        stats = eval_pb2.BrokerStats()
+        for _ in range(100):
+            stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
+            if stats.total_ready == 5:
+                break
+            await asyncio.sleep(0.05)
+        assert stats.total_ready == 5
+        assert stats.by_scheduler["service"].ready == 3
+        assert stats.by_scheduler["batch"].ready == 2
+        order = []
+        for _ in range(5):
+            got = await take(stub, ["service", "batch"])
+            order.append(got.eval.id)
+        assert order == [d.id, b.id, a.id, c.id, e.id]
+        stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
+        assert (stats.total_ready, stats.total_unacked) == (0, 5)
+
+
+async def test_one_outstanding_eval_per_job(cluster: Cluster) -> None:  # noqa: F811
+    first = pending("same")
+    older = pending("same")
+    newer = pending("same")
+    other = pending("other")
+    for ev in (first, older, newer, other):
+        await write(cluster.dsn, ev)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        got1 = await dequeue(stub)
+        got2 = await dequeue(stub)
+        assert {got1.eval.id, got2.eval.id} == {first.id, other.id}
+        none = await dequeue(stub, 300)  # the job's others wait as pending
+        assert not none.eval.id
+        stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
+        assert (stats.total_pending, stats.total_unacked) == (2, 2)
+        mine = got1 if got1.eval.id == first.id else got2
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=first.id, token=mine.token))
+        nxt = await dequeue(stub)
+        assert nxt.eval.id == newer.id  # highest modify index wins
+        await until(lambda: eval_rows(cluster.dsn, "same")[older.id][0] == "canceled")
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=newer.id, token=nxt.token))
+        # an ack twice: the token is stale now
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Ack(eval_pb2.EvalAckRequest(eval_id=newer.id, token=nxt.token))
+        assert err.value.code() in (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.NOT_FOUND,
+        )
+
+
+async def test_escaped_blocked_eval_released_by_any_node(cluster: Cluster) -> None:  # noqa: F811
+    odd = mock.node(node_class="odd")
+    e = pending("escaped", status="blocked", triggered_by="queued-allocs")
+    e.escaped_computed_class = True
+    e.class_eligibility[odd.computed_class] = False  # ignored: escaped
+    await write(cluster.dsn, mock.job(job_id="escaped"), e)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        for _ in range(100):
+            stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
+            if stats.total_escaped == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert (stats.total_blocked, stats.total_escaped) == (1, 1)
+        await write(cluster.dsn, odd)
+        await until(lambda: eval_rows(cluster.dsn, "escaped")[e.id][0] == "pending")
+        got = await dequeue(stub)
+        assert got.eval.id == e.id
+
+
+async def test_reblock_checks_token_and_status_then_tracks(cluster: Cluster) -> None:  # noqa: F811
+    e = pending("rb")
+    await write(cluster.dsn, mock.job(job_id="rb"), e)
+    async with grpc.aio.insecure_channel(cluster.procs["broker"].address) as ch:
+        stub = eval_pb2_grpc.EvalStub(ch)
+        got = await dequeue(stub)
+        assert got.eval.id == e.id
+        ev = got.eval
+        ev.status = "blocked"
+        # wrong token: refused, nothing written
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token="stale"))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        # right token but the eval is not blocked in state
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "not blocked" in (err.value.details() or "")
+        # the worker records it blocked, reblocks it, acks
+        await stub.Update(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
+        await until(lambda: eval_rows(cluster.dsn, "rb")[e.id][0] == "blocked")
+        for _ in range(200):  # until the broker's replica has the blocked status
+            try:
+                await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
+                break
+            except grpc.aio.AioRpcError as exc:
+                assert "not blocked" in (exc.details() or "")
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("Reblock never accepted the blocked eval")
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token=got.token))
+        stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
+        assert stats.total_blocked == 1 and stats.total_unacked == 0
+        # not outstanding any more: a second reblock is refused
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
+        assert err.value.code() in (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.NOT_FOUND,
+        )
+        await write(cluster.dsn, mock.node())
+        await until(lambda: eval_rows(cluster.dsn, "rb")[e.id][0] == "pending")
+        again = await dequeue(stub)
+        assert again.eval.id == e.id
