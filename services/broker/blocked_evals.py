@@ -170,6 +170,12 @@ class BlockedEvals:
     def total_blocked(self) -> int:
         return len(self._captured) + len(self._escaped)
 
+    def by_scheduler(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for e in [*self._captured.values(), *self._escaped.values()]:
+            out[e.eval.type] = out.get(e.eval.type, 0) + 1
+        return out
+
     @property
     def total_escaped(self) -> int:
         return len(self._escaped)

@@ -58,6 +58,8 @@ class BrokerStats:
     by_scheduler: dict[str, tuple[int, int]] = field(
         default_factory=dict
     )  # type -> (ready, unacked)
+    pending_by_scheduler: dict[str, int] = field(default_factory=dict)
+    waiting_by_scheduler: dict[str, int] = field(default_factory=dict)
 
 
 class EvalBroker:
@@ -78,6 +80,7 @@ class EvalBroker:
         self._unack: dict[str, _Unack] = {}
         self._requeue: dict[str, pb.Evaluation] = {}  # token -> eval to enqueue after its ack
         self._waiting: dict[str, asyncio.TimerHandle] = {}  # eval id -> release timer
+        self._waiting_types: dict[str, str] = {}  # eval id -> scheduler type (stats)
         self._cancelable: list[pb.Evaluation] = []
         self._waiters: list[_Waiter] = []
 
@@ -130,10 +133,12 @@ class EvalBroker:
 
         def release() -> None:
             self._waiting.pop(ev.id, None)
+            self._waiting_types.pop(ev.id, None)
             if self.enabled:
                 self._enqueue_locked(ev, ev.type)
 
         self._waiting[ev.id] = loop.call_later(delay, release)
+        self._waiting_types[ev.id] = ev.type
 
     def _enqueue_locked(self, ev: pb.Evaluation, queue: str) -> None:
         key = job_key(ev.namespace, ev.job_id)
@@ -301,10 +306,12 @@ class EvalBroker:
 
         def release() -> None:
             self._waiting.pop(ev.id, None)
+            self._waiting_types.pop(ev.id, None)
             if self.enabled and ev.id in self._evals:
                 self._enqueue_locked(ev, ev.type)
 
         self._waiting[ev.id] = loop.call_later(delay, release)
+        self._waiting_types[ev.id] = ev.type
 
     def _nack_delay(self, count: int) -> float:
         """Nomad: count 1 -> initial delay; n >= 2 -> (n-1) x subsequent."""
@@ -345,6 +352,11 @@ class EvalBroker:
         del self._cancelable[:limit]
         return out
 
+    def return_cancelable(self, evals: list[pb.Evaluation]) -> None:
+        """A batch whose cancel write failed goes back to the front."""
+        if self.enabled:
+            self._cancelable[:0] = evals
+
     def has_cancelable(self) -> bool:
         return bool(self._cancelable)
 
@@ -366,7 +378,13 @@ class EvalBroker:
             s.total_unacked += 1
             ready, unacked = s.by_scheduler.get(u.eval.type, (0, 0))
             s.by_scheduler[u.eval.type] = (ready, unacked + 1)
-        s.total_pending = sum(len(h) for h in self._pending.values())
+        for heap in self._pending.values():
+            for entry in heap:
+                t = entry[3].type
+                s.pending_by_scheduler[t] = s.pending_by_scheduler.get(t, 0) + 1
+        s.total_pending = sum(s.pending_by_scheduler.values())
+        for t in self._waiting_types.values():
+            s.waiting_by_scheduler[t] = s.waiting_by_scheduler.get(t, 0) + 1
         s.total_waiting = len(self._waiting)
         s.total_cancelable = len(self._cancelable)
         return s

@@ -83,12 +83,24 @@ class Reaper:
             except Exception:
                 self._released[:0] = batch
                 raise
-        for dup in self.blocked.take_duplicates():
-            out = copy_msg(dup)
-            out.status = EvalStatus.CANCELED
-            out.status_description = f'existing blocked evaluation exists for job "{dup.job_id}"'
-            await self.write([out])
-        while self.broker.has_cancelable():
+        dups = self.blocked.take_duplicates()
+        if dups:
+            canceled = []
+            for dup in dups:
+                out = copy_msg(dup)
+                out.status = EvalStatus.CANCELED
+                out.status_description = (
+                    f'existing blocked evaluation exists for job "{dup.job_id}"'
+                )
+                canceled.append(out)
+            try:
+                await self.write(canceled)
+            except Exception:
+                self.blocked.duplicates[:0] = dups
+                raise
+        # one batch per wake (an ack or the sweep), as Nomad paces it, so a
+        # storm of cancelations does not hog the state's write path
+        if self.broker.has_cancelable():
             batch = self.broker.take_cancelable(self.settings.cancel_batch_size)
             canceled = []
             for ev in batch:
@@ -96,7 +108,11 @@ class Reaper:
                 out.status = EvalStatus.CANCELED
                 out.status_description = "canceled after more recent eval was processed"
                 canceled.append(out)
-            await self.write(canceled)
+            try:
+                await self.write(canceled)
+            except Exception:
+                self.broker.return_cancelable(batch)
+                raise
             log.info("canceled %d superseded evals", len(canceled))
 
     async def _failed(self) -> None:

@@ -227,6 +227,15 @@ def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
     }
     for name, value in values.items():
         GAUGES[name].set(value)
-    for sched, (ready, unacked) in s.by_scheduler.items():
-        BY_SCHEDULER.labels(sched, "ready").set(ready)
-        BY_SCHEDULER.labels(sched, "unacked").set(unacked)
+    blocked_by = blocked.by_scheduler()
+    for sched in JobType.ALL:
+        ready, unacked = s.by_scheduler.get(sched, (0, 0))
+        per_state = {
+            "ready": ready,
+            "unacked": unacked,
+            "pending": s.pending_by_scheduler.get(sched, 0),
+            "waiting": s.waiting_by_scheduler.get(sched, 0),
+            "blocked": blocked_by.get(sched, 0),
+        }
+        for state, value in per_state.items():
+            BY_SCHEDULER.labels(sched, state).set(value)

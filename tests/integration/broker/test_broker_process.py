@@ -21,7 +21,16 @@ from services.state.db.database import Database
 from services.worker.scheduler import mock
 from tests.e2e.cluster import Cluster
 
-FAST = ["--nack-timeout", "1", "--initial-nack-delay", "0.2", "--subsequent-nack-delay", "0.3"]
+FAST = [
+    "--nack-timeout",
+    "1",
+    "--initial-nack-delay",
+    "0.2",
+    "--subsequent-nack-delay",
+    "0.3",
+    "--reaper-interval",
+    "1",
+]
 
 
 def pending(job: str, *, create: int = 0, **kw: object) -> pb.Evaluation:
