@@ -100,6 +100,10 @@ class LeaderElection:
                 try:
                     await on_elected()
                     await self._hold()
+                except Exception as exc:
+                    # a leader that cannot take office (e.g. its restore
+                    # failed) steps down and campaigns again
+                    log.error("%s: leadership setup failed, stepping down: %s", self.role, exc)
                 finally:
                     self._leader = False
                     await self._close()

@@ -62,3 +62,25 @@ async def test_one_leader_standby_takes_over_and_address_is_published(fresh_pg_d
     await asyncio.gather(ta, tb)
     assert events[-1] == "b-"
     assert await find_leader(fresh_pg_dsn, "testrole") == ""
+
+
+async def test_a_failed_takeover_steps_down_and_campaigns_again(fresh_pg_dsn: str) -> None:
+    attempts: list[str] = []
+
+    async def elected() -> None:
+        attempts.append("+")
+        if len(attempts) == 1:
+            raise ConnectionError("restore failed")
+
+    async def lost() -> None:
+        attempts.append("-")
+
+    e = LeaderElection(
+        fresh_pg_dsn, "flaky", "10.0.0.3:4647", retry_interval=0.1, keepalive_interval=0.1
+    )
+    task = asyncio.create_task(e.run(elected, lost))
+    await _wait(lambda: attempts[:3] == ["+", "-", "+"] and e.is_leader)
+    assert await find_leader(fresh_pg_dsn, "flaky") == "10.0.0.3:4647"
+    await e.stop()
+    await task
+    assert attempts == ["+", "-", "+", "-"]
