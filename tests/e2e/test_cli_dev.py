@@ -211,7 +211,8 @@ def test_plan_annotations_and_exit_codes(dev: Dev, tmp_path: Path) -> None:
     f.write_text(spec.replace("count = 3", "count = 5"))
     more = corral(dev, "job", "plan", str(f))
     assert more.returncode == 1
-    assert "2 create" in more.stdout and "3 ignore" in more.stdout
+    # the existing allocs move to the new job version in place, as in Nomad
+    assert "2 create" in more.stdout and "3 in-place update" in more.stdout
     assert 'Count: "3" => "5"' in more.stdout
 
     # a stale check-index is refused and nothing changes

@@ -14,6 +14,7 @@ from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.api import query
 from services.state.app_context import StateContext
+from services.state.writes.job_diff import job_diff
 from services.state.writes.jobs import canonicalize, deregister_job, register_job, validate_job
 
 Context = Any
@@ -169,7 +170,12 @@ class JobServicer(job_pb2_grpc.JobServicer):
                     resp: job_pb2.JobPlanResponse = await worker_pb2_grpc.WorkerStub(ch).PlanJob(
                         job_pb2.JobPlanRequest(job=job, diff=request.diff), timeout=60
                     )
-                    return resp
+                if request.diff:
+                    current = self.ctx.feed.snapshot().job_by_id(job.namespace, job.id)
+                    resp.diff.CopyFrom(
+                        job_diff(None if current is None or current.stop else current, job)
+                    )
+                return resp
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     raise InvalidArgument("job", exc.details() or "invalid job") from None
