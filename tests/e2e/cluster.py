@@ -83,8 +83,10 @@ class Cluster:
             args += ["--dsn", self.dsn]
         if role != "state":
             args += ["--state-addr", self.state_addr]
-        if role in ("worker",):
-            args += ["--broker-addr", self.broker_addr, "--planner-addr", self.planner_addr]
+        if role in ("planner", "worker"):
+            args += ["--broker-addr", self.broker_addr]
+        if role == "worker":
+            args += ["--planner-addr", self.planner_addr]
         args += list(extra)
         proc = Proc(
             role=role,

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -26,25 +25,8 @@ EXAMPLES = ROOT / "examples"
 ROLES = ("state", "broker", "planner", "worker", "agent")
 
 
-def _missing_roles() -> list[str]:
-    missing = []
-    for role in ROLES:
-        try:
-            if find_spec(f"services.{role}.__main__") is None:
-                missing.append(role)
-        except ModuleNotFoundError:
-            missing.append(role)
-    return missing
+pytestmark = [pytest.mark.slow]
 
-
-_MISSING = _missing_roles()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        bool(_MISSING),
-        reason=f"role module(s) not written yet: {', '.join(f'services.{r}' for r in _MISSING)}",
-    ),
-]
 
 START_TIMEOUT = 180.0
 WAIT = 90.0
