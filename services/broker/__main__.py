@@ -143,7 +143,7 @@ class BrokerProcess:
 
     async def start(self) -> None:
         await self.replica.start()
-        self.replica.add_listener(self.router.on_batch)
+        self.replica.add_listener(self.router.on_batch, self.router.on_reset)
         servicer = EvalServicer(
             self.settings,
             self.broker,

@@ -119,6 +119,12 @@ class BlockedEvals:
         if eval_id is not None:
             self._remove(eval_id)
 
+    def retain(self, keep: Callable[[pb.Evaluation], bool]) -> None:
+        """Drop the tracked evals `keep` rejects (after a replica reset)."""
+        for entry in [*self._captured.values(), *self._escaped.values()]:
+            if not keep(entry.eval):
+                self._remove(entry.eval.id)
+
     def tracked(self, eval_id: str) -> bool:
         return self._get(eval_id) is not None
 

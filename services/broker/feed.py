@@ -32,13 +32,39 @@ class FeedRouter:
         pending = blocked = 0
         for ev in sorted(snap.evals.values(), key=lambda e: e.create_index):
             if ev.status == EvalStatus.PENDING:
-                self.broker.enqueue(ev)
+                # an eval the broker already has (being processed, after a
+                # replica reset) must not be requeued behind itself
+                if not self.broker.tracked(ev.id):
+                    self.broker.enqueue(ev)
                 pending += 1
             elif ev.status == EvalStatus.BLOCKED:
-                self.blocked.block(ev)
+                if not self.blocked.tracked(ev.id):
+                    self.blocked.block(ev)
                 blocked += 1
         self.enabled = True
         return pending, blocked
+
+    def on_reset(self, snap: StateSnapshot) -> None:
+        """The replica re-bootstrapped (it fell behind the retained change
+        log), so the batches in the gap were never routed: enqueue pending
+        evals again (tracked ones are no-ops), drop blocked evals that are
+        no longer blocked in state, track new blocked ones, and let nodes
+        that became ready in the gap unblock what they can."""
+        if not self.enabled:
+            return
+        was_ready = self._ready_nodes
+        self.blocked.retain(
+            lambda ev: (
+                (cur := snap.eval_by_id(ev.id)) is not None and cur.status == EvalStatus.BLOCKED
+            )
+        )
+        self.enabled = False
+        self.restore(snap)
+        for node_id in self._ready_nodes - was_ready:
+            node = snap.node_by_id(node_id)
+            if node is not None:
+                self.blocked.unblock(node.computed_class, snap.index)
+                self.blocked.unblock_node(node.id, snap.index)
 
     def on_batch(self, batch: pb.ChangeBatch, snap: StateSnapshot) -> None:
         if not self.enabled:

@@ -1,0 +1,110 @@
+"""Routing committed changes (nomad/fsm.go's broker hooks): restore on
+takeover, pending -> broker, blocked -> tracker, complete -> untrack, a node
+becoming ready or an alloc finishing unblocks its class, and a replica
+re-bootstrap re-routes what the gap hid without running anything twice."""
+
+from __future__ import annotations
+
+from corral.store import StateStore
+from corral.v1 import structs_pb2 as pb
+from services.broker.blocked_evals import BlockedEvals
+from services.broker.feed import FeedRouter
+from services.worker.scheduler import mock
+from tests.unit.broker.test_eval_broker import broker, ev
+
+
+def router() -> tuple[FeedRouter, list[tuple[list[str], int]]]:
+    released: list[tuple[list[str], int]] = []
+    b = broker()
+    blocked = BlockedEvals(lambda evs, i: released.append(([e.id for e, _ in evs], i)))
+    blocked.set_enabled(True)
+    return FeedRouter(b, blocked), released
+
+
+def batch(index: int, *objs: pb.Evaluation | pb.Node | pb.Allocation) -> pb.ChangeBatch:
+    out = pb.ChangeBatch(index=index)
+    for o in objs:
+        if isinstance(o, pb.Evaluation):
+            out.events.add(topic="Evaluation", evaluation=o)
+        elif isinstance(o, pb.Node):
+            out.events.add(topic="Node", node=o)
+        else:
+            out.events.add(topic="Allocation", allocation=o)
+    return out
+
+
+async def test_restore_then_route_pending_blocked_complete() -> None:
+    r, released = router()
+    p = ev(job="p")
+    b = ev(job="b", status="blocked", escaped_computed_class=True)
+    done = ev(job="d", status="complete")
+    snap = StateStore.build(10, evals=[p, b, done])
+    assert r.restore(snap) == (1, 1)
+    assert r.broker.stats().total_ready == 1 and r.blocked.total_blocked == 1
+    # later batches: a new pending eval is enqueued; the blocked job completes
+    p2 = ev(job="p2")
+    b_done = ev(job="b", status="complete")
+    r.on_batch(batch(11, p2, b_done), snap)
+    assert r.broker.stats().total_ready == 2
+    assert r.blocked.total_blocked == 0 and not released
+
+
+async def test_node_ready_and_alloc_terminal_unblock_their_class() -> None:
+    r, released = router()
+    node = mock.node(node_class="gpu", status="initializing")
+    other = mock.node(node_class="cpu")
+    gpu_eval = ev(job="g", status="blocked")
+    gpu_eval.class_eligibility[node.computed_class] = True
+    gpu_eval.class_eligibility[other.computed_class] = False
+    snap = StateStore.build(5, nodes=[node, other], evals=[gpu_eval])
+    r.restore(snap)
+    r.on_batch(batch(6, other), snap)  # already ready: nothing new
+    assert not released
+    ready = pb.Node()
+    ready.CopyFrom(node)
+    ready.status = "ready"
+    snap = StateStore.build(7, nodes=[ready, other])
+    r.on_batch(batch(7, ready), snap)
+    assert released == [([gpu_eval.id], 7)]
+    # an alloc on the cpu node finishing releases nothing captured by gpu...
+    again = ev(job="g2", status="blocked", snapshot_index=8)
+    again.class_eligibility[ready.computed_class] = True
+    again.class_eligibility[other.computed_class] = False
+    r.on_batch(batch(8, again), snap)
+    alloc = mock.alloc(mock.job(), other)
+    alloc.client_status = "complete"
+    r.on_batch(batch(9, alloc), snap)
+    assert len(released) == 1
+    # ...one on the gpu node does
+    alloc2 = mock.alloc(mock.job(), ready)
+    alloc2.client_status = "failed"
+    r.on_batch(batch(10, alloc2), snap)
+    assert released[-1] == ([again.id], 10)
+
+
+async def test_replica_reset_reroutes_the_gap_without_requeueing_outstanding() -> None:
+    r, released = router()
+    running = ev(job="run")
+    stale_blocked = ev(job="sb", status="blocked", escaped_computed_class=True)
+    snap = StateStore.build(3, evals=[running, stale_blocked])
+    r.restore(snap)
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None and got[0].id == running.id
+    # the gap: a new pending eval, the blocked one completed, a node joined
+    gap_pending = ev(job="gap")
+    sb_done = ev(job="sb", status="complete")
+    sb_done.id = stale_blocked.id
+    new_blocked = ev(job="nb", status="blocked", escaped_computed_class=True, snapshot_index=4)
+    node = mock.node()
+    r.on_reset(
+        StateStore.build(20, evals=[running, sb_done, gap_pending, new_blocked], nodes=[node])
+    )
+    # the stale blocked eval was dropped, the new one tracked then released
+    # by the node that became ready in the gap
+    assert released == [([new_blocked.id], 20)]
+    assert r.blocked.total_blocked == 0
+    nxt = await r.broker.dequeue(["service"], 0.1)
+    assert nxt is not None and nxt[0].id == gap_pending.id
+    r.broker.ack(running.id, got[1])
+    # the outstanding eval was not queued behind itself
+    assert await r.broker.dequeue(["service"], 0.05) is None
