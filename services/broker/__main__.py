@@ -3,6 +3,7 @@
     python -m services.broker --dsn DSN --state-addr HOST:PORT [--listen 127.0.0.1:0]
         [--nack-timeout 60] [--delivery-limit 3] [--initial-nack-delay 1]
         [--subsequent-nack-delay 20] [--failed-followup-delay 60] [--reaper-interval 5]
+        [--core-gc-interval 300]
 
 Every broker process keeps a replica warm; the one holding the advisory
 lock is the leader: it restores pending and blocked evals from the state
@@ -28,6 +29,7 @@ from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
+from services.broker.core_timers import run_core_timers
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
 from services.broker.reaper import Reaper
@@ -58,6 +60,7 @@ _TIMINGS = [
         float,
     ),
     ("--reaper-interval", "CORRAL_BROKER_REAPER_INTERVAL", "reaper_interval", float),
+    ("--core-gc-interval", "CORRAL_BROKER_CORE_GC_INTERVAL", "core_gc_interval", float),
     (
         "--unblock-failed-interval",
         "CORRAL_BROKER_UNBLOCK_FAILED_INTERVAL",
@@ -178,7 +181,17 @@ class BrokerProcess:
             blocked,
             snap.index,
         )
-        self._term = asyncio.create_task(self.reaper.run(), name="reaper")
+        self._term = asyncio.create_task(self._leader_tasks(), name="leader-tasks")
+
+    async def _leader_tasks(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.reaper.run(), name="reaper")
+            tg.create_task(
+                run_core_timers(
+                    self.broker, self.settings.core_gc_interval, lambda: self.replica.index
+                ),
+                name="core-gc",
+            )
 
     async def on_lost(self) -> None:
         self.router.enabled = False

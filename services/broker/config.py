@@ -20,6 +20,8 @@ class BrokerSettings:
     cancel_batch_size: int = 728
     # blocked evals whose placement failed on plan conflicts are retried this often
     unblock_failed_interval: float = 60.0
+    # the leader's periodic GC core evals (Nomad's eval/job/node GC interval); 0 = off
+    core_gc_interval: float = 300.0
     dequeue_default_timeout: float = 1.0
     dequeue_max_timeout: float = 60.0
     scheduler_version: int = 1
@@ -30,6 +32,12 @@ class BrokerSettings:
                 raise ValueError(f"{name} must be positive")
         if self.delivery_limit < 1:
             raise ValueError("delivery_limit must be >= 1")
-        for name in ("initial_nack_delay", "subsequent_nack_delay", "failed_followup_delay"):
+        for name in (
+            "initial_nack_delay",
+            "subsequent_nack_delay",
+            "failed_followup_delay",
+            "failed_followup_jitter",
+            "core_gc_interval",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
