@@ -15,6 +15,7 @@ import json
 import logging
 import platform
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,7 +178,9 @@ class Agent:
 
     async def _heartbeat_loop(self) -> None:
         failures = 0
+        last_ok = time.monotonic()
         while not self._stop.is_set():
+            gap = time.monotonic() - last_ok
             try:
                 resp = await self.stub.UpdateStatus(
                     node_pb2.NodeUpdateStatusRequest(
@@ -186,8 +189,13 @@ class Agent:
                     timeout=10,
                 )
                 self._ttl = max(1.0, resp.heartbeat_ttl_ms / 1000)
-                if failures:
-                    log.info("heartbeat restored after %d failures", failures)
+                if failures or gap > self._ttl:
+                    # we may have been marked down/disconnected: the server
+                    # waits for our alloc states before the node is ready
+                    # again (seed 003), so push all of them
+                    log.info("heartbeat restored after %.1fs; resyncing alloc states", gap)
+                    self._dirty.update(self.runners)
+                last_ok = time.monotonic()
                 failures = 0
                 self._ready.set()
                 self._dirty_event.set()  # retry updates refused while we were away

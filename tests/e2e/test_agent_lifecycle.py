@@ -1,0 +1,209 @@
+"""Client agents as real processes (issue 7): a raw_exec job's output, a
+killed agent's node going down with its alloc replaced, a disconnect and
+reconnect with max_client_disconnect (seed 003), and a drain."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from tests.e2e.cluster import Cluster
+
+TTL = ["--heartbeat-min-ttl", "1", "--heartbeat-grace", "1", "--heartbeats-per-second", "1000"]
+BROKER = ["--nack-timeout", "5", "--initial-nack-delay", "0.2", "--subsequent-nack-delay", "0.5"]
+
+
+def start(c: Cluster, tmp: Path, agents: int) -> None:
+    c.start("state", *TTL)
+    c.start("broker", *BROKER)
+    c.start("planner")
+    c.start("worker", "--num-schedulers", "2")
+    for i in range(agents):
+        c.start(
+            "agent", "--data-dir", str(tmp / f"agent{i}"), "--name", f"agent{i}", name=f"agent{i}"
+        )
+
+
+async def until(pred: Callable[[], object], timeout: float = 45.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = pred()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        resp = await job_pb2_grpc.JobStub(ch).Allocations(
+            job_pb2.JobGetRequest(job_id=job_id, all=True)
+        )
+    return list(resp.allocs)
+
+
+async def nodes(c: Cluster) -> dict[str, node_pb2.NodeListStub]:
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        resp = await node_pb2_grpc.NodeStub(ch).List(node_pb2.NodeListRequest())
+    return {n.name: n for n in resp.nodes}
+
+
+async def register(c: Cluster, job: pb.Job) -> None:
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        await job_pb2_grpc.JobStub(ch).Register(job_pb2.JobRegisterRequest(job=job))
+
+
+def service(job_id: str, *, count: int = 1, run_for: str = "") -> pb.Job:
+    task = pb.Task(name="main", driver="mock", resources=pb.Resources(cpu=50, memory_mb=32))
+    if run_for:
+        task.config.update({"run_for": run_for})
+    return pb.Job(
+        id=job_id,
+        type="service",
+        datacenters=["dc1"],
+        task_groups=[pb.TaskGroup(name="g", count=count, tasks=[task])],
+    )
+
+
+def running(a: list[pb.Allocation]) -> list[pb.Allocation]:
+    return [x for x in a if x.desired_status == "run" and x.client_status == "running"]
+
+
+async def test_raw_exec_job_writes_a_file(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = make_cluster()
+    start(c, tmp_path, 1)
+    out = tmp_path / "written.txt"
+    task = pb.Task(name="write", driver="raw_exec", resources=pb.Resources(cpu=50, memory_mb=32))
+    task.config.update(
+        {"command": "/bin/sh", "args": ["-c", f'echo "alloc $NOMAD_ALLOC_ID" > {out}']}
+    )
+    job = pb.Job(
+        id="writer",
+        type="batch",
+        datacenters=["dc1"],
+        task_groups=[pb.TaskGroup(name="g", count=1, tasks=[task])],
+    )
+    await register(c, job)
+    await until(lambda: out.exists() and out.read_text().startswith("alloc "))
+    await until(lambda: _client_status(c, "writer", "complete"))
+    placed = await allocs(c, "writer")
+    assert out.read_text().strip() == f"alloc {placed[0].id}"
+
+
+async def _client_status(c: Cluster, job_id: str, status: str) -> bool:
+    return any(a.client_status == status for a in await allocs(c, job_id))
+
+
+async def test_killed_agent_goes_down_and_its_alloc_is_replaced(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = make_cluster()
+    start(c, tmp_path, 2)
+    await until(lambda: _ready(c, 2))
+    await register(c, service("web"))
+    await until(lambda: _count_running(c, "web", 1))
+    first = running(await allocs(c, "web"))[0]
+    victim = next(n for n in (await nodes(c)).values() if n.id == first.node_id)
+    c.kill(victim.name)
+    await until(lambda: _node_status(c, victim.name, "down"))
+    await until(lambda: _count_running(c, "web", 1))
+    now = await allocs(c, "web")
+    replacement = running(now)[0]
+    assert replacement.node_id != victim.id and replacement.previous_allocation == first.id
+    lost = next(a for a in now if a.id == first.id)
+    assert lost.client_status == "lost" and lost.desired_status == "stop"
+
+
+async def _ready(c: Cluster, n: int) -> bool:
+    return sum(1 for x in (await nodes(c)).values() if x.status == "ready") >= n
+
+
+async def _count_running(c: Cluster, job_id: str, n: int) -> bool:
+    return len(running(await allocs(c, job_id))) == n
+
+
+async def _node_status(c: Cluster, name: str, status: str) -> bool:
+    node = (await nodes(c)).get(name)
+    return node is not None and node.status == status
+
+
+async def test_disconnect_keeps_one_of_the_pair_on_reconnect(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = make_cluster()
+    start(c, tmp_path, 2)
+    await until(lambda: _ready(c, 2))
+    job = service("edge")
+    job.task_groups[0].max_client_disconnect = 120 * 10**9
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(unlimited=True, delay=10**9, delay_function="constant")
+    )
+    await register(c, job)
+    await until(lambda: _count_running(c, "edge", 1))
+    original = running(await allocs(c, "edge"))[0]
+    cut = next(n for n in (await nodes(c)).values() if n.id == original.node_id)
+    pid = c.procs[cut.name].popen.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGSTOP)  # the network cut: no heartbeats, no updates
+    try:
+        await until(lambda: _node_status(c, cut.name, "disconnected"))
+        await until(lambda: _status_of(c, "edge", original.id, "unknown"))
+        await until(lambda: _count_running(c, "edge", 1))  # the replacement
+    finally:
+        os.kill(pid, signal.SIGCONT)  # back: heartbeat, then alloc update (seed 003)
+    await until(lambda: _node_status(c, cut.name, "ready"))
+    await until(lambda: _pair_resolved(c, "edge"))
+    final = await allocs(c, "edge")
+    assert len([a for a in final if a.desired_status == "run"]) == 1
+
+
+async def _status_of(c: Cluster, job_id: str, alloc_id: str, status: str) -> bool:
+    return any(a.id == alloc_id and a.client_status == status for a in await allocs(c, job_id))
+
+
+async def _pair_resolved(c: Cluster, job_id: str) -> bool:
+    a = await allocs(c, job_id)
+    return len([x for x in a if x.desired_status == "run"]) == 1 and len(running(a)) == 1
+
+
+async def test_drain_migrates_allocs_off_a_node(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = make_cluster()
+    start(c, tmp_path, 2)
+    await until(lambda: _ready(c, 2))
+    await register(c, service("move", count=2))
+    await until(lambda: _count_running(c, "move", 2))
+    target = (await nodes(c))["agent0"]
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        await node_pb2_grpc.NodeStub(ch).UpdateDrain(
+            node_pb2.NodeUpdateDrainRequest(
+                node_id=target.id, drain_strategy=pb.DrainStrategy(deadline=3600 * 10**9)
+            )
+        )
+    await until(lambda: _none_on(c, "move", target.id))
+    await until(lambda: _count_running(c, "move", 2))
+    assert all(a.node_id != target.id for a in running(await allocs(c, "move")))
+    await until(lambda: _drain_done(c, "agent0"))
+
+
+async def _none_on(c: Cluster, job_id: str, node_id: str) -> bool:
+    return not any(
+        a.node_id == node_id and a.desired_status == "run" for a in await allocs(c, job_id)
+    )
+
+
+async def _drain_done(c: Cluster, name: str) -> bool:
+    n = (await nodes(c))[name]
+    return not n.drain and n.scheduling_eligibility == "ineligible"
