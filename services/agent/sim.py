@@ -1,0 +1,310 @@
+"""`python -m services.agent.sim` — thousands of simulated client nodes in
+one process (the role nomad-nodesim plays for Nomad), for load tests and
+the benchmarks.
+
+Every node uses the real client RPCs: it registers, heartbeats at half its
+TTL (jittered), watches its allocations with the `GetClientAllocs` blocking
+query and reports mock tasks as running (or complete after `run_for`) with
+`UpdateAlloc`. Updates from all nodes are batched per node every 200 ms,
+like the real agent. SIGUSR1 makes `--fail-fraction` of the nodes stop
+heartbeating at once (the node-failure benchmark); SIGUSR2 revives them.
+
+    python -m services.agent.sim --state-addr HOST:PORT --count 5000 \\
+        [--cpu 4000] [--memory 8192] [--classes 5] [--racks 25] [--datacenters dc1,dc2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+
+from corral import structs, telemetry
+from corral.process import env_flag, write_ready_file
+from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.agent.drivers import parse_duration, task_config
+
+log = logging.getLogger("services.agent.sim")
+
+
+@dataclass
+class SimStats:
+    registered: int = 0
+    heartbeats: int = 0
+    heartbeat_errors: int = 0
+    alloc_updates: int = 0
+    allocs_running: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class SimNode:
+    def __init__(self, sim: Simulator, index: int, args: argparse.Namespace) -> None:
+        self.sim = sim
+        self.node = self._node(index, args)
+        self.failed = False
+        self.known: dict[str, pb.Allocation] = {}
+        self.pending: dict[str, pb.Allocation] = {}
+        self.ttl = 10.0
+
+    @staticmethod
+    def _node(i: int, args: argparse.Namespace) -> pb.Node:
+        dcs = args.datacenters.split(",")
+        node_id = str(uuid.UUID(int=random.Random(f"{args.seed}-{i}").getrandbits(128)))
+        n = pb.Node(
+            id=node_id,
+            secret_id=str(uuid.uuid4()),
+            name=f"sim-{i:05d}",
+            datacenter=dcs[i % len(dcs)],
+            node_pool="default",
+            node_class=f"class-{i % args.classes}" if args.classes else "",
+            status=structs.NodeStatus.INITIALIZING,
+            attributes={
+                "kernel.name": "linux",
+                "os.name": "simulated",
+                "cpu.arch": "amd64",
+                "arch": "amd64",
+                "unique.hostname": f"sim-{i:05d}",
+                "driver.mock": "1",
+                "driver.raw_exec": "1",
+            },
+            meta={"rack": f"r{i % args.racks}"} if args.racks else {},
+            drivers={
+                "mock": pb.DriverInfo(detected=True, healthy=True),
+                "raw_exec": pb.DriverInfo(detected=True, healthy=True),
+            },
+            node_resources=pb.NodeResources(
+                cpu=args.cpu,
+                total_cores=4,
+                memory_mb=args.memory,
+                disk_mb=100 * 1024,
+                min_dynamic_port=20000,
+                max_dynamic_port=32000,
+            ),
+        )
+        for kv in args.attr:
+            k, _, v = kv.partition("=")
+            n.attributes[k] = v
+        return n
+
+    async def run(self) -> None:
+        stub = self.sim.stub
+        while True:
+            try:
+                resp = await stub.Register(node_pb2.NodeRegisterRequest(node=self.node), timeout=30)
+                self.ttl = resp.heartbeat_ttl_ms / 1000
+                break
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(1 + random.random())
+        self.sim.stats.registered += 1
+        await asyncio.gather(self._heartbeats(), self._watch())
+
+    async def _heartbeats(self) -> None:
+        await asyncio.sleep(random.uniform(0, min(self.ttl / 2, 5)))
+        while True:
+            if not self.failed:
+                try:
+                    resp = await self.sim.stub.UpdateStatus(
+                        node_pb2.NodeUpdateStatusRequest(
+                            node_id=self.node.id, status="ready", secret_id=self.node.secret_id
+                        ),
+                        timeout=30,
+                    )
+                    self.ttl = resp.heartbeat_ttl_ms / 1000
+                    self.sim.stats.heartbeats += 1
+                    if self.pending:
+                        await self._flush()
+                except grpc.aio.AioRpcError:
+                    self.sim.stats.heartbeat_errors += 1
+            await asyncio.sleep(max(0.5, self.ttl / 2 * random.uniform(0.8, 1.0)))
+
+    async def _watch(self) -> None:
+        index = 0
+        while True:
+            if self.failed:
+                await asyncio.sleep(1)
+                continue
+            try:
+                resp = await self.sim.stub.GetClientAllocs(
+                    node_pb2.NodeClientAllocsRequest(
+                        node_id=self.node.id,
+                        min_index=index,
+                        wait_ms=60_000,
+                        secret_id=self.node.secret_id,
+                    ),
+                    timeout=90,
+                )
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(1 + random.random())
+                index = 0
+                continue
+            index = resp.index
+            jobs = {(j.namespace, j.id, j.version): j for j in resp.jobs}
+            for alloc in resp.full_allocs:
+                self._track(alloc, jobs)
+            if self.pending:
+                await self._flush()
+
+    def _track(self, alloc: pb.Allocation, jobs: dict[tuple[str, str, int], pb.Job]) -> None:
+        if structs.alloc_server_terminal(alloc):
+            if alloc.id in self.known and not structs.alloc_client_terminal(alloc):
+                self._report(alloc, structs.ClientStatus.COMPLETE)
+            self.known.pop(alloc.id, None)
+            return
+        if alloc.id in self.known or structs.alloc_client_terminal(alloc):
+            return
+        self.known[alloc.id] = alloc
+        self._report(alloc, structs.ClientStatus.RUNNING)
+        job = jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
+        tg = structs.task_group(job, alloc.task_group) if job is not None else None
+        run_for = 0.0
+        if tg is not None and tg.tasks:
+            with contextlib.suppress(ValueError):
+                run_for = parse_duration(task_config(tg.tasks[0]).get("run_for"))
+        if run_for > 0:
+            asyncio.get_running_loop().call_later(run_for, self._finish, alloc.id)
+
+    def _finish(self, alloc_id: str) -> None:
+        alloc = self.known.pop(alloc_id, None)
+        if alloc is not None:
+            self._report(alloc, structs.ClientStatus.COMPLETE)
+            asyncio.ensure_future(self._flush())
+
+    def _report(self, alloc: pb.Allocation, status: str) -> None:
+        upd = pb.Allocation(id=alloc.id, node_id=self.node.id, client_status=status)
+        state = "running" if status == structs.ClientStatus.RUNNING else "dead"
+        upd.task_states["main"].state = state
+        self.pending[alloc.id] = upd
+
+    async def _flush(self) -> None:
+        if self.failed or not self.pending:
+            return
+        await asyncio.sleep(0.2)  # batch like the real agent
+        updates, self.pending = list(self.pending.values()), {}
+        try:
+            await self.sim.stub.UpdateAlloc(
+                node_pb2.NodeUpdateAllocRequest(allocs=updates, secret_id=self.node.secret_id),
+                timeout=30,
+            )
+            self.sim.stats.alloc_updates += len(updates)
+        except grpc.aio.AioRpcError:
+            for u in updates:  # refused (not ready after a failure): retried after a heartbeat
+                self.pending.setdefault(u.id, u)
+
+
+class Simulator:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.stats = SimStats()
+        self.channel = grpc.aio.insecure_channel(
+            args.state_addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        )
+        self.stub = node_pb2_grpc.NodeStub(self.channel)
+        self.nodes = [SimNode(self, i, args) for i in range(args.count)]
+
+    def fail(self) -> None:
+        chosen = random.Random(self.args.seed).sample(
+            self.nodes, int(len(self.nodes) * self.args.fail_fraction)
+        )
+        for n in chosen:
+            n.failed = True
+        log.warning("simulating the failure of %d nodes", len(chosen))
+
+    def revive(self) -> None:
+        for n in self.nodes:
+            n.failed = False
+
+    def snapshot(self) -> dict[str, object]:
+        s = self.stats
+        return {
+            "nodes": len(self.nodes),
+            "registered": s.registered,
+            "heartbeats": s.heartbeats,
+            "heartbeat_errors": s.heartbeat_errors,
+            "alloc_updates": s.alloc_updates,
+            "failed_nodes": sum(1 for n in self.nodes if n.failed),
+            "uptime_s": round(time.monotonic() - s.started, 1),
+        }
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m services.agent.sim", description=__doc__)
+    env_flag(p, "--state-addr", "CORRAL_STATE_ADDR", help="state service host:port")
+    p.add_argument("--count", type=int, default=100, help="simulated nodes")
+    p.add_argument("--cpu", type=int, default=4000, help="MHz per node")
+    p.add_argument("--memory", type=int, default=8192, help="MB per node")
+    p.add_argument("--classes", type=int, default=5, help="node classes (class-0..N-1)")
+    p.add_argument("--racks", type=int, default=25, help="meta.rack values (r0..rN-1)")
+    p.add_argument("--datacenters", default="dc1", help="comma-separated datacenters")
+    p.add_argument("--attr", action="append", default=[], help="extra attribute k=v (repeatable)")
+    p.add_argument("--fail-fraction", type=float, default=0.1, help="share of nodes SIGUSR1 fails")
+    p.add_argument(
+        "--seed", type=int, default=1, help="node ids derive from it (stable across runs)"
+    )
+    p.add_argument(
+        "--register-rate", type=float, default=500.0, help="registrations per second at start"
+    )
+    p.add_argument("--stats-interval", type=float, default=10.0, help="log stats every N seconds")
+    env_flag(
+        p,
+        "--ready-file",
+        "CORRAL_SIM_READY_FILE",
+        default="",
+        help="written once every node registered",
+    )
+    args = p.parse_args(argv)
+    if not args.state_addr:
+        p.error("--state-addr (or CORRAL_STATE_ADDR) is required")
+    if args.count < 1:
+        p.error("--count must be at least 1")
+    if not 0 <= args.fail_fraction <= 1:
+        p.error("--fail-fraction must be between 0 and 1")
+    return args
+
+
+async def run(args: argparse.Namespace) -> int:
+    sim = Simulator(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, sim.fail)
+    loop.add_signal_handler(signal.SIGUSR2, sim.revive)
+    tasks = []
+    for i, node in enumerate(sim.nodes):
+        tasks.append(asyncio.create_task(node.run()))
+        if (i + 1) % max(1, int(args.register_rate / 10)) == 0:
+            await asyncio.sleep(0.1)
+    while sim.stats.registered < len(sim.nodes) and not stop.is_set():
+        await asyncio.sleep(0.2)
+    write_ready_file(args.ready_file, role="sim", address=args.state_addr, nodes=len(sim.nodes))
+    log.info("simulator: %d nodes registered", len(sim.nodes))
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), args.stats_interval)
+        log.info("simulator stats %s", json.dumps(sim.snapshot()))
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await sim.channel.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    telemetry.setup_logging("sim")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
