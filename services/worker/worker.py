@@ -235,8 +235,19 @@ class Worker:
                 await self._backoff(settings.backoff_fast, settings.backoff_limit)
             return None
         if resp.eval.id:
-            metrics.DEQUEUE_EVAL.observe(time.perf_counter() - start)
+            waited = time.perf_counter() - start
+            metrics.DEQUEUE_EVAL.observe(waited)
             self._failures = 0
+            if telemetry.tracing_enabled():
+                # the dequeue finished before we knew which trace it joins
+                now = time.time_ns()
+                span = tracer.start_span(
+                    "worker.dequeue_eval",
+                    context=telemetry.context_from_traceparent(resp.eval.traceparent),
+                    start_time=now - int(waited * 1e9),
+                )
+                span.set_attribute("eval.id", resp.eval.id)
+                span.end(end_time=now)
         return resp
 
     async def _wait_for_index(
@@ -250,9 +261,13 @@ class Worker:
         self.workload = Workload.WAITING_FOR_RAFT
         start = time.perf_counter()
         try:
-            snap: StateSnapshot = await self._interruptible(
-                replica.wait_for_index(index, settings.sync_limit)
-            )
+            with tracer.start_as_current_span(
+                "worker.wait_for_index", context=telemetry.context_from_traceparent(ev.traceparent)
+            ) as span:
+                span.set_attribute("index", index)
+                snap: StateSnapshot = await self._interruptible(
+                    replica.wait_for_index(index, settings.sync_limit)
+                )
             metrics.WAIT_FOR_INDEX.observe(time.perf_counter() - start)
             return snap
         except WorkerStopping:
@@ -332,9 +347,13 @@ class Worker:
         try:
             while True:
                 try:
-                    resp: plan_pb2.PlanSubmitResponse = await self.pool.planner.call(
-                        "Submit", plan_pb2.PlanSubmitRequest(plan=plan), timeout=60.0
-                    )
+                    with tracer.start_as_current_span(
+                        "worker.submit_plan",
+                        context=telemetry.context_from_traceparent(plan.traceparent),
+                    ):
+                        resp: plan_pb2.PlanSubmitResponse = await self.pool.planner.call(
+                            "Submit", plan_pb2.PlanSubmitRequest(plan=plan), timeout=60.0
+                        )
                     return resp
                 except grpc.aio.AioRpcError as exc:
                     transient = exc.code() in TRANSIENT or "plan queue" in (exc.details() or "")
@@ -374,9 +393,12 @@ class Worker:
     async def _send(self, op: str, ev: pb.Evaluation, token: str) -> None:
         start = time.perf_counter()
         try:
-            await self.pool.broker.call(
-                op, eval_pb2.EvalAckRequest(eval_id=ev.id, token=token), timeout=10.0
-            )
+            with tracer.start_as_current_span(
+                f"worker.{op.lower()}", context=telemetry.context_from_traceparent(ev.traceparent)
+            ):
+                await self.pool.broker.call(
+                    op, eval_pb2.EvalAckRequest(eval_id=ev.id, token=token), timeout=10.0
+                )
         except grpc.aio.AioRpcError as exc:
             # The broker redelivers after the nack timeout; nothing is lost.
             log.warning(
