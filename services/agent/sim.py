@@ -45,6 +45,8 @@ class SimStats:
     heartbeat_errors: int = 0
     alloc_updates: int = 0
     allocs_running: int = 0
+    dead_nodes: int = 0
+    error_codes: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -107,7 +109,15 @@ class SimNode:
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(1 + random.random())
         self.sim.stats.registered += 1
-        await asyncio.gather(self._heartbeats(), self._watch())
+        try:
+            await asyncio.gather(self._heartbeats(), self._watch())
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # a simulated node must never die silently: it would look like a
+            # server-side flap
+            log.exception("simulated node %s stopped", self.node.name)
+            self.sim.stats.dead_nodes += 1
 
     async def _heartbeats(self) -> None:
         await asyncio.sleep(random.uniform(0, min(self.ttl / 2, 5)))
@@ -124,8 +134,11 @@ class SimNode:
                     self.sim.stats.heartbeats += 1
                     if self.pending:
                         await self._flush()
-                except grpc.aio.AioRpcError:
+                except grpc.aio.AioRpcError as exc:
                     self.sim.stats.heartbeat_errors += 1
+                    self.sim.stats.error_codes[exc.code().name] = (
+                        self.sim.stats.error_codes.get(exc.code().name, 0) + 1
+                    )
             await asyncio.sleep(max(0.5, self.ttl / 2 * random.uniform(0.8, 1.0)))
 
     async def _watch(self) -> None:
@@ -231,6 +244,8 @@ class Simulator:
             "registered": s.registered,
             "heartbeats": s.heartbeats,
             "heartbeat_errors": s.heartbeat_errors,
+            "dead_node_tasks": s.dead_nodes,
+            "heartbeat_error_codes": s.error_codes,
             "alloc_updates": s.alloc_updates,
             "failed_nodes": sum(1 for n in self.nodes if n.failed),
             "uptime_s": round(time.monotonic() - s.started, 1),

@@ -40,6 +40,9 @@ class ChangeFeed:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
+        # blocking client queries wait per node: a write wakes only the nodes
+        # whose allocs it touched, not every waiting client
+        self._node_waiters: dict[str, asyncio.Event] = {}
 
     @property
     def index(self) -> int:
@@ -122,9 +125,30 @@ class ChangeFeed:
             for batch in batches:
                 self.store.apply(batch)
                 self._ring.append(batch)
+                self._wake_nodes(batch)
             self._signal_advance()
             if len(batches) < READ_BATCH:
                 return
+
+    def _wake_nodes(self, batch: pb.ChangeBatch) -> None:
+        if not self._node_waiters:
+            return
+        for ev in batch.events:
+            kind = ev.WhichOneof("payload")
+            node_id = (
+                ev.allocation.node_id if kind == "allocation" else ev.key if kind == "node" else ""
+            )
+            waiter = self._node_waiters.pop(node_id, None) if node_id else None
+            if waiter is not None:
+                waiter.set()
+
+    async def wait_node(self, node_id: str, timeout: float) -> None:
+        """Wait until a write touches the node or its allocs (or timeout)."""
+        waiter = self._node_waiters.get(node_id)
+        if waiter is None:
+            waiter = self._node_waiters[node_id] = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter.wait(), timeout)
 
     def forget_before(self, index: int) -> None:
         """Drop ring entries at or below `index` (the change log was truncated

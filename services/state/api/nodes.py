@@ -105,9 +105,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         snap = self.ctx.feed.snapshot()
         stored = snap.node_by_id(request.node_id)
         if stored is None:
-            # registered a moment ago: let the feed catch up with the database
-            snap = await self.ctx.feed.wait_for_index(await self.ctx.db.latest_index(), 5)
-            stored = snap.node_by_id(request.node_id)
+            # registered a moment ago and the feed has not applied it yet
+            stored = await self.ctx.db.get_node(request.node_id)
         if stored is None:
             raise NotFound(f"node {request.node_id} not found: register it first")
         writes.check_secret(stored, request.secret_id)
@@ -189,7 +188,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             remaining = deadline - loop.time()
             if remaining <= 0 or self.ctx.shutting_down.is_set():
                 break
-            await self.ctx.feed.wait_advance(remaining)
+            await self.ctx.feed.wait_node(request.node_id, min(remaining, 30.0))
         resp = node_pb2.NodeClientAllocsResponse(index=index)
         jobs: dict[tuple[str, str, int], pb.Job] = {}
         for a in allocs:

@@ -683,6 +683,11 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
+    async def get_node(self, node_id: str) -> pb.Node | None:
+        """One node straight from the table (no index taken)."""
+        rows = await self._query("SELECT payload FROM nodes WHERE id = %s", (node_id,))
+        return pb.Node.FromString(rows[0][0]) if rows else None
+
     async def latest_index(self) -> int:
         rows = await self._query("SELECT value FROM index_counter WHERE id = 1")
         return int(rows[0][0]) if rows else 0
