@@ -169,6 +169,32 @@ class Topic:
     ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY)
 
 
+#: every constraint/affinity operand Nomad knows
+CONSTRAINT_OPERANDS = (
+    "=",
+    "==",
+    "is",
+    "!=",
+    "not",
+    ">",
+    ">=",
+    "<",
+    "<=",
+    "regexp",
+    "version",
+    "semver",
+    "set_contains",
+    "set_contains_all",
+    "set_contains_any",
+    "distinct_hosts",
+    "distinct_property",
+    "is_set",
+    "is_not_set",
+)
+RESTART_MODES = ("fail", "delay")
+DELAY_FUNCTIONS = ("constant", "exponential", "fibonacci")
+
+
 class SchedulerAlgorithm:
     BINPACK = "binpack"
     SPREAD = "spread"

@@ -11,34 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.structs import JobType
+from corral.structs import CONSTRAINT_OPERANDS, DELAY_FUNCTIONS, RESTART_MODES, JobType
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
 DRIVERS_NEEDING_COMMAND = ("raw_exec", "exec")
-CONSTRAINT_OPERANDS = (
-    "=",
-    "==",
-    "is",
-    "!=",
-    "not",
-    ">",
-    ">=",
-    "<",
-    "<=",
-    "regexp",
-    "version",
-    "semver",
-    "set_contains",
-    "set_contains_all",
-    "set_contains_any",
-    "distinct_hosts",
-    "distinct_property",
-    "is_set",
-    "is_not_set",
-)
-RESTART_MODES = ("fail", "delay")
-DELAY_FUNCTIONS = ("constant", "exponential", "fibonacci")
 HEALTH_CHECKS = ("checks", "task_states", "manual")
 RECONCILE = ("best_score", "keep_original", "keep_replacement", "longest_running")
 PAYLOAD = ("optional", "required", "forbidden")

@@ -16,30 +16,8 @@ from services.state.db.database import WriteTx
 
 MAX_JOB_BYTES = 1024 * 1024
 _NAME = re.compile(r"^[A-Za-z0-9._/\-]+$")
-_OPERANDS = frozenset(
-    (
-        "=",
-        "==",
-        "is",
-        "!=",
-        "not",
-        ">",
-        ">=",
-        "<",
-        "<=",
-        "regexp",
-        "version",
-        "semver",
-        "set_contains",
-        "set_contains_all",
-        "set_contains_any",
-        "distinct_hosts",
-        "distinct_property",
-        "is_set",
-        "is_not_set",
-    )
-)
-_DELAY_FUNCTIONS = ("constant", "exponential", "fibonacci")
+_OPERANDS = frozenset(structs.CONSTRAINT_OPERANDS)
+_DELAY_FUNCTIONS = structs.DELAY_FUNCTIONS
 
 
 def validate_job(job: pb.Job) -> None:
@@ -84,8 +62,10 @@ def validate_job(job: pb.Job) -> None:
         for name in ("attempts", "interval", "delay", "max_delay"):
             if getattr(rp, name) < 0:
                 raise InvalidArgument(f"{f}.reschedule_policy.{name}", "must not be negative")
-        if tg.restart_policy.mode and tg.restart_policy.mode not in ("fail", "delay"):
-            validate.one_of(tg.restart_policy.mode, ("fail", "delay"), f"{f}.restart_policy.mode")
+        if tg.restart_policy.mode and tg.restart_policy.mode not in structs.RESTART_MODES:
+            validate.one_of(
+                tg.restart_policy.mode, structs.RESTART_MODES, f"{f}.restart_policy.mode"
+            )
         if tg.update.max_parallel < 0:
             raise InvalidArgument(f"{f}.update.max_parallel", "must not be negative")
         if structs.lost_after(tg) < 0 or structs.stop_on_client_after(tg) < 0:
