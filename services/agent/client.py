@@ -276,18 +276,20 @@ class Agent:
             self._dirty_event.clear()
             if not self._dirty:
                 continue
+            # take the set before sending: a task that changes during the RPC
+            # marks its alloc dirty again and goes out in the next batch
             ids = list(self._dirty)
+            self._dirty.clear()
             updates = [self.runners[i].update() for i in ids if i in self.runners]
             if not updates:
-                self._dirty.clear()
                 continue
             try:
                 await self.stub.UpdateAlloc(
                     node_pb2.NodeUpdateAllocRequest(allocs=updates, secret_id=self.node.secret_id),
                     timeout=10,
                 )
-                self._dirty.difference_update(ids)
             except grpc.aio.AioRpcError as exc:
+                self._dirty.update(ids)
                 # FAILED_PRECONDITION: not ready yet (after a disconnect) —
                 # the next successful heartbeat sets the event again
                 log.info("alloc update deferred: %s", exc.details())
