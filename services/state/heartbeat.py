@@ -87,6 +87,7 @@ class Heartbeats:
         self._heap.clear()
 
     async def run(self) -> None:
+        pending: set[asyncio.Task[None]] = set()
         while True:
             now = time.monotonic()
             while self._heap and self._heap[0][0] <= now:
@@ -94,17 +95,25 @@ class Heartbeats:
                 if self._deadline.get(node_id) != deadline:
                     continue  # superseded by a later heartbeat
                 del self._deadline[node_id]
-                try:
-                    await self._expire(node_id)
-                except Exception:
-                    log.exception(
-                        "could not mark node %s unresponsive", node_id, extra={"node_id": node_id}
-                    )
-                    self.reset(node_id, 1.0)
+                # concurrently, so nodes that expire together share a batch
+                task = asyncio.create_task(self._expire_logged(node_id))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
             delay = (self._heap[0][0] - time.monotonic()) if self._heap else 3600.0
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), max(0.0, delay))
+
+    async def _expire_logged(self, node_id: str) -> None:
+        try:
+            await self._expire(node_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "could not mark node %s unresponsive", node_id, extra={"node_id": node_id}
+            )
+            self.reset(node_id, 1.0)
 
     async def _expire(self, node_id: str) -> None:
         snap = self.ctx.feed.snapshot()
@@ -114,8 +123,10 @@ class Heartbeats:
         new = NodeStatus.DOWN
         if node.status != NodeStatus.INITIALIZING and _has_disconnect_timeout(snap, node_id):
             new = NodeStatus.DISCONNECTED
-        async with self.ctx.db.write() as tx:
-            _, evals, _ = await update_status(tx, node_id, new, reason="Node heartbeat missed")
+        done = await self.ctx.batcher.submit(
+            lambda tx: update_status(tx, node_id, new, reason="Node heartbeat missed")
+        )
+        _, evals, _ = done.value
         log.warning(
             "node %s missed its heartbeat: %s (%d evals)",
             node_id,

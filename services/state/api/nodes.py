@@ -66,13 +66,13 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self, request: node_pb2.NodeRegisterRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse:
         writes.validate_node(request.node)
-        async with self.ctx.db.write() as tx:
-            node, evals = await writes.register_node(tx, request.node)
+        done = await self.ctx.batcher.submit(lambda tx: writes.register_node(tx, request.node))
+        node, evals = done.value
         resp = self._ttl_response(
             eval_ids=[e.id for e in evals],
-            eval_create_index=tx.index if evals else 0,
-            node_modify_index=tx.index,
-            index=tx.index,
+            eval_create_index=done.index if evals else 0,
+            node_modify_index=done.index,
+            index=done.index,
         )
         if node.status != NodeStatus.DOWN:
             self.heartbeats.reset(node.id, resp.heartbeat_ttl_ms / 1000)
@@ -110,14 +110,20 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         if stored is None:
             raise NotFound(f"node {request.node_id} not found: register it first")
         writes.check_secret(stored, request.secret_id)
+        if stored.status != NodeStatus.DOWN:
+            # the call itself proves the node alive, however long the write
+            # below waits for its batch
+            self.heartbeats.reset(stored.id, self.heartbeats.ttl())
         index = snap.index
         evals: list[pb.Evaluation] = []
         if stored.status != request.status:
-            async with self.ctx.db.write() as tx:
-                node, evals, written = await writes.update_status(
+            done = await self.ctx.batcher.submit(
+                lambda tx: writes.update_status(
                     tx, request.node_id, request.status, secret_id=request.secret_id
                 )
-            index = tx.index if written else index
+            )
+            node, evals, written = done.value
+            index = done.index if written else index
             stored = node
         resp = self._ttl_response(
             eval_ids=[e.id for e in evals],
@@ -163,9 +169,11 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
                     f"allocs[{i}].node_id", "all allocs of one update must be on one node"
                 )
             validate.one_of(a.client_status, structs.ClientStatus.ALL, f"allocs[{i}].client_status")
-        async with self.ctx.db.write() as tx:
-            _, evals = await writes.update_allocs(tx, request.allocs, request.secret_id)
-        return node_pb2.NodeUpdateAllocResponse(index=tx.index, eval_ids=[e.id for e in evals])
+        done = await self.ctx.batcher.submit(
+            lambda tx: writes.update_allocs(tx, request.allocs, request.secret_id)
+        )
+        _, evals = done.value
+        return node_pb2.NodeUpdateAllocResponse(index=done.index, eval_ids=[e.id for e in evals])
 
     async def GetClientAllocs(
         self, request: node_pb2.NodeClientAllocsRequest, context: Context

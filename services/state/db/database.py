@@ -203,6 +203,12 @@ class WriteTx:
         self.now = time.time_ns()
         self._pending = _Pending()
         self._events: dict[int, list[pb.Event]] = {i: [] for i in indexes}
+        self._system_jobs: dict[tuple[str, str], pb.Job] | None = None
+
+    @property
+    def change_count(self) -> int:
+        """Changes recorded so far; every put and delete records one."""
+        return sum(len(evs) for evs in self._events.values())
 
     # ------------------------------------------------------------ events
 
@@ -514,11 +520,18 @@ class WriteTx:
             "evals", "status = ANY(%s)", (wanted,), pb.Evaluation, lambda e: e.status in wanted
         )
 
-    async def jobs_all(self) -> list[pb.Job]:
-        rows = await self._fetch("SELECT namespace, id, payload FROM jobs")
-        out = {(r[0], r[1]): pb.Job.FromString(r[2]) for r in rows}
+    async def system_jobs(self) -> list[pb.Job]:
+        """Running system jobs: every node that changes status needs them,
+        so the committed ones are read once per transaction (the counter
+        lock keeps them current) and this transaction's puts are merged in."""
+        if self._system_jobs is None:
+            rows = await self._fetch(
+                "SELECT namespace, id, payload FROM jobs WHERE type = 'system' AND NOT stop"
+            )
+            self._system_jobs = {(r[0], r[1]): pb.Job.FromString(r[2]) for r in rows}
+        out = dict(self._system_jobs)
         for key, obj in self._pending.objects.get("jobs", {}).items():
-            if obj is None:
+            if obj is None or obj.type != "system" or obj.stop:
                 out.pop(key, None)
             else:
                 out[key] = obj

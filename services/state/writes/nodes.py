@@ -71,9 +71,7 @@ async def node_evals(
             job = await tx.get_job(a.namespace, a.job_id)
             if job is not None:
                 jobs[key] = job
-    for job in await tx.jobs_all():
-        if job.type != JobType.SYSTEM or job.stop:
-            continue
+    for job in await tx.system_jobs():
         dcs = list(job.datacenters) or ["*"]
         if ("*" in dcs or node.datacenter in dcs) and (job.node_pool or "default") == (
             node.node_pool or "default"
