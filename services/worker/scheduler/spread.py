@@ -118,7 +118,7 @@ class SpreadScorer:
             if info is None:
                 continue
             if not info.desired:
-                total += even_spread_boost(ps, node)
+                total += even_spread_boost(ps, node, current=used - 1)
                 continue
             desired = info.desired.get(value)
             if desired is None:
@@ -136,14 +136,18 @@ class SpreadScorer:
         return total
 
 
-def even_spread_boost(ps: PropertySet, node: pb.Node) -> float:
-    """Boost for spreading evenly over a property's values."""
+def even_spread_boost(ps: PropertySet, node: pb.Node, *, current: int | None = None) -> float:
+    """Boost for spreading evenly over a property's values. `current` is
+    the node's value's use count when the caller already looked it up
+    (the property resolved without error), saving a second lookup per node
+    in the select loop."""
     combined = ps.combined_use()
     if not combined:
         return 0.0  # nothing placed yet: every node is as good
-    value, err, current = ps.used_count(node)
-    if err:
-        return -1.0
+    if current is None:
+        _, err, current = ps.used_count(node)
+        if err:
+            return -1.0
     lo, hi = ps.use_bounds()
     if lo == 0:
         boost = -1.0
