@@ -689,7 +689,7 @@ def plot(run: Mapping[str, Any], path: Path | str) -> Path:
         ax.set_xlabel("seconds since start")
         ax.set_ylabel("placements (cumulative)")
         ax.grid(True, alpha=0.3)
-        if len(series) > 1:
+        if len(series) > 1 or wid == "W6":
             ax.legend(fontsize="small")
     for ax in flat[len(panels) :]:
         if panels:
