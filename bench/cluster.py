@@ -8,6 +8,10 @@ seconds and peak RSS, the per-process figures every workload reports.
 
 The state service keeps a large change log (`--log-retention`), because
 eval latency is read afterwards from the change log's commit times.
+
+Start clusters from the main thread: PR_SET_PDEATHSIG fires when the
+*thread* that started a child exits, so a role started from a short-lived
+thread is sent SIGTERM as soon as that thread ends.
 """
 
 from __future__ import annotations
@@ -64,6 +68,39 @@ class ProcStats:
         }
 
 
+class PostgresStats(ProcStats):
+    """CPU of a PostgreSQL server: the postmaster, its live backends and
+    (through the postmaster's children times) the backends that already
+    exited. RSS is left out: backends share their buffers, so a sum would
+    count them many times."""
+
+    def cpu_total(self) -> float:
+        try:
+            t = self.proc.cpu_times()
+            total = float(t.user + t.system + t.children_user + t.children_system)
+            for child in self.proc.children():
+                with contextlib.suppress(psutil.Error):
+                    c = child.cpu_times()
+                    total += float(c.user + c.system)
+            return total
+        except psutil.Error:
+            return self.cpu_mark
+
+    def sample(self) -> None:
+        return None
+
+    def figures(self) -> dict[str, float]:
+        return {"cpu_s": round(self.cpu_total() - self.cpu_mark, 2)}
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The PID in PostgreSQL's `postmaster.pid` (its first line)."""
+    try:
+        return int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class ClusterSpec:
     nodes: int = 5000
@@ -75,13 +112,21 @@ class ClusterSpec:
     node_cpu: int = 4000
     node_memory: int = 8192
     sim_register_rate: float = 1000.0
+    state_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
 class BenchCluster:
     """Start with `start()`, stop with `stop()` (or use as a context manager)."""
 
-    def __init__(self, spec: ClusterSpec, *, data_dir: Path | None = None, dsn: str = "") -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        *,
+        data_dir: Path | None = None,
+        dsn: str = "",
+        postgres_pid: int | None = None,
+    ) -> None:
         self.spec = spec
         self._own_dir = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="corral-bench-"))
@@ -91,6 +136,7 @@ class BenchCluster:
         self._pg: Any = None
         self.roles: dict[str, RoleProcess] = {}
         self.stats: dict[str, ProcStats] = {}
+        self._postgres_pid = postgres_pid
         self._sampler_stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self.env = dict(os.environ)
@@ -128,12 +174,13 @@ class BenchCluster:
 
                 self._pg = EmbeddedPostgres(self.data_dir / "pg", delete_on_stop=True)
                 self.dsn = self._pg.start()
+                self._postgres_pid = postmaster_pid(self.data_dir / "pg")
         self.env["CORRAL_DSN"] = self.dsn
         self._migrate()
         self._role(
             "state",
             "services.state",
-            ["--dsn", self.dsn, "--log-retention", str(LOG_RETENTION)],
+            ["--dsn", self.dsn, "--log-retention", str(LOG_RETENTION), *self.spec.state_args],
         )
         self.env["CORRAL_STATE_ADDR"] = self.state_addr
         self._role("broker", "services.broker", ["--dsn", self.dsn])
@@ -143,6 +190,10 @@ class BenchCluster:
         self.set_workers(self.spec.workers)
         if self.spec.nodes:
             self.start_sim()
+        if self._postgres_pid:
+            with contextlib.suppress(psutil.Error):
+                self.stats["postgres"] = PostgresStats(psutil.Process(self._postgres_pid))
+                self.stats["postgres"].mark()
         self._sampler = threading.Thread(target=self._sample, daemon=True, name="bench-sampler")
         self._sampler.start()
 
@@ -172,6 +223,28 @@ class BenchCluster:
             # registering thousands of nodes at a bounded rate takes a while
             ready_timeout=max(120.0, s.nodes / max(1.0, s.sim_register_rate) * 4 + 60),
         )
+        self.wait_nodes_ready(timeout=120.0)
+
+    def wait_nodes_ready(self, timeout: float) -> None:
+        """Registered nodes turn `ready` with their first heartbeat (the
+        simulator spreads those over a few seconds); a workload started
+        before would see a smaller cluster."""
+        import psycopg
+
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while True:
+                row = conn.execute("SELECT count(*) FROM nodes WHERE status = 'ready'").fetchone()
+                ready = int(row[0]) if row else 0
+                if ready >= self.spec.nodes:
+                    return
+                if time.monotonic() > deadline:
+                    raise StartError(
+                        f"only {ready} of {self.spec.nodes} simulated nodes "
+                        f"ready after {timeout:.0f}s"
+                    )
+                self.check_alive()
+                time.sleep(0.25)
 
     def set_workers(self, count: int) -> None:
         """Run exactly `count` worker processes of `spec.loops` loops each."""
@@ -233,6 +306,7 @@ class BenchCluster:
         return {name: st.figures() for name, st in self.stats.items()}
 
     def pids(self) -> dict[str, int]:
+        """The role processes (PostgreSQL is not Python: not profiled)."""
         return {name: rp.pid for name, rp in self.roles.items()}
 
     def signal_sim(self, sig: int) -> None:
@@ -244,6 +318,13 @@ class BenchCluster:
 
     def revive_nodes(self) -> None:
         self.signal_sim(signal.SIGUSR2)
+
+    def freeze_nodes(self) -> None:
+        """Stop the simulator process: every node misses its heartbeats."""
+        self.signal_sim(signal.SIGSTOP)
+
+    def thaw_nodes(self) -> None:
+        self.signal_sim(signal.SIGCONT)
 
     def check_alive(self) -> None:
         for name, rp in self.roles.items():

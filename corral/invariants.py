@@ -5,7 +5,10 @@ of every test that places work) and by benchmarks after a run.
   `allocs_fit` the scheduler and the plan applier use;
 * every alloc references an existing node and an existing job version;
 * (warning only) no two non-terminal allocs of one job group share a name —
-  Nomad tolerates this transiently, so it is reported, not failed.
+  Nomad tolerates this transiently, so it is reported, not failed;
+* `check_placed`, for a quiet cluster: every running service or batch job's
+  groups have their count of live allocs, or a blocked eval explains the
+  shortfall.
 
 Usage::
 
@@ -22,7 +25,7 @@ import grpc
 
 from corral.fit import allocs_fit
 from corral.store import StateSnapshot, StateStore
-from corral.structs import alloc_terminal
+from corral.structs import EvalStatus, JobType, alloc_terminal
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 
@@ -33,6 +36,7 @@ OVER_COMMITTED = "node_over_committed"
 MISSING_NODE = "alloc_missing_node"
 MISSING_JOB = "alloc_missing_job"
 DUPLICATE_NAME = "duplicate_alloc_name"
+UNDER_PLACED = "job_under_placed"
 
 _MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
@@ -96,6 +100,40 @@ def check_snapshot(snap: StateSnapshot) -> list[Violation]:
                     WARNING,
                 )
             )
+    return out
+
+
+def check_placed(snap: StateSnapshot) -> list[Violation]:
+    """Service and batch jobs short of their count with no blocked eval to
+    say why. Only meaningful once no eval is pending or in flight. Batch
+    allocs that completed count as placed."""
+    out: list[Violation] = []
+    for job in snap.iter_jobs():
+        if job.stop or job.type not in (JobType.SERVICE, JobType.BATCH):
+            continue
+        if job.periodic.enabled or job.HasField("parameterized"):
+            continue
+        allocs = snap.allocs_by_job(job.namespace, job.id)
+        if any(e.status == EvalStatus.BLOCKED for e in snap.evals_by_job(job.namespace, job.id)):
+            continue
+        for tg in job.task_groups:
+            live = sum(
+                1
+                for a in allocs
+                if a.task_group == tg.name
+                and (
+                    not alloc_terminal(a)
+                    or (job.type == JobType.BATCH and a.client_status == "complete")
+                )
+            )
+            if live < tg.count:
+                out.append(
+                    Violation(
+                        UNDER_PLACED,
+                        f"{job.namespace}/{job.id}",
+                        f"group {tg.name}: {live} of {tg.count} placed and no blocked eval",
+                    )
+                )
     return out
 
 

@@ -30,11 +30,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
-from corral.structs import DEFAULT_NAMESPACE, Topic
+from corral.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
 from services.state.db import models as m
 
 NOTIFY_CHANNEL = "corral_changes"
+_SERVER_TERMINAL = [DesiredStatus.STOP, DesiredStatus.EVICT]
+_CLIENT_TERMINAL = list(ClientStatus.TERMINAL)
 
 _T_JOBS: Table = m.Job.__table__  # type: ignore[assignment]
 _T_JOB_VERSIONS: Table = m.JobVersion.__table__  # type: ignore[assignment]
@@ -498,6 +500,50 @@ class WriteTx:
             pb.Allocation,
             lambda a: _ns(a.namespace) == ns and a.job_id == job_id,
         )
+
+    async def job_alloc_counts(self, namespace: str, job_id: str) -> tuple[int, int]:
+        """(allocs, live allocs) of a job, counted in SQL without reading a
+        single payload: a job's status needs only these, and a big job's
+        allocs would otherwise be parsed on every client update."""
+        ns = _ns(namespace)
+        pending = self._pending.objects.get("allocs", {})
+        row = (
+            await self._fetch(
+                "SELECT count(*), count(*) FILTER (WHERE NOT (desired_status = ANY(%s)) "
+                "AND NOT (client_status = ANY(%s))) FROM allocs "
+                "WHERE namespace = %s AND job_id = %s AND NOT (id = ANY(%s))",
+                (_SERVER_TERMINAL, _CLIENT_TERMINAL, ns, job_id, list(pending)),
+            )
+        )[0]
+        total, live = int(row[0]), int(row[1])
+        for a in pending.values():
+            if a is None or _ns(a.namespace) != ns or a.job_id != job_id:
+                continue
+            total += 1
+            live += not (
+                a.desired_status in _SERVER_TERMINAL or a.client_status in _CLIENT_TERMINAL
+            )
+        return total, live
+
+    async def job_has_evals_in(self, namespace: str, job_id: str, statuses: Sequence[str]) -> bool:
+        """Whether any eval of the job has one of `statuses` (no payloads read)."""
+        ns = _ns(namespace)
+        wanted = list(statuses)
+        pending = self._pending.objects.get("evals", {})
+        for e in pending.values():
+            if (
+                e is not None
+                and _ns(e.namespace) == ns
+                and e.job_id == job_id
+                and e.status in wanted
+            ):
+                return True
+        rows = await self._fetch(
+            "SELECT 1 FROM evals WHERE namespace = %s AND job_id = %s AND status = ANY(%s) "
+            "AND NOT (id = ANY(%s)) LIMIT 1",
+            (ns, job_id, wanted, list(pending)),
+        )
+        return bool(rows)
 
     async def allocs_by_node(self, node_id: str) -> list[pb.Allocation]:
         return await self._by(

@@ -236,15 +236,18 @@ async def refresh_job_status(
     job = await tx.get_job(namespace, job_id)
     if job is None:
         return
-    allocs = await tx.allocs_by_job(namespace, job_id)
-    live = [a for a in allocs if not structs.alloc_terminal(a)]
-    evals = await tx.evals_by_job(namespace, job_id)
-    waiting = any(e.status in (EvalStatus.PENDING, EvalStatus.BLOCKED) for e in evals)
+    allocs, live = await tx.job_alloc_counts(namespace, job_id)
     if job.stop:
         status = JobStatus.DEAD if not live else JobStatus.RUNNING
     elif live:
         status = JobStatus.RUNNING
-    elif job.type in (JobType.BATCH, JobType.SYSBATCH) and allocs and not waiting:
+    elif (
+        job.type in (JobType.BATCH, JobType.SYSBATCH)
+        and allocs
+        and not await tx.job_has_evals_in(
+            namespace, job_id, (EvalStatus.PENDING, EvalStatus.BLOCKED)
+        )
+    ):
         status = JobStatus.DEAD
     else:
         status = job.status if allocs else JobStatus.PENDING

@@ -195,6 +195,8 @@ async def update_allocs(
         )
     stored = await tx.get_allocs([u.id for u in updates])
     evals: dict[tuple[str, str], pb.Evaluation] = {}
+    jobs: dict[tuple[str, str], pb.Job | None] = {}
+    finished: set[tuple[str, str]] = set()  # jobs whose status may change
     for upd in updates:
         cur = stored.get(upd.id)
         if cur is None:
@@ -208,8 +210,12 @@ async def update_allocs(
             alloc.task_states[name].CopyFrom(ts)
         if upd.HasField("deployment_status"):
             alloc.deployment_status.CopyFrom(upd.deployment_status)
-        job = await tx.get_job(alloc.namespace, alloc.job_id)
         key = structs.job_key(alloc.namespace, alloc.job_id)
+        if key not in jobs:
+            jobs[key] = await tx.get_job(alloc.namespace, alloc.job_id)
+        job = jobs[key]
+        if structs.alloc_client_terminal(alloc) != structs.alloc_client_terminal(cur):
+            finished.add(key)
         if job is None:
             alloc.desired_status = DesiredStatus.STOP
             alloc.desired_description = "job no longer exists"
@@ -224,11 +230,8 @@ async def update_allocs(
                 tx.put_eval(ev)
                 evals[key] = ev
         tx.put_alloc(alloc, "AllocationUpdated")
-    for ns, job_id in {
-        structs.job_key(u.namespace or "default", stored[u.id].job_id)
-        for u in updates
-        if u.id in stored
-    }:
+    # a job's status only moves when an alloc starts or stops being client-terminal
+    for ns, job_id in finished:
         await refresh_job_status(tx, ns, job_id)
     node = copy_msg(node)
     node.last_alloc_update_index = tx.index

@@ -1,0 +1,327 @@
+"""`python -m bench [--quick] [--only W1,W4,...]` — the benchmark suite of
+perf-anchors §6 (`make bench` runs `--quick`, `make bench-full` the rest).
+
+One embedded PostgreSQL serves the whole run; the baselines and every
+cluster get a database of their own, so each cluster starts empty:
+
+* baselines B1–B5 (before the workloads, and again after, to flag drift);
+* cluster A (5,000 simulated nodes; 500 in --quick): W1, W2, W3, W4, W5 in
+  that order — W4's node failures hit the allocs the earlier ones placed;
+* cluster B: W5b (every node goes down and comes back with workers paused);
+* one more cluster per extra worker count for W6 (W1's shape again; the
+  1-worker figure is W1 itself);
+* M1, the in-process scheduler grid.
+
+Writes `bench/results/<time>-<rev>.json` and `.png`, prints the Markdown
+summary. A workload that fails is recorded with its error and the run goes
+on to the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+
+from bench import baselines, report
+from bench.cluster import BenchCluster, ClusterSpec, postmaster_pid
+from bench.workloads import (
+    FULL,
+    QUICK,
+    Context,
+    Profile,
+    w1_throughput,
+    w2_c1m,
+    w3_big_job,
+    w4_node_failure,
+    w5_eval_storm,
+    w5b_reregister_storm,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = ("B", "W1", "W2", "W3", "W4", "W5", "W5b", "W6", "M1")
+Workload = Callable[[Context], Awaitable[dict[str, Any]]]
+
+
+def say(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def git_rev() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        return out + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    freq = psutil.cpu_freq()
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpu_mhz": round(freq.current) if freq else None,
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+class Suite:
+    def __init__(self, profile: Profile, only: set[str], out_dir: Path) -> None:
+        self.profile = profile
+        self.only = only
+        self.out_dir = out_dir
+        self.tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+        self._pg: Any = None
+        self.admin_dsn = ""
+        self._databases = 0
+        self.run: dict[str, Any] = {
+            "profile": profile.name,
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "git_rev": git_rev(),
+            "machine": machine(),
+            "sizes": {k: v for k, v in vars(profile).items() if not k.startswith("_")},
+            "baselines_before": None,
+            "baselines_after": None,
+            "workloads": {},
+        }
+
+    def wants(self, name: str) -> bool:
+        return not self.only or name in self.only
+
+    # ------------------------------------------------------------ database
+
+    def start_pg(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from corral.pgserver import EmbeddedPostgres
+
+            self._pg = EmbeddedPostgres(self.tmp / "pg", delete_on_stop=True)
+            self.admin_dsn = self._pg.start()
+
+    def new_database(self, label: str) -> str:
+        from corral.pgserver import with_database
+        from services.state.db.migrate import upgrade
+
+        self._databases += 1
+        name = f"bench_{self._databases}_{label}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        dsn = with_database(self.admin_dsn, name)
+        upgrade(dsn)
+        return dsn
+
+    # ------------------------------------------------------------ phases
+
+    def baselines(self, key: str) -> None:
+        say(f"baselines B1-B5 ({key.split('_')[-1]} the workloads)")
+        dsn = self.new_database("baselines")
+        b = asyncio.run(
+            baselines.measure(
+                dsn, seconds=self.profile.baseline_seconds, repeats=self.profile.baseline_repeats
+            )
+        )
+        self.run[key] = b.as_dict()
+
+    def cluster(self, label: str, workers: int = 1) -> BenchCluster:
+        p = self.profile
+        spec = ClusterSpec(nodes=p.nodes, workers=workers, state_args=p.heartbeat_args)
+        say(f"starting cluster {label}: {p.nodes} nodes, {workers} worker process(es)")
+        t0 = time.monotonic()
+        cl = BenchCluster(
+            spec,
+            data_dir=self.tmp / label,
+            dsn=self.new_database(label),
+            postgres_pid=postmaster_pid(self.tmp / "pg"),
+        )
+        cl.start()
+        say(f"cluster {label} ready in {time.monotonic() - t0:.1f}s")
+        return cl
+
+    def workloads(self, cluster_label: str, steps: list[tuple[str, Workload]]) -> None:
+        steps = [(n, w) for n, w in steps if self.wants(n)]
+        if not steps:
+            return
+        try:
+            cl = self.cluster(cluster_label, workers=1)
+        except Exception as exc:
+            for name, _ in steps:
+                self.run["workloads"][name] = {"name": name, "error": f"cluster: {exc}"}
+            return
+        try:
+            asyncio.run(self._steps(cl, steps))
+        finally:
+            cl.stop()
+
+    async def _steps(self, cl: BenchCluster, steps: list[tuple[str, Workload]]) -> None:
+        ctx = Context(cl, self.profile, self.tmp, say)
+        try:
+            for name, fn in steps:
+                say(f"{name} ...")
+                t0 = time.monotonic()
+                try:
+                    result = await fn(ctx)
+                except Exception as exc:
+                    traceback.print_exc()
+                    result = {"name": name, "error": f"{type(exc).__name__}: {exc}"}
+                self.run["workloads"][name] = result
+                say(f"{name} done in {time.monotonic() - t0:.1f}s: {headline(result)}")
+        finally:
+            await ctx.close()
+
+    def w6(self) -> None:
+        if not self.wants("W6"):
+            return
+        by: dict[str, Any] = {}
+        w1 = self.run["workloads"].get("W1")
+        if w1 is not None and "error" not in w1:
+            by["1"] = w1
+        for n in self.profile.w6_workers:
+            if str(n) in by:
+                continue
+            try:
+                cl = self.cluster(f"w6x{n}", workers=n)
+            except Exception as exc:
+                by[str(n)] = {"name": f"W6 x{n}", "error": f"cluster: {exc}"}
+                continue
+            try:
+                result: dict[str, Any] = {}
+
+                async def one(ctx: Context, n: int = n) -> dict[str, Any]:
+                    return await w1_throughput(ctx, prefix=f"w6x{n}")
+
+                asyncio.run(self._steps(cl, [(f"W6 x{n}", one)]))
+                result = self.run["workloads"].pop(f"W6 x{n}")
+                by[str(n)] = result
+            finally:
+                cl.stop()
+        self.run["workloads"]["W6"] = {"name": "worker scaling", "by_workers": by}
+
+    def m1(self) -> None:
+        if not self.wants("M1"):
+            return
+        say("M1 in-process scheduler grid ...")
+        from bench import m1
+
+        try:
+            self.run["m1"] = m1.measure(quick=self.profile.name == "quick")
+        except Exception as exc:
+            traceback.print_exc()
+            self.run["m1"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+    def execute(self) -> int:
+        t0 = time.monotonic()
+        self.start_pg()
+        try:
+            if self.wants("B"):
+                self.baselines("baselines_before")
+            self.workloads(
+                "a",
+                [
+                    ("W1", w1_throughput),
+                    ("W2", w2_c1m),
+                    ("W3", w3_big_job),
+                    ("W4", w4_node_failure),
+                    ("W5", w5_eval_storm),
+                ],
+            )
+            self.workloads("b", [("W5b", w5b_reregister_storm)])
+            self.w6()
+            self.m1()
+            if self.wants("B"):
+                self.baselines("baselines_after")
+        finally:
+            with contextlib.suppress(Exception):
+                self._pg.stop()
+            if not os.environ.get("CORRAL_BENCH_KEEP"):
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        self.run["wall_s"] = round(time.monotonic() - t0, 1)
+        path = report.write_json(self.run, self.out_dir)
+        png = report.plot(self.run, path.with_suffix(".png"))
+        print()
+        print(report.markdown(self.run))
+        say(f"results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        say(f"plot: {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
+        failed = [n for n, w in self.run["workloads"].items() if "error" in w]
+        return 1 if failed else 0
+
+
+def headline(result: dict[str, Any]) -> str:
+    if "error" in result:
+        return f"FAILED {result['error']}"
+    parts = [f"{result.get('placements', 0)} placements"]
+    if result.get("placements_per_s"):
+        parts.append(f"{result['placements_per_s']}/s")
+    lat = result.get("eval_latency_ms") or {}
+    if lat.get("count"):
+        parts.append(f"eval p99 {lat['p99']:.0f} ms")
+    if "replacement_p99_s" in result:
+        parts.append(f"replacement p99 {result['replacement_p99_s']}s")
+    if "scheduler_runs" in result:
+        parts.append(f"{result['scheduler_runs']} scheduler runs")
+    inv = result.get("invariants") or {}
+    if inv and not inv.get("ok"):
+        parts.append(f"{inv.get('count')} INVARIANT VIOLATIONS")
+    return ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="1/10 scale, under 5 minutes")
+    p.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated subset of {','.join(ALL)} (B = the baselines)",
+    )
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory")
+    p.add_argument(
+        "--nodes", type=int, default=0, help="simulated nodes (default: the profile's own)"
+    )
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - set(ALL)
+    if unknown:
+        p.error(f"--only: unknown {', '.join(sorted(unknown))}; choose from {', '.join(ALL)}")
+    profile = QUICK if args.quick else FULL
+    if args.nodes < 0:
+        p.error("--nodes must not be negative")
+    if args.nodes:
+        profile = dataclasses.replace(profile, nodes=args.nodes)
+    suite = Suite(profile, only, Path(args.out))
+    return suite.execute()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
