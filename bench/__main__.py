@@ -8,8 +8,8 @@ cluster get a database of their own, so each cluster starts empty:
 * cluster A (5,000 simulated nodes; 500 in --quick): W1, W2, W3, W4, W5 in
   that order — W4's node failures hit the allocs the earlier ones placed;
 * cluster B: W5b (every node goes down and comes back with workers paused);
-* one more cluster per extra worker count for W6 (W1's shape again; the
-  1-worker figure is W1 itself);
+* one cluster per worker-process count for W6 (W1's shape with 4 loops per
+  process; W1 itself runs one process with the worker's default loops);
 * M1, the in-process scheduler grid.
 
 Writes `bench/results/<time>-<rev>.json` and `.png`, prints the Markdown
@@ -56,6 +56,7 @@ from bench.workloads import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+W6_LOOPS = 4  # perf-anchors §6.2: 1, 2, 4 worker processes x 4 loops
 ALL = ("B", "W1", "W2", "W3", "W4", "W5", "W5b", "W6", "M1")
 Workload = Callable[[Context], Awaitable[dict[str, Any]]]
 
@@ -155,10 +156,13 @@ class Suite:
         )
         self.run[key] = b.as_dict()
 
-    def cluster(self, label: str, workers: int = 1) -> BenchCluster:
+    def cluster(self, label: str, workers: int = 1, loops: int = 0) -> BenchCluster:
         p = self.profile
-        spec = ClusterSpec(nodes=p.nodes, workers=workers, state_args=p.heartbeat_args)
-        say(f"starting cluster {label}: {p.nodes} nodes, {workers} worker process(es)")
+        spec = ClusterSpec(nodes=p.nodes, workers=workers, loops=loops, state_args=p.heartbeat_args)
+        say(
+            f"starting cluster {label}: {p.nodes} nodes, {workers} worker process(es)"
+            + (f" x {loops} loops" if loops else "")
+        )
         t0 = time.monotonic()
         cl = BenchCluster(
             spec,
@@ -205,14 +209,9 @@ class Suite:
         if not self.wants("W6"):
             return
         by: dict[str, Any] = {}
-        w1 = self.run["workloads"].get("W1")
-        if w1 is not None and "error" not in w1:
-            by["1"] = w1
         for n in self.profile.w6_workers:
-            if str(n) in by:
-                continue
             try:
-                cl = self.cluster(f"w6x{n}", workers=n)
+                cl = self.cluster(f"w6x{n}", workers=n, loops=W6_LOOPS)
             except Exception as exc:
                 by[str(n)] = {"name": f"W6 x{n}", "error": f"cluster: {exc}"}
                 continue

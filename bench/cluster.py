@@ -105,7 +105,7 @@ def postmaster_pid(data_dir: Path) -> int | None:
 class ClusterSpec:
     nodes: int = 5000
     workers: int = 1  # worker processes
-    loops: int = 4  # scheduler loops per worker process
+    loops: int = 0  # scheduler loops per worker process (0: the worker's default)
     classes: int = 5
     racks: int = 25
     datacenters: str = "dc1,dc2"
@@ -252,11 +252,8 @@ class BenchCluster:
         for name in current[count:]:
             self._stop_role(name)
         for i in range(len(current), count):
-            self._role(
-                f"worker{i}",
-                "services.worker",
-                ["--num-schedulers", str(self.spec.loops)],
-            )
+            loops = ["--num-schedulers", str(self.spec.loops)] if self.spec.loops else []
+            self._role(f"worker{i}", "services.worker", loops)
 
     def _role(
         self, name: str, module: str, argv: list[str], ready_timeout: float = 90.0

@@ -490,11 +490,18 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
     for label, w in items:
         bits = []
         for key, name in (
+            ("system_allocs", "system allocs"),
+            ("detect_s", "failure to all down s"),
+            ("nodes_down", "nodes down"),
             ("lost_allocs", "lost allocs"),
+            ("replaced", "replaced"),
+            ("replacement_p50_s", "replacement p50 s"),
             ("replacement_p99_s", "replacement p99 s"),
             ("replacement_max_s", "replacement max s"),
             ("scheduler_runs", "scheduler runs"),
             ("evals_cancelled", "evals cancelled"),
+            ("evals_queued", "evals queued while paused"),
+            ("runs_per_job", "runs per job"),
             ("quiescence_s", "quiescence s"),
             ("plans_submitted", "node-plans submitted"),
             ("plans_rejected", "rejected"),

@@ -435,5 +435,5 @@ async def w5b_reregister_storm(ctx: Context) -> dict[str, Any]:
     out["scheduler_runs"] = runs
     out["runs_per_job"] = round(runs / max(1, p.w5b_system_jobs), 2)
     out["evals_cancelled"] = counts.get("canceled", 0)
-    out["drain_s"] = round(quiet - t0, 2)
+    out["quiescence_s"] = round(quiet - t0, 2)  # from the workers' resume
     return out

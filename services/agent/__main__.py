@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from corral import telemetry
-from corral.process import env_flag, new_member_id, register_member_loop, write_ready_file
+from corral.process import env_flag, new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.server import GrpcServer, install_signal_handlers
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, state_pb2
 from services.agent.client import Agent, AgentSettings
@@ -124,6 +124,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     telemetry.setup_logging("agent")
+    tune_gc()
     return asyncio.run(run(args))
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from corral import structs, telemetry
-from corral.process import env_flag, write_ready_file
+from corral.process import env_flag, tune_gc, write_ready_file
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import parse_duration, task_config
@@ -318,6 +318,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     telemetry.setup_logging("sim")
+    tune_gc()
     return asyncio.run(run(args))
 
 

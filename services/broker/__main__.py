@@ -22,7 +22,7 @@ import grpc
 
 from corral import telemetry
 from corral.leader import LeaderElection
-from corral.process import env_flag, new_member_id, register_member_loop, write_ready_file
+from corral.process import env_flag, new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.replica import Replica
 from corral.server import GrpcServer, install_signal_handlers
 from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
@@ -257,6 +257,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     telemetry.setup_logging(ROLE)
+    tune_gc()
     telemetry.setup_tracing("corral-broker")
     return asyncio.run(run(args))
 

@@ -18,6 +18,10 @@ class BrokerSettings:
     failed_followup_jitter: float = 300.0
     reaper_interval: float = 5.0
     cancel_batch_size: int = 728
+    # with more than a batch waiting (an eval storm), the next batch follows
+    # after this pause instead of the next ack or sweep: Nomad waits, and a
+    # 100,000-eval storm then takes 137 sweeps (11 minutes) to write back
+    cancel_backlog_pause: float = 0.25
     # blocked evals whose placement failed on plan conflicts are retried this often
     unblock_failed_interval: float = 60.0
     # the leader's periodic GC core evals (Nomad's eval/job/node GC interval); 0 = off

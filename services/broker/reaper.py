@@ -1,7 +1,8 @@
 """What only the broker leader writes back to the state, in batches:
 
 * cancelable evals (superseded by an acked eval of the same job), paced by
-  acks plus a periodic sweep (seed 000);
+  acks plus a periodic sweep (seed 000), one batch at a time; a backlog
+  larger than a batch drains batch after batch with a short pause;
 * evals that reached the delivery limit: marked failed, with a follow-up
   eval after the failed follow-up delay (Nomad's reapFailedEvaluations);
 * duplicate blocked evals, canceled;
@@ -73,6 +74,10 @@ class Reaper:
             except Exception as exc:
                 log.warning("broker write-back failed (will retry): %s", exc)
                 await asyncio.sleep(1.0)
+                self.wake.set()
+                continue
+            if self.broker.has_cancelable():
+                await asyncio.sleep(self.settings.cancel_backlog_pause)
                 self.wake.set()
 
     async def _flush(self) -> None:

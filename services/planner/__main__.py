@@ -26,7 +26,7 @@ from typing import Any
 
 from corral import telemetry
 from corral.leader import LeaderElection
-from corral.process import env_flag, new_member_id, register_member_loop, write_ready_file
+from corral.process import env_flag, new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.replica import Replica
 from corral.server import GrpcServer, install_signal_handlers
 from corral.v1 import plan_pb2, plan_pb2_grpc, state_pb2
@@ -227,6 +227,7 @@ async def serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     telemetry.setup_logging(ROLE)
+    tune_gc()
     telemetry.setup_tracing("corral-planner")
     return asyncio.run(serve(args))
 

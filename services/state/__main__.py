@@ -15,7 +15,7 @@ import logging
 import sys
 
 from corral import telemetry
-from corral.process import env_flag, write_ready_file
+from corral.process import env_flag, tune_gc, write_ready_file
 from corral.server import install_signal_handlers
 from services.state.app import StateApp, StateSettings
 from services.state.db.migrate import upgrade
@@ -133,6 +133,7 @@ async def serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     telemetry.setup_logging("state")
+    tune_gc()
     telemetry.setup_tracing("corral-state")
     if args.command == "migrate":
         revision = upgrade(args.dsn)

@@ -12,6 +12,7 @@ from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.app_context import StateContext
+from services.state.db.database import WriteTx
 from services.state.db.snapshot import Dump, stream_dump
 from services.state.writes.evals import upsert_evals, validate_evals
 from services.state.writes.fence import require_leader
@@ -75,11 +76,18 @@ class StateServicer(state_pb2_grpc.StateServicer):
         self, request: state_pb2.UpsertEvalsRequest, context: Context
     ) -> state_pb2.WriteResponse:
         validate_evals(request.evals)
-        async with self.ctx.db.write() as tx:
+
+        async def write(tx: WriteTx) -> None:
             if request.leader_id:
                 await require_leader(tx, "broker", request.leader_id)
             await upsert_evals(tx, request.evals)
-        return state_pb2.WriteResponse(index=tx.index)
+
+        done = await self.ctx.batcher.submit(
+            write,
+            evals=[e.id for e in request.evals],
+            jobs={(e.namespace, e.job_id) for e in request.evals},
+        )
+        return state_pb2.WriteResponse(index=done.index)
 
     async def ApplyPlans(
         self, request: state_pb2.ApplyPlansRequest, context: Context

@@ -16,7 +16,7 @@ import sys
 import grpc
 
 from corral import structs, telemetry
-from corral.process import env_flag, new_member_id, register_member_loop, write_ready_file
+from corral.process import env_flag, new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.replica import Replica
 from corral.server import GrpcServer, install_signal_handlers
 from corral.v1 import (
@@ -184,6 +184,7 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     telemetry.setup_logging("worker")
+    tune_gc()
     telemetry.setup_tracing("corral-worker")
     return asyncio.run(run(args))
 

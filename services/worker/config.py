@@ -12,8 +12,16 @@ from corral.structs import SCHEDULER_VERSION, JobType
 MAX_SCHEDULERS = 64
 
 
+#: loops per core by default: a loop spends most of an eval waiting for its
+#: plan to commit and its eval update to be written (measured by bench W1 on
+#: 2 cores: 4 loops 152 placements/s, 16 loops 223/s, 32 loops 219/s)
+LOOPS_PER_CORE = 8
+DEFAULT_MAX_LOOPS = 16
+
+
 def default_num_schedulers() -> int:
-    return os.cpu_count() or 1
+    """Nomad runs one loop per core; ours default to more (see above)."""
+    return min(DEFAULT_MAX_LOOPS, (os.cpu_count() or 1) * LOOPS_PER_CORE)
 
 
 @dataclass

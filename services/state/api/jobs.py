@@ -86,20 +86,23 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
-        async with self.ctx.db.write() as tx:
-            job, ev = await register_job(
+        done = await self.ctx.batcher.submit(
+            lambda tx: register_job(
                 tx,
                 job,
                 enforce_index=request.enforce_index,
                 job_modify_index=request.job_modify_index,
                 eval_priority=request.eval_priority,
                 traceparent=request.traceparent,
-            )
+            ),
+            jobs=[(job.namespace, job.id)],
+        )
+        job, ev = done.value
         return job_pb2.JobRegisterResponse(
             eval_id=ev.id if ev else "",
-            eval_create_index=tx.index if ev else 0,
+            eval_create_index=done.index if ev else 0,
             job_modify_index=job.job_modify_index,
-            index=tx.index,
+            index=done.index,
             version=job.version,
         )
 
@@ -108,19 +111,21 @@ class JobServicer(job_pb2_grpc.JobServicer):
     ) -> job_pb2.JobDeregisterResponse:
         if not request.job_id:
             raise InvalidArgument("job_id", "is required")
-        async with self.ctx.db.write() as tx:
-            job, ev = await deregister_job(
+        done = await self.ctx.batcher.submit(
+            lambda tx: deregister_job(
                 tx,
                 request.namespace,
                 request.job_id,
                 purge=request.purge,
                 traceparent=request.traceparent,
             )
+        )
+        job, ev = done.value
         return job_pb2.JobDeregisterResponse(
             eval_id=ev.id,
-            eval_create_index=tx.index,
+            eval_create_index=done.index,
             job_modify_index=job.job_modify_index,
-            index=tx.index,
+            index=done.index,
         )
 
     async def Scale(
@@ -136,19 +141,21 @@ class JobServicer(job_pb2_grpc.JobServicer):
         if job.type in (JobType.SYSTEM, JobType.SYSBATCH):
             raise FailedPrecondition(f"cannot scale a {job.type} job: it runs one alloc per node")
         tg.count = request.count
-        async with self.ctx.db.write() as tx:
-            job, ev = await register_job(
+        done = await self.ctx.batcher.submit(
+            lambda tx: register_job(
                 tx,
                 job,
                 enforce_index=request.enforce_index,
                 job_modify_index=request.job_modify_index,
                 trigger=Trigger.JOB_SCALING,
             )
+        )
+        job, ev = done.value
         return job_pb2.JobRegisterResponse(
             eval_id=ev.id if ev else "",
-            eval_create_index=tx.index,
+            eval_create_index=done.index,
             job_modify_index=job.job_modify_index,
-            index=tx.index,
+            index=done.index,
             version=job.version,
         )
 

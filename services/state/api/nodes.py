@@ -66,7 +66,9 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self, request: node_pb2.NodeRegisterRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse:
         writes.validate_node(request.node)
-        done = await self.ctx.batcher.submit(lambda tx: writes.register_node(tx, request.node))
+        done = await self.ctx.batcher.submit(
+            lambda tx: writes.register_node(tx, request.node), nodes=[request.node.id]
+        )
         node, evals = done.value
         resp = self._ttl_response(
             eval_ids=[e.id for e in evals],
@@ -120,7 +122,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             done = await self.ctx.batcher.submit(
                 lambda tx: writes.update_status(
                     tx, request.node_id, request.status, secret_id=request.secret_id
-                )
+                ),
+                nodes=[request.node_id],
             )
             node, evals, written = done.value
             index = done.index if written else index
@@ -169,8 +172,13 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
                     f"allocs[{i}].node_id", "all allocs of one update must be on one node"
                 )
             validate.one_of(a.client_status, structs.ClientStatus.ALL, f"allocs[{i}].client_status")
+        snap = self.ctx.feed.snapshot()
+        known = [snap.alloc_by_id(a.id) for a in request.allocs]
         done = await self.ctx.batcher.submit(
-            lambda tx: writes.update_allocs(tx, request.allocs, request.secret_id)
+            lambda tx: writes.update_allocs(tx, request.allocs, request.secret_id),
+            allocs=[a.id for a in request.allocs],
+            nodes=[node_id],
+            jobs={(a.namespace, a.job_id) for a in known if a is not None},
         )
         _, evals = done.value
         return node_pb2.NodeUpdateAllocResponse(index=done.index, eval_ids=[e.id for e in evals])

@@ -32,6 +32,7 @@ from sqlalchemy import Table
 
 from corral.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
+from services.state import metrics
 from services.state.db import models as m
 
 NOTIFY_CHANNEL = "corral_changes"
@@ -206,6 +207,9 @@ class WriteTx:
         self._pending = _Pending()
         self._events: dict[int, list[pb.Event]] = {i: [] for i in indexes}
         self._system_jobs: dict[tuple[str, str], pb.Job] | None = None
+        # reads a transaction may reuse (the index lock keeps them current)
+        self.memo: dict[Any, Any] = {}
+        self._read_cache: dict[str, dict[Any, Any]] = {}
 
     @property
     def change_count(self) -> int:
@@ -407,6 +411,9 @@ class WriteTx:
         found, obj = self._pending.get(table, key)
         if found:
             return obj
+        cached = self._read_cache.get(table)
+        if cached is not None and key in cached:
+            return cached[key]
         rows = await self._fetch(sql, params)
         return cls.FromString(rows[0][0]) if rows else None
 
@@ -453,8 +460,11 @@ class WriteTx:
     async def _many(self, table: str, ids: Sequence[str], cls: type[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         missing: list[str] = []
+        cached = self._read_cache.get(table, {})
         for i in ids:
             found, obj = self._pending.get(table, i)
+            if not found and i in cached:
+                found, obj = True, cached[i]
             if found:
                 if obj is not None:
                     out[i] = obj
@@ -467,6 +477,46 @@ class WriteTx:
             for row in rows:
                 out[row[0]] = cls.FromString(row[1])
         return out
+
+    async def prefetch(
+        self,
+        *,
+        allocs: Iterable[str] = (),
+        nodes: Iterable[str] = (),
+        evals: Iterable[str] = (),
+        jobs: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """Read many rows in one query per table ahead of a batch of small
+        writes, so each write's own lookups cost no round trip. Rows that do
+        not exist are remembered as missing; this transaction's puts still
+        win over what was read."""
+        by_id: tuple[tuple[str, Iterable[str], type[Any]], ...] = (
+            ("allocs", allocs, pb.Allocation),
+            ("nodes", nodes, pb.Node),
+            ("evals", evals, pb.Evaluation),
+        )
+        for table, ids, cls in by_id:
+            wanted = sorted(set(ids) - self._read_cache.get(table, {}).keys())
+            if not wanted:
+                continue
+            cache = self._read_cache.setdefault(table, {})
+            rows = await self._fetch(
+                f"SELECT id, payload FROM {table} WHERE id = ANY(%s)", (wanted,)
+            )
+            found = {r[0]: cls.FromString(r[1]) for r in rows}
+            for i in wanted:
+                cache[i] = found.get(i)
+        keys = sorted({(_ns(ns), job_id) for ns, job_id in jobs})
+        if keys:
+            cache = self._read_cache.setdefault("jobs", {})
+            rows = await self._fetch(
+                "SELECT namespace, id, payload FROM jobs "
+                "WHERE (namespace, id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+                ([k[0] for k in keys], [k[1] for k in keys]),
+            )
+            found_jobs = {(r[0], r[1]): pb.Job.FromString(r[2]) for r in rows}
+            for k in keys:
+                cache[k] = found_jobs.get(k)
 
     async def get_allocs(self, alloc_ids: Sequence[str]) -> dict[str, pb.Allocation]:
         return await self._many("allocs", alloc_ids, pb.Allocation)
@@ -713,16 +763,22 @@ class Database:
         if count < 1:
             raise ValueError("count must be >= 1")
         await self._ensure_open()
-        async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            cur = await conn.execute(
-                "UPDATE index_counter SET value = value + %s WHERE id = 1 RETURNING value", (count,)
-            )
-            row = await cur.fetchone()
-            assert row is not None, "index_counter row missing: run the migrations"
-            last = int(row[0])
-            tx = WriteTx(conn, list(range(last - count + 1, last + 1)))
-            yield tx
-            await tx._flush()
+        asked = time.perf_counter()
+        async with self.pool.connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                cur = await conn.execute(
+                    "UPDATE index_counter SET value = value + %s WHERE id = 1 RETURNING value",
+                    (count,),
+                )
+                row = await cur.fetchone()
+                assert row is not None, "index_counter row missing: run the migrations"
+                locked = time.perf_counter()
+                metrics.WRITE_LOCK_WAIT.observe(locked - asked)
+                last = int(row[0])
+                tx = WriteTx(conn, list(range(last - count + 1, last + 1)))
+                yield tx
+                await tx._flush()
+            metrics.WRITE_HOLD.observe(time.perf_counter() - locked)
 
     @contextlib.asynccontextmanager
     async def read(

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from services.state import metrics
 from services.state.db.database import Database, WriteTx
 
 log = logging.getLogger(__name__)
@@ -50,19 +51,39 @@ class _Failed:
         self.exc = exc
 
 
+@dataclass
+class _Call:
+    op: Op
+    fut: asyncio.Future[Committed[Any]]
+    allocs: tuple[str, ...]
+    nodes: tuple[str, ...]
+    evals: tuple[str, ...]
+    jobs: tuple[tuple[str, str], ...]
+
+
 class WriteBatcher:
     def __init__(self, db: Database, *, max_batch: int = 256) -> None:
         self.db = db
         self.max_batch = max_batch
-        self._queue: list[tuple[Op, asyncio.Future[Committed[Any]]]] = []
+        self._queue: list[_Call] = []
         self._runner: asyncio.Task[None] | None = None
         self.batches = 0
         self.ops = 0
 
-    async def submit(self, op: Callable[[WriteTx], Awaitable[T]]) -> Committed[T]:
-        """Run `op` in the next batch; returns once that batch committed."""
+    async def submit(
+        self,
+        op: Callable[[WriteTx], Awaitable[T]],
+        *,
+        allocs: Iterable[str] = (),
+        nodes: Iterable[str] = (),
+        evals: Iterable[str] = (),
+        jobs: Iterable[tuple[str, str]] = (),
+    ) -> Committed[T]:
+        """Run `op` in the next batch; returns once that batch committed.
+        `allocs`, `nodes`, `evals` and `jobs` name rows `op` will read: the batch reads
+        them for all its operations at once (`WriteTx.prefetch`)."""
         fut: asyncio.Future[Committed[Any]] = asyncio.get_running_loop().create_future()
-        self._queue.append((op, fut))
+        self._queue.append(_Call(op, fut, tuple(allocs), tuple(nodes), tuple(evals), tuple(jobs)))
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name="write-batcher")
         result: Committed[T] = await fut
@@ -72,15 +93,22 @@ class WriteBatcher:
         while self._queue:
             batch = self._queue[: self.max_batch]
             del self._queue[: self.max_batch]
-            batch = [(op, fut) for op, fut in batch if not fut.cancelled()]
+            batch = [c for c in batch if not c.fut.cancelled()]
             if batch:
                 await self._commit(batch)
 
-    async def _commit(self, batch: list[tuple[Op, asyncio.Future[Committed[Any]]]]) -> None:
+    async def _commit(self, batch: list[_Call]) -> None:
         results: list[Any] = []
         try:
             async with self.db.write() as tx:
-                for op, _ in batch:
+                await tx.prefetch(
+                    allocs=[i for c in batch for i in c.allocs],
+                    nodes=[i for c in batch for i in c.nodes],
+                    evals=[i for c in batch for i in c.evals],
+                    jobs=[k for c in batch for k in c.jobs],
+                )
+                for call in batch:
+                    op = call.op
                     before = tx.change_count
                     try:
                         results.append(await op(tx))
@@ -91,15 +119,17 @@ class WriteBatcher:
         except BaseException as exc:
             if len(batch) > 1:
                 log.warning("write batch of %d rolled back: %r", len(batch), exc)
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
+            for call in batch:
+                if not call.fut.done():
+                    call.fut.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise  # cancelled (shutdown): the callers were told above
             return
         self.batches += 1
         self.ops += len(batch)
-        for (_, fut), res in zip(batch, results, strict=True):
+        metrics.BATCH_SIZE.observe(len(batch))
+        for call, res in zip(batch, results, strict=True):
+            fut = call.fut
             if fut.done():
                 continue
             if isinstance(res, _Failed):

@@ -16,14 +16,20 @@ from services.state.db.database import WriteTx
 
 
 async def require_leader(tx: WriteTx, role: str, address: str) -> None:
-    cur = await tx.conn.execute(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.granted "
-        "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
-        (role_lock_id(role),),
-    )
-    row = await cur.fetchone()
-    holder = str(row[0]) if row and row[0] else ""
+    # One look per transaction, made inside the index lock as before: every
+    # write of a batch is fenced against the same reading.
+    key = ("leader", role)
+    holder = tx.memo.get(key)
+    if holder is None:
+        cur = await tx.conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted "
+            "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+            (role_lock_id(role),),
+        )
+        row = await cur.fetchone()
+        holder = str(row[0]) if row and row[0] else ""
+        tx.memo[key] = holder
     if holder != f"{APP_PREFIX}{role}:{address}"[:63]:
         current = holder.split(":", 2)[2] if holder.count(":") >= 2 else "none"
         raise FailedPrecondition(
