@@ -5,6 +5,7 @@ reconnect with max_client_disconnect (seed 003), and a drain."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -155,17 +156,36 @@ async def test_disconnect_keeps_one_of_the_pair_on_reconnect(
     original = running(await allocs(c, "edge"))[0]
     cut = next(n for n in (await nodes(c)).values() if n.id == original.node_id)
     pid = c.procs[cut.name].popen.pid  # type: ignore[union-attr]
+    secret = json.loads((tmp_path / cut.name / "client.json").read_text())["secret_id"]
     os.kill(pid, signal.SIGSTOP)  # the network cut: no heartbeats, no updates
     try:
         await until(lambda: _node_status(c, cut.name, "disconnected"))
         await until(lambda: _status_of(c, "edge", original.id, "unknown"))
         await until(lambda: _count_running(c, "edge", 1))  # the replacement
+        # seed 003: an alloc update sent before the node's heartbeat is refused
+        code = await _update_alloc(c, original, secret)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         os.kill(pid, signal.SIGCONT)  # back: heartbeat, then alloc update (seed 003)
     await until(lambda: _node_status(c, cut.name, "ready"))
+    assert await _update_alloc(c, original, secret) == grpc.StatusCode.OK
     await until(lambda: _pair_resolved(c, "edge"))
     final = await allocs(c, "edge")
     assert len([a for a in final if a.desired_status == "run"]) == 1
+
+
+async def _update_alloc(c: Cluster, alloc: pb.Allocation, secret: str) -> grpc.StatusCode:
+    """What the node's own client would send: its alloc, still running."""
+    upd = pb.Allocation(id=alloc.id, node_id=alloc.node_id, client_status="running")
+    upd.task_states["main"].state = "running"
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        try:
+            await node_pb2_grpc.NodeStub(ch).UpdateAlloc(
+                node_pb2.NodeUpdateAllocRequest(allocs=[upd], secret_id=secret), timeout=10
+            )
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
 
 
 async def _status_of(c: Cluster, job_id: str, alloc_id: str, status: str) -> bool:
