@@ -139,6 +139,9 @@ class SimNode:
                     self.sim.stats.error_codes[exc.code().name] = (
                         self.sim.stats.error_codes.get(exc.code().name, 0) + 1
                     )
+                    # like Nomad's client: retry soon, not a whole half-TTL later
+                    await asyncio.sleep(random.uniform(1.0, min(5.0, max(1.0, self.ttl / 4))))
+                    continue
             await asyncio.sleep(max(0.5, self.ttl / 2 * random.uniform(0.8, 1.0)))
 
     async def _watch(self) -> None:
