@@ -71,3 +71,37 @@ def test_build_from_tables() -> None:
     assert snap.index == 42
     assert snap.table_index("nodes") == 40
     assert [e.id for e in snap.evals_by_job("default", "web")] == ["e1"]
+
+
+def test_an_alloc_updated_by_a_newer_eval_moves_between_eval_indexes() -> None:
+    """An alloc's eval id changes when a later eval updates it in place;
+    several updates and a delete of the same alloc can share one batch."""
+    store = StateStore()
+
+    def alloc(eval_id: str, status: str = "pending") -> pb.Allocation:
+        return pb.Allocation(
+            id="a1",
+            job_id="web",
+            namespace="default",
+            node_id="n1",
+            eval_id=eval_id,
+            client_status=status,
+        )
+
+    def put(a: pb.Allocation, deleted: bool = False) -> pb.Event:
+        return pb.Event(topic=Topic.ALLOCATION, type="x", allocation=a, deleted=deleted)
+
+    store.apply(_batch(1, put(alloc("e1"))))
+    store.apply(_batch(2, put(alloc("e2")), put(alloc("e3", "running"))))
+    snap = store.snapshot()
+    assert snap.allocs_by_eval("e1") == [] and snap.allocs_by_eval("e2") == []
+    assert [a.client_status for a in snap.allocs_by_eval("e3")] == ["running"]
+    assert [a.eval_id for a in snap.allocs_by_node("n1")] == ["e3"]
+    assert [a.eval_id for a in snap.allocs_by_job("default", "web")] == ["e3"]
+
+    store.apply(_batch(3, put(alloc("e4")), put(alloc("e4"), deleted=True)))
+    snap = store.snapshot()
+    assert snap.alloc_by_id("a1") is None
+    assert snap.allocs_by_eval("e3") == [] and snap.allocs_by_eval("e4") == []
+    assert snap.allocs_by_node("n1") == [] and snap.allocs_by_job("default", "web") == []
+    assert "n1" not in snap.allocs_by_node_map
