@@ -5,8 +5,9 @@ One embedded PostgreSQL serves the whole run; the baselines and every
 cluster get a database of their own, so each cluster starts empty:
 
 * baselines B1–B5 (before the workloads, and again after, to flag drift);
-* cluster A (5,000 simulated nodes; 500 in --quick): W1, W2, W3, W4, W5 in
-  that order — W4's node failures hit the allocs the earlier ones placed;
+* cluster A (5,000 simulated nodes; 500 in --quick): N1 (idle heartbeats),
+  W1, W2, W3, W4, W5 in that order — W4's node failures hit the allocs the
+  earlier ones placed;
 * cluster B: W5b (every node goes down and comes back with workers paused);
 * one cluster per worker-process count for W6 (W1's shape with 4 loops per
   process; W1 itself runs one process with the worker's default loops);
@@ -47,6 +48,7 @@ from bench.workloads import (
     QUICK,
     Context,
     Profile,
+    n1_heartbeats,
     w1_throughput,
     w2_c1m,
     w3_big_job,
@@ -57,7 +59,7 @@ from bench.workloads import (
 
 ROOT = Path(__file__).resolve().parent.parent
 W6_LOOPS = 4  # perf-anchors §6.2: 1, 2, 4 worker processes x 4 loops
-ALL = ("B", "W1", "W2", "W3", "W4", "W5", "W5b", "W6", "M1")
+ALL = ("B", "N1", "W1", "W2", "W3", "W4", "W5", "W5b", "W6", "M1")
 Workload = Callable[[Context], Awaitable[dict[str, Any]]]
 
 
@@ -171,7 +173,13 @@ class Suite:
             postgres_pid=postmaster_pid(self.tmp / "pg"),
         )
         cl.start()
-        say(f"cluster {label} ready in {time.monotonic() - t0:.1f}s")
+        ready_s = round(time.monotonic() - t0, 1)
+        self.run.setdefault("clusters", {})[label] = {
+            "nodes": p.nodes,
+            "workers": workers,
+            "ready_s": ready_s,  # start, register every node, every node ready
+        }
+        say(f"cluster {label} ready in {ready_s}s")
         return cl
 
     def workloads(self, cluster_label: str, steps: list[tuple[str, Workload]]) -> None:
@@ -249,6 +257,7 @@ class Suite:
             self.workloads(
                 "a",
                 [
+                    ("N1", n1_heartbeats),
                     ("W1", w1_throughput),
                     ("W2", w2_c1m),
                     ("W3", w3_big_job),

@@ -490,6 +490,10 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
     for label, w in items:
         bits = []
         for key, name in (
+            ("min_ready_nodes", "fewest nodes ready"),
+            ("node_status_changes", "node status changes"),
+            ("state_cpu_share", "state CPU share"),
+            ("sim_cpu_share", "simulator CPU share"),
             ("system_allocs", "system allocs"),
             ("detect_s", "failure to all down s"),
             ("nodes_down", "nodes down"),

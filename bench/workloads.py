@@ -268,6 +268,46 @@ async def check_invariants(ctx: Context) -> dict[str, Any]:
 # ------------------------------------------------------------------ workloads
 
 
+async def n1_heartbeats(ctx: Context) -> dict[str, Any]:
+    """N1: the whole cluster idles while every node heartbeats; no node may
+    leave `ready` (issue 7: 5,000 nodes without flapping). Heartbeats write
+    nothing, so any node row written during the hold is a status change."""
+    p = ctx.profile
+    hold = 60.0 if p.name == "full" else 10.0
+    out: dict[str, Any] = {
+        "name": "heartbeats: every node idle and ready",
+        "params": {"nodes": p.nodes, "hold_s": hold},
+    }
+    with ctx.db() as conn:
+        start = measure.latest_index(conn)
+    ctx.cluster.mark()
+    worst_ready = p.nodes
+    t0 = time.monotonic()
+    with ctx.db() as conn:
+        while time.monotonic() - t0 < hold:
+            ctx.cluster.check_alive()
+            worst_ready = min(worst_ready, measure.node_statuses(conn).get("ready", 0))
+            await asyncio.sleep(1.0)
+        row = conn.execute(
+            "SELECT count(*) FROM nodes WHERE modify_index > %s", (start,)
+        ).fetchone()
+        changed = int(row[0]) if row else 0
+        end = measure.latest_index(conn)
+    elapsed = time.monotonic() - t0
+    out["processes"] = ctx.cluster.process_figures()
+    out["min_ready_nodes"] = worst_ready
+    out["node_status_changes"] = changed
+    out["indexes"] = end - start
+    out["state_cpu_share"] = round(out["processes"]["state"]["cpu_s"] / elapsed, 3)
+    out["sim_cpu_share"] = round(out["processes"]["sim"]["cpu_s"] / elapsed, 3)
+    out["invariants"] = {
+        "ok": changed == 0 and worst_ready == p.nodes,
+        "violations": [] if changed == 0 else [f"{changed} nodes changed status while idle"],
+        "count": changed,
+    }
+    return out
+
+
 async def w1_throughput(ctx: Context, prefix: str = "w1") -> dict[str, Any]:
     """W1: many small service jobs (10 allocs each), 32 registrations in flight."""
     p = ctx.profile
