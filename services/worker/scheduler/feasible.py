@@ -439,6 +439,8 @@ class PropertySet:
         self.cleared: dict[str, int] = {}
         self._combined: dict[str, int] | None = None
         self._bounds: tuple[int, int] | None = None
+        self._placed_cache: dict[str, tuple[tuple[int, str], int]] = {}
+        self._stop_cache: dict[str, tuple[tuple[int, str], int]] = {}
         if not error:
             self._populate_existing()
             self.populate_proposed()
@@ -486,40 +488,73 @@ class PropertySet:
         )
 
     def populate_proposed(self) -> None:
-        """Recount the plan's placements and stops (call before each select)."""
+        """Recount the plan's placements and stops (call before each select).
+
+        Each node's contribution is cached keyed on the plan's per-node
+        fingerprint (length and last element of its placement and stop
+        lists, as `EvalContext.proposed_allocs` does), so a select only
+        re-examines the nodes whose plan entries changed since the last
+        one instead of every alloc in the plan."""
         proposed: dict[str, int] = {}
         cleared: dict[str, int] = {}
         plan = self.ctx.plan
         snap = self.ctx.snapshot
+        placed_cache = self._placed_cache
         for node_id, lst in plan.node_allocation.items():
             v, ok = self._value_of_node_id(node_id)
             if not ok:
                 continue
-            n = 0
-            for a in lst.allocs:
-                if (
-                    a.desired_status not in _TERMINAL_DESIRED
-                    and a.client_status not in _TERMINAL_CLIENT
-                    and self._wanted(a)
-                    and not self._counted_in_existing(a)
-                ):
-                    n += 1
+            allocs = lst.allocs
+            size = len(allocs)
+            fp = (size, allocs[size - 1].id if size else "")
+            hit = placed_cache.get(node_id)
+            if hit is not None and hit[0] == fp:
+                n = hit[1]
+            else:
+                n = 0
+                for a in allocs:
+                    if (
+                        a.desired_status not in _TERMINAL_DESIRED
+                        and a.client_status not in _TERMINAL_CLIENT
+                        and self._wanted(a)
+                        and not self._counted_in_existing(a)
+                    ):
+                        n += 1
+                placed_cache[node_id] = (fp, n)
             if n:
                 key = self.targeted(v)
                 proposed[key] = proposed.get(key, 0) + n
+        stop_cache = self._stop_cache
         for node_id, stops in plan.node_update.items():
             v, ok = self._value_of_node_id(node_id)
             if not ok:
                 continue
-            key = self.targeted(v)
-            for s in stops.stops:
-                old = snap.alloc_by_id(s.alloc_id)
-                if old is not None and self._wanted(old):
-                    cleared[key] = cleared.get(key, 0) + 1
+            entries = stops.stops
+            size = len(entries)
+            fp = (size, entries[size - 1].alloc_id if size else "")
+            hit = stop_cache.get(node_id)
+            if hit is not None and hit[0] == fp:
+                n = hit[1]
+            else:
+                n = 0
+                for s in entries:
+                    old = snap.alloc_by_id(s.alloc_id)
+                    if old is not None and self._wanted(old):
+                        n += 1
+                stop_cache[node_id] = (fp, n)
+            if n:
+                key = self.targeted(v)
+                cleared[key] = cleared.get(key, 0) + n
         self.proposed = proposed
         self.cleared = cleared
         self._combined = None
         self._bounds = None
+
+    def invalidate(self) -> None:
+        """Forget cached per-node plan counts (after editing plan entries in
+        place rather than appending)."""
+        self._placed_cache.clear()
+        self._stop_cache.clear()
 
     def combined_use(self) -> dict[str, int]:
         """existing + proposed − stopped, per (targeted) value."""
