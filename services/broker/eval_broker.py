@@ -378,10 +378,12 @@ class EvalBroker:
             s.total_unacked += 1
             ready, unacked = s.by_scheduler.get(u.eval.type, (0, 0))
             s.by_scheduler[u.eval.type] = (ready, unacked + 1)
+        # every eval pending for one job is of that job's type: count per job,
+        # not per eval (an eval storm leaves 100,000 of them pending)
         for heap in self._pending.values():
-            for entry in heap:
-                t = entry[3].type
-                s.pending_by_scheduler[t] = s.pending_by_scheduler.get(t, 0) + 1
+            if heap:
+                t = heap[0][3].type
+                s.pending_by_scheduler[t] = s.pending_by_scheduler.get(t, 0) + len(heap)
         s.total_pending = sum(s.pending_by_scheduler.values())
         for t in self._waiting_types.values():
             s.waiting_by_scheduler[t] = s.waiting_by_scheduler.get(t, 0) + 1
