@@ -174,19 +174,11 @@ def _set_nested(outer: Map[Any, Any], key: Any, inner_key: Any, value: Any) -> M
     return outer.set(key, inner.set(inner_key, value))
 
 
-def _del_nested(outer: Map[Any, Any], key: Any, inner_key: Any) -> Map[Any, Any]:
-    inner = outer.get(key)
-    if inner is None or inner_key not in inner:
-        return outer
-    inner = inner.delete(inner_key)
-    return outer.set(key, inner) if len(inner) else outer.delete(key)
-
-
 class _NestedChanges:
     """Changes to one two-level index (outer key -> inner key -> object)
     gathered over a change batch and applied with one mutation per touched
-    inner map: a 10,000-alloc plan would otherwise rebuild the job's and the
-    eval's inner maps 10,000 times, one immutable copy per alloc."""
+    inner map: a 10,000-alloc plan would otherwise copy the path to the job's
+    and the eval's inner maps 10,000 times, once per alloc."""
 
     __slots__ = ("changes",)
 
@@ -303,9 +295,9 @@ class StateStore:
         by_job = _NestedChanges()
         by_node = _NestedChanges()
         by_eval = _NestedChanges()
-        by_dc = s.nodes_by_dc_map
-        evals_by_job = s.evals_by_job_map
-        deps_by_job = s.deployments_by_job_map
+        by_dc = _NestedChanges()
+        evals_by_job = _NestedChanges()
+        deps_by_job = _NestedChanges()
         touched: set[str] = set()
 
         for ev in batch.events:
@@ -356,31 +348,31 @@ class StateStore:
                 if ev.deleted:
                     if e.id in evals:
                         del evals[e.id]
-                        evals_by_job = _del_nested(evals_by_job, jkey, e.id)
+                        evals_by_job.delete(jkey, e.id)
                     continue
                 evals[e.id] = e
-                evals_by_job = _set_nested(evals_by_job, jkey, e.id, e)
+                evals_by_job.set(jkey, e.id, e)
             elif kind == "node":
                 n = ev.node
                 old_node = nodes.get(n.id)
                 if old_node is not None and (ev.deleted or old_node.datacenter != n.datacenter):
-                    by_dc = _del_nested(by_dc, old_node.datacenter, n.id)
+                    by_dc.delete(old_node.datacenter, n.id)
                 if ev.deleted:
                     if n.id in nodes:
                         del nodes[n.id]
                     continue
                 nodes[n.id] = n
-                by_dc = _set_nested(by_dc, n.datacenter, n.id, n)
+                by_dc.set(n.datacenter, n.id, n)
             elif kind == "deployment":
                 d = ev.deployment
                 jkey = _jk(d.namespace, d.job_id)
                 if ev.deleted:
                     if d.id in deployments:
                         del deployments[d.id]
-                        deps_by_job = _del_nested(deps_by_job, jkey, d.id)
+                        deps_by_job.delete(jkey, d.id)
                     continue
                 deployments[d.id] = d
-                deps_by_job = _set_nested(deps_by_job, jkey, d.id, d)
+                deps_by_job.set(jkey, d.id, d)
             elif kind == "job_summary":
                 js = ev.job_summary
                 key = _jk(js.namespace, js.job_id)
@@ -415,8 +407,8 @@ class StateStore:
             allocs_by_job_map=by_job.apply(s.allocs_by_job_map),
             allocs_by_node_map=by_node.apply(s.allocs_by_node_map),
             allocs_by_eval_map=by_eval.apply(s.allocs_by_eval_map),
-            nodes_by_dc_map=by_dc,
-            evals_by_job_map=evals_by_job,
-            deployments_by_job_map=deps_by_job,
+            nodes_by_dc_map=by_dc.apply(s.nodes_by_dc_map),
+            evals_by_job_map=evals_by_job.apply(s.evals_by_job_map),
+            deployments_by_job_map=deps_by_job.apply(s.deployments_by_job_map),
         )
         return self._snap
