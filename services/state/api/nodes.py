@@ -56,8 +56,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self.heartbeats = heartbeats
         self.leader_address = leader_address
 
-    def _ttl_response(self, **kw: Any) -> node_pb2.NodeUpdateResponse:
-        ttl = self.heartbeats.ttl()
+    def _ttl_response(self, ttl: float | None = None, **kw: Any) -> node_pb2.NodeUpdateResponse:
+        ttl = self.heartbeats.ttl() if ttl is None else ttl
         return node_pb2.NodeUpdateResponse(
             heartbeat_ttl_ms=int(ttl * 1000), num_nodes=len(self.ctx.feed.snapshot().nodes), **kw
         )
@@ -112,13 +112,14 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         if stored is None:
             raise NotFound(f"node {request.node_id} not found: register it first")
         writes.check_secret(stored, request.secret_id)
-        if stored.status != NodeStatus.DOWN:
-            # the call itself proves the node alive, however long the write
-            # below waits for its batch
-            self.heartbeats.reset(stored.id, self.heartbeats.ttl())
+        ttl = self.heartbeats.ttl()
         index = snap.index
         evals: list[pb.Evaluation] = []
         if stored.status != request.status:
+            if stored.status != NodeStatus.DOWN:
+                # the call itself proves the node alive, however long the
+                # write below waits for its batch
+                self.heartbeats.reset(stored.id, ttl)
             done = await self.ctx.batcher.submit(
                 lambda tx: writes.update_status(
                     tx, request.node_id, request.status, secret_id=request.secret_id
@@ -129,13 +130,14 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             index = done.index if written else index
             stored = node
         resp = self._ttl_response(
+            ttl,
             eval_ids=[e.id for e in evals],
             eval_create_index=index if evals else 0,
             node_modify_index=stored.modify_index,
             index=index,
         )
         if stored.status != NodeStatus.DOWN:
-            self.heartbeats.reset(stored.id, resp.heartbeat_ttl_ms / 1000)
+            self.heartbeats.reset(stored.id, ttl)
         else:
             self.heartbeats.forget(stored.id)
         return resp
