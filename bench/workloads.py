@@ -22,7 +22,7 @@ import psycopg
 from bench import jobs, measure
 from bench.cluster import BenchCluster
 from bench.profiler import Profiler
-from bench.report import percentiles
+from bench.report import percentiles, steady_rate
 from corral import invariants
 from corral.v1 import (
     eval_pb2,
@@ -250,8 +250,6 @@ class Window:
             }
         )
         out["commits_per_eval"] = round(out["indexes"] / evals, 2) if evals else 0.0
-        from bench.report import steady_rate
-
         out["steady_placements_per_s"] = round(steady_rate(out["timeline"]), 1)
         cpu = sum(f["cpu_s"] for name, f in out["processes"].items() if name != "sim")
         out["cpu_ms_per_placement"] = round(cpu * 1000 / p.count, 3) if p.count else 0.0
