@@ -23,26 +23,27 @@ _sym_db = _symbol_database.Default()
 
 
 from corral.v1 import structs_pb2 as corral_dot_v1_dot_structs__pb2
+from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 from corral.v1 import state_pb2 as corral_dot_v1_dot_state__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63orral/v1/operator.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/state.proto\"\"\n SchedulerGetConfigurationRequest\"h\n SchedulerSetConfigurationRequest\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0b\n\x03\x63\x61s\x18\x02 \x01(\x08\"y\n\x1eSchedulerConfigurationResponse\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0f\n\x07updated\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\"\x1e\n\x0eMembersRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\"5\n\x0fMembersResponse\x12\"\n\x07members\x18\x01 \x03(\x0b\x32\x11.corral.v1.Member2\xb6\x02\n\x08Operator\x12s\n\x19SchedulerGetConfiguration\x12+.corral.v1.SchedulerGetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12s\n\x19SchedulerSetConfiguration\x12+.corral.v1.SchedulerSetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12@\n\x07Members\x12\x19.corral.v1.MembersRequest\x1a\x1a.corral.v1.MembersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63orral/v1/operator.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\x1a\x15\x63orral/v1/state.proto\"J\n SchedulerGetConfigurationRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"h\n SchedulerSetConfigurationRequest\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0b\n\x03\x63\x61s\x18\x02 \x01(\x08\"y\n\x1eSchedulerConfigurationResponse\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0f\n\x07updated\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\"\x1e\n\x0eMembersRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\"5\n\x0fMembersResponse\x12\"\n\x07members\x18\x01 \x03(\x0b\x32\x11.corral.v1.Member2\xb6\x02\n\x08Operator\x12s\n\x19SchedulerGetConfiguration\x12+.corral.v1.SchedulerGetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12s\n\x19SchedulerSetConfiguration\x12+.corral.v1.SchedulerSetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12@\n\x07Members\x12\x19.corral.v1.MembersRequest\x1a\x1a.corral.v1.MembersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.operator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SCHEDULERGETCONFIGURATIONREQUEST']._serialized_start=87
-  _globals['_SCHEDULERGETCONFIGURATIONREQUEST']._serialized_end=121
-  _globals['_SCHEDULERSETCONFIGURATIONREQUEST']._serialized_start=123
-  _globals['_SCHEDULERSETCONFIGURATIONREQUEST']._serialized_end=227
-  _globals['_SCHEDULERCONFIGURATIONRESPONSE']._serialized_start=229
-  _globals['_SCHEDULERCONFIGURATIONRESPONSE']._serialized_end=350
-  _globals['_MEMBERSREQUEST']._serialized_start=352
-  _globals['_MEMBERSREQUEST']._serialized_end=382
-  _globals['_MEMBERSRESPONSE']._serialized_start=384
-  _globals['_MEMBERSRESPONSE']._serialized_end=437
-  _globals['_OPERATOR']._serialized_start=440
-  _globals['_OPERATOR']._serialized_end=750
+  _globals['_SCHEDULERGETCONFIGURATIONREQUEST']._serialized_start=110
+  _globals['_SCHEDULERGETCONFIGURATIONREQUEST']._serialized_end=184
+  _globals['_SCHEDULERSETCONFIGURATIONREQUEST']._serialized_start=186
+  _globals['_SCHEDULERSETCONFIGURATIONREQUEST']._serialized_end=290
+  _globals['_SCHEDULERCONFIGURATIONRESPONSE']._serialized_start=292
+  _globals['_SCHEDULERCONFIGURATIONRESPONSE']._serialized_end=413
+  _globals['_MEMBERSREQUEST']._serialized_start=415
+  _globals['_MEMBERSREQUEST']._serialized_end=445
+  _globals['_MEMBERSRESPONSE']._serialized_start=447
+  _globals['_MEMBERSRESPONSE']._serialized_end=500
+  _globals['_OPERATOR']._serialized_start=503
+  _globals['_OPERATOR']._serialized_end=813
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ the control plane.
 """
 
 from collections import abc as _abc
+from corral.v1 import query_pb2 as _query_pb2
 from corral.v1 import state_pb2 as _state_pb2
 from corral.v1 import structs_pb2 as _structs_pb2
 from google.protobuf import descriptor as _descriptor
@@ -26,12 +27,19 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class SchedulerGetConfigurationRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryOptions:
+        """min_index/wait_ms block until the configuration changes"""
+
     def __init__(
         self,
+        *,
+        query: _query_pb2.QueryOptions | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

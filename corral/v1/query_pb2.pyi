@@ -29,8 +29,10 @@ class QueryOptions(_message.Message):
     NEXT_TOKEN_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     min_index: _builtins.int
-    """Blocking query: do not answer until the state index is > min_index or
-    wait_ms has passed (default 5 min, at most 10 min).
+    """Blocking query: do not answer until the index of the tables the read
+    covers is > min_index or wait_ms has passed (default 5 min, at most 10
+    min). To read at least what a write that returned index N wrote, from
+    any state process, pass min_index = N - 1 (docs/consistency.md).
     """
     wait_ms: _builtins.int
     prefix: _builtins.str

@@ -1,13 +1,21 @@
 """What every handler of the state service shares: the database, the
-batcher that coalesces small node writes, the change feed (with its local
-copy of the state) and the shutdown signal."""
+batcher that coalesces small writes, the change feed (with its local copy of
+the state) and the shutdown signal.
+
+Handlers write through `write()` or `batcher.submit()`, never
+`db.write()` directly: both return only once the feed holds the index the
+write committed at, which is what makes every read on this process reflect
+every write it acknowledged (read-your-writes, docs/consistency.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from services.state.db.database import Database
+from services.state.db.database import Database, WriteTx
 from services.state.feed import ChangeFeed
 from services.state.writes.batch import WriteBatcher
 
@@ -22,4 +30,11 @@ class StateContext:
     batcher: WriteBatcher = field(init=False)
 
     def __post_init__(self) -> None:
-        self.batcher = WriteBatcher(self.db)
+        self.batcher = WriteBatcher(self.db, visible=self.feed.wait_visible)
+
+    @contextlib.asynccontextmanager
+    async def write(self, count: int = 1) -> AsyncIterator[WriteTx]:
+        """`Database.write`, returning once this process's state shows it."""
+        async with self.db.write(count) as tx:
+            yield tx
+        await self.feed.wait_visible(tx.index)

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from corral.errors import OutOfRange
+from corral.errors import OutOfRange, Unavailable
 from corral.store import StateSnapshot, StateStore
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import NOTIFY_CHANNEL, Database
@@ -28,6 +28,7 @@ from services.state.db.snapshot import load_dump
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000
+VISIBLE_TIMEOUT_S = 30.0
 
 
 class ChangeFeed:
@@ -43,6 +44,7 @@ class ChangeFeed:
         # blocking client queries wait per node: a write wakes only the nodes
         # whose allocs it touched, not every waiting client
         self._node_waiters: dict[str, asyncio.Event] = {}
+        db.on_commit = self.committed
 
     @property
     def index(self) -> int:
@@ -112,23 +114,61 @@ class ChangeFeed:
 
     async def _catch_up(self) -> None:
         while True:
-            last = self.store.index
-            batches = await self.db.read_log(last, READ_BATCH)
-            if not batches:
-                return
-            if batches[0].index != last + 1:
+            batches = await self.db.read_log(self.store.index, READ_BATCH)
+            # this process's own commits may have been applied meanwhile (committed())
+            fresh = [b for b in batches if b.index > self.store.index]
+            if not fresh:
+                if len(batches) < READ_BATCH:
+                    return
+                continue
+            if fresh[0].index != self.store.index + 1:
                 # The log was truncated past us (we were down a long time): reload.
-                log.warning("change log truncated past index %d; reloading state", last)
+                log.warning("change log truncated past index %d; reloading state", self.index)
                 await self._bootstrap()
                 self._signal_advance()
                 continue
-            for batch in batches:
-                self.store.apply(batch)
-                self._ring.append(batch)
-                self._wake_nodes(batch)
-            self._signal_advance()
+            self._apply(fresh)
             if len(batches) < READ_BATCH:
                 return
+
+    def _apply(self, batches: list[pb.ChangeBatch]) -> None:
+        for batch in batches:
+            self.store.apply(batch)
+            self._ring.append(batch)
+            self._wake_nodes(batch)
+        self._signal_advance()
+
+    def committed(self, batches: list[pb.ChangeBatch]) -> None:
+        """This process just committed `batches` (Database.on_commit).
+
+        When they follow the local state directly they are applied at once,
+        so the write's caller reads them without waiting for the NOTIFY
+        round trip; otherwise another process committed in between and the
+        reader is woken to fetch the gap (and these) from the log.
+        """
+        if batches and batches[0].index == self.store.index + 1 and self._ready.is_set():
+            self._apply(batches)
+        elif batches and batches[-1].index > self.store.index:
+            self._wake.set()
+
+    async def wait_visible(self, index: int, timeout: float = VISIBLE_TIMEOUT_S) -> None:
+        """Read-your-writes: return once the local state holds `index`.
+
+        A write RPC calls this before it answers with `index`, so every read
+        on this process afterwards reflects the write. It wakes on the feed,
+        never polls; if the feed cannot catch up in `timeout` (the database
+        is unreachable) the caller is told UNAVAILABLE rather than answered
+        with a state that does not yet show its own write.
+        """
+        if self.store.index >= index:
+            return
+        try:
+            await self.wait_for_index(index, timeout)
+        except TimeoutError:
+            raise Unavailable(
+                f"write committed at index {index}, but this state process is still at "
+                f"index {self.store.index}; read with query.min_index = {index - 1}"
+            ) from None
 
     def _wake_nodes(self, batch: pb.ChangeBatch) -> None:
         if not self._node_waiters:

@@ -180,7 +180,7 @@ class Drainer:
         if strategy.ignore_system_jobs:
             live = [a for a in live if a.job_type not in (JobType.SYSTEM, JobType.SYSBATCH)]
         if not live:
-            async with self.ctx.db.write() as tx:
+            async with self.ctx.write() as tx:
                 await set_drain(tx, node.id, None, mark_eligible=False)
             log.info("node %s drain complete", node.id, extra={"node_id": node.id})
             return
@@ -206,7 +206,7 @@ class Drainer:
             to_mark.extend(waiting[: max(0, limit - in_flight)])
         if not to_mark:
             return
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             jobs: dict[tuple[str, str], pb.Job] = {}
             for a in to_mark:
                 cur = (await tx.get_allocs([a.id])).get(a.id)

@@ -93,7 +93,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
         self, request: state_pb2.ApplyPlansRequest, context: Context
     ) -> state_pb2.ApplyPlansResponse:
         validate_plans(request.plans)
-        async with self.ctx.db.write(count=len(request.plans)) as tx:
+        async with self.ctx.write(count=len(request.plans)) as tx:
             if request.leader_id:
                 await require_leader(tx, "planner", request.leader_id)
             indexes = await apply_plans(tx, request.plans)
@@ -107,7 +107,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
             validate.require_id(t.alloc_id, f"transitions[{i}].alloc_id")
         if request.evals:
             validate_evals(request.evals)
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             allocs = await tx.get_allocs([t.alloc_id for t in request.transitions])
             for t in request.transitions:
                 cur = allocs.get(t.alloc_id)
@@ -128,7 +128,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
             validate.deployment(d, f"deployments[{i}]")
         if request.evals:
             validate_evals(request.evals)
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             for d in request.deployments:
                 d = structs.copy_msg(d)
                 old = await tx.get_deployment(d.id)
@@ -151,7 +151,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
         validate.batch_size(total, "garbage")
         for i, ref in enumerate(request.jobs):
             validate.require_id(ref.job_id, f"jobs[{i}].job_id")
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             for ev in (await tx.get_evals(list(request.eval_ids))).values():
                 tx.delete_eval(ev)
             for alloc in (await tx.get_allocs(list(request.alloc_ids))).values():

@@ -24,7 +24,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
         self, request: alloc_pb2.AllocListRequest, context: Context
     ) -> alloc_pb2.AllocListResponse:
         snap = await query.snapshot_for(self.ctx, request.query, TABLES)
-        if request.job_id:
+        if request.job_id and request.query.namespace != "*":
             candidates = snap.allocs_by_job(request.query.namespace or "default", request.job_id)
         elif request.node_id:
             candidates = snap.allocs_by_node(request.node_id)
@@ -34,6 +34,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
             a
             for a in candidates
             if query.namespace_matches(request.query, a.namespace)
+            and (not request.job_id or a.job_id == request.job_id)
             and a.id.startswith(request.query.prefix)
             and (not request.node_id or a.node_id == request.node_id)
             and (not request.client_status or a.client_status == request.client_status)
@@ -57,7 +58,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
         the scheduler stops it and places a replacement."""
         snap = self.ctx.feed.snapshot()
         alloc_id = query.resolve_prefix(list(snap.allocs.keys()), request.alloc_id, "alloc")
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             alloc = (await tx.get_allocs([alloc_id])).get(alloc_id)
             if alloc is None:
                 raise NotFound(f"alloc {alloc_id!r} not found")

@@ -9,13 +9,19 @@ import grpc
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from corral.server import GrpcServer
 from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, JobType, Trigger, copy_msg, task_group
+from corral.structs import ClientStatus, DesiredStatus
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.api import query
 from services.state.app_context import StateContext
 from services.state.writes.job_diff import job_diff
-from services.state.writes.jobs import canonicalize, deregister_job, register_job, validate_job
+from services.state.writes.jobs import (
+    canonicalize,
+    deregister_job,
+    register_job,
+    scale_job,
+    validate_job,
+)
 
 Context = Any
 JOB_TABLES = ("jobs",)
@@ -133,27 +139,25 @@ class JobServicer(job_pb2_grpc.JobServicer):
     ) -> job_pb2.JobRegisterResponse:
         if request.count < 0:
             raise InvalidArgument("count", "must not be negative")
-        snap = self.ctx.feed.snapshot()
-        job = copy_msg(self._job(snap, request.job_id, request.namespace))
-        tg = task_group(job, request.group)
-        if tg is None:
-            raise NotFound(f"task group {request.group!r} not found in job {job.id!r}")
-        if job.type in (JobType.SYSTEM, JobType.SYSBATCH):
-            raise FailedPrecondition(f"cannot scale a {job.type} job: it runs one alloc per node")
-        tg.count = request.count
+        if not request.job_id:
+            raise InvalidArgument("job_id", "is required")
+        namespace = request.namespace or "default"
         done = await self.ctx.batcher.submit(
-            lambda tx: register_job(
+            lambda tx: scale_job(
                 tx,
-                job,
+                namespace,
+                request.job_id,
+                request.group,
+                request.count,
                 enforce_index=request.enforce_index,
                 job_modify_index=request.job_modify_index,
-                trigger=Trigger.JOB_SCALING,
-            )
+            ),
+            jobs=[(namespace, request.job_id)],
         )
         job, ev = done.value
         return job_pb2.JobRegisterResponse(
             eval_id=ev.id if ev else "",
-            eval_create_index=done.index,
+            eval_create_index=done.index if ev else 0,
             job_modify_index=job.job_modify_index,
             index=done.index,
             version=job.version,

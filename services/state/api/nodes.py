@@ -84,7 +84,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self, request: node_pb2.NodeDeregisterRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse:
         validate.require_id(request.node_id, "node_id")
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             node = await tx.get_node(request.node_id)
             if node is None:
                 raise NotFound(f"node {request.node_id} not found")
@@ -104,42 +104,35 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             forwarded = await self._forward(request)
             if forwarded is not None:
                 return forwarded
-        snap = self.ctx.feed.snapshot()
-        stored = snap.node_by_id(request.node_id)
-        if stored is None:
-            # registered a moment ago and the feed has not applied it yet
-            stored = await self.ctx.db.get_node(request.node_id)
-        if stored is None:
-            raise NotFound(f"node {request.node_id} not found: register it first")
-        writes.check_secret(stored, request.secret_id)
+        # The status decision is taken inside the write transaction on the
+        # committed row, never on the local snapshot: a burst of changes for
+        # one node must each be written (or found to change nothing) against
+        # the newest state. A heartbeat that changes nothing is rolled back
+        # and answers with the current index.
+        seen = self.ctx.feed.snapshot().node_by_id(request.node_id)
         ttl = self.heartbeats.ttl()
-        index = snap.index
-        evals: list[pb.Evaluation] = []
-        if stored.status != request.status:
-            if stored.status != NodeStatus.DOWN:
-                # the call itself proves the node alive, however long the
-                # write below waits for its batch
-                self.heartbeats.reset(stored.id, ttl)
-            done = await self.ctx.batcher.submit(
-                lambda tx: writes.update_status(
-                    tx, request.node_id, request.status, secret_id=request.secret_id
-                ),
-                nodes=[request.node_id],
-            )
-            node, evals, written = done.value
-            index = done.index if written else index
-            stored = node
+        if seen is not None and seen.status != NodeStatus.DOWN:
+            writes.check_secret(seen, request.secret_id)
+            # the call itself proves the node alive, however long its batch waits
+            self.heartbeats.reset(seen.id, ttl)
+        done = await self.ctx.batcher.submit(
+            lambda tx: writes.update_status(
+                tx, request.node_id, request.status, secret_id=request.secret_id
+            ),
+            nodes=[request.node_id],
+        )
+        node, evals, _ = done.value
         resp = self._ttl_response(
             ttl,
             eval_ids=[e.id for e in evals],
-            eval_create_index=index if evals else 0,
-            node_modify_index=stored.modify_index,
-            index=index,
+            eval_create_index=done.index if evals else 0,
+            node_modify_index=node.modify_index,
+            index=done.index,
         )
-        if stored.status != NodeStatus.DOWN:
-            self.heartbeats.reset(stored.id, ttl)
-        else:
-            self.heartbeats.forget(stored.id)
+        if node.status == NodeStatus.DOWN:
+            self.heartbeats.forget(node.id)
+        elif seen is None or seen.status == NodeStatus.DOWN:
+            self.heartbeats.reset(node.id, ttl)  # not reset above
         return resp
 
     async def _forward(
@@ -155,9 +148,11 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
                     request, timeout=10
                 )
                 resp.leader_address = leader
-                return resp
         except grpc.aio.AioRpcError:
             return None
+        # the caller reads from this process next: it must show the leader's write
+        await self.ctx.feed.wait_visible(resp.index)
+        return resp
 
     async def UpdateAlloc(
         self, request: node_pb2.NodeUpdateAllocRequest, context: Context
@@ -266,7 +261,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         snap = self.ctx.feed.snapshot()
         node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
         strategy = request.drain_strategy if request.HasField("drain_strategy") else None
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             await writes.set_drain(tx, node_id, strategy, request.mark_eligible)
         return node_pb2.NodeUpdateResponse(index=tx.index, node_modify_index=tx.index)
 
@@ -275,7 +270,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
     ) -> node_pb2.NodeUpdateResponse:
         snap = self.ctx.feed.snapshot()
         node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             _, evals = await writes.set_eligibility(tx, node_id, request.eligibility)
         return node_pb2.NodeUpdateResponse(
             index=tx.index, node_modify_index=tx.index, eval_ids=[e.id for e in evals]

@@ -9,9 +9,11 @@ from corral.structs import SchedulerAlgorithm
 from corral.v1 import operator_pb2, operator_pb2_grpc, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
+from services.state.api import query
 from services.state.app_context import StateContext
 
 Context = Any
+TABLES = ("scheduler_config",)
 
 
 def default_config() -> pb.SchedulerConfiguration:
@@ -26,15 +28,14 @@ class OperatorServicer(operator_pb2_grpc.OperatorServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
 
-    def _current(self) -> pb.SchedulerConfiguration:
-        cfg = self.ctx.feed.snapshot().scheduler_config
-        return cfg if cfg.modify_index else default_config()
-
     async def SchedulerGetConfiguration(
         self, request: operator_pb2.SchedulerGetConfigurationRequest, context: Context
     ) -> operator_pb2.SchedulerConfigurationResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        cfg = snap.scheduler_config
         return operator_pb2.SchedulerConfigurationResponse(
-            config=self._current(), index=self.ctx.feed.index
+            config=cfg if cfg.modify_index else default_config(),
+            index=query.table_index(snap, TABLES),
         )
 
     async def SchedulerSetConfiguration(
@@ -48,7 +49,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServicer):
             (SchedulerAlgorithm.BINPACK, SchedulerAlgorithm.SPREAD),
             "config.scheduler_algorithm",
         )
-        async with self.ctx.db.write() as tx:
+        async with self.ctx.write() as tx:
             current = await tx.get_scheduler_config()
             if request.cas and current.modify_index != request.config.modify_index:
                 return operator_pb2.SchedulerConfigurationResponse(

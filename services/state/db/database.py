@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import Table
 
+from corral.store import TOPIC_TABLE
 from corral.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
@@ -49,15 +50,6 @@ _T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
 _T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
 
 #: table name (as in table_indexes and StateSnapshot.table_index) per topic
-TOPIC_TABLE = {
-    Topic.JOB: "jobs",
-    Topic.EVALUATION: "evals",
-    Topic.ALLOCATION: "allocs",
-    Topic.NODE: "nodes",
-    Topic.DEPLOYMENT: "deployments",
-    Topic.OPERATOR: "scheduler_config",
-    Topic.JOB_SUMMARY: "job_summary",
-}
 
 
 def _ns(namespace: str) -> str:
@@ -210,6 +202,8 @@ class WriteTx:
         # reads a transaction may reuse (the index lock keeps them current)
         self.memo: dict[Any, Any] = {}
         self._read_cache: dict[str, dict[Any, Any]] = {}
+        self.committed = True  # false once rolled back for recording no change
+        self.batches: list[pb.ChangeBatch] = []  # what the commit appended to the change log
 
     @property
     def change_count(self) -> int:
@@ -673,6 +667,7 @@ class WriteTx:
                 if table_name is not None:
                     touched[table_name] = at
             batch = pb.ChangeBatch(index=at, time=self.now, events=events)
+            self.batches.append(batch)
             log_rows.append((at, batch.SerializeToString()))
         await self.conn.execute(
             "INSERT INTO change_log (index, payload) SELECT * FROM unnest(%b::int8[], %b::bytea[])",
@@ -746,6 +741,7 @@ class Database:
             dsn, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}
         )
         self._opened = False
+        self.on_commit: Callable[[list[pb.ChangeBatch]], None] | None = None
 
     async def _ensure_open(self) -> None:
         if not self._opened:
@@ -759,7 +755,15 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def write(self, count: int = 1) -> AsyncIterator[WriteTx]:
-        """An indexed write transaction taking `count` consecutive indexes."""
+        """An indexed write transaction taking `count` consecutive indexes.
+
+        A single-index transaction that records no change is rolled back,
+        counter included: a write that decides there is nothing to do (or
+        whose every batched call failed) consumes no index and adds no
+        change-log row, and reports the current index as `tx.index` with
+        `tx.committed` false. The committed `ChangeBatch`es go to
+        `on_commit` (the process's own change feed) straight after COMMIT.
+        """
         if count < 1:
             raise ValueError("count must be >= 1")
         await self._ensure_open()
@@ -777,8 +781,14 @@ class Database:
                 last = int(row[0])
                 tx = WriteTx(conn, list(range(last - count + 1, last + 1)))
                 yield tx
+                if count == 1 and tx.change_count == 0:
+                    tx.committed = False
+                    tx.index = last - 1  # the newest committed index (we hold its lock)
+                    raise psycopg.Rollback()
                 await tx._flush()
             metrics.WRITE_HOLD.observe(time.perf_counter() - locked)
+        if tx.committed and self.on_commit is not None:
+            self.on_commit(tx.batches)
 
     @contextlib.asynccontextmanager
     async def read(

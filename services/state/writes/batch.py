@@ -61,9 +61,17 @@ class _Call:
     jobs: tuple[tuple[str, str], ...]
 
 
+Visible = Callable[[int], Awaitable[None]]
+
+
+async def _no_wait(index: int) -> None:
+    return None
+
+
 class WriteBatcher:
-    def __init__(self, db: Database, *, max_batch: int = 256) -> None:
+    def __init__(self, db: Database, *, max_batch: int = 256, visible: Visible = _no_wait) -> None:
         self.db = db
+        self.visible = visible  # waits until the local state holds an index
         self.max_batch = max_batch
         self._queue: list[_Call] = []
         self._runner: asyncio.Task[None] | None = None
@@ -81,12 +89,15 @@ class WriteBatcher:
     ) -> Committed[T]:
         """Run `op` in the next batch; returns once that batch committed.
         `allocs`, `nodes`, `evals` and `jobs` name rows `op` will read: the batch reads
-        them for all its operations at once (`WriteTx.prefetch`)."""
+        them for all its operations at once (`WriteTx.prefetch`). The returned
+        index is already `visible` on this process (read-your-writes); a batch
+        that changed nothing returns the current index without consuming one."""
         fut: asyncio.Future[Committed[Any]] = asyncio.get_running_loop().create_future()
         self._queue.append(_Call(op, fut, tuple(allocs), tuple(nodes), tuple(evals), tuple(jobs)))
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name="write-batcher")
         result: Committed[T] = await fut
+        await self.visible(result.index)
         return result
 
     async def _run(self) -> None:

@@ -203,6 +203,36 @@ async def register_job(
     return job, ev
 
 
+async def scale_job(
+    tx: WriteTx,
+    namespace: str,
+    job_id: str,
+    group: str,
+    count: int,
+    *,
+    enforce_index: bool = False,
+    job_modify_index: int = 0,
+) -> tuple[pb.Job, pb.Evaluation | None]:
+    """Set one task group's count on the newest committed job (Job.Scale)."""
+    current = await tx.get_job(namespace, job_id)
+    if current is None:
+        raise NotFound(f"job {job_id!r} not found")
+    if current.type in (JobType.SYSTEM, JobType.SYSBATCH):
+        raise FailedPrecondition(f"cannot scale a {current.type} job: it runs one alloc per node")
+    job = copy_msg(current)
+    tg = structs.task_group(job, group)
+    if tg is None:
+        raise NotFound(f"task group {group!r} not found in job {job_id!r}")
+    tg.count = count
+    return await register_job(
+        tx,
+        job,
+        enforce_index=enforce_index,
+        job_modify_index=job_modify_index,
+        trigger=Trigger.JOB_SCALING,
+    )
+
+
 async def deregister_job(
     tx: WriteTx, namespace: str, job_id: str, *, purge: bool = False, traceparent: str = ""
 ) -> tuple[pb.Job, pb.Evaluation]:
