@@ -12,103 +12,39 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Sequence
 
 import grpc
 
-from cli.client import Client, resolve_address
+from cli.client import resolve_address
+from cli.commands import (
+    agent,
+    alloc,
+    dev,
+    eval,
+    event,
+    job,
+    node,
+    operator,
+    sim,
+    state,
+    version,
+)
+from cli.context import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    CliError,
+    Context,
+    Handler,
+    Parser,
+    UsageError,
+    grpc_message,
+)
 from cli.jobspec import JobspecError
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
-
-Handler = Callable[[argparse.Namespace, "Context"], int]
-
-
-class UsageError(Exception):
-    """Wrong flags or arguments (exit 1, like Nomad)."""
-
-
-class CliError(Exception):
-    """A problem to report as one `Error: ...` line (exit 1)."""
-
-
-class Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}\n\n{self.format_usage().strip()}")
-
-
-class Context:
-    """What a command handler gets besides its flags: a lazily opened
-    client for `-address`/CORRAL_ADDR, and the output streams."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.address = resolve_address(getattr(args, "address", None))
-        self._client: Client | None = None
-        self.out = sys.stdout
-        self.err = sys.stderr
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            self._client = Client(self.address)
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-
-def add_address(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-address",
-        "--address",
-        dest="address",
-        default=None,
-        help="state service gRPC address (env CORRAL_ADDR, default 127.0.0.1:4646)",
-    )
-
-
-def add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-json", "--json", dest="json", action="store_true", help="print JSON")
-
-
-def add_verbose(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-verbose", "--verbose", dest="verbose", action="store_true", help="full ids and details"
-    )
-
-
-def common(p: argparse.ArgumentParser, *, json: bool = False, verbose: bool = False) -> None:
-    """The flags most commands share: -address, and -json / -verbose where they apply."""
-    add_address(p)
-    if json:
-        add_json(p)
-    if verbose:
-        add_verbose(p)
 
 
 def build_parser() -> Parser:
-    from cli.commands import (
-        agent,
-        alloc,
-        dev,
-        eval,
-        event,
-        job,
-        node,
-        operator,
-        sim,
-        state,
-        version,
-    )
-
     parser = Parser(
         prog="corral",
         description="Corral: a workload scheduler modelled on HashiCorp Nomad.",
@@ -118,31 +54,6 @@ def build_parser() -> Parser:
     for module in (job, node, eval, alloc, operator, event, dev, agent, sim, state, version):
         module.register(sub)
     return parser
-
-
-def grpc_message(exc: grpc.RpcError, address: str) -> str:
-    """A sentence a person can act on, from a gRPC status."""
-    code = exc.code() if hasattr(exc, "code") else None
-    details = (exc.details() if hasattr(exc, "details") else None) or str(code)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        lowered = details.lower()
-        if (
-            "connect" in lowered
-            or "refused" in lowered
-            or "dns" in lowered
-            or "failed to" in lowered
-        ):
-            reason = "connection refused" if "refused" in lowered else details
-            return (
-                f"cannot reach Corral at {address} ({reason}); is `corral dev` running? "
-                "Set -address or CORRAL_ADDR to point elsewhere"
-            )
-        return f"{details} (server unavailable at {address})"
-    if code == grpc.StatusCode.UNIMPLEMENTED:
-        return f"the server at {address} does not implement this call ({details})"
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return f"timed out waiting for {address} ({details})"
-    return details
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from cli.commands.dev import add_dev_flags, cmd_dev
-from cli.main import CliError, Context
+from cli.context import CliError, Context
 from cli.supervisor import module_exists
 
 

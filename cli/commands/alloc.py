@@ -8,7 +8,7 @@ import sys
 import grpc
 
 from cli.commands import group, not_found
-from cli.main import CliError, Context, common
+from cli.context import CliError, Context, common
 from cli.monitor import monitor_eval
 from cli.output import fmt_ago, fmt_time, heading, kv, print_json, short, table
 from corral.v1 import alloc_pb2, node_pb2

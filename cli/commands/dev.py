@@ -26,7 +26,7 @@ import time
 import warnings
 from pathlib import Path
 
-from cli.main import CliError, Context
+from cli.context import CliError, Context
 from cli.output import table
 from cli.supervisor import (
     GRACE_SECONDS,

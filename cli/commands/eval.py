@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cli.commands import group
-from cli.main import Context, common
+from cli.context import Context, common
 from cli.monitor import write_placement_failure
 from cli.output import fmt_time, heading, kv, print_json, short, table
 from corral.v1 import eval_pb2, query_pb2

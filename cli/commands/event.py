@@ -6,7 +6,7 @@ import argparse
 import json
 
 from cli.commands import group
-from cli.main import CliError, Context, common
+from cli.context import CliError, Context, common
 from cli.output import to_dict
 from corral.structs import Topic
 from corral.v1 import event_pb2

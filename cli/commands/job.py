@@ -9,9 +9,9 @@ import sys
 import grpc
 
 from cli.commands import group, not_found
+from cli.context import CliError, Context, common, grpc_message
 from cli.jobspec import JobspecError, load_job
 from cli.jobspec.duration import format_duration
-from cli.main import CliError, Context, common, grpc_message
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan

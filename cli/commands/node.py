@@ -8,8 +8,8 @@ import time
 import grpc
 
 from cli.commands import group, not_found
+from cli.context import CliError, Context, common
 from cli.jobspec.duration import format_duration, parse_duration
-from cli.main import CliError, Context, common
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table, to_dict
 from corral.structs import Eligibility
 from corral.v1 import node_pb2, query_pb2

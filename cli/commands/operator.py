@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from cli.commands import group
-from cli.main import CliError, Context, common
+from cli.context import CliError, Context, common
 from cli.output import fmt_ago, heading, kv, print_json, short, table, to_dict
 from corral.v1 import operator_pb2, state_pb2, worker_pb2
 from corral.v1 import structs_pb2 as pb

@@ -7,7 +7,7 @@ import argparse
 
 from cli.commands import group
 from cli.commands.agent import exec_module
-from cli.main import Context
+from cli.context import Context
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

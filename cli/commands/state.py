@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cli.commands import group
 from cli.commands.dev import DEFAULT_DATA_DIR
-from cli.main import CliError, Context
+from cli.context import CliError, Context
 from cli.supervisor import module_exists
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from importlib import metadata
 
-from cli.main import Context
+from cli.context import Context
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -127,7 +127,7 @@ def test_as_a_subprocess_no_traceback(bad_file):
 
 def test_event_topic_parsing():
     from cli.commands.event import parse_topic
-    from cli.main import CliError
+    from cli.context import CliError
 
     assert (parse_topic("Job:hello").topic, parse_topic("Job:hello").key) == ("Job", "hello")
     assert parse_topic("Eval").topic == "Evaluation"

@@ -1,0 +1,113 @@
+"""What every command module shares, kept apart from `cli.main` (which
+imports the command modules to build the parser): the per-invocation
+`Context`, the errors that become exit codes, the shared flags and the one
+translation of a gRPC status into a sentence a person can act on."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from cli.client import Client, resolve_address
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+Handler = Callable[[argparse.Namespace, "Context"], int]
+
+
+class UsageError(Exception):
+    """Wrong flags or arguments (exit 1, like Nomad)."""
+
+
+class CliError(Exception):
+    """A problem to report as one `Error: ...` line (exit 1)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}\n\n{self.format_usage().strip()}")
+
+
+class Context:
+    """What a command handler gets besides its flags: a lazily opened
+    client for `-address`/CORRAL_ADDR, and the output streams."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.address = resolve_address(getattr(args, "address", None))
+        self._client: Client | None = None
+        self.out = sys.stdout
+        self.err = sys.stderr
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.address)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def add_address(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-address",
+        "--address",
+        dest="address",
+        default=None,
+        help="state service gRPC address (env CORRAL_ADDR, default 127.0.0.1:4646)",
+    )
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-json", "--json", dest="json", action="store_true", help="print JSON")
+
+
+def add_verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-verbose", "--verbose", dest="verbose", action="store_true", help="full ids and details"
+    )
+
+
+def common(p: argparse.ArgumentParser, *, json: bool = False, verbose: bool = False) -> None:
+    """The flags most commands share: -address, and -json / -verbose where they apply."""
+    add_address(p)
+    if json:
+        add_json(p)
+    if verbose:
+        add_verbose(p)
+
+
+def grpc_message(exc: grpc.RpcError, address: str) -> str:
+    """A sentence a person can act on, from a gRPC status."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = (exc.details() if hasattr(exc, "details") else None) or str(code)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        lowered = details.lower()
+        if (
+            "connect" in lowered
+            or "refused" in lowered
+            or "dns" in lowered
+            or "failed to" in lowered
+        ):
+            reason = "connection refused" if "refused" in lowered else details
+            return (
+                f"cannot reach Corral at {address} ({reason}); is `corral dev` running? "
+                "Set -address or CORRAL_ADDR to point elsewhere"
+            )
+        return f"{details} (server unavailable at {address})"
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return f"the server at {address} does not implement this call ({details})"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"timed out waiting for {address} ({details})"
+    return details
