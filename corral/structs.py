@@ -191,6 +191,19 @@ CONSTRAINT_OPERANDS = (
     "is_set",
     "is_not_set",
 )
+#: operators a constraint may name as `constraint { <operator> = value }`
+CONSTRAINT_SHORTHANDS = (
+    "regexp",
+    "version",
+    "semver",
+    "set_contains",
+    "set_contains_all",
+    "set_contains_any",
+    "distinct_property",
+    "distinct_hosts",
+)
+#: the one operator that needs no attribute (l_target)
+OPERANDS_WITHOUT_ATTRIBUTE = ("distinct_hosts",)
 RESTART_MODES = ("fail", "delay")
 DELAY_FUNCTIONS = ("constant", "exponential", "fibonacci")
 
@@ -410,7 +423,8 @@ def default_reschedule_policy(job_type: str) -> pb.ReschedulePolicy:
     return pb.ReschedulePolicy()
 
 
-_NON_SPEC_FIELDS = (
+#: bookkeeping fields of a job, not part of its spec
+NON_SPEC_FIELDS = (
     "status",
     "status_description",
     "stable",
@@ -428,7 +442,7 @@ def job_spec_changed(old: pb.Job, new: pb.Job) -> bool:
 
     def spec(job: pb.Job) -> bytes:
         j = copy_msg(job)
-        for name in _NON_SPEC_FIELDS:
+        for name in NON_SPEC_FIELDS:
             j.ClearField(name)  # type: ignore[arg-type]
         return j.SerializeToString(deterministic=True)
 

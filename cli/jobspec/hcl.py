@@ -24,6 +24,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 from cli.jobspec import defaults, validate
 from cli.jobspec.duration import parse_duration
 from cli.jobspec.errors import JobspecError
+from corral.structs import CONSTRAINT_SHORTHANDS
 from corral.v1 import structs_pb2 as pb
 
 BLOCK = "__is_block__"
@@ -470,18 +471,6 @@ MIGRATE = [
     ("healthy_deadline", "dur", "healthy_deadline"),
 ]
 
-# constraint { <operator> = value } shorthands Nomad accepts
-_SHORTHAND = (
-    "regexp",
-    "version",
-    "semver",
-    "set_contains",
-    "set_contains_all",
-    "set_contains_any",
-    "distinct_property",
-    "distinct_hosts",
-)
-
 
 def _value_str(value: Any) -> str:
     if isinstance(value, bool):
@@ -495,7 +484,7 @@ def _constraint(body: Body, out: pb.Constraint | pb.Affinity) -> None:
     value_raw = body._take("value", "r_target")
     if isinstance(value_raw, dict | list):
         raise body.fail("value", f"expected a string, got {_kind(value_raw)}")
-    for short in _SHORTHAND:
+    for short in CONSTRAINT_SHORTHANDS:
         if short not in body.data:
             continue
         if operator is not None:

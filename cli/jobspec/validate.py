@@ -11,7 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.structs import CONSTRAINT_OPERANDS, DELAY_FUNCTIONS, RESTART_MODES, JobType
+from corral.structs import (
+    CONSTRAINT_OPERANDS,
+    DELAY_FUNCTIONS,
+    OPERANDS_WITHOUT_ATTRIBUTE,
+    RESTART_MODES,
+    JobType,
+)
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
@@ -182,11 +188,8 @@ def _placement(
     for i, c in enumerate(constraints):
         cp = f"{path}.constraints[{i}]"
         _one_of(c.operand, CONSTRAINT_OPERANDS, f"{cp}.operand")
-        no_target = ("distinct_hosts", "distinct_property", "is_set", "is_not_set")
-        if c.operand not in no_target and not c.l_target:
-            raise FieldProblem(f"{cp}.l_target", "an attribute is required")
-        if c.operand == "distinct_property" and not c.l_target:
-            raise FieldProblem(f"{cp}.l_target", "distinct_property needs an attribute")
+        if c.operand not in OPERANDS_WITHOUT_ATTRIBUTE and not c.l_target:
+            raise FieldProblem(f"{cp}.l_target", f"{c.operand or '='} needs an attribute")
         if c.operand == "regexp":
             try:
                 re.compile(c.r_target)

@@ -9,21 +9,12 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
+from corral.structs import NON_SPEC_FIELDS
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 
 #: bookkeeping, not spec: never shown in a diff
-_SKIP = {
-    "status",
-    "status_description",
-    "stable",
-    "version",
-    "submit_time",
-    "create_index",
-    "modify_index",
-    "job_modify_index",
-    "payload",
-}
+_SKIP = {*NON_SPEC_FIELDS, "payload"}
 _TYPE_NAMES = {"task_groups": "TaskGroup", "tasks": "Task"}
 
 

@@ -95,7 +95,7 @@ def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
         operand = c.operand or "="
         if operand not in _OPERANDS:
             validate.one_of(operand, _OPERANDS, f"{field}[{i}].operand")
-        if operand not in ("distinct_hosts",) and not c.l_target:
+        if operand not in structs.OPERANDS_WITHOUT_ATTRIBUTE and not c.l_target:
             raise InvalidArgument(f"{field}[{i}].l_target", "is required")
 
 

@@ -361,6 +361,13 @@ def test_env_as_argument_map():
             "constraint > operator",
             "unknown value 'like'",
         ),
+        (
+            # as the state service refuses it: only distinct_hosts needs no attribute
+            minimal("", 'constraint {\n operator = "is_set"\n }'),
+            4,
+            "constraint",
+            "is_set needs an attribute",
+        ),
         (minimal("", 'task "t" {\n driver = "mock"\n }'), 7, 'task "t" > name', "defined twice"),
         (
             minimal("", 'network {\n port "p" {\n static = 70000\n }\n }'),
