@@ -32,8 +32,8 @@ from corral.store import StateStore
 from corral.structs import ClientStatus, DesiredStatus, Eligibility, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.feasible import ready_nodes_in_dcs_and_pool
 from services.worker.scheduler.stack import GenericStack, SelectOptions, SystemStack
+from services.worker.scheduler.util import ready_nodes_in_dcs
 
 SCENARIOS = ("service", "batch", "service-spread", "system")
 
@@ -123,7 +123,7 @@ def run_scenario(scenario: str, nodes: list[pb.Node], count: int, racks: int) ->
     snap = StateStore.build(1000, nodes=nodes, jobs=[job])
     plan = pb.Plan(eval_id=f"bench-eval-{scenario}", job=job)
     ctx = EvalContext(snap, plan)
-    ready, _ = ready_nodes_in_dcs_and_pool(snap, job)
+    ready, _, _ = ready_nodes_in_dcs(snap, job.datacenters, job.node_pool)
     tg = job.task_groups[0]
     system = scenario == "system"
     stack: GenericStack | SystemStack

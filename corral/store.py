@@ -13,6 +13,7 @@ message they get from a snapshot as read-only and copy before changing it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,6 +37,10 @@ TOPIC_TABLE = {
 }
 
 _EMPTY: Map[Any, Any] = Map()
+
+
+def _dc_glob(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$")
 
 
 def _jk(namespace: str, job_id: str) -> JobKey:
@@ -101,15 +106,26 @@ class StateSnapshot:
         return iter(self.nodes.values())
 
     def nodes_in_datacenters(self, datacenters: Iterable[str]) -> list[pb.Node]:
-        """Nodes of the given datacenters ("*" = every datacenter)."""
+        """Nodes of the given datacenters; a name may be a `*` glob as in
+        Nomad 1.5+ (`"*"` or no names at all = every datacenter). Plain names
+        use the datacenter index; only globs scan the nodes."""
         dcs = list(datacenters)
         if not dcs or "*" in dcs:
             return list(self.nodes.values())
+        plain = [d for d in dcs if "*" not in d]
+        globs = [_dc_glob(d) for d in dcs if "*" in d]
         out: list[pb.Node] = []
-        for dc in dcs:
+        for dc in dict.fromkeys(plain):
             m = self.nodes_by_dc_map.get(dc)
             if m is not None:
                 out.extend(m.values())
+        if globs:
+            named = set(plain)
+            out.extend(
+                n
+                for n in self.nodes.values()
+                if n.datacenter not in named and any(g.match(n.datacenter) for g in globs)
+            )
         return out
 
     # ------------------------------------------------------------ allocs

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from corral import structs
-from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.context import ClassStatus, EvalContext
@@ -35,40 +34,6 @@ _TERMINAL_CLIENT = ClientStatus.TERMINAL
 
 
 # --------------------------------------------------------------------------- candidates
-
-
-def ready_nodes_in_dcs_and_pool(
-    snapshot: StateSnapshot, job: pb.Job
-) -> tuple[list[pb.Node], dict[str, int]]:
-    """Scheduling-ready nodes of the job's datacenters and node pool, and how
-    many there are per datacenter (for `nodes_available`). Datacenter names
-    may use `*` globs as in Nomad."""
-    dcs = list(job.datacenters) or ["*"]
-    plain = [d for d in dcs if "*" not in d]
-    globs = [_glob(d) for d in dcs if "*" in d]
-    candidates = snapshot.iter_nodes() if globs else iter(snapshot.nodes_in_datacenters(plain))
-    pool = job.node_pool
-    nodes: list[pb.Node] = []
-    by_dc: dict[str, int] = {}
-    plain_set = set(plain)
-    for node in candidates:
-        if (
-            globs
-            and node.datacenter not in plain_set
-            and not any(g.match(node.datacenter) for g in globs)
-        ):
-            continue
-        if pool and pool != "all" and (node.node_pool or structs.DEFAULT_NODE_POOL) != pool:
-            continue
-        if not structs.node_ready(node):
-            continue
-        nodes.append(node)
-        by_dc[node.datacenter] = by_dc.get(node.datacenter, 0) + 1
-    return nodes, by_dc
-
-
-def _glob(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$")
 
 
 # --------------------------------------------------------------------------- targets

@@ -22,9 +22,9 @@ from services.worker.scheduler.feasible import (
     check_constraint,
     has_devices,
     parse_version,
-    ready_nodes_in_dcs_and_pool,
     resolve_target,
 )
+from services.worker.scheduler.util import ready_nodes_in_dcs
 
 
 def _ctx(
@@ -48,7 +48,7 @@ def _checker(ctx: EvalContext, job: pb.Job, tg_index: int = 0) -> FeasibilityChe
 # --------------------------------------------------------------------------- candidates
 
 
-def test_ready_nodes_in_dcs_and_pool_filters_and_counts() -> None:
+def test_ready_nodes_in_dcs_filters_pools_globs_and_counts() -> None:
     ok1 = mock.node(datacenter="dc1")
     ok2 = mock.node(datacenter="dc2")
     other_dc = mock.node(datacenter="dc3")
@@ -61,15 +61,23 @@ def test_ready_nodes_in_dcs_and_pool_filters_and_counts() -> None:
     other_pool.node_pool = "gpu"
     snap = StateStore.build(1, nodes=[ok1, ok2, other_dc, down, draining, inelig, other_pool])
     job = mock.job(datacenters=("dc1", "dc2"))
-    nodes, by_dc = ready_nodes_in_dcs_and_pool(snap, job)
+    nodes, not_ready, by_dc = ready_nodes_in_dcs(snap, job.datacenters, job.node_pool)
     assert {n.id for n in nodes} == {ok1.id, ok2.id}
+    assert not_ready == {down.id, draining.id, inelig.id}
     assert by_dc == {"dc1": 1, "dc2": 1}
 
-    job.datacenters[:] = ["dc*"]
-    job.node_pool = "all"
-    nodes, by_dc = ready_nodes_in_dcs_and_pool(snap, job)
-    assert {n.id for n in nodes} == {ok1.id, ok2.id, other_dc.id, other_pool.id}
-    assert by_dc == {"dc1": 2, "dc2": 1, "dc3": 1}
+    # Nomad 1.5+ datacenter globs, mixed with plain names, each node once
+    every = {ok1.id, ok2.id, other_dc.id, other_pool.id}
+    picked = {ok1.id, other_dc.id, other_pool.id}  # dc1 by name, dc3 by glob; "dc?" is a name
+    for dcs, want in (
+        (["dc*"], every),
+        (["*"], every),
+        ([], every),
+        (["dc1", "d*3", "dc?"], picked),
+    ):
+        job.datacenters[:] = dcs
+        nodes, _, by_dc = ready_nodes_in_dcs(snap, job.datacenters, "all")
+        assert sorted(n.id for n in nodes) == sorted(want), dcs
 
 
 # --------------------------------------------------------------------------- targets

@@ -816,3 +816,15 @@ def test_alloc_of_a_version_no_longer_stored_is_updated_destructively():
     run(h, job)
     assert [s.alloc_id for s in stops(h.last_plan())] == [a.id]
     assert len(planned(h.last_plan())) == 1
+
+
+def test_datacenter_globs_select_nodes_in_production_path() -> None:
+    """The schedulers use the one ready-node lookup, with Nomad 1.5+ globs."""
+    h = Harness()
+    east = [mock.node(datacenter=f"us-east-{i}") for i in range(3)]
+    h.upsert_nodes(*east, mock.node(datacenter="eu-west-1"))
+    job = register(h, mock.job(count=6, datacenters=("us-east-*",)))
+    run(h, job)
+    placed = planned(h.plans[-1])
+    assert len(placed) == 6
+    assert {a.node_id for a in placed} <= {n.id for n in east}
