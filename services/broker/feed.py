@@ -2,7 +2,8 @@
 Nomad's FSM does after each Raft apply: a pending eval is enqueued, a
 blocked one tracked, a complete one untracks its job's blocked eval; a node
 that becomes ready or eligible, or an alloc that finishes on a node, frees
-capacity and unblocks what it can."""
+capacity and unblocks what it can; the scheduler configuration's
+`pause_eval_broker` pauses and unpauses the broker."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class FeedRouter:
         self._terminal_allocs = {
             a.id for a in snap.allocs.values() if a.client_status in ClientStatus.TERMINAL
         }
+        self.broker.set_paused(snap.scheduler_config.pause_eval_broker)
         pending = blocked = 0
         for ev in sorted(snap.evals.values(), key=lambda e: e.create_index):
             if ev.status == EvalStatus.PENDING:
@@ -78,6 +80,8 @@ class FeedRouter:
                 self._route_node(event, batch.index)
             elif kind == "allocation":
                 self._route_alloc(event, snap, batch.index)
+            elif kind == "scheduler_config":
+                self.broker.set_paused(event.scheduler_config.pause_eval_broker)
 
     def _route_eval(self, ev: pb.Evaluation) -> None:
         if ev.status == EvalStatus.PENDING:

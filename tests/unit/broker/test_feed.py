@@ -108,3 +108,23 @@ async def test_replica_reset_reroutes_the_gap_without_requeueing_outstanding() -
     r.broker.ack(running.id, got[1])
     # the outstanding eval was not queued behind itself
     assert await r.broker.dequeue(["service"], 0.05) is None
+
+
+async def test_scheduler_config_pauses_and_unpauses_the_broker() -> None:
+    r, _ = router()
+    paused = pb.SchedulerConfiguration(pause_eval_broker=True)
+    snap = StateStore.build(5, evals=[ev(job="a")], scheduler_config=paused)
+    r.restore(snap)  # a leader taking over a paused cluster starts paused
+    assert r.broker.paused
+    assert await r.broker.dequeue(["service"], 0.05) is None
+    assert r.broker.stats().total_ready == 1
+    resumed = pb.ChangeBatch(index=6)
+    resumed.events.add(topic="Operator", scheduler_config=pb.SchedulerConfiguration())
+    r.on_batch(resumed, snap)
+    assert not r.broker.paused
+    got = await r.broker.dequeue(["service"], 0.05)
+    assert got is not None
+    again = pb.ChangeBatch(index=7)
+    again.events.add(topic="Operator", scheduler_config=paused)
+    r.on_batch(again, snap)
+    assert r.broker.paused
