@@ -128,3 +128,24 @@ async def test_scheduler_config_pauses_and_unpauses_the_broker() -> None:
     again.events.add(topic="Operator", scheduler_config=paused)
     r.on_batch(again, snap)
     assert r.broker.paused
+
+
+async def test_blocked_write_of_an_outstanding_eval_is_left_to_reblock() -> None:
+    """Eval.Reblock writes the eval as blocked while its worker still holds
+    it, then tracks it with the worker's token: the router must not track
+    it first without one."""
+    r, _ = router()
+    e = ev(job="rb", triggered_by="queued-allocs")
+    snap = StateStore.build(3, evals=[e])
+    r.restore(snap)
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    reblocked = pb.Evaluation()
+    reblocked.CopyFrom(e)
+    reblocked.status = "blocked"
+    r.on_batch(batch(4, reblocked), snap)
+    assert r.blocked.total_blocked == 0
+    # once acked, a blocked write (another leader's restore, a new eval) is tracked
+    r.broker.ack(e.id, got[1])
+    r.on_batch(batch(5, reblocked), snap)
+    assert r.blocked.tracked(e.id)
