@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -119,12 +120,34 @@ async def test_killed_agent_goes_down_and_its_alloc_is_replaced(
     victim = next(n for n in (await nodes(c)).values() if n.id == first.node_id)
     c.kill(victim.name)
     await until(lambda: _node_status(c, victim.name, "down"))
-    await until(lambda: _count_running(c, "web", 1))
+    # not "one running alloc": the lost original satisfies that until the
+    # scheduler stops it
+    await until(lambda: _replaced(c, "web", first.id, lost=True))
     now = await allocs(c, "web")
-    replacement = running(now)[0]
+    (replacement,) = running(now)
     assert replacement.node_id != victim.id and replacement.previous_allocation == first.id
     lost = next(a for a in now if a.id == first.id)
     assert lost.client_status == "lost" and lost.desired_status == "stop"
+
+
+async def _replacement_running(c: Cluster, job_id: str, original_id: str) -> bool:
+    """An alloc that names `original_id` as its previous allocation runs."""
+    return any(x.previous_allocation == original_id for x in running(await allocs(c, job_id)))
+
+
+async def _replaced(c: Cluster, job_id: str, original_id: str, *, lost: bool = False) -> bool:
+    """The original alloc is stopped (and lost, if asked) and an alloc that
+    names it as its previous allocation runs on another node: the state a
+    replacement means, which the original alone can never satisfy."""
+    a = await allocs(c, job_id)
+    original = next((x for x in a if x.id == original_id), None)
+    if original is None or original.desired_status != "stop":
+        return False
+    if lost and original.client_status != "lost":
+        return False
+    return any(
+        x.previous_allocation == original_id and x.node_id != original.node_id for x in running(a)
+    )
 
 
 async def _ready(c: Cluster, n: int) -> bool:
@@ -161,7 +184,7 @@ async def test_disconnect_keeps_one_of_the_pair_on_reconnect(
     try:
         await until(lambda: _node_status(c, cut.name, "disconnected"))
         await until(lambda: _status_of(c, "edge", original.id, "unknown"))
-        await until(lambda: _count_running(c, "edge", 1))  # the replacement
+        await until(lambda: _replacement_running(c, "edge", original.id))
         # seed 003: an alloc update sent before the node's heartbeat is refused
         code = await _update_alloc(c, original, secret)
         assert code == grpc.StatusCode.FAILED_PRECONDITION
@@ -205,17 +228,23 @@ async def test_drain_migrates_allocs_off_a_node(
     await until(lambda: _ready(c, 2))
     await register(c, service("move", count=2))
     await until(lambda: _count_running(c, "move", 2))
-    target = (await nodes(c))["agent0"]
+    # drain a node that runs an alloc: with both on one node, draining the
+    # other would pass without migrating anything
+    before = running(await allocs(c, "move"))
+    target = next(n for n in (await nodes(c)).values() if n.id == before[0].node_id)
+    moved = [a.id for a in before if a.node_id == target.id]
     async with grpc.aio.insecure_channel(c.state_addr) as ch:
         await node_pb2_grpc.NodeStub(ch).UpdateDrain(
             node_pb2.NodeUpdateDrainRequest(
                 node_id=target.id, drain_strategy=pb.DrainStrategy(deadline=3600 * 10**9)
             )
         )
+    for alloc_id in moved:
+        await until(partial(_replaced, c, "move", alloc_id))
     await until(lambda: _none_on(c, "move", target.id))
     await until(lambda: _count_running(c, "move", 2))
     assert all(a.node_id != target.id for a in running(await allocs(c, "move")))
-    await until(lambda: _drain_done(c, "agent0"))
+    await until(lambda: _drain_done(c, target.name))
 
 
 async def _none_on(c: Cluster, job_id: str, node_id: str) -> bool:

@@ -195,17 +195,36 @@ class GenericScheduler:
             self._create_blocked_eval(plan_failure=True)
             self._set_status(err.eval_status, str(err))
             return
-        if self.eval.status == EvalStatus.BLOCKED and self.failed_tg_allocs:
-            reblock = structs.copy_msg(self.eval)
-            classes, escaped, quota = self._eligibility()
-            reblock.escaped_computed_class = escaped
-            reblock.ClearField("class_eligibility")
-            for k, v in classes.items():
-                reblock.class_eligibility[k] = v
-            reblock.quota_limit_reached = quota
-            self.planner.reblock_eval(reblock)
+        if structs.is_blocked_eval(self.eval) and self.failed_tg_allocs:
+            self._reblock()
             return
         self._set_status(EvalStatus.COMPLETE, "")
+
+    def _reblock(self) -> None:
+        """A blocked eval (waiting in the tracker, or released from it by a
+        capacity change) that still cannot place everything goes back to the
+        tracker under the same id with what this run learned, instead of
+        being completed with a new blocked eval (Nomad's generic_sched.go)."""
+        reblock = structs.copy_msg(self.eval)
+        reblock.status = EvalStatus.BLOCKED
+        reblock.status_description = (
+            util.BLOCKED_EVAL_MAX_PLAN
+            if reblock.triggered_by == Trigger.MAX_PLAN_ATTEMPTS
+            else util.BLOCKED_EVAL_FAILED_PLACEMENTS
+        )
+        classes, escaped, quota = self._eligibility()
+        reblock.escaped_computed_class = escaped
+        reblock.ClearField("class_eligibility")
+        for k, v in classes.items():
+            reblock.class_eligibility[k] = v
+        reblock.quota_limit_reached = quota
+        reblock.ClearField("failed_tg_allocs")
+        for tg, m in self.failed_tg_allocs.items():
+            reblock.failed_tg_allocs[tg].CopyFrom(m)
+        reblock.ClearField("queued_allocations")
+        for tg, n in self.queued.items():
+            reblock.queued_allocations[tg] = n
+        self.planner.reblock_eval(reblock)
 
     def _set_status(self, status: str, desc: str) -> None:
         util.set_status(
@@ -260,7 +279,7 @@ class GenericScheduler:
         self._compute_job_allocs()
 
         if (
-            ev.status != EvalStatus.BLOCKED
+            not structs.is_blocked_eval(ev)
             and self.failed_tg_allocs
             and self.blocked is None
             and (not self.followups or structs.now_ns() > ev.wait_until)

@@ -111,6 +111,23 @@ def test_exhausted_node_creates_blocked_eval_for_that_node():
     assert final.status == EvalStatus.COMPLETE
 
 
+def test_released_system_blocked_eval_still_failing_blocks_anew_for_the_node():
+    """Nomad's system scheduler never reblocks: its blocked evals are per
+    node, so a released one that still cannot place completes and a new
+    blocked eval names the node that is still full (the tracker keeps the
+    newer one per job)."""
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job(cpu=3000))
+    h.upsert_allocs(mock.alloc(mock.job(cpu=3000), nodes[0]))
+    ev = mock.eval_for(job, triggered_by=Trigger.QUEUED_ALLOCS, node_id=nodes[0].id)
+    h.process(job.type, ev)
+    assert not h.reblock_evals
+    (blocked,) = h.create_evals
+    assert blocked.node_id == nodes[0].id and blocked.previous_eval == ev.id
+    final = h.last_eval()
+    assert final.id == ev.id and final.status == EvalStatus.COMPLETE
+
+
 def test_job_deregister_stops_all():
     h, nodes = cluster(3)
     job = register(h, mock.system_job())
