@@ -416,7 +416,9 @@ class SystemScheduler:
                     ):
                         du = self.annotations.desired_tg_updates[tg.name]
                         du.place = max(0, du.place - 1)
-                    filtered_metrics.setdefault(tg.name, placer.failure_metrics(tg))
+                    filtered_metrics[tg.name] = util.merge_node_filtered(
+                        filtered_metrics.get(tg.name), placer.failure_metrics(tg)
+                    )
                     if self.queued[tg.name] <= 0 and tg.name not in has_allocs:
                         self.failed_tg_allocs[tg.name] = filtered_metrics[tg.name]
                     continue

@@ -440,3 +440,21 @@ def max_parallel_of(job: pb.Job, tg: pb.TaskGroup) -> int:
     if job.HasField("update"):
         return job.update.max_parallel
     return 0
+
+
+def merge_node_filtered(acc: pb.AllocMetric | None, curr: pb.AllocMetric) -> pb.AllocMetric:
+    """Add one node's filter counts to a group's running total.
+
+    The system schedulers select one node at a time, and each select starts
+    from fresh metrics; without summing, a group filtered on every node would
+    report only the first node (Nomad's mergeNodeFiltered)."""
+    if acc is None:
+        return structs.copy_msg(curr)
+    acc.nodes_evaluated += curr.nodes_evaluated
+    acc.nodes_filtered += curr.nodes_filtered
+    for k, v in curr.class_filtered.items():
+        acc.class_filtered[k] += v
+    for k, v in curr.constraint_filtered.items():
+        acc.constraint_filtered[k] += v
+    acc.allocation_time += curr.allocation_time
+    return acc

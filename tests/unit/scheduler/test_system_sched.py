@@ -94,6 +94,32 @@ def test_all_nodes_filtered_reports_metrics_without_blocking():
     assert not h.create_evals
 
 
+def test_filter_metrics_count_every_filtered_node():
+    """Each node is selected on its own; the group's failure metrics add
+    up every node's filter counts (Nomad's TestSystemSched_JobConstraint_AllFiltered)."""
+    h, _ = cluster(2)
+    job = mock.system_job()
+    unique = pb.Constraint(l_target="${node.unique.name}", r_target="elsewhere", operand="==")
+    job.constraints.append(unique)
+    job = register(h, job)
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_filtered == 2 and m.nodes_evaluated == 2
+    assert dict(m.constraint_filtered) == {"${node.unique.name} == elsewhere": 2}
+
+
+def test_filter_metrics_count_class_cached_nodes():
+    """A node skipped because its computed class already failed counts too,
+    under 'computed class ineligible' as in Nomad's feasibility wrapper."""
+    h, _ = cluster(3, attributes={"kernel.name": "windows"})
+    job = register(h, mock.system_job())
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_filtered == 3
+    assert sum(m.constraint_filtered.values()) == 3
+    assert m.constraint_filtered["computed class ineligible"] == 2
+
+
 def test_exhausted_node_creates_blocked_eval_for_that_node():
     h, nodes = cluster(3)
     job = register(h, mock.system_job(cpu=3000))
