@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from corral import structs
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, NodeStatus, Trigger
+from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.reconcile_util import (
@@ -205,41 +205,19 @@ class AllocReconciler:
             and structs.needs_reconnect(a)
         )
 
-    def _new_followup(self, trigger: str, wait_until: int, desc: str) -> pb.Evaluation:
-        job = self.job
-        assert job is not None
-        return pb.Evaluation(
-            id=structs.new_id(),
-            namespace=job.namespace,
-            priority=self.eval_priority,
-            type=job.type,
-            triggered_by=trigger,
-            job_id=job.id,
-            job_modify_index=job.modify_index,
-            status=EvalStatus.PENDING,
-            status_description=desc,
-            wait_until=wait_until,
-        )
-
     def _later_evals(
         self, later: list[DelayedReschedule], trigger: str, desc: str, rest_trigger: str
     ) -> tuple[dict[str, str], list[pb.Evaluation]]:
-        """Batch delayed allocs into follow-up evals: allocs due within 5 s
-        of a batch's first share its eval (WaitUntil = that first time)."""
-        if not later:
-            return {}, []
-        later = sorted(later, key=lambda d: d.reschedule_time)
-        first = later[0].reschedule_time
-        ev = self._new_followup(trigger, first, desc)
-        evals = [ev]
-        ids: dict[str, str] = {}
-        for d in later:
-            if d.reschedule_time - first >= util.BATCHED_FAILED_ALLOC_WINDOW:
-                first = d.reschedule_time
-                ev = self._new_followup(rest_trigger, first, desc)
-                evals.append(ev)
-            ids[d.alloc.id] = ev.id
-        return ids, evals
+        """Batch delayed allocs into follow-up evals (5 s batching window)."""
+        assert self.job is not None
+        return util.batch_followup_evals(
+            self.job,
+            self.eval_priority,
+            ((d.alloc.id, d.reschedule_time) for d in later),
+            trigger,
+            desc,
+            rest_trigger,
+        )
 
     # ------------------------------------------------------------ compute
 

@@ -20,7 +20,7 @@ from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType, Nod
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, util
 from services.worker.scheduler.generic_sched import Placer
-from services.worker.scheduler.reconcile_util import expired
+from services.worker.scheduler.reconcile_util import disconnect_timeout, expired
 from services.worker.scheduler.scheduler import Planner
 
 MAX_SYSTEM_ATTEMPTS = 5
@@ -206,11 +206,13 @@ class SystemScheduler:
         self.not_ready: set[str] = set()
         self.limit_reached = False
         self.next_eval: pb.Evaluation | None = None
+        self.rolling_eval: pb.Evaluation | None = None
         self.failed_tg_allocs: dict[str, pb.AllocMetric] = {}
         self.queued: dict[str, int] = {}
         self.annotations: pb.PlanAnnotations | None = None
         self.placer: Placer | None = None
         self.blocked: list[pb.Evaluation] = []
+        self.followups: list[pb.Evaluation] = []
 
     def _can_handle(self, trigger: str) -> bool:
         if trigger in _SYSTEM_TRIGGERS:
@@ -259,6 +261,7 @@ class SystemScheduler:
             )
         self.plan = util.make_plan(ev, self.job)
         self.failed_tg_allocs = {}
+        self.followups = []
         self.placer = Placer(
             self.snap, self.plan, self.log, True, self.job, system=True, sysbatch=self.sysbatch
         )
@@ -269,9 +272,17 @@ class SystemScheduler:
         if util.plan_is_noop(self.plan) and not ev.annotate_plan:
             return True
 
-        if self.limit_reached and self.next_eval is None and self.job is not None:
-            self.next_eval = util.next_rolling_eval(ev, util.stagger_of(self.job))
-            self.planner.create_eval(self.next_eval)
+        if self.followups and ev.wait_until == 0:
+            for f in self.followups:
+                f.previous_eval = ev.id
+                f.traceparent = ev.traceparent
+                self.planner.create_eval(f)
+                self.next_eval = f
+
+        if self.limit_reached and self.rolling_eval is None and self.job is not None:
+            self.rolling_eval = util.next_rolling_eval(ev, util.stagger_of(self.job))
+            self.planner.create_eval(self.rolling_eval)
+            self.next_eval = self.rolling_eval
 
         if ev.annotate_plan and self.annotations is not None:
             self.plan.annotations.CopyFrom(self.annotations)
@@ -323,6 +334,7 @@ class SystemScheduler:
         for t in diff.lost:
             assert t.alloc is not None
             util.append_stopped_alloc(plan, t.alloc, util.ALLOC_LOST, ClientStatus.LOST)
+        self._schedule_disconnect_timeouts(diff.disconnecting, now)
         for t in diff.disconnecting + diff.reconnecting:
             assert t.alloc is not None
             util.append_alloc(plan, t.alloc)
@@ -355,6 +367,32 @@ class SystemScheduler:
             assert t.task_group is not None
             self.queued[t.task_group.name] = self.queued.get(t.task_group.name, 0) + 1
         self._compute_placements(place, live)
+
+    def _schedule_disconnect_timeouts(self, disconnecting: list[AllocTuple], now: int) -> None:
+        """Allocs going unknown get a `max-disconnect-timeout` follow-up at
+        now + lost_after (batched 5 s apart, as for service jobs): without
+        it nothing would re-evaluate the job when the window ends and the
+        allocs would stay unknown for as long as the node stays away."""
+        job = self.job
+        if not disconnecting or job is None:
+            return
+        due = [
+            (t.alloc.id, disconnect_timeout(t.task_group, now))
+            for t in disconnecting
+            if t.alloc is not None
+        ]
+        ids, evals = util.batch_followup_evals(
+            job,
+            self.eval.priority,
+            due,
+            Trigger.MAX_DISCONNECT_TIMEOUT,
+            util.DISCONNECT_TIMEOUT_FOLLOWUP,
+            Trigger.MAX_DISCONNECT_TIMEOUT,
+        )
+        for t in disconnecting:
+            if t.alloc is not None:
+                t.alloc.followup_eval_id = ids.get(t.alloc.id, "")
+        self.followups = evals
 
     def _inplace_updates(
         self, updates: list[AllocTuple]

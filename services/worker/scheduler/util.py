@@ -458,3 +458,49 @@ def merge_node_filtered(acc: pb.AllocMetric | None, curr: pb.AllocMetric) -> pb.
         acc.constraint_filtered[k] += v
     acc.allocation_time += curr.allocation_time
     return acc
+
+
+def followup_eval(
+    job: pb.Job, priority: int, trigger: str, wait_until: int, desc: str
+) -> pb.Evaluation:
+    """A pending eval of `job` that the broker holds until `wait_until`."""
+    return pb.Evaluation(
+        id=structs.new_id(),
+        namespace=job.namespace,
+        priority=priority,
+        type=job.type,
+        triggered_by=trigger,
+        job_id=job.id,
+        job_modify_index=job.modify_index,
+        status=structs.EvalStatus.PENDING,
+        status_description=desc,
+        wait_until=wait_until,
+    )
+
+
+def batch_followup_evals(
+    job: pb.Job,
+    priority: int,
+    due: Iterable[tuple[str, int]],
+    trigger: str,
+    desc: str,
+    rest_trigger: str,
+) -> tuple[dict[str, str], list[pb.Evaluation]]:
+    """Follow-up evals for allocs due at given times, as (alloc id, time):
+    allocs due within 5 s of a batch's first share its eval (wait_until =
+    that first time), so a node's worth of allocs costs one eval, not one
+    each. Returns alloc id -> eval id and the evals."""
+    ordered = sorted(due, key=lambda d: d[1])
+    if not ordered:
+        return {}, []
+    first = ordered[0][1]
+    ev = followup_eval(job, priority, trigger, first, desc)
+    evals = [ev]
+    ids: dict[str, str] = {}
+    for alloc_id, when in ordered:
+        if when - first >= BATCHED_FAILED_ALLOC_WINDOW:
+            first = when
+            ev = followup_eval(job, priority, rest_trigger, first, desc)
+            evals.append(ev)
+        ids[alloc_id] = ev.id
+    return ids, evals
