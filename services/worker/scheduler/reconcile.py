@@ -152,6 +152,7 @@ class AllocReconciler:
         now: int,
         alloc_update_fn: AllocUpdateFn,
         job_of: Callable[[pb.Allocation], pb.Job | None] | None = None,
+        initializing: frozenset[str] = frozenset(),
     ) -> None:
         self.job = job
         self.job_id = job_id
@@ -162,6 +163,7 @@ class AllocReconciler:
         self.tainted = tainted
         self.now = now
         self.alloc_update_fn = alloc_update_fn
+        self.initializing = initializing
         self._job_of = job_of or (lambda a: job)
         self.job_type = job.type if job is not None else ""
         self.result = ReconcileResults()
@@ -194,16 +196,17 @@ class AllocReconciler:
 
     def _awaiting_heartbeat(self, a: pb.Allocation) -> bool:
         """Running again on a node still marked disconnected (the client
-        pushed alloc updates before its heartbeat): the reconnect is handled
-        when the node turns ready; until then it neither counts nor is
-        replaced."""
+        pushed alloc updates before its heartbeat) or still initializing
+        (it heartbeated, then pushed them, and is ready only from its next
+        heartbeat on): the reconnect is handled when the node turns ready;
+        until then it neither counts nor is replaced, and no plan touches it
+        (the planner would refuse the update and the eval would fail)."""
+        if a.client_status != ClientStatus.RUNNING or not structs.needs_reconnect(a):
+            return False
+        if a.node_id in self.initializing:
+            return True
         node = self.tainted.get(a.node_id)
-        return (
-            node is not None
-            and node.status == NodeStatus.DISCONNECTED
-            and a.client_status == ClientStatus.RUNNING
-            and structs.needs_reconnect(a)
-        )
+        return node is not None and node.status == NodeStatus.DISCONNECTED
 
     def _later_evals(
         self, later: list[DelayedReschedule], trigger: str, desc: str, rest_trigger: str
@@ -290,9 +293,13 @@ class AllocReconciler:
         lost = dict(c.lost)
         disconnecting = dict(c.disconnecting)
 
-        if c.reconnecting:
+        # reconnects wait for the node to be ready (see _awaiting_heartbeat)
+        waiting = {k: a for k, a in c.reconnecting.items() if self._awaiting_heartbeat(a)}
+        reconnecting = difference(c.reconnecting, waiting)
+        untainted = union(untainted, waiting)
+        if reconnecting:
             untainted, migrate, lost, disconnecting = self._compute_reconnecting(
-                tg, c.reconnecting, all_allocs, untainted, migrate, lost, disconnecting
+                tg, reconnecting, all_allocs, untainted, migrate, lost, disconnecting
             )
 
         lost = union(lost, c.expiring)

@@ -88,8 +88,13 @@ def diff_system_allocs(
     live: list[pb.Allocation],
     terminal: dict[tuple[str, str], pb.Allocation],
     now: int,
+    initializing: frozenset[str] = frozenset(),
 ) -> NodeDiff:
-    """Per node, what the job's allocs there need (semantics §5.5)."""
+    """Per node, what the job's allocs there need (semantics §5.5).
+
+    A running alloc reconnecting on a node that is still initializing is
+    left alone: the planner takes no update for that node, and the node's
+    own eval when it turns ready records the reconnect."""
     diff = NodeDiff()
     required = required_names(job)
     sysbatch = job is not None and job.type == JobType.SYSBATCH
@@ -123,6 +128,9 @@ def diff_system_allocs(
                 diff.lost.append(t)
                 continue
             if a.client_status == ClientStatus.UNKNOWN and a.desired_status == DesiredStatus.RUN:
+                diff.ignore.append(t)
+                continue
+            if not node_tainted and reconnect and node_id in initializing:
                 diff.ignore.append(t)
                 continue
             if not node_tainted and reconnect:
@@ -324,6 +332,7 @@ class SystemScheduler:
             live,
             terminal,
             now,
+            util.initializing_nodes(self.snap, live),
         )
         for t in diff.stop:
             assert t.alloc is not None

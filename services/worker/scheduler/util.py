@@ -98,6 +98,20 @@ def tainted_nodes(
     return out
 
 
+def initializing_nodes(snap: StateSnapshot, allocs: Iterable[pb.Allocation]) -> frozenset[str]:
+    """The nodes of `allocs` that are initializing: a node that heartbeated
+    back after a disconnect stays so until its next heartbeat after pushing
+    its alloc states (seed 003). The planner takes no alloc updates for
+    such a node, so a reconnect must wait for it to turn ready (its
+    node-update eval then does it)."""
+    out: set[str] = set()
+    for nid in {a.node_id for a in allocs}:
+        node = snap.node_by_id(nid)
+        if node is not None and node.status == NodeStatus.INITIALIZING:
+            out.add(nid)
+    return frozenset(out)
+
+
 def node_in_job(node: pb.Node, job: pb.Job) -> bool:
     """The node is in one of the job's datacenters and its node pool."""
     dcs = list(job.datacenters)

@@ -490,3 +490,29 @@ def test_disconnect_timeouts_of_one_node_share_one_eval():
     run(h, job, Trigger.NODE_UPDATE, node_id=disc.id)
     (timeout,) = h.create_evals
     assert {a.followup_eval_id for a in live_allocs(h, job)} == {timeout.id}
+
+
+def test_reconnect_on_initializing_node_waits_for_ready():
+    """The alloc update came after the heartbeat but before the node is
+    ready: the planner would refuse an update there, so the reconnect eval
+    plans nothing and completes; the node's ready eval records it."""
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    job.task_groups[0].disconnect.lost_after = 10 * MINUTE
+    job = register(h, job)
+    a = mock.alloc(job, nodes[0])
+    a.alloc_states.add(field="client_status", value="unknown", time=structs.now_ns() - MINUTE)
+    h.upsert_allocs(a, mock.alloc(job, nodes[1]))
+    init = structs.copy_msg(nodes[0])
+    init.status = NodeStatus.INITIALIZING
+    h.upsert_nodes(init)
+    run(h, job, Trigger.RECONNECT)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+    ready = structs.copy_msg(init)
+    ready.status = NodeStatus.READY
+    h.upsert_nodes(ready)
+    run(h, job, Trigger.NODE_UPDATE, node_id=ready.id)
+    (upd,) = planned(h.last_plan())
+    assert upd.id == a.id and structs.last_client_state(upd) == ClientStatus.RUNNING
