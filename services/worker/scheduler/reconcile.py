@@ -196,17 +196,16 @@ class AllocReconciler:
 
     def _awaiting_heartbeat(self, a: pb.Allocation) -> bool:
         """Running again on a node still marked disconnected (the client
-        pushed alloc updates before its heartbeat) or still initializing
-        (it heartbeated, then pushed them, and is ready only from its next
-        heartbeat on): the reconnect is handled when the node turns ready;
-        until then it neither counts nor is replaced, and no plan touches it
-        (the planner would refuse the update and the eval would fail)."""
-        if a.client_status != ClientStatus.RUNNING or not structs.needs_reconnect(a):
-            return False
-        if a.node_id in self.initializing:
-            return True
+        pushed alloc updates before its heartbeat): the reconnect is handled
+        when the node turns ready; until then it neither counts nor is
+        replaced."""
         node = self.tainted.get(a.node_id)
-        return node is not None and node.status == NodeStatus.DISCONNECTED
+        return (
+            node is not None
+            and node.status == NodeStatus.DISCONNECTED
+            and a.client_status == ClientStatus.RUNNING
+            and structs.needs_reconnect(a)
+        )
 
     def _later_evals(
         self, later: list[DelayedReschedule], trigger: str, desc: str, rest_trigger: str
@@ -293,13 +292,9 @@ class AllocReconciler:
         lost = dict(c.lost)
         disconnecting = dict(c.disconnecting)
 
-        # reconnects wait for the node to be ready (see _awaiting_heartbeat)
-        waiting = {k: a for k, a in c.reconnecting.items() if self._awaiting_heartbeat(a)}
-        reconnecting = difference(c.reconnecting, waiting)
-        untainted = union(untainted, waiting)
-        if reconnecting:
+        if c.reconnecting:
             untainted, migrate, lost, disconnecting = self._compute_reconnecting(
-                tg, reconnecting, all_allocs, untainted, migrate, lost, disconnecting
+                tg, c.reconnecting, all_allocs, untainted, migrate, lost, disconnecting
             )
 
         lost = union(lost, c.expiring)
@@ -466,9 +461,18 @@ class AllocReconciler:
 
     def _reconnecting_updates(self, reconnect: AllocSet) -> AllocSet:
         """Kept running allocs record their reconnect as a new AllocState so
-        later evals do not treat them as reconnecting again."""
+        later evals do not treat them as reconnecting again.
+
+        Not yet on a node that is still initializing (it heartbeated, then
+        pushed its allocs, and is ready only from its next heartbeat on):
+        the planner takes no alloc update for a node that is not ready, so
+        the eval would be rejected until it failed. The alloc is kept all
+        the same (its replacements are stopped now, stops fit anywhere) and
+        the node's eval when it turns ready records the reconnect."""
         out: AllocSet = {}
         for a in reconnect.values():
+            if a.node_id in self.initializing:
+                continue
             t = a.desired_transition
             if t.migrate or t.reschedule or t.force_reschedule or self._older(a):
                 continue

@@ -248,31 +248,62 @@ def test_stop_after_client_disconnect_followup_then_replacement():
     assert rep.node_id == nodes[1].id and rep.name == a.name
 
 
-def test_reconnect_eval_while_node_initializing_waits_for_ready():
+def test_reconnect_eval_while_node_initializing_plans_nothing_on_that_node():
     """Seed 003 order: heartbeat (node initializing), alloc update, reconnect
     eval, next heartbeat (ready). The planner refuses alloc updates for a
-    node that is not ready, so the reconnect eval must not plan one there
-    (it would be rejected until the eval failed); it completes, and the
-    node's ready eval records the reconnect and stops the replacement."""
+    node that is not ready, so the reconnect eval plans none there (it would
+    be rejected until the eval failed): it keeps the original and stops the
+    replacement, and the node's ready eval records the reconnect."""
     h, nodes, job, a = setup()
     rep = disconnect(h, nodes, job, a)
     client_update(h, rep.id, ClientStatus.RUNNING)
     set_node(h, nodes[0], NodeStatus.INITIALIZING)
     client_update(h, a.id, ClientStatus.RUNNING)
-    n = len(h.plans)
     run(h, job, Trigger.RECONNECT)
-    assert len(h.plans) == n, "nothing planned while the node is initializing"
+    plan = h.last_plan()
+    assert nodes[0].id not in plan.node_allocation, "nothing planned on the initializing node"
+    assert not planned(plan)
+    assert [(s.alloc_id, s.desired_description) for s in stops(plan)] == [
+        (rep.id, util.ALLOC_RECONNECTED)
+    ]
     assert h.last_eval().status == EvalStatus.COMPLETE
-    assert {x.id for x in live_allocs(h, job)} == {a.id, rep.id}
+    assert [x.id for x in live_allocs(h, job)] == [a.id]
+    assert structs.last_client_state(h.alloc(a.id)) == ClientStatus.UNKNOWN
 
     set_node(h, nodes[0], NodeStatus.READY)
     run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
     plan = h.last_plan()
-    assert [(s.alloc_id, s.desired_description) for s in stops(plan)] == [
-        (rep.id, util.ALLOC_RECONNECTED)
-    ]
+    assert not stops(plan)
     assert [x.id for x in planned(plan)] == [a.id]
     assert structs.last_client_state(h.alloc(a.id)) == ClientStatus.RUNNING
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    n = len(h.plans)
+    run(h, job, Trigger.NODE_UPDATE)
+    assert len(h.plans) == n
+
+
+def test_reconnect_while_initializing_after_a_job_update_keeps_the_newer_replacement():
+    """The job changed while the node was away and the replacement runs the
+    new version: the reconnect eval stops the original (no update of it,
+    no third copy), though its node is still initializing."""
+    h, nodes, job, a = setup()
+    rep = disconnect(h, nodes, job, a)
+    client_update(h, rep.id, ClientStatus.RUNNING)
+    job.task_groups[0].tasks[0].env["V"] = "2"
+    job = register(h, job)
+    newer = structs.copy_msg(h.alloc(rep.id))
+    newer.job_version = job.version
+    newer.job_modify_index = job.job_modify_index
+    h.upsert_allocs(newer)
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    client_update(h, a.id, ClientStatus.RUNNING)
+    run(h, job, Trigger.RECONNECT)
+    plan = h.last_plan()
+    assert not planned(plan)
+    assert [(s.alloc_id, s.desired_description) for s in stops(plan)] == [
+        (a.id, util.ALLOC_NOT_NEEDED)
+    ]
+    assert [x.id for x in live_allocs(h, job)] == [rep.id]
     assert h.last_eval().status == EvalStatus.COMPLETE
 
 
