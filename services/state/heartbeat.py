@@ -151,7 +151,8 @@ def _may_disconnect(snap: StateSnapshot, node: pb.Node, now: int) -> bool:
     `down` would lose them although their window is still open. A node that
     is initializing for the first time goes down, as in Nomad."""
     if node.status == NodeStatus.INITIALIZING and not any(
-        structs.needs_reconnect(a) for a in snap.allocs_by_node(node.id)
+        a.desired_status == DesiredStatus.RUN and structs.needs_reconnect(a)
+        for a in snap.allocs_by_node(node.id)
     ):
         return False
     for a in snap.allocs_by_node(node.id):
