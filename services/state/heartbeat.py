@@ -4,9 +4,9 @@ drainer (Nomad's heartbeat.go and drainer/).
 Heartbeats never write unless a status changes: the leader keeps one
 deadline per node in memory (a heap watched by one task, so thousands of
 nodes cost one timer). A node that misses its TTL plus the grace period
-becomes `disconnected` when one of its running allocs belongs to a group
-with a disconnect timeout (`max_client_disconnect` / `lost_after`), else
-`down`, and node-update evals follow. After a leader change every non-down
+becomes `disconnected` while one of its allocs is inside a group's
+disconnect timeout (`max_client_disconnect` / `lost_after`, see
+`_may_disconnect`), else `down`, and node-update evals follow. After a leader change every non-down
 node gets the long failover TTL, as in Nomad.
 
 The drainer marks a draining node's allocs to migrate, at most the group's
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from corral import structs
 from corral.store import StateSnapshot
-from corral.structs import DesiredStatus, JobType, NodeStatus, Trigger, copy_msg
+from corral.structs import ClientStatus, DesiredStatus, JobType, NodeStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext
 from services.state.writes.jobs import new_eval
@@ -121,7 +121,7 @@ class Heartbeats:
         if node is None or node.status == NodeStatus.DOWN:
             return
         new = NodeStatus.DOWN
-        if node.status != NodeStatus.INITIALIZING and _has_disconnect_timeout(snap, node_id):
+        if _may_disconnect(snap, node, time.time_ns()):
             new = NodeStatus.DISCONNECTED
         done = await self.ctx.batcher.submit(
             lambda tx: update_status(tx, node_id, new, reason="Node heartbeat missed")
@@ -139,17 +139,50 @@ class Heartbeats:
             self.reset(node_id, self.ttl())
 
 
-def _has_disconnect_timeout(snap: StateSnapshot, node_id: str) -> bool:
-    for a in snap.allocs_by_node(node_id):
+def _may_disconnect(snap: StateSnapshot, node: pb.Node, now: int) -> bool:
+    """Whether a node that missed its TTL becomes `disconnected` rather than
+    `down`: some alloc there that should run belongs to a group with a
+    disconnect timeout (`max_client_disconnect` / `lost_after`) and, if it
+    is already unknown, is still inside that window.
+
+    An initializing node qualifies only while it is coming back from a
+    disconnect (an alloc there still awaits its reconnect): it heartbeated
+    once and went quiet again before its allocs were reconnected, and going
+    `down` would lose them although their window is still open. A node that
+    is initializing for the first time goes down, as in Nomad."""
+    if node.status == NodeStatus.INITIALIZING and not any(
+        a.desired_status == DesiredStatus.RUN and structs.needs_reconnect(a)
+        for a in snap.allocs_by_node(node.id)
+    ):
+        return False
+    for a in snap.allocs_by_node(node.id):
         if a.desired_status != DesiredStatus.RUN or structs.alloc_client_terminal(a):
             continue
         job = snap.job_by_version(a.namespace, a.job_id, a.job_version) or snap.job_by_id(
             a.namespace, a.job_id
         )
         tg = structs.task_group(job, a.task_group) if job is not None else None
-        if tg is not None and structs.lost_after(tg) > 0:
+        if tg is None:
+            continue
+        lost_after = structs.lost_after(tg)
+        if lost_after > 0 and not _disconnect_expired(a, lost_after, now):
             return True
     return False
+
+
+def _disconnect_expired(a: pb.Allocation, lost_after: int, now: int) -> bool:
+    """An unknown alloc whose window, counted from when it last became
+    unknown, has passed (it is about to be marked lost)."""
+    if a.client_status != ClientStatus.UNKNOWN:
+        return False
+    since = 0
+    for st in reversed(a.alloc_states):
+        if st.field != "client_status":
+            continue
+        if st.value != ClientStatus.UNKNOWN:
+            break
+        since = st.time
+    return since > 0 and since + lost_after <= now
 
 
 class Drainer:

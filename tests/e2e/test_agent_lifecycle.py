@@ -1,6 +1,7 @@
 """Client agents as real processes (issue 7): a raw_exec job's output, a
 killed agent's node going down with its alloc replaced, a disconnect and
-reconnect with max_client_disconnect (seed 003), and a drain."""
+reconnect with max_client_disconnect (seed 003) — the timeout eval canceled,
+every reconnect eval complete, no third alloc — and a drain."""
 
 from __future__ import annotations
 
@@ -195,6 +196,65 @@ async def test_disconnect_keeps_one_of_the_pair_on_reconnect(
     await until(lambda: _pair_resolved(c, "edge"))
     final = await allocs(c, "edge")
     assert len([a for a in final if a.desired_status == "run"]) == 1
+
+
+async def test_reconnect_cancels_the_disconnect_timeout_and_every_eval_completes(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """Seed 003 with the agent doing its own resync after the cut: the
+    unknown alloc's max-disconnect-timeout eval is canceled when the client
+    reports it, the reconnect eval completes (the node is still initializing
+    then: nothing may be planned there), one of the pair keeps running and
+    no third alloc is ever placed."""
+    c = make_cluster()
+    start(c, tmp_path, 2)
+    await until(lambda: _ready(c, 2))
+    job = service("edge2")
+    job.task_groups[0].disconnect.lost_after = 120 * 10**9
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(unlimited=True, delay=10**9, delay_function="constant")
+    )
+    await register(c, job)
+    await until(lambda: _count_running(c, "edge2", 1))
+    original = running(await allocs(c, "edge2"))[0]
+    cut = next(n for n in (await nodes(c)).values() if n.id == original.node_id)
+    pid = c.procs[cut.name].popen.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await until(lambda: _status_of(c, "edge2", original.id, "unknown"))
+        await until(lambda: _count_running(c, "edge2", 1))
+        timeout = next(
+            e for e in await evals(c, "edge2") if e.triggered_by == "max-disconnect-timeout"
+        )
+        assert timeout.status == "pending"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await until(lambda: _node_status(c, cut.name, "ready"))
+    await until(lambda: _pair_resolved(c, "edge2"))
+    await until(lambda: _eval_status(c, "edge2", timeout.id, "canceled"))
+    await until(lambda: _settled(c, "edge2"))
+    final_evals = await evals(c, "edge2")
+    assert [e for e in final_evals if e.triggered_by == "reconnect"]
+    assert not [e for e in final_evals if e.status == "failed"], [
+        (e.triggered_by, e.status_description) for e in final_evals
+    ]
+    assert len(await allocs(c, "edge2")) == 2  # the original and one replacement
+
+
+async def evals(c: Cluster, job_id: str) -> list[pb.Evaluation]:
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        resp = await job_pb2_grpc.JobStub(ch).Evaluations(job_pb2.JobGetRequest(job_id=job_id))
+    return list(resp.evals)
+
+
+async def _eval_status(c: Cluster, job_id: str, eval_id: str, status: str) -> bool:
+    return any(e.id == eval_id and e.status == status for e in await evals(c, job_id))
+
+
+async def _settled(c: Cluster, job_id: str) -> bool:
+    """The reconnect evals have been processed (complete or failed)."""
+    reconnects = [e for e in await evals(c, job_id) if e.triggered_by == "reconnect"]
+    return bool(reconnects) and all(e.status in ("complete", "failed") for e in reconnects)
 
 
 async def _update_alloc(c: Cluster, alloc: pb.Allocation, secret: str) -> grpc.StatusCode:

@@ -12,6 +12,7 @@ from corral.structs import (
     ClientStatus,
     DesiredStatus,
     Eligibility,
+    EvalStatus,
     JobType,
     NodeStatus,
     Trigger,
@@ -21,6 +22,8 @@ from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
 from services.state.writes.jobs import new_eval, refresh_job_status
+
+NODE_REREGISTERED = "Node reregistered by heartbeat"
 
 
 def validate_node(node: pb.Node) -> None:
@@ -168,10 +171,13 @@ async def update_status(
     if new in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
         node.last_missed_heartbeat_index = tx.index
         _event(node, reason or "Node heartbeat missed", tx.now)
-    elif new == NodeStatus.READY:
-        node.last_missed_heartbeat_index = 0
+    else:
+        if new == NodeStatus.READY:
+            node.last_missed_heartbeat_index = 0
         if old == NodeStatus.DOWN:
-            _event(node, "Node re-registered", tx.now)
+            # whichever status the heartbeat brings it back to (Nomad's
+            # NodeHeartbeatEventReregistered)
+            _event(node, NODE_REREGISTERED, tx.now)
     tx.put_node(node, "NodeStreamEvent")
     # the allocs of a disconnected node become unknown in the scheduler
     # (with an AllocState) when it processes the node-update eval
@@ -210,6 +216,7 @@ async def update_allocs(
             alloc.task_states[name].CopyFrom(ts)
         if upd.HasField("deployment_status"):
             alloc.deployment_status.CopyFrom(upd.deployment_status)
+        await _cancel_disconnect_timeout(tx, cur, alloc)
         key = structs.job_key(alloc.namespace, alloc.job_id)
         if key not in jobs:
             jobs[key] = await tx.get_job(alloc.namespace, alloc.job_id)
@@ -237,6 +244,44 @@ async def update_allocs(
     node.last_alloc_update_index = tx.index
     tx.put_node(node, "NodeAllocUpdate")
     return node, list(evals.values())
+
+
+# client statuses that prove an unknown alloc's node is back (Nomad's
+# FollowupEvalForReconnect)
+_RECONNECTED = (ClientStatus.RUNNING, ClientStatus.COMPLETE, ClientStatus.FAILED)
+
+
+async def _cancel_disconnect_timeout(
+    tx: WriteTx, stored: pb.Allocation, alloc: pb.Allocation
+) -> None:
+    """An alloc awaiting reconnect whose client reports in no longer needs
+    the follow-up eval that would mark it lost (Nomad PR #25923): clear its
+    `followup_eval_id` (so a later failure gets its own alloc-failure eval)
+    and cancel that eval, unless another live alloc of the job still waits
+    on it. Left pending, it would run at lost_after for nothing and keep the
+    job from looking settled until then."""
+    eval_id = stored.followup_eval_id
+    if (
+        not eval_id
+        or not structs.needs_reconnect(stored)
+        or alloc.client_status not in _RECONNECTED
+    ):
+        return
+    alloc.followup_eval_id = ""
+    for other in await tx.allocs_by_job(alloc.namespace, alloc.job_id):
+        if (
+            other.id != alloc.id
+            and other.followup_eval_id == eval_id
+            and not structs.alloc_terminal(other)
+        ):
+            return
+    ev = await tx.get_eval(eval_id)
+    if ev is None or ev.status in EvalStatus.TERMINAL:
+        return
+    canceled = copy_msg(ev)
+    canceled.status = EvalStatus.CANCELED
+    canceled.status_description = "allocs reconnected"
+    tx.put_eval(canceled)
 
 
 async def set_eligibility(

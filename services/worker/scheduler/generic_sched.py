@@ -361,6 +361,7 @@ class GenericScheduler:
             now=structs.now_ns(),
             alloc_update_fn=self._alloc_update,
             job_of=lambda a: util.alloc_job(self.snap, job, a),
+            initializing=util.initializing_nodes(self.snap, allocs),
         )
         result = rec.compute()
         self.log.debug(

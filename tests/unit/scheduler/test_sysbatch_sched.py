@@ -120,6 +120,19 @@ def test_filtered_nodes_are_skipped_silently():
     assert not h.create_evals and not h.last_eval().failed_tg_allocs
 
 
+def test_filter_metrics_count_every_filtered_node():
+    h, _ = cluster(2)
+    job = mock.sysbatch_job()
+    job.constraints.append(
+        pb.Constraint(l_target="${node.unique.name}", r_target="elsewhere", operand="==")
+    )
+    job = register(h, job)
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_filtered == 2
+    assert dict(m.constraint_filtered) == {"${node.unique.name} == elsewhere": 2}
+
+
 def test_in_place_job_update_does_not_rerun_finished_allocs():
     h, nodes = cluster(2)
     job = register(h, mock.sysbatch_job())
