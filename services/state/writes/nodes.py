@@ -185,6 +185,77 @@ async def update_status(
     return node, evals, True
 
 
+async def miss_heartbeat(tx: WriteTx, node_id: str) -> tuple[pb.Node, list[pb.Evaluation], bool]:
+    """A node missed its TTL: it becomes `disconnected` while one of its
+    allocs is inside a group's disconnect timeout (`may_disconnect`), else
+    `down`. Decided on the rows read in this transaction, so a heartbeat or
+    client update committed just before cannot be overruled by an older copy."""
+    node = await tx.get_node(node_id)
+    if node is None:
+        raise NotFound(f"node {node_id} not found")
+    if node.status == NodeStatus.DOWN:
+        return node, [], False
+    allocs = await tx.allocs_by_node(node_id)
+    groups: dict[str, pb.TaskGroup | None] = {}
+    for a in allocs:
+        job = await tx.get_job_version(a.namespace, a.job_id, a.job_version) or await tx.get_job(
+            a.namespace, a.job_id
+        )
+        groups[a.id] = structs.task_group(job, a.task_group) if job is not None else None
+    new = (
+        NodeStatus.DISCONNECTED if may_disconnect(node, allocs, groups, tx.now) else NodeStatus.DOWN
+    )
+    return await update_status(tx, node_id, new, reason="Node heartbeat missed")
+
+
+def may_disconnect(
+    node: pb.Node,
+    allocs: Iterable[pb.Allocation],
+    groups: dict[str, pb.TaskGroup | None],
+    now: int,
+) -> bool:
+    """Whether a node that missed its TTL becomes `disconnected` rather than
+    `down`: some alloc there that should run belongs to a group (`groups`,
+    by alloc id) with a disconnect timeout (`max_client_disconnect` /
+    `lost_after`) and, if it is already unknown, is still inside that window.
+
+    An initializing node qualifies only while it is coming back from a
+    disconnect (an alloc there still awaits its reconnect): it heartbeated
+    once and went quiet again before its allocs were reconnected, and going
+    `down` would lose them although their window is still open. A node that
+    is initializing for the first time goes down, as in Nomad."""
+    allocs = list(allocs)
+    if node.status == NodeStatus.INITIALIZING and not any(
+        a.desired_status == DesiredStatus.RUN and structs.needs_reconnect(a) for a in allocs
+    ):
+        return False
+    for a in allocs:
+        if a.desired_status != DesiredStatus.RUN or structs.alloc_client_terminal(a):
+            continue
+        tg = groups.get(a.id)
+        if tg is None:
+            continue
+        lost_after = structs.lost_after(tg)
+        if lost_after > 0 and not _disconnect_expired(a, lost_after, now):
+            return True
+    return False
+
+
+def _disconnect_expired(a: pb.Allocation, lost_after: int, now: int) -> bool:
+    """An unknown alloc whose window, counted from when it last became
+    unknown, has passed (it is about to be marked lost)."""
+    if a.client_status != ClientStatus.UNKNOWN:
+        return False
+    since = 0
+    for st in reversed(a.alloc_states):
+        if st.field != "client_status":
+            continue
+        if st.value != ClientStatus.UNKNOWN:
+            break
+        since = st.time
+    return since > 0 and since + lost_after <= now
+
+
 async def update_allocs(
     tx: WriteTx, updates: Iterable[pb.Allocation], secret_id: str = ""
 ) -> tuple[pb.Node, list[pb.Evaluation]]:
