@@ -5,11 +5,9 @@ every reconnect eval complete, no third alloc — and a drain."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -19,6 +17,7 @@ import grpc
 from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.e2e.cluster import Cluster
+from tests.wait import until
 
 TTL = ["--heartbeat-min-ttl", "1", "--heartbeat-grace", "1", "--heartbeats-per-second", "1000"]
 BROKER = ["--nack-timeout", "5", "--initial-nack-delay", "0.2", "--subsequent-nack-delay", "0.5"]
@@ -33,18 +32,6 @@ def start(c: Cluster, tmp: Path, agents: int) -> None:
         c.start(
             "agent", "--data-dir", str(tmp / f"agent{i}"), "--name", f"agent{i}", name=f"agent{i}"
         )
-
-
-async def until(pred: Callable[[], object], timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = pred()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
 
 
 async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:

@@ -20,9 +20,9 @@ from tests.integration.broker.test_broker_process import (
     dequeue,
     eval_rows,
     pending,
-    until,
     write,
 )
+from tests.wait import until
 
 
 async def take(

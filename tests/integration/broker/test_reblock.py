@@ -19,10 +19,10 @@ from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)
     dequeue,
     pending,
-    until,
     write,
 )
 from tests.integration.worker.test_worker_process import job, placed, register, start_servers
+from tests.wait import until
 
 
 def evals_of(dsn: str, job_id: str) -> dict[str, pb.Evaluation]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -18,6 +18,7 @@ from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
 from services.state.heartbeat import HeartbeatSettings
 from services.worker.scheduler import mock
+from tests.wait import until
 
 FAST = HeartbeatSettings(
     min_ttl=0.5, grace=0.3, failover_ttl=5.0, max_per_second=1000, drain_interval=0.2
@@ -39,13 +40,6 @@ async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
 async def nodes(app: StateApp) -> AsyncIterator[node_pb2_grpc.NodeAsyncStub]:
     async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
         yield node_pb2_grpc.NodeStub(ch)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def place(app: StateApp, node: pb.Node, job: pb.Job) -> pb.Allocation:
