@@ -29,7 +29,7 @@ from corral.v1 import eval_pb2, plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker import metrics
 from services.worker.planner_bridge import WorkerPlanner
-from services.worker.scheduler.scheduler import new_scheduler
+from services.worker.scheduler.factory import new_scheduler
 
 if TYPE_CHECKING:
     from services.worker.pool import WorkerPool

@@ -19,9 +19,9 @@ from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, util
-from services.worker.scheduler.generic_sched import Placer
-from services.worker.scheduler.reconcile_util import disconnect_timeout, expired
-from services.worker.scheduler.scheduler import Planner
+from services.worker.scheduler.interfaces import Planner
+from services.worker.scheduler.placement import Placer
+from services.worker.scheduler.reconcile.allocs import disconnect_timeout, expired
 
 MAX_SYSTEM_ATTEMPTS = 5
 MAX_SYSBATCH_ATTEMPTS = 2

@@ -13,7 +13,7 @@ from corral import structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.scheduler import Planner
+from services.worker.scheduler.interfaces import Planner
 
 # ----------------------------------------------------------------- descriptions
 # The user-visible reasons, worded as Nomad words them.

@@ -15,10 +15,10 @@ import pytest
 
 from corral.errors import leader_from_error
 from corral.structs import new_id
+from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
-from services.worker.scheduler import mock
 from tests.e2e.cluster import Cluster
 from tests.wait import until
 

@@ -12,8 +12,8 @@ import asyncio
 import grpc
 import pytest
 
+from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
-from services.worker.scheduler import mock
 from tests.e2e.cluster import Cluster
 from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)

@@ -22,13 +22,13 @@ import grpc
 import pytest
 
 from corral.errors import LEADER_METADATA_KEY
-from corral.invariants import check_state, errors, fetch_snapshot
 from corral.structs import ClientStatus, EvalStatus, JobType, Trigger, new_id
+from corral.testing import mock
+from corral.testing.invariants import check_state, errors, fetch_snapshot
 from corral.v1 import eval_pb2, eval_pb2_grpc, plan_pb2, plan_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.planner.applier import FAULT_EXIT_STATUS
 from services.state.app import StateApp
-from services.worker.scheduler import mock
 from tests.integration.planner.conftest import seed
 
 ROOT = Path(__file__).resolve().parents[3]

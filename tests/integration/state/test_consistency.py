@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
+from corral.testing import mock
 from corral.v1 import (
     eval_pb2,
     eval_pb2_grpc,
@@ -27,7 +28,6 @@ from corral.v1 import (
     node_pb2_grpc,
     query_pb2,
 )
-from services.worker.scheduler import mock
 from tests.e2e.cluster import Cluster
 
 CLIENTS = 30

@@ -13,11 +13,11 @@ import grpc
 import pytest
 
 from corral.structs import ClientStatus
+from corral.testing import mock
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
 from services.state.heartbeat import HeartbeatSettings
-from services.worker.scheduler import mock
 from tests.wait import until
 
 FAST = HeartbeatSettings(

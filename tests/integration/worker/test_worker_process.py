@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 import psycopg
 
+from corral.testing import mock
 from corral.v1 import (
     eval_pb2_grpc,
     job_pb2,
@@ -23,7 +24,6 @@ from corral.v1 import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
-from services.worker.scheduler import mock
 from tests.e2e.cluster import Cluster
 from tests.wait import until
 

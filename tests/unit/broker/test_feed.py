@@ -6,10 +6,10 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 from __future__ import annotations
 
 from corral.store import StateStore
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.feed import FeedRouter
-from services.worker.scheduler import mock
 from tests.unit.broker.test_eval_broker import broker, ev
 
 

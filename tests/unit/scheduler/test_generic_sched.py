@@ -17,12 +17,14 @@ from corral.structs import (
     NodeStatus,
     Trigger,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from services.worker.scheduler.core_sched import CoreScheduler
+from services.worker.scheduler.factory import new_scheduler
 from services.worker.scheduler.generic_sched import GenericScheduler
 from services.worker.scheduler.harness import Harness
-from services.worker.scheduler.scheduler import Scheduler, SchedulerError, new_scheduler
+from services.worker.scheduler.interfaces import Scheduler, SchedulerError
 from services.worker.scheduler.system_sched import SystemScheduler
 
 

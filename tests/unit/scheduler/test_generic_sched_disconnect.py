@@ -15,8 +15,9 @@ from corral.structs import (
     NodeStatus,
     Trigger,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from services.worker.scheduler.harness import Harness
 from tests.unit.scheduler.test_generic_sched import (
     live_allocs,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from corral import structs
 from corral.structs import ClientStatus, EvalStatus, NodeStatus, Trigger
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
 from tests.unit.scheduler.test_generic_sched import cluster, planned, register, run, stops
 
 

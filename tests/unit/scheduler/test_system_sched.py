@@ -13,8 +13,9 @@ from corral.structs import (
     NodeStatus,
     Trigger,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from tests.unit.scheduler.test_generic_sched import (
     cluster,
     live_allocs,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from corral import structs
 from corral.structs import EvalStatus, Trigger
-from services.worker.scheduler import mock
+from corral.testing import mock
 from services.worker.scheduler.harness import Harness
 from services.worker.worker import _canceled_meanwhile
 

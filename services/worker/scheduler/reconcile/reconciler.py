@@ -19,7 +19,7 @@ from corral import structs
 from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
-from services.worker.scheduler.reconcile_util import (
+from services.worker.scheduler.reconcile.allocs import (
     AllocNameIndex,
     AllocSet,
     DelayedReschedule,
