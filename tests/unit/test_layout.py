@@ -80,3 +80,23 @@ def test_scheduler_package_has_no_import_circle() -> None:
             continue
         cycle = cycle_from(module, (module,))
         assert cycle is None, "import circle: " + " -> ".join(cycle or ())
+
+
+def test_every_proto_service_is_served_from_a_handlers_module() -> None:
+    """A newcomer finds the code of `corral.v1.<Service>/<Rpc>` in the
+    `handlers` module of the role that serves it."""
+    import importlib
+    import re
+
+    servicer = re.compile(r"^class \w+\(\w+_pb2_grpc\.(\w+)Servicer\)", re.M)
+    served: set[str] = set()
+    for path in _sources("services"):
+        if path.stem == "handlers" or path.parent.name == "handlers":
+            served.update(servicer.findall(path.read_text()))
+        elif path.stem != "__main__":
+            assert not servicer.search(path.read_text()), f"{_module(path)} defines a servicer"
+    declared = set()
+    for path in sorted((ROOT / "corral" / "v1").glob("*_pb2.py")):
+        module = importlib.import_module(f"corral.v1.{path.stem}")
+        declared.update(module.DESCRIPTOR.services_by_name)
+    assert declared and declared <= served, f"no handler for {sorted(declared - served)}"

@@ -16,8 +16,7 @@ from corral.server import GrpcServer
 from corral.structs import NodeStatus
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import validate
-from services.state.api import query
+from services.state import query, validate
 from services.state.app_context import StateContext
 from services.state.heartbeat import Heartbeats
 from services.state.writes import nodes as writes
