@@ -16,7 +16,7 @@ import grpc
 
 from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 from tests.wait import until
 
 TTL = ["--heartbeat-min-ttl", "1", "--heartbeat-grace", "1", "--heartbeats-per-second", "1000"]

@@ -19,7 +19,7 @@ from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 from tests.wait import until
 
 FAST = [

@@ -14,7 +14,7 @@ import pytest
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)
     dequeue,

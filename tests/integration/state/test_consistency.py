@@ -28,7 +28,7 @@ from corral.v1 import (
     node_pb2_grpc,
     query_pb2,
 )
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 
 CLIENTS = 30
 WRITES_PER_CLIENT = 10  # 300 registrations, each followed by reads on both processes

@@ -24,7 +24,7 @@ from corral.v1 import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 from tests.wait import until
 
 BROKER_FAST = [
