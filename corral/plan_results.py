@@ -126,7 +126,9 @@ def merge_plan(
     out = PlanWrites()
 
     def current(alloc_id: str) -> pb.Allocation | None:
-        return out.allocs.get(alloc_id) or alloc(alloc_id)
+        """The newest copy: as this plan left it, else as stored."""
+        written = out.allocs.get(alloc_id)
+        return written if written is not None else alloc(alloc_id)
 
     for placed in plan.allocs:
         old = current(placed.id)
@@ -158,7 +160,9 @@ def merge_plan(
         d = _merge_deployment(plan.deployment, deployment(plan.deployment.id), index, now)
         out.deployments[d.id] = d
     for upd in plan.deployment_updates:
-        cur_d = out.deployments.get(upd.deployment_id) or deployment(upd.deployment_id)
+        cur_d = out.deployments.get(upd.deployment_id)
+        if cur_d is None:
+            cur_d = deployment(upd.deployment_id)
         if cur_d is None or cur_d.status not in DeploymentStatus.ACTIVE:
             continue
         d = copy_msg(cur_d)
