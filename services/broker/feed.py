@@ -11,6 +11,7 @@ token, so the router leaves it alone."""
 
 from __future__ import annotations
 
+from corral.plan_results import PLAN_RESULT_EVENT
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, EvalStatus, node_ready
 from corral.v1 import structs_pb2 as pb
@@ -78,7 +79,10 @@ class FeedRouter:
         for event in batch.events:
             kind = event.WhichOneof("payload")
             if kind == "evaluation":
-                if not event.deleted:
+                # A plan's commit bumps its eval's modify index: the eval is
+                # outstanding here already, and routing it again would run it
+                # a second time after its ack.
+                if not event.deleted and event.type != PLAN_RESULT_EVENT:
                     self._route_eval(event.evaluation)
             elif kind == "node":
                 self._route_node(event, batch.index)

@@ -42,11 +42,11 @@ from corral.errors import (
     NotFound,
     Unavailable,
 )
+from corral.plan_commit import applied_plan, new_alloc_ids, stamp_result
 from corral.store import StateSnapshot
 from corral.structs import now_ns
 from corral.v1 import state_pb2
 from services.planner import metrics
-from services.planner.commit import applied_plan
 from services.planner.config import FAULT_EXIT_BEFORE_APPLY, PlannerSettings
 from services.planner.evaluate import PlanEvaluation, evaluate_plan
 from services.planner.overlay import Overlay, OverlayEntry
@@ -84,6 +84,8 @@ class Decision:
     generation: int
     write: state_pb2.AppliedPlan | None = None
     entry: OverlayEntry | None = None
+    #: placements that create an alloc (stamped as created at the commit)
+    created: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -268,12 +270,12 @@ class PlanApplier:
             self._answer(pending, evaluation)
             return None
 
-        if snap.job_by_id(plan.job.namespace, plan.job.id) is None:
-            self._fail(pending, NotFound(f"job {plan.job.id!r} not found"))
-            return None
+        # A job stopped or purged since the scheduler's snapshot: its
+        # placements are dropped by the merge; its stops still commit.
         write = applied_plan(snap, plan, result, now_ns())
+        created = new_alloc_ids(snap, result)
         entry = self.overlay.add(write)
-        return Decision(pending, evaluation, self.overlay.generation, write, entry)
+        return Decision(pending, evaluation, self.overlay.generation, write, entry, created)
 
     def _writes_unconfirmed(self) -> bool:
         return any(e.index == 0 for e in self.overlay.entries)
@@ -338,6 +340,7 @@ class PlanApplier:
                 if d.entry is not None:
                     self.overlay.committed(d.entry, index)
                 d.evaluation.result.alloc_index = index
+                stamp_result(d.evaluation.result, index, d.created)
             self.last_committed_index = max(self.last_committed_index, *indexes)
         for d in live:
             result = d.evaluation.result

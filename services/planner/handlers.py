@@ -40,14 +40,18 @@ ROLE = "planner"
 
 def validate_plan(plan: pb.Plan) -> None:
     """Reject malformed plans before they reach the queue; fills in the
-    defaults a worker may leave out (alloc node and namespace, priority)."""
+    defaults a worker may leave out (alloc node and namespace, priority).
+    Only a plan that just stops allocs may come without a job (its job was
+    purged: Nomad's plan for a deregistered job)."""
     if not plan.eval_id:
         raise InvalidArgument("plan.eval_id", "is required")
     if not plan.eval_token:
         raise InvalidArgument("plan.eval_token", "is required")
-    if not plan.job.id:
-        raise InvalidArgument("plan.job.id", "is required")
-    if not plan.job.namespace:
+    if not plan.job.id and _places_or_deploys(plan):
+        # A plan without a job is the scheduler's answer to a job purged
+        # since: it may only stop (and evict) that job's allocs.
+        raise InvalidArgument("plan.job.id", "is required for a plan that places allocs")
+    if plan.job.id and not plan.job.namespace:
         plan.job.namespace = DEFAULT_NAMESPACE
     if plan.priority < 0:
         raise InvalidArgument("plan.priority", "must be >= 0")
@@ -110,6 +114,14 @@ def validate_plan(plan: pb.Plan) -> None:
     for j, upd in enumerate(plan.deployment_updates):
         if not upd.deployment_id:
             raise InvalidArgument(f"plan.deployment_updates[{j}].deployment_id", "is required")
+
+
+def _places_or_deploys(plan: pb.Plan) -> bool:
+    return (
+        any(len(lst.allocs) for lst in plan.node_allocation.values())
+        or plan.HasField("deployment")
+        or bool(plan.node_preemptions)
+    )
 
 
 class PlanServicer(plan_pb2_grpc.PlanServicer):

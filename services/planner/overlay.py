@@ -5,10 +5,11 @@ The applier evaluates plan N+1 while plan N is still being written, and the
 replica learns of N's commit only through the change feed a little later.
 Evaluating N+1 on the bare replica would let it take capacity N already
 took, so every applied result is also applied here, to an in-memory copy of
-the replica's snapshot, as a synthetic `ChangeBatch` built the way the state
-service merges a plan (placements created or updated in place, stops and
-preemptions as diffs onto the newest copy). Nomad does the same on its
-optimistic snapshot (`snap.UpsertPlanResults` in plan_apply.go).
+the replica's snapshot, as a synthetic `ChangeBatch` built by the merge the
+state service runs (`corral.plan_results.merge_plan`: placements created or
+updated in place, stops and preemptions as diffs onto the newest copy).
+Nomad does the same on its optimistic snapshot (`snap.UpsertPlanResults` in
+plan_apply.go).
 
 An entry leaves the overlay once the replica has reached the index it was
 committed at. When a write fails, the whole overlay is discarded
@@ -20,54 +21,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.plan_results import PLAN_RESULT_EVENT, merge_plan
 from corral.store import StateSnapshot, StateStore
-from corral.structs import ClientStatus, DesiredStatus, Topic, copy_msg
+from corral.structs import Topic, now_ns
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 
-_EVENT_TYPE = "PlanResult"
 
-
-def plan_change_batch(snap: StateSnapshot, plan: state_pb2.AppliedPlan) -> pb.ChangeBatch:
-    """The alloc and deployment changes `plan` makes, merged onto `snap` as
-    the state service would, as an unindexed batch (index 0: it moves no
-    table index and no snapshot index)."""
+def plan_change_batch(snap: StateSnapshot, plan: state_pb2.AppliedPlan, now: int) -> pb.ChangeBatch:
+    """The alloc and deployment changes `plan` makes, merged onto `snap` by
+    the state's own merge (`corral.plan_results`), as an unindexed batch
+    (index 0: it moves no table index and no snapshot index; the objects'
+    indexes are 0 too, the commit index being unknown yet). The eval's
+    modify-index bump is left to the commit: evaluating plans never reads it."""
+    writes = merge_plan(
+        plan,
+        job=snap.job_by_id(plan.namespace, plan.job_id) if plan.job_id else None,
+        alloc=snap.alloc_by_id,
+        deployment=snap.deployment_by_id,
+        ev=None,
+        index=0,
+        now=now,
+    )
     batch = pb.ChangeBatch()
-    for a in plan.allocs:
-        alloc = copy_msg(a)
-        old = snap.alloc_by_id(a.id)
-        if old is None:
-            if not alloc.client_status:
-                alloc.client_status = ClientStatus.PENDING
-        elif alloc.client_status not in (ClientStatus.LOST, ClientStatus.UNKNOWN):
-            alloc.client_status = old.client_status
-        batch.events.add(topic=Topic.ALLOCATION, type=_EVENT_TYPE, key=a.id, allocation=alloc)
-    for stops, default in (
-        (plan.stops, DesiredStatus.STOP),
-        (plan.preemptions, DesiredStatus.EVICT),
-    ):
-        for stop in stops:
-            cur = snap.alloc_by_id(stop.alloc_id)
-            if cur is None:
-                continue
-            alloc = copy_msg(cur)
-            alloc.desired_status = stop.desired_status or default
-            if stop.client_status:
-                alloc.client_status = stop.client_status
-            if stop.desired_description:
-                alloc.desired_description = stop.desired_description
-            if stop.preempted_by_allocation:
-                alloc.preempted_by_allocation = stop.preempted_by_allocation
-            batch.events.add(
-                topic=Topic.ALLOCATION, type=_EVENT_TYPE, key=alloc.id, allocation=alloc
-            )
-    if plan.HasField("deployment"):
+    for alloc in writes.allocs.values():
         batch.events.add(
-            topic=Topic.DEPLOYMENT,
-            type=_EVENT_TYPE,
-            key=plan.deployment.id,
-            deployment=plan.deployment,
+            topic=Topic.ALLOCATION, type=PLAN_RESULT_EVENT, key=alloc.id, allocation=alloc
         )
+    for d in writes.deployments.values():
+        batch.events.add(topic=Topic.DEPLOYMENT, type=PLAN_RESULT_EVENT, key=d.id, deployment=d)
     return batch
 
 
@@ -77,6 +59,8 @@ class OverlayEntry:
 
     plan: state_pb2.AppliedPlan
     generation: int
+    #: when it was applied here (the merge's time; kept for every replay)
+    time: int = 0
     index: int = 0  # 0 while the write is in flight
 
 
@@ -113,14 +97,17 @@ class Overlay:
         self._base_index = base.index
         for entry in self._entries:
             self._store.apply(
-                plan_change_batch(self._store.snapshot(), entry.plan), stamp_tables=False
+                plan_change_batch(self._store.snapshot(), entry.plan, entry.time),
+                stamp_tables=False,
             )
 
     def add(self, plan: state_pb2.AppliedPlan) -> OverlayEntry:
         """Apply `plan` optimistically (call `snapshot` first so the overlay
         sits on the newest replica state)."""
-        entry = OverlayEntry(plan, self.generation)
-        self._store.apply(plan_change_batch(self._store.snapshot(), plan), stamp_tables=False)
+        entry = OverlayEntry(plan, self.generation, now_ns())
+        self._store.apply(
+            plan_change_batch(self._store.snapshot(), plan, entry.time), stamp_tables=False
+        )
         self._entries.append(entry)
         return entry
 

@@ -2,18 +2,23 @@
 at one index; several plans at consecutive indexes in one transaction.
 
 The planner has already checked every node fits against the newest state;
-this layer merges the plan onto the stored objects the way Nomad's FSM does
-(`UpsertPlanResults`): placed allocs are created, in-place updates keep the
-client-side fields, stops and preemptions are applied as diffs onto the
-newest copy of each alloc.
+this layer reads the stored objects the plan names, lets the shared merge
+(`corral.plan_results.merge_plan`, Nomad's `UpsertPlanResults`) decide what
+they become, and writes that, plus what only the state does: preemption
+evals, ineligible nodes, the job's status.
+
+A plan may carry no job (`job_id` empty, or a job purged since): it then
+only stops allocs (placements for a missing job are dropped by the merge).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from corral.errors import InvalidArgument
-from corral.structs import ClientStatus, DesiredStatus, Eligibility, JobStatus, copy_msg
+from corral.plan_results import PLAN_RESULT_EVENT, merge_plan, plan_reads
+from corral.structs import Eligibility, JobStatus, copy_msg
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -21,13 +26,19 @@ from services.state.db.database import WriteTx
 from services.state.writes.evals import upsert_evals, validate_evals
 from services.state.writes.jobs import refresh_job_status
 
+log = logging.getLogger(__name__)
+
 
 def validate_plans(plans: Sequence[state_pb2.AppliedPlan]) -> None:
     validate.batch_size(len(plans), "plans")
     for i, p in enumerate(plans):
         f = f"plans[{i}]"
         validate.require_id(p.eval_id, f"{f}.eval_id")
-        validate.require_id(p.job_id, f"{f}.job_id")
+        if p.job_id:
+            validate.require_id(p.job_id, f"{f}.job_id")
+        elif p.allocs or p.HasField("deployment"):
+            # only a plan for a purged job comes without one, and it only stops
+            raise InvalidArgument(f"{f}.job_id", "is required for a plan that places allocs")
         seen: set[str] = set()
         for j, a in enumerate(p.allocs):
             validate.allocation(a, f"{f}.allocs[{j}]")
@@ -47,66 +58,38 @@ def validate_plans(plans: Sequence[state_pb2.AppliedPlan]) -> None:
 
 
 async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> None:
-    """Write one plan's committed part at `index`."""
-    job = await tx.get_job(plan.namespace, plan.job_id)
-    if job is None:
-        raise InvalidArgument("plan.job_id", f"job {plan.job_id!r} does not exist")
+    """Write one plan's committed part at `index`: read what the merge
+    needs inside the transaction, merge (`corral.plan_results`), write."""
+    job = await tx.get_job(plan.namespace, plan.job_id) if plan.job_id else None
+    reads = plan_reads(plan)
+    stored = await tx.get_allocs(reads.alloc_ids)
+    deployments: dict[str, pb.Deployment] = {}
+    for dep_id in reads.deployment_ids:
+        d = await tx.get_deployment(dep_id)
+        if d is not None:
+            deployments[dep_id] = d
+    writes = merge_plan(
+        plan,
+        job=job,
+        alloc=stored.get,
+        deployment=deployments.get,
+        ev=await tx.get_eval(plan.eval_id),
+        index=index,
+        now=tx.now,
+    )
+    if writes.dropped:
+        log.info(
+            "placements dropped: job %r is stopped or purged",
+            plan.job_id,
+            extra={"eval_id": plan.eval_id, "job_id": plan.job_id, "index": index},
+        )
 
-    touched = [a.id for a in plan.allocs] + [s.alloc_id for s in plan.stops]
-    touched += [s.alloc_id for s in plan.preemptions]
-    stored = await tx.get_allocs(touched)
-
-    predecessors = [a.previous_allocation for a in plan.allocs if a.previous_allocation]
-    if predecessors:
-        stored.update(await tx.get_allocs([p for p in predecessors if p not in stored]))
-
-    for a in plan.allocs:
-        alloc = copy_msg(a)
-        old = stored.get(alloc.id)
-        if old is None:
-            alloc.create_index = 0
-            alloc.create_time = 0
-            if not alloc.client_status:
-                alloc.client_status = ClientStatus.PENDING
-        else:
-            alloc.create_index = old.create_index
-            alloc.create_time = old.create_time
-            # The client owns its task states; the scheduler may only force
-            # lost/unknown (disconnects), never overwrite a live status.
-            alloc.task_states.clear()
-            for name, ts in old.task_states.items():
-                alloc.task_states[name].CopyFrom(ts)
-            if alloc.client_status not in (ClientStatus.LOST, ClientStatus.UNKNOWN):
-                alloc.client_status = old.client_status
-                alloc.client_description = old.client_description
-        alloc.alloc_modify_index = index
-        tx.put_alloc(alloc, "PlanResult", index=index)
-        stored[alloc.id] = alloc
-        if old is None and alloc.previous_allocation:
-            _link_replacement(tx, stored, alloc, index)
-
-    for stops, desired in (
-        (plan.stops, DesiredStatus.STOP),
-        (plan.preemptions, DesiredStatus.EVICT),
-    ):
-        for stop in stops:
-            stopped = _apply_stop(tx, stored.get(stop.alloc_id), stop, desired, index)
-            if stopped is not None:
-                stored[stopped.id] = stopped
-
-    if plan.HasField("deployment"):
-        d = copy_msg(plan.deployment)
-        old_d = await tx.get_deployment(d.id)
-        d.create_index = old_d.create_index if old_d is not None else 0
+    for alloc in writes.allocs.values():
+        tx.put_alloc(alloc, PLAN_RESULT_EVENT, index=index)
+    for d in writes.deployments.values():
         tx.put_deployment(d, index=index)
-    for upd in plan.deployment_updates:
-        cur = await tx.get_deployment(upd.deployment_id)
-        if cur is None:
-            continue
-        cur = copy_msg(cur)
-        cur.status = upd.status
-        cur.status_description = upd.status_description
-        tx.put_deployment(cur, index=index)
+    if writes.eval is not None:
+        tx.put_eval(writes.eval, PLAN_RESULT_EVENT, index=index)
 
     if plan.evals:
         await upsert_evals(tx, plan.evals, index=index)
@@ -118,49 +101,15 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
             node.scheduling_eligibility = Eligibility.INELIGIBLE
             tx.put_node(node, "NodeEligibility", index=index)
 
-    if plan.allocs and job.status == JobStatus.PENDING and not job.stop:
+    if job is None:
+        return  # purged: no status left to keep
+    placed = len(plan.allocs) > len(writes.dropped)
+    if placed and job.status == JobStatus.PENDING and not job.stop:
         job = copy_msg(job)
         job.status = JobStatus.RUNNING
         tx.put_job(job, "JobStatusUpdated", index=index)
     elif job.stop and plan.stops:
         await refresh_job_status(tx, plan.namespace, plan.job_id, index=index)
-
-
-def _link_replacement(
-    tx: WriteTx, stored: dict[str, pb.Allocation], alloc: pb.Allocation, index: int
-) -> None:
-    """Point the replaced alloc at its replacement (next_allocation): the
-    reconnect logic follows this chain to find which alloc replaced which."""
-    prev = stored.get(alloc.previous_allocation)
-    if prev is None:
-        return
-    linked = copy_msg(prev)
-    linked.next_allocation = alloc.id
-    stored[prev.id] = linked
-    tx.put_alloc(linked, "PlanResult", index=index)
-
-
-def _apply_stop(
-    tx: WriteTx, current: pb.Allocation | None, stop: pb.AllocStop, default: str, index: int
-) -> pb.Allocation | None:
-    if current is None:
-        return None  # already garbage collected; nothing left to stop
-    alloc = copy_msg(current)
-    alloc.desired_status = stop.desired_status or default
-    if stop.desired_description:
-        alloc.desired_description = stop.desired_description
-    if stop.client_status and stop.client_status != alloc.client_status:
-        # The scheduler changed the client status (e.g. lost): record it in
-        # the alloc's state history as Nomad's AppendStoppedAlloc does.
-        alloc.client_status = stop.client_status
-        alloc.alloc_states.add(field="client_status", value=stop.client_status, time=tx.now)
-    if stop.followup_eval_id:
-        alloc.followup_eval_id = stop.followup_eval_id
-    if stop.preempted_by_allocation:
-        alloc.preempted_by_allocation = stop.preempted_by_allocation
-    alloc.alloc_modify_index = index
-    tx.put_alloc(alloc, "PlanResult", index=index)
-    return alloc
 
 
 async def apply_plans(tx: WriteTx, plans: Sequence[state_pb2.AppliedPlan]) -> list[int]:

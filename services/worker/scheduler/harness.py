@@ -1,8 +1,10 @@
 """An in-memory planner for scheduler tests (Nomad's `scheduler/tests`
 Harness): it holds a `StateStore`, applies submitted plans to it as the plan
-applier would (one index per write, a `ChangeBatch` of events), and records
-every plan, eval update, created eval and reblock so tests can assert on
-them.
+applier would (one index per write, a `ChangeBatch` of events) — through the
+same `AppliedPlan` conversion and the same merge (`corral.plan_results`) the
+planner and the state service use, so scheduler tests see what production
+writes — and records every plan, eval update, created eval and reblock so
+tests can assert on them.
 
 Partial commits are simulated by naming nodes to reject: their whole update
 set (stops and placements) is dropped, the result carries a refresh index
@@ -15,8 +17,10 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from corral import structs
+from corral.plan_commit import applied_plan, new_alloc_ids, stamp_result
+from corral.plan_results import PLAN_RESULT_EVENT, merge_plan
 from corral.store import StateSnapshot, StateStore
-from corral.structs import DesiredStatus, Topic
+from corral.structs import Topic
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.factory import new_scheduler
 
@@ -156,113 +160,93 @@ class Harness:
     # ------------------------------------------------------------ Planner
 
     def submit_plan(self, plan: pb.Plan) -> tuple[pb.PlanResult, StateSnapshot | None]:
+        """Commit `plan` as the planner would: decide which nodes' parts
+        commit (every node, less `reject_nodes`), build the same
+        `AppliedPlan` the planner builds and merge it with the state's own
+        merge (`corral.plan_results`), at one new index."""
         self.plans.append(structs.copy_msg(plan))
         snap = self.store.snapshot()
+        result = self._committable(snap, plan)
+        if not _writes_anything(result):
+            result.alloc_index = snap.index
+        else:
+            result.alloc_index = self._write(self._plan_events(snap, plan, result))
+            stamp_result(result, result.alloc_index, new_alloc_ids(snap, result))
+        self.results.append(result)
+        if result.rejected_nodes:
+            result.refresh_index = max(self.store.snapshot().refresh_index(), result.alloc_index)
+            return result, self.store.snapshot()
+        return result, None
+
+    def _committable(self, snap: StateSnapshot, plan: pb.Plan) -> pb.PlanResult:
+        """The part of `plan` the planner would commit: a rejected node
+        loses its whole update set, an all-at-once plan everything;
+        preemptions of allocs already terminal are left out."""
         nodes = set(plan.node_update) | set(plan.node_allocation)
         rejecting = self.reject_plans is None or self.reject_plans > 0
         rejected = sorted(n for n in nodes if n in self.reject_nodes) if rejecting else []
         if rejected and self.reject_plans is not None:
             self.reject_plans -= 1
-
         result = pb.PlanResult()
         result.rejected_nodes.extend(rejected)
         if rejected and plan.all_at_once:
-            accepted: set[str] = set()
-        else:
-            accepted = nodes - set(rejected)
+            return result
+        for node_id in sorted(nodes - set(rejected)):
+            if node_id in plan.node_update and plan.node_update[node_id].stops:
+                result.node_update[node_id].CopyFrom(plan.node_update[node_id])
+            if node_id in plan.node_allocation and plan.node_allocation[node_id].allocs:
+                result.node_allocation[node_id].CopyFrom(plan.node_allocation[node_id])
+            if node_id in plan.node_preemptions:
+                for stop in plan.node_preemptions[node_id].stops:
+                    cur = snap.alloc_by_id(stop.alloc_id)
+                    if cur is not None and not structs.alloc_terminal(cur):
+                        result.node_preemptions[node_id].stops.append(stop)
+        if plan.HasField("deployment"):
+            result.deployment.CopyFrom(plan.deployment)
+            if rejected:  # canaries count only once placed
+                placed = {a.id for lst in result.node_allocation.values() for a in lst.allocs}
+                for state in result.deployment.task_groups.values():
+                    keep = [c for c in state.placed_canaries if c in placed]
+                    del state.placed_canaries[:]
+                    state.placed_canaries.extend(keep)
+        result.deployment_updates.extend(plan.deployment_updates)
+        return result
 
-        events: list[pb.Event] = []
+    def _plan_events(
+        self, snap: StateSnapshot, plan: pb.Plan, result: pb.PlanResult
+    ) -> list[pb.Event]:
+        """What committing `result` writes, as the state writes it."""
         index = self._index + 1
         now = self._time()
-        placed: list[pb.Allocation] = []
-        for node_id in sorted(accepted):
-            for stop in plan.node_update[node_id].stops if node_id in plan.node_update else []:
-                cur = snap.alloc_by_id(stop.alloc_id)
-                if cur is None:
-                    continue
-                a = self._apply_stop(cur, stop, index, now)
-                result.node_update[node_id].stops.append(stop)
-                events.append(self._alloc_event(a, "PlanResult"))
-            for new in (
-                plan.node_allocation[node_id].allocs if node_id in plan.node_allocation else []
-            ):
-                a = structs.copy_msg(new)
-                cur = snap.alloc_by_id(a.id)
-                if cur is None:
-                    a.create_index = index
-                    a.create_time = now
-                    placed.append(a)
-                else:
-                    a.create_index = cur.create_index
-                    a.create_time = cur.create_time
-                    # fields the client owns survive a scheduler update
-                    if not len(a.task_states):
-                        a.task_states.MergeFrom(cur.task_states)
-                a.modify_index = index
-                a.alloc_modify_index = index
-                a.modify_time = now
-                if plan.HasField("job"):
-                    a.job_version = a.job_version or plan.job.version
-                    a.job_modify_index = a.job_modify_index or plan.job.job_modify_index
-                result.node_allocation[node_id].allocs.append(a)
-                events.append(self._alloc_event(a, "PlanResult"))
-        for node_id, lst in plan.node_preemptions.items():
-            if node_id not in accepted:
-                continue
-            for stop in lst.stops:
-                cur = snap.alloc_by_id(stop.alloc_id)
-                if cur is None or structs.alloc_terminal(cur):
-                    continue
-                a = self._apply_stop(cur, stop, index, now)
-                result.node_preemptions[node_id].stops.append(stop)
-                events.append(self._alloc_event(a, "PlanResult"))
-        # chain replacements: the previous alloc learns its successor
-        by_id = {e.allocation.id: e.allocation for e in events}
-        for a in placed:
-            if not a.previous_allocation:
-                continue
-            prev = by_id.get(a.previous_allocation)
-            if prev is None:
-                stored = snap.alloc_by_id(a.previous_allocation)
-                if stored is None:
-                    continue
-                prev = structs.copy_msg(stored)
-                prev.modify_index = index
-                prev.modify_time = now
-                events.append(self._alloc_event(prev, "PlanResult"))
-                by_id[prev.id] = prev
-            prev.next_allocation = a.id
-        if events:
-            result.alloc_index = self._write(events)
-        else:
-            result.alloc_index = snap.index
-        if rejected:
-            result.refresh_index = max(self.store.snapshot().refresh_index(), result.alloc_index)
-            self.results.append(result)
-            return result, self.store.snapshot()
-        self.results.append(result)
-        return result, None
-
-    @staticmethod
-    def _alloc_event(a: pb.Allocation, etype: str) -> pb.Event:
-        return pb.Event(topic=Topic.ALLOCATION, type=etype, key=a.id, allocation=a)
-
-    @staticmethod
-    def _apply_stop(cur: pb.Allocation, stop: pb.AllocStop, index: int, now: int) -> pb.Allocation:
-        a = structs.copy_msg(cur)
-        a.desired_status = stop.desired_status or DesiredStatus.STOP
-        a.desired_description = stop.desired_description
-        if stop.client_status and stop.client_status != a.client_status:
-            a.client_status = stop.client_status
-            a.alloc_states.add(field="client_status", value=stop.client_status, time=now)
-        if stop.followup_eval_id:
-            a.followup_eval_id = stop.followup_eval_id
-        if stop.preempted_by_allocation:
-            a.preempted_by_allocation = stop.preempted_by_allocation
-        a.modify_index = index
-        a.alloc_modify_index = index
-        a.modify_time = now
-        return a
+        write = applied_plan(snap, plan, result, now)
+        writes = merge_plan(
+            write,
+            job=snap.job_by_id(write.namespace, write.job_id) if write.job_id else None,
+            alloc=snap.alloc_by_id,
+            deployment=snap.deployment_by_id,
+            ev=snap.eval_by_id(plan.eval_id),
+            index=index,
+            now=now,
+        )
+        events = [
+            pb.Event(topic=Topic.ALLOCATION, type=PLAN_RESULT_EVENT, key=a.id, allocation=a)
+            for a in writes.allocs.values()
+        ]
+        events += [
+            pb.Event(topic=Topic.DEPLOYMENT, type=PLAN_RESULT_EVENT, key=d.id, deployment=d)
+            for d in writes.deployments.values()
+        ]
+        if writes.eval is not None:
+            e = writes.eval
+            events.append(
+                pb.Event(topic=Topic.EVALUATION, type=PLAN_RESULT_EVENT, key=e.id, evaluation=e)
+            )
+        for e in write.evals:  # preemption evals
+            e.create_index = e.modify_index = index
+            events.append(
+                pb.Event(topic=Topic.EVALUATION, type="EvaluationUpdated", key=e.id, evaluation=e)
+            )
+        return events
 
     def update_eval(self, ev: pb.Evaluation) -> None:
         self.evals.append(structs.copy_msg(ev))
@@ -380,3 +364,14 @@ class Harness:
     def last_eval(self) -> pb.Evaluation:
         assert self.evals, "no eval update"
         return self.evals[-1]
+
+
+def _writes_anything(result: pb.PlanResult) -> bool:
+    """A result with nothing to commit is answered without a write."""
+    return bool(
+        result.node_update
+        or result.node_allocation
+        or result.node_preemptions
+        or result.HasField("deployment")
+        or result.deployment_updates
+    )

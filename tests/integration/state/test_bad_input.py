@@ -84,9 +84,12 @@ async def test_apply_plans_rejects_negative_resources_and_missing_ids(
         "desired_status: unknown value",
     )
     plan.allocs[0].desired_status = "run"
-    # a plan for a job that does not exist writes nothing
+    assert await state_app.db.latest_index() == before
+    # placing needs a job; only a plan for a purged job comes without one
+    plan.job_id = ""
     await _expect_invalid(
-        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])), "does not exist"
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        "plans[0].job_id: is required for a plan that places allocs",
     )
     assert await state_app.db.latest_index() == before
 

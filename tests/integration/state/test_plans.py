@@ -157,3 +157,59 @@ async def test_fenced_plan_from_a_non_leader_is_refused(
         assert resp.indexes[0] == before + 1
     finally:
         await election.stop()
+
+
+async def test_applying_a_plan_bumps_its_evals_modify_index(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+) -> None:
+    from tests.integration.state.helpers import pending_eval
+
+    job, node = await _seed(state_app, "bump-job")
+    ev = pending_eval(job.id)
+    async with state_app.db.write() as tx:
+        tx.put_eval(ev)
+    plan = state_pb2.AppliedPlan(
+        eval_id=ev.id, namespace="default", job_id=job.id, allocs=[mock.alloc(job, node)]
+    )
+    resp = await state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan]))
+    snap = await state_app.feed.wait_for_index(resp.indexes[0], 10)
+    stored = snap.eval_by_id(ev.id)
+    assert stored is not None
+    assert stored.modify_index == resp.indexes[0] > stored.create_index
+    assert stored.status == "pending"  # only the index moves
+
+
+async def test_a_purged_jobs_plan_stops_its_allocs(
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+) -> None:
+    from services.state.writes.jobs import deregister_job
+
+    job, node = await _seed(state_app, "purged-job")
+    alloc = mock.alloc(job, node)
+    await state_stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(
+            plans=[
+                state_pb2.AppliedPlan(
+                    eval_id="e1", namespace="default", job_id=job.id, allocs=[alloc]
+                )
+            ]
+        )
+    )
+    async with state_app.db.write() as tx:
+        _, ev = await deregister_job(tx, "default", job.id, purge=True)
+    late = mock.alloc(job, node, index=1)
+    plan = state_pb2.AppliedPlan(
+        eval_id=ev.id,
+        namespace="default",
+        job_id=job.id,
+        stops=[pb.AllocStop(alloc_id=alloc.id, desired_description="alloc not needed")],
+        allocs=[late],  # placed on a snapshot from before the purge
+    )
+    resp = await state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan]))
+    snap = await state_app.feed.wait_for_index(resp.indexes[0], 10)
+    stopped = snap.alloc_by_id(alloc.id)
+    assert stopped is not None and stopped.desired_status == DesiredStatus.STOP
+    assert snap.alloc_by_id(late.id) is None
+    assert snap.job_by_id("default", job.id) is None
+    stored_ev = snap.eval_by_id(ev.id)
+    assert stored_ev is not None and stored_ev.modify_index == resp.indexes[0]

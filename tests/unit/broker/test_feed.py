@@ -5,6 +5,7 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 
 from __future__ import annotations
 
+from corral.plan_results import PLAN_RESULT_EVENT
 from corral.store import StateStore
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
@@ -149,3 +150,31 @@ async def test_blocked_write_of_an_outstanding_eval_is_left_to_reblock() -> None
     r.broker.ack(e.id, got[1])
     r.on_batch(batch(5, reblocked), snap)
     assert r.blocked.tracked(e.id)
+
+
+async def test_a_plans_eval_bump_does_not_run_the_eval_again() -> None:
+    r, _ = router()
+    running = ev(job="run")
+    snap = StateStore.build(3, evals=[running])
+    r.restore(snap)
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    # the plan's commit bumps the outstanding eval's modify index
+    bumped = pb.Evaluation()
+    bumped.CopyFrom(running)
+    bumped.modify_index = 4
+    plan_batch = pb.ChangeBatch(index=4)
+    plan_batch.events.add(topic="Evaluation", type=PLAN_RESULT_EVENT, evaluation=bumped)
+    r.on_batch(plan_batch, snap)
+    r.broker.ack(running.id, got[1])
+    assert await r.broker.dequeue(["service"], 0.05) is None
+
+    # the same event written as an ordinary update would run it again
+    r2, _ = router()
+    r2.restore(snap)
+    got = await r2.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    r2.on_batch(batch(4, bumped), snap)
+    r2.broker.ack(running.id, got[1])
+    again = await r2.broker.dequeue(["service"], 0.1)
+    assert again is not None and again[0].id == running.id

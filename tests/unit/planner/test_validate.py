@@ -82,3 +82,18 @@ def test_bad_plans_name_the_field(mutate: object, field: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         validate_plan(plan)
     assert err.value.field.startswith(field.format(n=node.id))
+
+
+def test_a_plan_without_a_job_may_only_stop() -> None:
+    # the scheduler's plan for a purged job: no job, only stops
+    node = mock.node()
+    plan = pb.Plan(eval_id="e1", eval_token="t1")
+    plan.node_update[node.id].stops.add(alloc_id="a1")
+    plan.deployment_updates.add(deployment_id="d1", status="cancelled")
+    validate_plan(plan)
+    assert not plan.HasField("job")
+
+    plan.node_allocation[node.id].allocs.append(pb.Allocation(id="a2", task_group="web"))
+    with pytest.raises(InvalidArgument) as err:
+        validate_plan(plan)
+    assert err.value.field == "plan.job.id"

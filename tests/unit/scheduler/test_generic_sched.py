@@ -308,8 +308,14 @@ def test_purged_job_stops_all():
     h, nodes = cluster(2)
     job = mock.job(count=2)
     allocs = running_allocs(h, job, nodes, 2)
-    run(h, job, Trigger.JOB_DEREGISTER)
-    assert {s.alloc_id for s in stops(h.last_plan())} == {a.id for a in allocs}
+    ev = run(h, job, Trigger.JOB_DEREGISTER)
+    plan = h.last_plan()
+    assert {s.alloc_id for s in stops(plan)} == {a.id for a in allocs}
+    # Nomad: the plan for a job that is gone carries no job, and still commits
+    assert not plan.HasField("job")
+    assert {h.alloc(a.id).desired_status for a in allocs} == {DesiredStatus.STOP}
+    assert h.eval(ev.id).modify_index >= h.results[-1].alloc_index > 0
+    assert h.last_eval().status == EvalStatus.COMPLETE
 
 
 def test_scale_down_stops_highest_indexes():

@@ -94,6 +94,7 @@ def test_rejected_node_gives_partial_commit_and_refresh():
     good, bad = mock.node(), mock.node()
     job = mock.job()
     h.upsert_nodes(good, bad)
+    h.upsert_jobs(job)
     h.reject_nodes.add(bad.id)
     plan = pb.Plan(eval_id="e1", job=job)
     a1, a2 = placed(job, good), placed(job, bad, index=1)
@@ -129,6 +130,7 @@ def test_reject_plans_limits_rejections():
     n = mock.node()
     job = mock.job()
     h.upsert_nodes(n)
+    h.upsert_jobs(job)
     h.reject_nodes.add(n.id)
     h.reject_plans = 1
     plan = pb.Plan(eval_id="e1", job=job)
@@ -153,6 +155,30 @@ def test_preemptions_evict_live_allocs():
     stored = h.alloc(victim.id)
     assert stored.desired_status == DesiredStatus.EVICT
     assert stored.preempted_by_allocation == "new-alloc"
+
+
+def test_placements_for_a_purged_job_are_dropped_and_its_stops_commit():
+    h = Harness()
+    n = mock.node()
+    job = mock.job()
+    h.upsert_nodes(n)
+    h.upsert_jobs(job)
+    running = mock.alloc(job, n)
+    h.upsert_allocs(running)
+    ev = mock.eval_for(job)
+    h.upsert_evals(ev)
+    h.delete_jobs([(job.namespace, job.id)])
+
+    plan = pb.Plan(eval_id=ev.id)  # no job: it is gone
+    util.append_stopped_alloc(plan, running, util.ALLOC_NOT_NEEDED)
+    late = placed(job, n, index=1)
+    util.append_alloc(plan, late)
+    result, _ = h.submit_plan(plan)
+
+    assert h.alloc(running.id).desired_status == DesiredStatus.STOP
+    assert h.snapshot().alloc_by_id(late.id) is None
+    # applying the plan bumps its eval's modify index to the plan's index
+    assert h.eval(ev.id).modify_index == result.alloc_index
 
 
 def test_eval_calls_are_recorded_and_stored():

@@ -165,6 +165,17 @@ def test_job_deregister_stops_all():
     assert {s.alloc_id for s in stops(h.last_plan())} == {a.id for a in allocs}
 
 
+def test_purged_job_stops_all():
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    allocs = system_allocs(h, job, nodes)
+    run(h, job, Trigger.JOB_DEREGISTER)
+    plan = h.last_plan()
+    assert not plan.HasField("job")
+    assert {s.alloc_id for s in stops(plan)} == {a.id for a in allocs}
+    assert {h.alloc(a.id).desired_status for a in allocs} == {DesiredStatus.STOP}
+
+
 def test_node_down_marks_lost_without_replacement():
     h, nodes = cluster(3)
     job = register(h, mock.system_job())
