@@ -904,3 +904,14 @@ def test_datacenter_globs_select_nodes_in_production_path() -> None:
     placed = planned(h.plans[-1])
     assert len(placed) == 6
     assert {a.node_id for a in placed} <= {n.id for n in east}
+
+
+def test_every_filtered_node_counts_under_its_constraint() -> None:
+    """Two nodes of one class failing the same constraint: the metric says
+    2 (the second is skipped by the class memo but keeps the reason)."""
+    h, _ = cluster(2, attributes={"kernel.name": "windows"})
+    job = register(h, mock.job(count=1))
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_evaluated == 2 and m.nodes_filtered == 2
+    assert dict(m.constraint_filtered) == {"${attr.kernel.name} = linux": 2}

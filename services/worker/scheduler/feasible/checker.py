@@ -115,10 +115,11 @@ class FeasibilityChecker:
         self.property_sets: list[PropertySet] = []
         self._psets_by_tg: dict[str, list[PropertySet]] = {}
         self._tg_cons_cache: dict[str, tuple[pb.TaskGroup, TaskGroupConstraints, bool]] = {}
-        # per group: class -> passed the class-level checks (job + group);
-        # those never depend on the plan, so they hold for the whole eval
-        self._class_ok_by_tg: dict[str, dict[str, bool]] = {}
-        self._class_ok: dict[str, bool] = {}
+        # per group: class -> why it failed the class-level checks (job +
+        # group; "" = passed); those never depend on the plan, so they hold
+        # for the whole eval
+        self._class_failure_by_tg: dict[str, dict[str, str]] = {}
+        self._class_failure: dict[str, str] = {}
         self._memoisable = False
 
     def set_job(self, job: pb.Job) -> None:
@@ -127,7 +128,7 @@ class FeasibilityChecker:
         self.job_distinct_hosts = distinct_hosts_enabled(job.constraints)
         self._psets_by_tg = {}
         self._tg_cons_cache = {}
-        self._class_ok_by_tg = {}
+        self._class_failure_by_tg = {}
         self.ctx.eligibility.set_job(job)
 
     def set_task_group(self, tg: pb.TaskGroup) -> None:
@@ -140,7 +141,7 @@ class FeasibilityChecker:
         self.tg_cons, self.tg_distinct_hosts = cons[1], cons[2]
         elig = self.ctx.eligibility
         self._memoisable = not elig.job_escaped and not elig.tg_escaped.get(tg.name, False)
-        self._class_ok = self._class_ok_by_tg.setdefault(tg.name, {})
+        self._class_failure = self._class_failure_by_tg.setdefault(tg.name, {})
         psets = self._psets_by_tg.get(tg.name)
         if psets is None:
             psets = distinct_property_sets(self.ctx, self.job, tg)
@@ -152,33 +153,29 @@ class FeasibilityChecker:
 
     # -- the memoised part: only node data covered by the computed class
 
-    def _job_feasible(self, node: pb.Node, cls: str) -> bool:
-        ctx = self.ctx
-        elig = ctx.eligibility
+    def _job_reason(self, node: pb.Node, cls: str) -> str:
+        """Why the job's constraints rule the node out ("" when they do not)."""
+        elig = self.ctx.eligibility
         status = elig.job_status(cls)
         if status == ClassStatus.INELIGIBLE:
-            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
-            return False
+            return elig.job_reasons.get(cls, FILTER_CLASS_INELIGIBLE)
         if status == ClassStatus.ELIGIBLE:
-            return True
+            return ""
         failed = meets_constraints(node, self.job_constraints)
+        reason = constraint_string(failed) if failed is not None else ""
         if status == ClassStatus.UNKNOWN:
-            elig.set_job_eligibility(failed is None, cls)
-        if failed is not None:
-            ctx.filter_node(node, constraint_string(failed))
-            return False
-        return True
+            elig.set_job_eligibility(not reason, cls, reason)
+        return reason
 
-    def _tg_feasible(self, node: pb.Node, cls: str) -> bool:
-        ctx = self.ctx
-        elig = ctx.eligibility
+    def _tg_reason(self, node: pb.Node, cls: str) -> str:
+        """Why the group's drivers, constraints or devices rule the node out."""
+        elig = self.ctx.eligibility
         tg_name = self.tg.name if self.tg is not None else ""
         status = elig.tg_status(tg_name, cls)
         if status == ClassStatus.INELIGIBLE:
-            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
-            return False
+            return elig.tg_reasons.get((tg_name, cls), FILTER_CLASS_INELIGIBLE)
         if status == ClassStatus.ELIGIBLE:
-            return True
+            return ""
         reason = ""
         tgc = self.tg_cons
         if not has_drivers(node, tgc.drivers):
@@ -190,11 +187,8 @@ class FeasibilityChecker:
             elif not has_devices(node, tgc.devices):
                 reason = FILTER_MISSING_DEVICES
         if status == ClassStatus.UNKNOWN:
-            elig.set_tg_eligibility(not reason, tg_name, cls)
-        if reason:
-            ctx.filter_node(node, reason)
-            return False
-        return True
+            elig.set_tg_eligibility(not reason, tg_name, cls, reason)
+        return reason
 
     # -- the per-node part
 
@@ -214,15 +208,15 @@ class FeasibilityChecker:
     def feasible(self, node: pb.Node) -> bool:
         ctx = self.ctx
         cls = node.computed_class or ctx.computed_class(node)
-        known = self._class_ok.get(cls)
-        if known is None:
-            ok = self._job_feasible(node, cls) and self._tg_feasible(node, cls)
+        # the class-level checks, memoised per class: a node skipped by the
+        # memo is counted under the reason its class failed, as the first was
+        reason = self._class_failure.get(cls)
+        if reason is None:
+            reason = self._job_reason(node, cls) or self._tg_reason(node, cls)
             if self._memoisable:
-                self._class_ok[cls] = ok
-            if not ok:
-                return False
-        elif not known:
-            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
+                self._class_failure[cls] = reason
+        if reason:
+            ctx.filter_node(node, reason)
             return False
         if self.use_distinct_hosts and not self._distinct_hosts_ok(node):
             self.ctx.filter_node(node, DISTINCT_HOSTS)

@@ -67,6 +67,12 @@ class EvalEligibility:
     task_groups: dict[str, dict[str, bool]] = field(default_factory=dict)
     tg_escaped: dict[str, bool] = field(default_factory=dict)
     quota_reached: str = ""
+    # why a class was found ineligible (the constraint, missing drivers...):
+    # nodes skipped by the class memo are counted under the same reason, so
+    # two nodes failing one constraint report it twice, not once plus one
+    # "computed class ineligible" (Nomad counts the second under the class)
+    job_reasons: dict[str, str] = field(default_factory=dict)
+    tg_reasons: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def set_job(self, job: pb.Job) -> None:
         self.job_escaped = any(constraint_escapes(c) for c in job.constraints)
@@ -104,8 +110,10 @@ class EvalEligibility:
             return ClassStatus.UNKNOWN
         return ClassStatus.ELIGIBLE if ok else ClassStatus.INELIGIBLE
 
-    def set_job_eligibility(self, eligible: bool, cls: str) -> None:
+    def set_job_eligibility(self, eligible: bool, cls: str, reason: str = "") -> None:
         self.job[cls] = eligible
+        if reason:
+            self.job_reasons[cls] = reason
 
     def tg_status(self, tg: str, cls: str) -> int:
         if self.tg_escaped.get(tg, False):
@@ -118,8 +126,10 @@ class EvalEligibility:
             return ClassStatus.UNKNOWN
         return ClassStatus.ELIGIBLE if ok else ClassStatus.INELIGIBLE
 
-    def set_tg_eligibility(self, eligible: bool, tg: str, cls: str) -> None:
+    def set_tg_eligibility(self, eligible: bool, tg: str, cls: str, reason: str = "") -> None:
         self.task_groups.setdefault(tg, {})[cls] = eligible
+        if reason:
+            self.tg_reasons[(tg, cls)] = reason
 
     def quota_limit_reached(self) -> str:
         """Name of the quota that blocked placement ("" — no quotas here)."""
