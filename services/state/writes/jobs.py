@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 
 from corral import structs, telemetry
+from corral.dispatch import Payload, payload_file_problem
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
@@ -35,6 +36,13 @@ def validate_job(job: pb.Job) -> None:
         )
     _constraints(job.constraints, "job.constraints")
     _affinities(job.affinities, "job.affinities")
+    if job.HasField("parameterized"):
+        if job.type not in (JobType.BATCH, JobType.SYSBATCH):
+            raise InvalidArgument(
+                "job.parameterized", "only batch and sysbatch jobs can be parameterized"
+            )
+        if job.parameterized.payload:
+            validate.one_of(job.parameterized.payload, Payload.ALL, "job.parameterized.payload")
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
     groups: set[str] = set()
@@ -88,6 +96,10 @@ def validate_job(job: pb.Job) -> None:
             _constraints(task.constraints, f"{tf}.constraints")
             if task.kill_timeout < 0:
                 raise InvalidArgument(f"{tf}.kill_timeout", "must not be negative")
+            if task.HasField("dispatch_payload"):
+                problem = payload_file_problem(task.dispatch_payload.file)
+                if problem is not None:
+                    raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
 
 
 def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
