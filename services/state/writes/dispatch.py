@@ -54,4 +54,4 @@ async def dispatch_job(
         if exc.field == "job.id":
             raise InvalidArgument("id_prefix_template", exc.message) from None
         raise
-    return await register_job(tx, child)
+    return await register_job(tx, child, dispatch=True)

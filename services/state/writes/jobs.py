@@ -181,10 +181,13 @@ async def register_job(
     eval_priority: int = 0,
     traceparent: str = "",
     trigger: str = Trigger.JOB_REGISTER,
+    dispatch: bool = False,
 ) -> tuple[pb.Job, pb.Evaluation | None]:
     """Upsert the job (a new version only when its spec changed) and its
-    register eval, at the transaction's index."""
+    register eval, at the transaction's index. `dispatch`: the state's own
+    Job.Dispatch writing a child, the one writer of a new dispatched job."""
     current = await tx.get_job(job.namespace, job.id)
+    check_update(current, job, dispatch=dispatch)
     if enforce_index:
         have = current.job_modify_index if current is not None else 0
         if have != job_modify_index:
@@ -213,6 +216,29 @@ async def register_job(
         ev.job_modify_index = job.job_modify_index
         tx.put_eval(ev)
     return job, ev
+
+
+def check_update(current: pb.Job | None, job: pb.Job, *, dispatch: bool = False) -> None:
+    """What a registration may not change (Nomad's rules): only Job.Dispatch
+    creates a dispatched job, and a job stays parameterized (or not) and
+    dispatched (or not) for its whole life, since its children and its
+    scheduling depend on it."""
+    if current is None:
+        if job.dispatched and not dispatch:
+            raise InvalidArgument(
+                "job.dispatched", "is set only by dispatching a parameterized job"
+            )
+        return
+    was = current.HasField("parameterized") and not current.dispatched
+    now = job.HasField("parameterized") and not job.dispatched
+    if was != now:
+        raise InvalidArgument(
+            "job.parameterized",
+            f"job {job.id!r} is {'' if was else 'not '}parameterized; a new version cannot "
+            f"{'remove' if was else 'add'} the parameterized block (purge the job first)",
+        )
+    if current.dispatched != job.dispatched:
+        raise InvalidArgument("job.dispatched", "is read-only")
 
 
 async def scale_job(

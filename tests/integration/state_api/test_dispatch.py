@@ -154,3 +154,41 @@ async def test_a_child_of_a_child_cannot_be_dispatched(
     )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.details() or "").startswith("id_prefix_template:")
+
+
+async def test_only_dispatch_makes_a_dispatched_job_and_parameterized_is_for_life(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    stub = job_pb2_grpc.JobStub(channel)
+    forged = parameterized("forged")
+    forged.ClearField("parameterized")
+    forged.dispatched = True
+    err = await _register_refused(stub, forged)
+    assert "job.dispatched: is set only by dispatching a parameterized job" in err
+
+    await stub.Register(job_pb2.JobRegisterRequest(job=job("turned", type="batch")))
+    err = await _register_refused(stub, parameterized("turned"))
+    assert "job.parameterized: job 'turned' is not parameterized" in err
+
+    await stub.Register(job_pb2.JobRegisterRequest(job=parameterized("kept")))
+    plain = parameterized("kept")
+    plain.ClearField("parameterized")
+    err = await _register_refused(stub, plain)
+    assert "job.parameterized: job 'kept' is parameterized" in err
+
+    # a dispatched child may get new versions (e.g. `job inspect` edited and run)
+    resp = await stub.Dispatch(job_pb2.JobDispatchRequest(job_id="kept", meta={"input": "x"}))
+    child = (await stub.Get(job_pb2.JobGetRequest(job_id=resp.dispatched_job_id))).job
+    child.priority = 80
+    again = await stub.Register(job_pb2.JobRegisterRequest(job=child))
+    assert again.version == 1
+    child.dispatched = False
+    err = await _register_refused(stub, child)
+    assert "job.dispatched: is read-only" in err
+
+
+async def _register_refused(stub: job_pb2_grpc.JobAsyncStub, j: pb.Job) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Register(job_pb2.JobRegisterRequest(job=j))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return err.value.details() or ""
