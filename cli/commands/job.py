@@ -321,6 +321,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     )
     if args.short:
         return 0
+    if job.HasField("parameterized") and not job.dispatched:
+        _parameterized(ctx, job)
     heading("Summary", ctx.out)
     table(
         ("Task Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost", "Unknown"),
@@ -344,6 +346,35 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     else:
         _alloc_table(ctx, allocs, v)
     return 0
+
+
+def _parameterized(ctx: Context, job: pb.Job) -> None:
+    """A parameterized parent: what a dispatch must give, and its children
+    (ids `<job>/dispatch-...`), as Nomad's job status shows them."""
+    p = job.parameterized
+    heading("Parameterized Job", ctx.out)
+    kv(
+        [
+            ("Payload", p.payload or "optional"),
+            ("Required Metadata", join(p.meta_required)),
+            ("Optional Metadata", join(p.meta_optional)),
+        ],
+        ctx.out,
+    )
+    children = [
+        j
+        for j in list_jobs(ctx, prefix=f"{job.id}/dispatch-", namespace=job.namespace)
+        if j.namespace == job.namespace
+    ]
+    heading("Dispatched Jobs", ctx.out)
+    if not children:
+        ctx.out.write("No dispatched instances of parameterized job found\n")
+        return
+    table(
+        ("ID", "Status"),
+        [(j.id, _job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
+        ctx.out,
+    )
 
 
 def _d(m: object) -> dict[str, object]:

@@ -5,6 +5,7 @@ tasks' own output files as the proof."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -168,6 +169,12 @@ async def test_dispatch_meta_and_payload_reach_the_task(
     await until(lambda: _all_complete(c, resp["dispatched_job_id"], 1), timeout=60)
     (alloc,) = await allocs(c, resp["dispatched_job_id"])
     out = task_output(tmp_path, alloc, "draw")
+    status = corral(c, "job", "status", "render")
+    assert status.returncode == 0, status.stderr
+    assert "Required Metadata = input\nOptional Metadata = quality\n" in status.stdout
+    children = status.stdout.split("Dispatched Jobs\n", 1)[1]
+    assert re.search(rf"^{re.escape(child_id)} +dead$", children, re.MULTILINE)
+    assert resp["dispatched_job_id"] in children
     assert "input=b.blend dc=dc1 parent=render INPUT=b.blend" in out
     assert "quality=${NOMAD_META_quality} owner=media" in out  # unset optional meta: as written
     assert out.endswith("\nsphere\n")
