@@ -84,6 +84,8 @@ class TaskRunner:
         self.on_change()
 
     def task_env(self) -> taskenv.TaskEnv:
+        """Built for every start: the alloc (its name, node) may have been
+        updated by the server since the last one."""
         return taskenv.build(
             self.alloc,
             self.job,
@@ -92,9 +94,6 @@ class TaskRunner:
             alloc_dir=self.dir.parent / "alloc",
             task_dir=self.dir,
         )
-
-    def env(self) -> dict[str, str]:
-        return self.task_env().env
 
     def resolved_task(self, env: taskenv.TaskEnv) -> pb.Task:
         """The task with `${...}` in its driver config resolved for this run."""
