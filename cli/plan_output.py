@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from cli.diff_output import write_job_diff
 from cli.monitor import write_placement_failure
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 
-MARK = {"Added": "+", "Deleted": "-", "Edited": "+/-", "None": ""}
 # Annotation names in the order Nomad prints them.
 UPDATE_NAMES = (
     ("place", "create"),
@@ -51,33 +51,6 @@ def tg_annotation(upd: pb.DesiredUpdates | None, updates: dict[str, int] | None)
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _fields(out: TextIO, fields: list[job_pb2.FieldDiff], indent: str, verbose: bool) -> None:
-    width = max((len(f.name) for f in fields), default=0)
-    for f in sorted(fields, key=lambda f: f.name):
-        if f.type == "None" and not verbose:
-            continue
-        mark = MARK.get(f.type, "")
-        name = f.name.ljust(width)
-        if f.type == "Added":
-            out.write(f'{indent}{mark} {name}: "{f.new}"\n')
-        elif f.type == "Deleted":
-            out.write(f'{indent}{mark} {name}: "{f.old}"\n')
-        elif f.type == "Edited":
-            out.write(f'{indent}{mark} {name}: "{f.old}" => "{f.new}"\n')
-        else:
-            out.write(f'{indent}  {name}: "{f.new or f.old}"\n')
-
-
-def _objects(out: TextIO, objs: list[job_pb2.ObjectDiff], indent: str, verbose: bool) -> None:
-    for o in objs:
-        if o.type == "None" and not verbose:
-            continue
-        out.write(f"{indent}{MARK.get(o.type, '')} {o.name} {{\n")
-        _fields(out, list(o.fields), indent + "  ", verbose)
-        _objects(out, list(o.objects), indent + "  ", verbose)
-        out.write(f"{indent}  }}\n")
-
-
 def write_plan(
     out: TextIO,
     job: pb.Job,
@@ -90,17 +63,7 @@ def write_plan(
     ann = resp.annotations.desired_tg_updates
     diff = resp.diff if resp.HasField("diff") else None
     if show_diff and diff is not None and diff.type:
-        mark = MARK.get(diff.type, "")
-        out.write(f'{mark}{" " if mark else ""}Job: "{job.id}"\n')
-        _fields(out, list(diff.fields), "", verbose)
-        _objects(out, list(diff.objects), "", verbose)
-        for tg in diff.task_groups:
-            upd = ann.get(tg.name)
-            tmark = MARK.get(tg.type, "")
-            note = tg_annotation(upd, dict(tg.updates))
-            out.write(f'{tmark}{" " if tmark else ""}Task Group: "{tg.name}"{note}\n')
-            _fields(out, list(tg.fields), "  ", verbose)
-            _objects(out, list(tg.objects), "  ", verbose)
+        write_job_diff(out, diff, job.id, verbose=verbose, annotations=ann, tg_note=tg_annotation)
         # groups the scheduler annotated that the diff does not list
         listed = {tg.name for tg in diff.task_groups}
         for name in sorted(set(ann) - listed):

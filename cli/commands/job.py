@@ -10,6 +10,7 @@ import grpc
 
 from cli.commands import group, not_found
 from cli.context import CliError, Context, common, grpc_message
+from cli.diff_output import write_job_diff
 from cli.jobspec import JobspecError, load_job
 from cli.jobspec.duration import format_duration
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
@@ -320,6 +321,8 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     )
     if args.short:
         return 0
+    if job.HasField("parameterized") and not job.dispatched:
+        _parameterized(ctx, job)
     heading("Summary", ctx.out)
     table(
         ("Task Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost", "Unknown"),
@@ -343,6 +346,35 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     else:
         _alloc_table(ctx, allocs, v)
     return 0
+
+
+def _parameterized(ctx: Context, job: pb.Job) -> None:
+    """A parameterized parent: what a dispatch must give, and its children
+    (ids `<job>/dispatch-...`), as Nomad's job status shows them."""
+    p = job.parameterized
+    heading("Parameterized Job", ctx.out)
+    kv(
+        [
+            ("Payload", p.payload or "optional"),
+            ("Required Metadata", join(p.meta_required)),
+            ("Optional Metadata", join(p.meta_optional)),
+        ],
+        ctx.out,
+    )
+    children = [
+        j
+        for j in list_jobs(ctx, prefix=f"{job.id}/dispatch-", namespace=job.namespace)
+        if j.namespace == job.namespace
+    ]
+    heading("Dispatched Jobs", ctx.out)
+    if not children:
+        ctx.out.write("No dispatched instances of parameterized job found\n")
+        return
+    table(
+        ("ID", "Status"),
+        [(j.id, _job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
+        ctx.out,
+    )
 
 
 def _d(m: object) -> dict[str, object]:
@@ -480,7 +512,9 @@ def cmd_dispatch(args: argparse.Namespace, ctx: Context) -> int:
     )
     if args.json:
         print_json(resp, ctx.out)
-        return 0
+        if args.detach or not resp.eval_id:
+            return 0
+        ctx.out = io.StringIO()  # -json without -detach: print the answer, then wait quietly
     ctx.out.write(
         f"Dispatched Job ID = {resp.dispatched_job_id}\nEvaluation ID     = {resp.eval_id}\n\n"
     )
@@ -505,37 +539,41 @@ def _versions(ctx: Context, job: pb.Job, diffs: bool) -> job_pb2.JobVersionsResp
 def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
     job = resolve_job(ctx, args.job, args.namespace)
     resp = _versions(ctx, job, args.diffs)
-    versions = list(resp.versions)
+    # diffs[i] compares versions[i] with the version before it (newest first)
+    pairs: list[tuple[pb.Job, job_pb2.JobDiff | None]] = [
+        (v, resp.diffs[i] if i < len(resp.diffs) else None) for i, v in enumerate(resp.versions)
+    ]
     if args.version is not None:
-        versions = [v for v in versions if v.version == args.version]
-        if not versions:
+        pairs = [(v, d) for v, d in pairs if v.version == args.version]
+        if not pairs:
             raise CliError(f'job "{job.id}" has no version {args.version}')
     if args.json:
-        print_json(versions, ctx.out)
+        if args.diffs:
+            print_json(
+                {
+                    "versions": [_d(v) for v, _ in pairs],
+                    "diffs": [_d(d) for _, d in pairs if d is not None],
+                },
+                ctx.out,
+            )
+        else:
+            print_json([v for v, _ in pairs], ctx.out)
         return 0
-    from cli.plan_output import _fields, _objects
-
-    for i, v in enumerate(versions):
-        kv(
-            [
-                ("Version", v.version),
-                ("Stable", str(v.stable).lower()),
-                ("Submit Date", fmt_time(v.submit_time)),
-            ],
-            ctx.out,
-        )
-        if args.diffs and args.version is None and i < len(resp.diffs):
-            d = resp.diffs[i]
-            if d.type and d.type != "None":
-                ctx.out.write("Diff:\n")
-                _fields(ctx.out, list(d.fields), "", False)
-                _objects(ctx.out, list(d.objects), "", False)
-                for tg in d.task_groups:
-                    if tg.type != "None":
-                        ctx.out.write(f'Task Group: "{tg.name}"\n')
-                        _fields(ctx.out, list(tg.fields), "  ", False)
-                        _objects(ctx.out, list(tg.objects), "  ", False)
-        ctx.out.write("\n")
+    for i, (v, d) in enumerate(pairs):
+        if i:
+            ctx.out.write("\n")
+        rows: list[tuple[str, object]] = [
+            ("Version", v.version),
+            ("Stable", str(v.stable).lower()),
+            ("Submit Date", fmt_time(v.submit_time)),
+        ]
+        changed = args.diffs and d is not None and d.type and d.type != "None"
+        if changed:
+            rows.append(("Diff", ""))
+        kv(rows, ctx.out)
+        if changed:
+            assert d is not None
+            write_job_diff(ctx.out, d, job.id, verbose=False)
     return 0
 
 

@@ -49,7 +49,6 @@ UNSUPPORTED = frozenset(
         "logs",
         "identity",
         "csi_plugin",
-        "dispatch_payload",
         "scaling",
         "connect",
         "multiregion",
@@ -620,6 +619,10 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     task.kill_signal = body.string("kill_signal") or ""
     task.leader = bool(body.boolean("leader"))
     _policy(body, "restart", task.restart_policy, f"{body.proto}.restart_policy", RESTART)
+    dp = body.block("dispatch_payload", f"{body.proto}.dispatch_payload")
+    if dp is not None:
+        task.dispatch_payload.file = dp.string("file") or ""
+        dp.done()
     body.done()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from corral.dispatch import Payload, payload_file_problem
 from corral.structs import (
     CONSTRAINT_OPERANDS,
     DELAY_FUNCTIONS,
@@ -24,7 +25,7 @@ JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
 DRIVERS_NEEDING_COMMAND = ("raw_exec", "exec")
 HEALTH_CHECKS = ("checks", "task_states", "manual")
 RECONCILE = ("best_score", "keep_original", "keep_replacement", "longest_running")
-PAYLOAD = ("optional", "required", "forbidden")
+PAYLOAD = Payload.ALL
 _NAME = re.compile(r"^[^\s\x00/]+$")
 
 
@@ -169,6 +170,10 @@ def check(job: pb.Job) -> None:
             if task.HasField("restart_policy"):
                 _restart(task.restart_policy, f"{tp}.restart_policy")
             _not_negative(task.kill_timeout, f"{tp}.kill_timeout")
+            if task.HasField("dispatch_payload"):
+                problem = payload_file_problem(task.dispatch_payload.file)
+                if problem is not None:
+                    raise FieldProblem(f"{tp}.dispatch_payload.file", problem)
         if sum(1 for t in tg.tasks if t.leader) > 1:
             raise FieldProblem(gp, "only one task may be the leader")
 

@@ -541,6 +541,29 @@ class PeriodicConfig(_message.Message):
 Global___PeriodicConfig: _TypeAlias = PeriodicConfig  # noqa: Y015
 
 @_typing.final
+class DispatchPayloadConfig(_message.Message):
+    """Where a task finds a dispatched job's payload: `file`, relative to the
+    task's local directory, is written before the task starts.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_FIELD_NUMBER: _builtins.int
+    file: _builtins.str
+    def __init__(
+        self,
+        *,
+        file: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file", b"file"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DispatchPayloadConfig: _TypeAlias = DispatchPayloadConfig  # noqa: Y015
+
+@_typing.final
 class ParameterizedConfig(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -627,6 +650,7 @@ class Task(_message.Message):
     KILL_SIGNAL_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
     RESTART_POLICY_FIELD_NUMBER: _builtins.int
+    DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -652,6 +676,8 @@ class Task(_message.Message):
     def restart_policy(self) -> Global___RestartPolicy:
         """overrides the group's when set"""
 
+    @_builtins.property
+    def dispatch_payload(self) -> Global___DispatchPayloadConfig: ...
     def __init__(
         self,
         *,
@@ -668,10 +694,11 @@ class Task(_message.Message):
         kill_signal: _builtins.str = ...,
         leader: _builtins.bool = ...,
         restart_policy: Global___RestartPolicy | None = ...,
+        dispatch_payload: Global___DispatchPayloadConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

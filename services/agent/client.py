@@ -251,7 +251,9 @@ class Agent:
                 if job is None:
                     log.warning("alloc %s: job version %d unknown", alloc.id, alloc.job_version)
                     continue
-                runner = AllocRunner(alloc, job, self.drivers, self.settings.data_dir, self._mark)
+                runner = AllocRunner(
+                    alloc, job, self.drivers, self.settings.data_dir, self._mark, node=self.node
+                )
                 self.runners[alloc.id] = runner
                 log.info(
                     "starting alloc %s (%s)", alloc.id, alloc.name, extra={"alloc_id": alloc.id}

@@ -7,16 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from corral import structs
-from corral.structs import ClientStatus, JobType, TaskStateName
+from corral.dispatch import payload_file_problem
+from corral.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.v1 import structs_pb2 as pb
-from services.agent.drivers import Driver, ExitResult, TaskHandle
+from services.agent import taskenv
+from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,12 @@ class TaskRunner:
         driver: Driver,
         alloc_dir: Path,
         on_change: Callable[[], None],
+        node: pb.Node,
     ) -> None:
         self.alloc = alloc
         self.job = job
         self.task = task
+        self.node = node
         self.driver = driver
         self.dir = alloc_dir / task.name
         self.on_change = on_change
@@ -80,36 +83,56 @@ class TaskRunner:
         del self.state.events[:-10]
         self.on_change()
 
-    def env(self) -> dict[str, str]:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir)}
-        env.update(self.task.env)
-        ids = {
-            "ALLOC_ID": self.alloc.id,
-            "ALLOC_NAME": self.alloc.name,
-            "ALLOC_INDEX": str(structs.alloc_name_index(self.alloc.name)),
-            "ALLOC_DIR": str(self.dir.parent / "alloc"),
-            "TASK_DIR": str(self.dir / "local"),
-            "TASK_NAME": self.task.name,
-            "GROUP_NAME": self.alloc.task_group,
-            "JOB_ID": self.job.id,
-            "JOB_NAME": self.job.name,
-            "NODE_ID": self.alloc.node_id,
-            "CPU_LIMIT": str(self.task.resources.cpu),
-            "MEMORY_LIMIT": str(self.task.resources.memory_mb),
-        }
-        for k, v in ids.items():
-            env[f"NOMAD_{k}"] = v  # what Nomad job files expect
-            env[f"CORRAL_{k}"] = v
-        return env
+    def task_env(self) -> taskenv.TaskEnv:
+        """Built for every start: the alloc (its name, node) may have been
+        updated by the server since the last one."""
+        return taskenv.build(
+            self.alloc,
+            self.job,
+            self.task,
+            self.node,
+            alloc_dir=self.dir.parent / "alloc",
+            task_dir=self.dir,
+        )
+
+    def resolved_task(self, env: taskenv.TaskEnv) -> pb.Task:
+        """The task with `${...}` in its driver config resolved for this run."""
+        if not self.task.HasField("config"):
+            return self.task
+        task = copy_msg(self.task)
+        task.config.Clear()
+        task.config.update(env.config(task_config(self.task)))
+        return task
+
+    def write_payload(self) -> None:
+        """A dispatched job's payload into the file its task asked for
+        (`dispatch_payload`), under the task's local dir, before it starts."""
+        if not self.job.dispatched or not self.task.HasField("dispatch_payload"):
+            return
+        problem = payload_file_problem(self.task.dispatch_payload.file)
+        if problem is not None:
+            raise ValueError(f"dispatch_payload.file: {problem}")
+        path = self.dir / "local" / self.task.dispatch_payload.file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.job.payload)
 
     async def run(self) -> None:
         self._event("Received", "Task received by client")
         (self.dir / "local").mkdir(parents=True, exist_ok=True)
         (self.dir.parent / "alloc").mkdir(parents=True, exist_ok=True)
         self._event("Task Setup", "Building Task Directory")
+        try:
+            self.write_payload()
+        except (OSError, ValueError) as exc:
+            self._event(
+                "Setup Failure", f"failed to write the dispatch payload: {exc}", fails_task=True
+            )
+            self.state.failed = True
+            self._killing = True
         while not self._killing:
             try:
-                self._handle = await self.driver.start(self.task, self.env(), self.dir)
+                env = self.task_env()
+                self._handle = await self.driver.start(self.resolved_task(env), env.env, self.dir)
             except Exception as exc:
                 result = ExitResult(exit_code=-1, error=str(exc))
                 self._event("Driver Failure", str(exc), fails_task=True)
@@ -171,7 +194,11 @@ class AllocRunner:
         drivers: dict[str, Driver],
         data_dir: Path,
         on_change: Callable[[AllocRunner], None],
+        *,
+        node: pb.Node | None = None,
     ) -> None:
+        """`node` is the client's own node: its attributes and meta resolve
+        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
         self.alloc = alloc
         self.job = job
         self.dir = data_dir / "allocs" / alloc.id
@@ -190,7 +217,15 @@ class AllocRunner:
                 self.error = f"driver {task.driver!r} is not available on this node"
                 break
             self.tasks.append(
-                TaskRunner(alloc, job, task, driver, self.dir, lambda: self.on_change(self))
+                TaskRunner(
+                    alloc,
+                    job,
+                    task,
+                    driver,
+                    self.dir,
+                    lambda: self.on_change(self),
+                    node if node is not None else pb.Node(id=alloc.node_id),
+                )
             )
         self._task: asyncio.Task[None] | None = None
 

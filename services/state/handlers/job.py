@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from corral.errors import InvalidArgument, NotFound, Unavailable
 from corral.server import GrpcServer
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus
@@ -14,6 +14,7 @@ from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query
 from services.state.app_context import StateContext
+from services.state.writes.dispatch import dispatch_job
 from services.state.writes.job_diff import job_diff
 from services.state.writes.jobs import (
     canonicalize,
@@ -222,7 +223,15 @@ class JobServicer(job_pb2_grpc.JobServicer):
         snap = await query.snapshot_for(self.ctx, request.query, JOB_TABLES)
         job = self._job(snap, request.job_id, request.query.namespace)
         versions = snap.job_versions_of(job.namespace, job.id)
-        return job_pb2.JobVersionsResponse(versions=versions, meta=query.meta(snap, JOB_TABLES))
+        # newest first: each version against the one before it (the oldest has none)
+        diffs = (
+            [job_diff(older, newer) for newer, older in zip(versions, versions[1:], strict=False)]
+            if request.diffs
+            else []
+        )
+        return job_pb2.JobVersionsResponse(
+            versions=versions, diffs=diffs, meta=query.meta(snap, JOB_TABLES)
+        )
 
     async def Summary(
         self, request: job_pb2.JobGetRequest, context: Context
@@ -264,7 +273,31 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Dispatch(
         self, request: job_pb2.JobDispatchRequest, context: Context
     ) -> job_pb2.JobDispatchResponse:
-        raise FailedPrecondition("dispatch of parameterized jobs is not implemented yet")
+        """A child of the parameterized job with the caller's meta and
+        payload, and its eval; the checks against the parent are made in the
+        write's transaction (services/state/writes/dispatch.py)."""
+        if not request.job_id:
+            raise InvalidArgument("job_id", "is required")
+        namespace = request.namespace or "default"
+        done = await self.ctx.batcher.submit(
+            lambda tx: dispatch_job(
+                tx,
+                namespace,
+                request.job_id,
+                payload=request.payload,
+                meta=dict(request.meta),
+                id_prefix_template=request.id_prefix_template,
+            ),
+            jobs=[(namespace, request.job_id)],
+        )
+        job, ev = done.value
+        return job_pb2.JobDispatchResponse(
+            dispatched_job_id=job.id,
+            eval_id=ev.id if ev else "",
+            eval_create_index=done.index if ev else 0,
+            job_create_index=job.create_index,
+            index=done.index,
+        )
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:

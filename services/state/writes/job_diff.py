@@ -7,6 +7,10 @@ tasks are matched by name, other repeated blocks by position.
 
 from __future__ import annotations
 
+import json
+
+from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from corral.structs import NON_SPEC_FIELDS
@@ -34,6 +38,47 @@ def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def config_value(value: object) -> str:
+    """A driver config value as the user wrote it: strings plain, whole
+    numbers without the `.0` a protobuf Struct gives them, lists and maps
+    as JSON (which is also their HCL form)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if value is None:
+        return "null"
+    if isinstance(value, list | dict):
+        return json.dumps(_whole_numbers(value), ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def _whole_numbers(value: object) -> object:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
+
+
+def _struct_diff(name: str, old: Message | None, new: Message | None) -> job_pb2.ObjectDiff:
+    """A task's `config` (a protobuf Struct) diffed key by key, each value
+    rendered as written, never as the Struct's internal Value messages."""
+    ov = MessageToDict(old) if old is not None else {}
+    nv = MessageToDict(new) if new is not None else {}
+    obj = job_pb2.ObjectDiff(name=name)
+    for key in sorted(set(ov) | set(nv)):
+        a = config_value(ov[key]) if key in ov else None
+        b = config_value(nv[key]) if key in nv else None
+        obj.fields.add(name=key, type=_kind(a, b), old=a or "", new=b or "")
+    obj.type = _rollup(old, new, obj.fields, obj.objects)
+    return obj
 
 
 def _diff(
@@ -90,6 +135,9 @@ def _diff(
             a = o if old is not None and old.HasField(fd.name) else None
             b = n if new is not None and new.HasField(fd.name) else None
             if a is None and b is None:
+                continue
+            if fd.message_type.full_name == struct_pb2.Struct.DESCRIPTOR.full_name:
+                objects.append(_struct_diff(name, a, b))
                 continue
             sub_f, sub_o = _diff(a, b)
             objects.append(

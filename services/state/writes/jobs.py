@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 
 from corral import structs, telemetry
+from corral.dispatch import Payload, payload_file_problem
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
@@ -35,6 +36,13 @@ def validate_job(job: pb.Job) -> None:
         )
     _constraints(job.constraints, "job.constraints")
     _affinities(job.affinities, "job.affinities")
+    if job.HasField("parameterized"):
+        if job.type not in (JobType.BATCH, JobType.SYSBATCH):
+            raise InvalidArgument(
+                "job.parameterized", "only batch and sysbatch jobs can be parameterized"
+            )
+        if job.parameterized.payload:
+            validate.one_of(job.parameterized.payload, Payload.ALL, "job.parameterized.payload")
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
     groups: set[str] = set()
@@ -88,6 +96,10 @@ def validate_job(job: pb.Job) -> None:
             _constraints(task.constraints, f"{tf}.constraints")
             if task.kill_timeout < 0:
                 raise InvalidArgument(f"{tf}.kill_timeout", "must not be negative")
+            if task.HasField("dispatch_payload"):
+                problem = payload_file_problem(task.dispatch_payload.file)
+                if problem is not None:
+                    raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
 
 
 def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
@@ -169,10 +181,13 @@ async def register_job(
     eval_priority: int = 0,
     traceparent: str = "",
     trigger: str = Trigger.JOB_REGISTER,
+    dispatch: bool = False,
 ) -> tuple[pb.Job, pb.Evaluation | None]:
     """Upsert the job (a new version only when its spec changed) and its
-    register eval, at the transaction's index."""
+    register eval, at the transaction's index. `dispatch`: the state's own
+    Job.Dispatch writing a child, the one writer of a new dispatched job."""
     current = await tx.get_job(job.namespace, job.id)
+    check_update(current, job, dispatch=dispatch)
     if enforce_index:
         have = current.job_modify_index if current is not None else 0
         if have != job_modify_index:
@@ -201,6 +216,29 @@ async def register_job(
         ev.job_modify_index = job.job_modify_index
         tx.put_eval(ev)
     return job, ev
+
+
+def check_update(current: pb.Job | None, job: pb.Job, *, dispatch: bool = False) -> None:
+    """What a registration may not change (Nomad's rules): only Job.Dispatch
+    creates a dispatched job, and a job stays parameterized (or not) and
+    dispatched (or not) for its whole life, since its children and its
+    scheduling depend on it."""
+    if current is None:
+        if job.dispatched and not dispatch:
+            raise InvalidArgument(
+                "job.dispatched", "is set only by dispatching a parameterized job"
+            )
+        return
+    was = current.HasField("parameterized") and not current.dispatched
+    now = job.HasField("parameterized") and not job.dispatched
+    if was != now:
+        raise InvalidArgument(
+            "job.parameterized",
+            f"job {job.id!r} is {'' if was else 'not '}parameterized; a new version cannot "
+            f"{'remove' if was else 'add'} the parameterized block (purge the job first)",
+        )
+    if current.dispatched != job.dispatched:
+        raise InvalidArgument("job.dispatched", "is read-only")
 
 
 async def scale_job(

@@ -315,6 +315,20 @@ def test_periodic_and_parameterized():
     ]
 
 
+def test_dispatch_payload_is_parsed_and_must_stay_in_the_local_dir():
+    text = minimal('type = "batch"\n parameterized {}').replace(
+        'driver = "mock"', 'driver = "mock"\n      dispatch_payload {\n file = "in/data.json"\n }'
+    )
+    job = parse_job(text, "d.hcl")
+    assert job.parameterized.payload == "optional"
+    assert job.task_groups[0].tasks[0].dispatch_payload.file == "in/data.json"
+    with pytest.raises(JobspecError) as err:
+        parse_job(text.replace("in/data.json", "../../etc/x"), "d.hcl")
+    assert "dispatch_payload > file: '../../etc/x' escapes the task's local directory" in str(
+        err.value
+    )
+
+
 def test_env_as_argument_map():
     text = minimal("", "").replace(
         'driver = "mock"', 'driver = "mock"\n      env = { A = 1, B = true }'

@@ -1,0 +1,134 @@
+"""A task's runtime environment and the `${...}` interpolation of its spec
+(Nomad's taskenv): job files written for Nomad use `${NOMAD_ALLOC_INDEX}`,
+`${node.unique.name}`, `${attr.kernel.name}` or `${meta.rack}` in a task's
+`config` and `env`, and scripts read the same NOMAD_* values from their
+environment, so the client resolves them all in one place, just before the
+task starts, with what only the client knows (its node, its directories)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral import structs
+from corral.v1 import structs_pb2 as pb
+
+DEFAULT_REGION = "global"
+_REFERENCE = re.compile(r"\$\{([^{}]+)\}")
+_NOT_IN_ENV_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+
+def combined_meta(job: pb.Job, group: str, task: pb.Task) -> dict[str, str]:
+    """Job, group and task meta merged; the most specific level wins."""
+    meta = dict(job.meta)
+    tg = structs.task_group(job, group)
+    if tg is not None:
+        meta.update(tg.meta)
+    meta.update(task.meta)
+    return meta
+
+
+def meta_env_names(key: str) -> tuple[str, ...]:
+    """The NOMAD_META_ variables of a meta key: as written and upper-cased,
+    characters a shell variable cannot hold turned into `_`."""
+    clean = _NOT_IN_ENV_NAME.sub("_", key)
+    return (f"NOMAD_META_{clean}", f"NOMAD_META_{clean.upper()}")
+
+
+def node_variables(node: pb.Node, region: str = DEFAULT_REGION) -> dict[str, str]:
+    """`node.*`, `attr.*` and `meta.*` as constraints and interpolation name them."""
+    out = {
+        "node.unique.id": node.id,
+        "node.unique.name": node.name,
+        "node.datacenter": node.datacenter,
+        "node.class": node.node_class,
+        "node.pool": node.node_pool or structs.DEFAULT_NODE_POOL,
+        "node.region": region,
+    }
+    out.update({f"attr.{k}": v for k, v in node.attributes.items()})
+    out.update({f"meta.{k}": v for k, v in node.meta.items()})
+    return out
+
+
+def interpolate(text: str, variables: Mapping[str, str]) -> str:
+    """Every `${name}` whose name is known replaced by its value; an unknown
+    one is left as written, as Nomad does, so a typo shows in the output."""
+
+    def one(m: re.Match[str]) -> str:
+        value = variables.get(m.group(1).strip())
+        return m.group(0) if value is None else value
+
+    return _REFERENCE.sub(one, text)
+
+
+def interpolate_value(value: Any, variables: Mapping[str, str]) -> Any:
+    """Strings anywhere inside a driver config (lists, maps) interpolated;
+    numbers and booleans untouched."""
+    if isinstance(value, str):
+        return interpolate(value, variables)
+    if isinstance(value, list):
+        return [interpolate_value(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: interpolate_value(v, variables) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class TaskEnv:
+    """What one task run sees: `env` is exported to its process, `variables`
+    resolve `${...}` in its config (the environment plus the node's)."""
+
+    env: dict[str, str]
+    variables: dict[str, str] = field(default_factory=dict)
+
+    def config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: interpolate_value(v, self.variables) for k, v in config.items()}
+
+
+def build(
+    alloc: pb.Allocation,
+    job: pb.Job,
+    task: pb.Task,
+    node: pb.Node,
+    *,
+    alloc_dir: Path,
+    task_dir: Path,
+    region: str = DEFAULT_REGION,
+) -> TaskEnv:
+    """The NOMAD_* runtime values, then the task's own `env` (interpolated
+    against them and the node; it may override them, as in Nomad)."""
+    runtime = {
+        "NOMAD_ALLOC_ID": alloc.id,
+        "NOMAD_SHORT_ALLOC_ID": alloc.id[:8],
+        "NOMAD_ALLOC_NAME": alloc.name,
+        "NOMAD_ALLOC_INDEX": str(structs.alloc_name_index(alloc.name)),
+        "NOMAD_ALLOC_DIR": str(alloc_dir),
+        "NOMAD_TASK_DIR": str(task_dir / "local"),
+        "NOMAD_TASK_NAME": task.name,
+        "NOMAD_GROUP_NAME": alloc.task_group,
+        "NOMAD_JOB_ID": job.id,
+        "NOMAD_JOB_NAME": job.name,
+        "NOMAD_NAMESPACE": job.namespace or structs.DEFAULT_NAMESPACE,
+        "NOMAD_DC": node.datacenter,
+        "NOMAD_REGION": region,
+        "NOMAD_CPU_LIMIT": str(task.resources.cpu),
+        "NOMAD_MEMORY_LIMIT": str(task.resources.memory_mb),
+    }
+    if task.resources.memory_max_mb:
+        runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(task.resources.memory_max_mb)
+    if job.parent_id:
+        runtime["NOMAD_JOB_PARENT_ID"] = job.parent_id
+    for key, value in sorted(combined_meta(job, alloc.task_group, task).items()):
+        for name in meta_env_names(key):
+            runtime[name] = value
+    node_vars = node_variables(node, region)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(task_dir)}
+    env.update(runtime)
+    env["NOMAD_NODE_ID"] = node.id or alloc.node_id
+    lookup = {**node_vars, **env}
+    env.update({k: interpolate(v, lookup) for k, v in task.env.items()})
+    return TaskEnv(env=env, variables={**node_vars, **env})
