@@ -191,7 +191,7 @@ class Settings(BaseSettings):
 
 Dsn = Annotated[
     str,
-    Field(min_length=1, description="PostgreSQL DSN (schema, leader election)"),
+    Field(min_length=1, description="PostgreSQL DSN"),
     Option(env="CORRAL_DSN"),
 ]
 StateAddr = Annotated[
@@ -232,7 +232,8 @@ class ServerSettings(ProcessSettings):
 S = TypeVar("S", bound=Settings)
 
 
-def _shown_default(setting: Setting) -> str:
+def shown_default(setting: Setting) -> str:
+    """The default as a flag would spell it ('' for none or required)."""
     if setting.shown_default is not None:
         return setting.shown_default
     info = setting.info
@@ -255,7 +256,7 @@ def parser_for(
     )
     for setting in settings_of(model):
         required = " (required)" if setting.info.is_required() else ""
-        default = _shown_default(setting)
+        default = shown_default(setting)
         shown = f"; default {default}" if default and not required else ""
         parser.add_argument(
             setting.flag,

@@ -12,7 +12,7 @@ from corral.settings import CommaList, KeyValues, Option, ServerSettings, StateA
 
 
 class AgentSettings(ServerSettings):
-    """What this node is and where it keeps its allocations."""
+    """A client node: what it offers the cluster and where it keeps its allocations."""
 
     ROLE: ClassVar[str] = "agent"
 

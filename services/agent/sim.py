@@ -40,7 +40,7 @@ log = logging.getLogger("services.agent.sim")
 
 
 class SimSettings(ProcessSettings):
-    """What the simulated nodes look like and how they start."""
+    """Simulated client nodes in one process, for load tests and benchmarks."""
 
     ROLE: ClassVar[str] = "sim"
 

@@ -66,7 +66,7 @@ class BrokerSettings(SettingsGroup):
 
 
 class BrokerProcessSettings(LeaderSettings):
-    """`python -m services.broker`."""
+    """An eval broker process: the leader holds the evals, standbys keep a replica warm."""
 
     ROLE: ClassVar[str] = "broker"
 

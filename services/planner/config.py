@@ -47,7 +47,7 @@ class PlannerSettings(SettingsGroup):
 
 
 class PlannerProcessSettings(LeaderSettings):
-    """`python -m services.planner`."""
+    """A plan applier process: the leader evaluates and commits plans, standbys wait."""
 
     ROLE: ClassVar[str] = "planner"
 

@@ -36,7 +36,8 @@ class HeartbeatSettings(SettingsGroup):
 
 
 class StateSettings(ServerSettings):
-    """One state process; several may share a database."""
+    """A state process (migrations, change feed, every write, the public API);
+    several may share one database."""
 
     ROLE: ClassVar[str] = "state"
 

@@ -29,7 +29,8 @@ def default_num_schedulers() -> int:
 
 
 class WorkerSettings(ServerSettings):
-    """`python -m services.worker`; the pool and its loops read it too."""
+    """A worker process: scheduler loops sharing one replica (the pool and its
+    loops read these settings too)."""
 
     ROLE: ClassVar[str] = "worker"
 
