@@ -4,8 +4,10 @@ still works; a bad setting is one usage line naming the flag, exit 2."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +240,15 @@ def test_a_role_process_refuses_a_bad_setting_before_it_starts() -> None:
         "Input should be greater than or equal to 1 (got '0')"
     ]
     assert "Traceback" not in proc.stderr
+
+
+def test_every_variable_the_manifests_set_is_a_setting_of_some_role() -> None:
+    """deploy/k8s sets roles' settings only through the environment: a
+    renamed setting must not silently stop applying there."""
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+    known = {s.env for model in HISTORICAL for s in settings_of(model)}
+    used = set()
+    for manifest in deploy.glob("*.yaml"):
+        used |= set(re.findall(r"\b(CORRAL_[A-Z_]+)\b", manifest.read_text()))
+    assert used, "no CORRAL_ variables found in deploy/k8s"
+    assert sorted(used - known) == []
