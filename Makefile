@@ -28,10 +28,12 @@ lint: $(STAMP)
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
 	$(PY) scripts/gen_api_docs.py
+	$(PY) scripts/gen_config_docs.py
 
 proto-check: $(STAMP)
 	$(PY) scripts/gen_proto.py --check
 	$(PY) scripts/gen_api_docs.py --check
+	$(PY) scripts/gen_config_docs.py --check
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

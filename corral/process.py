@@ -1,11 +1,9 @@
-"""Process plumbing every role's `__main__` shares: flags that default from
-environment variables of the same name, the ready file that tells `corral
-dev` and the tests where a process listens, and member registration with
-the state service."""
+"""Process plumbing the role runner (corral/runner.py) uses: GC tuning, the
+ready file that tells `corral dev` and the tests where a process listens,
+and member registration with the state service."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
@@ -32,21 +30,6 @@ def tune_gc() -> None:
     and keeps re-walking the survivors. The oldest generation is left to run
     rarely; nothing here creates reference cycles on purpose."""
     gc.set_threshold(50_000, 20, 100)
-
-
-def env_flag(
-    parser: argparse.ArgumentParser,
-    flag: str,
-    env: str,
-    *,
-    default: Any = None,
-    type: Any = str,  # noqa: A002 - mirrors argparse
-    help: str = "",  # noqa: A002
-) -> None:
-    """Add `--flag` whose default comes from `$ENV` (flags win over env)."""
-    raw = os.environ.get(env)
-    value = type(raw) if raw is not None else default
-    parser.add_argument(flag, default=value, type=type, help=f"{help} (env {env})")
 
 
 def write_ready_file(path: str | None, **info: Any) -> None:

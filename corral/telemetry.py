@@ -50,12 +50,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def setup_logging(role: str, level: str | None = None, *, json_logs: bool | None = None) -> None:
+def setup_logging(role: str, level: str = "INFO", *, json_logs: bool = True) -> None:
     """Configure the root logger: JSON to stdout for services (default), or
-    plain text when CORRAL_LOG_FORMAT=text."""
-    level = level or os.environ.get("CORRAL_LOG_LEVEL", "INFO")
-    if json_logs is None:
-        json_logs = os.environ.get("CORRAL_LOG_FORMAT", "json") != "text"
+    plain text (a role's `--log-format` / CORRAL_LOG_FORMAT, corral/settings.py)."""
     handler = logging.StreamHandler(sys.stdout)
     if json_logs:
         handler.setFormatter(JsonFormatter(role))

@@ -17,8 +17,6 @@ import platform
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 import psutil
@@ -27,29 +25,16 @@ from corral import structs
 from corral.structs import DesiredStatus, NodeStatus
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
+from services.agent.config import AgentSettings
 from services.agent.drivers import ALL_DRIVERS, Driver
 from services.agent.runner import AllocRunner
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class AgentSettings:
-    state_addr: str
-    data_dir: Path
-    datacenter: str = "dc1"
-    node_class: str = ""
-    node_pool: str = "default"
-    name: str = field(default_factory=socket.gethostname)
-    meta: dict[str, str] = field(default_factory=dict)
-    drivers: list[str] = field(default_factory=lambda: ["raw_exec", "mock"])
-    http_addr: str = ""  # where ClientAlloc.Logs is served
-    update_interval: float = 0.2  # batch alloc updates (Nomad's allocSyncIntv)
-    reserved_memory_mb: int = 256
-    reserved_cpu: int = 100
-
-
-def fingerprint(settings: AgentSettings, drivers: dict[str, Driver]) -> pb.Node:
+def fingerprint(
+    settings: AgentSettings, drivers: dict[str, Driver], http_addr: str = ""
+) -> pb.Node:
     """What this machine offers, in Nomad's attribute names."""
     cores = psutil.cpu_count(logical=True) or 1
     freq = psutil.cpu_freq()
@@ -83,7 +68,7 @@ def fingerprint(settings: AgentSettings, drivers: dict[str, Driver]) -> pb.Node:
         node_class=settings.node_class,
         attributes=attrs,
         meta=settings.meta,
-        http_addr=settings.http_addr,
+        http_addr=http_addr,
         status=NodeStatus.INITIALIZING,
         node_resources=pb.NodeResources(
             cpu=mhz * cores,
@@ -104,12 +89,13 @@ def fingerprint(settings: AgentSettings, drivers: dict[str, Driver]) -> pb.Node:
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings) -> None:
+    def __init__(self, settings: AgentSettings, *, http_addr: str = "") -> None:
+        """`http_addr` is where this node serves ClientAlloc.Logs."""
         self.settings = settings
         self.drivers: dict[str, Driver] = {
             n: ALL_DRIVERS[n]() for n in settings.drivers if n in ALL_DRIVERS
         }
-        self.node = fingerprint(settings, self.drivers)
+        self.node = fingerprint(settings, self.drivers, http_addr)
         self.node.id, self.node.secret_id = self._identity()
         self.runners: dict[str, AllocRunner] = {}
         self.jobs: dict[tuple[str, str, int], pb.Job] = {}

@@ -15,7 +15,6 @@ heartbeating at once (the node-failure benchmark); SIGUSR2 revives them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -26,16 +25,41 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import grpc
+from pydantic import Field
 
-from corral import structs, telemetry
-from corral.process import env_flag, tune_gc, write_ready_file
+from corral import runner, structs
+from corral.settings import CommaList, KeyValues, ProcessSettings, StateAddr
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import parse_duration, task_config
 
 log = logging.getLogger("services.agent.sim")
+
+
+class SimSettings(ProcessSettings):
+    """Simulated client nodes in one process, for load tests and benchmarks."""
+
+    ROLE: ClassVar[str] = "sim"
+
+    state_addr: StateAddr
+    count: int = Field(100, ge=1, description="simulated nodes")
+    cpu: int = Field(4000, ge=1, description="MHz per node")
+    memory: int = Field(8192, ge=1, description="MB per node")
+    classes: int = Field(5, ge=0, description="node classes (class-0..N-1; 0 = none)")
+    racks: int = Field(25, ge=0, description="meta.rack values (r0..rN-1; 0 = none)")
+    datacenters: CommaList = Field(
+        default_factory=lambda: ["dc1"], min_length=1, description="datacenters, round robin"
+    )
+    attr: KeyValues = Field(
+        default_factory=dict, description="extra node attribute key=value (repeat for more)"
+    )
+    fail_fraction: float = Field(0.1, ge=0, le=1, description="share of nodes SIGUSR1 fails")
+    seed: int = Field(1, description="node ids derive from it (stable across runs)")
+    register_rate: float = Field(500.0, gt=0, description="registrations per second at start")
+    stats_interval: float = Field(10.0, gt=0, description="log stats every N seconds")
 
 
 @dataclass
@@ -51,25 +75,25 @@ class SimStats:
 
 
 class SimNode:
-    def __init__(self, sim: Simulator, index: int, args: argparse.Namespace) -> None:
+    def __init__(self, sim: Simulator, index: int, settings: SimSettings) -> None:
         self.sim = sim
-        self.node = self._node(index, args)
+        self.node = self._node(index, settings)
         self.failed = False
         self.known: dict[str, pb.Allocation] = {}
         self.pending: dict[str, pb.Allocation] = {}
         self.ttl = 10.0
 
     @staticmethod
-    def _node(i: int, args: argparse.Namespace) -> pb.Node:
-        dcs = args.datacenters.split(",")
-        node_id = str(uuid.UUID(int=random.Random(f"{args.seed}-{i}").getrandbits(128)))
+    def _node(i: int, settings: SimSettings) -> pb.Node:
+        dcs = settings.datacenters
+        node_id = str(uuid.UUID(int=random.Random(f"{settings.seed}-{i}").getrandbits(128)))
         n = pb.Node(
             id=node_id,
             secret_id=str(uuid.uuid4()),
             name=f"sim-{i:05d}",
             datacenter=dcs[i % len(dcs)],
             node_pool="default",
-            node_class=f"class-{i % args.classes}" if args.classes else "",
+            node_class=f"class-{i % settings.classes}" if settings.classes else "",
             status=structs.NodeStatus.INITIALIZING,
             attributes={
                 "kernel.name": "linux",
@@ -80,23 +104,21 @@ class SimNode:
                 "driver.mock": "1",
                 "driver.raw_exec": "1",
             },
-            meta={"rack": f"r{i % args.racks}"} if args.racks else {},
+            meta={"rack": f"r{i % settings.racks}"} if settings.racks else {},
             drivers={
                 "mock": pb.DriverInfo(detected=True, healthy=True),
                 "raw_exec": pb.DriverInfo(detected=True, healthy=True),
             },
             node_resources=pb.NodeResources(
-                cpu=args.cpu,
+                cpu=settings.cpu,
                 total_cores=4,
-                memory_mb=args.memory,
+                memory_mb=settings.memory,
                 disk_mb=100 * 1024,
                 min_dynamic_port=20000,
                 max_dynamic_port=32000,
             ),
         )
-        for kv in args.attr:
-            k, _, v = kv.partition("=")
-            n.attributes[k] = v
+        n.attributes.update(settings.attr)
         return n
 
     async def run(self) -> None:
@@ -219,18 +241,18 @@ class SimNode:
 
 
 class Simulator:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
         self.stats = SimStats()
         self.channel = grpc.aio.insecure_channel(
-            args.state_addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+            settings.state_addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
         )
         self.stub = node_pb2_grpc.NodeStub(self.channel)
-        self.nodes = [SimNode(self, i, args) for i in range(args.count)]
+        self.nodes = [SimNode(self, i, settings) for i in range(settings.count)]
 
     def fail(self) -> None:
-        chosen = random.Random(self.args.seed).sample(
-            self.nodes, int(len(self.nodes) * self.args.fail_fraction)
+        chosen = random.Random(self.settings.seed).sample(
+            self.nodes, int(len(self.nodes) * self.settings.fail_fraction)
         )
         for n in chosen:
             n.failed = True
@@ -255,74 +277,45 @@ class Simulator:
         }
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m services.agent.sim", description=__doc__)
-    env_flag(p, "--state-addr", "CORRAL_STATE_ADDR", help="state service host:port")
-    p.add_argument("--count", type=int, default=100, help="simulated nodes")
-    p.add_argument("--cpu", type=int, default=4000, help="MHz per node")
-    p.add_argument("--memory", type=int, default=8192, help="MB per node")
-    p.add_argument("--classes", type=int, default=5, help="node classes (class-0..N-1)")
-    p.add_argument("--racks", type=int, default=25, help="meta.rack values (r0..rN-1)")
-    p.add_argument("--datacenters", default="dc1", help="comma-separated datacenters")
-    p.add_argument("--attr", action="append", default=[], help="extra attribute k=v (repeatable)")
-    p.add_argument("--fail-fraction", type=float, default=0.1, help="share of nodes SIGUSR1 fails")
-    p.add_argument(
-        "--seed", type=int, default=1, help="node ids derive from it (stable across runs)"
-    )
-    p.add_argument(
-        "--register-rate", type=float, default=500.0, help="registrations per second at start"
-    )
-    p.add_argument("--stats-interval", type=float, default=10.0, help="log stats every N seconds")
-    env_flag(
-        p,
-        "--ready-file",
-        "CORRAL_SIM_READY_FILE",
-        default="",
-        help="written once every node registered",
-    )
-    args = p.parse_args(argv)
-    if not args.state_addr:
-        p.error("--state-addr (or CORRAL_STATE_ADDR) is required")
-    if args.count < 1:
-        p.error("--count must be at least 1")
-    if not 0 <= args.fail_fraction <= 1:
-        p.error("--fail-fraction must be between 0 and 1")
-    return args
+class SimProcess:
+    """Registers every simulated node, then logs stats until stopped.
+    SIGUSR1 fails `--fail-fraction` of the nodes, SIGUSR2 revives them."""
 
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self.sim = Simulator(settings)
+        self.stopping = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
 
-async def run(args: argparse.Namespace) -> int:
-    sim = Simulator(args)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGUSR1, sim.fail)
-    loop.add_signal_handler(signal.SIGUSR2, sim.revive)
-    tasks = []
-    for i, node in enumerate(sim.nodes):
-        tasks.append(asyncio.create_task(node.run()))
-        if (i + 1) % max(1, int(args.register_rate / 10)) == 0:
-            await asyncio.sleep(0.1)
-    while sim.stats.registered < len(sim.nodes) and not stop.is_set():
-        await asyncio.sleep(0.2)
-    write_ready_file(args.ready_file, role="sim", address=args.state_addr, nodes=len(sim.nodes))
-    log.info("simulator: %d nodes registered", len(sim.nodes))
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), args.stats_interval)
-        log.info("simulator stats %s", json.dumps(sim.snapshot()))
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await sim.channel.close()
-    return 0
+    async def start(self) -> runner.Ready:
+        sim, settings = self.sim, self.settings
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, sim.fail)
+        loop.add_signal_handler(signal.SIGUSR2, sim.revive)
+        for i, node in enumerate(sim.nodes):
+            self.tasks.append(asyncio.create_task(node.run()))
+            if (i + 1) % max(1, int(settings.register_rate / 10)) == 0:
+                await asyncio.sleep(0.1)
+        while sim.stats.registered < len(sim.nodes):
+            await asyncio.sleep(0.2)
+        log.info("simulator: %d nodes registered", len(sim.nodes))
+        self.tasks.append(asyncio.create_task(self._log_stats(), name="stats"))
+        return runner.Ready(settings.state_addr, info={"nodes": len(sim.nodes)})
+
+    async def _log_stats(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.stats_interval)
+            log.info("simulator stats %s", json.dumps(self.sim.snapshot()))
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.sim.channel.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    telemetry.setup_logging("sim")
-    tune_gc()
-    return asyncio.run(run(args))
+    return runner.main(SimSettings, SimProcess, doc=__doc__, argv=argv)
 
 
 if __name__ == "__main__":

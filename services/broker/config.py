@@ -1,47 +1,73 @@
 """Broker settings with Nomad's defaults (nomad-semantics.md §1, §2); every
-timing is a flag and an environment variable so tests and operators can
-shorten them."""
+timing is a flag and an environment variable (`--nack-timeout`,
+`CORRAL_BROKER_NACK_TIMEOUT`) so tests and operators can shorten them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import Field
+
+from corral.runner import LeaderSettings
+from corral.settings import SettingsGroup
 
 
-@dataclass
-class BrokerSettings:
-    nack_timeout: float = 60.0
-    delivery_limit: int = 3
-    initial_nack_delay: float = 1.0
-    subsequent_nack_delay: float = 20.0
-    # follow-up of a failed eval: base + uniform random [0, jitter)
-    failed_followup_delay: float = 60.0
-    failed_followup_jitter: float = 300.0
-    reaper_interval: float = 5.0
-    cancel_batch_size: int = 728
-    # with more than a batch waiting (an eval storm), the next batch follows
-    # after this pause instead of the next ack or sweep: Nomad waits, and a
-    # 100,000-eval storm then takes 137 sweeps (11 minutes) to write back
-    cancel_backlog_pause: float = 0.25
-    # blocked evals whose placement failed on plan conflicts are retried this often
-    unblock_failed_interval: float = 60.0
-    # the leader's periodic GC core evals (Nomad's eval/job/node GC interval); 0 = off
-    core_gc_interval: float = 300.0
-    dequeue_default_timeout: float = 1.0
-    dequeue_max_timeout: float = 60.0
-    scheduler_version: int = 1
+class BrokerSettings(SettingsGroup):
+    """The eval broker's, blocked evals' and reaper's timings."""
 
-    def validate(self) -> None:
-        for name in ("nack_timeout", "reaper_interval", "unblock_failed_interval"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.delivery_limit < 1:
-            raise ValueError("delivery_limit must be >= 1")
-        for name in (
-            "initial_nack_delay",
-            "subsequent_nack_delay",
-            "failed_followup_delay",
-            "failed_followup_jitter",
-            "core_gc_interval",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative")
+    nack_timeout: float = Field(
+        60.0, gt=0, description="seconds a dequeued eval may stay unacked before redelivery"
+    )
+    delivery_limit: int = Field(3, ge=1, description="deliveries of one eval before it is failed")
+    initial_nack_delay: float = Field(
+        1.0, ge=0, description="seconds before a nacked eval is redelivered the first time"
+    )
+    subsequent_nack_delay: float = Field(
+        20.0, ge=0, description="seconds before each later redelivery of a nacked eval"
+    )
+    failed_followup_delay: float = Field(
+        60.0, ge=0, description="base delay (s) of the follow-up eval of a failed eval"
+    )
+    failed_followup_jitter: float = Field(
+        300.0, ge=0, description="random delay [0, jitter) s added to that follow-up"
+    )
+    reaper_interval: float = Field(
+        5.0, gt=0, description="seconds between sweeps for failed and cancelable evals"
+    )
+    cancel_batch_size: int = Field(
+        728, ge=1, description="cancelable evals written back in one batch"
+    )
+    cancel_backlog_pause: float = Field(
+        0.25,
+        ge=0,
+        description="pause (s) before the next batch while more than a batch waits (an eval "
+        "storm; Nomad waits for the next ack or sweep, which takes minutes)",
+    )
+    unblock_failed_interval: float = Field(
+        60.0,
+        gt=0,
+        description="seconds between retries of blocked evals that failed on plan conflicts",
+    )
+    core_gc_interval: float = Field(
+        300.0,
+        ge=0,
+        description="seconds between the leader's periodic GC core evals (Nomad's "
+        "eval/job/node GC interval); 0 = off",
+    )
+    dequeue_default_timeout: float = Field(
+        1.0, gt=0, description="long-poll of a Dequeue that names no timeout (s)"
+    )
+    dequeue_max_timeout: float = Field(
+        60.0, gt=0, description="longest Dequeue long-poll a worker may ask for (s)"
+    )
+    scheduler_version: int = Field(
+        1, ge=0, description="scheduler version a worker must send on Dequeue (rolling upgrades)"
+    )
+
+
+class BrokerProcessSettings(LeaderSettings):
+    """An eval broker process: the leader holds the evals, standbys keep a replica warm."""
+
+    ROLE: ClassVar[str] = "broker"
+
+    broker: BrokerSettings = Field(default_factory=BrokerSettings)

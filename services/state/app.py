@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 
 from corral import structs
 from corral.leader import LeaderElection
@@ -15,24 +14,14 @@ from corral.server import GrpcServer
 from corral.v1 import state_pb2, state_pb2_grpc
 from services.state import handlers
 from services.state.app_context import StateContext
+from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database
 from services.state.feed import ChangeFeed
 from services.state.handlers import node
 from services.state.handlers.state import StateServicer
-from services.state.heartbeat import Drainer, Heartbeats, HeartbeatSettings
+from services.state.heartbeat import Drainer, Heartbeats
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StateSettings:
-    dsn: str
-    listen: str = "127.0.0.1:0"
-    advertise: str = ""  # address others reach this process at (default: the bound one)
-    log_retention: int = 50_000  # change-log entries kept for subscribers that fall behind
-    retention_interval: float = 30.0
-    pool_size: int = 8
-    heartbeat: HeartbeatSettings = field(default_factory=HeartbeatSettings)
 
 
 class StateApp:

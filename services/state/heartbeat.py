@@ -23,25 +23,16 @@ import heapq
 import logging
 import random
 import time
-from dataclasses import dataclass
 
 from corral import structs
 from corral.structs import JobType, NodeStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext
+from services.state.config import HeartbeatSettings as HeartbeatSettings  # re-exported
 from services.state.writes.jobs import new_eval
 from services.state.writes.nodes import miss_heartbeat, set_drain
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class HeartbeatSettings:
-    min_ttl: float = 10.0
-    max_per_second: float = 50.0
-    grace: float = 10.0
-    failover_ttl: float = 300.0
-    drain_interval: float = 1.0
 
 
 class Heartbeats:

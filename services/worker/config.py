@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, Literal
 
+from pydantic import Field, field_validator
+
+from corral.errors import InvalidArgument
+from corral.settings import CommaList, Option, ServerSettings, StateAddr
 from corral.structs import SCHEDULER_VERSION, JobType
 
 #: loops beyond the core count still pay off: a loop waiting on a plan commit
@@ -24,27 +28,81 @@ def default_num_schedulers() -> int:
     return min(DEFAULT_MAX_LOOPS, (os.cpu_count() or 1) * LOOPS_PER_CORE)
 
 
-@dataclass
-class WorkerSettings:
-    state_addr: str
-    broker_addrs: list[str]
-    planner_addrs: list[str]
-    listen: str = "127.0.0.1:0"
-    num_schedulers: int = field(default_factory=default_num_schedulers)
-    enabled_schedulers: list[str] = field(default_factory=lambda: list(JobType.ALL))
-    scheduler_version: int = SCHEDULER_VERSION
-    dequeue_timeout: float = 0.5
-    # How long to wait for the replica to reach an eval's wait index before
-    # nacking it (Nomad's raftSyncLimit) ...
-    sync_limit: float = 5.0
-    # ... and how much longer to keep waiting after the nack, ending early as
-    # soon as the replica catches up (PR #15523's long backoff, 10 x sync limit).
-    slow_catchup: float = 50.0
-    backoff_fast: float = 0.02
-    backoff_slow: float = 0.5
-    backoff_limit: float = 10.0
-    version_mismatch_backoff: float = 30.0
-    # Bound on one submit_plan retrying a transient error (no leader, UNAVAILABLE)
-    plan_retry_limit: float = 30.0
-    # Test-only fault injection (see worker.FAULT_*); empty in production
-    fault: str = ""
+class WorkerSettings(ServerSettings):
+    """A worker process: scheduler loops sharing one replica (the pool and its
+    loops read these settings too)."""
+
+    ROLE: ClassVar[str] = "worker"
+
+    state_addr: StateAddr
+    broker_addrs: Annotated[CommaList, Option(flag="--broker-addr", env="CORRAL_BROKER_ADDR")] = (
+        Field(min_length=1, description="broker address(es), comma-separated")
+    )
+    planner_addrs: Annotated[
+        CommaList, Option(flag="--planner-addr", env="CORRAL_PLANNER_ADDR")
+    ] = Field(min_length=1, description="planner address(es), comma-separated")
+    num_schedulers: Annotated[
+        int, Option(shown_default=f"{LOOPS_PER_CORE} per core, at most {DEFAULT_MAX_LOOPS}")
+    ] = Field(
+        default_factory=default_num_schedulers,
+        ge=0,
+        le=MAX_SCHEDULERS,
+        description="scheduler loops in this process",
+    )
+    enabled_schedulers: Annotated[
+        CommaList, Option(flag="--schedulers", env="CORRAL_WORKER_SCHEDULERS")
+    ] = Field(
+        default_factory=lambda: list(JobType.ALL),
+        min_length=1,
+        description="enabled scheduler types, comma-separated (must include _core)",
+    )
+    scheduler_version: int = Field(
+        SCHEDULER_VERSION, ge=0, description="scheduler version sent on dequeue (rolling upgrades)"
+    )
+    dequeue_timeout: float = Field(0.5, gt=0, description="long-poll of one Eval.Dequeue (s)")
+    sync_limit: float = Field(
+        5.0,
+        gt=0,
+        description="seconds to wait for the replica to reach an eval's wait index before "
+        "nacking it (Nomad's raftSyncLimit)",
+    )
+    slow_catchup: float = Field(
+        50.0,
+        ge=0,
+        description="seconds to keep waiting after that nack, ending early once the replica "
+        "catches up (Nomad's long backoff, 10 x the sync limit)",
+    )
+    backoff_fast: float = Field(0.02, ge=0, description="first backoff (s) after a dequeue error")
+    backoff_slow: float = Field(
+        0.5, ge=0, description="base of the exponential backoff (s) between plan submit retries"
+    )
+    backoff_limit: float = Field(
+        10.0, gt=0, description="longest backoff (s) after dequeue errors and between retries"
+    )
+    version_mismatch_backoff: float = Field(
+        30.0,
+        ge=0,
+        description="pause (s) after the broker refused this worker's scheduler version",
+    )
+    plan_retry_limit: float = Field(
+        30.0,
+        ge=0,
+        description="bound (s) on one plan submit retrying a transient error (no leader, "
+        "UNAVAILABLE)",
+    )
+    fault: Literal["", "stall-before-ack"] = Field(
+        "", description="test-only fault injection: stall-before-ack"
+    )
+
+    @field_validator("enabled_schedulers")
+    @classmethod
+    def _known_schedulers(cls, value: list[str]) -> list[str]:
+        """The pool's own rule (Worker.SetConfig applies it too), checked
+        here so a bad flag is a usage error, not a crash at start."""
+        from services.worker.pool import validate_config  # the pool imports this module
+
+        try:
+            validate_config(0, value)
+        except InvalidArgument as exc:
+            raise ValueError(str(exc).partition(": ")[2]) from None
+        return value

@@ -97,7 +97,7 @@ async def core(state_addr: str) -> AsyncIterator[PlannerCore]:
     await replica.start()
     client = GatedStateClient(state_addr)
     queue = PlanQueue()
-    applier = PlanApplier(queue, replica, client, PlannerSettings(state_addr=state_addr))
+    applier = PlanApplier(queue, replica, client, PlannerSettings())
     queue.set_enabled(True)
     task = asyncio.create_task(applier.run())
     try:

@@ -1,0 +1,52 @@
+"""The state service's settings (`python -m services.state`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from corral.settings import Dsn, Option, ServerSettings, SettingsGroup
+
+
+class HeartbeatSettings(SettingsGroup):
+    """Node heartbeat TTLs (Nomad's heartbeat.go; docs/nodes.md) and the
+    drainer's pace, used by the state leader."""
+
+    ENV_PREFIX: ClassVar[str | None] = "CORRAL_HEARTBEAT_"
+    FLAG_PREFIX: ClassVar[str | None] = "--heartbeat-"
+
+    min_ttl: float = Field(10.0, gt=0, description="shortest node heartbeat TTL (s)")
+    max_per_second: Annotated[
+        float, Option(flag="--heartbeats-per-second", env="CORRAL_HEARTBEATS_PER_SECOND")
+    ] = Field(
+        50.0,
+        gt=0,
+        description="cluster heartbeat rate the TTL is sized for (it grows with the node count)",
+    )
+    grace: float = Field(
+        10.0, ge=0, description="grace (s) after a missed TTL before a node is marked down"
+    )
+    failover_ttl: float = Field(
+        300.0, gt=0, description="TTL (s) every live node gets after a leader change"
+    )
+    drain_interval: float = Field(
+        1.0, gt=0, description="seconds between the drainer's passes over draining nodes"
+    )
+
+
+class StateSettings(ServerSettings):
+    """A state process (migrations, change feed, every write, the public API);
+    several may share one database."""
+
+    ROLE: ClassVar[str] = "state"
+
+    dsn: Dsn
+    log_retention: int = Field(
+        50_000, ge=1, description="change-log entries kept for subscribers that fall behind"
+    )
+    retention_interval: float = Field(
+        30.0, gt=0, description="seconds between change-log truncations"
+    )
+    pool_size: int = Field(8, ge=1, description="database connections in the pool")
+    heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
