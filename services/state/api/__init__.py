@@ -1,5 +1,5 @@
 """The public API served by the state service: Job, Node, Alloc, Evals,
-Event and Operator (one module per service)."""
+Event, Operator and Periodic (one module per service)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from services.state.app_context import StateContext
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer to the server."""
-    from services.state.api import allocs, evals, events, jobs, operator
+    from services.state.api import allocs, evals, events, jobs, operator, periodic
 
-    for module in (jobs, allocs, evals, events, operator):
+    for module in (jobs, allocs, evals, events, operator, periodic):
         module.register(server, ctx)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral import structs, telemetry
+from corral import periodic, structs, telemetry
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
@@ -35,6 +35,7 @@ def validate_job(job: pb.Job) -> None:
         )
     _constraints(job.constraints, "job.constraints")
     _affinities(job.affinities, "job.affinities")
+    _periodic(job)
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
     groups: set[str] = set()
@@ -88,6 +89,21 @@ def validate_job(job: pb.Job) -> None:
             _constraints(task.constraints, f"{tf}.constraints")
             if task.kill_timeout < 0:
                 raise InvalidArgument(f"{tf}.kill_timeout", "must not be negative")
+
+
+def _periodic(job: pb.Job) -> None:
+    """An enabled periodic block must be launchable: batch or sysbatch, not
+    also parameterized, parsable cron specs, a known time zone."""
+    if not job.HasField("periodic") or not job.periodic.enabled:
+        return
+    if job.type not in (JobType.BATCH, JobType.SYSBATCH):
+        raise InvalidArgument("job.periodic", "only batch and sysbatch jobs can be periodic")
+    if job.HasField("parameterized"):
+        raise InvalidArgument("job.periodic", "a job cannot be both periodic and parameterized")
+    try:
+        periodic.validate(job.periodic)
+    except periodic.PeriodicError as exc:
+        raise InvalidArgument(exc.field, exc.message) from None
 
 
 def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
@@ -195,12 +211,38 @@ async def register_job(
         job.status = JobStatus.PENDING
         job.stable = False
         tx.put_job(job)
+    await _record_launch(tx, job)
     ev: pb.Evaluation | None = None
     if not job.periodic.enabled and not job.HasField("parameterized"):
         ev = new_eval(job, trigger, priority=eval_priority, traceparent=traceparent)
         ev.job_modify_index = job.job_modify_index
         tx.put_eval(ev)
     return job, ev
+
+
+async def _record_launch(tx: WriteTx, job: pb.Job) -> None:
+    """Nomad's periodic_launch bookkeeping, decided on rows read in this
+    transaction: a periodic parent seen for the first time records its
+    registration as a launch (so a missed first tick is noticed after a
+    leader change); a periodic child records the launch its id encodes on
+    its parent, never moving the record backwards."""
+    if periodic.is_active(job):
+        if await tx.get_periodic_launch(job.namespace, job.id) is None:
+            tx.put_periodic_launch(
+                pb.PeriodicLaunch(namespace=job.namespace, job_id=job.id, launch=tx.now)
+            )
+        return
+    if not job.parent_id:
+        return
+    launch = periodic.launch_of(job.id, job.parent_id)
+    parent = await tx.get_job(job.namespace, job.parent_id)
+    if launch is None or parent is None or not parent.HasField("periodic"):
+        return
+    current = await tx.get_periodic_launch(job.namespace, job.parent_id)
+    if current is None or current.launch < launch:
+        record = copy_msg(current) if current is not None else pb.PeriodicLaunch()
+        record.namespace, record.job_id, record.launch = job.namespace, job.parent_id, launch
+        tx.put_periodic_launch(record)
 
 
 async def scale_job(
@@ -243,6 +285,7 @@ async def deregister_job(
         raise NotFound(f"job {job_id!r} not found")
     if purge:
         tx.delete_job(current)
+        tx.delete_periodic_launch(namespace, job_id)
         job = current
     else:
         job = copy_msg(current)
