@@ -32,6 +32,8 @@ from services.broker.config import BrokerSettings
 from services.broker.core_timers import run_core_timers
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
+from services.broker.periodic import state_dispatcher
+from services.broker.periodic_service import register as register_periodic
 from services.broker.reaper import Reaper
 from services.broker.service import ROLE, EvalServicer, export_metrics
 
@@ -125,6 +127,7 @@ class BrokerProcess:
             self.settings, self.broker, self.blocked, self.write_evals, self._job_exists
         )
         self.server = GrpcServer(args.listen, name=ROLE)
+        self.periodic = state_dispatcher(self.replica, self.state_channel)
         self.address = ""
         self.election: LeaderElection | None = None
         self._term: asyncio.Task[None] | None = None
@@ -147,6 +150,7 @@ class BrokerProcess:
     async def start(self) -> None:
         await self.replica.start()
         self.replica.add_listener(self.router.on_batch, self.router.on_reset)
+        self.replica.add_listener(self.periodic.on_batch, self.periodic.on_reset)
         servicer = EvalServicer(
             self.settings,
             self.broker,
@@ -161,6 +165,7 @@ class BrokerProcess:
             servicer,
             eval_pb2.DESCRIPTOR.services_by_name["Eval"].full_name,
         )
+        register_periodic(self.server, self.periodic, self.is_leader, self.leader_address)
         await self.server.start()
         self.address = self.args.advertise or self.server.bound_address
         self.election = LeaderElection(self.args.dsn, ROLE, self.address)
@@ -181,11 +186,13 @@ class BrokerProcess:
             blocked,
             snap.index,
         )
+        log.info("periodic dispatcher: launched %d missed", await self.periodic.restore())
         self._term = asyncio.create_task(self._leader_tasks(), name="leader-tasks")
 
     async def _leader_tasks(self) -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.reaper.run(), name="reaper")
+            tg.create_task(self.periodic.run(), name="periodic")
             tg.create_task(
                 run_core_timers(
                     self.broker, self.settings.core_gc_interval, lambda: self.replica.index
@@ -195,6 +202,7 @@ class BrokerProcess:
 
     async def on_lost(self) -> None:
         self.router.enabled = False
+        self.periodic.disable()
         self.broker.set_enabled(False)
         self.blocked.set_enabled(False)
         if self._term is not None:
