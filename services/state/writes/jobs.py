@@ -208,7 +208,7 @@ async def register_job(
         job.version = current.version + 1 if current is not None else 0
         job.create_index = current.create_index if current is not None else 0
         job.job_modify_index = tx.index
-        job.status = JobStatus.PENDING
+        job.status = JobStatus.RUNNING if _launches_children(job) else JobStatus.PENDING
         job.stable = False
         tx.put_job(job)
     await _record_launch(tx, job)
@@ -218,6 +218,12 @@ async def register_job(
         ev.job_modify_index = job.job_modify_index
         tx.put_eval(ev)
     return job, ev
+
+
+def _launches_children(job: pb.Job) -> bool:
+    """Periodic and parameterized parents are `running` until stopped,
+    then `dead`: their work is done by their children (Nomad)."""
+    return job.periodic.enabled or job.HasField("parameterized")
 
 
 async def _record_launch(tx: WriteTx, job: pb.Job) -> None:
@@ -293,6 +299,8 @@ async def deregister_job(
         job.version = current.version + 1
         job.job_modify_index = tx.index
         job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
+        if _launches_children(job):
+            job.status = JobStatus.DEAD
         tx.put_job(job, "JobDeregistered")
     ev = new_eval(job, Trigger.JOB_DEREGISTER, traceparent=traceparent)
     ev.job_modify_index = tx.index
@@ -310,7 +318,9 @@ async def refresh_job_status(
     if job is None:
         return
     allocs, live = await tx.job_alloc_counts(namespace, job_id)
-    if job.stop:
+    if _launches_children(job):
+        status = JobStatus.DEAD if job.stop else JobStatus.RUNNING
+    elif job.stop:
         status = JobStatus.DEAD if not live else JobStatus.RUNNING
     elif live:
         status = JobStatus.RUNNING
