@@ -222,6 +222,8 @@ async def test_ticks_across_a_takeover_and_missed_ticks_launch_once(
     c.kill("broker2")
     await until(lambda: datetime.now(UTC) > t4 + timedelta(seconds=1), timeout=30)
     earlier = len(c.log("broker"))
+    broker = c.procs["broker"]
+    broker.args += ["--listen", broker.address]  # where the worker and planner look for it
     c.restart("broker")
     await until(
         lambda: "periodic dispatcher: launched" in c.log("broker")[earlier:],
