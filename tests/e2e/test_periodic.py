@@ -167,6 +167,8 @@ async def test_force_status_and_a_leader_change(make_cluster, tmp_path: Path) ->
     assert re.search(r"Status\s+= running", status.stdout), status.stdout
     assert "Previously Launched Jobs" in status.stdout
     assert re.search(rf"{re.escape(first['child_job_id'])}\s+dead", status.stdout), status.stdout
+    plan = corral(c, "job", "plan", str(spec))
+    assert f"next periodic launch would be at {new_year}" in plan.stdout, plan.stdout
     status_json = json.loads(corral(c, "job", "status", "-json", "report").stdout)
     assert [k["id"] for k in status_json["children"]] == [first["child_job_id"]]
 
