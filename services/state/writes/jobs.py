@@ -211,7 +211,8 @@ async def register_job(
         job.status = JobStatus.RUNNING if _launches_children(job) else JobStatus.PENDING
         job.stable = False
         tx.put_job(job)
-    await _record_launch(tx, job)
+    if await _record_launch(tx, job):
+        trigger = Trigger.PERIODIC_JOB  # Nomad's dispatcher evals its children so
     ev: pb.Evaluation | None = None
     if not job.periodic.enabled and not job.HasField("parameterized"):
         ev = new_eval(job, trigger, priority=eval_priority, traceparent=traceparent)
@@ -226,29 +227,32 @@ def _launches_children(job: pb.Job) -> bool:
     return job.periodic.enabled or job.HasField("parameterized")
 
 
-async def _record_launch(tx: WriteTx, job: pb.Job) -> None:
+async def _record_launch(tx: WriteTx, job: pb.Job) -> bool:
     """Nomad's periodic_launch bookkeeping, decided on rows read in this
     transaction: a periodic parent seen for the first time records its
     registration as a launch (so a missed first tick is noticed after a
     leader change); a periodic child records the launch its id encodes on
-    its parent, never moving the record backwards."""
+    its parent, never moving the record backwards. True for a periodic child."""
     if periodic.is_active(job):
         if await tx.get_periodic_launch(job.namespace, job.id) is None:
             tx.put_periodic_launch(
                 pb.PeriodicLaunch(namespace=job.namespace, job_id=job.id, launch=tx.now)
             )
-        return
+        return False
     if not job.parent_id:
-        return
+        return False
     launch = periodic.launch_of(job.id, job.parent_id)
+    if launch is None:
+        return False
     parent = await tx.get_job(job.namespace, job.parent_id)
-    if launch is None or parent is None or not parent.HasField("periodic"):
-        return
+    if parent is None or not parent.HasField("periodic"):
+        return False
     current = await tx.get_periodic_launch(job.namespace, job.parent_id)
     if current is None or current.launch < launch:
         record = copy_msg(current) if current is not None else pb.PeriodicLaunch()
         record.namespace, record.job_id, record.launch = job.namespace, job.parent_id, launch
         tx.put_periodic_launch(record)
+    return True
 
 
 async def scale_job(

@@ -72,6 +72,8 @@ async def test_parent_records_its_registration_and_children_their_launch(
         job_pb2.JobRegisterRequest(job=child, enforce_index=True, job_modify_index=0)
     )
     assert resp.eval_id
+    evals = await job_pb2_grpc.JobStub(channel).Evaluations(job_pb2.JobGetRequest(job_id=child.id))
+    assert [e.triggered_by for e in evals.evals] == ["periodic-job"]
     (rec,) = await launches(channel, "nightly")
     assert rec.launch == int(at.timestamp()) * 10**9 and rec.modify_index == resp.index
 
