@@ -256,7 +256,7 @@ class PeriodicDispatcher:
                 log.info("periodic job %s missed a launch but a child still runs", job.id)
                 continue
             log.info("periodic job %s missed a launch while no leader ran it", job.id)
-            if await self._launch(job, now) is not None:
+            if await self._dispatch(job, now, overlap_checked=True):
                 launched += 1
         return launched
 
@@ -288,15 +288,25 @@ class PeriodicDispatcher:
             await self._dispatch(job, at)
         return len(due)
 
-    async def _dispatch(self, job: pb.Job, at: datetime) -> None:
-        if job.periodic.prohibit_overlap and has_running_child(self.snapshot(), job):
+    async def _dispatch(self, job: pb.Job, at: datetime, *, overlap_checked: bool = False) -> bool:
+        """Launch one tick unless prohibit_overlap says no. A failed launch
+        is logged, not raised: one job's trouble must not stop the others
+        (nor the broker's other leader tasks), and the tick is not retried —
+        the next one follows the cron spec."""
+        if (
+            not overlap_checked
+            and job.periodic.prohibit_overlap
+            and has_running_child(self.snapshot(), job)
+        ):
             log.info("periodic job %s: launch at %s skipped, a child still runs", job.id, at)
-            return
+            return False
         try:
-            await self._launch(job, at)
+            return await self._launch(job, at) is not None
         except grpc.aio.AioRpcError as exc:
-            # the tick is not retried: the next one follows the cron spec
             log.error("periodic job %s: launch at %s failed: %s", job.id, at, exc.details())
+        except Exception:
+            log.exception("periodic job %s: launch at %s failed", job.id, at)
+        return False
 
     async def _launch(self, job: pb.Job, at: datetime) -> Launched | None:
         """Register the child of this tick; None if it already exists."""

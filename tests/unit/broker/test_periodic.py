@@ -32,9 +32,11 @@ class Clock:
 
 
 class _Refused(grpc.aio.AioRpcError):
-    def __init__(self, details: str) -> None:
+    def __init__(
+        self, details: str, code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION
+    ) -> None:
         super().__init__(
-            grpc.StatusCode.FAILED_PRECONDITION,
+            code,
             grpc.aio.Metadata(),
             grpc.aio.Metadata(),
             details=details,
@@ -51,6 +53,7 @@ class Cluster:
         self.allocs: list[pb.Allocation] = []
         self.launches: dict[JobKey, int] = {}
         self.children: list[str] = []
+        self.unavailable_for: set[str] = set()  # parents whose launches fail
 
     def snapshot(self) -> StateSnapshot:
         return StateStore.build(
@@ -61,6 +64,8 @@ class Cluster:
         )
 
     async def register(self, child: pb.Job) -> job_pb2.JobRegisterResponse:
+        if child.parent_id in self.unavailable_for:
+            raise _Refused("state unavailable", grpc.StatusCode.UNAVAILABLE)
         if (child.namespace, child.id) in self.jobs:
             raise _Refused(f"job {child.id!r} already exists")
         self.jobs[(child.namespace, child.id)] = child
@@ -277,3 +282,21 @@ async def test_feed_tracks_new_changed_and_stopped_parents() -> None:
     batch.events[0].job.CopyFrom(job)
     d.on_batch(batch, snap)
     assert len(d.tracker) == 0
+
+
+async def test_a_failed_launch_neither_stops_the_others_nor_is_retried() -> None:
+    broken, fine = parent("broken", "*/15 * * * *"), parent("fine", "*/15 * * * *")
+    c = Cluster(broken, fine)
+    c.unavailable_for.add("broken")
+    for j in (broken, fine):
+        c.launches[("default", j.id)] = periodic.to_unix_ns(T0)
+    clock = Clock(T0)
+    d = c.dispatcher(clock)
+    await d.restore()
+    clock.advance(minutes=15)
+    assert await d.launch_due() == 2
+    assert c.children == [child_at("fine", T0 + timedelta(minutes=15))]
+    c.unavailable_for.clear()
+    assert await d.launch_due() == 0  # the failed tick is gone
+    clock.advance(minutes=15)
+    assert await d.launch_due() == 2 and len(c.children) == 3
