@@ -38,8 +38,8 @@ from typing import Any
 
 from corral.store import StateSnapshot
 from corral.structs import JobType
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
 from services.worker.scheduler.harness import Harness
 from services.worker.scheduler.util import planned_count
 

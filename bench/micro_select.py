@@ -31,8 +31,8 @@ from corral import structs
 from corral.store import StateStore
 from corral.structs import ClientStatus, DesiredStatus, Eligibility, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.stack import GenericStack, SelectOptions, SystemStack
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.stack import GenericStack, SelectOptions, SystemStack
 from services.worker.scheduler.util import ready_nodes_in_dcs
 
 SCENARIOS = ("service", "batch", "service-spread", "system")

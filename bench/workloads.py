@@ -23,7 +23,7 @@ from bench import jobs, measure
 from bench.cluster import BenchCluster
 from bench.profiler import Profiler
 from bench.report import percentiles, steady_rate
-from corral import invariants
+from corral.testing import invariants
 from corral.v1 import (
     eval_pb2,
     eval_pb2_grpc,

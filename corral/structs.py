@@ -309,6 +309,22 @@ def needs_reconnect(alloc: pb.Allocation) -> bool:
 # --------------------------------------------------------------------------- evals
 
 
+# what a scheduler's blocked eval is triggered by (Nomad's CreateBlockedEval)
+BLOCKED_EVAL_TRIGGERS = frozenset((Trigger.QUEUED_ALLOCS, Trigger.MAX_PLAN_ATTEMPTS))
+
+
+def is_blocked_eval(ev: pb.Evaluation) -> bool:
+    """Is `ev` a blocked eval: one a scheduler created to place what it could
+    not? It is `blocked` while the tracker holds it and `pending` once a
+    capacity change released it (the broker writes it back so the worker
+    waits for the state that unblocked it, and a new leader still has it).
+    Either way, a re-run that still cannot place everything reblocks this
+    eval instead of completing it and creating another."""
+    if ev.status == EvalStatus.BLOCKED:
+        return True
+    return ev.status == EvalStatus.PENDING and ev.triggered_by in BLOCKED_EVAL_TRIGGERS
+
+
 def eval_terminal(ev: pb.Evaluation) -> bool:
     return ev.status in EvalStatus.TERMINAL
 

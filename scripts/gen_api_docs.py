@@ -6,6 +6,7 @@ contract. `make proto` regenerates it; `--check` fails when it is stale.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from importlib import resources
@@ -75,6 +76,23 @@ def _type_name(f: descriptor_pb2.FieldDescriptorProto, maps: dict[str, str]) -> 
     return base
 
 
+_SERVICER = re.compile(r"^class \w+\(\w+_pb2_grpc\.(\w+)Servicer\)", re.M)
+
+
+def handler_homes() -> dict[str, list[tuple[str, str]]]:
+    """Proto service name -> [(role, handler module)], read from every role's
+    `handlers` module, so the reference says who serves what from the code
+    (`Periodic` has two: the broker leader, and the state relaying to it)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    services = ROOT / "services"
+    paths = [*services.glob("*/handlers.py"), *services.glob("*/handlers/*.py")]
+    for path in sorted(paths):
+        role = path.relative_to(services).parts[0]
+        for name in _SERVICER.findall(path.read_text()):
+            out.setdefault(name, []).append((role, str(path.relative_to(ROOT))))
+    return out
+
+
 def render(fds: descriptor_pb2.FileDescriptorSet) -> str:
     lines = [
         "# API reference",
@@ -86,6 +104,7 @@ def render(fds: descriptor_pb2.FileDescriptorSet) -> str:
         "",
     ]
     files = [fd for fd in fds.file if fd.name.startswith("corral/")]
+    homes = handler_homes()
     lines.append("## Services")
     lines.append("")
     for fd in files:
@@ -95,6 +114,11 @@ def render(fds: descriptor_pb2.FileDescriptorSet) -> str:
             lines.append("")
             if com.get((6, si)):
                 lines += [com[(6, si)], ""]
+            if svc.name in homes:
+                served = "; the ".join(
+                    f"**{role}** role: `{module}`" for role, module in homes[svc.name]
+                )
+                lines += [f"Served by the {served}.", ""]
             lines.append("| RPC | request | response | notes |")
             lines.append("|---|---|---|---|")
             for mi, m in enumerate(svc.method):

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from corral.pgserver import EmbeddedPostgres, with_database
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = ROOT / "services" / "state" / "db" / "migrations"

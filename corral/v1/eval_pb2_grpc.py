@@ -115,7 +115,7 @@ class EvalServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reblock(self, request, context):
-        """Put an outstanding blocked eval back into the blocked tracker.
+        """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

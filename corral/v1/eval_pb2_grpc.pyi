@@ -43,7 +43,7 @@ class EvalStub:
     Ack: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
     Nack: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
     Reblock: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]
-    """Put an outstanding blocked eval back into the blocked tracker."""
+    """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker."""
     Update: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]
     """Write an outstanding eval's new status (resets its nack timer)."""
     Create: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]
@@ -71,7 +71,7 @@ class EvalAsyncStub(EvalStub):
     Ack: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
     Nack: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
     Reblock: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]  # type: ignore[assignment]
-    """Put an outstanding blocked eval back into the blocked tracker."""
+    """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker."""
     Update: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]  # type: ignore[assignment]
     """Write an outstanding eval's new status (resets its nack timer)."""
     Create: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]  # type: ignore[assignment]
@@ -120,7 +120,7 @@ class EvalServicer(metaclass=_abc_1.ABCMeta):
         request: _eval_pb2.EvalWriteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_eval_pb2.EvalWriteResponse, _abc.Awaitable[_eval_pb2.EvalWriteResponse]]:
-        """Put an outstanding blocked eval back into the blocked tracker."""
+        """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker."""
 
     @_abc_1.abstractmethod
     def Update(

@@ -19,7 +19,7 @@ from corral.process import env_flag, new_member_id, register_member_loop, tune_g
 from corral.server import GrpcServer, install_signal_handlers
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, state_pb2
 from services.agent.client import Agent, AgentSettings
-from services.agent.logs import ClientAllocServicer
+from services.agent.handlers import ClientAllocServicer
 
 log = logging.getLogger("services.agent")
 

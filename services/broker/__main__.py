@@ -32,10 +32,9 @@ from services.broker.config import BrokerSettings
 from services.broker.core_timers import run_core_timers
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
+from services.broker.handlers import ROLE, EvalServicer, export_metrics, register_periodic
 from services.broker.periodic import state_dispatcher
-from services.broker.periodic_service import register as register_periodic
 from services.broker.reaper import Reaper
-from services.broker.service import ROLE, EvalServicer, export_metrics
 
 log = logging.getLogger("services.broker")
 

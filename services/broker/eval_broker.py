@@ -8,7 +8,10 @@
 * evals with `wait` / `wait_until` are held until then;
 * on ack, the job's pending evals other than the best are moved to the
   cancelable set (seed 000): a storm of N updates costs about one run;
-* past the delivery limit a nacked eval goes to the `_failed` queue.
+* past the delivery limit a nacked eval goes to the `_failed` queue;
+* while paused (the scheduler configuration's `pause_eval_broker`) nothing
+  is handed out, but everything is still recorded, so unpausing loses
+  nothing.
 
 Everything runs on one asyncio loop, so no locks: methods are synchronous
 except `dequeue`, which waits.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -68,6 +72,7 @@ class EvalBroker:
     ) -> None:
         self.settings = settings
         self.enabled = False
+        self.paused = False
         self._seq = itertools.count()
         self._on_cancelable = on_cancelable
         self._reset()
@@ -102,6 +107,19 @@ class EvalBroker:
                 if not w.future.done():
                     w.future.cancel()
             self._reset()
+
+    def set_paused(self, paused: bool) -> None:
+        """The operator's `pause_eval_broker`: while paused, dequeues get
+        nothing (they wait out their timeout) but enqueues, acks, nacks,
+        holds and the cancelable set go on as usual. Nomad disables (and
+        flushes) its broker and restores it from state when unpaused;
+        keeping everything in place is simpler and loses nothing, not even
+        the outstanding evals' tokens. Unpausing wakes the waiting dequeuers."""
+        if self.paused == paused:
+            return
+        self.paused = paused
+        if not paused:
+            self._wake_all()
 
     # ------------------------------------------------------------ enqueue
 
@@ -171,6 +189,16 @@ class EvalBroker:
                 w.future.set_result(picked)
                 return
 
+    def _wake_all(self) -> None:
+        for w in list(self._waiters):
+            if w.future.done():
+                self._waiters.remove(w)
+                continue
+            picked = self._pick(w.schedulers)
+            if picked is not None:
+                self._waiters.remove(w)
+                w.future.set_result(picked)
+
     # ------------------------------------------------------------ dequeue
 
     async def dequeue(
@@ -213,22 +241,27 @@ class EvalBroker:
             self._enqueue_locked(ev, ev.type)
 
     def _pick(self, schedulers: frozenset[str]) -> tuple[pb.Evaluation, str] | None:
-        if not self.enabled:
+        """Pop the head of the requested queue whose head has the highest
+        priority. Queues tied on priority are chosen between at random (as
+        Nomad does), so a long queue of one type cannot starve another:
+        breaking ties by age would hand out 500 queued service evals before
+        the first of 500 batch evals queued just after them."""
+        if not self.enabled or self.paused:
             return None
-        best: str | None = None
-        best_key: tuple[int, int, int] | None = None
-        for name in schedulers:
+        tied: list[str] = []
+        best_priority = 0
+        for name in sorted(schedulers):
             heap = self._ready.get(name)
             if not heap:
                 continue
-            top = heap[0]
-            key = (top[0], top[1], top[2])
-            # ties in priority between queues go to the oldest eval; Nomad
-            # picks randomly — creation order is fairer and deterministic
-            if best_key is None or key < best_key:
-                best, best_key = name, key
-        if best is None:
+            priority = -heap[0][0]
+            if not tied or priority > best_priority:
+                tied, best_priority = [name], priority
+            elif priority == best_priority:
+                tied.append(name)
+        if not tied:
             return None
+        best = tied[0] if len(tied) == 1 else random.choice(tied)
         ev = heapq.heappop(self._ready[best])[3]
         token = str(uuid.uuid4())
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1

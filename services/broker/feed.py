@@ -2,7 +2,12 @@
 Nomad's FSM does after each Raft apply: a pending eval is enqueued, a
 blocked one tracked, a complete one untracks its job's blocked eval; a node
 that becomes ready or eligible, or an alloc that finishes on a node, frees
-capacity and unblocks what it can."""
+capacity and unblocks what it can; the scheduler configuration's
+`pause_eval_broker` pauses and unpauses the broker.
+
+A blocked eval the broker still holds outstanding is being reblocked by its
+worker: `Eval.Reblock` writes it and tracks it itself, with the worker's
+token, so the router leaves it alone."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ class FeedRouter:
         self._terminal_allocs = {
             a.id for a in snap.allocs.values() if a.client_status in ClientStatus.TERMINAL
         }
+        self.broker.set_paused(snap.scheduler_config.pause_eval_broker)
         pending = blocked = 0
         for ev in sorted(snap.evals.values(), key=lambda e: e.create_index):
             if ev.status == EvalStatus.PENDING:
@@ -38,7 +44,7 @@ class FeedRouter:
                     self.broker.enqueue(ev)
                 pending += 1
             elif ev.status == EvalStatus.BLOCKED:
-                if not self.blocked.tracked(ev.id):
+                if not self._reblocking(ev):
                     self.blocked.block(ev)
                 blocked += 1
         self.enabled = True
@@ -78,12 +84,18 @@ class FeedRouter:
                 self._route_node(event, batch.index)
             elif kind == "allocation":
                 self._route_alloc(event, snap, batch.index)
+            elif kind == "scheduler_config":
+                self.broker.set_paused(event.scheduler_config.pause_eval_broker)
+
+    def _reblocking(self, ev: pb.Evaluation) -> bool:
+        """Tracked already, or outstanding in the broker (Eval.Reblock tracks it)."""
+        return self.blocked.tracked(ev.id) or bool(self.broker.outstanding_token(ev.id))
 
     def _route_eval(self, ev: pb.Evaluation) -> None:
         if ev.status == EvalStatus.PENDING:
             self.broker.enqueue(ev)
         elif ev.status == EvalStatus.BLOCKED:
-            if not self.blocked.tracked(ev.id):
+            if not self._reblocking(ev):
                 self.blocked.block(ev)
         elif ev.status == EvalStatus.COMPLETE and not ev.failed_tg_allocs:
             self.blocked.untrack(ev.namespace, ev.job_id)

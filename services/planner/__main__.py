@@ -33,8 +33,8 @@ from corral.v1 import plan_pb2, plan_pb2_grpc, state_pb2
 from services.planner.applier import PlanApplier
 from services.planner.broker_client import BrokerClient
 from services.planner.config import PlannerSettings
+from services.planner.handlers import ROLE, PlanServicer
 from services.planner.plan_queue import PlanQueue
-from services.planner.service import ROLE, PlanServicer
 from services.planner.state_client import StateClient
 
 log = logging.getLogger("services.planner")

@@ -13,11 +13,13 @@ from corral.leader import LeaderElection
 from corral.process import new_member_id
 from corral.server import GrpcServer
 from corral.v1 import state_pb2, state_pb2_grpc
+from services.state import handlers
 from services.state.app_context import StateContext
 from services.state.db.database import Database
 from services.state.feed import ChangeFeed
+from services.state.handlers import node
+from services.state.handlers.state import StateServicer
 from services.state.heartbeat import Drainer, Heartbeats, HeartbeatSettings
-from services.state.state_service import StateServicer
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +92,8 @@ class StateApp:
 
     def _add_public_services(self) -> None:
         """Public API servicers (Job, Node, Alloc, Evals, Event, Operator)."""
-        from services.state import api
-        from services.state.api import nodes
-
-        api.register(self.server, self.ctx)
-        nodes.register(self.server, self.ctx, self.heartbeats, self.leader_address)
+        handlers.register(self.server, self.ctx)
+        node.register(self.server, self.ctx, self.heartbeats, self.leader_address)
 
     async def stop(self) -> None:
         await self.server.stop(grace=5.0)

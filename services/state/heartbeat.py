@@ -4,10 +4,11 @@ drainer (Nomad's heartbeat.go and drainer/).
 Heartbeats never write unless a status changes: the leader keeps one
 deadline per node in memory (a heap watched by one task, so thousands of
 nodes cost one timer). A node that misses its TTL plus the grace period
-becomes `disconnected` when one of its running allocs belongs to a group
-with a disconnect timeout (`max_client_disconnect` / `lost_after`), else
-`down`, and node-update evals follow. After a leader change every non-down
-node gets the long failover TTL, as in Nomad.
+becomes `disconnected` while one of its allocs is inside a group's
+disconnect timeout (`max_client_disconnect` / `lost_after`, see
+`writes.nodes.may_disconnect`, decided inside the write), else `down`, and
+node-update evals follow. After a leader change every non-down node gets the
+long failover TTL, as in Nomad.
 
 The drainer marks a draining node's allocs to migrate, at most the group's
 `migrate.max_parallel` at a time (all at once past the deadline), and ends
@@ -25,12 +26,11 @@ import time
 from dataclasses import dataclass
 
 from corral import structs
-from corral.store import StateSnapshot
-from corral.structs import DesiredStatus, JobType, NodeStatus, Trigger, copy_msg
+from corral.structs import JobType, NodeStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext
 from services.state.writes.jobs import new_eval
-from services.state.writes.nodes import set_drain, update_status
+from services.state.writes.nodes import miss_heartbeat, set_drain
 
 log = logging.getLogger(__name__)
 
@@ -116,16 +116,15 @@ class Heartbeats:
             self.reset(node_id, 1.0)
 
     async def _expire(self, node_id: str) -> None:
-        snap = self.ctx.feed.snapshot()
-        node = snap.node_by_id(node_id)
+        node = self.ctx.feed.snapshot().node_by_id(node_id)
         if node is None or node.status == NodeStatus.DOWN:
             return
-        new = NodeStatus.DOWN
-        if node.status != NodeStatus.INITIALIZING and _has_disconnect_timeout(snap, node_id):
-            new = NodeStatus.DISCONNECTED
+        # down or disconnected is decided inside the write, on committed rows
         done = await self.ctx.batcher.submit(
-            lambda tx: update_status(tx, node_id, new, reason="Node heartbeat missed")
+            lambda tx: miss_heartbeat(tx, node_id), nodes=[node_id]
         )
+        node, evals, _ = done.value
+        new = node.status
         _, evals, _ = done.value
         log.warning(
             "node %s missed its heartbeat: %s (%d evals)",
@@ -137,19 +136,6 @@ class Heartbeats:
         if new == NodeStatus.DISCONNECTED:
             # still watched: a disconnected node that never returns goes down
             self.reset(node_id, self.ttl())
-
-
-def _has_disconnect_timeout(snap: StateSnapshot, node_id: str) -> bool:
-    for a in snap.allocs_by_node(node_id):
-        if a.desired_status != DesiredStatus.RUN or structs.alloc_client_terminal(a):
-            continue
-        job = snap.job_by_version(a.namespace, a.job_id, a.job_version) or snap.job_by_id(
-            a.namespace, a.job_id
-        )
-        tg = structs.task_group(job, a.task_group) if job is not None else None
-        if tg is not None and structs.lost_after(tg) > 0:
-            return True
-    return False
 
 
 class Drainer:
@@ -210,8 +196,8 @@ class Drainer:
             jobs: dict[tuple[str, str], pb.Job] = {}
             for a in to_mark:
                 cur = (await tx.get_allocs([a.id])).get(a.id)
-                if cur is None:
-                    continue
+                if cur is None or cur.desired_transition.migrate:
+                    continue  # gone, or marked since the snapshot was taken
                 alloc = copy_msg(cur)
                 alloc.desired_transition.migrate = True
                 tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")

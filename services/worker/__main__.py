@@ -27,9 +27,9 @@ from corral.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from services.worker.admin import WorkerAdminServicer
 from services.worker.clients import LeaderClient
 from services.worker.config import WorkerSettings, default_num_schedulers
+from services.worker.handlers import WorkerAdminServicer
 from services.worker.pool import WorkerPool
 
 log = logging.getLogger("services.worker")

@@ -13,7 +13,7 @@ from corral.store import StateSnapshot, StateStore
 from corral.structs import EvalStatus, JobStatus, Topic, Trigger
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.scheduler import new_scheduler
+from services.worker.scheduler.factory import new_scheduler
 
 
 class DryRunPlanner:

@@ -73,17 +73,9 @@ class WorkerPlanner:
         self._run(self.worker.eval_write("Create", [ev], self.token))
 
     def reblock_eval(self, ev: pb.Evaluation) -> None:
-        # Nomad: keep the job summary's queued counts in step before the
-        # eval goes back into the blocked tracker unchanged.
-        summary = self.snapshot.job_summary(ev.namespace, ev.job_id)
-        stale = summary is None and bool(ev.queued_allocations)
-        if summary is not None:
-            stale = any(
-                summary.summary[tg].queued != n if tg in summary.summary else True
-                for tg, n in ev.queued_allocations.items()
-            )
-        if stale:
-            self.update_eval(ev)
+        # Eval.Reblock writes the eval (new queued counts, snapshot index,
+        # class eligibility) before it goes back into the blocked tracker,
+        # so no Eval.Update first, as Nomad's worker needs.
         self._stamp(ev)
         self._run(self.worker.eval_write("Reblock", [ev], self.token))
 

@@ -24,17 +24,27 @@ import grpc
 
 from corral import telemetry
 from corral.store import StateSnapshot
+from corral.structs import EvalStatus
 from corral.v1 import eval_pb2, plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker import metrics
 from services.worker.planner_bridge import WorkerPlanner
-from services.worker.scheduler.scheduler import new_scheduler
+from services.worker.scheduler.factory import new_scheduler
 
 if TYPE_CHECKING:
     from services.worker.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.worker")
+
+
+def _canceled_meanwhile(snapshot: StateSnapshot, ev: pb.Evaluation) -> bool:
+    """The eval was canceled while the broker held it (a max-disconnect-
+    timeout follow-up whose allocs reconnected): acknowledge it without
+    scheduling, as Nomad drops such evals from its delay heap; running it
+    would overwrite `canceled` with `complete`."""
+    stored = snapshot.eval_by_id(ev.id)
+    return stored is not None and stored.status == EvalStatus.CANCELED
 
 
 class Status:
@@ -180,8 +190,11 @@ class Worker:
             snapshot = await self._wait_for_index(ev, token, wait_index)
             if snapshot is None:
                 return
-            self.workload = Workload.SCHEDULING
             self.snapshot_index = snapshot.index
+            if _canceled_meanwhile(snapshot, ev):
+                await self._ack(ev, token)
+                return
+            self.workload = Workload.SCHEDULING
             ok = await self._invoke_scheduler(ev, token, snapshot)
             if ok and self.pool.settings.fault == FAULT_STALL_BEFORE_ACK:
                 log.error("fault injection: stalling before ack of eval %s", ev.id, extra=extra)

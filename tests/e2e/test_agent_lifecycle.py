@@ -1,22 +1,23 @@
 """Client agents as real processes (issue 7): a raw_exec job's output, a
 killed agent's node going down with its alloc replaced, a disconnect and
-reconnect with max_client_disconnect (seed 003), and a drain."""
+reconnect with max_client_disconnect (seed 003) — the timeout eval canceled,
+every reconnect eval complete, no third alloc — and a drain."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import grpc
 
 from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
+from tests.wait import until
 
 TTL = ["--heartbeat-min-ttl", "1", "--heartbeat-grace", "1", "--heartbeats-per-second", "1000"]
 BROKER = ["--nack-timeout", "5", "--initial-nack-delay", "0.2", "--subsequent-nack-delay", "0.5"]
@@ -31,18 +32,6 @@ def start(c: Cluster, tmp: Path, agents: int) -> None:
         c.start(
             "agent", "--data-dir", str(tmp / f"agent{i}"), "--name", f"agent{i}", name=f"agent{i}"
         )
-
-
-async def until(pred: Callable[[], object], timeout: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = pred()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
 
 
 async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:
@@ -119,12 +108,34 @@ async def test_killed_agent_goes_down_and_its_alloc_is_replaced(
     victim = next(n for n in (await nodes(c)).values() if n.id == first.node_id)
     c.kill(victim.name)
     await until(lambda: _node_status(c, victim.name, "down"))
-    await until(lambda: _count_running(c, "web", 1))
+    # not "one running alloc": the lost original satisfies that until the
+    # scheduler stops it
+    await until(lambda: _replaced(c, "web", first.id, lost=True))
     now = await allocs(c, "web")
-    replacement = running(now)[0]
+    (replacement,) = running(now)
     assert replacement.node_id != victim.id and replacement.previous_allocation == first.id
     lost = next(a for a in now if a.id == first.id)
     assert lost.client_status == "lost" and lost.desired_status == "stop"
+
+
+async def _replacement_running(c: Cluster, job_id: str, original_id: str) -> bool:
+    """An alloc that names `original_id` as its previous allocation runs."""
+    return any(x.previous_allocation == original_id for x in running(await allocs(c, job_id)))
+
+
+async def _replaced(c: Cluster, job_id: str, original_id: str, *, lost: bool = False) -> bool:
+    """The original alloc is stopped (and lost, if asked) and an alloc that
+    names it as its previous allocation runs on another node: the state a
+    replacement means, which the original alone can never satisfy."""
+    a = await allocs(c, job_id)
+    original = next((x for x in a if x.id == original_id), None)
+    if original is None or original.desired_status != "stop":
+        return False
+    if lost and original.client_status != "lost":
+        return False
+    return any(
+        x.previous_allocation == original_id and x.node_id != original.node_id for x in running(a)
+    )
 
 
 async def _ready(c: Cluster, n: int) -> bool:
@@ -161,7 +172,7 @@ async def test_disconnect_keeps_one_of_the_pair_on_reconnect(
     try:
         await until(lambda: _node_status(c, cut.name, "disconnected"))
         await until(lambda: _status_of(c, "edge", original.id, "unknown"))
-        await until(lambda: _count_running(c, "edge", 1))  # the replacement
+        await until(lambda: _replacement_running(c, "edge", original.id))
         # seed 003: an alloc update sent before the node's heartbeat is refused
         code = await _update_alloc(c, original, secret)
         assert code == grpc.StatusCode.FAILED_PRECONDITION
@@ -172,6 +183,65 @@ async def test_disconnect_keeps_one_of_the_pair_on_reconnect(
     await until(lambda: _pair_resolved(c, "edge"))
     final = await allocs(c, "edge")
     assert len([a for a in final if a.desired_status == "run"]) == 1
+
+
+async def test_reconnect_cancels_the_disconnect_timeout_and_every_eval_completes(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """Seed 003 with the agent doing its own resync after the cut: the
+    unknown alloc's max-disconnect-timeout eval is canceled when the client
+    reports it, the reconnect eval completes (the node is still initializing
+    then: nothing may be planned there), one of the pair keeps running and
+    no third alloc is ever placed."""
+    c = make_cluster()
+    start(c, tmp_path, 2)
+    await until(lambda: _ready(c, 2))
+    job = service("edge2")
+    job.task_groups[0].disconnect.lost_after = 120 * 10**9
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(unlimited=True, delay=10**9, delay_function="constant")
+    )
+    await register(c, job)
+    await until(lambda: _count_running(c, "edge2", 1))
+    original = running(await allocs(c, "edge2"))[0]
+    cut = next(n for n in (await nodes(c)).values() if n.id == original.node_id)
+    pid = c.procs[cut.name].popen.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await until(lambda: _status_of(c, "edge2", original.id, "unknown"))
+        await until(lambda: _count_running(c, "edge2", 1))
+        timeout = next(
+            e for e in await evals(c, "edge2") if e.triggered_by == "max-disconnect-timeout"
+        )
+        assert timeout.status == "pending"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await until(lambda: _node_status(c, cut.name, "ready"))
+    await until(lambda: _pair_resolved(c, "edge2"))
+    await until(lambda: _eval_status(c, "edge2", timeout.id, "canceled"))
+    await until(lambda: _settled(c, "edge2"))
+    final_evals = await evals(c, "edge2")
+    assert [e for e in final_evals if e.triggered_by == "reconnect"]
+    assert not [e for e in final_evals if e.status == "failed"], [
+        (e.triggered_by, e.status_description) for e in final_evals
+    ]
+    assert len(await allocs(c, "edge2")) == 2  # the original and one replacement
+
+
+async def evals(c: Cluster, job_id: str) -> list[pb.Evaluation]:
+    async with grpc.aio.insecure_channel(c.state_addr) as ch:
+        resp = await job_pb2_grpc.JobStub(ch).Evaluations(job_pb2.JobGetRequest(job_id=job_id))
+    return list(resp.evals)
+
+
+async def _eval_status(c: Cluster, job_id: str, eval_id: str, status: str) -> bool:
+    return any(e.id == eval_id and e.status == status for e in await evals(c, job_id))
+
+
+async def _settled(c: Cluster, job_id: str) -> bool:
+    """The reconnect evals have been processed (complete or failed)."""
+    reconnects = [e for e in await evals(c, job_id) if e.triggered_by == "reconnect"]
+    return bool(reconnects) and all(e.status in ("complete", "failed") for e in reconnects)
 
 
 async def _update_alloc(c: Cluster, alloc: pb.Allocation, secret: str) -> grpc.StatusCode:
@@ -205,17 +275,23 @@ async def test_drain_migrates_allocs_off_a_node(
     await until(lambda: _ready(c, 2))
     await register(c, service("move", count=2))
     await until(lambda: _count_running(c, "move", 2))
-    target = (await nodes(c))["agent0"]
+    # drain a node that runs an alloc: with both on one node, draining the
+    # other would pass without migrating anything
+    before = running(await allocs(c, "move"))
+    target = next(n for n in (await nodes(c)).values() if n.id == before[0].node_id)
+    moved = [a.id for a in before if a.node_id == target.id]
     async with grpc.aio.insecure_channel(c.state_addr) as ch:
         await node_pb2_grpc.NodeStub(ch).UpdateDrain(
             node_pb2.NodeUpdateDrainRequest(
                 node_id=target.id, drain_strategy=pb.DrainStrategy(deadline=3600 * 10**9)
             )
         )
+    for alloc_id in moved:
+        await until(partial(_replaced, c, "move", alloc_id))
     await until(lambda: _none_on(c, "move", target.id))
     await until(lambda: _count_running(c, "move", 2))
     assert all(a.node_id != target.id for a in running(await allocs(c, "move")))
-    await until(lambda: _drain_done(c, "agent0"))
+    await until(lambda: _drain_done(c, target.name))
 
 
 async def _none_on(c: Cluster, job_id: str, node_id: str) -> bool:

@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -66,17 +68,6 @@ def corral_json(dev: Dev, *args: str) -> Any:
     proc = corral(dev, *args, "-json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,12 @@ were missed launches once, not once per missed tick."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,9 +29,12 @@ from corral.v1 import (
     state_pb2_grpc,
 )
 from corral.v1 import structs_pb2 as pb
-from tests.e2e.cluster import ROOT, Cluster
+from tests.cluster import Cluster
+from tests.wait import until
 
 pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BROKER = ["--nack-timeout", "5", "--initial-nack-delay", "0.2", "--subsequent-nack-delay", "0.5"]
 JOB = """
@@ -80,18 +81,6 @@ def corral(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
-
-
-async def until(pred: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = pred()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, f"not reached in {timeout}s: {what}"
-        await asyncio.sleep(0.2)
 
 
 async def children(c: Cluster) -> list[job_pb2.JobListStub]:

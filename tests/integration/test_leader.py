@@ -8,14 +8,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 
 from corral.leader import LeaderElection, find_leader
-
-
-async def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
+from tests.wait import until
 
 
 async def test_one_leader_standby_takes_over_and_address_is_published(fresh_pg_dsn: str) -> None:
@@ -37,7 +30,7 @@ async def test_one_leader_standby_takes_over_and_address_is_published(fresh_pg_d
         fresh_pg_dsn, "testrole", "10.0.0.2:4647", retry_interval=0.1, keepalive_interval=0.1
     )
     ta = asyncio.create_task(a.run(*callbacks("a")))
-    await _wait(lambda: a.is_leader)
+    await until(lambda: a.is_leader)
     tb = asyncio.create_task(b.run(*callbacks("b")))
     await asyncio.sleep(0.3)
     assert a.is_leader and not b.is_leader
@@ -51,8 +44,8 @@ async def test_one_leader_standby_takes_over_and_address_is_published(fresh_pg_d
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
             ("corral:testrole:10.0.0.1:4647",),
         )
-    await _wait(lambda: b.is_leader)
-    await _wait(lambda: "a-" in events)
+    await until(lambda: b.is_leader)
+    await until(lambda: "a-" in events)
     assert await find_leader(fresh_pg_dsn, "testrole") == "10.0.0.2:4647"
     # the old leader steps down within its keepalive interval; writes made
     # in that window are fenced by the state service (leader_id checks)
@@ -79,7 +72,7 @@ async def test_a_failed_takeover_steps_down_and_campaigns_again(fresh_pg_dsn: st
         fresh_pg_dsn, "flaky", "10.0.0.3:4647", retry_interval=0.1, keepalive_interval=0.1
     )
     task = asyncio.create_task(e.run(elected, lost))
-    await _wait(lambda: attempts[:3] == ["+", "-", "+"] and e.is_leader)
+    await until(lambda: attempts[:3] == ["+", "-", "+"] and e.is_leader)
     assert await find_leader(fresh_pg_dsn, "flaky") == "10.0.0.3:4647"
     await e.stop()
     await task

@@ -12,6 +12,7 @@ from corral.structs import (
     ClientStatus,
     DesiredStatus,
     Eligibility,
+    EvalStatus,
     JobType,
     NodeStatus,
     Trigger,
@@ -21,6 +22,8 @@ from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
 from services.state.writes.jobs import new_eval, refresh_job_status
+
+NODE_REREGISTERED = "Node reregistered by heartbeat"
 
 
 def validate_node(node: pb.Node) -> None:
@@ -168,15 +171,89 @@ async def update_status(
     if new in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
         node.last_missed_heartbeat_index = tx.index
         _event(node, reason or "Node heartbeat missed", tx.now)
-    elif new == NodeStatus.READY:
-        node.last_missed_heartbeat_index = 0
+    else:
+        if new == NodeStatus.READY:
+            node.last_missed_heartbeat_index = 0
         if old == NodeStatus.DOWN:
-            _event(node, "Node re-registered", tx.now)
+            # whichever status the heartbeat brings it back to (Nomad's
+            # NodeHeartbeatEventReregistered)
+            _event(node, NODE_REREGISTERED, tx.now)
     tx.put_node(node, "NodeStreamEvent")
     # the allocs of a disconnected node become unknown in the scheduler
     # (with an AllocState) when it processes the node-update eval
     evals = await node_evals(tx, node) if _needs_evals(old, new) else []
     return node, evals, True
+
+
+async def miss_heartbeat(tx: WriteTx, node_id: str) -> tuple[pb.Node, list[pb.Evaluation], bool]:
+    """A node missed its TTL: it becomes `disconnected` while one of its
+    allocs is inside a group's disconnect timeout (`may_disconnect`), else
+    `down`. Decided on the rows read in this transaction, so a heartbeat or
+    client update committed just before cannot be overruled by an older copy."""
+    node = await tx.get_node(node_id)
+    if node is None:
+        raise NotFound(f"node {node_id} not found")
+    if node.status == NodeStatus.DOWN:
+        return node, [], False
+    allocs = await tx.allocs_by_node(node_id)
+    groups: dict[str, pb.TaskGroup | None] = {}
+    for a in allocs:
+        job = await tx.get_job_version(a.namespace, a.job_id, a.job_version) or await tx.get_job(
+            a.namespace, a.job_id
+        )
+        groups[a.id] = structs.task_group(job, a.task_group) if job is not None else None
+    new = (
+        NodeStatus.DISCONNECTED if may_disconnect(node, allocs, groups, tx.now) else NodeStatus.DOWN
+    )
+    return await update_status(tx, node_id, new, reason="Node heartbeat missed")
+
+
+def may_disconnect(
+    node: pb.Node,
+    allocs: Iterable[pb.Allocation],
+    groups: dict[str, pb.TaskGroup | None],
+    now: int,
+) -> bool:
+    """Whether a node that missed its TTL becomes `disconnected` rather than
+    `down`: some alloc there that should run belongs to a group (`groups`,
+    by alloc id) with a disconnect timeout (`max_client_disconnect` /
+    `lost_after`) and, if it is already unknown, is still inside that window.
+
+    An initializing node qualifies only while it is coming back from a
+    disconnect (an alloc there still awaits its reconnect): it heartbeated
+    once and went quiet again before its allocs were reconnected, and going
+    `down` would lose them although their window is still open. A node that
+    is initializing for the first time goes down, as in Nomad."""
+    allocs = list(allocs)
+    if node.status == NodeStatus.INITIALIZING and not any(
+        a.desired_status == DesiredStatus.RUN and structs.needs_reconnect(a) for a in allocs
+    ):
+        return False
+    for a in allocs:
+        if a.desired_status != DesiredStatus.RUN or structs.alloc_client_terminal(a):
+            continue
+        tg = groups.get(a.id)
+        if tg is None:
+            continue
+        lost_after = structs.lost_after(tg)
+        if lost_after > 0 and not _disconnect_expired(a, lost_after, now):
+            return True
+    return False
+
+
+def _disconnect_expired(a: pb.Allocation, lost_after: int, now: int) -> bool:
+    """An unknown alloc whose window, counted from when it last became
+    unknown, has passed (it is about to be marked lost)."""
+    if a.client_status != ClientStatus.UNKNOWN:
+        return False
+    since = 0
+    for st in reversed(a.alloc_states):
+        if st.field != "client_status":
+            continue
+        if st.value != ClientStatus.UNKNOWN:
+            break
+        since = st.time
+    return since > 0 and since + lost_after <= now
 
 
 async def update_allocs(
@@ -210,6 +287,7 @@ async def update_allocs(
             alloc.task_states[name].CopyFrom(ts)
         if upd.HasField("deployment_status"):
             alloc.deployment_status.CopyFrom(upd.deployment_status)
+        await _cancel_disconnect_timeout(tx, cur, alloc)
         key = structs.job_key(alloc.namespace, alloc.job_id)
         if key not in jobs:
             jobs[key] = await tx.get_job(alloc.namespace, alloc.job_id)
@@ -237,6 +315,44 @@ async def update_allocs(
     node.last_alloc_update_index = tx.index
     tx.put_node(node, "NodeAllocUpdate")
     return node, list(evals.values())
+
+
+# client statuses that prove an unknown alloc's node is back (Nomad's
+# FollowupEvalForReconnect)
+_RECONNECTED = (ClientStatus.RUNNING, ClientStatus.COMPLETE, ClientStatus.FAILED)
+
+
+async def _cancel_disconnect_timeout(
+    tx: WriteTx, stored: pb.Allocation, alloc: pb.Allocation
+) -> None:
+    """An alloc awaiting reconnect whose client reports in no longer needs
+    the follow-up eval that would mark it lost (Nomad PR #25923): clear its
+    `followup_eval_id` (so a later failure gets its own alloc-failure eval)
+    and cancel that eval, unless another live alloc of the job still waits
+    on it. Left pending, it would run at lost_after for nothing and keep the
+    job from looking settled until then."""
+    eval_id = stored.followup_eval_id
+    if (
+        not eval_id
+        or not structs.needs_reconnect(stored)
+        or alloc.client_status not in _RECONNECTED
+    ):
+        return
+    alloc.followup_eval_id = ""
+    for other in await tx.allocs_by_job(alloc.namespace, alloc.job_id):
+        if (
+            other.id != alloc.id
+            and other.followup_eval_id == eval_id
+            and not structs.alloc_terminal(other)
+        ):
+            return
+    ev = await tx.get_eval(eval_id)
+    if ev is None or ev.status in EvalStatus.TERMINAL:
+        return
+    canceled = copy_msg(ev)
+    canceled.status = EvalStatus.CANCELED
+    canceled.status_description = "allocs reconnected"
+    tx.put_eval(canceled)
 
 
 async def set_eligibility(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from corral.v1 import structs_pb2 as pb
 
 if TYPE_CHECKING:
-    from services.worker.scheduler.reconcile import ReconcileResults
+    from services.worker.scheduler.reconcile.reconciler import ReconcileResults
     from services.worker.scheduler.system_sched import AllocTuple, NodeDiff
 
 

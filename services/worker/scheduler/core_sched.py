@@ -16,7 +16,7 @@ from corral import structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, JobStatus, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.scheduler import CorePlanner, Planner, SchedulerError
+from services.worker.scheduler.interfaces import CorePlanner, Planner, SchedulerError
 
 CORE_JOB_EVAL_GC = "eval-gc"
 CORE_JOB_JOB_GC = "job-gc"

@@ -11,148 +11,23 @@ from typing import TYPE_CHECKING
 
 from corral import structs
 from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, Trigger
+from corral.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, util
-from services.worker.scheduler.reconcile import AllocReconciler, PlaceResult, ReconcileResults
-from services.worker.scheduler.reconcile_util import (
-    AllocNameIndex,
-    next_delay,
-    reschedule_policy,
+from services.worker.scheduler.interfaces import Planner, SchedulerError
+from services.worker.scheduler.placement import Placer
+from services.worker.scheduler.reconcile.allocs import AllocNameIndex, next_delay, reschedule_policy
+from services.worker.scheduler.reconcile.reconciler import (
+    AllocReconciler,
+    PlaceResult,
+    ReconcileResults,
 )
-from services.worker.scheduler.scheduler import Planner, SchedulerError
 
 if TYPE_CHECKING:
-    from services.worker.scheduler.rank import RankedNode
+    pass
 
 MAX_SERVICE_ATTEMPTS = 5
 MAX_BATCH_ATTEMPTS = 2
-
-
-class Placer:
-    """The schedulers' seam onto the feasibility/ranking stack: choose a
-    node for one alloc, build the alloc in the plan, check in-place fits,
-    and report metrics and class eligibility for blocked evals."""
-
-    def __init__(
-        self,
-        snap: StateSnapshot,
-        plan: pb.Plan,
-        log: logging.Logger,
-        batch: bool,
-        job: pb.Job | None,
-        *,
-        system: bool = False,
-        sysbatch: bool = False,
-    ) -> None:
-        from services.worker.scheduler.context import EvalContext
-        from services.worker.scheduler.stack import GenericStack, SystemStack
-
-        self.snap = snap
-        self.plan = plan
-        self.log = log
-        self.ctx = EvalContext(snap, plan, log)
-        self.stack: GenericStack | SystemStack
-        if system:
-            self.stack = SystemStack(sysbatch, self.ctx)
-        else:
-            self.stack = GenericStack(batch, self.ctx)
-        self.nodes: list[pb.Node] = []
-        self.nodes_by_dc: dict[str, int] = {}
-        if job is not None and not job.stop:
-            self.stack.set_job(job)
-
-    def set_nodes(self, nodes: list[pb.Node]) -> None:
-        self.stack.set_nodes(nodes)
-
-    def set_nodes_for_job(self, job: pb.Job) -> None:
-        self.nodes, _, self.nodes_by_dc = util.ready_nodes_in_dcs(
-            self.snap, job.datacenters, job.node_pool
-        )
-        self.stack.set_nodes(self.nodes)
-
-    def select(
-        self,
-        tg: pb.TaskGroup,
-        *,
-        alloc_name: str,
-        penalty_node_ids: set[str] | None = None,
-        preferred_node: pb.Node | None = None,
-    ) -> RankedNode | None:
-        from services.worker.scheduler.stack import SelectOptions
-
-        opts = SelectOptions(
-            alloc_name=alloc_name,
-            penalty_node_ids=penalty_node_ids or set(),
-            preferred_nodes=[preferred_node] if preferred_node is not None else [],
-        )
-        return self.stack.select(tg, opts)
-
-    def nodes_filtered(self) -> int:
-        return int(self.ctx.metrics.nodes_filtered)
-
-    def failure_metrics(
-        self, tg: pb.TaskGroup, nodes_by_dc: dict[str, int] | None = None
-    ) -> pb.AllocMetric:
-        m = structs.copy_msg(self.ctx.metrics)
-        for dc, n in (nodes_by_dc if nodes_by_dc is not None else self.nodes_by_dc).items():
-            m.nodes_available[dc] = n
-        m.nodes_in_pool = len(self.nodes) if nodes_by_dc is None else sum(nodes_by_dc.values())
-        return m
-
-    def eligibility(self) -> tuple[dict[str, bool], bool, bool]:
-        e = self.ctx.eligibility
-        return dict(e.get_classes()), bool(e.has_escaped()), bool(e.quota_limit_reached())
-
-    def fits_in_place(self, existing: pb.Allocation, node: pb.Node, tg: pb.TaskGroup) -> bool:
-        """Would the updated group still be feasible and fit on the alloc's
-        own node, counting the alloc's own resources as free?"""
-        util.append_stopped_alloc(self.plan, existing, util.ALLOC_IN_PLACE)
-        try:
-            self.stack.set_nodes([node])
-            option = self.select(tg, alloc_name=existing.name)
-        finally:
-            util.pop_update(self.plan, existing)
-            if self.nodes:
-                self.stack.set_nodes(self.nodes)
-        return option is not None
-
-    def new_alloc(
-        self, ev: pb.Evaluation, job: pb.Job, tg: pb.TaskGroup, name: str, option: RankedNode
-    ) -> pb.Allocation:
-        """Build the new alloc directly inside the plan (no extra copy)."""
-        node = option.node
-        a = self.plan.node_allocation[node.id].allocs.add(
-            id=structs.new_id(),
-            namespace=job.namespace,
-            eval_id=ev.id,
-            name=name,
-            node_id=node.id,
-            node_name=node.name,
-            job_id=job.id,
-            job_version=job.version,
-            job_modify_index=job.job_modify_index,
-            task_group=tg.name,
-            desired_status=DesiredStatus.RUN,
-            client_status=ClientStatus.PENDING,
-            job_type=job.type,
-            job_priority=job.priority,
-        )
-        # totals include the assigned ports and devices
-        a.resources.CopyFrom(option.alloc_resources)
-        if not a.resources.disk_mb:
-            a.resources.disk_mb = tg.ephemeral_disk.size_mb
-        for task_name, r in option.task_resources.items():
-            a.task_resources[task_name].CopyFrom(r)
-        m = a.metrics
-        m.CopyFrom(self.ctx.metrics)
-        for dc, n in self.nodes_by_dc.items():
-            m.nodes_available[dc] = n
-        m.nodes_in_pool = len(self.nodes)
-        for victim in option.preempted_allocs:
-            util.append_preempted_alloc(self.plan, victim, a.id)
-            a.preempted_allocations.append(victim.id)
-        return a
 
 
 class GenericScheduler:
@@ -195,17 +70,36 @@ class GenericScheduler:
             self._create_blocked_eval(plan_failure=True)
             self._set_status(err.eval_status, str(err))
             return
-        if self.eval.status == EvalStatus.BLOCKED and self.failed_tg_allocs:
-            reblock = structs.copy_msg(self.eval)
-            classes, escaped, quota = self._eligibility()
-            reblock.escaped_computed_class = escaped
-            reblock.ClearField("class_eligibility")
-            for k, v in classes.items():
-                reblock.class_eligibility[k] = v
-            reblock.quota_limit_reached = quota
-            self.planner.reblock_eval(reblock)
+        if structs.is_blocked_eval(self.eval) and self.failed_tg_allocs:
+            self._reblock()
             return
         self._set_status(EvalStatus.COMPLETE, "")
+
+    def _reblock(self) -> None:
+        """A blocked eval (waiting in the tracker, or released from it by a
+        capacity change) that still cannot place everything goes back to the
+        tracker under the same id with what this run learned, instead of
+        being completed with a new blocked eval (Nomad's generic_sched.go)."""
+        reblock = structs.copy_msg(self.eval)
+        reblock.status = EvalStatus.BLOCKED
+        reblock.status_description = (
+            util.BLOCKED_EVAL_MAX_PLAN
+            if reblock.triggered_by == Trigger.MAX_PLAN_ATTEMPTS
+            else util.BLOCKED_EVAL_FAILED_PLACEMENTS
+        )
+        classes, escaped, quota = self._eligibility()
+        reblock.escaped_computed_class = escaped
+        reblock.ClearField("class_eligibility")
+        for k, v in classes.items():
+            reblock.class_eligibility[k] = v
+        reblock.quota_limit_reached = quota
+        reblock.ClearField("failed_tg_allocs")
+        for tg, m in self.failed_tg_allocs.items():
+            reblock.failed_tg_allocs[tg].CopyFrom(m)
+        reblock.ClearField("queued_allocations")
+        for tg, n in self.queued.items():
+            reblock.queued_allocations[tg] = n
+        self.planner.reblock_eval(reblock)
 
     def _set_status(self, status: str, desc: str) -> None:
         util.set_status(
@@ -260,7 +154,7 @@ class GenericScheduler:
         self._compute_job_allocs()
 
         if (
-            ev.status != EvalStatus.BLOCKED
+            not structs.is_blocked_eval(ev)
             and self.failed_tg_allocs
             and self.blocked is None
             and (not self.followups or structs.now_ns() > ev.wait_until)
@@ -342,6 +236,7 @@ class GenericScheduler:
             now=structs.now_ns(),
             alloc_update_fn=self._alloc_update,
             job_of=lambda a: util.alloc_job(self.snap, job, a),
+            initializing=util.initializing_nodes(self.snap, allocs),
         )
         result = rec.compute()
         self.log.debug(

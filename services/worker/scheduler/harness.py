@@ -18,7 +18,7 @@ from corral import structs
 from corral.store import StateSnapshot, StateStore
 from corral.structs import DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.scheduler import new_scheduler
+from services.worker.scheduler.factory import new_scheduler
 
 
 class Harness:

@@ -19,9 +19,9 @@ from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, util
-from services.worker.scheduler.generic_sched import Placer
-from services.worker.scheduler.reconcile_util import expired
-from services.worker.scheduler.scheduler import Planner
+from services.worker.scheduler.interfaces import Planner
+from services.worker.scheduler.placement import Placer
+from services.worker.scheduler.reconcile.allocs import disconnect_timeout, expired
 
 MAX_SYSTEM_ATTEMPTS = 5
 MAX_SYSBATCH_ATTEMPTS = 2
@@ -88,8 +88,13 @@ def diff_system_allocs(
     live: list[pb.Allocation],
     terminal: dict[tuple[str, str], pb.Allocation],
     now: int,
+    initializing: frozenset[str] = frozenset(),
 ) -> NodeDiff:
-    """Per node, what the job's allocs there need (semantics §5.5)."""
+    """Per node, what the job's allocs there need (semantics §5.5).
+
+    A running alloc reconnecting on a node that is still initializing is
+    left alone: the planner takes no update for that node, and the node's
+    own eval when it turns ready records the reconnect."""
     diff = NodeDiff()
     required = required_names(job)
     sysbatch = job is not None and job.type == JobType.SYSBATCH
@@ -123,6 +128,9 @@ def diff_system_allocs(
                 diff.lost.append(t)
                 continue
             if a.client_status == ClientStatus.UNKNOWN and a.desired_status == DesiredStatus.RUN:
+                diff.ignore.append(t)
+                continue
+            if not node_tainted and reconnect and node_id in initializing:
                 diff.ignore.append(t)
                 continue
             if not node_tainted and reconnect:
@@ -206,11 +214,13 @@ class SystemScheduler:
         self.not_ready: set[str] = set()
         self.limit_reached = False
         self.next_eval: pb.Evaluation | None = None
+        self.rolling_eval: pb.Evaluation | None = None
         self.failed_tg_allocs: dict[str, pb.AllocMetric] = {}
         self.queued: dict[str, int] = {}
         self.annotations: pb.PlanAnnotations | None = None
         self.placer: Placer | None = None
         self.blocked: list[pb.Evaluation] = []
+        self.followups: list[pb.Evaluation] = []
 
     def _can_handle(self, trigger: str) -> bool:
         if trigger in _SYSTEM_TRIGGERS:
@@ -259,6 +269,7 @@ class SystemScheduler:
             )
         self.plan = util.make_plan(ev, self.job)
         self.failed_tg_allocs = {}
+        self.followups = []
         self.placer = Placer(
             self.snap, self.plan, self.log, True, self.job, system=True, sysbatch=self.sysbatch
         )
@@ -269,9 +280,17 @@ class SystemScheduler:
         if util.plan_is_noop(self.plan) and not ev.annotate_plan:
             return True
 
-        if self.limit_reached and self.next_eval is None and self.job is not None:
-            self.next_eval = util.next_rolling_eval(ev, util.stagger_of(self.job))
-            self.planner.create_eval(self.next_eval)
+        if self.followups and ev.wait_until == 0:
+            for f in self.followups:
+                f.previous_eval = ev.id
+                f.traceparent = ev.traceparent
+                self.planner.create_eval(f)
+                self.next_eval = f
+
+        if self.limit_reached and self.rolling_eval is None and self.job is not None:
+            self.rolling_eval = util.next_rolling_eval(ev, util.stagger_of(self.job))
+            self.planner.create_eval(self.rolling_eval)
+            self.next_eval = self.rolling_eval
 
         if ev.annotate_plan and self.annotations is not None:
             self.plan.annotations.CopyFrom(self.annotations)
@@ -313,6 +332,7 @@ class SystemScheduler:
             live,
             terminal,
             now,
+            util.initializing_nodes(self.snap, live),
         )
         for t in diff.stop:
             assert t.alloc is not None
@@ -323,6 +343,7 @@ class SystemScheduler:
         for t in diff.lost:
             assert t.alloc is not None
             util.append_stopped_alloc(plan, t.alloc, util.ALLOC_LOST, ClientStatus.LOST)
+        self._schedule_disconnect_timeouts(diff.disconnecting, now)
         for t in diff.disconnecting + diff.reconnecting:
             assert t.alloc is not None
             util.append_alloc(plan, t.alloc)
@@ -355,6 +376,32 @@ class SystemScheduler:
             assert t.task_group is not None
             self.queued[t.task_group.name] = self.queued.get(t.task_group.name, 0) + 1
         self._compute_placements(place, live)
+
+    def _schedule_disconnect_timeouts(self, disconnecting: list[AllocTuple], now: int) -> None:
+        """Allocs going unknown get a `max-disconnect-timeout` follow-up at
+        now + lost_after (batched 5 s apart, as for service jobs): without
+        it nothing would re-evaluate the job when the window ends and the
+        allocs would stay unknown for as long as the node stays away."""
+        job = self.job
+        if not disconnecting or job is None:
+            return
+        due = [
+            (t.alloc.id, disconnect_timeout(t.task_group, now))
+            for t in disconnecting
+            if t.alloc is not None
+        ]
+        ids, evals = util.batch_followup_evals(
+            job,
+            self.eval.priority,
+            due,
+            Trigger.MAX_DISCONNECT_TIMEOUT,
+            util.DISCONNECT_TIMEOUT_FOLLOWUP,
+            Trigger.MAX_DISCONNECT_TIMEOUT,
+        )
+        for t in disconnecting:
+            if t.alloc is not None:
+                t.alloc.followup_eval_id = ids.get(t.alloc.id, "")
+        self.followups = evals
 
     def _inplace_updates(
         self, updates: list[AllocTuple]
@@ -416,7 +463,9 @@ class SystemScheduler:
                     ):
                         du = self.annotations.desired_tg_updates[tg.name]
                         du.place = max(0, du.place - 1)
-                    filtered_metrics.setdefault(tg.name, placer.failure_metrics(tg))
+                    filtered_metrics[tg.name] = util.merge_node_filtered(
+                        filtered_metrics.get(tg.name), placer.failure_metrics(tg)
+                    )
                     if self.queued[tg.name] <= 0 and tg.name not in has_allocs:
                         self.failed_tg_allocs[tg.name] = filtered_metrics[tg.name]
                     continue

@@ -13,7 +13,7 @@ from corral import structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.scheduler import Planner
+from services.worker.scheduler.interfaces import Planner
 
 # ----------------------------------------------------------------- descriptions
 # The user-visible reasons, worded as Nomad words them.
@@ -96,6 +96,20 @@ def tainted_nodes(
         ):
             out[nid] = node
     return out
+
+
+def initializing_nodes(snap: StateSnapshot, allocs: Iterable[pb.Allocation]) -> frozenset[str]:
+    """The nodes of `allocs` that are initializing: a node that heartbeated
+    back after a disconnect stays so until its next heartbeat after pushing
+    its alloc states (seed 003). The planner takes no alloc updates for
+    such a node, so a reconnect must wait for it to turn ready (its
+    node-update eval then does it)."""
+    out: set[str] = set()
+    for nid in {a.node_id for a in allocs}:
+        node = snap.node_by_id(nid)
+        if node is not None and node.status == NodeStatus.INITIALIZING:
+            out.add(nid)
+    return frozenset(out)
 
 
 def node_in_job(node: pb.Node, job: pb.Job) -> bool:
@@ -440,3 +454,67 @@ def max_parallel_of(job: pb.Job, tg: pb.TaskGroup) -> int:
     if job.HasField("update"):
         return job.update.max_parallel
     return 0
+
+
+def merge_node_filtered(acc: pb.AllocMetric | None, curr: pb.AllocMetric) -> pb.AllocMetric:
+    """Add one node's filter counts to a group's running total.
+
+    The system schedulers select one node at a time, and each select starts
+    from fresh metrics; without summing, a group filtered on every node would
+    report only the first node (Nomad's mergeNodeFiltered)."""
+    if acc is None:
+        return structs.copy_msg(curr)
+    acc.nodes_evaluated += curr.nodes_evaluated
+    acc.nodes_filtered += curr.nodes_filtered
+    for k, v in curr.class_filtered.items():
+        acc.class_filtered[k] += v
+    for k, v in curr.constraint_filtered.items():
+        acc.constraint_filtered[k] += v
+    acc.allocation_time += curr.allocation_time
+    return acc
+
+
+def followup_eval(
+    job: pb.Job, priority: int, trigger: str, wait_until: int, desc: str
+) -> pb.Evaluation:
+    """A pending eval of `job` that the broker holds until `wait_until`."""
+    return pb.Evaluation(
+        id=structs.new_id(),
+        namespace=job.namespace,
+        priority=priority,
+        type=job.type,
+        triggered_by=trigger,
+        job_id=job.id,
+        job_modify_index=job.modify_index,
+        status=structs.EvalStatus.PENDING,
+        status_description=desc,
+        wait_until=wait_until,
+    )
+
+
+def batch_followup_evals(
+    job: pb.Job,
+    priority: int,
+    due: Iterable[tuple[str, int]],
+    trigger: str,
+    desc: str,
+    rest_trigger: str,
+) -> tuple[dict[str, str], list[pb.Evaluation]]:
+    """Follow-up evals for allocs due at given times, as (alloc id, time):
+    allocs due within 5 s of a batch's first share its eval (wait_until =
+    that first time), so a node's worth of allocs costs one eval, not one
+    each. Returns alloc id -> eval id and the evals."""
+    ordered = sorted(due, key=lambda d: d[1])
+    if not ordered:
+        return {}, []
+    first = ordered[0][1]
+    ev = followup_eval(job, priority, trigger, first, desc)
+    evals = [ev]
+    ids: dict[str, str] = {}
+    for alloc_id, when in ordered:
+        if when - first >= BATCHED_FAILED_ALLOC_WINDOW:
+            first = when
+            ev = followup_eval(job, priority, rest_trigger, first, desc)
+            evals.append(ev)
+        ids[alloc_id] = ev.id
+    return ids, evals

@@ -15,11 +15,12 @@ import pytest
 
 from corral.errors import leader_from_error
 from corral.structs import new_id
+from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
-from services.worker.scheduler import mock
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
+from tests.wait import until
 
 FAST = [
     "--nack-timeout",
@@ -72,13 +73,6 @@ def eval_rows(dsn: str, job: str) -> dict[str, tuple[str, str]]:
         e = pb.Evaluation.FromString(payload)
         out[eval_id] = (e.status, e.status_description)
     return out
-
-
-async def until(pred: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def dequeue(

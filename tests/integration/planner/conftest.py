@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from corral.invariants import check_state, errors
 from corral.replica import Replica
 from corral.structs import copy_msg
+from corral.testing.invariants import check_state, errors
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.planner.applier import PlanApplier

@@ -9,7 +9,6 @@ import asyncio
 import pytest
 
 from corral.errors import Aborted, InvalidArgument
-from corral.invariants import check_state, errors
 from corral.structs import (
     ClientStatus,
     DesiredStatus,
@@ -19,9 +18,10 @@ from corral.structs import (
     copy_msg,
     new_id,
 )
+from corral.testing import mock
+from corral.testing.invariants import check_state, errors
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
-from services.worker.scheduler import mock
 from tests.integration.planner.conftest import PlannerCore, seed
 
 # mock nodes: 4000 MHz - 100 reserved; mock allocs: 500 MHz -> 7 fit per node
@@ -52,7 +52,7 @@ def new_allocs(job: pb.Job, node: pb.Node, n: int, start: int = 0) -> list[pb.Al
 
 
 async def stored_allocs(state_addr: str, job: pb.Job) -> list[pb.Allocation]:
-    from corral.invariants import fetch_snapshot
+    from corral.testing.invariants import fetch_snapshot
 
     snap = await fetch_snapshot(state_addr)
     return snap.allocs_by_job(job.namespace, job.id)

@@ -116,3 +116,35 @@ async def test_garbage_collect_deletes_and_feeds_deletions(
     await _expect_invalid(
         state_stub.GarbageCollect(state_pb2.GarbageCollectRequest()), "must not be empty"
     )
+
+
+async def test_refused_public_writes_consume_no_index(state_app: StateApp) -> None:
+    """A write the state refuses (here from the batcher's own transaction:
+    an unknown job, an unknown node) takes no index and adds no change-log
+    row, even when a hundred of them arrive together."""
+    import asyncio
+
+    from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+
+    before = await state_app.db.latest_index()
+    async with grpc.aio.insecure_channel(state_app.server.bound_address) as ch:
+        jobs, nodes = job_pb2_grpc.JobStub(ch), node_pb2_grpc.NodeStub(ch)
+        calls = [
+            jobs.Deregister(job_pb2.JobDeregisterRequest(job_id=f"nope-{i}")) for i in range(50)
+        ] + [
+            nodes.UpdateAlloc(
+                node_pb2.NodeUpdateAllocRequest(
+                    allocs=[pb.Allocation(id=f"a-{i}", node_id=f"n-{i}", client_status="running")]
+                )
+            )
+            for i in range(50)
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    codes = {r.code() for r in results if isinstance(r, grpc.aio.AioRpcError)}
+    assert codes == {grpc.StatusCode.NOT_FOUND}, results[:3]
+    assert len([r for r in results if isinstance(r, grpc.aio.AioRpcError)]) == 100
+    assert await state_app.db.latest_index() == before
+    async with state_app.db.read() as conn:
+        cur = await conn.execute("SELECT count(*) FROM change_log WHERE index > %s", (before,))
+        row = await cur.fetchone()
+    assert row is not None and row[0] == 0

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
+from corral.testing import mock
 from corral.v1 import (
     eval_pb2,
     eval_pb2_grpc,
@@ -27,8 +28,7 @@ from corral.v1 import (
     node_pb2_grpc,
     query_pb2,
 )
-from services.worker.scheduler import mock
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
 
 CLIENTS = 30
 WRITES_PER_CLIENT = 10  # 300 registrations, each followed by reads on both processes
@@ -175,3 +175,24 @@ async def test_eval_list_across_all_namespaces(two_states: list[Stubs]) -> None:
         eval_pb2.EvalListRequest(job_id="everyns", query=query_pb2.QueryOptions())
     )
     assert {e.namespace for e in one.evals} == {"default"}
+
+
+async def test_a_relayed_heartbeat_carries_the_leaders_refusal(two_states: list[Stubs]) -> None:
+    """Whichever process the client reaches, a heartbeat the leader refuses
+    is refused (not handled again by the process that relayed it)."""
+    node = mock.node(status="initializing")
+    node.secret_id = "the-right-secret"
+    await two_states[0].node.Register(node_pb2.NodeRegisterRequest(node=node))
+    for stubs in two_states:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stubs.node.UpdateStatus(
+                node_pb2.NodeUpdateStatusRequest(
+                    node_id=node.id, status="ready", secret_id="a-wrong-secret"
+                )
+            )
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stubs.node.UpdateStatus(
+                node_pb2.NodeUpdateStatusRequest(node_id="no-such-node", status="ready")
+            )
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -4,10 +4,10 @@ FSM merges plan results."""
 from __future__ import annotations
 
 from corral.structs import ClientStatus, DesiredStatus
+from corral.testing import mock
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
-from services.worker.scheduler import mock
 
 
 async def _seed(app: StateApp, job_id: str) -> tuple[pb.Job, pb.Node]:

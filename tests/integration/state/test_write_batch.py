@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from corral.errors import NotFound
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database, WriteTx
 from services.state.writes.batch import WriteBatcher
-from services.worker.scheduler import mock
 
 
 def _put(node: pb.Node) -> Callable[[WriteTx], Awaitable[str]]:

@@ -8,11 +8,11 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
 from services.state.db.database import WriteTx
-from services.worker.scheduler import mock
 
 
 def job(job_id: str, **kw: object) -> pb.Job:

@@ -10,9 +10,9 @@ import grpc
 import pytest
 
 from corral import periodic
+from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
 
 
 def periodic_job(job_id: str, **cfg: object) -> pb.Job:

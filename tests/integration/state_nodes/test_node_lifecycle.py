@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 from corral.structs import ClientStatus
+from corral.testing import mock
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
 from services.state.heartbeat import HeartbeatSettings
-from services.worker.scheduler import mock
+from tests.wait import until
 
 FAST = HeartbeatSettings(
     min_ttl=0.5, grace=0.3, failover_ttl=5.0, max_per_second=1000, drain_interval=0.2
@@ -39,13 +40,6 @@ async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
 async def nodes(app: StateApp) -> AsyncIterator[node_pb2_grpc.NodeAsyncStub]:
     async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
         yield node_pb2_grpc.NodeStub(ch)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def place(app: StateApp, node: pb.Node, job: pb.Job) -> pb.Allocation:
@@ -193,3 +187,144 @@ async def test_eligibility_and_drain_migrate_allocs_in_batches(
     assert [e.triggered_by for e in app.feed.snapshot().evals_by_job("default", "drained")].count(
         "node-drain"
     ) >= 2
+
+
+MINUTE_NS = 60 * 1_000_000_000
+
+
+async def _disconnected_with_unknown_alloc(
+    app: StateApp,
+    nodes: node_pb2_grpc.NodeAsyncStub,
+    job_id: str,
+    *,
+    unknown_since: int = 0,
+    count: int = 1,
+) -> tuple[pb.Node, list[pb.Allocation], pb.Evaluation]:
+    """A ready node whose allocs' group has lost_after misses its TTL and
+    goes disconnected; then what the scheduler's node-update eval leaves:
+    the allocs unknown (AllocState) and one pending max-disconnect-timeout
+    follow-up eval they name."""
+    node = await register_ready(app, nodes)
+    job = mock.job(job_id=job_id, count=count)
+    job.task_groups[0].disconnect.lost_after = MINUTE_NS
+    allocs = [mock.alloc(job, node, index=i) for i in range(count)]
+    async with app.db.write() as tx:
+        tx.put_job(job)
+        for a in allocs:
+            tx.put_alloc(a)
+    await until(lambda: status(app, node.id) == "disconnected")
+    since = unknown_since or time.time_ns()
+    timeout = mock.eval_for(job, triggered_by="max-disconnect-timeout")
+    timeout.wait_until = since + MINUTE_NS
+    async with app.db.write() as tx:
+        tx.put_eval(timeout)
+        for a in allocs:
+            a.client_status = ClientStatus.UNKNOWN
+            a.alloc_states.add(field="client_status", value=ClientStatus.UNKNOWN, time=since)
+            a.followup_eval_id = timeout.id
+            tx.put_alloc(a)
+    await app.feed.wait_for_index(tx.index, 10)
+    return node, allocs, timeout
+
+
+def _eval(app: StateApp, eval_id: str) -> pb.Evaluation:
+    ev = app.feed.snapshot().eval_by_id(eval_id)
+    assert ev is not None
+    return ev
+
+
+async def _heartbeat(nodes: node_pb2_grpc.NodeAsyncStub, app: StateApp, node_id: str) -> None:
+    resp = await nodes.UpdateStatus(
+        node_pb2.NodeUpdateStatusRequest(node_id=node_id, status="ready")
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+
+
+async def test_a_reconnecting_node_that_misses_its_ttl_again_stays_disconnected(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Heartbeat after a disconnect (initializing, allocs still unknown),
+    then silence again: its allocs are inside lost_after, so the node goes
+    back to disconnected, not down (which would lose them early)."""
+    node, _, _ = await _disconnected_with_unknown_alloc(app, nodes, "flaky")
+    await _heartbeat(nodes, app, node.id)
+    assert status(app, node.id) == "initializing"
+    await until(lambda: status(app, node.id) != "initializing")
+    assert status(app, node.id) == "disconnected"
+
+
+async def test_a_disconnected_node_whose_allocs_expired_goes_down(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Once every unknown alloc is past lost_after, the next missed TTL
+    makes the node down."""
+    long_ago = time.time_ns() - 2 * MINUTE_NS
+    node, _, _ = await _disconnected_with_unknown_alloc(app, nodes, "gone", unknown_since=long_ago)
+    await until(lambda: status(app, node.id) == "down")
+    stored = app.feed.snapshot().node_by_id(node.id)
+    assert stored is not None
+    assert [e.message for e in stored.events][-2:] == [
+        "Node heartbeat missed",
+        "Node heartbeat missed",
+    ]
+
+
+async def test_a_first_time_initializing_node_that_misses_its_ttl_goes_down(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = mock.node(status="initializing")
+    await nodes.Register(node_pb2.NodeRegisterRequest(node=node))
+    job = mock.job(job_id="fresh", count=1)
+    job.task_groups[0].disconnect.lost_after = MINUTE_NS
+    await place(app, node, job)
+    await until(lambda: status(app, node.id) not in ("", "initializing"))
+    assert status(app, node.id) == "down"
+
+
+async def test_reconnected_allocs_cancel_their_disconnect_timeout_eval(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Nomad PR #25923: when the client reports the unknown allocs, their
+    follow-up eval is canceled once no live alloc still waits on it, and
+    their followup_eval_id is cleared; a reconnect eval is created."""
+    node, allocs, timeout = await _disconnected_with_unknown_alloc(app, nodes, "back", count=2)
+    await _heartbeat(nodes, app, node.id)
+
+    first = pb.Allocation(id=allocs[0].id, node_id=node.id, client_status="running")
+    resp = await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[first]))
+    await app.feed.wait_for_index(resp.index, 10)
+    snap = app.feed.snapshot()
+    assert snap.allocs[allocs[0].id].followup_eval_id == ""
+    assert snap.allocs[allocs[1].id].followup_eval_id == timeout.id
+    assert _eval(app, timeout.id).status == "pending"  # the other alloc still waits
+
+    second = pb.Allocation(id=allocs[1].id, node_id=node.id, client_status="failed")
+    resp = await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[second]))
+    await app.feed.wait_for_index(resp.index, 10)
+    canceled = _eval(app, timeout.id)
+    assert canceled.status == "canceled"
+    assert canceled.status_description == "allocs reconnected"
+    assert app.feed.snapshot().allocs[allocs[1].id].followup_eval_id == ""
+    triggers = [e.triggered_by for e in app.feed.snapshot().evals_by_job("default", "back")]
+    assert "reconnect" in triggers
+
+
+async def test_a_down_node_brought_back_by_a_heartbeat_records_reregistered(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = await register_ready(app, nodes)
+    await until(lambda: status(app, node.id) == "down")
+    resp = await nodes.UpdateStatus(
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="initializing")
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    stored = app.feed.snapshot().node_by_id(node.id)
+    assert stored is not None and stored.status == "initializing"
+    assert stored.events[-1].message == "Node reregistered by heartbeat"
+    assert stored.events[-1].subsystem == "Cluster"
+
+    await until(lambda: status(app, node.id) == "down")
+    await _heartbeat(nodes, app, node.id)
+    stored = app.feed.snapshot().node_by_id(node.id)
+    assert stored is not None and stored.status == "ready"
+    assert stored.events[-1].message == "Node reregistered by heartbeat"

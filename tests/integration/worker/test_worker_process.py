@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 import psycopg
 
+from corral.testing import mock
 from corral.v1 import (
     eval_pb2_grpc,
     job_pb2,
@@ -23,8 +24,8 @@ from corral.v1 import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
-from services.worker.scheduler import mock
-from tests.e2e.cluster import Cluster
+from tests.cluster import Cluster
+from tests.wait import until
 
 BROKER_FAST = [
     "--nack-timeout",
@@ -77,13 +78,6 @@ def plan_commits(dsn: str, job_id: str) -> int:
         if any(e.type == "PlanResult" and e.allocation.job_id == job_id for e in batch.events):
             n += 1
     return n
-
-
-async def until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 def start_servers(c: Cluster) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import ExitResult, MockDriver, RawExecDriver, parse_duration
 from services.agent.runner import AllocRunner, RestartTracker
-from services.worker.scheduler import mock
 
 
 def raw_task(command: str, *args: str, kill_timeout_s: float = 1.0) -> pb.Task:

@@ -200,3 +200,62 @@ async def test_disable_flushes_everything() -> None:
     assert (s.total_ready, s.total_unacked, s.total_pending) == (0, 0, 0)
     b.enqueue(ev())
     assert b.stats().total_ready == 0
+
+
+async def test_equal_priority_types_are_dequeued_fairly() -> None:
+    """500 service evals queued before 500 batch evals of the same priority:
+    dequeuing both types must interleave them (Nomad picks among the tied
+    queues at random); creation order would hand out 500 services first."""
+    b = broker(BrokerSettings(nack_timeout=60))
+    for i in range(500):
+        b.enqueue(ev(create_index=i + 1))
+    for i in range(500):
+        b.enqueue(ev(create_index=501 + i, typ="batch"))
+    types: list[str] = []
+    for _ in range(1000):
+        got = await b.dequeue(["service", "batch"], 0)
+        assert got is not None
+        types.append(got[0].type)
+        b.ack(got[0].id, got[1])
+    assert types.count("service") == types.count("batch") == 500
+    longest = run = 1
+    for prev, cur in zip(types, types[1:], strict=False):
+        run = run + 1 if cur == prev else 1
+        longest = max(longest, run)
+    assert longest < 250, f"{longest} evals of one type in a row"
+
+
+async def test_priority_still_wins_over_the_random_tie_break() -> None:
+    b = broker()
+    low = [ev(priority=10, typ="batch") for _ in range(20)]
+    high = [ev(priority=60) for _ in range(20)]
+    for e in (*low, *high):
+        b.enqueue(e)
+    order = []
+    for _ in range(40):
+        got = await b.dequeue(["service", "batch"], 0)
+        assert got is not None
+        order.append(got[0].priority)
+    assert order == [60] * 20 + [10] * 20
+
+
+async def test_paused_broker_hands_out_nothing_and_keeps_everything() -> None:
+    b = broker(BrokerSettings(nack_timeout=60))
+    held = ev(job="held")
+    b.enqueue(held)
+    got = await b.dequeue(["service"], 0)
+    assert got is not None
+    b.set_paused(True)
+    queued = [ev(job=f"j{i}") for i in range(3)]
+    for e in queued:
+        b.enqueue(e)  # still recorded while paused
+    waiter = asyncio.create_task(b.dequeue(["service"], 5))
+    assert await b.dequeue(["service"], 0.2) is None
+    assert b.stats().total_ready == 3
+    b.ack(held.id, got[1])  # the outstanding eval's token still counts
+    assert not waiter.done()
+    b.set_paused(False)  # wakes the waiting dequeuer
+    first = await asyncio.wait_for(waiter, 1)
+    assert first is not None
+    rest = [await b.dequeue(["service"], 0) for _ in range(2)]
+    assert {first[0].id} | {r[0].id for r in rest if r} == {e.id for e in queued}

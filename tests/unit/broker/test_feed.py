@@ -6,10 +6,10 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 from __future__ import annotations
 
 from corral.store import StateStore
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.feed import FeedRouter
-from services.worker.scheduler import mock
 from tests.unit.broker.test_eval_broker import broker, ev
 
 
@@ -108,3 +108,44 @@ async def test_replica_reset_reroutes_the_gap_without_requeueing_outstanding() -
     r.broker.ack(running.id, got[1])
     # the outstanding eval was not queued behind itself
     assert await r.broker.dequeue(["service"], 0.05) is None
+
+
+async def test_scheduler_config_pauses_and_unpauses_the_broker() -> None:
+    r, _ = router()
+    paused = pb.SchedulerConfiguration(pause_eval_broker=True)
+    snap = StateStore.build(5, evals=[ev(job="a")], scheduler_config=paused)
+    r.restore(snap)  # a leader taking over a paused cluster starts paused
+    assert r.broker.paused
+    assert await r.broker.dequeue(["service"], 0.05) is None
+    assert r.broker.stats().total_ready == 1
+    resumed = pb.ChangeBatch(index=6)
+    resumed.events.add(topic="Operator", scheduler_config=pb.SchedulerConfiguration())
+    r.on_batch(resumed, snap)
+    assert not r.broker.paused
+    got = await r.broker.dequeue(["service"], 0.05)
+    assert got is not None
+    again = pb.ChangeBatch(index=7)
+    again.events.add(topic="Operator", scheduler_config=paused)
+    r.on_batch(again, snap)
+    assert r.broker.paused
+
+
+async def test_blocked_write_of_an_outstanding_eval_is_left_to_reblock() -> None:
+    """Eval.Reblock writes the eval as blocked while its worker still holds
+    it, then tracks it with the worker's token: the router must not track
+    it first without one."""
+    r, _ = router()
+    e = ev(job="rb", triggered_by="queued-allocs")
+    snap = StateStore.build(3, evals=[e])
+    r.restore(snap)
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    reblocked = pb.Evaluation()
+    reblocked.CopyFrom(e)
+    reblocked.status = "blocked"
+    r.on_batch(batch(4, reblocked), snap)
+    assert r.blocked.total_blocked == 0
+    # once acked, a blocked write (another leader's restore, a new eval) is tracked
+    r.broker.ack(e.id, got[1])
+    r.on_batch(batch(5, reblocked), snap)
+    assert r.blocked.tracked(e.id)

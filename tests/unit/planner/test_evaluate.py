@@ -11,6 +11,7 @@ from corral.structs import (
     NodeStatus,
     new_id,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.planner.evaluate import (
     REASON_DISCONNECTED,
@@ -21,7 +22,6 @@ from services.planner.evaluate import (
     evaluate_node_plan,
     evaluate_plan,
 )
-from services.worker.scheduler import mock
 
 TABLES = {"nodes": 7, "allocs": 11, "evals": 40, "jobs": 30}
 

@@ -3,7 +3,10 @@ must find, and silence on a valid state."""
 
 from __future__ import annotations
 
-from corral.invariants import (
+from corral.store import StateStore
+from corral.structs import ClientStatus, DesiredStatus
+from corral.testing import mock
+from corral.testing.invariants import (
     DUPLICATE_NAME,
     MISSING_JOB,
     MISSING_NODE,
@@ -12,9 +15,6 @@ from corral.invariants import (
     check_snapshot,
     errors,
 )
-from corral.store import StateStore
-from corral.structs import ClientStatus, DesiredStatus
-from services.worker.scheduler import mock
 
 
 def test_valid_state_has_no_violations() -> None:

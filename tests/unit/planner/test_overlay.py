@@ -9,13 +9,13 @@ import pytest
 from corral.errors import Unavailable
 from corral.store import StateSnapshot, StateStore
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus, Topic, Trigger, new_id
+from corral.testing import mock
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.planner.commit import applied_plan
 from services.planner.evaluate import evaluate_plan
 from services.planner.overlay import Overlay, plan_change_batch
 from services.planner.plan_queue import ERR_DISABLED, ERR_FLUSHED, PlanQueue
-from services.worker.scheduler import mock
 
 TABLES = {"nodes": 3, "allocs": 4}
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from corral.errors import InvalidArgument
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.planner.service import validate_plan
-from services.worker.scheduler import mock
+from services.planner.handlers import validate_plan
 
 
 def good_plan() -> tuple[pb.Plan, pb.Node]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from corral import structs
 from corral.structs import NodeStatus, Trigger
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import annotate, mock
+from services.worker.scheduler import annotate
 from services.worker.scheduler.system_sched import AllocTuple, NodeDiff
 from tests.unit.scheduler.test_generic_sched import cluster, register, run
 

@@ -18,8 +18,8 @@ from corral.structs import (
     JobStatus,
     NodeStatus,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
 from services.worker.scheduler.core_sched import (
     CORE_JOB_EVAL_GC,
     CORE_JOB_FORCE_GC,
@@ -30,7 +30,7 @@ from services.worker.scheduler.core_sched import (
     core_eval,
 )
 from services.worker.scheduler.harness import Harness
-from services.worker.scheduler.scheduler import SchedulerError
+from services.worker.scheduler.interfaces import SchedulerError
 
 NOW = 1_700_000_000 * structs.SECOND
 LOG = logging.getLogger("test")
@@ -301,7 +301,7 @@ def test_core_scheduler_needs_a_deleting_planner():
 
 
 def test_new_scheduler_passes_gc_config():
-    from services.worker.scheduler.scheduler import new_scheduler
+    from services.worker.scheduler.factory import new_scheduler
 
     h = Harness()
     job = mock.job()

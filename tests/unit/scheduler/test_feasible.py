@@ -11,19 +11,18 @@ import pytest
 from corral import structs
 from corral.store import StateStore
 from corral.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.context import EvalContext, EvalEligibility
-from services.worker.scheduler.feasible import (
+from services.worker.scheduler.feasible.checker import (
     FILTER_CLASS_INELIGIBLE,
     FILTER_MISSING_DEVICES,
     FILTER_MISSING_DRIVERS,
     FeasibilityChecker,
-    check_constraint,
-    has_devices,
-    parse_version,
-    resolve_target,
 )
+from services.worker.scheduler.feasible.constraints import check_constraint, resolve_target
+from services.worker.scheduler.feasible.context import EvalContext, EvalEligibility
+from services.worker.scheduler.feasible.devices import has_devices
+from services.worker.scheduler.feasible.versions import parse_version
 from services.worker.scheduler.util import ready_nodes_in_dcs
 
 

@@ -10,8 +10,8 @@ import pytest
 from corral import fit
 from corral.errors import InvalidArgument
 from corral.structs import ClientStatus, DesiredStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
 
 
 def _node(**kw: object) -> pb.Node:

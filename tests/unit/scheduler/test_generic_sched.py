@@ -17,12 +17,14 @@ from corral.structs import (
     NodeStatus,
     Trigger,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from services.worker.scheduler.core_sched import CoreScheduler
+from services.worker.scheduler.factory import new_scheduler
 from services.worker.scheduler.generic_sched import GenericScheduler
 from services.worker.scheduler.harness import Harness
-from services.worker.scheduler.scheduler import Scheduler, SchedulerError, new_scheduler
+from services.worker.scheduler.interfaces import Scheduler, SchedulerError
 from services.worker.scheduler.system_sched import SystemScheduler
 
 
@@ -206,6 +208,74 @@ def test_blocked_eval_that_places_completes():
     assert not h.reblock_evals
     assert h.last_eval().status == EvalStatus.COMPLETE
     assert len(planned(h.last_plan())) == 2
+
+
+def released(job: pb.Job, trigger: str = Trigger.QUEUED_ALLOCS) -> pb.Evaluation:
+    """A blocked eval as a capacity change hands it to a worker: written back
+    `pending` by the broker, with the counts of the run that blocked it."""
+    ev = mock.eval_for(job, triggered_by=trigger)
+    ev.status_description = "unblocked by a capacity change at index 7"
+    ev.queued_allocations["web"] = 3
+    ev.failed_tg_allocs["web"].nodes_exhausted = 9
+    ev.snapshot_index = 3
+    return ev
+
+
+def test_released_blocked_eval_still_failing_is_reblocked_with_what_it_learned():
+    h, nodes = cluster(1)
+    job = register(h, mock.job(count=3, cpu=3000))
+    ev = released(job)
+    h.process(job.type, ev)
+
+    assert len(planned(h.last_plan())) == 1  # what fits is placed
+    (reblocked,) = h.reblock_evals
+    assert reblocked.id == ev.id
+    assert reblocked.status == EvalStatus.BLOCKED
+    assert reblocked.status_description == util.BLOCKED_EVAL_FAILED_PLACEMENTS
+    assert reblocked.triggered_by == Trigger.QUEUED_ALLOCS
+    assert dict(reblocked.queued_allocations) == {"web": 2}
+    assert reblocked.failed_tg_allocs["web"].nodes_exhausted == 1
+    assert reblocked.failed_tg_allocs["web"].coalesced_failures == 1
+    assert reblocked.class_eligibility == {nodes[0].computed_class: True}
+    assert not reblocked.escaped_computed_class
+    assert not h.create_evals  # no second blocked eval for the job
+    assert not h.evals  # and the eval is not completed
+    assert h.eval(ev.id).status == EvalStatus.BLOCKED
+
+
+def test_released_max_plan_blocked_eval_keeps_its_trigger_when_reblocked():
+    h, _ = cluster(1)
+    job = register(h, mock.job(count=2, cpu=3000))
+    ev = released(job, Trigger.MAX_PLAN_ATTEMPTS)
+    h.process(job.type, ev)
+    (reblocked,) = h.reblock_evals
+    assert reblocked.triggered_by == Trigger.MAX_PLAN_ATTEMPTS
+    assert reblocked.status_description == util.BLOCKED_EVAL_MAX_PLAN
+    assert not h.create_evals
+
+
+def test_released_blocked_eval_that_places_everything_completes():
+    h, _ = cluster(3)
+    job = register(h, mock.job(count=3, cpu=3000))
+    ev = released(job)
+    h.process(job.type, ev)
+    assert not h.reblock_evals and not h.create_evals
+    final = h.last_eval()
+    assert final.id == ev.id and final.status == EvalStatus.COMPLETE
+    assert dict(final.queued_allocations) == {"web": 0}
+    assert not final.failed_tg_allocs
+
+
+def test_pending_eval_that_was_never_blocked_creates_a_blocked_eval():
+    """Only a blocked eval is reblocked: a job-register eval that cannot
+    place everything completes and leaves a new blocked eval behind."""
+    h, _ = cluster(1)
+    job = register(h, mock.job(count=2, cpu=3000))
+    ev = run(h, job)
+    assert not h.reblock_evals
+    (blocked,) = h.create_evals
+    assert blocked.previous_eval == ev.id
+    assert h.last_eval().status == EvalStatus.COMPLETE
 
 
 def test_unsupported_trigger_fails_eval():

@@ -15,8 +15,9 @@ from corral.structs import (
     NodeStatus,
     Trigger,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from services.worker.scheduler.harness import Harness
 from tests.unit.scheduler.test_generic_sched import (
     live_allocs,
@@ -246,3 +247,103 @@ def test_stop_after_client_disconnect_followup_then_replacement():
     h.process(job.type, follow)
     (rep,) = planned(h.last_plan())
     assert rep.node_id == nodes[1].id and rep.name == a.name
+
+
+def test_reconnect_eval_while_node_initializing_plans_nothing_on_that_node():
+    """Seed 003 order: heartbeat (node initializing), alloc update, reconnect
+    eval, next heartbeat (ready). The planner refuses alloc updates for a
+    node that is not ready, so the reconnect eval plans none there (it would
+    be rejected until the eval failed): it keeps the original and stops the
+    replacement, and the node's ready eval records the reconnect."""
+    h, nodes, job, a = setup()
+    rep = disconnect(h, nodes, job, a)
+    client_update(h, rep.id, ClientStatus.RUNNING)
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    client_update(h, a.id, ClientStatus.RUNNING)
+    run(h, job, Trigger.RECONNECT)
+    plan = h.last_plan()
+    assert nodes[0].id not in plan.node_allocation, "nothing planned on the initializing node"
+    assert not planned(plan)
+    assert [(s.alloc_id, s.desired_description) for s in stops(plan)] == [
+        (rep.id, util.ALLOC_RECONNECTED)
+    ]
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    assert [x.id for x in live_allocs(h, job)] == [a.id]
+    assert structs.last_client_state(h.alloc(a.id)) == ClientStatus.UNKNOWN
+
+    set_node(h, nodes[0], NodeStatus.READY)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    plan = h.last_plan()
+    assert not stops(plan)
+    assert [x.id for x in planned(plan)] == [a.id]
+    assert structs.last_client_state(h.alloc(a.id)) == ClientStatus.RUNNING
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    n = len(h.plans)
+    run(h, job, Trigger.NODE_UPDATE)
+    assert len(h.plans) == n
+
+
+def test_reconnect_while_initializing_after_a_job_update_keeps_the_newer_replacement():
+    """The job changed while the node was away and the replacement runs the
+    new version: the reconnect eval stops the original (no update of it,
+    no third copy), though its node is still initializing."""
+    h, nodes, job, a = setup()
+    rep = disconnect(h, nodes, job, a)
+    client_update(h, rep.id, ClientStatus.RUNNING)
+    job.task_groups[0].tasks[0].env["V"] = "2"
+    job = register(h, job)
+    newer = structs.copy_msg(h.alloc(rep.id))
+    newer.job_version = job.version
+    newer.job_modify_index = job.job_modify_index
+    h.upsert_allocs(newer)
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    client_update(h, a.id, ClientStatus.RUNNING)
+    run(h, job, Trigger.RECONNECT)
+    plan = h.last_plan()
+    assert not planned(plan)
+    assert [(s.alloc_id, s.desired_description) for s in stops(plan)] == [
+        (a.id, util.ALLOC_NOT_NEEDED)
+    ]
+    assert [x.id for x in live_allocs(h, job)] == [rep.id]
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+
+def test_failed_originals_with_running_replacements_are_stopped_without_new_copies():
+    """Two allocs of a node come back failed while their replacements run:
+    both originals are stopped (client failed) and nothing is placed, so
+    each name runs exactly once."""
+    h = Harness()
+    nodes = [mock.node() for _ in range(3)]
+    h.upsert_nodes(*nodes)
+    job = mock.job(count=2)
+    tg = job.task_groups[0]
+    tg.disconnect.lost_after = LOST_AFTER
+    tg.reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(delay=0, delay_function="constant", unlimited=True)
+    )
+    job = register(h, job)
+    originals = [mock.alloc(job, nodes[0], index=i) for i in range(2)]
+    h.upsert_allocs(*originals)
+    set_node(h, nodes[0], NodeStatus.DISCONNECTED)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    replacements = [x for x in live_allocs(h, job) if x.node_id != nodes[0].id]
+    assert len(replacements) == 2
+    for r in replacements:
+        client_update(h, r.id, ClientStatus.RUNNING)
+
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    for o in originals:
+        client_update(h, o.id, ClientStatus.FAILED)
+    run(h, job, Trigger.RECONNECT)
+    plan = h.last_plan()
+    assert not planned(plan), "no third copy of a name"
+    assert sorted((s.alloc_id, s.client_status) for s in stops(plan)) == sorted(
+        (o.id, ClientStatus.FAILED) for o in originals
+    )
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+    set_node(h, nodes[0], NodeStatus.READY)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    live = live_allocs(h, job)
+    assert sorted(x.id for x in live) == sorted(r.id for r in replacements)
+    assert sorted(x.name for x in live) == sorted(o.name for o in originals)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from corral import structs
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from services.worker.scheduler.harness import Harness
-from services.worker.scheduler.scheduler import CorePlanner, Planner
+from services.worker.scheduler.interfaces import CorePlanner, Planner
 
 
 def placed(job: pb.Job, node: pb.Node, **kw) -> pb.Allocation:

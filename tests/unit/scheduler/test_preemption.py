@@ -10,11 +10,11 @@ from corral import structs
 from corral.fit import Usage, node_capacity
 from corral.store import StateStore
 from corral.structs import JobType
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.preemption import preempt_for_task_group, preemption_enabled
-from services.worker.scheduler.stack import GenericStack, SelectOptions, SystemStack
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.preemption import preempt_for_task_group, preemption_enabled
+from services.worker.scheduler.feasible.stack import GenericStack, SelectOptions, SystemStack
 
 
 def _node() -> pb.Node:

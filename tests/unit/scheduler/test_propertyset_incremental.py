@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from corral.store import StateStore
 from corral.structs import DesiredStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.feasible import PropertySet
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.property_set import PropertySet
 
 
 def _counts(ps: PropertySet) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:

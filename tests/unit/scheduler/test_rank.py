@@ -13,10 +13,10 @@ from corral import structs
 from corral.fit import Capacity, Usage, node_capacity
 from corral.store import StateStore
 from corral.structs import DesiredStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.rank import (
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.rank import (
     Ranker,
     affinity_score,
     score_fit_binpack,

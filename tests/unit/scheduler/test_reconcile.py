@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from corral import structs
 from corral.structs import SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
-from services.worker.scheduler.reconcile import AllocReconciler, ReconcileResults
+from services.worker.scheduler import util
+from services.worker.scheduler.reconcile.reconciler import AllocReconciler, ReconcileResults
 
 NOW = 1_700_000_000 * SECOND
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from corral.structs import HOUR, MINUTE, SECOND, ClientStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.reconcile_util import (
+from services.worker.scheduler.reconcile.allocs import (
     AllocNameIndex,
     expired,
     last_event_time,

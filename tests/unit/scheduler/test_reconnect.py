@@ -9,9 +9,10 @@ import pytest
 
 from corral import structs
 from corral.structs import MINUTE, SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
-from services.worker.scheduler.reconcile import pick_reconnecting
+from services.worker.scheduler import util
+from services.worker.scheduler.reconcile.reconciler import pick_reconnecting
 from tests.unit.scheduler.test_reconcile import NOW, inplace_on_change, reconcile
 
 LOST_AFTER = 5 * MINUTE

@@ -11,11 +11,11 @@ import pytest
 
 from corral.store import StateStore
 from corral.structs import DesiredStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.spread import SpreadScorer, even_spread_boost
-from services.worker.scheduler.stack import GenericStack, SelectOptions
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.spread import SpreadScorer, even_spread_boost
+from services.worker.scheduler.feasible.stack import GenericStack, SelectOptions
 
 
 def _ctx(

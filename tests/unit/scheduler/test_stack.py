@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from corral import structs
 from corral.store import StateStore
 from corral.structs import ClientStatus, DesiredStatus
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.stack import (
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.stack import (
     GenericStack,
     RankedNode,
     SelectOptions,

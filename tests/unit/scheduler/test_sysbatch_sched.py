@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from corral import structs
 from corral.structs import ClientStatus, EvalStatus, NodeStatus, Trigger
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock
 from tests.unit.scheduler.test_generic_sched import cluster, planned, register, run, stops
 
 
@@ -118,6 +118,19 @@ def test_filtered_nodes_are_skipped_silently():
     run(h, job)
     assert {a.node_id for a in planned(h.last_plan())} == {n.id for n in nodes}
     assert not h.create_evals and not h.last_eval().failed_tg_allocs
+
+
+def test_filter_metrics_count_every_filtered_node():
+    h, _ = cluster(2)
+    job = mock.sysbatch_job()
+    job.constraints.append(
+        pb.Constraint(l_target="${node.unique.name}", r_target="elsewhere", operand="==")
+    )
+    job = register(h, job)
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_filtered == 2
+    assert dict(m.constraint_filtered) == {"${node.unique.name} == elsewhere": 2}
 
 
 def test_in_place_job_update_does_not_rerun_finished_allocs():

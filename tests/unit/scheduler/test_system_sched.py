@@ -13,8 +13,9 @@ from corral.structs import (
     NodeStatus,
     Trigger,
 )
+from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import mock, util
+from services.worker.scheduler import util
 from tests.unit.scheduler.test_generic_sched import (
     cluster,
     live_allocs,
@@ -94,6 +95,32 @@ def test_all_nodes_filtered_reports_metrics_without_blocking():
     assert not h.create_evals
 
 
+def test_filter_metrics_count_every_filtered_node():
+    """Each node is selected on its own; the group's failure metrics add
+    up every node's filter counts (Nomad's TestSystemSched_JobConstraint_AllFiltered)."""
+    h, _ = cluster(2)
+    job = mock.system_job()
+    unique = pb.Constraint(l_target="${node.unique.name}", r_target="elsewhere", operand="==")
+    job.constraints.append(unique)
+    job = register(h, job)
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_filtered == 2 and m.nodes_evaluated == 2
+    assert dict(m.constraint_filtered) == {"${node.unique.name} == elsewhere": 2}
+
+
+def test_filter_metrics_count_class_cached_nodes():
+    """A node skipped because its computed class already failed counts too,
+    under 'computed class ineligible' as in Nomad's feasibility wrapper."""
+    h, _ = cluster(3, attributes={"kernel.name": "windows"})
+    job = register(h, mock.system_job())
+    run(h, job)
+    m = h.last_eval().failed_tg_allocs["web"]
+    assert m.nodes_filtered == 3
+    assert sum(m.constraint_filtered.values()) == 3
+    assert m.constraint_filtered["computed class ineligible"] == 2
+
+
 def test_exhausted_node_creates_blocked_eval_for_that_node():
     h, nodes = cluster(3)
     job = register(h, mock.system_job(cpu=3000))
@@ -109,6 +136,23 @@ def test_exhausted_node_creates_blocked_eval_for_that_node():
     assert blocked.node_id == nodes[0].id
     assert blocked.status_description == util.BLOCKED_EVAL_FAILED_PLACEMENTS
     assert final.status == EvalStatus.COMPLETE
+
+
+def test_released_system_blocked_eval_still_failing_blocks_anew_for_the_node():
+    """Nomad's system scheduler never reblocks: its blocked evals are per
+    node, so a released one that still cannot place completes and a new
+    blocked eval names the node that is still full (the tracker keeps the
+    newer one per job)."""
+    h, nodes = cluster(2)
+    job = register(h, mock.system_job(cpu=3000))
+    h.upsert_allocs(mock.alloc(mock.job(cpu=3000), nodes[0]))
+    ev = mock.eval_for(job, triggered_by=Trigger.QUEUED_ALLOCS, node_id=nodes[0].id)
+    h.process(job.type, ev)
+    assert not h.reblock_evals
+    (blocked,) = h.create_evals
+    assert blocked.node_id == nodes[0].id and blocked.previous_eval == ev.id
+    final = h.last_eval()
+    assert final.id == ev.id and final.status == EvalStatus.COMPLETE
 
 
 def test_job_deregister_stops_all():
@@ -404,3 +448,89 @@ def test_alloc_update_before_heartbeat_is_left_alone():
     h.upsert_allocs(a, mock.alloc(job, nodes[1]))
     run(h, job, Trigger.RECONNECT)
     assert not h.plans
+
+
+def _disconnect_then_expire(sched_job: pb.Job) -> None:
+    """Seed 003 for system and sysbatch jobs: the node's alloc goes unknown
+    with a max-disconnect-timeout follow-up at now + lost_after; when that
+    eval runs after the window the alloc is lost, and nothing is placed."""
+    h, nodes = cluster(2)
+    sched_job.task_groups[0].disconnect.lost_after = 10 * MINUTE
+    job = register(h, sched_job)
+    allocs = system_allocs(h, job, nodes)
+    disc = structs.copy_msg(nodes[0])
+    disc.status = NodeStatus.DISCONNECTED
+    h.upsert_nodes(disc)
+    before = structs.now_ns()
+    ev = run(h, job, Trigger.NODE_UPDATE, node_id=disc.id)
+
+    (timeout,) = h.create_evals
+    assert timeout.triggered_by == Trigger.MAX_DISCONNECT_TIMEOUT
+    assert timeout.status == EvalStatus.PENDING and timeout.type == job.type
+    assert timeout.previous_eval == ev.id
+    assert before + 10 * MINUTE <= timeout.wait_until <= structs.now_ns() + 10 * MINUTE
+    stored = h.alloc(allocs[0].id)
+    assert stored.client_status == ClientStatus.UNKNOWN
+    assert stored.followup_eval_id == timeout.id
+    assert h.last_eval().status == EvalStatus.COMPLETE
+    assert h.last_eval().next_eval == timeout.id
+
+    # the window passes with the node still away
+    aged = structs.copy_msg(stored)
+    aged.alloc_states[-1].time = structs.now_ns() - 10 * MINUTE - SECOND
+    h.upsert_allocs(aged)
+    h.process(job.type, timeout)
+    (s,) = stops(h.last_plan())
+    assert s.alloc_id == allocs[0].id and s.client_status == ClientStatus.LOST
+    assert not planned(h.last_plan())
+    assert h.alloc(allocs[0].id).client_status == ClientStatus.LOST
+    assert h.last_eval().id == timeout.id and h.last_eval().status == EvalStatus.COMPLETE
+    assert len(h.create_evals) == 1
+
+
+def test_disconnect_schedules_timeout_that_marks_lost():
+    _disconnect_then_expire(mock.system_job())
+
+
+def test_sysbatch_disconnect_schedules_timeout_that_marks_lost():
+    _disconnect_then_expire(mock.sysbatch_job())
+
+
+def test_disconnect_timeouts_of_one_node_share_one_eval():
+    h, nodes = cluster(1)
+    job = mock.system_job(count=3)
+    job.task_groups[0].disconnect.lost_after = 10 * MINUTE
+    job = register(h, job)
+    h.upsert_allocs(*[mock.alloc(job, nodes[0], index=i) for i in range(3)])
+    disc = structs.copy_msg(nodes[0])
+    disc.status = NodeStatus.DISCONNECTED
+    h.upsert_nodes(disc)
+    run(h, job, Trigger.NODE_UPDATE, node_id=disc.id)
+    (timeout,) = h.create_evals
+    assert {a.followup_eval_id for a in live_allocs(h, job)} == {timeout.id}
+
+
+def test_reconnect_on_initializing_node_waits_for_ready():
+    """The alloc update came after the heartbeat but before the node is
+    ready: the planner would refuse an update there, so the reconnect eval
+    plans nothing and completes; the node's ready eval records it."""
+    h, nodes = cluster(2)
+    job = mock.system_job()
+    job.task_groups[0].disconnect.lost_after = 10 * MINUTE
+    job = register(h, job)
+    a = mock.alloc(job, nodes[0])
+    a.alloc_states.add(field="client_status", value="unknown", time=structs.now_ns() - MINUTE)
+    h.upsert_allocs(a, mock.alloc(job, nodes[1]))
+    init = structs.copy_msg(nodes[0])
+    init.status = NodeStatus.INITIALIZING
+    h.upsert_nodes(init)
+    run(h, job, Trigger.RECONNECT)
+    assert not h.plans
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+    ready = structs.copy_msg(init)
+    ready.status = NodeStatus.READY
+    h.upsert_nodes(ready)
+    run(h, job, Trigger.NODE_UPDATE, node_id=ready.id)
+    (upd,) = planned(h.last_plan())
+    assert upd.id == a.id and structs.last_client_state(upd) == ClientStatus.RUNNING

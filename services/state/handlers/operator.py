@@ -8,8 +8,7 @@ from corral.server import GrpcServer
 from corral.structs import SchedulerAlgorithm
 from corral.v1 import operator_pb2, operator_pb2_grpc, state_pb2
 from corral.v1 import structs_pb2 as pb
-from services.state import validate
-from services.state.api import query
+from services.state import query, validate
 from services.state.app_context import StateContext
 
 Context = Any

@@ -16,8 +16,7 @@ from corral.server import GrpcServer
 from corral.structs import NodeStatus
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import validate
-from services.state.api import query
+from services.state import query, validate
 from services.state.app_context import StateContext
 from services.state.heartbeat import Heartbeats
 from services.state.writes import nodes as writes
@@ -101,7 +100,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             request.status, (NodeStatus.INITIALIZING, NodeStatus.READY, NodeStatus.DOWN), "status"
         )
         if not self.heartbeats.enabled:
-            forwarded = await self._forward(request)
+            forwarded = await self._forward(request, context)
             if forwarded is not None:
                 return forwarded
         # The status decision is taken inside the write transaction on the
@@ -136,9 +135,12 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         return resp
 
     async def _forward(
-        self, request: node_pb2.NodeUpdateStatusRequest
+        self, request: node_pb2.NodeUpdateStatusRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse | None:
-        """Heartbeat timers live on the leader: relay the heartbeat there."""
+        """Heartbeat timers live on the leader: relay the heartbeat there.
+        None when the leader cannot be reached (this process then handles
+        it); the leader's own refusal (unknown node, wrong secret) is the
+        caller's answer."""
         leader = await self.leader_address()
         if not leader or leader == self.ctx.address:
             return None
@@ -148,8 +150,11 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
                     request, timeout=10
                 )
                 resp.leader_address = leader
-        except grpc.aio.AioRpcError:
-            return None
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return None
+            await context.abort(exc.code(), exc.details() or "")
+            raise  # abort raises; this keeps the type checker informed
         # the caller reads from this process next: it must show the leader's write
         await self.ctx.feed.wait_visible(resp.index)
         return resp

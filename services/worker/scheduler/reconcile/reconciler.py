@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from corral import structs
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, NodeStatus, Trigger
+from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
-from services.worker.scheduler.reconcile_util import (
+from services.worker.scheduler.reconcile.allocs import (
     AllocNameIndex,
     AllocSet,
     DelayedReschedule,
@@ -152,6 +152,7 @@ class AllocReconciler:
         now: int,
         alloc_update_fn: AllocUpdateFn,
         job_of: Callable[[pb.Allocation], pb.Job | None] | None = None,
+        initializing: frozenset[str] = frozenset(),
     ) -> None:
         self.job = job
         self.job_id = job_id
@@ -162,6 +163,7 @@ class AllocReconciler:
         self.tainted = tainted
         self.now = now
         self.alloc_update_fn = alloc_update_fn
+        self.initializing = initializing
         self._job_of = job_of or (lambda a: job)
         self.job_type = job.type if job is not None else ""
         self.result = ReconcileResults()
@@ -205,41 +207,19 @@ class AllocReconciler:
             and structs.needs_reconnect(a)
         )
 
-    def _new_followup(self, trigger: str, wait_until: int, desc: str) -> pb.Evaluation:
-        job = self.job
-        assert job is not None
-        return pb.Evaluation(
-            id=structs.new_id(),
-            namespace=job.namespace,
-            priority=self.eval_priority,
-            type=job.type,
-            triggered_by=trigger,
-            job_id=job.id,
-            job_modify_index=job.modify_index,
-            status=EvalStatus.PENDING,
-            status_description=desc,
-            wait_until=wait_until,
-        )
-
     def _later_evals(
         self, later: list[DelayedReschedule], trigger: str, desc: str, rest_trigger: str
     ) -> tuple[dict[str, str], list[pb.Evaluation]]:
-        """Batch delayed allocs into follow-up evals: allocs due within 5 s
-        of a batch's first share its eval (WaitUntil = that first time)."""
-        if not later:
-            return {}, []
-        later = sorted(later, key=lambda d: d.reschedule_time)
-        first = later[0].reschedule_time
-        ev = self._new_followup(trigger, first, desc)
-        evals = [ev]
-        ids: dict[str, str] = {}
-        for d in later:
-            if d.reschedule_time - first >= util.BATCHED_FAILED_ALLOC_WINDOW:
-                first = d.reschedule_time
-                ev = self._new_followup(rest_trigger, first, desc)
-                evals.append(ev)
-            ids[d.alloc.id] = ev.id
-        return ids, evals
+        """Batch delayed allocs into follow-up evals (5 s batching window)."""
+        assert self.job is not None
+        return util.batch_followup_evals(
+            self.job,
+            self.eval_priority,
+            ((d.alloc.id, d.reschedule_time) for d in later),
+            trigger,
+            desc,
+            rest_trigger,
+        )
 
     # ------------------------------------------------------------ compute
 
@@ -481,9 +461,18 @@ class AllocReconciler:
 
     def _reconnecting_updates(self, reconnect: AllocSet) -> AllocSet:
         """Kept running allocs record their reconnect as a new AllocState so
-        later evals do not treat them as reconnecting again."""
+        later evals do not treat them as reconnecting again.
+
+        Not yet on a node that is still initializing (it heartbeated, then
+        pushed its allocs, and is ready only from its next heartbeat on):
+        the planner takes no alloc update for a node that is not ready, so
+        the eval would be rejected until it failed. The alloc is kept all
+        the same (its replacements are stopped now, stops fit anywhere) and
+        the node's eval when it turns ready records the reconnect."""
         out: AllocSet = {}
         for a in reconnect.values():
+            if a.node_id in self.initializing:
+                continue
             t = a.desired_transition
             if t.migrate or t.reschedule or t.force_reschedule or self._older(a):
                 continue

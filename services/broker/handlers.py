@@ -15,17 +15,23 @@ from prometheus_client import Gauge
 
 from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, NotLeader
 from corral.replica import Replica
-from corral.structs import EvalStatus, JobType
-from corral.v1 import eval_pb2, eval_pb2_grpc
+from corral.server import GrpcServer
+from corral.structs import EvalStatus, JobType, is_blocked_eval
+from corral.v1 import eval_pb2, eval_pb2_grpc, periodic_pb2, periodic_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
 from services.broker.eval_broker import EvalBroker
+from services.broker.periodic import PeriodicDispatcher
 
 Context = Any
 WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
 
 ROLE = "broker"
+# how long Reblock waits for its own write to reach the replica (and so the
+# feed router) before tracking the eval; past it, it tracks the eval anyway
+REBLOCK_FEED_WAIT = 5.0
+
 GAUGES = {
     name: Gauge(
         f"corral_broker_{name}", f"Evals {name.removeprefix('total_')} (nomad.broker.{name})"
@@ -176,16 +182,38 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
     async def Reblock(
         self, request: eval_pb2.EvalWriteRequest, context: Context
     ) -> eval_pb2.EvalWriteResponse:
+        """Put a blocked eval that still cannot place everything back in the
+        tracker, under the same id. The eval is written first, with what the
+        re-run learned (queued allocations, snapshot index, class
+        eligibility, escaped class, failed groups): the stored eval and the
+        job summary must not keep the counts of the run that blocked it.
+
+        The stored eval must be a blocked eval (`blocked`, or `pending` after
+        a capacity change released it) and the one sent must say `blocked`.
+        The feed router leaves a blocked write of an outstanding eval to this
+        method, which waits for its write to reach the replica and then
+        tracks the stored eval with the worker's token (so a release while
+        it is still outstanding re-queues it only after the ack)."""
         await self._require_leader()
         ev = self._single(request)
         self.broker.outstanding_reset(ev.id, request.token)
         stored = self.replica.snapshot().eval_by_id(ev.id)
         if stored is None:
             raise NotFound(f"evaluation {ev.id} not found")
-        if stored.status != EvalStatus.BLOCKED:
+        if not is_blocked_eval(stored):
             raise FailedPrecondition(f"evaluation {ev.id} is not blocked (status {stored.status})")
-        self.blocked.block(ev, request.token)
-        return eval_pb2.EvalWriteResponse(index=self.replica.index)
+        if ev.status != EvalStatus.BLOCKED:
+            raise InvalidArgument("evals[0].status", f"must be blocked, not {ev.status!r}")
+        index = await self.write([ev])
+        try:
+            snap = await self.replica.wait_for_index(index, REBLOCK_FEED_WAIT)
+        except TimeoutError:
+            snap = self.replica.snapshot()
+        written = snap.eval_by_id(ev.id)
+        if written is None or written.modify_index < index:
+            written = ev
+        self.blocked.block(written, request.token)
+        return eval_pb2.EvalWriteResponse(index=index)
 
     # ------------------------------------------------------------ stats
 
@@ -239,3 +267,49 @@ def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
         }
         for state, value in per_state.items():
             BY_SCHEDULER.labels(sched, state).set(value)
+
+
+# ---------------------------------------------------------------- periodic
+
+
+class PeriodicServicer(periodic_pb2_grpc.PeriodicServicer):
+    """`Periodic.Force` on the leader, where the periodic dispatcher runs
+    (the state service relays users' calls here)."""
+
+    def __init__(
+        self,
+        dispatcher: PeriodicDispatcher,
+        is_leader: Callable[[], bool],
+        leader_address: Callable[[], Awaitable[str]],
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.is_leader = is_leader
+        self.leader_address = leader_address
+
+    async def Force(
+        self, request: periodic_pb2.PeriodicForceRequest, context: Context
+    ) -> periodic_pb2.PeriodicForceResponse:
+        if not request.job_id:
+            raise InvalidArgument("job_id", "is required")
+        if not self.is_leader() or not self.dispatcher.enabled:
+            raise NotLeader(ROLE, await self.leader_address())
+        launched = await self.dispatcher.force(request.namespace, request.job_id)
+        return periodic_pb2.PeriodicForceResponse(
+            eval_id=launched.response.eval_id,
+            eval_create_index=launched.response.eval_create_index,
+            child_job_id=launched.child_id,
+            index=launched.response.index,
+        )
+
+
+def register_periodic(
+    server: GrpcServer,
+    dispatcher: PeriodicDispatcher,
+    is_leader: Callable[[], bool],
+    leader_address: Callable[[], Awaitable[str]],
+) -> None:
+    server.add(
+        periodic_pb2_grpc.add_PeriodicServicer_to_server,
+        PeriodicServicer(dispatcher, is_leader, leader_address),
+        periodic_pb2.DESCRIPTOR.services_by_name["Periodic"].full_name,
+    )

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.feasible import PropertySet
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.property_set import PropertySet
 
 IMPLICIT_TARGET = "*"
 SCORER_NAME = "allocation-spread"

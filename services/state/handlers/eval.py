@@ -6,7 +6,7 @@ from typing import Any
 
 from corral.server import GrpcServer
 from corral.v1 import eval_pb2, eval_pb2_grpc
-from services.state.api import query
+from services.state import query
 from services.state.app_context import StateContext
 
 Context = Any

@@ -39,11 +39,12 @@ from corral.fit import (
 )
 from corral.structs import SchedulerAlgorithm
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.feasible import check_constraint, device_matches, resolve_target
-from services.worker.scheduler.preemption import preempt_for_task_group
-from services.worker.scheduler.spread import SCORER_NAME as SPREAD_SCORER
-from services.worker.scheduler.spread import SpreadScorer
+from services.worker.scheduler.feasible.constraints import check_constraint, resolve_target
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.devices import device_matches
+from services.worker.scheduler.feasible.preemption import preempt_for_task_group
+from services.worker.scheduler.feasible.spread import SCORER_NAME as SPREAD_SCORER
+from services.worker.scheduler.feasible.spread import SpreadScorer
 
 #: the best raw fit score (20 − (10^0 + 10^0))
 BINPACK_MAX_FIT_SCORE = 18.0

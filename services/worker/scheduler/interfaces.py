@@ -1,5 +1,6 @@
 """The scheduler contract: what a worker hands a scheduler and what a
-scheduler may call back (Nomad's `scheduler/scheduler.go`).
+scheduler may call back (Nomad's `scheduler/scheduler.go`); `factory.py`
+builds one.
 
 A scheduler turns one evaluation plus one immutable snapshot into at most a
 few plans, submitted through a `Planner`. It never writes state itself and
@@ -10,16 +11,11 @@ synchronous; the worker runs schedulers in a thread or process of its own.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from corral.store import StateSnapshot
-from corral.structs import JobType
 from corral.v1 import structs_pb2 as pb
-
-if TYPE_CHECKING:
-    from services.worker.scheduler.core_sched import GCConfig
 
 
 class SchedulerError(Exception):
@@ -75,36 +71,3 @@ class Scheduler(Protocol):
     def process(self, ev: pb.Evaluation) -> None:
         """Process one evaluation; raises `SchedulerError` to ask for a nack."""
         ...
-
-
-SchedulerFactory = Callable[[StateSnapshot, Planner, logging.Logger], Scheduler]
-
-
-def new_scheduler(
-    sched_type: str,
-    snapshot: StateSnapshot,
-    planner: Planner,
-    *,
-    log: logging.Logger | None = None,
-    gc_config: GCConfig | None = None,
-) -> Scheduler:
-    """The scheduler for an eval type: service, batch, system, sysbatch or
-    `_core` (whose GC thresholds `gc_config` overrides). Unknown types raise
-    `SchedulerError` (the worker nacks)."""
-    # Imported here: the concrete schedulers import this module.
-    from services.worker.scheduler.core_sched import CoreScheduler
-    from services.worker.scheduler.generic_sched import GenericScheduler
-    from services.worker.scheduler.system_sched import SystemScheduler
-
-    logger = log or logging.getLogger("corral.scheduler")
-    if sched_type == JobType.SERVICE:
-        return GenericScheduler(snapshot, planner, logger, batch=False)
-    if sched_type == JobType.BATCH:
-        return GenericScheduler(snapshot, planner, logger, batch=True)
-    if sched_type == JobType.SYSTEM:
-        return SystemScheduler(snapshot, planner, logger, sysbatch=False)
-    if sched_type == JobType.SYSBATCH:
-        return SystemScheduler(snapshot, planner, logger, sysbatch=True)
-    if sched_type == JobType.CORE:
-        return CoreScheduler(snapshot, planner, logger, gc_config)
-    raise SchedulerError(f"unknown scheduler type {sched_type!r}")

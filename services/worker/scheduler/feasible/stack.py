@@ -33,11 +33,11 @@ from dataclasses import dataclass, field, replace
 
 from corral.structs import JobType
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.context import EvalContext
-from services.worker.scheduler.feasible import FeasibilityChecker
-from services.worker.scheduler.preemption import preemption_enabled
-from services.worker.scheduler.rank import RankedNode, Ranker
-from services.worker.scheduler.spread import SpreadScorer
+from services.worker.scheduler.feasible.checker import FeasibilityChecker
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.preemption import preemption_enabled
+from services.worker.scheduler.feasible.rank import RankedNode, Ranker
+from services.worker.scheduler.feasible.spread import SpreadScorer
 
 __all__ = ["GenericStack", "RankedNode", "SelectOptions", "SystemStack"]
 

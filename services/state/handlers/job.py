@@ -14,7 +14,7 @@ from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state.api import query
+from services.state import query
 from services.state.app_context import StateContext
 from services.state.writes.job_diff import job_diff
 from services.state.writes.jobs import (

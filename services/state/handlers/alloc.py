@@ -8,7 +8,7 @@ from corral.errors import NotFound
 from corral.server import GrpcServer
 from corral.structs import Trigger, copy_msg
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
-from services.state.api import query
+from services.state import query
 from services.state.app_context import StateContext
 from services.state.writes.jobs import new_eval
 

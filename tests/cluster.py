@@ -1,12 +1,17 @@
-"""A real Corral cluster of processes for end-to-end tests.
+"""A real Corral cluster of processes: the one way integration and
+end-to-end tests start roles.
 
 Each role runs as `python -m services.<role>` on port 0 with a ready file;
 the cluster waits for the file, reads the bound address and passes it on.
-Processes can be killed (SIGKILL) and restarted to test failures.
+Processes can be killed (SIGKILL) and restarted to test failures. Tests
+whose state service runs in-process (on the test's event loop) pass its
+address as `state_address` and use the `*_async` methods, which wait
+without blocking that loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -43,8 +48,16 @@ class Proc:
 class Cluster:
     """Start roles in dependency order; every address is discovered."""
 
-    def __init__(self, dsn: str, workdir: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        workdir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        state_address: str = "",
+    ) -> None:
         self.dsn = dsn
+        self.state_address = state_address  # an in-process state service, if any
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "CORRAL_LOG_FORMAT": "text", **(env or {})}
@@ -54,7 +67,7 @@ class Cluster:
 
     @property
     def state_addr(self) -> str:
-        return self.procs["state"].address
+        return self.state_address or self.procs["state"].address
 
     @property
     def broker_addr(self) -> str:
@@ -75,9 +88,38 @@ class Cluster:
         env: dict[str, str] | None = None,
         timeout: float = 60.0,
     ) -> Proc:
+        proc = self._prepare(role, extra, name, module, env)
+        self._spawn(proc, timeout)
+        return proc
+
+    async def start_async(
+        self,
+        role: str,
+        *extra: str,
+        name: str | None = None,
+        module: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Proc:
+        """`start`, waiting for readiness without blocking the event loop."""
+        proc = self._prepare(role, extra, name, module, env)
+        self._launch(proc)
+        deadline = time.monotonic() + timeout
+        while not self._ready(proc) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._check_ready(proc)
+        return proc
+
+    def _prepare(
+        self,
+        role: str,
+        extra: tuple[str, ...],
+        name: str | None,
+        module: str | None,
+        env: dict[str, str] | None,
+    ) -> Proc:
         name = name or role
         ready = self.workdir / f"{name}.ready.json"
-        ready.unlink(missing_ok=True)
         args = [sys.executable, "-m", module or f"services.{role}", "--ready-file", str(ready)]
         if role in ("state", "broker", "planner"):
             args += ["--dsn", self.dsn]
@@ -97,10 +139,10 @@ class Cluster:
             log_file=self.workdir / f"{name}.log",
         )
         self.procs[name] = proc
-        self._spawn(proc, timeout)
         return proc
 
-    def _spawn(self, proc: Proc, timeout: float) -> None:
+    def _launch(self, proc: Proc) -> None:
+        proc.info = {}
         proc.ready_file.unlink(missing_ok=True)
         log = proc.log_file.open("ab")
         proc.popen = subprocess.Popen(
@@ -111,16 +153,27 @@ class Cluster:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.ready_file.exists():
-                proc.info = json.loads(proc.ready_file.read_text())
-                return
-            if proc.popen.poll() is not None:
-                break
-            time.sleep(0.05)
+
+    def _ready(self, proc: Proc) -> bool:
+        """Ready (its ready file read), or exited: either way, stop waiting."""
+        if proc.ready_file.exists():
+            proc.info = json.loads(proc.ready_file.read_text())
+            return True
+        return proc.popen is None or proc.popen.poll() is not None
+
+    def _check_ready(self, proc: Proc) -> None:
+        if proc.info and proc.alive:
+            return
         tail = proc.log_file.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{proc.name} did not become ready (exit {proc.popen.poll()}):\n{tail}")
+        code = proc.popen.poll() if proc.popen is not None else None
+        raise RuntimeError(f"{proc.name} did not become ready (exit {code}):\n{tail}")
+
+    def _spawn(self, proc: Proc, timeout: float) -> None:
+        self._launch(proc)
+        deadline = time.monotonic() + timeout
+        while not self._ready(proc) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._check_ready(proc)
 
     def restart(self, name: str, timeout: float = 60.0) -> Proc:
         proc = self.procs[name]
@@ -146,6 +199,27 @@ class Cluster:
             try:
                 proc.popen.wait(timeout)
             except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(10)
+        return proc.popen.returncode
+
+    async def wait_exit(self, name: str, timeout: float) -> int | None:
+        """The exit status once the process ends (None if still running after
+        `timeout`), without blocking the event loop."""
+        proc = self.procs[name]
+        deadline = time.monotonic() + timeout
+        while proc.alive and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return proc.popen.poll() if proc.popen is not None else None
+
+    async def stop_async(self, name: str, timeout: float = 15.0) -> int | None:
+        """`stop` without blocking the event loop (for an in-process state)."""
+        proc = self.procs[name]
+        if proc.popen is None:
+            return None
+        if proc.alive:
+            os.killpg(proc.popen.pid, signal.SIGTERM)
+            if await self.wait_exit(name, timeout) is None:
                 os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(10)
         return proc.popen.returncode

@@ -1,0 +1,235 @@
+"""Feasibility: which nodes *may* run a task group, regardless of load
+(Nomad's `scheduler/feasible/feasible.go`; the operators are in
+`constraints`, devices in `devices`, `distinct_property` in `property_set`).
+
+Checks run in Nomad's order: job constraints; task-group drivers; task
+group + task constraints; devices; then distinct_hosts and
+distinct_property, which depend on what already runs where. The first three
+groups only read node data that the computed node class covers, so their
+outcome is memoised per class in `EvalEligibility` (and reported to blocked
+evals) unless a constraint targets unique node data, which "escapes" the
+class. Filtered nodes are counted in the metric (`nodes_filtered`,
+`class_filtered` by node class, `constraint_filtered` by reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible.constraints import (
+    DISTINCT_HOSTS,
+    DISTINCT_PROPERTY,
+    check_constraint,
+    constraint_string,
+    resolve_target,
+)
+from services.worker.scheduler.feasible.context import ClassStatus, EvalContext
+from services.worker.scheduler.feasible.devices import has_devices
+from services.worker.scheduler.feasible.property_set import PropertySet, distinct_property_sets
+
+FILTER_CLASS_INELIGIBLE = "computed class ineligible"
+FILTER_MISSING_DRIVERS = "missing drivers"
+FILTER_MISSING_DEVICES = "missing devices"
+
+
+# --------------------------------------------------------------------------- checkers
+
+
+def meets_constraints(node: pb.Node, constraints: Sequence[pb.Constraint]) -> pb.Constraint | None:
+    """The first constraint `node` fails, or None."""
+    for c in constraints:
+        if c.operand in (DISTINCT_HOSTS, DISTINCT_PROPERTY):
+            continue
+        lval, lok = resolve_target(c.l_target, node)
+        rval, rok = resolve_target(c.r_target, node)
+        if not check_constraint(c.operand, lval, rval, lok, rok):
+            return c
+    return None
+
+
+def has_drivers(node: pb.Node, drivers: Iterable[str]) -> bool:
+    """Each driver is detected and healthy (or, for nodes that only
+    fingerprint attributes, `driver.<name>` is truthy)."""
+    for d in drivers:
+        info = node.drivers.get(d)
+        if info is not None:
+            if not (info.detected and info.healthy):
+                return False
+            continue
+        if node.attributes.get(f"driver.{d}", "").lower() not in ("1", "true"):
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGroupConstraints:
+    """What a group asks of a node: its and its tasks' constraints, drivers
+    and devices (Nomad's TaskGroupConstraints)."""
+
+    constraints: tuple[pb.Constraint, ...]
+    drivers: frozenset[str]
+    devices: tuple[pb.RequestedDevice, ...]
+
+
+def task_group_constraints(tg: pb.TaskGroup) -> TaskGroupConstraints:
+    cons = list(tg.constraints)
+    drivers: set[str] = set()
+    devices: list[pb.RequestedDevice] = []
+    for t in tg.tasks:
+        cons.extend(t.constraints)
+        if t.driver:
+            drivers.add(t.driver)
+        devices.extend(t.resources.devices)
+    return TaskGroupConstraints(tuple(cons), frozenset(drivers), tuple(devices))
+
+
+def distinct_hosts_enabled(constraints: Iterable[pb.Constraint]) -> bool:
+    for c in constraints:
+        if c.operand == DISTINCT_HOSTS:
+            v = c.r_target.strip().lower()
+            return v not in ("false", "0", "f")
+    return False
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+class FeasibilityChecker:
+    """All feasibility checks of one job and group, with class memoisation.
+
+    `set_job` once per job, `set_task_group` once per select; then
+    `feasible(node)` for each candidate.
+    """
+
+    def __init__(self, ctx: EvalContext, *, distinct_hosts: bool = True) -> None:
+        self.ctx = ctx
+        self.use_distinct_hosts = distinct_hosts
+        self.job: pb.Job | None = None
+        self.job_constraints: tuple[pb.Constraint, ...] = ()
+        self.job_distinct_hosts = False
+        self.tg: pb.TaskGroup | None = None
+        self.tg_cons = TaskGroupConstraints((), frozenset(), ())
+        self.tg_distinct_hosts = False
+        self.property_sets: list[PropertySet] = []
+        self._psets_by_tg: dict[str, list[PropertySet]] = {}
+        self._tg_cons_cache: dict[str, tuple[pb.TaskGroup, TaskGroupConstraints, bool]] = {}
+        # per group: class -> passed the class-level checks (job + group);
+        # those never depend on the plan, so they hold for the whole eval
+        self._class_ok_by_tg: dict[str, dict[str, bool]] = {}
+        self._class_ok: dict[str, bool] = {}
+        self._memoisable = False
+
+    def set_job(self, job: pb.Job) -> None:
+        self.job = job
+        self.job_constraints = tuple(job.constraints)
+        self.job_distinct_hosts = distinct_hosts_enabled(job.constraints)
+        self._psets_by_tg = {}
+        self._tg_cons_cache = {}
+        self._class_ok_by_tg = {}
+        self.ctx.eligibility.set_job(job)
+
+    def set_task_group(self, tg: pb.TaskGroup) -> None:
+        assert self.job is not None, "set_job first"
+        self.tg = tg
+        cons = self._tg_cons_cache.get(tg.name)
+        if cons is None or cons[0] is not tg:
+            cons = (tg, task_group_constraints(tg), distinct_hosts_enabled(tg.constraints))
+            self._tg_cons_cache[tg.name] = cons
+        self.tg_cons, self.tg_distinct_hosts = cons[1], cons[2]
+        elig = self.ctx.eligibility
+        self._memoisable = not elig.job_escaped and not elig.tg_escaped.get(tg.name, False)
+        self._class_ok = self._class_ok_by_tg.setdefault(tg.name, {})
+        psets = self._psets_by_tg.get(tg.name)
+        if psets is None:
+            psets = distinct_property_sets(self.ctx, self.job, tg)
+            self._psets_by_tg[tg.name] = psets
+        else:
+            for ps in psets:
+                ps.populate_proposed()
+        self.property_sets = psets
+
+    # -- the memoised part: only node data covered by the computed class
+
+    def _job_feasible(self, node: pb.Node, cls: str) -> bool:
+        ctx = self.ctx
+        elig = ctx.eligibility
+        status = elig.job_status(cls)
+        if status == ClassStatus.INELIGIBLE:
+            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
+            return False
+        if status == ClassStatus.ELIGIBLE:
+            return True
+        failed = meets_constraints(node, self.job_constraints)
+        if status == ClassStatus.UNKNOWN:
+            elig.set_job_eligibility(failed is None, cls)
+        if failed is not None:
+            ctx.filter_node(node, constraint_string(failed))
+            return False
+        return True
+
+    def _tg_feasible(self, node: pb.Node, cls: str) -> bool:
+        ctx = self.ctx
+        elig = ctx.eligibility
+        tg_name = self.tg.name if self.tg is not None else ""
+        status = elig.tg_status(tg_name, cls)
+        if status == ClassStatus.INELIGIBLE:
+            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
+            return False
+        if status == ClassStatus.ELIGIBLE:
+            return True
+        reason = ""
+        tgc = self.tg_cons
+        if not has_drivers(node, tgc.drivers):
+            reason = FILTER_MISSING_DRIVERS
+        else:
+            failed = meets_constraints(node, tgc.constraints)
+            if failed is not None:
+                reason = constraint_string(failed)
+            elif not has_devices(node, tgc.devices):
+                reason = FILTER_MISSING_DEVICES
+        if status == ClassStatus.UNKNOWN:
+            elig.set_tg_eligibility(not reason, tg_name, cls)
+        if reason:
+            ctx.filter_node(node, reason)
+            return False
+        return True
+
+    # -- the per-node part
+
+    def _distinct_hosts_ok(self, node: pb.Node) -> bool:
+        if not (self.job_distinct_hosts or self.tg_distinct_hosts):
+            return True
+        job = self.job
+        tg = self.tg
+        assert job is not None and tg is not None
+        for a in self.ctx.proposed_allocs(node.id):
+            if a.job_id != job.id or (a.namespace or "default") != (job.namespace or "default"):
+                continue
+            if self.job_distinct_hosts or a.task_group == tg.name:
+                return False
+        return True
+
+    def feasible(self, node: pb.Node) -> bool:
+        ctx = self.ctx
+        cls = node.computed_class or ctx.computed_class(node)
+        known = self._class_ok.get(cls)
+        if known is None:
+            ok = self._job_feasible(node, cls) and self._tg_feasible(node, cls)
+            if self._memoisable:
+                self._class_ok[cls] = ok
+            if not ok:
+                return False
+        elif not known:
+            ctx.filter_node(node, FILTER_CLASS_INELIGIBLE)
+            return False
+        if self.use_distinct_hosts and not self._distinct_hosts_ok(node):
+            self.ctx.filter_node(node, DISTINCT_HOSTS)
+            return False
+        for ps in self.property_sets:
+            ok, reason = ps.satisfies_distinct(node)
+            if not ok:
+                self.ctx.filter_node(node, reason)
+                return False
+        return True

@@ -1,0 +1,141 @@
+"""Placing allocations through the feasibility/ranking stack, shared by
+the generic and the system schedulers (Nomad's `computePlacements` /
+`selectNextOption` seam): choose a node for one alloc, build the alloc in
+the plan, check in-place fits, and report metrics and class eligibility for
+blocked evals."""
+
+from __future__ import annotations
+
+import logging
+
+from corral import structs
+from corral.store import StateSnapshot
+from corral.structs import ClientStatus, DesiredStatus
+from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler import util
+from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.rank import RankedNode
+from services.worker.scheduler.feasible.stack import GenericStack, SelectOptions, SystemStack
+
+
+class Placer:
+    """The schedulers' seam onto the feasibility/ranking stack: choose a
+    node for one alloc, build the alloc in the plan, check in-place fits,
+    and report metrics and class eligibility for blocked evals."""
+
+    def __init__(
+        self,
+        snap: StateSnapshot,
+        plan: pb.Plan,
+        log: logging.Logger,
+        batch: bool,
+        job: pb.Job | None,
+        *,
+        system: bool = False,
+        sysbatch: bool = False,
+    ) -> None:
+
+        self.snap = snap
+        self.plan = plan
+        self.log = log
+        self.ctx = EvalContext(snap, plan, log)
+        self.stack: GenericStack | SystemStack
+        if system:
+            self.stack = SystemStack(sysbatch, self.ctx)
+        else:
+            self.stack = GenericStack(batch, self.ctx)
+        self.nodes: list[pb.Node] = []
+        self.nodes_by_dc: dict[str, int] = {}
+        if job is not None and not job.stop:
+            self.stack.set_job(job)
+
+    def set_nodes(self, nodes: list[pb.Node]) -> None:
+        self.stack.set_nodes(nodes)
+
+    def set_nodes_for_job(self, job: pb.Job) -> None:
+        self.nodes, _, self.nodes_by_dc = util.ready_nodes_in_dcs(
+            self.snap, job.datacenters, job.node_pool
+        )
+        self.stack.set_nodes(self.nodes)
+
+    def select(
+        self,
+        tg: pb.TaskGroup,
+        *,
+        alloc_name: str,
+        penalty_node_ids: set[str] | None = None,
+        preferred_node: pb.Node | None = None,
+    ) -> RankedNode | None:
+
+        opts = SelectOptions(
+            alloc_name=alloc_name,
+            penalty_node_ids=penalty_node_ids or set(),
+            preferred_nodes=[preferred_node] if preferred_node is not None else [],
+        )
+        return self.stack.select(tg, opts)
+
+    def nodes_filtered(self) -> int:
+        return int(self.ctx.metrics.nodes_filtered)
+
+    def failure_metrics(
+        self, tg: pb.TaskGroup, nodes_by_dc: dict[str, int] | None = None
+    ) -> pb.AllocMetric:
+        m = structs.copy_msg(self.ctx.metrics)
+        for dc, n in (nodes_by_dc if nodes_by_dc is not None else self.nodes_by_dc).items():
+            m.nodes_available[dc] = n
+        m.nodes_in_pool = len(self.nodes) if nodes_by_dc is None else sum(nodes_by_dc.values())
+        return m
+
+    def eligibility(self) -> tuple[dict[str, bool], bool, bool]:
+        e = self.ctx.eligibility
+        return dict(e.get_classes()), bool(e.has_escaped()), bool(e.quota_limit_reached())
+
+    def fits_in_place(self, existing: pb.Allocation, node: pb.Node, tg: pb.TaskGroup) -> bool:
+        """Would the updated group still be feasible and fit on the alloc's
+        own node, counting the alloc's own resources as free?"""
+        util.append_stopped_alloc(self.plan, existing, util.ALLOC_IN_PLACE)
+        try:
+            self.stack.set_nodes([node])
+            option = self.select(tg, alloc_name=existing.name)
+        finally:
+            util.pop_update(self.plan, existing)
+            if self.nodes:
+                self.stack.set_nodes(self.nodes)
+        return option is not None
+
+    def new_alloc(
+        self, ev: pb.Evaluation, job: pb.Job, tg: pb.TaskGroup, name: str, option: RankedNode
+    ) -> pb.Allocation:
+        """Build the new alloc directly inside the plan (no extra copy)."""
+        node = option.node
+        a = self.plan.node_allocation[node.id].allocs.add(
+            id=structs.new_id(),
+            namespace=job.namespace,
+            eval_id=ev.id,
+            name=name,
+            node_id=node.id,
+            node_name=node.name,
+            job_id=job.id,
+            job_version=job.version,
+            job_modify_index=job.job_modify_index,
+            task_group=tg.name,
+            desired_status=DesiredStatus.RUN,
+            client_status=ClientStatus.PENDING,
+            job_type=job.type,
+            job_priority=job.priority,
+        )
+        # totals include the assigned ports and devices
+        a.resources.CopyFrom(option.alloc_resources)
+        if not a.resources.disk_mb:
+            a.resources.disk_mb = tg.ephemeral_disk.size_mb
+        for task_name, r in option.task_resources.items():
+            a.task_resources[task_name].CopyFrom(r)
+        m = a.metrics
+        m.CopyFrom(self.ctx.metrics)
+        for dc, n in self.nodes_by_dc.items():
+            m.nodes_available[dc] = n
+        m.nodes_in_pool = len(self.nodes)
+        for victim in option.preempted_allocs:
+            util.append_preempted_alloc(self.plan, victim, a.id)
+            a.preempted_allocations.append(victim.id)
+        return a
