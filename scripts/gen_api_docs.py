@@ -79,16 +79,17 @@ def _type_name(f: descriptor_pb2.FieldDescriptorProto, maps: dict[str, str]) -> 
 _SERVICER = re.compile(r"^class \w+\(\w+_pb2_grpc\.(\w+)Servicer\)", re.M)
 
 
-def handler_homes() -> dict[str, tuple[str, str]]:
-    """Proto service name -> (role, handler module), read from every role's
-    `handlers` module, so the reference says who serves what from the code."""
-    out: dict[str, tuple[str, str]] = {}
+def handler_homes() -> dict[str, list[tuple[str, str]]]:
+    """Proto service name -> [(role, handler module)], read from every role's
+    `handlers` module, so the reference says who serves what from the code
+    (`Periodic` has two: the broker leader, and the state relaying to it)."""
+    out: dict[str, list[tuple[str, str]]] = {}
     services = ROOT / "services"
     paths = [*services.glob("*/handlers.py"), *services.glob("*/handlers/*.py")]
     for path in sorted(paths):
         role = path.relative_to(services).parts[0]
         for name in _SERVICER.findall(path.read_text()):
-            out[name] = (role, str(path.relative_to(ROOT)))
+            out.setdefault(name, []).append((role, str(path.relative_to(ROOT))))
     return out
 
 
@@ -114,8 +115,10 @@ def render(fds: descriptor_pb2.FileDescriptorSet) -> str:
             if com.get((6, si)):
                 lines += [com[(6, si)], ""]
             if svc.name in homes:
-                role, module = homes[svc.name]
-                lines += [f"Served by the **{role}** role: `{module}`.", ""]
+                served = "; the ".join(
+                    f"**{role}** role: `{module}`" for role, module in homes[svc.name]
+                )
+                lines += [f"Served by the {served}.", ""]
             lines.append("| RPC | request | response | notes |")
             lines.append("|---|---|---|---|")
             for mi, m in enumerate(svc.method):

@@ -1,4 +1,5 @@
-"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate`."""
+"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate`
+(`job periodic force` lives in job_periodic.py)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_dispatch)
 
+    from cli.commands import job_periodic
+
+    job_periodic.register(jobs)
+
 
 # ------------------------------------------------------------------ helpers
 
@@ -208,7 +213,10 @@ def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
         # -json without -detach: print the answer, then wait quietly
         ctx.out = io.StringIO()
     if job.periodic.enabled and job.HasField("periodic"):
-        ctx.out.write("Job registration successful (periodic: launches follow its cron spec)\n")
+        from cli.commands.job_periodic import next_launch_text
+
+        ctx.out.write("Job registration successful\n")
+        ctx.out.write(f"Approximate next launch time: {next_launch_text(job)}\n")
         return 0
     if job.HasField("parameterized"):
         ctx.out.write(
@@ -290,6 +298,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         ).allocs
     )
     evals = list(ctx.client.jobs.Evaluations(get, timeout=30).evals)
+    from cli.commands import job_periodic
+
+    parent = job_periodic.is_periodic_parent(job)
     if args.json:
         print_json(
             {
@@ -297,6 +308,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
                 "summary": _d(summary),
                 "allocations": [_d(a) for a in allocs],
                 "evaluations": [_d(e) for e in evals],
+                **(job_periodic.status_json(ctx, job) if parent else {}),
             },
             ctx.out,
         )
@@ -316,6 +328,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
             ("Periodic", str(job.HasField("periodic") and job.periodic.enabled).lower()),
             ("Parameterized", str(job.HasField("parameterized")).lower()),
             ("Version", job.version),
+            *([("Next Periodic Launch", job_periodic.next_launch_text(job))] if parent else []),
         ],
         ctx.out,
     )
@@ -337,6 +350,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         heading("Placement Failure", ctx.out)
         for tg, metric in sorted(blocked[0].failed_tg_allocs.items()):
             write_placement_failure(ctx.out, tg, metric, indent="")
+    if parent:
+        job_periodic.write_children(ctx, job)
+        return 0
     if args.evals:
         heading("Evaluations", ctx.out)
         _eval_table(ctx, evals, v)

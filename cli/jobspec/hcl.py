@@ -720,12 +720,11 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
     pbody = body.block("periodic", "job.periodic")
     if pbody is not None:
         spec = pbody.string("cron", "spec")
-        crons = pbody.strings("crons", "spec")
-        if crons:
-            if spec is not None or len(crons) > 1:
-                raise pbody.fail("crons", "Corral supports one cron expression per job")
-            spec = crons[0]
+        crons = pbody.strings("crons", "crons")
+        if crons is not None and spec is not None:
+            raise pbody.fail("crons", "use either cron or crons, not both")
         job.periodic.spec = spec or ""
+        job.periodic.crons.extend(crons or [])
         job.periodic.prohibit_overlap = bool(pbody.boolean("prohibit_overlap"))
         job.periodic.time_zone = pbody.string("time_zone") or ""
         enabled = pbody.boolean("enabled")

@@ -36,6 +36,7 @@ _RENAMES = {
     "CPU": "cpu",
     "ID": "id",
     "ParentID": "parent_id",
+    "Specs": "crons",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.

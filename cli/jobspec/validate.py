@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 
 from corral.dispatch import Payload, payload_file_problem
+from corral import periodic
 from corral.structs import (
     CONSTRAINT_OPERANDS,
     DELAY_FUNCTIONS,
@@ -69,14 +70,11 @@ def check(job: pb.Job) -> None:
     if job.HasField("periodic"):
         if job.type not in (JobType.BATCH, JobType.SYSBATCH):
             raise FieldProblem("job.periodic", "only batch and sysbatch jobs can be periodic")
-        if not job.periodic.spec:
-            raise FieldProblem("job.periodic.spec", "a cron expression is required")
-        if len(job.periodic.spec.split()) not in (5, 6, 7) and not job.periodic.spec.startswith(
-            "@"
-        ):
-            raise FieldProblem(
-                "job.periodic.spec", f"{job.periodic.spec!r} is not a cron expression"
-            )
+        if job.periodic.enabled:
+            try:
+                periodic.validate(job.periodic)
+            except periodic.PeriodicError as exc:
+                raise FieldProblem(exc.field, exc.message) from None
     if job.HasField("parameterized"):
         if job.type not in (JobType.BATCH, JobType.SYSBATCH):
             raise FieldProblem(

@@ -419,6 +419,7 @@ class JobListStub(_message.Message):
     CREATE_INDEX_FIELD_NUMBER: _builtins.int
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
     JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     name: _builtins.str
@@ -431,6 +432,8 @@ class JobListStub(_message.Message):
     create_index: _builtins.int
     modify_index: _builtins.int
     job_modify_index: _builtins.int
+    parent_id: _builtins.str
+    """the periodic (or parameterized) parent of a child job"""
     @_builtins.property
     def summary(self) -> _containers.MessageMap[_builtins.str, _structs_pb2.TaskGroupSummary]: ...
     def __init__(
@@ -449,10 +452,11 @@ class JobListStub(_message.Message):
         create_index: _builtins.int = ...,
         modify_index: _builtins.int = ...,
         job_modify_index: _builtins.int = ...,
+        parent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "id", b"id", "job_modify_index", b"job_modify_index", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "priority", b"priority", "status", b"status", "stop", b"stop", "submit_time", b"submit_time", "summary", b"summary", "type", b"type", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "id", b"id", "job_modify_index", b"job_modify_index", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "parent_id", b"parent_id", "priority", b"priority", "status", b"status", "stop", b"stop", "submit_time", b"submit_time", "summary", b"summary", "type", b"type", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

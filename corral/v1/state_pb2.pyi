@@ -478,6 +478,53 @@ class GarbageCollectRequest(_message.Message):
 Global___GarbageCollectRequest: _TypeAlias = GarbageCollectRequest  # noqa: Y015
 
 @_typing.final
+class PeriodicLaunchesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """with job_id: that job's launch only"""
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PeriodicLaunchesRequest: _TypeAlias = PeriodicLaunchesRequest  # noqa: Y015
+
+@_typing.final
+class PeriodicLaunchesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAUNCHES_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the state index the launches were read at (or after)"""
+    @_builtins.property
+    def launches(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.PeriodicLaunch]: ...
+    def __init__(
+        self,
+        *,
+        launches: _abc.Iterable[_structs_pb2.PeriodicLaunch] | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "launches", b"launches"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PeriodicLaunchesResponse: _TypeAlias = PeriodicLaunchesResponse  # noqa: Y015
+
+@_typing.final
 class Member(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

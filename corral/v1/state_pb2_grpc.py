@@ -75,6 +75,11 @@ class StateStub:
                 request_serializer=corral_dot_v1_dot_state__pb2.GarbageCollectRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.PeriodicLaunches = channel.unary_unary(
+                '/corral.v1.State/PeriodicLaunches',
+                request_serializer=corral_dot_v1_dot_state__pb2.PeriodicLaunchesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_state__pb2.PeriodicLaunchesResponse.FromString,
+                _registered_method=True)
         self.RegisterMember = channel.unary_unary(
                 '/corral.v1.State/RegisterMember',
                 request_serializer=corral_dot_v1_dot_state__pb2.RegisterMemberRequest.SerializeToString,
@@ -147,6 +152,14 @@ class StateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PeriodicLaunches(self, request, context):
+        """The recorded last launch of periodic jobs (written with each child job's
+        registration); the periodic dispatcher reads them when it takes over.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterMember(self, request, context):
         """Process registry: every role registers its address and refreshes it.
         """
@@ -196,6 +209,11 @@ def add_StateServicer_to_server(servicer, server):
                     servicer.GarbageCollect,
                     request_deserializer=corral_dot_v1_dot_state__pb2.GarbageCollectRequest.FromString,
                     response_serializer=corral_dot_v1_dot_state__pb2.WriteResponse.SerializeToString,
+            ),
+            'PeriodicLaunches': grpc.unary_unary_rpc_method_handler(
+                    servicer.PeriodicLaunches,
+                    request_deserializer=corral_dot_v1_dot_state__pb2.PeriodicLaunchesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_state__pb2.PeriodicLaunchesResponse.SerializeToString,
             ),
             'RegisterMember': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterMember,
@@ -419,6 +437,33 @@ class State:
             '/corral.v1.State/GarbageCollect',
             corral_dot_v1_dot_state__pb2.GarbageCollectRequest.SerializeToString,
             corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PeriodicLaunches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.State/PeriodicLaunches',
+            corral_dot_v1_dot_state__pb2.PeriodicLaunchesRequest.SerializeToString,
+            corral_dot_v1_dot_state__pb2.PeriodicLaunchesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,10 @@ class StateStub:
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
     """
+    PeriodicLaunches: _grpc.UnaryUnaryMultiCallable[_state_pb2.PeriodicLaunchesRequest, _state_pb2.PeriodicLaunchesResponse]
+    """The recorded last launch of periodic jobs (written with each child job's
+    registration); the periodic dispatcher reads them when it takes over.
+    """
     RegisterMember: _grpc.UnaryUnaryMultiCallable[_state_pb2.RegisterMemberRequest, _state_pb2.RegisterMemberResponse]
     """Process registry: every role registers its address and refreshes it."""
 
@@ -93,6 +97,10 @@ class StateAsyncStub(StateStub):
     GarbageCollect: _aio.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
+    """
+    PeriodicLaunches: _aio.UnaryUnaryMultiCallable[_state_pb2.PeriodicLaunchesRequest, _state_pb2.PeriodicLaunchesResponse]  # type: ignore[assignment]
+    """The recorded last launch of periodic jobs (written with each child job's
+    registration); the periodic dispatcher reads them when it takes over.
     """
     RegisterMember: _aio.UnaryUnaryMultiCallable[_state_pb2.RegisterMemberRequest, _state_pb2.RegisterMemberResponse]  # type: ignore[assignment]
     """Process registry: every role registers its address and refreshes it."""
@@ -170,6 +178,16 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
         """Delete garbage the core scheduler collected (terminal evals and their
         allocs, dead jobs with their versions, down nodes, old deployments).
+        """
+
+    @_abc_1.abstractmethod
+    def PeriodicLaunches(
+        self,
+        request: _state_pb2.PeriodicLaunchesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.PeriodicLaunchesResponse, _abc.Awaitable[_state_pb2.PeriodicLaunchesResponse]]:
+        """The recorded last launch of periodic jobs (written with each child job's
+        registration); the periodic dispatcher reads them when it takes over.
         """
 
     @_abc_1.abstractmethod

@@ -513,17 +513,28 @@ Global___DisconnectStrategy: _TypeAlias = DisconnectStrategy  # noqa: Y015
 
 @_typing.final
 class PeriodicConfig(_message.Message):
+    """A periodic job launches a child job `<id>/periodic-<unix seconds>` at
+    each time any of its cron expressions matches, in time_zone.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENABLED_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
     PROHIBIT_OVERLAP_FIELD_NUMBER: _builtins.int
     TIME_ZONE_FIELD_NUMBER: _builtins.int
+    CRONS_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
     spec: _builtins.str
-    """cron expression"""
+    """one cron expression (HCL `cron`)"""
     prohibit_overlap: _builtins.bool
+    """skip a launch while a child is still pending or running"""
     time_zone: _builtins.str
+    """IANA name; empty = UTC"""
+    @_builtins.property
+    def crons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """several cron expressions (HCL `crons`); not with spec"""
+
     def __init__(
         self,
         *,
@@ -531,14 +542,52 @@ class PeriodicConfig(_message.Message):
         spec: _builtins.str = ...,
         prohibit_overlap: _builtins.bool = ...,
         time_zone: _builtins.str = ...,
+        crons: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "prohibit_overlap", b"prohibit_overlap", "spec", b"spec", "time_zone", b"time_zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["crons", b"crons", "enabled", b"enabled", "prohibit_overlap", b"prohibit_overlap", "spec", b"spec", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PeriodicConfig: _TypeAlias = PeriodicConfig  # noqa: Y015
+
+@_typing.final
+class PeriodicLaunch(_message.Message):
+    """The last launch of a periodic job (Nomad's periodic_launch table). A new
+    periodic job records its registration time here, so a dispatcher taking
+    over knows whether a launch was missed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LAUNCH_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    job_id: _builtins.str
+    launch: _builtins.int
+    """unix nanoseconds"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        launch: _builtins.int = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "job_id", b"job_id", "launch", b"launch", "modify_index", b"modify_index", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PeriodicLaunch: _TypeAlias = PeriodicLaunch  # noqa: Y015
 
 @_typing.final
 class DispatchPayloadConfig(_message.Message):

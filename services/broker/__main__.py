@@ -27,7 +27,8 @@ from services.broker.config import BrokerProcessSettings
 from services.broker.core_timers import run_core_timers
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
-from services.broker.handlers import EvalServicer, export_metrics
+from services.broker.handlers import EvalServicer, export_metrics, register_periodic
+from services.broker.periodic import state_dispatcher
 from services.broker.reaper import Reaper
 
 log = logging.getLogger("services.broker")
@@ -45,6 +46,7 @@ class BrokerProcess(runner.LeaderRole):
         self.reaper = Reaper(
             self.timings, self.broker, self.blocked, self.write_evals, self._job_exists
         )
+        self.periodic = state_dispatcher(self.replica, self.state_channel)
         self._term: asyncio.Task[None] | None = None
 
     def _job_exists(self, ev: pb.Evaluation) -> bool:
@@ -58,6 +60,7 @@ class BrokerProcess(runner.LeaderRole):
 
     def add_services(self) -> None:
         self.replica.add_listener(self.router.on_batch, self.router.on_reset)
+        self.replica.add_listener(self.periodic.on_batch, self.periodic.on_reset)
         servicer = EvalServicer(
             self.timings,
             self.broker,
@@ -72,6 +75,7 @@ class BrokerProcess(runner.LeaderRole):
             servicer,
             eval_pb2.DESCRIPTOR.services_by_name["Eval"].full_name,
         )
+        register_periodic(self.server, self.periodic, self.is_leader, self.leader_address)
 
     def background(self) -> list[asyncio.Task[None]]:
         return [asyncio.create_task(self.metrics_loop(), name="metrics")]
@@ -92,11 +96,13 @@ class BrokerProcess(runner.LeaderRole):
             blocked,
             snap.index,
         )
+        log.info("periodic dispatcher: launched %d missed", await self.periodic.restore())
         self._term = asyncio.create_task(self._leader_tasks(), name="leader-tasks")
 
     async def _leader_tasks(self) -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self.reaper.run(), name="reaper")
+            tg.create_task(self.periodic.run(), name="periodic")
             tg.create_task(
                 run_core_timers(
                     self.broker, self.timings.core_gc_interval, lambda: self.replica.index
@@ -106,6 +112,7 @@ class BrokerProcess(runner.LeaderRole):
 
     async def on_lost(self) -> None:
         self.router.enabled = False
+        self.periodic.disable()
         self.broker.set_enabled(False)
         self.blocked.set_enabled(False)
         if self._term is not None:

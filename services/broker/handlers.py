@@ -15,12 +15,14 @@ from prometheus_client import Gauge
 
 from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, NotLeader
 from corral.replica import Replica
+from corral.server import GrpcServer
 from corral.structs import EvalStatus, JobType, is_blocked_eval
-from corral.v1 import eval_pb2, eval_pb2_grpc
+from corral.v1 import eval_pb2, eval_pb2_grpc, periodic_pb2, periodic_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
 from services.broker.eval_broker import EvalBroker
+from services.broker.periodic import PeriodicDispatcher
 
 Context = Any
 WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
@@ -265,3 +267,49 @@ def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
         }
         for state, value in per_state.items():
             BY_SCHEDULER.labels(sched, state).set(value)
+
+
+# ---------------------------------------------------------------- periodic
+
+
+class PeriodicServicer(periodic_pb2_grpc.PeriodicServicer):
+    """`Periodic.Force` on the leader, where the periodic dispatcher runs
+    (the state service relays users' calls here)."""
+
+    def __init__(
+        self,
+        dispatcher: PeriodicDispatcher,
+        is_leader: Callable[[], bool],
+        leader_address: Callable[[], Awaitable[str]],
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.is_leader = is_leader
+        self.leader_address = leader_address
+
+    async def Force(
+        self, request: periodic_pb2.PeriodicForceRequest, context: Context
+    ) -> periodic_pb2.PeriodicForceResponse:
+        if not request.job_id:
+            raise InvalidArgument("job_id", "is required")
+        if not self.is_leader() or not self.dispatcher.enabled:
+            raise NotLeader(ROLE, await self.leader_address())
+        launched = await self.dispatcher.force(request.namespace, request.job_id)
+        return periodic_pb2.PeriodicForceResponse(
+            eval_id=launched.response.eval_id,
+            eval_create_index=launched.response.eval_create_index,
+            child_job_id=launched.child_id,
+            index=launched.response.index,
+        )
+
+
+def register_periodic(
+    server: GrpcServer,
+    dispatcher: PeriodicDispatcher,
+    is_leader: Callable[[], bool],
+    leader_address: Callable[[], Awaitable[str]],
+) -> None:
+    server.add(
+        periodic_pb2_grpc.add_PeriodicServicer_to_server,
+        PeriodicServicer(dispatcher, is_leader, leader_address),
+        periodic_pb2.DESCRIPTOR.services_by_name["Periodic"].full_name,
+    )

@@ -48,6 +48,7 @@ _T_ALLOCS: Table = m.Alloc.__table__  # type: ignore[assignment]
 _T_EVALS: Table = m.Eval.__table__  # type: ignore[assignment]
 _T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
 _T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
+_T_LAUNCHES: Table = m.PeriodicLaunch.__table__  # type: ignore[assignment]
 
 #: table name (as in table_indexes and StateSnapshot.table_index) per topic
 
@@ -149,6 +150,17 @@ def _deployment_row(d: pb.Deployment) -> dict[str, Any]:
         "payload": d.SerializeToString(),
         "create_index": d.create_index,
         "modify_index": d.modify_index,
+    }
+
+
+def _launch_row(p: pb.PeriodicLaunch) -> dict[str, Any]:
+    return {
+        "namespace": _ns(p.namespace),
+        "job_id": p.job_id,
+        "launch": p.launch,
+        "payload": p.SerializeToString(),
+        "create_index": p.create_index,
+        "modify_index": p.modify_index,
     }
 
 
@@ -335,6 +347,13 @@ class WriteTx:
             Topic.OPERATOR, "SchedulerConfigUpdated", "scheduler", index=at, scheduler_config=cfg
         )
 
+    def put_periodic_launch(self, launch: pb.PeriodicLaunch, *, index: int | None = None) -> None:
+        """Record a periodic job's last launch. It is bookkeeping, not an
+        event: it is always written beside the job put that caused it."""
+        _stamp(launch, index or self.index)
+        key = (_ns(launch.namespace), launch.job_id)
+        self._pending.put("periodic_launches", key, _launch_row(launch), launch)
+
     # ------------------------------------------------------------ deletes
 
     def delete_job(self, job: pb.Job, *, index: int | None = None) -> None:
@@ -352,6 +371,10 @@ class WriteTx:
             deleted=True,
             job=job,
         )
+
+    def delete_periodic_launch(self, namespace: str, job_id: str) -> None:
+        key = (_ns(namespace), job_id)
+        self._pending.delete("periodic_launches", key, key)
 
     def delete_alloc(self, alloc: pb.Allocation, *, index: int | None = None) -> None:
         self._pending.delete("allocs", alloc.id, alloc.id)
@@ -428,6 +451,14 @@ class WriteTx:
         sql = "SELECT payload FROM job_summaries WHERE namespace = %s AND job_id = %s"
         s: pb.JobSummary | None = await self._one("job_summaries", key, sql, key, pb.JobSummary)
         return s
+
+    async def get_periodic_launch(self, namespace: str, job_id: str) -> pb.PeriodicLaunch | None:
+        key = (_ns(namespace), job_id)
+        sql = "SELECT payload FROM periodic_launches WHERE namespace = %s AND job_id = %s"
+        launch: pb.PeriodicLaunch | None = await self._one(
+            "periodic_launches", key, sql, key, pb.PeriodicLaunch
+        )
+        return launch
 
     async def get_node(self, node_id: str) -> pb.Node | None:
         sql = "SELECT payload FROM nodes WHERE id = %s"
@@ -718,6 +749,7 @@ _KEYS: dict[str, tuple[Table, list[str]]] = {
     "evals": (_T_EVALS, ["id"]),
     "deployments": (_T_DEPLOYMENTS, ["id"]),
     "scheduler_config": (_T_SCHED_CONFIG, ["id"]),
+    "periodic_launches": (_T_LAUNCHES, ["namespace", "job_id"]),
 }
 _UPSERTS: dict[str, tuple[str, str, list[str]]] = {
     name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()
@@ -812,6 +844,22 @@ class Database:
         """One node straight from the table (no index taken)."""
         rows = await self._query("SELECT payload FROM nodes WHERE id = %s", (node_id,))
         return pb.Node.FromString(rows[0][0]) if rows else None
+
+    async def periodic_launches(
+        self, namespace: str = "", job_id: str = ""
+    ) -> tuple[list[pb.PeriodicLaunch], int]:
+        """Recorded launches (one job's with namespace and job_id) and the
+        committed index they were read at, in one transaction."""
+        async with self.read(repeatable=True) as conn:
+            cur = await conn.execute(
+                "SELECT payload FROM periodic_launches "
+                "WHERE (%s = '' OR (namespace = %s AND job_id = %s)) ORDER BY namespace, job_id",
+                (job_id, _ns(namespace), job_id),
+            )
+            rows = await cur.fetchall()
+            cur = await conn.execute("SELECT value FROM index_counter WHERE id = 1")
+            at = await cur.fetchone()
+        return [pb.PeriodicLaunch.FromString(r[0]) for r in rows], int(at[0]) if at else 0
 
     async def latest_index(self) -> int:
         rows = await self._query("SELECT value FROM index_counter WHERE id = 1")

@@ -177,6 +177,20 @@ class SchedulerConfig(Base):
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class PeriodicLaunch(Base):
+    """The last launch of each periodic job (Nomad's periodic_launch table):
+    written in the transaction that registers a child, or the parent itself
+    when it is new, so a dispatcher taking over knows what was launched."""
+
+    __tablename__ = "periodic_launches"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    launch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class Member(Base):
     """Processes of every role and where they listen (not indexed state:
     refreshed often, never part of the change feed)."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
 from corral.errors import InvalidArgument, NotFound, Unavailable
+from corral import periodic
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from corral.server import GrpcServer
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus
@@ -68,6 +71,7 @@ def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
         create_index=job.create_index,
         modify_index=job.modify_index,
         job_modify_index=job.job_modify_index,
+        parent_id=job.parent_id,
     )
     for tg, s in summarize(snap, job).summary.items():
         stub.summary[tg].CopyFrom(s)
@@ -182,6 +186,10 @@ class JobServicer(job_pb2_grpc.JobServicer):
                     resp: job_pb2.JobPlanResponse = await worker_pb2_grpc.WorkerStub(ch).PlanJob(
                         job_pb2.JobPlanRequest(job=job, diff=request.diff), timeout=60
                     )
+                if periodic.is_active(job):
+                    # Nomad's Job.Plan: when the next launch would be if submitted now
+                    upcoming = periodic.next_launch(job.periodic, datetime.now(UTC))
+                    resp.next_periodic_launch = periodic.to_unix_ns(upcoming) if upcoming else 0
                 if request.diff:
                     current = self.ctx.feed.snapshot().job_by_id(job.namespace, job.id)
                     resp.diff.CopyFrom(

@@ -160,6 +160,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
                 job = await tx.get_job(ref.namespace, ref.job_id)
                 if job is not None:
                     tx.delete_job(job)
+                    tx.delete_periodic_launch(job.namespace, job.id)
             for node in (await tx.get_nodes(list(request.node_ids))).values():
                 tx.delete_node(node)
             for dep_id in request.deployment_ids:
@@ -167,6 +168,12 @@ class StateServicer(state_pb2_grpc.StateServicer):
                 if dep is not None:
                     tx.delete_deployment(dep)
         return state_pb2.WriteResponse(index=tx.index)
+
+    async def PeriodicLaunches(
+        self, request: state_pb2.PeriodicLaunchesRequest, context: Context
+    ) -> state_pb2.PeriodicLaunchesResponse:
+        launches, index = await self.ctx.db.periodic_launches(request.namespace, request.job_id)
+        return state_pb2.PeriodicLaunchesResponse(launches=launches, index=index)
 
     async def RegisterMember(
         self, request: state_pb2.RegisterMemberRequest, context: Context

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral import structs, telemetry
+from corral import periodic, structs, telemetry
 from corral.dispatch import Payload, payload_file_problem
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
@@ -43,6 +43,7 @@ def validate_job(job: pb.Job) -> None:
             )
         if job.parameterized.payload:
             validate.one_of(job.parameterized.payload, Payload.ALL, "job.parameterized.payload")
+    _periodic(job)
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
     groups: set[str] = set()
@@ -100,6 +101,21 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+
+
+def _periodic(job: pb.Job) -> None:
+    """An enabled periodic block must be launchable: batch or sysbatch, not
+    also parameterized, parsable cron specs, a known time zone."""
+    if not job.HasField("periodic") or not job.periodic.enabled:
+        return
+    if job.type not in (JobType.BATCH, JobType.SYSBATCH):
+        raise InvalidArgument("job.periodic", "only batch and sysbatch jobs can be periodic")
+    if job.HasField("parameterized"):
+        raise InvalidArgument("job.periodic", "a job cannot be both periodic and parameterized")
+    try:
+        periodic.validate(job.periodic)
+    except periodic.PeriodicError as exc:
+        raise InvalidArgument(exc.field, exc.message) from None
 
 
 def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
@@ -207,9 +223,11 @@ async def register_job(
         job.version = current.version + 1 if current is not None else 0
         job.create_index = current.create_index if current is not None else 0
         job.job_modify_index = tx.index
-        job.status = JobStatus.PENDING
+        job.status = JobStatus.RUNNING if _launches_children(job) else JobStatus.PENDING
         job.stable = False
         tx.put_job(job)
+    if await _record_launch(tx, job):
+        trigger = Trigger.PERIODIC_JOB  # Nomad's dispatcher evals its children so
     ev: pb.Evaluation | None = None
     if not job.periodic.enabled and not job.HasField("parameterized"):
         ev = new_eval(job, trigger, priority=eval_priority, traceparent=traceparent)
@@ -239,6 +257,40 @@ def check_update(current: pb.Job | None, job: pb.Job, *, dispatch: bool = False)
         )
     if current.dispatched != job.dispatched:
         raise InvalidArgument("job.dispatched", "is read-only")
+
+
+def _launches_children(job: pb.Job) -> bool:
+    """Periodic and parameterized parents are `running` until stopped,
+    then `dead`: their work is done by their children (Nomad)."""
+    return job.periodic.enabled or job.HasField("parameterized")
+
+
+async def _record_launch(tx: WriteTx, job: pb.Job) -> bool:
+    """Nomad's periodic_launch bookkeeping, decided on rows read in this
+    transaction: a periodic parent seen for the first time records its
+    registration as a launch (so a missed first tick is noticed after a
+    leader change); a periodic child records the launch its id encodes on
+    its parent, never moving the record backwards. True for a periodic child."""
+    if periodic.is_active(job):
+        if await tx.get_periodic_launch(job.namespace, job.id) is None:
+            tx.put_periodic_launch(
+                pb.PeriodicLaunch(namespace=job.namespace, job_id=job.id, launch=tx.now)
+            )
+        return False
+    if not job.parent_id:
+        return False
+    launch = periodic.launch_of(job.id, job.parent_id)
+    if launch is None:
+        return False
+    parent = await tx.get_job(job.namespace, job.parent_id)
+    if parent is None or not parent.HasField("periodic"):
+        return False
+    current = await tx.get_periodic_launch(job.namespace, job.parent_id)
+    if current is None or current.launch < launch:
+        record = copy_msg(current) if current is not None else pb.PeriodicLaunch()
+        record.namespace, record.job_id, record.launch = job.namespace, job.parent_id, launch
+        tx.put_periodic_launch(record)
+    return True
 
 
 async def scale_job(
@@ -281,6 +333,7 @@ async def deregister_job(
         raise NotFound(f"job {job_id!r} not found")
     if purge:
         tx.delete_job(current)
+        tx.delete_periodic_launch(namespace, job_id)
         job = current
     else:
         job = copy_msg(current)
@@ -288,6 +341,8 @@ async def deregister_job(
         job.version = current.version + 1
         job.job_modify_index = tx.index
         job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
+        if _launches_children(job):
+            job.status = JobStatus.DEAD
         tx.put_job(job, "JobDeregistered")
     ev = new_eval(job, Trigger.JOB_DEREGISTER, traceparent=traceparent)
     ev.job_modify_index = tx.index
@@ -305,7 +360,9 @@ async def refresh_job_status(
     if job is None:
         return
     allocs, live = await tx.job_alloc_counts(namespace, job_id)
-    if job.stop:
+    if _launches_children(job):
+        status = JobStatus.DEAD if job.stop else JobStatus.RUNNING
+    elif job.stop:
         status = JobStatus.DEAD if not live else JobStatus.RUNNING
     elif live:
         status = JobStatus.RUNNING

@@ -306,6 +306,15 @@ def test_periodic_and_parameterized():
     )
     job = parse_job(
         minimal(
+            'type = "sysbatch"\n periodic {\n crons = ["0 3 * * *", "30 15 * * 1-5"]\n'
+            ' time_zone = "Europe/Paris"\n }'
+        ),
+        "p.hcl",
+    )
+    assert list(job.periodic.crons) == ["0 3 * * *", "30 15 * * 1-5"] and not job.periodic.spec
+    assert job.periodic.time_zone == "Europe/Paris" and job.periodic.enabled
+    job = parse_job(
+        minimal(
             'type = "batch"\n parameterized {\n payload = "required"\n meta_required = ["x"]\n }'
         ),
         "p.hcl",
@@ -369,6 +378,30 @@ def test_env_as_argument_map():
         ),
         (minimal('datacenters = "dc1"'), 2, 'job "j" > datacenters', "list of strings"),
         (minimal('periodic {\n cron = "* * * * *"\n }'), 2, "periodic", "batch and sysbatch"),
+        (
+            minimal('type = "batch"\n periodic {\n cron = "61 * * * *"\n }'),
+            4,
+            "periodic > cron",
+            "invalid cron expression '61 * * * *'",
+        ),
+        (
+            minimal('type = "batch"\n periodic {\n crons = ["@daily", "* *"]\n }'),
+            4,
+            "periodic > crons",
+            "invalid cron expression '* *'",
+        ),
+        (
+            minimal('type = "batch"\n periodic {\n cron = "@daily"\n time_zone = "Mars/Base"\n }'),
+            5,
+            "periodic > time_zone",
+            "unknown time zone 'Mars/Base'",
+        ),
+        (
+            minimal('type = "batch"\n periodic {\n cron = "@daily"\n crons = ["@daily"]\n }'),
+            5,
+            "periodic > crons",
+            "not both",
+        ),
         (
             minimal("", 'constraint {\n attribute = "${attr.x}"\n operator = "like"\n }'),
             6,

@@ -100,3 +100,19 @@ def test_invalid_json_has_a_line():
     with pytest.raises(JobspecError) as info:
         parse_job('{\n  "Job": {\n    "ID": "x",,\n  }\n}', "x.json")
     assert info.value.line == 3 and "invalid JSON" in str(info.value)
+
+
+def test_nomad_json_periodic_specs_become_crons_and_are_checked():
+    data = json.loads(json.dumps(NOMAD))
+    data["Job"]["Periodic"] = {
+        "Enabled": True,
+        "Specs": ["@daily", "0 3 * * *"],
+        "SpecType": "cron",
+        "TimeZone": "Europe/Paris",
+        "ProhibitOverlap": True,
+    }
+    job = parse_job(json.dumps(data), "api.json")
+    assert list(job.periodic.crons) == ["@daily", "0 3 * * *"] and job.periodic.prohibit_overlap
+    data["Job"]["Periodic"]["Specs"][1] = "0 3 * *"
+    with pytest.raises(JobspecError, match=r"job.periodic.crons\[1\]: invalid cron expression"):
+        parse_job(json.dumps(data), "api.json")
