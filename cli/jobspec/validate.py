@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.dispatch import Payload, payload_file_problem
 from corral import periodic
+from corral.dispatch import Payload, payload_file_problem
 from corral.structs import (
     CONSTRAINT_OPERANDS,
     DELAY_FUNCTIONS,

@@ -268,8 +268,11 @@ class PeriodicDispatcher:
     # ------------------------------------------------------------ launching
 
     async def run(self) -> None:
-        """Launch what is due, then sleep until the next launch or a change."""
-        while True:
+        """Launch what is due, then sleep until the next launch or a change,
+        until `disable`. The loop checks the flag itself: on Python 3.11 a
+        cancel that arrives as the wake-up fires can be swallowed by
+        `asyncio.wait_for`, and the loop must still end when leadership does."""
+        while self.enabled:
             await self.launch_due()
             self._wake.clear()
             wake = self.tracker.next_wake() if self.enabled else None

@@ -7,9 +7,8 @@ from typing import Any
 
 import grpc
 
-from corral.errors import InvalidArgument, NotFound, Unavailable
 from corral import periodic
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from corral.errors import InvalidArgument, NotFound, Unavailable
 from corral.server import GrpcServer
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus

@@ -34,7 +34,7 @@ CLIENTS = 30
 WRITES_PER_CLIENT = 10  # 300 registrations, each followed by reads on both processes
 NODES = 4
 FLIPS_PER_NODE = 50  # 200 interleaved status changes
-WAIT_MS = 10_000
+WAIT_MS = 60_000  # a bound for a loaded machine, not a latency claim
 
 
 class Stubs:
