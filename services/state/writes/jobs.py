@@ -35,6 +35,7 @@ def validate_job(job: pb.Job) -> None:
         )
     _constraints(job.constraints, "job.constraints")
     _affinities(job.affinities, "job.affinities")
+    _update_supported(job.update, "job.update")
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
     groups: set[str] = set()
@@ -68,6 +69,7 @@ def validate_job(job: pb.Job) -> None:
             )
         if tg.update.max_parallel < 0:
             raise InvalidArgument(f"{f}.update.max_parallel", "must not be negative")
+        _update_supported(tg.update, f"{f}.update")
         if structs.lost_after(tg) < 0 or structs.stop_on_client_after(tg) < 0:
             raise InvalidArgument(f"{f}.disconnect", "durations must not be negative")
         if tg.ephemeral_disk.size_mb < 0:
@@ -88,6 +90,21 @@ def validate_job(job: pb.Job) -> None:
             _constraints(task.constraints, f"{tf}.constraints")
             if task.kill_timeout < 0:
                 raise InvalidArgument(f"{tf}.kill_timeout", "must not be negative")
+
+
+def _update_supported(up: pb.UpdateStrategy, field: str) -> None:
+    """Refuse the update-block features deployments do not implement yet,
+    rather than accept them and roll out as if they were not there."""
+    if up.canary > 0:
+        raise InvalidArgument(f"{field}.canary", "canary deployments are not supported yet")
+    if up.auto_promote:
+        raise InvalidArgument(
+            f"{field}.auto_promote", "needs canaries, which are not supported yet"
+        )
+    if up.health_check == "manual":
+        raise InvalidArgument(
+            f"{field}.health_check", "'manual' is not supported yet (use task_states or checks)"
+        )
 
 
 def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:

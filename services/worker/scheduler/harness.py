@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from corral import structs
+from corral import deployments, structs
 from corral.store import StateSnapshot, StateStore
 from corral.structs import DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
@@ -134,6 +134,43 @@ class Harness:
             )
         return self._write(out)
 
+    def upsert_deployments(self, *deps: pb.Deployment) -> int:
+        index = self._index + 1
+        out = []
+        for d in deps:
+            d2 = structs.copy_msg(d)
+            if not d2.create_index:
+                d2.create_index = index
+            d2.modify_index = index
+            out.append(self._deployment_event(d2))
+        return self._write(out)
+
+    def set_alloc_health(self, alloc_id: str, healthy: bool) -> int:
+        """What a client reports when an alloc of a deployment becomes
+        healthy or unhealthy, with the deployment's counts following (as
+        the state's Node.UpdateAlloc does)."""
+        snap = self.store.snapshot()
+        a = structs.copy_msg(self.alloc(alloc_id))
+        before = deployments.health_of(a)
+        a.deployment_status.healthy = healthy
+        a.deployment_status.timestamp = self._time()
+        index = self._index + 1
+        a.modify_index = index
+        out = [self._alloc_event(a, "AllocationUpdated")]
+        d = snap.deployment_by_id(a.deployment_id)
+        if d is not None:
+            d = structs.copy_msg(d)
+            if deployments.count_health(d, a.task_group, before, healthy, self._time()):
+                d.modify_index = index
+                out.append(self._deployment_event(d))
+        return self._write(out)
+
+    @staticmethod
+    def _deployment_event(d: pb.Deployment) -> pb.Event:
+        return pb.Event(
+            topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", key=d.id, deployment=d
+        )
+
     def set_scheduler_config(self, config: pb.SchedulerConfiguration) -> int:
         """Operator scheduler configuration (algorithm, preemption)."""
         c = structs.copy_msg(config)
@@ -216,6 +253,7 @@ class Harness:
                 a = self._apply_stop(cur, stop, index, now)
                 result.node_preemptions[node_id].stops.append(stop)
                 events.append(self._alloc_event(a, "PlanResult"))
+        events.extend(self._plan_deployments(plan, snap, index, now, result))
         # chain replacements: the previous alloc learns its successor
         by_id = {e.allocation.id: e.allocation for e in events}
         for a in placed:
@@ -242,6 +280,48 @@ class Harness:
             return result, self.store.snapshot()
         self.results.append(result)
         return result, None
+
+    def _plan_deployments(
+        self,
+        plan: pb.Plan,
+        snap: StateSnapshot,
+        index: int,
+        now: int,
+        result: pb.PlanResult,
+    ) -> list[pb.Event]:
+        """The plan's new deployment and status updates, with placements
+        counted on the deployment they join (as the state's plan merge)."""
+        changed: dict[str, pb.Deployment] = {}
+        if plan.HasField("deployment"):
+            d = structs.copy_msg(plan.deployment)
+            d.create_index = d.create_index or index
+            changed[d.id] = d
+            result.deployment.CopyFrom(d)
+        for upd in plan.deployment_updates:
+            cur = changed.get(upd.deployment_id) or snap.deployment_by_id(upd.deployment_id)
+            if cur is None:
+                continue
+            cur = structs.copy_msg(cur)
+            cur.status = upd.status
+            cur.status_description = upd.status_description
+            changed[cur.id] = cur
+            result.deployment_updates.append(upd)
+        for lst in result.node_allocation.values():
+            for a in lst.allocs:
+                old = snap.alloc_by_id(a.id)
+                if not a.deployment_id or (
+                    old is not None and old.deployment_id == a.deployment_id
+                ):
+                    continue
+                d2 = changed.get(a.deployment_id) or snap.deployment_by_id(a.deployment_id)
+                if d2 is None:
+                    continue
+                d2 = structs.copy_msg(d2)
+                deployments.count_placement(d2, a, now)
+                changed[d2.id] = d2
+        for d in changed.values():
+            d.modify_index = index
+        return [self._deployment_event(d) for d in changed.values()]
 
     @staticmethod
     def _alloc_event(a: pb.Allocation, etype: str) -> pb.Event:
