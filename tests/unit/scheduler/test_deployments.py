@@ -183,8 +183,10 @@ def test_a_newer_version_cancels_the_running_deployment() -> None:
     v2 = _deployment(h, job)
     job = _new_version(h, job, "3")
     _run(h, job)
-    assert h.snapshot().deployment_by_id(v2.id).status == DeploymentStatus.CANCELLED
-    assert h.snapshot().deployment_by_id(v2.id).status_description == DESC_NEWER_JOB
+    got = h.snapshot().deployment_by_id(v2.id)
+    assert got is not None
+    assert got.status == DeploymentStatus.CANCELLED
+    assert got.status_description == DESC_NEWER_JOB
     assert _deployment(h, job).job_version == job.version
 
 
@@ -197,6 +199,7 @@ def test_stopping_the_job_cancels_its_deployment() -> None:
     job = _register(h, job)
     _run(h, job, Trigger.JOB_DEREGISTER)
     got = h.snapshot().deployment_by_id(d.id)
+    assert got is not None
     assert got.status == DeploymentStatus.CANCELLED
     assert got.status_description == DESC_STOPPED_JOB
 
