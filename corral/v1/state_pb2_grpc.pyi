@@ -58,6 +58,13 @@ class StateStub:
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]
     """Upsert deployments and their status (deployment watcher)."""
+    SetDeploymentStatus: _grpc.UnaryUnaryMultiCallable[_state_pb2.SetDeploymentStatusRequest, _state_pb2.SetDeploymentStatusResponse]
+    """A deployment watcher's decision: success (the job version becomes
+    stable) or failure (with auto_revert the last stable version is
+    registered again), decided on the deployment as stored; also a new
+    eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+    no longer active.
+    """
     GarbageCollect: _grpc.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
@@ -90,6 +97,13 @@ class StateAsyncStub(StateStub):
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _aio.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Upsert deployments and their status (deployment watcher)."""
+    SetDeploymentStatus: _aio.UnaryUnaryMultiCallable[_state_pb2.SetDeploymentStatusRequest, _state_pb2.SetDeploymentStatusResponse]  # type: ignore[assignment]
+    """A deployment watcher's decision: success (the job version becomes
+    stable) or failure (with auto_revert the last stable version is
+    registered again), decided on the deployment as stored; also a new
+    eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+    no longer active.
+    """
     GarbageCollect: _aio.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
@@ -161,6 +175,19 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
         """Upsert deployments and their status (deployment watcher)."""
+
+    @_abc_1.abstractmethod
+    def SetDeploymentStatus(
+        self,
+        request: _state_pb2.SetDeploymentStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.SetDeploymentStatusResponse, _abc.Awaitable[_state_pb2.SetDeploymentStatusResponse]]:
+        """A deployment watcher's decision: success (the job version becomes
+        stable) or failure (with auto_revert the last stable version is
+        registered again), decided on the deployment as stored; also a new
+        eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+        no longer active.
+        """
 
     @_abc_1.abstractmethod
     def GarbageCollect(

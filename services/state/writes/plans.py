@@ -18,6 +18,7 @@ from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
+from services.state.writes.deployments import count_placements
 from services.state.writes.evals import upsert_evals, validate_evals
 from services.state.writes.jobs import refresh_job_status
 
@@ -60,6 +61,7 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
     if predecessors:
         stored.update(await tx.get_allocs([p for p in predecessors if p not in stored]))
 
+    previous = {a.id: stored[a.id].deployment_id for a in plan.allocs if a.id in stored}
     for a in plan.allocs:
         alloc = copy_msg(a)
         old = stored.get(alloc.id)
@@ -94,19 +96,21 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
             if stopped is not None:
                 stored[stopped.id] = stopped
 
+    changed: dict[str, pb.Deployment] = {}
     if plan.HasField("deployment"):
         d = copy_msg(plan.deployment)
         old_d = await tx.get_deployment(d.id)
         d.create_index = old_d.create_index if old_d is not None else 0
-        tx.put_deployment(d, index=index)
+        changed[d.id] = d
     for upd in plan.deployment_updates:
-        cur = await tx.get_deployment(upd.deployment_id)
+        cur = changed.get(upd.deployment_id) or await tx.get_deployment(upd.deployment_id)
         if cur is None:
             continue
         cur = copy_msg(cur)
         cur.status = upd.status
         cur.status_description = upd.status_description
-        tx.put_deployment(cur, index=index)
+        changed[cur.id] = cur
+    await count_placements(tx, plan.allocs, previous, changed, index)
 
     if plan.evals:
         await upsert_evals(tx, plan.evals, index=index)

@@ -1,0 +1,182 @@
+"""Deployment writes: counts that follow plans and client health reports,
+the watcher's and the operator's status changes, and job reverts.
+
+Every function decides on rows read inside the caller's transaction: a
+status change to a deployment that is no longer active is refused, a
+revert reads the version it registers again in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from corral import deployments
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.structs import DeploymentStatus, Trigger, copy_msg
+from corral.v1 import structs_pb2 as pb
+from services.state.db.database import WriteTx
+from services.state.writes.jobs import new_eval, register_job
+
+#: the statuses a watcher or an operator may set
+SETTABLE = (DeploymentStatus.SUCCESSFUL, DeploymentStatus.FAILED)
+
+
+async def count_placements(
+    tx: WriteTx,
+    placed: Iterable[pb.Allocation],
+    previous: dict[str, str],
+    changed: dict[str, pb.Deployment],
+    index: int,
+) -> None:
+    """Allocs a plan placed into a deployment, or moved into it by an
+    in-place update, count as placed on it (`previous`: the deployment of
+    each alloc before the plan; `changed`: the deployments this plan
+    creates or changes). Writes every changed deployment."""
+    for a in placed:
+        if not a.deployment_id or previous.get(a.id) == a.deployment_id:
+            continue
+        d = changed.get(a.deployment_id)
+        if d is None:
+            cur = await tx.get_deployment(a.deployment_id)
+            if cur is None:
+                continue
+            d = changed[a.deployment_id] = copy_msg(cur)
+        deployments.count_placement(d, a, tx.now)
+    for d in changed.values():
+        tx.put_deployment(d, index=index)
+
+
+async def follow_health(tx: WriteTx, before: pb.Allocation, after: pb.Allocation) -> None:
+    """A client report changed an alloc's deployment health: the counts of
+    its deployment follow."""
+    if not after.deployment_id:
+        return
+    was, now = deployments.health_of(before), deployments.health_of(after)
+    if was == now:
+        return
+    cur = await tx.get_deployment(after.deployment_id)
+    if cur is None or not deployments.is_active(cur):
+        return
+    d = copy_msg(cur)
+    at = after.deployment_status.timestamp or tx.now
+    if deployments.count_health(d, after.task_group, was, now, at):
+        tx.put_deployment(d)
+
+
+async def set_status(
+    tx: WriteTx, deployment_id: str, status: str, description: str
+) -> tuple[pb.Deployment, pb.Evaluation | None, pb.Job | None]:
+    """End an active deployment: successful marks its job version stable;
+    failed reverts the job to its latest stable version when a group asks
+    for auto_revert. Either way an eval lets the scheduler act on it.
+    Returns the deployment, the eval and the reverted job (if any)."""
+    if status not in SETTABLE:
+        raise InvalidArgument("status", f"must be one of {', '.join(SETTABLE)}")
+    d = await _active(tx, deployment_id)
+    d.status = status
+    d.status_description = description
+    reverted: pb.Job | None = None
+    ev: pb.Evaluation | None = None
+    if status == DeploymentStatus.SUCCESSFUL:
+        await _mark_stable(tx, d)
+    elif deployments.wants_revert(d):
+        reverted = await _revert_to_stable(tx, d)
+    tx.put_deployment(d)
+    job = await tx.get_job(d.namespace, d.job_id)
+    if reverted is None and job is not None and not job.stop:
+        ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
+        ev.deployment_id = d.id
+        ev.job_modify_index = job.job_modify_index
+        tx.put_eval(ev)
+    return d, ev, reverted
+
+
+async def pause(
+    tx: WriteTx, deployment_id: str, paused: bool
+) -> tuple[pb.Deployment, pb.Evaluation | None]:
+    """Pause a running deployment, or resume a paused one (with an eval, so
+    the roll-out continues where it stopped)."""
+    d = await _active(tx, deployment_id)
+    if paused:
+        d.status = DeploymentStatus.PAUSED
+        d.status_description = deployments.DESC_PAUSED
+        tx.put_deployment(d)
+        return d, None
+    d.status = DeploymentStatus.RUNNING
+    d.status_description = deployments.DESC_RUNNING
+    tx.put_deployment(d)
+    job = await tx.get_job(d.namespace, d.job_id)
+    ev: pb.Evaluation | None = None
+    if job is not None and not job.stop:
+        ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
+        ev.deployment_id = d.id
+        ev.job_modify_index = job.job_modify_index
+        tx.put_eval(ev)
+    return d, ev
+
+
+async def revert_job(
+    tx: WriteTx,
+    namespace: str,
+    job_id: str,
+    version: int,
+    *,
+    prior_version: int | None = None,
+) -> tuple[pb.Job, pb.Evaluation | None]:
+    """Register `version`'s spec again as the job's next version."""
+    current = await tx.get_job(namespace, job_id)
+    if current is None:
+        raise NotFound(f"job {job_id!r} not found")
+    if prior_version is not None and current.version != prior_version:
+        raise FailedPrecondition(
+            f"job {job_id!r} is at version {current.version}, not {prior_version}"
+        )
+    if version == current.version:
+        raise InvalidArgument("version", f"job {job_id!r} is already at version {version}")
+    old = await tx.get_job_version(namespace, job_id, version)
+    if old is None:
+        raise NotFound(f"job {job_id!r} has no version {version}")
+    spec = copy_msg(old)
+    spec.stop = False
+    return await register_job(tx, spec, trigger=Trigger.JOB_REGISTER)
+
+
+async def _active(tx: WriteTx, deployment_id: str) -> pb.Deployment:
+    cur = await tx.get_deployment(deployment_id)
+    if cur is None:
+        raise NotFound(f"deployment {deployment_id!r} not found")
+    if not deployments.is_active(cur):
+        raise FailedPrecondition(f"deployment {deployment_id} is {cur.status}, no longer active")
+    return copy_msg(cur)
+
+
+async def _mark_stable(tx: WriteTx, d: pb.Deployment) -> None:
+    """The deployed version becomes stable: the one an auto-revert goes
+    back to."""
+    job = await tx.get_job(d.namespace, d.job_id)
+    if job is not None and job.version == d.job_version and job.create_index == d.job_create_index:
+        job = copy_msg(job)
+        job.stable = True
+        tx.put_job(job, "JobStabilityUpdated")
+        return
+    old = await tx.get_job_version(d.namespace, d.job_id, d.job_version)
+    if old is not None and not old.stable:
+        old = copy_msg(old)
+        old.stable = True
+        tx.put_job_version(old)
+
+
+async def _revert_to_stable(tx: WriteTx, d: pb.Deployment) -> pb.Job | None:
+    """Register the newest stable version before the failed one again, if
+    the job is still at the failed version and there is one."""
+    job = await tx.get_job(d.namespace, d.job_id)
+    if job is None or job.stop or job.version != d.job_version:
+        return None
+    for version in range(d.job_version - 1, -1, -1):
+        old = await tx.get_job_version(d.namespace, d.job_id, version)
+        if old is not None and old.stable:
+            reverted, _ = await revert_job(tx, d.namespace, d.job_id, version)
+            d.status_description = f"{d.status_description} - rolling back to job version {version}"
+            return reverted
+    d.status_description = f"{d.status_description} - no stable job version to auto revert to"
+    return None
