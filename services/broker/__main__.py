@@ -30,6 +30,7 @@ from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
 from services.broker.core_timers import run_core_timers
+from services.broker.deployments import DeploymentWatcher
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
 from services.broker.handlers import ROLE, EvalServicer, export_metrics
@@ -124,6 +125,9 @@ class BrokerProcess:
         self.reaper = Reaper(
             self.settings, self.broker, self.blocked, self.write_evals, self._job_exists
         )
+        self.deployments = DeploymentWatcher(
+            self.replica.snapshot, self.set_deployment_status, self.write_evals
+        )
         self.server = GrpcServer(args.listen, name=ROLE)
         self.address = ""
         self.election: LeaderElection | None = None
@@ -138,6 +142,17 @@ class BrokerProcess:
         )
         return int(resp.index)
 
+    async def set_deployment_status(self, deployment_id: str, status: str, desc: str) -> None:
+        await self.state.SetDeploymentStatus(
+            state_pb2.SetDeploymentStatusRequest(
+                deployment_id=deployment_id,
+                status=status,
+                status_description=desc,
+                leader_id=self.address,
+            ),
+            timeout=30,
+        )
+
     def is_leader(self) -> bool:
         return self.election is not None and self.election.is_leader
 
@@ -147,6 +162,7 @@ class BrokerProcess:
     async def start(self) -> None:
         await self.replica.start()
         self.replica.add_listener(self.router.on_batch, self.router.on_reset)
+        self.replica.add_listener(self.deployments.on_batch, self.deployments.on_reset)
         servicer = EvalServicer(
             self.settings,
             self.broker,
@@ -192,6 +208,7 @@ class BrokerProcess:
                 ),
                 name="core-gc",
             )
+            tg.create_task(self.deployments.run(), name="deployment-watcher")
 
     async def on_lost(self) -> None:
         self.router.enabled = False

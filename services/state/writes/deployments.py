@@ -73,6 +73,8 @@ async def set_status(
     if status not in SETTABLE:
         raise InvalidArgument("status", f"must be one of {', '.join(SETTABLE)}")
     d = await _active(tx, deployment_id)
+    if status == DeploymentStatus.SUCCESSFUL and not deployments.all_healthy(d):
+        raise FailedPrecondition(f"deployment {deployment_id} has allocs not yet healthy")
     d.status = status
     d.status_description = description
     reverted: pb.Job | None = None
