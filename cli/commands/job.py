@@ -1,4 +1,4 @@
-"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate`."""
+"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate|revert|deployments`."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ import sys
 import grpc
 
 from cli.commands import group, not_found
+from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows
 from cli.context import CliError, Context, common, grpc_message
+from cli.deployment_monitor import wait_and_monitor
 from cli.jobspec import JobspecError, load_job
 from cli.jobspec.duration import format_duration
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
 from corral.structs import EvalStatus
-from corral.v1 import job_pb2, query_pb2
+from corral.v1 import deployment_pb2, job_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 
 PLAN_EXIT_ERROR = 255
@@ -105,6 +107,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_scale)
 
+    p = jobs.add_parser("revert", help="Register an earlier version again: job revert JOB VERSION")
+    p.add_argument("job")
+    p.add_argument("version", type=int)
+    p.add_argument("-detach", "--detach", action="store_true")
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_revert)
+
+    p = jobs.add_parser("deployments", help="A job's deployments, newest first")
+    p.add_argument("job")
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_deployments)
+
     p = jobs.add_parser("dispatch", help="Dispatch an instance of a parameterized batch job")
     p.add_argument("job")
     p.add_argument("payload", nargs="?", help="payload file (- for stdin)")
@@ -187,7 +203,13 @@ def _after_register(
         ctx.out,
         expect_full=not result.placement_failures,
     )
-    return result.exit_code or code
+    if result.exit_code:
+        return result.exit_code
+    # a deployment's verdict decides (a failed alloc may be replaced or reverted)
+    verdict = wait_and_monitor(
+        ctx.client, job_id, namespace, version, ctx.out, verbose=getattr(args, "verbose", False)
+    )
+    return code if verdict is None else verdict
 
 
 # ------------------------------------------------------------------ run / plan
@@ -536,6 +558,39 @@ def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
                         _fields(ctx.out, list(tg.fields), "  ", False)
                         _objects(ctx.out, list(tg.objects), "  ", False)
         ctx.out.write("\n")
+    return 0
+
+
+def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: job_pb2.JobRegisterResponse = ctx.client.jobs.Revert(
+        job_pb2.JobRevertRequest(job_id=job.id, namespace=job.namespace, version=args.version),
+        timeout=30,
+    )
+    if args.json:
+        print_json(resp, ctx.out)
+        return 0
+    ctx.out.write(f'Job "{job.id}" reverted to version {args.version} as version {resp.version}\n')
+    return _after_register(
+        ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
+    )
+
+
+def cmd_deployments(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
+        deployment_pb2.DeploymentListRequest(
+            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    if args.json:
+        print_json(list(resp.deployments), ctx.out)
+        return 0
+    if not resp.deployments:
+        ctx.out.write(f'No deployments found for job "{job.id}"\n')
+        return 0
+    table(DEPLOYMENT_HEADERS, deployment_rows(list(resp.deployments), args.verbose), ctx.out)
     return 0
 
 
