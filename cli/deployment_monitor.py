@@ -68,6 +68,7 @@ def monitor_deployment(
     out.write(f'==> {now_stamp()}: Monitoring deployment "{short(deployment.id, verbose)}"\n')
     index = 0
     last: tuple[object, ...] | None = None
+    told = False  # that the canaries wait for a promotion
     while True:
         try:
             resp = client.deployments.Get(
@@ -87,6 +88,17 @@ def monitor_deployment(
         if key != last:
             last = key
             _draw(out, d)
+        waiting = deployments.awaiting_promotion(d)
+        if waiting and not told and _canaries_healthy(d, list(resp.allocs), waiting):
+            told = True
+            out.write(
+                f"==> {now_stamp()}: Canaries of {', '.join(waiting)} are healthy; "
+                f"promote with `corral deployment promote {short(d.id, verbose)}` "
+                "(or wait for auto_promote)\n"
+            )
+            out.flush()
+            if not _auto_promote(d):
+                return 0
         if deployments.is_active(d):
             continue
         ok = d.status == DeploymentStatus.SUCCESSFUL
@@ -96,6 +108,18 @@ def monitor_deployment(
         )
         out.flush()
         return 0 if ok else 1
+
+
+def _canaries_healthy(d: pb.Deployment, allocs: list[pb.Allocation], groups: list[str]) -> bool:
+    by_id = {a.id: a for a in allocs}
+    return all(
+        deployments.canaries_healthy(d.task_groups[g], d.task_groups[g].desired_canaries, by_id.get)
+        for g in groups
+    )
+
+
+def _auto_promote(d: pb.Deployment) -> bool:
+    return all(d.task_groups[g].auto_promote for g in deployments.awaiting_promotion(d))
 
 
 def wait_and_monitor(

@@ -10,6 +10,8 @@ broker's watcher decides success, failure and the next batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from corral import structs
 from corral.structs import DeploymentStatus, JobType
 from corral.v1 import structs_pb2 as pb
@@ -80,10 +82,30 @@ def for_job_version(d: pb.Deployment | None, job: pb.Job) -> bool:
 
 
 def all_healthy(d: pb.Deployment) -> bool:
-    """Every group placed its desired allocs and they all became healthy."""
+    """Every group placed its desired allocs and they all became healthy
+    (a group with canaries only after its promotion)."""
     return bool(d.task_groups) and all(
-        s.healthy_allocs >= s.desired_total for s in d.task_groups.values()
+        s.healthy_allocs >= s.desired_total and (s.promoted or not s.placed_canaries)
+        for s in d.task_groups.values()
     )
+
+
+def awaiting_promotion(d: pb.Deployment) -> list[str]:
+    """The groups whose canaries wait for a promotion."""
+    return sorted(g for g, s in d.task_groups.items() if s.placed_canaries and not s.promoted)
+
+
+def canaries_healthy(
+    state: pb.DeploymentState, desired: int, alloc: Callable[[str], pb.Allocation | None]
+) -> bool:
+    """All `desired` canaries of a group are placed and healthy."""
+    if len(state.placed_canaries) < max(desired, 1):
+        return False
+    for aid in state.placed_canaries:
+        a = alloc(aid)
+        if a is None or not a.deployment_status.healthy:
+            return False
+    return True
 
 
 def wants_revert(d: pb.Deployment) -> bool:
@@ -97,6 +119,9 @@ def count_placement(d: pb.Deployment, alloc: pb.Allocation, now: int) -> None:
     if state is None:
         return
     state.placed_allocs += 1
+    if alloc.deployment_status.canary and alloc.id not in state.placed_canaries:
+        state.placed_canaries.append(alloc.id)
+        state.desired_canaries = max(state.desired_canaries, len(state.placed_canaries))
     if state.progress_deadline and not state.require_progress_by:
         state.require_progress_by = now + state.progress_deadline
 

@@ -1,7 +1,6 @@
-"""`corral deployment list|status|fail|pause|resume`.
+"""`corral deployment list|status|promote|fail|pause|resume`.
 
-Canary deployments are not implemented (registration refuses `canary`), so
-`promote` and `unblock` do not exist yet."""
+`unblock` (multi-region deployments) does not exist: Corral has one region."""
 
 from __future__ import annotations
 
@@ -28,6 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-monitor", "--monitor", action="store_true", help="follow it until it ends")
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_status)
+
+    p = deps.add_parser("promote", help="Promote a deployment's healthy canaries")
+    p.add_argument("deployment", help="deployment id or unique prefix")
+    p.add_argument(
+        "-group", "--group", action="append", default=[], help="only this group (repeatable)"
+    )
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_promote)
 
     for name, help_text, func in (
         ("fail", "Mark a deployment failed (auto_revert then reverts the job)", cmd_fail),
@@ -114,6 +121,23 @@ def _answer(
     if resp.eval_id:
         ctx.out.write(f'Evaluation "{short(resp.eval_id, args.verbose)}" created\n')
     return 0
+
+
+def promote(
+    ctx: Context, deployment_id: str, groups: list[str]
+) -> deployment_pb2.DeploymentUpdateResponse:
+    resp: deployment_pb2.DeploymentUpdateResponse = ctx.client.deployments.Promote(
+        deployment_pb2.DeploymentPromoteRequest(
+            deployment_id=deployment_id, groups=groups, all=not groups
+        ),
+        timeout=30,
+    )
+    return resp
+
+
+def cmd_promote(args: argparse.Namespace, ctx: Context) -> int:
+    resp = promote(ctx, args.deployment, args.group)
+    return _answer(ctx, args, resp, "promoted")
 
 
 def cmd_fail(args: argparse.Namespace, ctx: Context) -> int:

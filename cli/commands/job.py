@@ -1,4 +1,5 @@
-"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate|revert|deployments`."""
+"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate|revert|promote|
+deployments`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import grpc
 
 from cli.commands import group, not_found
-from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows
+from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows, promote
 from cli.context import CliError, Context, common, grpc_message
 from cli.deployment_monitor import wait_and_monitor
 from cli.jobspec import JobspecError, load_job
@@ -114,6 +115,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-namespace", "--namespace", default="")
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_revert)
+
+    p = jobs.add_parser("promote", help="Promote the canaries of a job's latest deployment")
+    p.add_argument("job")
+    p.add_argument(
+        "-group", "--group", action="append", default=[], help="only this group (repeatable)"
+    )
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_promote)
 
     p = jobs.add_parser("deployments", help="A job's deployments, newest first")
     p.add_argument("job")
@@ -574,6 +584,27 @@ def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     return _after_register(
         ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
     )
+
+
+def cmd_promote(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
+        deployment_pb2.DeploymentListRequest(
+            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    if not resp.deployments:
+        raise CliError(f'job "{job.id}" has no deployment')
+    latest = resp.deployments[0]
+    answer = promote(ctx, latest.id, args.group)
+    if args.json:
+        print_json(answer, ctx.out)
+        return 0
+    ctx.out.write(f'Deployment "{short(latest.id, args.verbose)}" promoted\n')
+    if answer.eval_id:
+        ctx.out.write(f'Evaluation "{short(answer.eval_id, args.verbose)}" created\n')
+    return 0
 
 
 def cmd_deployments(args: argparse.Namespace, ctx: Context) -> int:

@@ -164,6 +164,32 @@ class DeploymentPauseRequest(_message.Message):
 Global___DeploymentPauseRequest: _TypeAlias = DeploymentPauseRequest  # noqa: Y015
 
 @_typing.final
+class DeploymentPromoteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEPLOYMENT_ID_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    deployment_id: _builtins.str
+    all: _builtins.bool
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        deployment_id: _builtins.str = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "deployment_id", b"deployment_id", "groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeploymentPromoteRequest: _TypeAlias = DeploymentPromoteRequest  # noqa: Y015
+
+@_typing.final
 class DeploymentUpdateResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

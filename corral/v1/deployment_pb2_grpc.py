@@ -54,6 +54,11 @@ class DeploymentStub:
                 request_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentPauseRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
                 _registered_method=True)
+        self.Promote = channel.unary_unary(
+                '/corral.v1.Deployment/Promote',
+                request_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentPromoteRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
+                _registered_method=True)
 
 
 class DeploymentServicer:
@@ -87,6 +92,14 @@ class DeploymentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Promote(self, request, context):
+        """Promote the canaries of the named groups (all = every group waiting):
+        refused unless every canary of those groups is placed and healthy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeploymentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +121,11 @@ def add_DeploymentServicer_to_server(servicer, server):
             'Pause': grpc.unary_unary_rpc_method_handler(
                     servicer.Pause,
                     request_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentPauseRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.SerializeToString,
+            ),
+            'Promote': grpc.unary_unary_rpc_method_handler(
+                    servicer.Promote,
+                    request_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentPromoteRequest.FromString,
                     response_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.SerializeToString,
             ),
     }
@@ -218,6 +236,33 @@ class Deployment:
             target,
             '/corral.v1.Deployment/Pause',
             corral_dot_v1_dot_deployment__pb2.DeploymentPauseRequest.SerializeToString,
+            corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Promote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Deployment/Promote',
+            corral_dot_v1_dot_deployment__pb2.DeploymentPromoteRequest.SerializeToString,
             corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
             options,
             channel_credentials,

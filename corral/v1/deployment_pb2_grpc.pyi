@@ -43,6 +43,10 @@ class DeploymentStub:
     """Mark an active deployment failed (auto_revert then reverts the job)."""
     Pause: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentPauseRequest, _deployment_pb2.DeploymentUpdateResponse]
     """Pause (pause = true) or resume a running deployment."""
+    Promote: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentPromoteRequest, _deployment_pb2.DeploymentUpdateResponse]
+    """Promote the canaries of the named groups (all = every group waiting):
+    refused unless every canary of those groups is placed and healthy.
+    """
 
 @_typing.type_check_only
 class DeploymentAsyncStub(DeploymentStub):
@@ -55,6 +59,10 @@ class DeploymentAsyncStub(DeploymentStub):
     """Mark an active deployment failed (auto_revert then reverts the job)."""
     Pause: _aio.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentPauseRequest, _deployment_pb2.DeploymentUpdateResponse]  # type: ignore[assignment]
     """Pause (pause = true) or resume a running deployment."""
+    Promote: _aio.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentPromoteRequest, _deployment_pb2.DeploymentUpdateResponse]  # type: ignore[assignment]
+    """Promote the canaries of the named groups (all = every group waiting):
+    refused unless every canary of those groups is placed and healthy.
+    """
 
 class DeploymentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -88,5 +96,15 @@ class DeploymentServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_deployment_pb2.DeploymentUpdateResponse, _abc.Awaitable[_deployment_pb2.DeploymentUpdateResponse]]:
         """Pause (pause = true) or resume a running deployment."""
+
+    @_abc_1.abstractmethod
+    def Promote(
+        self,
+        request: _deployment_pb2.DeploymentPromoteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.DeploymentUpdateResponse, _abc.Awaitable[_deployment_pb2.DeploymentUpdateResponse]]:
+        """Promote the canaries of the named groups (all = every group waiting):
+        refused unless every canary of those groups is placed and healthy.
+        """
 
 def add_DeploymentServicer_to_server(servicer: DeploymentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -30,7 +30,7 @@ from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
 from services.broker.core_timers import run_core_timers
-from services.broker.deployments import DeploymentWatcher
+from services.broker.deployments import watcher_over_state
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
 from services.broker.handlers import ROLE, EvalServicer, export_metrics
@@ -125,8 +125,8 @@ class BrokerProcess:
         self.reaper = Reaper(
             self.settings, self.broker, self.blocked, self.write_evals, self._job_exists
         )
-        self.deployments = DeploymentWatcher(
-            self.replica.snapshot, self.set_deployment_status, self.write_evals
+        self.deployments = watcher_over_state(
+            self.replica.snapshot, self.state_channel, lambda: self.address, self.write_evals
         )
         self.server = GrpcServer(args.listen, name=ROLE)
         self.address = ""
@@ -141,17 +141,6 @@ class BrokerProcess:
             state_pb2.UpsertEvalsRequest(evals=evals, leader_id=self.address), timeout=30
         )
         return int(resp.index)
-
-    async def set_deployment_status(self, deployment_id: str, status: str, desc: str) -> None:
-        await self.state.SetDeploymentStatus(
-            state_pb2.SetDeploymentStatusRequest(
-                deployment_id=deployment_id,
-                status=status,
-                status_description=desc,
-                leader_id=self.address,
-            ),
-            timeout=30,
-        )
 
     def is_leader(self) -> bool:
         return self.election is not None and self.election.is_leader

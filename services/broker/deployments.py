@@ -8,7 +8,10 @@ in the broker's replica and
   state then marks the job version stable);
 - fails it when an alloc turned unhealthy or a group made no progress by its
   `require_progress_by` (the state then reverts the job to its last stable
-  version when a group asked for `auto_revert`).
+  version when a group asked for `auto_revert`);
+- promotes the canaries of groups with `auto_promote` once all of them are
+  healthy (a group waiting for a manual promotion with healthy canaries is
+  not held to its progress deadline).
 
 Decisions are made on the replica and written through the state
 (`State.SetDeploymentStatus`, `State.UpsertEvals`, both fenced on this
@@ -31,6 +34,7 @@ import grpc
 from corral import deployments, structs
 from corral.store import StateSnapshot
 from corral.structs import DeploymentStatus, EvalStatus, Trigger
+from corral.v1 import deployment_pb2, deployment_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -54,9 +58,35 @@ def decide(d: pb.Deployment, now: int) -> Verdict | None:
     if deployments.all_healthy(d):
         return Verdict(DeploymentStatus.SUCCESSFUL, deployments.DESC_SUCCESSFUL)
     for s in d.task_groups.values():
+        if _waits_for_promotion(s):
+            continue
         if s.healthy_allocs < s.desired_total and 0 < s.require_progress_by < now:
             return Verdict(DeploymentStatus.FAILED, deployments.DESC_PROGRESS_DEADLINE)
     return None
+
+
+def _waits_for_promotion(s: pb.DeploymentState) -> bool:
+    """Healthy canaries wait for their promotion: that is not a lack of
+    progress."""
+    return bool(s.placed_canaries) and not s.promoted and s.healthy_allocs >= len(s.placed_canaries)
+
+
+def to_auto_promote(d: pb.Deployment, snap: StateSnapshot) -> bool:
+    """Every group waiting for a promotion asked for auto_promote and has
+    all its canaries placed and healthy."""
+    waiting = deployments.awaiting_promotion(d)
+    if d.status != DeploymentStatus.RUNNING or not waiting:
+        return False
+    job = snap.job_by_version(d.namespace, d.job_id, d.job_version)
+    for g in waiting:
+        state = d.task_groups[g]
+        tg = structs.task_group(job, g) if job is not None else None
+        up = deployments.update_strategy(job, tg) if job is not None and tg is not None else None
+        if up is None or not up.auto_promote:
+            return False
+        if not deployments.canaries_healthy(state, up.canary, snap.alloc_by_id):
+            return False
+    return True
 
 
 def healthy_total(d: pb.Deployment) -> int:
@@ -89,6 +119,7 @@ def rollout_eval(d: pb.Deployment, job: pb.Job) -> pb.Evaluation:
 
 SetStatus = Callable[[str, str, str], Awaitable[None]]
 WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
+Promote = Callable[[str], Awaitable[None]]
 
 
 class DeploymentWatcher:
@@ -99,11 +130,15 @@ class DeploymentWatcher:
         snapshot: Callable[[], StateSnapshot],
         set_status: SetStatus,
         write_evals: WriteEvals,
+        promote: Promote,
         clock: Callable[[], int] = structs.now_ns,
     ) -> None:
         self._snapshot = snapshot
         self._set_status = set_status
         self._write_evals = write_evals
+        self._promote = promote
+        #: deployments whose auto-promotion was written (until the replica shows it)
+        self._promoted: set[str] = set()
         self._clock = clock
         #: healthy allocs per deployment when its last eval was sent
         self._healthy_seen: dict[str, int] = {}
@@ -124,6 +159,7 @@ class DeploymentWatcher:
         replica alone: nothing is carried over from an earlier one."""
         self._healthy_seen.clear()
         self._ended.clear()
+        self._promoted.clear()
         while True:
             self.wake.clear()
             wait = IDLE_S
@@ -145,6 +181,7 @@ class DeploymentWatcher:
         active = [d for d in snap.deployments.values() if deployments.is_active(d)]
         live = {d.id for d in active}
         self._ended &= live
+        self._promoted &= live
         for gone in set(self._healthy_seen) - live:
             del self._healthy_seen[gone]
         evals: list[pb.Evaluation] = []
@@ -154,6 +191,10 @@ class DeploymentWatcher:
             verdict = decide(d, now)
             if verdict is not None:
                 await self._end(d, verdict)
+                continue
+            if d.id not in self._promoted and to_auto_promote(d, snap):
+                self._promoted.add(d.id)
+                await self._auto_promote(d)
                 continue
             deadline = next_deadline(d)
             if deadline:
@@ -170,6 +211,17 @@ class DeploymentWatcher:
         if evals:
             await self._write_evals(evals)
         return wait_ns / 1e9
+
+    async def _auto_promote(self, d: pb.Deployment) -> None:
+        try:
+            await self._promote(d.id)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                self._promoted.discard(d.id)
+                raise
+            log.info("deployment %s not promoted: %s", d.id, exc.details())
+            return
+        log.info("deployment %s: canaries auto-promoted", d.id, extra={"job_id": d.job_id})
 
     async def _end(self, d: pb.Deployment, verdict: Verdict) -> None:
         self._ended.add(d.id)
@@ -189,3 +241,34 @@ class DeploymentWatcher:
             verdict.description,
             extra={"job_id": d.job_id},
         )
+
+
+def watcher_over_state(
+    snapshot: Callable[[], StateSnapshot],
+    state_channel: grpc.aio.Channel,
+    leader_id: Callable[[], str],
+    write_evals: WriteEvals,
+) -> DeploymentWatcher:
+    """The watcher writing through the state service: status changes fenced
+    on this broker's leadership (`leader_id`), promotions as an operator's."""
+    state = state_pb2_grpc.StateStub(state_channel)
+    public = deployment_pb2_grpc.DeploymentStub(state_channel)
+
+    async def set_status(deployment_id: str, status: str, description: str) -> None:
+        await state.SetDeploymentStatus(
+            state_pb2.SetDeploymentStatusRequest(
+                deployment_id=deployment_id,
+                status=status,
+                status_description=description,
+                leader_id=leader_id(),
+            ),
+            timeout=30,
+        )
+
+    async def promote(deployment_id: str) -> None:
+        await public.Promote(
+            deployment_pb2.DeploymentPromoteRequest(deployment_id=deployment_id, all=True),
+            timeout=30,
+        )
+
+    return DeploymentWatcher(snapshot, set_status, write_evals, promote)

@@ -27,21 +27,23 @@ from tests.wait import until
 ROOT = Path(__file__).resolve().parents[2]
 
 UPDATE = """
-    update {
+    update {{
       max_parallel      = 2
       health_check      = "task_states"
       min_healthy_time  = "1s"
       healthy_deadline  = "10s"
       progress_deadline = "30s"
       auto_revert       = true
-    }
+      canary            = {canary}
+    }}
 """
 
 
-def jobspec(version: str, *, fail: bool = False, count: int = 6) -> str:
+def jobspec(version: str, *, fail: bool = False, count: int = 6, canary: int = 0) -> str:
     """A service job of `count` mock tasks; `fail`: the task exits 1 after
     half a second and is not restarted (its alloc turns unhealthy)."""
     config = 'run_for = "0.5s"\n        exit_code = 1' if fail else 'run_for = "0"'
+    update = UPDATE.format(canary=canary)
     return f"""
 job "web" {{
   datacenters = ["dc1"]
@@ -49,7 +51,7 @@ job "web" {{
 
   group "g" {{
     count = {count}
-{UPDATE}
+{update}
     restart {{
       attempts = 0
       mode     = "fail"
@@ -236,3 +238,32 @@ async def test_paused_deployment_waits_for_resume(
 async def _healthy(c: Cluster, version: int, n: int) -> bool:
     d = await deployment_of(c, "web", version)
     return d is not None and d.task_groups["g"].healthy_allocs >= n
+
+
+async def test_canary_waits_for_promote_then_rolls_out(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = make_cluster()
+    start(c, tmp_path)
+    first = await _run_file(c, tmp_path, "v0.hcl", jobspec("0", count=4, canary=1))
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    # job run returns once the canary is healthy and waits for a promotion
+    run = await _run_file(c, tmp_path, "v1.hcl", jobspec("1", count=4, canary=1))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "corral deployment promote" in run.stdout
+    d = await deployment_of(c, "web", 1)
+    assert d is not None and d.status == "running"
+    assert len(d.task_groups["g"].placed_canaries) == 1 and not d.task_groups["g"].promoted
+    live = [a for a in await allocs(c, "web") if a.desired_status == "run"]
+    assert sorted(a.job_version for a in live) == [0, 0, 0, 0, 1]  # beside the old ones
+    (canary,) = [a for a in live if a.job_version == 1]
+    assert canary.deployment_status.canary and canary.deployment_status.healthy
+
+    promoted = await asyncio.to_thread(corral, c, "deployment", "promote", d.id[:8])
+    assert promoted.returncode == 0, promoted.stderr
+    await until(lambda: _status(c, 1, "successful"), what="version 1 deployed after promotion")
+    live = [a for a in await allocs(c, "web") if a.desired_status == "run"]
+    assert len(live) == 4 and {a.job_version for a in live} == {1}
+    assert canary.id in {a.id for a in live}  # the canary stayed, in its old alloc's place
+    assert [v.stable for v in await versions(c, "web")] == [True, True]

@@ -102,6 +102,20 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
             index=done.index,
         )
 
+    async def Promote(
+        self, request: deployment_pb2.DeploymentPromoteRequest, context: Context
+    ) -> deployment_pb2.DeploymentUpdateResponse:
+        dep_id = self._resolve(request.deployment_id)
+        groups = [] if request.all else list(request.groups)
+        done = await self.ctx.batcher.submit(lambda tx: deployments.promote(tx, dep_id, groups))
+        _, ev = done.value
+        return deployment_pb2.DeploymentUpdateResponse(
+            eval_id=ev.id if ev is not None else "",
+            eval_create_index=done.index if ev is not None else 0,
+            deployment_modify_index=done.index,
+            index=done.index,
+        )
+
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
     server.add(

@@ -8,9 +8,9 @@ revert reads the version it registers again in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from corral import deployments
+from corral import deployments, structs
 from corral.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.structs import DeploymentStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
@@ -113,6 +113,46 @@ async def pause(
         ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
         ev.deployment_id = d.id
         ev.job_modify_index = job.job_modify_index
+        tx.put_eval(ev)
+    return d, ev
+
+
+async def promote(
+    tx: WriteTx, deployment_id: str, groups: Sequence[str] = ()
+) -> tuple[pb.Deployment, pb.Evaluation | None]:
+    """Promote the canaries of `groups` (default: every group waiting for
+    it), once all of them are placed and healthy as stored; the eval then
+    lets the canaries replace the old allocs and the roll-out continue."""
+    d = await _active(tx, deployment_id)
+    if d.status != DeploymentStatus.RUNNING:
+        raise FailedPrecondition(f"deployment {deployment_id} is {d.status}: resume it first")
+    waiting = deployments.awaiting_promotion(d)
+    targets = list(groups) or waiting
+    if not targets:
+        raise FailedPrecondition(f"deployment {deployment_id} has no canaries to promote")
+    job = await tx.get_job_version(d.namespace, d.job_id, d.job_version)
+    ids = [aid for g in targets if g in d.task_groups for aid in d.task_groups[g].placed_canaries]
+    allocs = await tx.get_allocs(ids)
+    for g in targets:
+        state = d.task_groups.get(g)
+        if state is None or g not in waiting:
+            raise InvalidArgument("groups", f"group {g!r} has no canaries awaiting promotion")
+        tg = structs.task_group(job, g) if job is not None else None
+        up = deployments.update_strategy(job, tg) if job is not None and tg is not None else None
+        desired = up.canary if up is not None else state.desired_canaries
+        if not deployments.canaries_healthy(state, desired, allocs.get):
+            raise FailedPrecondition(
+                f"group {g!r}: not every canary is placed and healthy yet; cannot promote"
+            )
+        state.promoted = True
+    d.status_description = deployments.DESC_RUNNING
+    tx.put_deployment(d)
+    current = await tx.get_job(d.namespace, d.job_id)
+    ev: pb.Evaluation | None = None
+    if current is not None and not current.stop:
+        ev = new_eval(current, Trigger.DEPLOYMENT_WATCHER)
+        ev.deployment_id = d.id
+        ev.job_modify_index = current.job_modify_index
         tx.put_eval(ev)
     return d, ev
 

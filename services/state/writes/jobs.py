@@ -93,14 +93,12 @@ def validate_job(job: pb.Job) -> None:
 
 
 def _update_supported(up: pb.UpdateStrategy, field: str) -> None:
-    """Refuse the update-block features deployments do not implement yet,
+    """Refuse the update-block settings deployments do not implement,
     rather than accept them and roll out as if they were not there."""
-    if up.canary > 0:
-        raise InvalidArgument(f"{field}.canary", "canary deployments are not supported yet")
-    if up.auto_promote:
-        raise InvalidArgument(
-            f"{field}.auto_promote", "needs canaries, which are not supported yet"
-        )
+    if up.canary < 0:
+        raise InvalidArgument(f"{field}.canary", "must not be negative")
+    if up.auto_promote and up.canary == 0:
+        raise InvalidArgument(f"{field}.auto_promote", "needs canary > 0")
     if up.health_check == "manual":
         raise InvalidArgument(
             f"{field}.health_check", "'manual' is not supported yet (use task_states or checks)"

@@ -289,6 +289,7 @@ async def update_allocs(
         if upd.HasField("deployment_status") and upd.deployment_id == alloc.deployment_id:
             # health the client judged for the deployment the alloc is in now
             alloc.deployment_status.CopyFrom(upd.deployment_status)
+            alloc.deployment_status.canary = cur.deployment_status.canary  # the scheduler's
             await follow_health(tx, cur, alloc)
         await _cancel_disconnect_timeout(tx, cur, alloc)
         key = structs.job_key(alloc.namespace, alloc.job_id)

@@ -359,6 +359,8 @@ class GenericScheduler:
                         (v for v in option.preempted_allocs),
                     )
                 self._join_deployment(alloc)
+                if missing.canary and self.deployment_id:
+                    alloc.deployment_status.canary = True
                 if prev is not None:
                     alloc.previous_allocation = prev.id
                     if missing.reschedule:
@@ -367,7 +369,7 @@ class GenericScheduler:
     def _dedupe_name(self, missing: PlaceResult, index: AllocNameIndex | None) -> str:
         """A placement whose name index is already doubly used gets the next
         free name instead (can happen after a destructive scale-up)."""
-        if index is None or missing.stop_previous:
+        if index is None or missing.stop_previous or missing.canary:
             return missing.name
         i = structs.alloc_name_index(missing.name)
         if index.is_duplicate(i):

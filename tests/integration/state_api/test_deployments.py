@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from corral import deployments
-from corral.structs import SECOND, DeploymentStatus
+from corral.structs import SECOND, DeploymentStatus, copy_msg
 from corral.testing import mock
 from corral.v1 import (
     deployment_pb2,
@@ -105,13 +105,44 @@ async def node(state_app: StateApp) -> pb.Node:
     return n
 
 
-async def test_registration_refuses_canaries(channel: grpc.aio.Channel) -> None:
-    job = _job("canary")
-    job.update.canary = 1
+async def test_registration_refuses_what_is_not_implemented(channel: grpc.aio.Channel) -> None:
+    for field, value, word in (("auto_promote", True, "canary"), ("health_check", "manual", "")):
+        job = _job("refused")
+        setattr(job.update, field, value)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await job_pb2_grpc.JobStub(channel).Register(job_pb2.JobRegisterRequest(job=job))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in (err.value.details() or "") and word in (err.value.details() or "")
+
+
+async def test_promote_only_healthy_canaries(
+    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node
+) -> None:
+    spec = _job("canaried")
+    spec.update.canary = 2
+    job = await _register(channel, spec)
+    d = await _deploy(state_app, job, node)
+    async with state_app.db.write() as tx:  # the scheduler placed both as canaries
+        allocs = await tx.allocs_by_job(job.namespace, job.id)
+        found = await tx.get_deployment(d.id)
+        assert found is not None
+        stored = copy_msg(found)
+        for a in allocs:
+            a = copy_msg(a)
+            a.deployment_status.canary = True
+            tx.put_alloc(a)
+            stored.task_groups["web"].placed_canaries.append(a.id)
+        tx.put_deployment(stored)
+    api = deployment_pb2_grpc.DeploymentStub(channel)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await job_pb2_grpc.JobStub(channel).Register(job_pb2.JobRegisterRequest(job=job))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "canary" in (err.value.details() or "")
+        await api.Promote(deployment_pb2.DeploymentPromoteRequest(deployment_id=d.id, all=True))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await _health(state_app, node, job, True)
+    async with state_app.db.write() as tx:  # the canary flag survives the client's report
+        assert all(a.deployment_status.canary for a in await tx.allocs_by_job("default", job.id))
+    resp = await api.Promote(deployment_pb2.DeploymentPromoteRequest(deployment_id=d.id))
+    assert resp.eval_id
+    assert (await _stored(state_app, d.id)).task_groups["web"].promoted
 
 
 async def test_counts_follow_plans_and_client_health(
@@ -138,6 +169,13 @@ async def test_success_marks_the_version_stable_and_ends_the_deployment(
     job = await _register(channel, _job("stable"))
     d = await _deploy(state_app, job, node)
     state = state_pb2_grpc.StateStub(channel)
+    # decided on the stored counts: not before every alloc is healthy
+    with pytest.raises(grpc.aio.AioRpcError) as early:
+        await state.SetDeploymentStatus(
+            state_pb2.SetDeploymentStatusRequest(deployment_id=d.id, status="successful")
+        )
+    assert early.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await _health(state_app, node, job, True)
     resp = await state.SetDeploymentStatus(
         state_pb2.SetDeploymentStatusRequest(
             deployment_id=d.id,
@@ -165,6 +203,7 @@ async def test_failure_with_auto_revert_registers_the_stable_version_again(
 ) -> None:
     v0 = await _register(channel, _job("revert", auto_revert=True, env="good"))
     d0 = await _deploy(state_app, v0, node)
+    await _health(state_app, node, v0, True)
     state = state_pb2_grpc.StateStub(channel)
     await state.SetDeploymentStatus(
         state_pb2.SetDeploymentStatusRequest(deployment_id=d0.id, status="successful")

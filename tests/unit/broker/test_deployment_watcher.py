@@ -33,7 +33,11 @@ class StateWrites:
     def __init__(self) -> None:
         self.statuses: list[tuple[str, str, str]] = []
         self.evals: list[pb.Evaluation] = []
+        self.promoted: list[str] = []
         self.refuse = False
+
+    async def promote(self, deployment_id: str) -> None:
+        self.promoted.append(deployment_id)
 
     async def set_status(self, deployment_id: str, status: str, desc: str) -> None:
         if self.refuse:
@@ -60,6 +64,9 @@ class Replica:
     def _write(self, events: list[pb.Event]) -> None:
         self.index += 1
         self.store.apply(pb.ChangeBatch(index=self.index, events=events))
+
+    def put_allocs(self, *allocs: pb.Allocation) -> None:
+        self._write([pb.Event(topic=Topic.ALLOCATION, key=a.id, allocation=a) for a in allocs])
 
     def put(self, d: pb.Deployment) -> None:
         d.create_index = d.create_index or self.index + 1
@@ -88,7 +95,9 @@ def _deployment(
 
 def _watcher() -> tuple[DeploymentWatcher, Replica, StateWrites, Clock]:
     replica, writes, clock = Replica(), StateWrites(), Clock()
-    w = DeploymentWatcher(replica.snapshot, writes.set_status, writes.write_evals, clock)
+    w = DeploymentWatcher(
+        replica.snapshot, writes.set_status, writes.write_evals, writes.promote, clock
+    )
     return w, replica, writes, clock
 
 
@@ -189,3 +198,43 @@ async def test_a_new_term_sends_one_eval_per_deployment_with_healthy_allocs(
     replica.put(_deployment(replica.job, healthy=healthy, progress_by=T0 + 60 * SECOND))
     await w.step()
     assert len(writes.evals) == (1 if healthy else 0)
+
+
+def _canary_deployment(
+    replica: Replica, *, auto_promote: bool, healthy: bool
+) -> tuple[pb.Deployment, pb.Allocation]:
+    replica.job.update.CopyFrom(
+        pb.UpdateStrategy(max_parallel=2, canary=1, auto_promote=auto_promote)
+    )
+    replica._write([pb.Event(topic=Topic.JOB, type="JobRegistered", job=replica.job)])
+    canary = mock.alloc(replica.job, mock.node())
+    canary.deployment_status.canary = True
+    if healthy:
+        canary.deployment_status.healthy = True
+    d = _deployment(replica.job, healthy=1 if healthy else 0, progress_by=T0 + SECOND)
+    canary.deployment_id = d.id
+    d.task_groups["web"].placed_canaries.append(canary.id)
+    d.task_groups["web"].desired_canaries = 1
+    replica.put_allocs(canary)
+    replica.put(d)
+    return d, canary
+
+
+async def test_auto_promote_once_every_canary_is_healthy() -> None:
+    w, replica, writes, _ = _watcher()
+    d, _ = _canary_deployment(replica, auto_promote=True, healthy=False)
+    await w.step()
+    assert writes.promoted == []
+    d, _ = _canary_deployment(replica, auto_promote=True, healthy=True)
+    await w.step()
+    await w.step()
+    assert writes.promoted == [d.id]
+    assert writes.statuses == []  # not successful before the promotion
+
+
+async def test_healthy_canaries_wait_for_a_manual_promotion_past_the_deadline() -> None:
+    w, replica, writes, clock = _watcher()
+    _canary_deployment(replica, auto_promote=False, healthy=True)
+    clock.now = T0 + 100 * SECOND
+    await w.step()
+    assert writes.promoted == [] and writes.statuses == []

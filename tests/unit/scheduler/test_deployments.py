@@ -217,3 +217,49 @@ def test_in_place_update_joins_the_new_deployment_and_health_is_tracked_again() 
     assert {a.deployment_id for a in allocs} == {d.id}
     assert not any(a.deployment_status.HasField("healthy") for a in allocs)
     assert d.task_groups["web"].placed_allocs == 3
+
+
+def _promote(h: Harness, job: pb.Job) -> None:
+    d = structs.copy_msg(_deployment(h, job))
+    for state in d.task_groups.values():
+        state.promoted = True
+    h.upsert_deployments(d)
+
+
+def test_canaries_run_beside_the_old_allocs_until_promoted() -> None:
+    h = _cluster()
+    job = _job(count=4, max_parallel=2)
+    job.update.canary = 1
+    job = _register(h, job)
+    _run(h, job)
+    for a in _live(h, job):
+        h.set_alloc_health(a.id, True)
+    assert not _deployment(h, job).task_groups["web"].placed_canaries  # no canary at first
+
+    job = _new_version(h, job, "2")
+    _run(h, job)
+    (canary,) = [a for a in _live(h, job) if a.job_version == job.version]
+    assert canary.deployment_status.canary
+    assert len(_live(h, job)) == 5  # four old allocs keep running beside it
+    state = _deployment(h, job).task_groups["web"]
+    assert list(state.placed_canaries) == [canary.id] and state.desired_canaries == 1
+    assert canary.name in {a.name for a in _live(h, job) if a.job_version != job.version}
+
+    # healthy but not promoted: nothing is replaced, no second canary
+    h.set_alloc_health(canary.id, True)
+    _run(h, job, Trigger.DEPLOYMENT_WATCHER)
+    assert len(_live(h, job)) == 5
+    assert [a.id for a in _live(h, job) if a.job_version == job.version] == [canary.id]
+
+    # promoted: the canary replaces the old alloc of its name, two more roll
+    _promote(h, job)
+    _run(h, job, Trigger.DEPLOYMENT_WATCHER)
+    live = _live(h, job)
+    new = [a for a in live if a.job_version == job.version]
+    assert len(live) == 4 and len(new) == 3
+    assert len({a.name for a in live}) == 4
+    for a in new:
+        h.set_alloc_health(a.id, True)
+    _run(h, job, Trigger.DEPLOYMENT_WATCHER)
+    live = _live(h, job)
+    assert len(live) == 4 and all(a.job_version == job.version for a in live)

@@ -10,9 +10,12 @@ out under a deployment: the first eval of a job version that places or
 updates allocs creates it, at most `max_parallel` of the deployment's allocs
 are pending or unhealthy at once, a paused or failed deployment replaces
 nothing more, and the broker's deployment watcher sends the eval that rolls
-the next batch. Canaries are not modelled (registration refuses them).
-Other groups with `max_parallel` (batch jobs) are continued with a
-`rolling-update` eval after `stagger`.
+the next batch. With `canary = N` a destructive update first places N
+canaries of the new version beside the old allocs and replaces nothing
+until the deployment is promoted; then each canary takes the place of the
+old alloc of its name and the rest roll as usual. Other groups with
+`max_parallel` (batch jobs) are continued with a `rolling-update` eval
+after `stagger`.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class PlaceResult:
     #: destructive updates stop the previous alloc as part of the placement
     stop_previous: bool = False
     stop_description: str = ""
+    #: a canary of the deployment (placed beside the alloc it will replace)
+    canary: bool = False
 
 
 @dataclass
@@ -293,6 +298,48 @@ class AllocReconciler:
             limit -= 1
         return max(limit, 0)
 
+    def _canaries(self, group: str, untainted: AllocSet) -> tuple[AllocSet, bool]:
+        """The current deployment's canaries of the group, and whether the
+        group was promoted."""
+        d = self.deployment
+        if d is None:
+            return {}, False
+        canaries = {
+            k: a
+            for k, a in untainted.items()
+            if a.deployment_id == d.id and a.deployment_status.canary
+        }
+        state = d.task_groups.get(group)
+        return canaries, state is not None and state.promoted
+
+    def _place_canaries(
+        self, tg: pb.TaskGroup, up: pb.UpdateStrategy, canaries: AllocSet, destructive: AllocSet
+    ) -> list[PlaceResult]:
+        """The canaries still missing, named after the allocs they will
+        replace (lowest names first)."""
+        d = self.deployment
+        if d is not None and d.status in (DeploymentStatus.PAUSED, DeploymentStatus.FAILED):
+            return []
+        used = {a.name for a in canaries.values()}
+        names = [a.name for a in name_order(destructive) if a.name not in used]
+        want = max(up.canary - len(canaries), 0)
+        return [PlaceResult(name=n, task_group=tg, canary=True) for n in names[:want]]
+
+    def _retire_replaced_by_canaries(
+        self, group: str, untainted: AllocSet, canaries: AllocSet
+    ) -> AllocSet:
+        """Once promoted, each canary takes the place of the older alloc of
+        its name: those are stopped."""
+        names = {a.name for a in canaries.values()}
+        retired: AllocSet = {}
+        for a in name_order(untainted):
+            if a.id not in canaries and a.name in names and self._older(a):
+                names.discard(a.name)
+                retired[a.id] = a
+        self.result.stop.extend(_stops(retired.values(), util.ALLOC_NOT_NEEDED))
+        self._desired(group).stop += len(retired)
+        return difference(untainted, retired)
+
     def _join_deployment(self, tg: pb.TaskGroup) -> None:
         """A group that places or updates allocs of the current version
         needs a deployment; the first such group of a version creates it
@@ -373,6 +420,16 @@ class AllocReconciler:
         lost = union(lost, c.expiring)
         followups = res.desired_followup_evals.setdefault(group, [])
 
+        up = deployments.update_strategy(job, tg)
+        canaries, promoted = self._canaries(group, untainted)
+        if canaries and not promoted:
+            # canaries run beside the allocs they will replace: neither
+            # counted against the group's count nor replaced until promoted
+            untainted = difference(untainted, canaries)
+            desired.ignore += len(canaries)
+        elif canaries:
+            untainted = self._retire_replaced_by_canaries(group, untainted, canaries)
+
         timeout_evals: dict[str, str] = {}
         if disconnecting:
             untainted, reschedule_now, reschedule_later, timeout_evals = (
@@ -408,9 +465,14 @@ class AllocReconciler:
 
         inplace, destructive = self._compute_updates(tg, untainted)
 
-        up = deployments.update_strategy(job, tg)
         max_parallel = util.max_parallel_of(job, tg)
-        if up is not None:
+        canarying = up is not None and up.canary > 0 and bool(destructive) and not promoted
+        canary_places: list[PlaceResult] = []
+        if canarying:
+            assert up is not None
+            canary_places = self._place_canaries(tg, up, canaries, destructive)
+            under = 0  # nothing is replaced before the promotion
+        elif up is not None:
             under = self._rolling_limit(up, untainted)
         elif max_parallel == 0 or len(destructive) + len(migrate) == 0:
             under = tg.count
@@ -442,8 +504,12 @@ class AllocReconciler:
         desired.ignore += len(destructive) - n
         if len(destructive) > n and max_parallel > 0 and up is None:
             res.rolling_limited.append(group)
-        if up is not None and tg.count > 0 and (place or n or inplace):
+        if up is not None and tg.count > 0 and (place or n or inplace or canary_places):
             self._join_deployment(tg)
+        if canary_places and up is not None:
+            desired.canary += len(canary_places)
+            if self.result.deployment is not None:
+                self.result.deployment.task_groups[group].desired_canaries = up.canary
         for a in name_order(destructive)[:n]:
             res.destructive_update.append(
                 PlaceResult(
@@ -462,12 +528,13 @@ class AllocReconciler:
                 continue
             res.place.append(PlaceResult(name=a.name, task_group=tg, previous_alloc=a))
 
-        # never more placements of a group than its count
+        # never more placements of a group than its count (canaries aside)
         group_places = [p for p in res.place if p.task_group.name == group]
         if len(group_places) > tg.count:
             drop = {id(p) for p in group_places[tg.count :]}
             res.place = [p for p in res.place if id(p) not in drop]
             desired.place = tg.count
+        res.place.extend(canary_places)
 
     # ------------------------------------------------------------ pieces
 
