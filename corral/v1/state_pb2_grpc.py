@@ -138,7 +138,8 @@ class StateServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpsertDeployments(self, request, context):
-        """Upsert deployments and their status (deployment watcher).
+        """Upsert deployments as given (no checks of their status; the watcher
+        decides through SetDeploymentStatus).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

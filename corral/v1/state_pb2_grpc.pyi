@@ -57,7 +57,9 @@ class StateStub:
     UpdateAllocDesiredTransitions: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpdateAllocDesiredTransitionsRequest, _state_pb2.WriteResponse]
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]
-    """Upsert deployments and their status (deployment watcher)."""
+    """Upsert deployments as given (no checks of their status; the watcher
+    decides through SetDeploymentStatus).
+    """
     SetDeploymentStatus: _grpc.UnaryUnaryMultiCallable[_state_pb2.SetDeploymentStatusRequest, _state_pb2.SetDeploymentStatusResponse]
     """A deployment watcher's decision: success (the job version becomes
     stable) or failure (with auto_revert the last stable version is
@@ -96,7 +98,9 @@ class StateAsyncStub(StateStub):
     UpdateAllocDesiredTransitions: _aio.UnaryUnaryMultiCallable[_state_pb2.UpdateAllocDesiredTransitionsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _aio.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
-    """Upsert deployments and their status (deployment watcher)."""
+    """Upsert deployments as given (no checks of their status; the watcher
+    decides through SetDeploymentStatus).
+    """
     SetDeploymentStatus: _aio.UnaryUnaryMultiCallable[_state_pb2.SetDeploymentStatusRequest, _state_pb2.SetDeploymentStatusResponse]  # type: ignore[assignment]
     """A deployment watcher's decision: success (the job version becomes
     stable) or failure (with auto_revert the last stable version is
@@ -174,7 +178,9 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
         request: _state_pb2.UpsertDeploymentsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
-        """Upsert deployments and their status (deployment watcher)."""
+        """Upsert deployments as given (no checks of their status; the watcher
+        decides through SetDeploymentStatus).
+        """
 
     @_abc_1.abstractmethod
     def SetDeploymentStatus(
