@@ -1,4 +1,4 @@
-"""`corral deployment list|status|promote|fail|pause|resume`.
+"""`corral deployment list|status|promote|fail|pause|resume|set-health`.
 
 `unblock` (multi-region deployments) does not exist: Corral has one region."""
 
@@ -35,6 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_promote)
+
+    p = deps.add_parser(
+        "set-health", help="Set allocs of a deployment healthy or unhealthy (manual health)"
+    )
+    p.add_argument("deployment", help="deployment id or unique prefix")
+    p.add_argument("-healthy", "--healthy", action="append", default=[], metavar="ALLOC_ID")
+    p.add_argument("-unhealthy", "--unhealthy", action="append", default=[], metavar="ALLOC_ID")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_set_health)
 
     for name, help_text, func in (
         ("fail", "Mark a deployment failed (auto_revert then reverts the job)", cmd_fail),
@@ -138,6 +147,18 @@ def promote(
 def cmd_promote(args: argparse.Namespace, ctx: Context) -> int:
     resp = promote(ctx, args.deployment, args.group)
     return _answer(ctx, args, resp, "promoted")
+
+
+def cmd_set_health(args: argparse.Namespace, ctx: Context) -> int:
+    resp = ctx.client.deployments.SetAllocHealth(
+        deployment_pb2.DeploymentAllocHealthRequest(
+            deployment_id=args.deployment,
+            healthy_alloc_ids=args.healthy,
+            unhealthy_alloc_ids=args.unhealthy,
+        ),
+        timeout=30,
+    )
+    return _answer(ctx, args, resp, "alloc health set")
 
 
 def cmd_fail(args: argparse.Namespace, ctx: Context) -> int:

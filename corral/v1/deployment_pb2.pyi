@@ -190,6 +190,33 @@ class DeploymentPromoteRequest(_message.Message):
 Global___DeploymentPromoteRequest: _TypeAlias = DeploymentPromoteRequest  # noqa: Y015
 
 @_typing.final
+class DeploymentAllocHealthRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEPLOYMENT_ID_FIELD_NUMBER: _builtins.int
+    HEALTHY_ALLOC_IDS_FIELD_NUMBER: _builtins.int
+    UNHEALTHY_ALLOC_IDS_FIELD_NUMBER: _builtins.int
+    deployment_id: _builtins.str
+    @_builtins.property
+    def healthy_alloc_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def unhealthy_alloc_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        deployment_id: _builtins.str = ...,
+        healthy_alloc_ids: _abc.Iterable[_builtins.str] | None = ...,
+        unhealthy_alloc_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployment_id", b"deployment_id", "healthy_alloc_ids", b"healthy_alloc_ids", "unhealthy_alloc_ids", b"unhealthy_alloc_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeploymentAllocHealthRequest: _TypeAlias = DeploymentAllocHealthRequest  # noqa: Y015
+
+@_typing.final
 class DeploymentUpdateResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -59,6 +59,11 @@ class DeploymentStub:
                 request_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentPromoteRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
                 _registered_method=True)
+        self.SetAllocHealth = channel.unary_unary(
+                '/corral.v1.Deployment/SetAllocHealth',
+                request_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentAllocHealthRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
+                _registered_method=True)
 
 
 class DeploymentServicer:
@@ -100,6 +105,15 @@ class DeploymentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetAllocHealth(self, request, context):
+        """Set the health of allocs of an active deployment by hand (what the
+        client reports with health_check = "task_states"; the only source of
+        health with health_check = "manual").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeploymentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +140,11 @@ def add_DeploymentServicer_to_server(servicer, server):
             'Promote': grpc.unary_unary_rpc_method_handler(
                     servicer.Promote,
                     request_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentPromoteRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.SerializeToString,
+            ),
+            'SetAllocHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetAllocHealth,
+                    request_deserializer=corral_dot_v1_dot_deployment__pb2.DeploymentAllocHealthRequest.FromString,
                     response_serializer=corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.SerializeToString,
             ),
     }
@@ -263,6 +282,33 @@ class Deployment:
             target,
             '/corral.v1.Deployment/Promote',
             corral_dot_v1_dot_deployment__pb2.DeploymentPromoteRequest.SerializeToString,
+            corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetAllocHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Deployment/SetAllocHealth',
+            corral_dot_v1_dot_deployment__pb2.DeploymentAllocHealthRequest.SerializeToString,
             corral_dot_v1_dot_deployment__pb2.DeploymentUpdateResponse.FromString,
             options,
             channel_credentials,

@@ -47,6 +47,11 @@ class DeploymentStub:
     """Promote the canaries of the named groups (all = every group waiting):
     refused unless every canary of those groups is placed and healthy.
     """
+    SetAllocHealth: _grpc.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentAllocHealthRequest, _deployment_pb2.DeploymentUpdateResponse]
+    """Set the health of allocs of an active deployment by hand (what the
+    client reports with health_check = "task_states"; the only source of
+    health with health_check = "manual").
+    """
 
 @_typing.type_check_only
 class DeploymentAsyncStub(DeploymentStub):
@@ -62,6 +67,11 @@ class DeploymentAsyncStub(DeploymentStub):
     Promote: _aio.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentPromoteRequest, _deployment_pb2.DeploymentUpdateResponse]  # type: ignore[assignment]
     """Promote the canaries of the named groups (all = every group waiting):
     refused unless every canary of those groups is placed and healthy.
+    """
+    SetAllocHealth: _aio.UnaryUnaryMultiCallable[_deployment_pb2.DeploymentAllocHealthRequest, _deployment_pb2.DeploymentUpdateResponse]  # type: ignore[assignment]
+    """Set the health of allocs of an active deployment by hand (what the
+    client reports with health_check = "task_states"; the only source of
+    health with health_check = "manual").
     """
 
 class DeploymentServicer(metaclass=_abc_1.ABCMeta):
@@ -105,6 +115,17 @@ class DeploymentServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_deployment_pb2.DeploymentUpdateResponse, _abc.Awaitable[_deployment_pb2.DeploymentUpdateResponse]]:
         """Promote the canaries of the named groups (all = every group waiting):
         refused unless every canary of those groups is placed and healthy.
+        """
+
+    @_abc_1.abstractmethod
+    def SetAllocHealth(
+        self,
+        request: _deployment_pb2.DeploymentAllocHealthRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_deployment_pb2.DeploymentUpdateResponse, _abc.Awaitable[_deployment_pb2.DeploymentUpdateResponse]]:
+        """Set the health of allocs of an active deployment by hand (what the
+        client reports with health_check = "task_states"; the only source of
+        health with health_check = "manual").
         """
 
 def add_DeploymentServicer_to_server(servicer: DeploymentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

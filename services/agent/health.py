@@ -1,6 +1,7 @@
 """An alloc's deployment health, judged on the client (Nomad's allocrunner
 health hook with `health_check = "task_states"`; `checks` is judged the same
-way until service checks exist): healthy once every task has been running
+way until service checks exist; `manual` is not judged here but set through
+`Deployment.SetAllocHealth`): healthy once every task has been running
 for `min_healthy_time` without a restart; unhealthy when a task fails or
 `healthy_deadline` passes first. The verdict is reported once per
 deployment the alloc is in; the state counts it on the deployment.
@@ -53,7 +54,12 @@ class HealthWatch:
         while True:
             alloc = self._alloc()
             up = self._strategy()
-            if not alloc.deployment_id or up is None or alloc.deployment_id == self.deployment_id:
+            if (
+                not alloc.deployment_id
+                or up is None
+                or up.health_check == "manual"  # set by hand through the Deployment API
+                or alloc.deployment_id == self.deployment_id
+            ):
                 await asyncio.sleep(POLL_S)
                 continue
             self.deployment_id = alloc.deployment_id

@@ -116,6 +116,24 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
             index=done.index,
         )
 
+    async def SetAllocHealth(
+        self, request: deployment_pb2.DeploymentAllocHealthRequest, context: Context
+    ) -> deployment_pb2.DeploymentUpdateResponse:
+        dep_id = self._resolve(request.deployment_id)
+        done = await self.ctx.batcher.submit(
+            lambda tx: deployments.set_alloc_health(
+                tx, dep_id, list(request.healthy_alloc_ids), list(request.unhealthy_alloc_ids)
+            ),
+            allocs=[*request.healthy_alloc_ids, *request.unhealthy_alloc_ids],
+        )
+        _, ev = done.value
+        return deployment_pb2.DeploymentUpdateResponse(
+            eval_id=ev.id if ev is not None else "",
+            eval_create_index=done.index if ev is not None else 0,
+            deployment_modify_index=done.index,
+            index=done.index,
+        )
+
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
     server.add(

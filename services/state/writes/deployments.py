@@ -157,6 +157,40 @@ async def promote(
     return d, ev
 
 
+async def set_alloc_health(
+    tx: WriteTx, deployment_id: str, healthy: Sequence[str], unhealthy: Sequence[str]
+) -> tuple[pb.Deployment, pb.Evaluation | None]:
+    """Health given by hand to allocs of an active deployment, counted on
+    it as a client's report is; an eval follows so the roll-out moves on."""
+    d = await _active(tx, deployment_id)
+    verdicts = dict.fromkeys(healthy, True)
+    for aid in unhealthy:
+        if aid in verdicts:
+            raise InvalidArgument("unhealthy_alloc_ids", f"alloc {aid} is also listed as healthy")
+        verdicts[aid] = False
+    if not verdicts:
+        raise InvalidArgument("healthy_alloc_ids", "name at least one alloc")
+    allocs = await tx.get_allocs(list(verdicts))
+    for aid, verdict in verdicts.items():
+        cur = allocs.get(aid)
+        if cur is None or cur.deployment_id != d.id:
+            raise InvalidArgument("alloc_ids", f"alloc {aid} is not part of deployment {d.id}")
+        alloc = copy_msg(cur)
+        alloc.deployment_status.healthy = verdict
+        alloc.deployment_status.timestamp = tx.now
+        tx.put_alloc(alloc, "AllocationUpdated")
+        deployments.count_health(d, alloc.task_group, deployments.health_of(cur), verdict, tx.now)
+    tx.put_deployment(d)
+    job = await tx.get_job(d.namespace, d.job_id)
+    ev: pb.Evaluation | None = None
+    if job is not None and not job.stop:
+        ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
+        ev.deployment_id = d.id
+        ev.job_modify_index = job.job_modify_index
+        tx.put_eval(ev)
+    return d, ev
+
+
 async def revert_job(
     tx: WriteTx,
     namespace: str,

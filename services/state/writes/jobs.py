@@ -93,15 +93,15 @@ def validate_job(job: pb.Job) -> None:
 
 
 def _update_supported(up: pb.UpdateStrategy, field: str) -> None:
-    """Refuse the update-block settings deployments do not implement,
-    rather than accept them and roll out as if they were not there."""
+    """The update-block settings a deployment can act on: anything else is
+    refused rather than accepted and ignored."""
     if up.canary < 0:
         raise InvalidArgument(f"{field}.canary", "must not be negative")
     if up.auto_promote and up.canary == 0:
         raise InvalidArgument(f"{field}.auto_promote", "needs canary > 0")
-    if up.health_check == "manual":
-        raise InvalidArgument(
-            f"{field}.health_check", "'manual' is not supported yet (use task_states or checks)"
+    if up.health_check and up.health_check not in ("checks", "task_states", "manual"):
+        validate.one_of(
+            up.health_check, ("checks", "task_states", "manual"), f"{field}.health_check"
         )
 
 

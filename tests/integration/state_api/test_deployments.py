@@ -106,7 +106,7 @@ async def node(state_app: StateApp) -> pb.Node:
 
 
 async def test_registration_refuses_what_is_not_implemented(channel: grpc.aio.Channel) -> None:
-    for field, value, word in (("auto_promote", True, "canary"), ("health_check", "manual", "")):
+    for field, value, word in (("auto_promote", True, "canary"), ("health_check", "bogus", "")):
         job = _job("refused")
         setattr(job.update, field, value)
         with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -263,3 +263,30 @@ async def test_job_revert_and_the_deployment_api(
             )
         )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_manual_health_is_set_through_the_api(
+    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node
+) -> None:
+    spec = _job("manual")
+    spec.update.health_check = "manual"
+    job = await _register(channel, spec)
+    d = await _deploy(state_app, job, node)
+    async with state_app.db.write() as tx:
+        a, b = sorted(await tx.allocs_by_job("default", "manual"), key=lambda x: x.name)
+    api = deployment_pb2_grpc.DeploymentStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await api.SetAllocHealth(
+            deployment_pb2.DeploymentAllocHealthRequest(
+                deployment_id=d.id, healthy_alloc_ids=["not-in-it"]
+            )
+        )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    resp = await api.SetAllocHealth(
+        deployment_pb2.DeploymentAllocHealthRequest(
+            deployment_id=d.id, healthy_alloc_ids=[a.id], unhealthy_alloc_ids=[b.id]
+        )
+    )
+    assert resp.eval_id
+    state = (await _stored(state_app, d.id)).task_groups["web"]
+    assert (state.healthy_allocs, state.unhealthy_allocs) == (1, 1)
