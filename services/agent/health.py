@@ -21,6 +21,33 @@ from corral.v1 import structs_pb2 as pb
 POLL_S = 0.1
 
 
+class HealthJudge:
+    """One verdict from successive looks at the task states (times in s)."""
+
+    def __init__(self, up: pb.UpdateStrategy, start: float, states: list[pb.TaskState]) -> None:
+        self.deadline = start + up.healthy_deadline / 1e9 if up.healthy_deadline else None
+        self.min_healthy = up.min_healthy_time / 1e9
+        self.running_since: float | None = None
+        self.restarts = sum(t.restarts for t in states)
+
+    def observe(self, states: list[pb.TaskState], now: float) -> bool | None:
+        if any(t.failed for t in states):
+            return False
+        total = sum(t.restarts for t in states)
+        if total != self.restarts:  # a restart starts the wait over
+            self.restarts, self.running_since = total, None
+        if states and all(t.state == TaskStateName.RUNNING for t in states):
+            if self.running_since is None:
+                self.running_since = now
+            if now - self.running_since >= self.min_healthy:
+                return True
+        else:
+            self.running_since = None
+        if self.deadline is not None and now >= self.deadline:
+            return False
+        return None
+
+
 class HealthWatch:
     """Watches one alloc while it is part of a deployment."""
 
@@ -71,27 +98,11 @@ class HealthWatch:
                 self._on_change()
 
     async def _judge(self, up: pb.UpdateStrategy, deployment_id: str) -> bool | None:
-        start = self._clock()
-        deadline = start + up.healthy_deadline / 1e9 if up.healthy_deadline else None
-        min_healthy = up.min_healthy_time / 1e9
-        running_since: float | None = None
-        restarts = sum(t.restarts for t in self._tasks())
+        judge = HealthJudge(up, self._clock(), self._tasks())
         while self._alloc().deployment_id == deployment_id:
-            now = self._clock()
-            states = self._tasks()
-            if any(t.failed for t in states):
-                return False
-            total = sum(t.restarts for t in states)
-            if total != restarts:  # a restart starts the wait over
-                restarts, running_since = total, None
-            if states and all(t.state == TaskStateName.RUNNING for t in states):
-                running_since = now if running_since is None else running_since
-                if now - running_since >= min_healthy:
-                    return True
-            else:
-                running_since = None
-            if deadline is not None and now >= deadline:
-                return False
+            verdict = judge.observe(self._tasks(), self._clock())
+            if verdict is not None:
+                return verdict
             await asyncio.sleep(POLL_S)
         return None  # moved to another deployment: judged again for that one
 
