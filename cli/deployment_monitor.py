@@ -1,6 +1,7 @@
 """`job run` after the placements: follow the job version's deployment to
 its end (Nomad's deployment monitor), with a progress line per task group
-(desired, placed, healthy, unhealthy, progress deadline).
+(promoted, desired, canaries placed/desired, placed, healthy, unhealthy,
+progress deadline).
 
 Exit codes: 0 when the deployment succeeded, 1 when it failed or was
 cancelled (an auto-revert is named). Driven by blocking queries."""
@@ -21,14 +22,25 @@ from corral.v1 import structs_pb2 as pb
 
 BLOCK_MS = 2000
 RPC_TIMEOUT = BLOCK_MS / 1000 + 15
-HEADERS = ("Task Group", "Desired", "Placed", "Healthy", "Unhealthy", "Progress Deadline")
+HEADERS = (
+    "Task Group",
+    "Promoted",
+    "Desired",
+    "Canaries",
+    "Placed",
+    "Healthy",
+    "Unhealthy",
+    "Progress Deadline",
+)
 
 
 def group_rows(d: pb.Deployment) -> list[tuple[str, ...]]:
     return [
         (
             name,
+            str(s.promoted).lower() if s.desired_canaries else "-",
             str(s.desired_total),
+            f"{len(s.placed_canaries)}/{s.desired_canaries}" if s.desired_canaries else "0",
             str(s.placed_allocs),
             str(s.healthy_allocs),
             str(s.unhealthy_allocs),
