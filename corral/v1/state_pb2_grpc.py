@@ -150,7 +150,9 @@ class StateServicer:
         stable) or failure (with auto_revert the last stable version is
         registered again), decided on the deployment as stored; also a new
         eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
-        no longer active.
+        no longer active, or when the stored counts do not bear the verdict out
+        (success: every alloc healthy; the watcher's failure descriptions: an
+        unhealthy alloc, a missed progress deadline).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -65,7 +65,9 @@ class StateStub:
     stable) or failure (with auto_revert the last stable version is
     registered again), decided on the deployment as stored; also a new
     eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
-    no longer active.
+    no longer active, or when the stored counts do not bear the verdict out
+    (success: every alloc healthy; the watcher's failure descriptions: an
+    unhealthy alloc, a missed progress deadline).
     """
     GarbageCollect: _grpc.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]
     """Delete garbage the core scheduler collected (terminal evals and their
@@ -106,7 +108,9 @@ class StateAsyncStub(StateStub):
     stable) or failure (with auto_revert the last stable version is
     registered again), decided on the deployment as stored; also a new
     eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
-    no longer active.
+    no longer active, or when the stored counts do not bear the verdict out
+    (success: every alloc healthy; the watcher's failure descriptions: an
+    unhealthy alloc, a missed progress deadline).
     """
     GarbageCollect: _aio.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Delete garbage the core scheduler collected (terminal evals and their
@@ -192,7 +196,9 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
         stable) or failure (with auto_revert the last stable version is
         registered again), decided on the deployment as stored; also a new
         eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
-        no longer active.
+        no longer active, or when the stored counts do not bear the verdict out
+        (success: every alloc healthy; the watcher's failure descriptions: an
+        unhealthy alloc, a missed progress deadline).
         """
 
     @_abc_1.abstractmethod

@@ -73,8 +73,7 @@ async def set_status(
     if status not in SETTABLE:
         raise InvalidArgument("status", f"must be one of {', '.join(SETTABLE)}")
     d = await _active(tx, deployment_id)
-    if status == DeploymentStatus.SUCCESSFUL and not deployments.all_healthy(d):
-        raise FailedPrecondition(f"deployment {deployment_id} has allocs not yet healthy")
+    _check_reason(d, status, description, tx.now)
     d.status = status
     d.status_description = description
     reverted: pb.Job | None = None
@@ -215,6 +214,27 @@ async def revert_job(
     spec = copy_msg(old)
     spec.stop = False
     return await register_job(tx, spec, trigger=Trigger.JOB_REGISTER)
+
+
+def _check_reason(d: pb.Deployment, status: str, description: str, now: int) -> None:
+    """A watcher's verdict, taken on its replica, must still hold on the
+    deployment as stored: success only with every alloc healthy, failure
+    for unhealthy allocs or a missed deadline only if that is so (an
+    operator's failure needs no reason)."""
+    problem = ""
+    if status == DeploymentStatus.SUCCESSFUL and not deployments.all_healthy(d):
+        problem = "has allocs not yet healthy"
+    elif description == deployments.DESC_FAILED_ALLOCS and not any(
+        s.unhealthy_allocs > 0 for s in d.task_groups.values()
+    ):
+        problem = "has no unhealthy alloc"
+    elif description == deployments.DESC_PROGRESS_DEADLINE and not any(
+        s.healthy_allocs < s.desired_total and 0 < s.require_progress_by < now
+        for s in d.task_groups.values()
+    ):
+        problem = "has not missed its progress deadline"
+    if problem:
+        raise FailedPrecondition(f"deployment {d.id} {problem}")
 
 
 async def _active(tx: WriteTx, deployment_id: str) -> pb.Deployment:

@@ -211,6 +211,16 @@ async def test_failure_with_auto_revert_registers_the_stable_version_again(
     v1 = await _register(channel, _job("revert", auto_revert=True, env="bad"))
     assert v1.version == 1
     d1 = await _deploy(state_app, v1, node)
+    # the watcher's reasons must hold on the stored deployment
+    for reason in (deployments.DESC_FAILED_ALLOCS, deployments.DESC_PROGRESS_DEADLINE):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await state.SetDeploymentStatus(
+                state_pb2.SetDeploymentStatusRequest(
+                    deployment_id=d1.id, status="failed", status_description=reason
+                )
+            )
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await _health(state_app, node, v1, False)
     resp = await state.SetDeploymentStatus(
         state_pb2.SetDeploymentStatusRequest(
             deployment_id=d1.id,
