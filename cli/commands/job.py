@@ -12,7 +12,8 @@ import grpc
 from cli.commands import group, not_found
 from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows, promote
 from cli.context import CliError, Context, common, grpc_message
-from cli.deployment_monitor import wait_and_monitor
+from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
+from cli.deployment_monitor import group_rows, wait_and_monitor
 from cli.jobspec import JobspecError, load_job
 from cli.jobspec.duration import format_duration
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
@@ -369,12 +370,38 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     if args.evals:
         heading("Evaluations", ctx.out)
         _eval_table(ctx, evals, v)
+    _latest_deployment(ctx, job, v)
     heading("Allocations", ctx.out)
     if not allocs:
         ctx.out.write("No allocations placed\n")
     else:
         _alloc_table(ctx, allocs, v)
     return 0
+
+
+def _latest_deployment(ctx: Context, job: pb.Job, verbose: bool) -> None:
+    """Nomad's "Latest Deployment" section of `job status`."""
+    resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
+        deployment_pb2.DeploymentListRequest(
+            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    if not resp.deployments:
+        return
+    d = resp.deployments[0]
+    heading("Latest Deployment", ctx.out)
+    kv(
+        [
+            ("ID", short(d.id, verbose)),
+            ("Job Version", d.job_version),
+            ("Status", d.status),
+            ("Description", d.status_description),
+        ],
+        ctx.out,
+    )
+    ctx.out.write("\n")
+    table(DEPLOYMENT_GROUP_HEADERS, group_rows(d), ctx.out)
 
 
 def _d(m: object) -> dict[str, object]:

@@ -179,6 +179,9 @@ async def test_rolling_update_of_six_two_at_a_time_ends_successful(
     listed = corral_json(c, "job", "deployments", "web")
     assert [x["job_version"] for x in listed] == [1, 0]
     assert corral_json(c, "deployment", "status", d.id[:8])["status"] == "successful"
+    status = corral(c, "job", "status", "web")
+    assert status.returncode == 0 and "Latest Deployment" in status.stdout
+    assert "successful" in status.stdout
 
 
 async def test_failing_update_auto_reverts_to_the_stable_version(
