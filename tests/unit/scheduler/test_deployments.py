@@ -263,3 +263,31 @@ def test_canaries_run_beside_the_old_allocs_until_promoted() -> None:
     _run(h, job, Trigger.DEPLOYMENT_WATCHER)
     live = _live(h, job)
     assert len(live) == 4 and all(a.job_version == job.version for a in live)
+
+
+def test_replacing_an_alloc_of_the_deployed_version_starts_no_deployment() -> None:
+    h = _cluster()
+    spec = _job(count=3)
+    spec.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(unlimited=True, delay_function="constant")
+    )
+    job = _register(h, spec)
+    _run(h, job)
+    for a in _live(h, job):
+        h.set_alloc_health(a.id, True)
+    first = _deployment(h, job)
+    # the deployment is gone (garbage collected): a reschedule of the same
+    # version must not start another one
+    h.store.apply(
+        pb.ChangeBatch(
+            index=h.next_index(),
+            events=[pb.Event(topic="Deployment", key=first.id, deleted=True, deployment=first)],
+        )
+    )
+    victim = structs.copy_msg(_live(h, job)[0])
+    victim.client_status = "failed"
+    h.upsert_allocs(victim)
+    _run(h, job, Trigger.ALLOC_FAILURE)
+    replacement = [a for a in _live(h, job) if a.previous_allocation == victim.id]
+    assert len(replacement) == 1 and not replacement[0].deployment_id
+    assert h.snapshot().latest_deployment_by_job(job.namespace, job.id) is None

@@ -340,10 +340,20 @@ class AllocReconciler:
         self._desired(group).stop += len(retired)
         return difference(untainted, retired)
 
+    def _had_allocs(self) -> bool:
+        """Allocs of the current job version exist: placing more of them
+        (a reschedule, a scale-up of the same version) starts no deployment."""
+        job = self.job
+        assert job is not None
+        return any(
+            a.job_version == job.version and a.job_modify_index >= job.create_index
+            for a in self.existing
+        )
+
     def _join_deployment(self, tg: pb.TaskGroup) -> None:
-        """A group that places or updates allocs of the current version
-        needs a deployment; the first such group of a version creates it
-        (with every group the update block governs)."""
+        """A group that updates allocs to the current version, or places
+        the version's first allocs, needs a deployment; the first such group
+        of a version creates it (with every group the update block governs)."""
         job = self.job
         assert job is not None
         if self.deployment is not None:
@@ -504,7 +514,11 @@ class AllocReconciler:
         desired.ignore += len(destructive) - n
         if len(destructive) > n and max_parallel > 0 and up is None:
             res.rolling_limited.append(group)
-        if up is not None and tg.count > 0 and (place or n or inplace or canary_places):
+        if (
+            up is not None
+            and tg.count > 0
+            and ((place and not self._had_allocs()) or destructive or inplace or canary_places)
+        ):
             self._join_deployment(tg)
         if canary_places and up is not None:
             desired.canary += len(canary_places)
