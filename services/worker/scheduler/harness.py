@@ -35,6 +35,7 @@ class Harness:
         self.deleted_allocs: list[str] = []
         self.deleted_jobs: list[tuple[str, str]] = []
         self.deleted_nodes: list[str] = []
+        self.deleted_deployments: list[str] = []
         #: nodes whose part of any plan is rejected (partial commit)
         self.reject_nodes: set[str] = set()
         #: reject only the next N plans touching reject_nodes (None = always)
@@ -428,6 +429,17 @@ class Harness:
                     )
                 )
         self.deleted_nodes.extend(node_ids)
+        if events:
+            self._write(events)
+
+    def delete_deployments(self, deployment_ids: Sequence[str]) -> None:
+        snap = self.store.snapshot()
+        events = []
+        for did in deployment_ids:
+            d = snap.deployment_by_id(did)
+            if d is not None:
+                events.append(pb.Event(topic=Topic.DEPLOYMENT, key=did, deleted=True, deployment=d))
+        self.deleted_deployments.extend(deployment_ids)
         if events:
             self._write(events)
 
