@@ -112,6 +112,14 @@ def wants_revert(d: pb.Deployment) -> bool:
     return any(s.auto_revert for s in d.task_groups.values())
 
 
+def start_progress_clock(d: pb.Deployment, now: int) -> None:
+    """A deployment is held to its progress deadlines from its creation:
+    one whose allocs cannot even be placed fails as well."""
+    for state in d.task_groups.values():
+        if state.progress_deadline and not state.require_progress_by:
+            state.require_progress_by = now + state.progress_deadline
+
+
 def count_placement(d: pb.Deployment, alloc: pb.Allocation, now: int) -> None:
     """An alloc joined `d` (placed, or updated in place into it): count it,
     and start the progress clock on the deployment's first placement."""

@@ -31,19 +31,28 @@ UPDATE = """
       max_parallel      = 2
       health_check      = "task_states"
       min_healthy_time  = "1s"
-      healthy_deadline  = "10s"
-      progress_deadline = "30s"
+      healthy_deadline  = "{healthy}"
+      progress_deadline = "{progress}"
       auto_revert       = true
       canary            = {canary}
     }}
 """
 
 
-def jobspec(version: str, *, fail: bool = False, count: int = 6, canary: int = 0) -> str:
+def jobspec(
+    version: str,
+    *,
+    fail: bool = False,
+    count: int = 6,
+    canary: int = 0,
+    cpu: int = 20,
+    progress: str = "30s",
+) -> str:
     """A service job of `count` mock tasks; `fail`: the task exits 1 after
     half a second and is not restarted (its alloc turns unhealthy)."""
     config = 'run_for = "0.5s"\n        exit_code = 1' if fail else 'run_for = "0"'
-    update = UPDATE.format(canary=canary)
+    healthy = "2s" if progress != "30s" else "10s"
+    update = UPDATE.format(canary=canary, healthy=healthy, progress=progress)
     return f"""
 job "web" {{
   datacenters = ["dc1"]
@@ -66,7 +75,7 @@ job "web" {{
         VERSION = "{version}"
       }}
       resources {{
-        cpu    = 20
+        cpu    = {cpu}
         memory = 16
       }}
     }}
@@ -270,3 +279,23 @@ async def test_canary_waits_for_promote_then_rolls_out(
     assert len(live) == 4 and {a.job_version for a in live} == {1}
     assert canary.id in {a.id for a in live}  # the canary stayed, in its old alloc's place
     assert [v.stable for v in await versions(c, "web")] == [True, True]
+
+
+async def test_an_update_that_cannot_be_placed_fails_by_its_progress_deadline(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = make_cluster()
+    start(c, tmp_path)
+    first = await _run_file(c, tmp_path, "v0.hcl", jobspec("0", count=2, progress="3s"))
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    path = tmp_path / "v1.hcl"
+    path.write_text(jobspec("1", count=2, cpu=1_000_000, progress="3s"))  # fits nowhere
+    detached = await asyncio.to_thread(corral, c, "job", "run", "-detach", str(path))
+    assert detached.returncode == 0, detached.stderr
+    failed = await until(lambda: _status(c, 1, "failed"), what="version 1 failed")
+    assert failed.status_description.startswith("Failed due to progress deadline")
+    assert failed.task_groups["g"].placed_allocs == 0
+    await until(lambda: _status(c, 2, "successful"), what="the revert (version 2) deployed")
+    live = [a for a in await allocs(c, "web") if a.desired_status == "run"]
+    assert len(live) == 2 and {a.job_version for a in live} <= {0, 2}

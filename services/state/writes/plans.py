@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from corral import deployments
 from corral.errors import InvalidArgument
 from corral.structs import ClientStatus, DesiredStatus, Eligibility, JobStatus, copy_msg
 from corral.v1 import state_pb2
@@ -101,6 +102,8 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
         d = copy_msg(plan.deployment)
         old_d = await tx.get_deployment(d.id)
         d.create_index = old_d.create_index if old_d is not None else 0
+        if old_d is None:
+            deployments.start_progress_clock(d, tx.now)
         changed[d.id] = d
     for upd in plan.deployment_updates:
         cur = changed.get(upd.deployment_id) or await tx.get_deployment(upd.deployment_id)

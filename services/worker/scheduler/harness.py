@@ -296,6 +296,8 @@ class Harness:
         if plan.HasField("deployment"):
             d = structs.copy_msg(plan.deployment)
             d.create_index = d.create_index or index
+            if snap.deployment_by_id(d.id) is None:
+                deployments.start_progress_clock(d, now)
             changed[d.id] = d
             result.deployment.CopyFrom(d)
         for upd in plan.deployment_updates:

@@ -291,3 +291,16 @@ def test_replacing_an_alloc_of_the_deployed_version_starts_no_deployment() -> No
     replacement = [a for a in _live(h, job) if a.previous_allocation == victim.id]
     assert len(replacement) == 1 and not replacement[0].deployment_id
     assert h.snapshot().latest_deployment_by_job(job.namespace, job.id) is None
+
+
+def test_an_update_that_cannot_be_placed_is_still_held_to_its_progress_deadline() -> None:
+    h = _cluster(2)
+    job = _deployed(h, count=2)
+    job.task_groups[0].tasks[0].resources.cpu = 1_000_000  # fits nowhere
+    job = _register(h, job)
+    _run(h, job)
+    d = _deployment(h, job)
+    assert d.job_version == job.version
+    state = d.task_groups["web"]
+    assert state.placed_allocs == 0 and state.require_progress_by > 0
+    assert all(a.job_version != job.version for a in _live(h, job))  # the old ones stay
