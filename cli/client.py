@@ -12,6 +12,7 @@ import grpc
 
 from corral.v1 import (
     alloc_pb2_grpc,
+    deployment_pb2_grpc,
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
@@ -71,6 +72,10 @@ class Client:
     @property
     def evals(self) -> eval_pb2_grpc.EvalsStub:
         return eval_pb2_grpc.EvalsStub(self.channel())
+
+    @property
+    def deployments(self) -> deployment_pb2_grpc.DeploymentStub:
+        return deployment_pb2_grpc.DeploymentStub(self.channel())
 
     @property
     def events(self) -> event_pb2_grpc.EventStub:

@@ -20,6 +20,7 @@ from cli.client import resolve_address
 from cli.commands import (
     agent,
     alloc,
+    deployment,
     dev,
     eval,
     event,
@@ -51,7 +52,20 @@ def build_parser() -> Parser:
         epilog="Run `corral <command> -h` for a command's flags. Docs: docs/cli.md",
     )
     sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=Parser)
-    for module in (job, node, eval, alloc, operator, event, dev, agent, sim, state, version):
+    for module in (
+        job,
+        deployment,
+        node,
+        eval,
+        alloc,
+        operator,
+        event,
+        dev,
+        agent,
+        sim,
+        state,
+        version,
+    ):
         module.register(sub)
     return parser
 

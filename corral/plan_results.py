@@ -35,10 +35,13 @@ The rules:
   (a predecessor only relinked gets `modify_index`: nothing changed for
   its client) and `modify_time` = now;
 * **the deployment** is created or replaced keeping its create index/time
-  and the counters the clients own (`placed_allocs`, `healthy_allocs`,
-  `unhealthy_allocs`, `require_progress_by`) and any task group the plan
-  does not mention; **deployment status updates** apply to active
-  deployments only (a missing or terminal one is skipped);
+  and what the state keeps on it (`placed_allocs`, `healthy_allocs`,
+  `unhealthy_allocs`, `require_progress_by`, `placed_canaries`, `promoted`)
+  and any task group the plan
+  does not mention; a new one starts its progress clock; **deployment
+  status updates** apply to active deployments only (a missing or terminal
+  one is skipped); an alloc that joins a deployment (placed, or updated in
+  place into it) is counted as placed on it (canaries listed);
 * **the plan's eval**, when stored, gets `modify_index` = index, so a worker
   that processes the eval again waits for a snapshot holding this plan
   (Nomad's `updateEvalModifyIndex`).
@@ -49,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from corral import deployments
 from corral.structs import (
     ClientStatus,
     DeploymentStatus,
@@ -89,6 +93,9 @@ def plan_reads(plan: state_pb2.AppliedPlan) -> PlanReads:
     for s in (*plan.stops, *plan.preemptions):
         allocs.setdefault(s.alloc_id, None)
     deployments: dict[str, None] = {}
+    for a in plan.allocs:
+        if a.deployment_id:
+            deployments.setdefault(a.deployment_id, None)
     if plan.HasField("deployment"):
         deployments.setdefault(plan.deployment.id, None)
     for u in plan.deployment_updates:
@@ -171,6 +178,7 @@ def merge_plan(
         d.modify_index = index
         d.modify_time = now
         out.deployments[d.id] = d
+    _count_placements(plan, out, alloc, deployment, index, now)
 
     if ev is not None:
         bumped = copy_msg(ev)
@@ -178,6 +186,36 @@ def merge_plan(
         bumped.modify_time = now
         out.eval = bumped
     return out
+
+
+def _count_placements(
+    plan: state_pb2.AppliedPlan,
+    out: PlanWrites,
+    alloc: AllocLookup,
+    deployment: DeploymentLookup,
+    index: int,
+    now: int,
+) -> None:
+    """An alloc that joins a deployment (placed into it, or moved into it
+    by an in-place update) counts as placed on it; an alloc already in it
+    does not count again."""
+    for placed in plan.allocs:
+        merged = out.allocs.get(placed.id)
+        if merged is None or not merged.deployment_id:
+            continue
+        stored = alloc(placed.id)
+        if stored is not None and stored.deployment_id == merged.deployment_id:
+            continue
+        d = out.deployments.get(merged.deployment_id)
+        if d is None:
+            found = deployment(merged.deployment_id)
+            if found is None:
+                continue
+            d = copy_msg(found)
+            d.modify_index = index
+            d.modify_time = now
+            out.deployments[d.id] = d
+        deployments.count_placement(d, merged, now)
 
 
 def _merge_placement(
@@ -234,6 +272,7 @@ def _merge_deployment(
     if old is None:
         d.create_index = index
         d.create_time = now
+        deployments.start_progress_clock(d, now)
     else:
         d.create_index = old.create_index
         d.create_time = old.create_time
@@ -246,6 +285,8 @@ def _merge_deployment(
             state.healthy_allocs = old_state.healthy_allocs
             state.unhealthy_allocs = old_state.unhealthy_allocs
             state.require_progress_by = old_state.require_progress_by
+            state.promoted = old_state.promoted or state.promoted
+            state.placed_canaries[:] = old_state.placed_canaries
     d.modify_index = index
     d.modify_time = now
     return d

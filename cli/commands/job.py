@@ -1,5 +1,5 @@
-"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate`
-(`job periodic force` lives in job_periodic.py)."""
+"""`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate|revert|promote|
+deployments` (`job periodic force` lives in job_periodic.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import sys
 import grpc
 
 from cli.commands import group, not_found
+from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows, promote
 from cli.context import CliError, Context, common, grpc_message
+from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
+from cli.deployment_monitor import group_rows, wait_and_monitor
 from cli.diff_output import write_job_diff
 from cli.jobspec import JobspecError, load_job
 from cli.jobspec.duration import format_duration
@@ -18,7 +21,7 @@ from cli.monitor import monitor_eval, monitor_placements, write_placement_failur
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
 from corral.structs import EvalStatus
-from corral.v1 import job_pb2, query_pb2
+from corral.v1 import deployment_pb2, job_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 
 PLAN_EXIT_ERROR = 255
@@ -107,6 +110,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_scale)
 
+    p = jobs.add_parser("revert", help="Register an earlier version again: job revert JOB VERSION")
+    p.add_argument("job")
+    p.add_argument("version", type=int)
+    p.add_argument("-detach", "--detach", action="store_true")
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_revert)
+
+    p = jobs.add_parser("promote", help="Promote the canaries of a job's latest deployment")
+    p.add_argument("job")
+    p.add_argument(
+        "-group", "--group", action="append", default=[], help="only this group (repeatable)"
+    )
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_promote)
+
+    p = jobs.add_parser("deployments", help="A job's deployments, newest first")
+    p.add_argument("job")
+    p.add_argument("-namespace", "--namespace", default="")
+    common(p, json=True, verbose=True)
+    p.set_defaults(func=cmd_deployments)
+
     p = jobs.add_parser("dispatch", help="Dispatch an instance of a parameterized batch job")
     p.add_argument("job")
     p.add_argument("payload", nargs="?", help="payload file (- for stdin)")
@@ -193,7 +219,13 @@ def _after_register(
         ctx.out,
         expect_full=not result.placement_failures,
     )
-    return result.exit_code or code
+    if result.exit_code:
+        return result.exit_code
+    # a deployment's verdict decides (a failed alloc may be replaced or reverted)
+    verdict = wait_and_monitor(
+        ctx.client, job_id, namespace, version, ctx.out, verbose=getattr(args, "verbose", False)
+    )
+    return code if verdict is None else verdict
 
 
 # ------------------------------------------------------------------ run / plan
@@ -356,6 +388,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     if args.evals:
         heading("Evaluations", ctx.out)
         _eval_table(ctx, evals, v)
+    _latest_deployment(ctx, job, v)
     heading("Allocations", ctx.out)
     if not allocs:
         ctx.out.write("No allocations placed\n")
@@ -391,6 +424,31 @@ def _parameterized(ctx: Context, job: pb.Job) -> None:
         [(j.id, _job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
         ctx.out,
     )
+
+
+def _latest_deployment(ctx: Context, job: pb.Job, verbose: bool) -> None:
+    """Nomad's "Latest Deployment" section of `job status`."""
+    resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
+        deployment_pb2.DeploymentListRequest(
+            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    if not resp.deployments:
+        return
+    d = resp.deployments[0]
+    heading("Latest Deployment", ctx.out)
+    kv(
+        [
+            ("ID", short(d.id, verbose)),
+            ("Job Version", d.job_version),
+            ("Status", d.status),
+            ("Description", d.status_description),
+        ],
+        ctx.out,
+    )
+    ctx.out.write("\n")
+    table(DEPLOYMENT_GROUP_HEADERS, group_rows(d), ctx.out)
 
 
 def _d(m: object) -> dict[str, object]:
@@ -590,6 +648,60 @@ def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
         if changed:
             assert d is not None
             write_job_diff(ctx.out, d, job.id, verbose=False)
+    return 0
+
+
+def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: job_pb2.JobRegisterResponse = ctx.client.jobs.Revert(
+        job_pb2.JobRevertRequest(job_id=job.id, namespace=job.namespace, version=args.version),
+        timeout=30,
+    )
+    if args.json:
+        print_json(resp, ctx.out)
+        return 0
+    ctx.out.write(f'Job "{job.id}" reverted to version {args.version} as version {resp.version}\n')
+    return _after_register(
+        ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
+    )
+
+
+def cmd_promote(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
+        deployment_pb2.DeploymentListRequest(
+            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    if not resp.deployments:
+        raise CliError(f'job "{job.id}" has no deployment')
+    latest = resp.deployments[0]
+    answer = promote(ctx, latest.id, args.group)
+    if args.json:
+        print_json(answer, ctx.out)
+        return 0
+    ctx.out.write(f'Deployment "{short(latest.id, args.verbose)}" promoted\n')
+    if answer.eval_id:
+        ctx.out.write(f'Evaluation "{short(answer.eval_id, args.verbose)}" created\n')
+    return 0
+
+
+def cmd_deployments(args: argparse.Namespace, ctx: Context) -> int:
+    job = resolve_job(ctx, args.job, args.namespace)
+    resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
+        deployment_pb2.DeploymentListRequest(
+            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+        ),
+        timeout=30,
+    )
+    if args.json:
+        print_json(list(resp.deployments), ctx.out)
+        return 0
+    if not resp.deployments:
+        ctx.out.write(f'No deployments found for job "{job.id}"\n')
+        return 0
+    table(DEPLOYMENT_HEADERS, deployment_rows(list(resp.deployments), args.verbose), ctx.out)
     return 0
 
 

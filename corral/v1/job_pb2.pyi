@@ -812,3 +812,36 @@ class JobEvaluationsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobEvaluationsResponse: _TypeAlias = JobEvaluationsResponse  # noqa: Y015
+
+@_typing.final
+class JobRevertRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    ENFORCE_PRIOR_VERSION_FIELD_NUMBER: _builtins.int
+    PRIOR_VERSION_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    namespace: _builtins.str
+    version: _builtins.int
+    """the version whose spec to register again"""
+    enforce_prior_version: _builtins.bool
+    """With enforce_prior_version, revert only if the job is still at prior_version."""
+    prior_version: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        version: _builtins.int = ...,
+        enforce_prior_version: _builtins.bool = ...,
+        prior_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforce_prior_version", b"enforce_prior_version", "job_id", b"job_id", "namespace", b"namespace", "prior_version", b"prior_version", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobRevertRequest: _TypeAlias = JobRevertRequest  # noqa: Y015

@@ -69,6 +69,11 @@ class JobStub:
                 request_serializer=corral_dot_v1_dot_job__pb2.JobScaleRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
                 _registered_method=True)
+        self.Revert = channel.unary_unary(
+                '/corral.v1.Job/Revert',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobRevertRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
+                _registered_method=True)
         self.Dispatch = channel.unary_unary(
                 '/corral.v1.Job/Dispatch',
                 request_serializer=corral_dot_v1_dot_job__pb2.JobDispatchRequest.SerializeToString,
@@ -137,6 +142,13 @@ class JobServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Revert(self, request, context):
+        """Register an earlier version's spec again, as a new version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Dispatch(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -197,6 +209,11 @@ def add_JobServicer_to_server(servicer, server):
             'Scale': grpc.unary_unary_rpc_method_handler(
                     servicer.Scale,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobScaleRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.SerializeToString,
+            ),
+            'Revert': grpc.unary_unary_rpc_method_handler(
+                    servicer.Revert,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobRevertRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.SerializeToString,
             ),
             'Dispatch': grpc.unary_unary_rpc_method_handler(
@@ -408,6 +425,33 @@ class Job:
             target,
             '/corral.v1.Job/Scale',
             corral_dot_v1_dot_job__pb2.JobScaleRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Revert(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/Revert',
+            corral_dot_v1_dot_job__pb2.JobRevertRequest.SerializeToString,
             corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
             options,
             channel_credentials,

@@ -39,6 +39,8 @@ class JobStub:
     Versions: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobVersionsRequest, _job_pb2.JobVersionsResponse]
     Deregister: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobDeregisterRequest, _job_pb2.JobDeregisterResponse]
     Scale: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobScaleRequest, _job_pb2.JobRegisterResponse]
+    Revert: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobRevertRequest, _job_pb2.JobRegisterResponse]
+    """Register an earlier version's spec again, as a new version."""
     Dispatch: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobDispatchRequest, _job_pb2.JobDispatchResponse]
     Summary: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobSummaryResponse]
     Allocations: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobAllocationsResponse]
@@ -55,6 +57,8 @@ class JobAsyncStub(JobStub):
     Versions: _aio.UnaryUnaryMultiCallable[_job_pb2.JobVersionsRequest, _job_pb2.JobVersionsResponse]  # type: ignore[assignment]
     Deregister: _aio.UnaryUnaryMultiCallable[_job_pb2.JobDeregisterRequest, _job_pb2.JobDeregisterResponse]  # type: ignore[assignment]
     Scale: _aio.UnaryUnaryMultiCallable[_job_pb2.JobScaleRequest, _job_pb2.JobRegisterResponse]  # type: ignore[assignment]
+    Revert: _aio.UnaryUnaryMultiCallable[_job_pb2.JobRevertRequest, _job_pb2.JobRegisterResponse]  # type: ignore[assignment]
+    """Register an earlier version's spec again, as a new version."""
     Dispatch: _aio.UnaryUnaryMultiCallable[_job_pb2.JobDispatchRequest, _job_pb2.JobDispatchResponse]  # type: ignore[assignment]
     Summary: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobSummaryResponse]  # type: ignore[assignment]
     Allocations: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobAllocationsResponse]  # type: ignore[assignment]
@@ -110,6 +114,14 @@ class JobServicer(metaclass=_abc_1.ABCMeta):
         request: _job_pb2.JobScaleRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_pb2.JobRegisterResponse, _abc.Awaitable[_job_pb2.JobRegisterResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Revert(
+        self,
+        request: _job_pb2.JobRevertRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobRegisterResponse, _abc.Awaitable[_job_pb2.JobRegisterResponse]]:
+        """Register an earlier version's spec again, as a new version."""
 
     @_abc_1.abstractmethod
     def Dispatch(

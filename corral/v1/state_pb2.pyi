@@ -420,6 +420,64 @@ class UpsertDeploymentsRequest(_message.Message):
 Global___UpsertDeploymentsRequest: _TypeAlias = UpsertDeploymentsRequest  # noqa: Y015
 
 @_typing.final
+class SetDeploymentStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEPLOYMENT_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    STATUS_DESCRIPTION_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    deployment_id: _builtins.str
+    status: _builtins.str
+    """"successful" or "failed" """
+    status_description: _builtins.str
+    leader_id: _builtins.str
+    """the watcher's broker: refused unless it leads"""
+    def __init__(
+        self,
+        *,
+        deployment_id: _builtins.str = ...,
+        status: _builtins.str = ...,
+        status_description: _builtins.str = ...,
+        leader_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployment_id", b"deployment_id", "leader_id", b"leader_id", "status", b"status", "status_description", b"status_description"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetDeploymentStatusRequest: _TypeAlias = SetDeploymentStatusRequest  # noqa: Y015
+
+@_typing.final
+class SetDeploymentStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    EVAL_ID_FIELD_NUMBER: _builtins.int
+    REVERTED_FIELD_NUMBER: _builtins.int
+    REVERTED_JOB_VERSION_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    eval_id: _builtins.str
+    reverted: _builtins.bool
+    reverted_job_version: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        eval_id: _builtins.str = ...,
+        reverted: _builtins.bool = ...,
+        reverted_job_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval_id", b"eval_id", "index", b"index", "reverted", b"reverted", "reverted_job_version", b"reverted_job_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetDeploymentStatusResponse: _TypeAlias = SetDeploymentStatusResponse  # noqa: Y015
+
+@_typing.final
 class JobRef(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

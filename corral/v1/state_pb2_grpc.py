@@ -70,6 +70,11 @@ class StateStub:
                 request_serializer=corral_dot_v1_dot_state__pb2.UpsertDeploymentsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.SetDeploymentStatus = channel.unary_unary(
+                '/corral.v1.State/SetDeploymentStatus',
+                request_serializer=corral_dot_v1_dot_state__pb2.SetDeploymentStatusRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_state__pb2.SetDeploymentStatusResponse.FromString,
+                _registered_method=True)
         self.GarbageCollect = channel.unary_unary(
                 '/corral.v1.State/GarbageCollect',
                 request_serializer=corral_dot_v1_dot_state__pb2.GarbageCollectRequest.SerializeToString,
@@ -138,7 +143,21 @@ class StateServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpsertDeployments(self, request, context):
-        """Upsert deployments and their status (deployment watcher).
+        """Upsert deployments as given (no checks of their status; the watcher
+        decides through SetDeploymentStatus).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetDeploymentStatus(self, request, context):
+        """A deployment watcher's decision: success (the job version becomes
+        stable) or failure (with auto_revert the last stable version is
+        registered again), decided on the deployment as stored; also a new
+        eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+        no longer active, or when the stored counts do not bear the verdict out
+        (success: every alloc healthy; the watcher's failure descriptions: an
+        unhealthy alloc, a missed progress deadline).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -204,6 +223,11 @@ def add_StateServicer_to_server(servicer, server):
                     servicer.UpsertDeployments,
                     request_deserializer=corral_dot_v1_dot_state__pb2.UpsertDeploymentsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_state__pb2.WriteResponse.SerializeToString,
+            ),
+            'SetDeploymentStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetDeploymentStatus,
+                    request_deserializer=corral_dot_v1_dot_state__pb2.SetDeploymentStatusRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_state__pb2.SetDeploymentStatusResponse.SerializeToString,
             ),
             'GarbageCollect': grpc.unary_unary_rpc_method_handler(
                     servicer.GarbageCollect,
@@ -410,6 +434,33 @@ class State:
             '/corral.v1.State/UpsertDeployments',
             corral_dot_v1_dot_state__pb2.UpsertDeploymentsRequest.SerializeToString,
             corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetDeploymentStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.State/SetDeploymentStatus',
+            corral_dot_v1_dot_state__pb2.SetDeploymentStatusRequest.SerializeToString,
+            corral_dot_v1_dot_state__pb2.SetDeploymentStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

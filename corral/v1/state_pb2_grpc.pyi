@@ -57,7 +57,18 @@ class StateStub:
     UpdateAllocDesiredTransitions: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpdateAllocDesiredTransitionsRequest, _state_pb2.WriteResponse]
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]
-    """Upsert deployments and their status (deployment watcher)."""
+    """Upsert deployments as given (no checks of their status; the watcher
+    decides through SetDeploymentStatus).
+    """
+    SetDeploymentStatus: _grpc.UnaryUnaryMultiCallable[_state_pb2.SetDeploymentStatusRequest, _state_pb2.SetDeploymentStatusResponse]
+    """A deployment watcher's decision: success (the job version becomes
+    stable) or failure (with auto_revert the last stable version is
+    registered again), decided on the deployment as stored; also a new
+    eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+    no longer active, or when the stored counts do not bear the verdict out
+    (success: every alloc healthy; the watcher's failure descriptions: an
+    unhealthy alloc, a missed progress deadline).
+    """
     GarbageCollect: _grpc.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
@@ -93,7 +104,18 @@ class StateAsyncStub(StateStub):
     UpdateAllocDesiredTransitions: _aio.UnaryUnaryMultiCallable[_state_pb2.UpdateAllocDesiredTransitionsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Set desired transitions (migrate, reschedule) on allocs, plus evals."""
     UpsertDeployments: _aio.UnaryUnaryMultiCallable[_state_pb2.UpsertDeploymentsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
-    """Upsert deployments and their status (deployment watcher)."""
+    """Upsert deployments as given (no checks of their status; the watcher
+    decides through SetDeploymentStatus).
+    """
+    SetDeploymentStatus: _aio.UnaryUnaryMultiCallable[_state_pb2.SetDeploymentStatusRequest, _state_pb2.SetDeploymentStatusResponse]  # type: ignore[assignment]
+    """A deployment watcher's decision: success (the job version becomes
+    stable) or failure (with auto_revert the last stable version is
+    registered again), decided on the deployment as stored; also a new
+    eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+    no longer active, or when the stored counts do not bear the verdict out
+    (success: every alloc healthy; the watcher's failure descriptions: an
+    unhealthy alloc, a missed progress deadline).
+    """
     GarbageCollect: _aio.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
@@ -168,7 +190,24 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
         request: _state_pb2.UpsertDeploymentsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
-        """Upsert deployments and their status (deployment watcher)."""
+        """Upsert deployments as given (no checks of their status; the watcher
+        decides through SetDeploymentStatus).
+        """
+
+    @_abc_1.abstractmethod
+    def SetDeploymentStatus(
+        self,
+        request: _state_pb2.SetDeploymentStatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.SetDeploymentStatusResponse, _abc.Awaitable[_state_pb2.SetDeploymentStatusResponse]]:
+        """A deployment watcher's decision: success (the job version becomes
+        stable) or failure (with auto_revert the last stable version is
+        registered again), decided on the deployment as stored; also a new
+        eval for its job. Refused (FAILED_PRECONDITION) once the deployment is
+        no longer active, or when the stored counts do not bear the verdict out
+        (success: every alloc healthy; the watcher's failure descriptions: an
+        unhealthy alloc, a missed progress deadline).
+        """
 
     @_abc_1.abstractmethod
     def GarbageCollect(

@@ -247,6 +247,10 @@ class Agent:
                 runner.start()
             else:
                 runner.alloc = alloc
+                # an in-place update moves the alloc to a newer job version
+                newer = self.jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
+                if newer is not None:
+                    runner.job = newer
         gone = set(self.runners) - set(resp.allocs)
         for alloc_id in gone:  # garbage collected on the server
             runner = self.runners.pop(alloc_id)

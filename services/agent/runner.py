@@ -18,6 +18,7 @@ from corral.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.agent import taskenv
 from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config
+from services.agent.health import HealthWatch
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,13 @@ class AllocRunner:
         tg = structs.task_group(job, alloc.task_group)
         self.tasks: list[TaskRunner] = []
         self.error = ""
+        self.health = HealthWatch(
+            lambda: self.alloc,
+            lambda: self.job,
+            lambda: [t.state for t in self.tasks],
+            lambda: self.on_change(self),
+        )
+        self._health_task: asyncio.Task[None] | None = None
         if tg is None:
             self.error = (
                 f"task group {alloc.task_group!r} not in job {job.id} version {job.version}"
@@ -231,6 +239,10 @@ class AllocRunner:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"alloc-{self.alloc.id[:8]}")
+        if not self.error:
+            self._health_task = asyncio.create_task(
+                self.health.run(), name=f"alloc-health-{self.alloc.id[:8]}"
+            )
 
     async def _run(self) -> None:
         if self.error:
@@ -239,6 +251,10 @@ class AllocRunner:
         await asyncio.gather(*(t.run() for t in self.tasks))
 
     async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
         await asyncio.gather(*(t.kill() for t in self.tasks))
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -273,4 +289,5 @@ class AllocRunner:
         )
         for t in self.tasks:
             out.task_states[t.task.name].CopyFrom(t.state)
+        self.health.report(out)
         return out

@@ -25,6 +25,7 @@ from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerProcessSettings
 from services.broker.core_timers import run_core_timers
+from services.broker.deployments import watcher_over_state
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
 from services.broker.handlers import EvalServicer, export_metrics, register_periodic
@@ -47,6 +48,9 @@ class BrokerProcess(runner.LeaderRole):
             self.timings, self.broker, self.blocked, self.write_evals, self._job_exists
         )
         self.periodic = state_dispatcher(self.replica, self.state_channel)
+        self.deployments = watcher_over_state(
+            self.replica.snapshot, self.state_channel, lambda: self.address, self.write_evals
+        )
         self._term: asyncio.Task[None] | None = None
 
     def _job_exists(self, ev: pb.Evaluation) -> bool:
@@ -61,6 +65,7 @@ class BrokerProcess(runner.LeaderRole):
     def add_services(self) -> None:
         self.replica.add_listener(self.router.on_batch, self.router.on_reset)
         self.replica.add_listener(self.periodic.on_batch, self.periodic.on_reset)
+        self.replica.add_listener(self.deployments.on_batch, self.deployments.on_reset)
         servicer = EvalServicer(
             self.timings,
             self.broker,
@@ -109,6 +114,7 @@ class BrokerProcess(runner.LeaderRole):
                 ),
                 name="core-gc",
             )
+            tg.create_task(self.deployments.run(), name="deployment-watcher")
 
     async def on_lost(self) -> None:
         self.router.enabled = False

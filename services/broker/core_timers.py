@@ -1,6 +1,6 @@
 """The leader's periodic garbage-collection evals (Nomad's
 leader.schedulePeriodic): every `core_gc_interval` the broker leader puts
-one `_core` eval per collector (eval-gc, job-gc, node-gc) straight into the
+one `_core` eval per collector (eval-gc, job-gc, node-gc, deployment-gc) straight into the
 ready queue. Core evals are never written to state; the worker's core
 scheduler reads its snapshot at the index given here, does the collection
 and acks."""
@@ -16,7 +16,7 @@ from corral.v1 import structs_pb2 as pb
 from services.broker.eval_broker import EvalBroker
 
 # the job ids the core scheduler dispatches on
-CORE_GC_JOBS = ("eval-gc", "job-gc", "node-gc")
+CORE_GC_JOBS = ("eval-gc", "job-gc", "node-gc", "deployment-gc")
 
 
 def core_eval(kind: str, index: int) -> pb.Evaluation:

@@ -91,8 +91,19 @@ class WorkerPlanner:
     def delete_nodes(self, node_ids: Sequence[str]) -> None:
         self._gc(state_pb2.GarbageCollectRequest(node_ids=node_ids))
 
+    def delete_deployments(self, deployment_ids: Sequence[str]) -> None:
+        self._gc(state_pb2.GarbageCollectRequest(deployment_ids=deployment_ids))
+
     def _gc(self, request: state_pb2.GarbageCollectRequest) -> None:
-        if any((request.eval_ids, request.alloc_ids, request.jobs, request.node_ids)):
+        if any(
+            (
+                request.eval_ids,
+                request.alloc_ids,
+                request.jobs,
+                request.node_ids,
+                request.deployment_ids,
+            )
+        ):
             self._run(self.worker.garbage_collect(request))
 
     def _stamp(self, ev: pb.Evaluation) -> None:

@@ -262,6 +262,14 @@ class WriteTx:
         self._pending.put("job_versions", (*key, job.version), _job_version_row(job), job)
         self.event(Topic.JOB, event_type, job.id, namespace=job.namespace, index=at, job=job)
 
+    def put_job_version(self, job: pb.Job, *, index: int | None = None) -> None:
+        """Rewrite one stored version of a job (its stability) without
+        touching the current job row."""
+        at = index or self.index
+        key = (_ns(job.namespace), job.id)
+        self._pending.put("job_versions", (*key, job.version), _job_version_row(job), job)
+        self.event(Topic.JOB, "JobVersion", job.id, namespace=job.namespace, index=at, job=job)
+
     def put_job_summary(self, summary: pb.JobSummary, *, index: int | None = None) -> None:
         at = index or self.index
         _stamp(summary, at)

@@ -1,16 +1,16 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, and `periodic`, which relays to the broker leader) and the
-internal `State` service (`state`) the other roles call."""
+`operator`, `deployment`, and `periodic`, which relays to the broker
+leader) and the internal `State` service (`state`) the other roles call."""
 
 from __future__ import annotations
 
 from corral.server import GrpcServer
 from services.state.app_context import StateContext
-from services.state.handlers import alloc, eval, event, job, operator, periodic
+from services.state.handlers import alloc, deployment, eval, event, job, operator, periodic
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer but `Node` (it needs the heartbeats) to the server."""
-    for module in (job, alloc, eval, event, operator, periodic):
+    for module in (job, alloc, eval, event, operator, deployment, periodic):
         module.register(server, ctx)

@@ -16,6 +16,7 @@ from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query
 from services.state.app_context import StateContext
+from services.state.writes.deployments import revert_job
 from services.state.writes.dispatch import dispatch_job
 from services.state.writes.job_diff import job_diff
 from services.state.writes.jobs import (
@@ -155,6 +156,31 @@ class JobServicer(job_pb2_grpc.JobServicer):
                 request.count,
                 enforce_index=request.enforce_index,
                 job_modify_index=request.job_modify_index,
+            ),
+            jobs=[(namespace, request.job_id)],
+        )
+        job, ev = done.value
+        return job_pb2.JobRegisterResponse(
+            eval_id=ev.id if ev else "",
+            eval_create_index=done.index if ev else 0,
+            job_modify_index=job.job_modify_index,
+            index=done.index,
+            version=job.version,
+        )
+
+    async def Revert(
+        self, request: job_pb2.JobRevertRequest, context: Context
+    ) -> job_pb2.JobRegisterResponse:
+        if not request.job_id:
+            raise InvalidArgument("job_id", "is required")
+        namespace = request.namespace or "default"
+        done = await self.ctx.batcher.submit(
+            lambda tx: revert_job(
+                tx,
+                namespace,
+                request.job_id,
+                request.version,
+                prior_version=request.prior_version if request.enforce_prior_version else None,
             ),
             jobs=[(namespace, request.job_id)],
         )

@@ -3,6 +3,7 @@ writes the other roles make (proto/corral/v1/state.proto)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,11 +15,13 @@ from services.state import validate
 from services.state.app_context import StateContext
 from services.state.db.database import WriteTx
 from services.state.db.snapshot import Dump, stream_dump
+from services.state.writes import deployments
 from services.state.writes.evals import upsert_evals, validate_evals
 from services.state.writes.fence import require_leader
 from services.state.writes.plans import apply_plans, validate_plans
 
 Context = Any
+log = logging.getLogger(__name__)
 
 MEMBER_TTL_MS = 10_000
 
@@ -137,6 +140,30 @@ class StateServicer(state_pb2_grpc.StateServicer):
             if request.evals:
                 await upsert_evals(tx, request.evals)
         return state_pb2.WriteResponse(index=tx.index)
+
+    async def SetDeploymentStatus(
+        self, request: state_pb2.SetDeploymentStatusRequest, context: Context
+    ) -> state_pb2.SetDeploymentStatusResponse:
+        validate.require_id(request.deployment_id, "deployment_id")
+        async with self.ctx.write() as tx:
+            if request.leader_id:
+                await require_leader(tx, "broker", request.leader_id)
+            d, ev, reverted = await deployments.set_status(
+                tx, request.deployment_id, request.status, request.status_description
+            )
+        log.info(
+            "deployment %s %s: %s",
+            d.id,
+            d.status,
+            d.status_description,
+            extra={"job_id": d.job_id, "index": tx.index, "leader_id": request.leader_id},
+        )
+        return state_pb2.SetDeploymentStatusResponse(
+            index=tx.index,
+            eval_id=ev.id if ev is not None else "",
+            reverted=reverted is not None,
+            reverted_job_version=reverted.version if reverted is not None else 0,
+        )
 
     async def GarbageCollect(
         self, request: state_pb2.GarbageCollectRequest, context: Context

@@ -44,6 +44,7 @@ def validate_job(job: pb.Job) -> None:
         if job.parameterized.payload:
             validate.one_of(job.parameterized.payload, Payload.ALL, "job.parameterized.payload")
     _periodic(job)
+    _update_supported(job.update, "job.update")
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
     groups: set[str] = set()
@@ -77,6 +78,7 @@ def validate_job(job: pb.Job) -> None:
             )
         if tg.update.max_parallel < 0:
             raise InvalidArgument(f"{f}.update.max_parallel", "must not be negative")
+        _update_supported(tg.update, f"{f}.update")
         if structs.lost_after(tg) < 0 or structs.stop_on_client_after(tg) < 0:
             raise InvalidArgument(f"{f}.disconnect", "durations must not be negative")
         if tg.ephemeral_disk.size_mb < 0:
@@ -116,6 +118,19 @@ def _periodic(job: pb.Job) -> None:
         periodic.validate(job.periodic)
     except periodic.PeriodicError as exc:
         raise InvalidArgument(exc.field, exc.message) from None
+
+
+def _update_supported(up: pb.UpdateStrategy, field: str) -> None:
+    """The update-block settings a deployment can act on: anything else is
+    refused rather than accepted and ignored."""
+    if up.canary < 0:
+        raise InvalidArgument(f"{field}.canary", "must not be negative")
+    if up.auto_promote and up.canary == 0:
+        raise InvalidArgument(f"{field}.auto_promote", "needs canary > 0")
+    if up.health_check and up.health_check not in ("checks", "task_states", "manual"):
+        validate.one_of(
+            up.health_check, ("checks", "task_states", "manual"), f"{field}.health_check"
+        )
 
 
 def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:

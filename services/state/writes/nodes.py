@@ -21,6 +21,7 @@ from corral.structs import (
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
+from services.state.writes.deployments import follow_health
 from services.state.writes.jobs import new_eval, refresh_job_status
 
 NODE_REREGISTERED = "Node reregistered by heartbeat"
@@ -285,8 +286,11 @@ async def update_allocs(
         alloc.task_states.clear()
         for name, ts in upd.task_states.items():
             alloc.task_states[name].CopyFrom(ts)
-        if upd.HasField("deployment_status"):
+        if upd.HasField("deployment_status") and upd.deployment_id == alloc.deployment_id:
+            # health the client judged for the deployment the alloc is in now
             alloc.deployment_status.CopyFrom(upd.deployment_status)
+            alloc.deployment_status.canary = cur.deployment_status.canary  # the scheduler's
+            await follow_health(tx, cur, alloc)
         await _cancel_disconnect_timeout(tx, cur, alloc)
         key = structs.job_key(alloc.namespace, alloc.job_id)
         if key not in jobs:

@@ -1,9 +1,10 @@
 """The `_core` scheduler: garbage collection (Nomad's `nomad/core_sched.go`).
 
 Core evals come from the leader's periodic timers; the eval's `job_id`
-names the collection: `eval-gc`, `job-gc`, `node-gc`, or `force-gc` (all of
-them, with no age threshold). Terminal evals and their allocs, dead jobs
-and down nodes older than their thresholds are deleted through the
+names the collection: `eval-gc`, `job-gc`, `node-gc`, `deployment-gc`, or
+`force-gc` (all of them, with no age threshold). Terminal evals and their
+allocs, dead jobs (with their deployments), down nodes and ended
+deployments older than their thresholds are deleted through the
 `CorePlanner` deletions. Core evals are not stored, so no status is written.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from corral import structs
+from corral import deployments, structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, JobStatus, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
@@ -21,8 +22,15 @@ from services.worker.scheduler.interfaces import CorePlanner, Planner, Scheduler
 CORE_JOB_EVAL_GC = "eval-gc"
 CORE_JOB_JOB_GC = "job-gc"
 CORE_JOB_NODE_GC = "node-gc"
+CORE_JOB_DEPLOYMENT_GC = "deployment-gc"
 CORE_JOB_FORCE_GC = "force-gc"
-CORE_JOBS = (CORE_JOB_EVAL_GC, CORE_JOB_JOB_GC, CORE_JOB_NODE_GC, CORE_JOB_FORCE_GC)
+CORE_JOBS = (
+    CORE_JOB_EVAL_GC,
+    CORE_JOB_JOB_GC,
+    CORE_JOB_NODE_GC,
+    CORE_JOB_DEPLOYMENT_GC,
+    CORE_JOB_FORCE_GC,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class GCConfig:
     batch_eval_gc_threshold: int = 24 * structs.HOUR
     job_gc_threshold: int = 4 * structs.HOUR
     node_gc_threshold: int = 24 * structs.HOUR
+    deployment_gc_threshold: int = structs.HOUR
     #: how often the leader creates each core eval
     interval: int = 5 * structs.MINUTE
 
@@ -118,9 +127,12 @@ class CoreScheduler:
             self.job_gc()
         elif kind == CORE_JOB_NODE_GC:
             self.node_gc()
+        elif kind == CORE_JOB_DEPLOYMENT_GC:
+            self.deployment_gc()
         elif kind == CORE_JOB_FORCE_GC:
             self.job_gc(threshold=0)
             self.eval_gc(threshold=0)
+            self.deployment_gc(threshold=0)
             self.node_gc(threshold=0)
         else:
             raise SchedulerError(f"core scheduler cannot handle job '{ev.job_id}'")
@@ -219,7 +231,32 @@ class CoreScheduler:
         if gc_jobs:
             self.log.debug("job GC", extra={"jobs": len(gc_jobs)})
             self._core_planner().delete_jobs(gc_jobs)
+            deps = [d.id for ns, jid in gc_jobs for d in self.snap.deployments_by_job(ns, jid)]
+            if deps:
+                self._core_planner().delete_deployments(deps)
         return gc_jobs
+
+    # ------------------------------------------------------------ deployments
+
+    def deployment_gc(self, threshold: int | None = None) -> list[str]:
+        """Ended deployments older than the threshold that no live alloc
+        refers to (Nomad's deploymentGC)."""
+        now = self._now()
+        cutoff = now - (self.config.deployment_gc_threshold if threshold is None else threshold)
+        gc: list[str] = []
+        for d in self.snap.deployments.values():
+            if deployments.is_active(d) or d.modify_time > cutoff:
+                continue
+            if any(
+                a.deployment_id == d.id and not structs.alloc_terminal(a)
+                for a in self.snap.allocs_by_job(d.namespace, d.job_id)
+            ):
+                continue
+            gc.append(d.id)
+        if gc:
+            self.log.debug("deployment GC", extra={"deployments": len(gc)})
+            self._core_planner().delete_deployments(gc)
+        return gc
 
     # ------------------------------------------------------------ nodes
 

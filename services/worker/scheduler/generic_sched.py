@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from corral import structs
+from corral import deployments, structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
@@ -52,6 +52,9 @@ class GenericScheduler:
         self.annotations: pb.PlanAnnotations | None = None
         self.placer: Placer | None = None
         self.rolling_limited = False
+        #: the deployment new and updated allocs of the current version join
+        self.deployment_id = ""
+        self._deployment_groups: set[str] = set()
 
     # ------------------------------------------------------------ driver
 
@@ -149,6 +152,8 @@ class GenericScheduler:
         self.plan = util.make_plan(ev, self.job)
         self.failed_tg_allocs = {}
         self.rolling_limited = False
+        self.deployment_id = ""
+        self._deployment_groups = set()
         self.placer = Placer(self.snap, self.plan, self.log, self.batch, self.job)
 
         self._compute_job_allocs()
@@ -237,6 +242,7 @@ class GenericScheduler:
             alloc_update_fn=self._alloc_update,
             job_of=lambda a: util.alloc_job(self.snap, job, a),
             initializing=util.initializing_nodes(self.snap, allocs),
+            deployment=self.snap.latest_deployment_by_job(ev.namespace, ev.job_id),
         )
         result = rec.compute()
         self.log.debug(
@@ -256,12 +262,15 @@ class GenericScheduler:
         self.annotations = annotate.from_reconcile(result)
         self.followups = result.followup_evals()
         self.rolling_limited = bool(result.rolling_limited)
+        self._plan_deployment(result)
 
         plan = self.plan
         for s in result.stop:
             util.append_stopped_alloc(
                 plan, s.alloc, s.description, s.client_status, s.followup_eval_id
             )
+        for a in result.inplace_update:
+            self._join_deployment(a)
         for group in (
             result.disconnect_updates.values(),
             result.reconnect_updates.values(),
@@ -281,6 +290,26 @@ class GenericScheduler:
         for p in result.destructive_update:
             self.queued[p.task_group.name] = self.queued.get(p.task_group.name, 0) + 1
         self._compute_placements(result)
+
+    def _plan_deployment(self, result: ReconcileResults) -> None:
+        """The plan carries the deployment the reconciler created and the
+        status changes it decided; allocs join the current version's
+        deployment only while it is active."""
+        if result.deployment is not None:
+            self.plan.deployment.CopyFrom(result.deployment)
+        self.plan.deployment_updates.extend(result.deployment_updates)
+        d = result.deployment or self.snap.deployment_by_id(result.deployment_id)
+        self.deployment_id = d.id if d is not None and deployments.is_active(d) else ""
+        self._deployment_groups = set(d.task_groups) if d is not None else set()
+
+    def _join_deployment(self, alloc: pb.Allocation) -> None:
+        """Mark a placed or in-place updated alloc as part of the deployment;
+        its health is then tracked (again) by its client."""
+        if not self.deployment_id or alloc.task_group not in self._deployment_groups:
+            return
+        if alloc.deployment_id != self.deployment_id:
+            alloc.deployment_id = self.deployment_id
+            alloc.ClearField("deployment_status")
 
     # ------------------------------------------------------------ placement
 
@@ -329,6 +358,9 @@ class GenericScheduler:
                         tg.name,
                         (v for v in option.preempted_allocs),
                     )
+                self._join_deployment(alloc)
+                if missing.canary and self.deployment_id:
+                    alloc.deployment_status.canary = True
                 if prev is not None:
                     alloc.previous_allocation = prev.id
                     if missing.reschedule:
@@ -337,7 +369,7 @@ class GenericScheduler:
     def _dedupe_name(self, missing: PlaceResult, index: AllocNameIndex | None) -> str:
         """A placement whose name index is already doubly used gets the next
         free name instead (can happen after a destructive scale-up)."""
-        if index is None or missing.stop_previous:
+        if index is None or missing.stop_previous or missing.canary:
             return missing.name
         i = structs.alloc_name_index(missing.name)
         if index.is_duplicate(i):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from corral import structs
+from corral import deployments, structs
 from corral.plan_commit import applied_plan, new_alloc_ids, stamp_result
 from corral.plan_results import PLAN_RESULT_EVENT, merge_plan
 from corral.store import StateSnapshot, StateStore
@@ -39,6 +39,7 @@ class Harness:
         self.deleted_allocs: list[str] = []
         self.deleted_jobs: list[tuple[str, str]] = []
         self.deleted_nodes: list[str] = []
+        self.deleted_deployments: list[str] = []
         #: nodes whose part of any plan is rejected (partial commit)
         self.reject_nodes: set[str] = set()
         #: reject only the next N plans touching reject_nodes (None = always)
@@ -137,6 +138,43 @@ class Harness:
                 pb.Event(topic=Topic.EVALUATION, type="EvaluationUpdated", key=e2.id, evaluation=e2)
             )
         return self._write(out)
+
+    def upsert_deployments(self, *deps: pb.Deployment) -> int:
+        index = self._index + 1
+        out = []
+        for d in deps:
+            d2 = structs.copy_msg(d)
+            if not d2.create_index:
+                d2.create_index = index
+            d2.modify_index = index
+            out.append(self._deployment_event(d2))
+        return self._write(out)
+
+    def set_alloc_health(self, alloc_id: str, healthy: bool) -> int:
+        """What a client reports when an alloc of a deployment becomes
+        healthy or unhealthy, with the deployment's counts following (as
+        the state's Node.UpdateAlloc does)."""
+        snap = self.store.snapshot()
+        a = structs.copy_msg(self.alloc(alloc_id))
+        before = deployments.health_of(a)
+        a.deployment_status.healthy = healthy
+        a.deployment_status.timestamp = self._time()
+        index = self._index + 1
+        a.modify_index = index
+        out = [pb.Event(topic=Topic.ALLOCATION, type="AllocationUpdated", key=a.id, allocation=a)]
+        d = snap.deployment_by_id(a.deployment_id)
+        if d is not None:
+            d = structs.copy_msg(d)
+            if deployments.count_health(d, a.task_group, before, healthy, self._time()):
+                d.modify_index = index
+                out.append(self._deployment_event(d))
+        return self._write(out)
+
+    @staticmethod
+    def _deployment_event(d: pb.Deployment) -> pb.Event:
+        return pb.Event(
+            topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", key=d.id, deployment=d
+        )
 
     def set_scheduler_config(self, config: pb.SchedulerConfiguration) -> int:
         """Operator scheduler configuration (algorithm, preemption)."""
@@ -332,6 +370,17 @@ class Harness:
                     )
                 )
         self.deleted_nodes.extend(node_ids)
+        if events:
+            self._write(events)
+
+    def delete_deployments(self, deployment_ids: Sequence[str]) -> None:
+        snap = self.store.snapshot()
+        events = []
+        for did in deployment_ids:
+            d = snap.deployment_by_id(did)
+            if d is not None:
+                events.append(pb.Event(topic=Topic.DEPLOYMENT, key=did, deleted=True, deployment=d))
+        self.deleted_deployments.extend(deployment_ids)
         if events:
             self._write(events)
 

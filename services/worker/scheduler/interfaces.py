@@ -65,6 +65,10 @@ class CorePlanner(Planner, Protocol):
         """Delete nodes that have been down past the threshold."""
         ...
 
+    def delete_deployments(self, deployment_ids: Sequence[str]) -> None:
+        """Delete ended deployments no live alloc refers to."""
+        ...
+
 
 @runtime_checkable
 class Scheduler(Protocol):

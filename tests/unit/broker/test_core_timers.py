@@ -16,7 +16,7 @@ async def test_core_gc_evals_are_enqueued_each_interval() -> None:
     task = asyncio.create_task(run_core_timers(b, 0.05, lambda: 42))
     kinds = []
     try:
-        for _ in range(6):  # two rounds
+        for _ in range(2 * len(CORE_GC_JOBS)):  # two rounds
             got = await b.dequeue(["_core"], 2.0)
             assert got is not None
             ev, token = got

@@ -21,6 +21,7 @@ from corral.structs import (
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.core_sched import (
+    CORE_JOB_DEPLOYMENT_GC,
     CORE_JOB_EVAL_GC,
     CORE_JOB_FORCE_GC,
     CORE_JOB_JOB_GC,
@@ -313,3 +314,48 @@ def test_new_scheduler_passes_gc_config():
     cfg = GCConfig(eval_gc_threshold=MINUTE)
     new_scheduler("_core", h.snapshot(), h, gc_config=cfg).process(core_eval(CORE_JOB_EVAL_GC))
     assert h.deleted_evals == [ev.id]
+
+
+def _deployment(job: pb.Job, status: str, *, age: int) -> pb.Deployment:
+    d = pb.Deployment(
+        id=structs.new_id(),
+        namespace=job.namespace,
+        job_id=job.id,
+        job_version=job.version,
+        status=status,
+        modify_time=NOW - age,
+    )
+    d.task_groups["web"].desired_total = 1
+    return d
+
+
+def test_deployment_gc_collects_old_ended_deployments_no_live_alloc_uses():
+    h = Harness(now=NOW)
+    job = mock.job(count=1)
+    h.upsert_jobs(job)
+    old = _deployment(job, "successful", age=2 * HOUR)
+    young = _deployment(job, "failed", age=10 * MINUTE)
+    running = _deployment(job, "running", age=2 * HOUR)
+    in_use = _deployment(job, "successful", age=2 * HOUR)
+    h.upsert_deployments(old, young, running, in_use)
+    a = mock.alloc(job, mock.node())
+    a.deployment_id = in_use.id
+    h.upsert_allocs(a)
+    run(h, CORE_JOB_DEPLOYMENT_GC)
+    assert h.deleted_deployments == [old.id]
+    assert h.snapshot().deployment_by_id(old.id) is None
+    run(h, CORE_JOB_FORCE_GC)  # no age threshold; still not the active or the used one
+    assert sorted(h.deleted_deployments) == sorted([old.id, young.id])
+
+
+def test_job_gc_takes_the_job_deployments_along():
+    h = Harness(now=NOW)
+    job = mock.job(count=1)
+    job.stop = True
+    job.submit_time = NOW - 5 * HOUR
+    h.upsert_jobs(job)
+    d = _deployment(job, "cancelled", age=10 * MINUTE)
+    h.upsert_deployments(d)
+    run(h, CORE_JOB_JOB_GC)
+    assert h.deleted_jobs == [(job.namespace, job.id)]
+    assert h.deleted_deployments == [d.id]

@@ -380,9 +380,12 @@ def test_destructive_update_replaces_allocs():
     assert sorted(a.name for a in new) == sorted(a.name for a in allocs)
 
 
-def test_rolling_update_bounded_by_max_parallel_creates_rolling_eval():
+def test_rolling_update_without_deployment_creates_rolling_eval():
+    """A batch job has no deployment: its max_parallel batches are paced
+    by `stagger` (service jobs are paced by their deployment, see
+    test_deployments.py)."""
     h, nodes = cluster(5)
-    job = mock.job(count=5)
+    job = mock.batch_job(count=5)
     job.update.CopyFrom(pb.UpdateStrategy(max_parallel=2, stagger=15 * SECOND))
     job = register(h, job)
     running_allocs(h, job, nodes, 5)

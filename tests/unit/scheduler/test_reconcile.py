@@ -195,7 +195,7 @@ def test_destructive_updates_without_update_block_happen_at_once():
 
 
 def test_destructive_updates_bounded_by_max_parallel():
-    job = mock.job(count=10)
+    job = mock.batch_job(count=10)
     job.update.CopyFrom(pb.UpdateStrategy(max_parallel=3, stagger=10 * SECOND))
     allocs = make_allocs(job, 10)
     job.job_modify_index += 10

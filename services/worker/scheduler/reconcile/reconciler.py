@@ -5,9 +5,17 @@ says per task group what to place, stop, update in place or destructively,
 migrate, mark lost/unknown, reconnect, and reschedule now or later.
 
 It reads nothing but its inputs and writes nothing: the generic scheduler
-turns the result into a plan. Deployments and canaries are not modelled;
-rolling updates are bounded by the update block's `max_parallel` and the
-scheduler continues them with a `rolling-update` eval after `stagger`.
+turns the result into a plan. A service group with an update block rolls
+out under a deployment: the first eval of a job version that places or
+updates allocs creates it, at most `max_parallel` of the deployment's allocs
+are pending or unhealthy at once, a paused or failed deployment replaces
+nothing more, and the broker's deployment watcher sends the eval that rolls
+the next batch. With `canary = N` a destructive update first places N
+canaries of the new version beside the old allocs and replaces nothing
+until the deployment is promoted; then each canary takes the place of the
+old alloc of its name and the rest roll as usual. Other groups with
+`max_parallel` (batch jobs) are continued with a `rolling-update` eval
+after `stagger`.
 """
 
 from __future__ import annotations
@@ -15,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from corral import structs
-from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral import deployments, structs
+from corral.structs import ClientStatus, DeploymentStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.reconcile.allocs import (
@@ -51,6 +59,8 @@ class PlaceResult:
     #: destructive updates stop the previous alloc as part of the placement
     stop_previous: bool = False
     stop_description: str = ""
+    #: a canary of the deployment (placed beside the alloc it will replace)
+    canary: bool = False
 
 
 @dataclass
@@ -73,8 +83,15 @@ class ReconcileResults:
     desired_tg_updates: dict[str, pb.DesiredUpdates] = field(default_factory=dict)
     desired_followup_evals: dict[str, list[pb.Evaluation]] = field(default_factory=dict)
     name_indexes: dict[str, AllocNameIndex] = field(default_factory=dict)
-    #: groups whose destructive updates were held back by max_parallel
+    #: groups without a deployment whose destructive updates were held
+    #: back by max_parallel (continued after `stagger`)
     rolling_limited: list[str] = field(default_factory=list)
+    #: the deployment this eval creates for the job's current version
+    deployment: pb.Deployment | None = None
+    #: status changes of existing deployments (cancelled by a newer version)
+    deployment_updates: list[pb.DeploymentStatusUpdate] = field(default_factory=list)
+    #: the deployment that placements and updates of the current version join
+    deployment_id: str = ""
 
     def followup_evals(self) -> list[pb.Evaluation]:
         return [e for evs in self.desired_followup_evals.values() for e in evs]
@@ -153,6 +170,7 @@ class AllocReconciler:
         alloc_update_fn: AllocUpdateFn,
         job_of: Callable[[pb.Allocation], pb.Job | None] | None = None,
         initializing: frozenset[str] = frozenset(),
+        deployment: pb.Deployment | None = None,
     ) -> None:
         self.job = job
         self.job_id = job_id
@@ -167,6 +185,8 @@ class AllocReconciler:
         self._job_of = job_of or (lambda a: job)
         self.job_type = job.type if job is not None else ""
         self.result = ReconcileResults()
+        #: the job's latest deployment; kept only if it follows the current version
+        self.deployment = deployment
 
     # ------------------------------------------------------------ helpers
 
@@ -229,13 +249,123 @@ class AllocReconciler:
             by_group.setdefault(a.task_group, {})[a.id] = a
         job = self.job
         if job is None or job.stop:
+            self._cancel_deployment(deployments.DESC_STOPPED_JOB)
             self._handle_stop(by_group)
             return self.result
+        if self.deployment is not None and not deployments.for_job_version(self.deployment, job):
+            self._cancel_deployment(deployments.DESC_NEWER_JOB)
+        if self.deployment is not None:
+            self.result.deployment_id = self.deployment.id
         for tg in job.task_groups:
             by_group.setdefault(tg.name, {})
         for group, allocs in by_group.items():
             self._compute_group(group, allocs)
         return self.result
+
+    # ------------------------------------------------------------ deployments
+
+    def _cancel_deployment(self, description: str) -> None:
+        """The latest deployment no longer follows the job's current version
+        (a newer version or a stopped job): cancel it if still active."""
+        d = self.deployment
+        self.deployment = None
+        if d is not None and deployments.is_active(d):
+            self.result.deployment_updates.append(
+                pb.DeploymentStatusUpdate(
+                    deployment_id=d.id,
+                    status=DeploymentStatus.CANCELLED,
+                    status_description=description,
+                )
+            )
+
+    def _rolling_limit(self, up: pb.UpdateStrategy, untainted: AllocSet) -> int:
+        """How many more allocs of the group may be replaced now: none while
+        the deployment is paused or failed or one of its allocs is
+        unhealthy; else `max_parallel` less its allocs not yet healthy."""
+        d = self.deployment
+        if d is None:
+            return up.max_parallel
+        if d.status in (DeploymentStatus.PAUSED, DeploymentStatus.FAILED):
+            return 0
+        limit = up.max_parallel
+        for a in untainted.values():
+            if a.deployment_id != d.id:
+                continue
+            if a.deployment_status.HasField("healthy"):
+                if not a.deployment_status.healthy:
+                    return 0
+                continue
+            limit -= 1
+        return max(limit, 0)
+
+    def _canaries(self, group: str, untainted: AllocSet) -> tuple[AllocSet, bool]:
+        """The current deployment's canaries of the group, and whether the
+        group was promoted."""
+        d = self.deployment
+        if d is None:
+            return {}, False
+        canaries = {
+            k: a
+            for k, a in untainted.items()
+            if a.deployment_id == d.id and a.deployment_status.canary
+        }
+        state = d.task_groups.get(group)
+        return canaries, state is not None and state.promoted
+
+    def _place_canaries(
+        self, tg: pb.TaskGroup, up: pb.UpdateStrategy, canaries: AllocSet, destructive: AllocSet
+    ) -> list[PlaceResult]:
+        """The canaries still missing, named after the allocs they will
+        replace (lowest names first)."""
+        d = self.deployment
+        if d is not None and d.status in (DeploymentStatus.PAUSED, DeploymentStatus.FAILED):
+            return []
+        used = {a.name for a in canaries.values()}
+        names = [a.name for a in name_order(destructive) if a.name not in used]
+        want = max(up.canary - len(canaries), 0)
+        return [PlaceResult(name=n, task_group=tg, canary=True) for n in names[:want]]
+
+    def _retire_replaced_by_canaries(
+        self, group: str, untainted: AllocSet, canaries: AllocSet
+    ) -> AllocSet:
+        """Once promoted, each canary takes the place of the older alloc of
+        its name: those are stopped."""
+        names = {a.name for a in canaries.values()}
+        retired: AllocSet = {}
+        for a in name_order(untainted):
+            if a.id not in canaries and a.name in names and self._older(a):
+                names.discard(a.name)
+                retired[a.id] = a
+        self.result.stop.extend(_stops(retired.values(), util.ALLOC_NOT_NEEDED))
+        self._desired(group).stop += len(retired)
+        return difference(untainted, retired)
+
+    def _had_allocs(self) -> bool:
+        """Allocs of the current job version exist: placing more of them
+        (a reschedule, a scale-up of the same version) starts no deployment."""
+        job = self.job
+        assert job is not None
+        return any(
+            a.job_version == job.version and a.job_modify_index >= job.create_index
+            for a in self.existing
+        )
+
+    def _join_deployment(self, tg: pb.TaskGroup) -> None:
+        """A group that updates allocs to the current version, or places
+        the version's first allocs, needs a deployment; the first such group
+        of a version creates it (with every group the update block governs)."""
+        job = self.job
+        assert job is not None
+        if self.deployment is not None:
+            return
+        d = deployments.new_deployment(job, self.now)
+        for g in job.task_groups:
+            up = deployments.update_strategy(job, g)
+            if up is not None:
+                d.task_groups[g.name].CopyFrom(deployments.group_state(up, g))
+        self.deployment = d
+        self.result.deployment = d
+        self.result.deployment_id = d.id
 
     def _stop_all(self, group: str, allocs: AllocSet) -> None:
         c = classify(allocs, self.tainted, self.now, self._tg_of)
@@ -300,6 +430,16 @@ class AllocReconciler:
         lost = union(lost, c.expiring)
         followups = res.desired_followup_evals.setdefault(group, [])
 
+        up = deployments.update_strategy(job, tg)
+        canaries, promoted = self._canaries(group, untainted)
+        if canaries and not promoted:
+            # canaries run beside the allocs they will replace: neither
+            # counted against the group's count nor replaced until promoted
+            untainted = difference(untainted, canaries)
+            desired.ignore += len(canaries)
+        elif canaries:
+            untainted = self._retire_replaced_by_canaries(group, untainted, canaries)
+
         timeout_evals: dict[str, str] = {}
         if disconnecting:
             untainted, reschedule_now, reschedule_later, timeout_evals = (
@@ -336,7 +476,15 @@ class AllocReconciler:
         inplace, destructive = self._compute_updates(tg, untainted)
 
         max_parallel = util.max_parallel_of(job, tg)
-        if max_parallel == 0 or len(destructive) + len(migrate) == 0:
+        canarying = up is not None and up.canary > 0 and bool(destructive) and not promoted
+        canary_places: list[PlaceResult] = []
+        if canarying:
+            assert up is not None
+            canary_places = self._place_canaries(tg, up, canaries, destructive)
+            under = 0  # nothing is replaced before the promotion
+        elif up is not None:
+            under = self._rolling_limit(up, untainted)
+        elif max_parallel == 0 or len(destructive) + len(migrate) == 0:
             under = tg.count
         else:
             under = max_parallel
@@ -364,8 +512,18 @@ class AllocReconciler:
         n = min(len(destructive), under)
         desired.destructive_update += n
         desired.ignore += len(destructive) - n
-        if len(destructive) > n and max_parallel > 0:
+        if len(destructive) > n and max_parallel > 0 and up is None:
             res.rolling_limited.append(group)
+        if (
+            up is not None
+            and tg.count > 0
+            and ((place and not self._had_allocs()) or destructive or inplace or canary_places)
+        ):
+            self._join_deployment(tg)
+        if canary_places and up is not None:
+            desired.canary += len(canary_places)
+            if self.result.deployment is not None:
+                self.result.deployment.task_groups[group].desired_canaries = up.canary
         for a in name_order(destructive)[:n]:
             res.destructive_update.append(
                 PlaceResult(
@@ -384,12 +542,13 @@ class AllocReconciler:
                 continue
             res.place.append(PlaceResult(name=a.name, task_group=tg, previous_alloc=a))
 
-        # never more placements of a group than its count
+        # never more placements of a group than its count (canaries aside)
         group_places = [p for p in res.place if p.task_group.name == group]
         if len(group_places) > tg.count:
             drop = {id(p) for p in group_places[tg.count :]}
             res.place = [p for p in res.place if id(p) not in drop]
             desired.place = tg.count
+        res.place.extend(canary_places)
 
     # ------------------------------------------------------------ pieces
 

@@ -1,0 +1,143 @@
+"""The public `Deployment` service (proto/corral/v1/deployment.proto):
+reads from the state's snapshot, operator changes as one transaction each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral import deployments as model
+from corral.errors import InvalidArgument
+from corral.server import GrpcServer
+from corral.structs import DeploymentStatus
+from corral.v1 import deployment_pb2, deployment_pb2_grpc
+from services.state import query
+from services.state.app_context import StateContext
+from services.state.writes import deployments
+
+Context = Any
+TABLES = ("deployments",)
+
+
+class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
+    def __init__(self, ctx: StateContext) -> None:
+        self.ctx = ctx
+
+    async def List(
+        self, request: deployment_pb2.DeploymentListRequest, context: Context
+    ) -> deployment_pb2.DeploymentListResponse:
+        snap = await query.snapshot_for(self.ctx, request.query, TABLES)
+        if request.job_id:
+            candidates = snap.deployments_by_job(
+                request.query.namespace or "default", request.job_id
+            )
+        else:
+            candidates = list(snap.deployments.values())
+        found = [
+            d
+            for d in candidates
+            if query.namespace_matches(request.query, d.namespace)
+            and d.id.startswith(request.query.prefix)
+        ]
+        # newest first, as Nomad lists them
+        found.sort(key=lambda d: (-d.create_index, d.id))
+        page, token = query.paginate(
+            found, lambda d: f"{2**63 - d.create_index:020d}/{d.id}", request.query
+        )
+        return deployment_pb2.DeploymentListResponse(
+            deployments=page, meta=query.meta(snap, TABLES, token)
+        )
+
+    async def Get(
+        self, request: deployment_pb2.DeploymentGetRequest, context: Context
+    ) -> deployment_pb2.DeploymentGetResponse:
+        tables = ("deployments", "allocs")
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        dep_id = query.resolve_prefix(
+            list(snap.deployments.keys()), request.deployment_id, "deployment"
+        )
+        d = snap.deployments[dep_id]
+        allocs = [a for a in snap.allocs_by_job(d.namespace, d.job_id) if a.deployment_id == d.id]
+        allocs.sort(key=lambda a: (a.create_index, a.id))
+        return deployment_pb2.DeploymentGetResponse(
+            deployment=d, allocs=allocs, meta=query.meta(snap, tables)
+        )
+
+    def _resolve(self, deployment_id: str) -> str:
+        if not deployment_id:
+            raise InvalidArgument("deployment_id", "is required")
+        snap = self.ctx.feed.snapshot()
+        return query.resolve_prefix(list(snap.deployments.keys()), deployment_id, "deployment")
+
+    async def Fail(
+        self, request: deployment_pb2.DeploymentFailRequest, context: Context
+    ) -> deployment_pb2.DeploymentUpdateResponse:
+        dep_id = self._resolve(request.deployment_id)
+        done = await self.ctx.batcher.submit(
+            lambda tx: deployments.set_status(
+                tx, dep_id, DeploymentStatus.FAILED, model.DESC_FAILED_BY_USER
+            )
+        )
+        d, ev, reverted = done.value
+        return deployment_pb2.DeploymentUpdateResponse(
+            eval_id=ev.id if ev is not None else "",
+            eval_create_index=done.index if ev is not None else 0,
+            deployment_modify_index=done.index,
+            reverted=reverted is not None,
+            reverted_job_version=reverted.version if reverted is not None else 0,
+            index=done.index,
+        )
+
+    async def Pause(
+        self, request: deployment_pb2.DeploymentPauseRequest, context: Context
+    ) -> deployment_pb2.DeploymentUpdateResponse:
+        dep_id = self._resolve(request.deployment_id)
+        done = await self.ctx.batcher.submit(
+            lambda tx: deployments.pause(tx, dep_id, request.pause)
+        )
+        _, ev = done.value
+        return deployment_pb2.DeploymentUpdateResponse(
+            eval_id=ev.id if ev is not None else "",
+            eval_create_index=done.index if ev is not None else 0,
+            deployment_modify_index=done.index,
+            index=done.index,
+        )
+
+    async def Promote(
+        self, request: deployment_pb2.DeploymentPromoteRequest, context: Context
+    ) -> deployment_pb2.DeploymentUpdateResponse:
+        dep_id = self._resolve(request.deployment_id)
+        groups = [] if request.all else list(request.groups)
+        done = await self.ctx.batcher.submit(lambda tx: deployments.promote(tx, dep_id, groups))
+        _, ev = done.value
+        return deployment_pb2.DeploymentUpdateResponse(
+            eval_id=ev.id if ev is not None else "",
+            eval_create_index=done.index if ev is not None else 0,
+            deployment_modify_index=done.index,
+            index=done.index,
+        )
+
+    async def SetAllocHealth(
+        self, request: deployment_pb2.DeploymentAllocHealthRequest, context: Context
+    ) -> deployment_pb2.DeploymentUpdateResponse:
+        dep_id = self._resolve(request.deployment_id)
+        done = await self.ctx.batcher.submit(
+            lambda tx: deployments.set_alloc_health(
+                tx, dep_id, list(request.healthy_alloc_ids), list(request.unhealthy_alloc_ids)
+            ),
+            allocs=[*request.healthy_alloc_ids, *request.unhealthy_alloc_ids],
+        )
+        _, ev = done.value
+        return deployment_pb2.DeploymentUpdateResponse(
+            eval_id=ev.id if ev is not None else "",
+            eval_create_index=done.index if ev is not None else 0,
+            deployment_modify_index=done.index,
+            index=done.index,
+        )
+
+
+def register(server: GrpcServer, ctx: StateContext) -> None:
+    server.add(
+        deployment_pb2_grpc.add_DeploymentServicer_to_server,
+        DeploymentServicer(ctx),
+        deployment_pb2.DESCRIPTOR.services_by_name["Deployment"].full_name,
+    )
