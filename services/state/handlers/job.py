@@ -16,6 +16,7 @@ from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query
 from services.state.app_context import StateContext
+from services.state.writes.batch import Committed
 from services.state.writes.deployments import revert_job
 from services.state.writes.dispatch import dispatch_job
 from services.state.writes.job_diff import job_diff
@@ -78,6 +79,22 @@ def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
     return stub
 
 
+def _registered(
+    done: Committed[tuple[pb.Job, pb.Evaluation | None]],
+) -> job_pb2.JobRegisterResponse:
+    """The answer to every write that registers a job version (Register,
+    Scale, Revert): the version and, unless the job launches children
+    itself, the eval created with it."""
+    job, ev = done.value
+    return job_pb2.JobRegisterResponse(
+        eval_id=ev.id if ev else "",
+        eval_create_index=done.index if ev else 0,
+        job_modify_index=job.job_modify_index,
+        index=done.index,
+        version=job.version,
+    )
+
+
 class JobServicer(job_pb2_grpc.JobServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
@@ -108,14 +125,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             ),
             jobs=[(job.namespace, job.id)],
         )
-        job, ev = done.value
-        return job_pb2.JobRegisterResponse(
-            eval_id=ev.id if ev else "",
-            eval_create_index=done.index if ev else 0,
-            job_modify_index=job.job_modify_index,
-            index=done.index,
-            version=job.version,
-        )
+        return _registered(done)
 
     async def Deregister(
         self, request: job_pb2.JobDeregisterRequest, context: Context
@@ -159,14 +169,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             ),
             jobs=[(namespace, request.job_id)],
         )
-        job, ev = done.value
-        return job_pb2.JobRegisterResponse(
-            eval_id=ev.id if ev else "",
-            eval_create_index=done.index if ev else 0,
-            job_modify_index=job.job_modify_index,
-            index=done.index,
-            version=job.version,
-        )
+        return _registered(done)
 
     async def Revert(
         self, request: job_pb2.JobRevertRequest, context: Context
@@ -184,14 +187,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             ),
             jobs=[(namespace, request.job_id)],
         )
-        job, ev = done.value
-        return job_pb2.JobRegisterResponse(
-            eval_id=ev.id if ev else "",
-            eval_create_index=done.index if ev else 0,
-            job_modify_index=job.job_modify_index,
-            index=done.index,
-            version=job.version,
-        )
+        return _registered(done)
 
     async def Plan(
         self, request: job_pb2.JobPlanRequest, context: Context
