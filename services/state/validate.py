@@ -6,6 +6,10 @@ field, before anything is written, so bad input never half-writes.
 
 from __future__ import annotations
 
+import re
+
+from google.protobuf.message import Message
+
 from corral import structs
 from corral.errors import InvalidArgument
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
@@ -13,6 +17,8 @@ from corral.v1 import structs_pb2 as pb
 
 MAX_ID_LEN = 256
 MAX_BATCH = 100_000
+MAX_NAMESPACE_LEN = 128  # Nomad's limit on namespace names
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def require_id(value: str, field: str) -> None:
@@ -20,6 +26,43 @@ def require_id(value: str, field: str) -> None:
         raise InvalidArgument(field, "is required")
     if len(value) > MAX_ID_LEN:
         raise InvalidArgument(field, f"is longer than {MAX_ID_LEN} characters")
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain NUL characters")
+
+
+def namespace(value: str, field: str) -> None:
+    """A namespace name as Nomad allows it (letters, digits, `-`, `_`)."""
+    if len(value) > MAX_NAMESPACE_LEN:
+        raise InvalidArgument(field, f"is longer than {MAX_NAMESPACE_LEN} characters")
+    if value and not _NAMESPACE.match(value):
+        raise InvalidArgument(field, "may contain only letters, digits, '-' and '_'")
+
+
+def no_nul(msg: Message, field: str) -> None:
+    """No string anywhere in `msg` holds a NUL character: PostgreSQL cannot
+    store one in text, and no name or value of a job or node needs it."""
+    for desc, value in msg.ListFields():
+        path = f"{field}.{desc.name}"
+        if desc.type == desc.TYPE_MESSAGE:
+            entry = desc.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                items = list(value.items())
+                for k, v in items:
+                    if isinstance(k, str) and "\x00" in k:
+                        raise InvalidArgument(path, "must not contain NUL characters")
+                    if isinstance(v, Message):
+                        no_nul(v, f"{path}[{k}]")
+                    elif isinstance(v, str) and "\x00" in v:
+                        raise InvalidArgument(f"{path}[{k}]", "must not contain NUL characters")
+            elif desc.is_repeated:
+                for i, m in enumerate(value):
+                    no_nul(m, f"{path}[{i}]")
+            else:
+                no_nul(value, path)
+        elif desc.type == desc.TYPE_STRING:
+            values = value if desc.is_repeated else [value]
+            if any("\x00" in v for v in values):
+                raise InvalidArgument(path, "must not contain NUL characters")
 
 
 def one_of(value: str, allowed: tuple[str, ...] | frozenset[str], field: str) -> None:

@@ -14,7 +14,7 @@ from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import query
+from services.state import query, validate
 from services.state.app_context import StateContext
 from services.state.writes.batch import Committed
 from services.state.writes.deployments import revert_job
@@ -95,6 +95,12 @@ def _registered(
     )
 
 
+def _job_ref(job_id: str, namespace: str) -> None:
+    """A job id and namespace a write will look up in the database."""
+    validate.require_id(job_id, "job_id")
+    validate.namespace(namespace, "namespace")
+
+
 class JobServicer(job_pb2_grpc.JobServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
@@ -130,8 +136,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Deregister(
         self, request: job_pb2.JobDeregisterRequest, context: Context
     ) -> job_pb2.JobDeregisterResponse:
-        if not request.job_id:
-            raise InvalidArgument("job_id", "is required")
+        _job_ref(request.job_id, request.namespace)
         done = await self.ctx.batcher.submit(
             lambda tx: deregister_job(
                 tx,
@@ -154,8 +159,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
     ) -> job_pb2.JobRegisterResponse:
         if request.count < 0:
             raise InvalidArgument("count", "must not be negative")
-        if not request.job_id:
-            raise InvalidArgument("job_id", "is required")
+        _job_ref(request.job_id, request.namespace)
         namespace = request.namespace or "default"
         done = await self.ctx.batcher.submit(
             lambda tx: scale_job(
@@ -174,8 +178,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Revert(
         self, request: job_pb2.JobRevertRequest, context: Context
     ) -> job_pb2.JobRegisterResponse:
-        if not request.job_id:
-            raise InvalidArgument("job_id", "is required")
+        _job_ref(request.job_id, request.namespace)
         namespace = request.namespace or "default"
         done = await self.ctx.batcher.submit(
             lambda tx: revert_job(
@@ -305,8 +308,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
         """A child of the parameterized job with the caller's meta and
         payload, and its eval; the checks against the parent are made in the
         write's transaction (services/state/writes/dispatch.py)."""
-        if not request.job_id:
-            raise InvalidArgument("job_id", "is required")
+        _job_ref(request.job_id, request.namespace)
         namespace = request.namespace or "default"
         done = await self.ctx.batcher.submit(
             lambda tx: dispatch_job(

@@ -169,6 +169,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             validate.require_id(a.id, f"allocs[{i}].id")
             if not a.node_id:
                 raise InvalidArgument(f"allocs[{i}].node_id", "missing node ID")
+            validate.require_id(a.node_id, f"allocs[{i}].node_id")
             if a.node_id != node_id:
                 raise InvalidArgument(
                     f"allocs[{i}].node_id", "all allocs of one update must be on one node"

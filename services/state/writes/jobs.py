@@ -16,6 +16,14 @@ from services.state import validate
 from services.state.db.database import WriteTx
 
 MAX_JOB_BYTES = 1024 * 1024
+# Bounds on what one job may ask for, so no single registration can make a
+# scheduler materialise an unbounded number of placements (a count of 2**31
+# once grew a worker by 140 MB/s until the kernel killed it, eval after
+# eval). Generous next to real jobs: the largest benchmark job has 10,000.
+MAX_GROUPS = 1_000
+MAX_TASKS_PER_GROUP = 100
+MAX_GROUP_COUNT = 100_000
+MAX_JOB_COUNT = 200_000  # allocs of all groups together
 _NAME = re.compile(r"^[A-Za-z0-9._/\-]+$")
 _OPERANDS = frozenset(structs.CONSTRAINT_OPERANDS)
 _DELAY_FUNCTIONS = structs.DELAY_FUNCTIONS
@@ -26,7 +34,9 @@ def validate_job(job: pb.Job) -> None:
     size = job.ByteSize()
     if size > MAX_JOB_BYTES:
         raise InvalidArgument("job", f"is {size} bytes, more than the {MAX_JOB_BYTES} allowed")
+    validate.no_nul(job, "job")
     validate.require_id(job.id, "job.id")
+    validate.namespace(job.namespace, "job.namespace")
     if not _NAME.match(job.id):
         raise InvalidArgument("job.id", "may contain only letters, digits, '.', '_', '-' and '/'")
     validate.one_of(job.type, JobType.USER, "job.type")
@@ -47,6 +57,20 @@ def validate_job(job: pb.Job) -> None:
     _update_supported(job.update, "job.update")
     if not job.task_groups:
         raise InvalidArgument("job.task_groups", "a job needs at least one task group")
+    if len(job.task_groups) > MAX_GROUPS:
+        raise InvalidArgument(
+            "job.task_groups", f"has {len(job.task_groups)} groups, more than {MAX_GROUPS}"
+        )
+    for i, tg in enumerate(job.task_groups):
+        if not 0 <= tg.count <= MAX_GROUP_COUNT:
+            raise InvalidArgument(
+                f"job.task_groups[{i}].count", f"must be between 0 and {MAX_GROUP_COUNT}"
+            )
+    total = sum(tg.count for tg in job.task_groups)
+    if total > MAX_JOB_COUNT:
+        raise InvalidArgument(
+            "job.task_groups", f"ask for {total} allocations, more than {MAX_JOB_COUNT}"
+        )
     groups: set[str] = set()
     for i, tg in enumerate(job.task_groups):
         f = f"job.task_groups[{i}]"
@@ -55,8 +79,10 @@ def validate_job(job: pb.Job) -> None:
         if tg.name in groups:
             raise InvalidArgument(f"{f}.name", f"duplicate task group {tg.name!r}")
         groups.add(tg.name)
-        if tg.count < 0:
-            raise InvalidArgument(f"{f}.count", "must not be negative")
+        if len(tg.tasks) > MAX_TASKS_PER_GROUP:
+            raise InvalidArgument(
+                f"{f}.tasks", f"has {len(tg.tasks)} tasks, more than {MAX_TASKS_PER_GROUP}"
+            )
         _constraints(tg.constraints, f"{f}.constraints")
         _affinities(tg.affinities, f"{f}.affinities")
         for j, sp in enumerate(tg.spreads):

@@ -28,6 +28,7 @@ NODE_REREGISTERED = "Node reregistered by heartbeat"
 
 
 def validate_node(node: pb.Node) -> None:
+    validate.no_nul(node, "node")
     validate.require_id(node.id, "node.id")
     if not node.datacenter:
         raise InvalidArgument("node.datacenter", "is required")

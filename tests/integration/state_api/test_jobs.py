@@ -130,7 +130,7 @@ def _neg_count(j: pb.Job) -> None:
         (_dup_group, "job.task_groups[1].name: duplicate task group"),
         (_huge, "bytes, more than"),
         (_bad_operand, "job.constraints[0].operand"),
-        (_neg_count, "job.task_groups[0].count: must not be negative"),
+        (_neg_count, "job.task_groups[0].count: must be between 0 and 100000"),
     ],
 )
 async def test_bad_jobs_are_refused_and_nothing_is_written(
