@@ -39,9 +39,20 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     return err.code, err.message, md
 
 
+Translate = Callable[[BaseException], CorralError | None]
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Turns domain errors into gRPC statuses and unexpected exceptions into
-    INTERNAL with a logged traceback, for unary and server-streaming RPCs."""
+    INTERNAL with a logged traceback, for unary and server-streaming RPCs.
+
+    `translate` lets a role name what a dependency's exception means (the
+    state: a database that is down is UNAVAILABLE, so clients retry). The
+    caller never sees an exception's text: it may carry the database's
+    message or a secret; the log has it."""
+
+    def __init__(self, translate: Translate | None = None) -> None:
+        self.translate = translate
 
     async def intercept_service(  # type: ignore[override]
         self,
@@ -54,13 +65,19 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = details.method
 
         async def fail(context: Context, exc: BaseException) -> None:
+            translated = self.translate(exc) if self.translate is not None else None
+            if translated is not None:
+                log.warning("%s failed: %s (%r)", method, translated.message, exc)
+                exc = translated
             if isinstance(exc, CorralError):
                 code, msg, md = _status_for(exc)
                 if md:
                     context.set_trailing_metadata(md)
                 await context.abort(code, msg)
             log.exception("unhandled error in %s", method, exc_info=exc)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal error in {method} (details in the server log)"
+            )
 
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
@@ -112,7 +129,14 @@ class GrpcServer:
         await server.wait_stopped()
     """
 
-    def __init__(self, address: str, *, name: str, interceptors: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        name: str,
+        interceptors: list[Any] | None = None,
+        translate: Translate | None = None,
+    ) -> None:
         self.address = address
         self.name = name
         self.port = 0
@@ -124,7 +148,7 @@ class GrpcServer:
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ]
-        all_interceptors: list[Any] = [ErrorInterceptor()]
+        all_interceptors: list[Any] = [ErrorInterceptor(translate)]
         all_interceptors.extend(interceptors or [])
         tracing = _tracing_interceptor()
         if tracing is not None:

@@ -15,7 +15,7 @@ from corral.v1 import state_pb2, state_pb2_grpc
 from services.state import handlers
 from services.state.app_context import StateContext
 from services.state.config import StateSettings as StateSettings  # tests build it from here
-from services.state.db.database import Database
+from services.state.db.database import Database, translate_error
 from services.state.feed import ChangeFeed
 from services.state.handlers import node
 from services.state.handlers.state import StateServicer
@@ -29,7 +29,7 @@ class StateApp:
         self.settings = settings
         self.db = Database(settings.dsn, pool_size=settings.pool_size)
         self.feed = ChangeFeed(self.db)
-        self.server = GrpcServer(settings.listen, name="state")
+        self.server = GrpcServer(settings.listen, name="state", translate=translate_error)
         self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import Table
 
+from corral.errors import CorralError, InvalidArgument, Unavailable
 from corral.store import TOPIC_TABLE
 from corral.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
@@ -765,6 +766,19 @@ _UPSERTS: dict[str, tuple[str, str, list[str]]] = {
 _COLUMNS: dict[str, list[str]] = {
     name: [c.name for c in t.columns] for name, (t, _) in _KEYS.items()
 }
+
+
+def translate_error(exc: BaseException) -> CorralError | None:
+    """What a database exception means to a caller (the state server's
+    error interceptor asks): the database unreachable, restarting or out of
+    connections is UNAVAILABLE, so clients retry; a value PostgreSQL cannot
+    store is the caller's INVALID_ARGUMENT. Anything else stays INTERNAL.
+    The database's own text goes to the log only."""
+    if isinstance(exc, psycopg.OperationalError | PoolTimeout | PoolClosed):
+        return Unavailable("the state database is unavailable; retry")
+    if isinstance(exc, psycopg.DataError):
+        return InvalidArgument("request", "holds a value the database cannot store")
+    return None
 
 
 class Database:
