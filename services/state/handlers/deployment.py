@@ -10,12 +10,28 @@ from corral.errors import InvalidArgument
 from corral.server import GrpcServer
 from corral.structs import DeploymentStatus
 from corral.v1 import deployment_pb2, deployment_pb2_grpc
+from corral.v1 import structs_pb2 as pb
 from services.state import query
 from services.state.app_context import StateContext
 from services.state.writes import deployments
+from services.state.writes.batch import Committed
 
 Context = Any
 TABLES = ("deployments",)
+
+
+def _updated(
+    done: Committed[tuple[pb.Deployment, pb.Evaluation | None]],
+) -> deployment_pb2.DeploymentUpdateResponse:
+    """The answer to every change of a deployment: its index and the eval
+    that follows it, if any."""
+    _, ev = done.value
+    return deployment_pb2.DeploymentUpdateResponse(
+        eval_id=ev.id if ev is not None else "",
+        eval_create_index=done.index if ev is not None else 0,
+        deployment_modify_index=done.index,
+        index=done.index,
+    )
 
 
 class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
@@ -94,13 +110,7 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
         done = await self.ctx.batcher.submit(
             lambda tx: deployments.pause(tx, dep_id, request.pause)
         )
-        _, ev = done.value
-        return deployment_pb2.DeploymentUpdateResponse(
-            eval_id=ev.id if ev is not None else "",
-            eval_create_index=done.index if ev is not None else 0,
-            deployment_modify_index=done.index,
-            index=done.index,
-        )
+        return _updated(done)
 
     async def Promote(
         self, request: deployment_pb2.DeploymentPromoteRequest, context: Context
@@ -108,13 +118,7 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
         dep_id = self._resolve(request.deployment_id)
         groups = [] if request.all else list(request.groups)
         done = await self.ctx.batcher.submit(lambda tx: deployments.promote(tx, dep_id, groups))
-        _, ev = done.value
-        return deployment_pb2.DeploymentUpdateResponse(
-            eval_id=ev.id if ev is not None else "",
-            eval_create_index=done.index if ev is not None else 0,
-            deployment_modify_index=done.index,
-            index=done.index,
-        )
+        return _updated(done)
 
     async def SetAllocHealth(
         self, request: deployment_pb2.DeploymentAllocHealthRequest, context: Context
@@ -126,13 +130,7 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
             ),
             allocs=[*request.healthy_alloc_ids, *request.unhealthy_alloc_ids],
         )
-        _, ev = done.value
-        return deployment_pb2.DeploymentUpdateResponse(
-            eval_id=ev.id if ev is not None else "",
-            eval_create_index=done.index if ev is not None else 0,
-            deployment_modify_index=done.index,
-            index=done.index,
-        )
+        return _updated(done)
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:

@@ -52,18 +52,13 @@ async def set_status(
     d.status = status
     d.status_description = description
     reverted: pb.Job | None = None
-    ev: pb.Evaluation | None = None
     if status == DeploymentStatus.SUCCESSFUL:
         await _mark_stable(tx, d)
     elif deployments.wants_revert(d):
         reverted = await _revert_to_stable(tx, d)
     tx.put_deployment(d)
-    job = await tx.get_job(d.namespace, d.job_id)
-    if reverted is None and job is not None and not job.stop:
-        ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
-        ev.deployment_id = d.id
-        ev.job_modify_index = job.job_modify_index
-        tx.put_eval(ev)
+    # a revert registered a version, with its own eval
+    ev = await _roll_on(tx, d) if reverted is None else None
     return d, ev, reverted
 
 
@@ -81,14 +76,20 @@ async def pause(
     d.status = DeploymentStatus.RUNNING
     d.status_description = deployments.DESC_RUNNING
     tx.put_deployment(d)
+    return d, await _roll_on(tx, d)
+
+
+async def _roll_on(tx: WriteTx, d: pb.Deployment) -> pb.Evaluation | None:
+    """The eval that lets the scheduler act on a deployment's change (its
+    job's, unless the job is gone or stopped)."""
     job = await tx.get_job(d.namespace, d.job_id)
-    ev: pb.Evaluation | None = None
-    if job is not None and not job.stop:
-        ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
-        ev.deployment_id = d.id
-        ev.job_modify_index = job.job_modify_index
-        tx.put_eval(ev)
-    return d, ev
+    if job is None or job.stop:
+        return None
+    ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
+    ev.deployment_id = d.id
+    ev.job_modify_index = job.job_modify_index
+    tx.put_eval(ev)
+    return ev
 
 
 async def promote(
@@ -121,14 +122,7 @@ async def promote(
         state.promoted = True
     d.status_description = deployments.DESC_RUNNING
     tx.put_deployment(d)
-    current = await tx.get_job(d.namespace, d.job_id)
-    ev: pb.Evaluation | None = None
-    if current is not None and not current.stop:
-        ev = new_eval(current, Trigger.DEPLOYMENT_WATCHER)
-        ev.deployment_id = d.id
-        ev.job_modify_index = current.job_modify_index
-        tx.put_eval(ev)
-    return d, ev
+    return d, await _roll_on(tx, d)
 
 
 async def set_alloc_health(
@@ -155,14 +149,7 @@ async def set_alloc_health(
         tx.put_alloc(alloc, "AllocationUpdated")
         deployments.count_health(d, alloc.task_group, deployments.health_of(cur), verdict, tx.now)
     tx.put_deployment(d)
-    job = await tx.get_job(d.namespace, d.job_id)
-    ev: pb.Evaluation | None = None
-    if job is not None and not job.stop:
-        ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
-        ev.deployment_id = d.id
-        ev.job_modify_index = job.job_modify_index
-        tx.put_eval(ev)
-    return d, ev
+    return d, await _roll_on(tx, d)
 
 
 async def revert_job(
