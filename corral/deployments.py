@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corral import structs
-from corral.structs import DeploymentStatus, JobType
+from corral import structs, telemetry
+from corral.structs import DeploymentStatus, EvalStatus, JobType, Trigger
 from corral.v1 import structs_pb2 as pb
 
 DESC_RUNNING = "Deployment is running"
@@ -43,6 +43,24 @@ def update_strategy(job: pb.Job, tg: pb.TaskGroup) -> pb.UpdateStrategy | None:
 def has_deployment(job: pb.Job) -> bool:
     """Whether any group of `job` is rolled out under a deployment."""
     return any(update_strategy(job, tg) is not None for tg in job.task_groups)
+
+
+def rollout_eval(d: pb.Deployment, job: pb.Job) -> pb.Evaluation:
+    """The eval that lets the scheduler act on a change of deployment `d`
+    of `job` (more allocs healthy, a promotion, a resume): written by the
+    state for user actions and by the broker's watcher."""
+    return pb.Evaluation(
+        id=structs.new_id(),
+        namespace=d.namespace,
+        priority=job.priority,
+        type=job.type,
+        triggered_by=Trigger.DEPLOYMENT_WATCHER,
+        job_id=d.job_id,
+        job_modify_index=job.job_modify_index,
+        deployment_id=d.id,
+        status=EvalStatus.PENDING,
+        traceparent=telemetry.current_traceparent(),
+    )
 
 
 def new_deployment(job: pb.Job, now: int) -> pb.Deployment:

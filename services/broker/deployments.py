@@ -33,7 +33,7 @@ import grpc
 
 from corral import deployments, structs
 from corral.store import StateSnapshot
-from corral.structs import DeploymentStatus, EvalStatus, Trigger
+from corral.structs import DeploymentStatus
 from corral.v1 import deployment_pb2, deployment_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 
@@ -101,20 +101,6 @@ def next_deadline(d: pb.Deployment) -> int:
         if s.require_progress_by and s.healthy_allocs < s.desired_total
     ]
     return min(times) if times else 0
-
-
-def rollout_eval(d: pb.Deployment, job: pb.Job) -> pb.Evaluation:
-    return pb.Evaluation(
-        id=structs.new_id(),
-        namespace=d.namespace,
-        priority=job.priority,
-        type=job.type,
-        triggered_by=Trigger.DEPLOYMENT_WATCHER,
-        job_id=d.job_id,
-        job_modify_index=job.job_modify_index,
-        deployment_id=d.id,
-        status=EvalStatus.PENDING,
-    )
 
 
 SetStatus = Callable[[str, str, str], Awaitable[None]]
@@ -207,7 +193,7 @@ class DeploymentWatcher:
             if seen is None or healthy > seen:
                 job = snap.job_by_id(d.namespace, d.job_id)
                 if job is not None and not job.stop:
-                    evals.append(rollout_eval(d, job))
+                    evals.append(deployments.rollout_eval(d, job))
         if evals:
             await self._write_evals(evals)
         return wait_ns / 1e9

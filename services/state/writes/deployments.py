@@ -15,7 +15,7 @@ from corral.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.structs import DeploymentStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx
-from services.state.writes.jobs import new_eval, register_job
+from services.state.writes.jobs import register_job
 
 #: the statuses a watcher or an operator may set
 SETTABLE = (DeploymentStatus.SUCCESSFUL, DeploymentStatus.FAILED)
@@ -85,9 +85,7 @@ async def _roll_on(tx: WriteTx, d: pb.Deployment) -> pb.Evaluation | None:
     job = await tx.get_job(d.namespace, d.job_id)
     if job is None or job.stop:
         return None
-    ev = new_eval(job, Trigger.DEPLOYMENT_WATCHER)
-    ev.deployment_id = d.id
-    ev.job_modify_index = job.job_modify_index
+    ev = deployments.rollout_eval(d, job)
     tx.put_eval(ev)
     return ev
 
