@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pydantic import SecretStr
 
 from cli.supervisor import RoleProcess, StartError, stop_all
+from corral import security
 
 LOG_RETENTION = 5_000_000
 
@@ -144,6 +147,11 @@ class BenchCluster:
             {"PYTHONUNBUFFERED": "1", "CORRAL_LOG_FORMAT": "text", "CORRAL_LOG_LEVEL": "WARNING"}
         )
         self.env.update(spec.extra_env)
+        # the roles' shared server token (plaintext cluster); this process
+        # uses it too, for the internal reads it measures with
+        token = self.env.get("CORRAL_SERVER_TOKEN") or secrets.token_urlsafe(32)
+        self.env["CORRAL_SERVER_TOKEN"] = token
+        security.configure(security.current().model_copy(update={"server_token": SecretStr(token)}))
 
     # ------------------------------------------------------------ addresses
 

@@ -23,6 +23,7 @@ from bench import jobs, measure
 from bench.cluster import BenchCluster
 from bench.profiler import Profiler
 from bench.report import percentiles, steady_rate
+from corral import security
 from corral.testing import invariants
 from corral.v1 import (
     eval_pb2,
@@ -102,7 +103,7 @@ class Context:
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         if addr not in self._channels:
-            self._channels[addr] = grpc.aio.insecure_channel(
+            self._channels[addr] = security.dial(
                 addr, options=[("grpc.max_receive_message_length", 256 * 2**20)]
             )
         return self._channels[addr]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from corral.security import SecuritySettings, current, dial_sync
 from corral.v1 import (
     alloc_pb2_grpc,
     deployment_pb2_grpc,
@@ -43,19 +44,24 @@ def resolve_address(flag: str | None) -> str:
 @dataclass
 class Client:
     address: str
-    _channels: dict[str, grpc.Channel] = field(default_factory=dict)
+    security: SecuritySettings = field(default_factory=current)
+    _channels: dict[tuple[str, str], grpc.Channel] = field(default_factory=dict)
 
-    def channel(self, address: str | None = None) -> grpc.Channel:
+    def channel(self, address: str | None = None, *, peer: str = "server") -> grpc.Channel:
+        """A channel to a server role (default) or to an agent (peer 'client')."""
         addr = normalize_address(address or self.address)
-        if addr not in self._channels:
-            self._channels[addr] = grpc.insecure_channel(
+        key = (addr, peer)
+        if key not in self._channels:
+            self._channels[key] = dial_sync(
                 addr,
+                peer=peer,
+                settings=self.security,
                 options=[
                     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.enable_retries", 0),
                 ],
             )
-        return self._channels[addr]
+        return self._channels[key]
 
     @property
     def jobs(self) -> job_pb2_grpc.JobStub:
@@ -89,7 +95,7 @@ class Client:
         return worker_pb2_grpc.WorkerStub(self.channel(address))
 
     def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
-        return alloc_pb2_grpc.ClientAllocStub(self.channel(address))
+        return alloc_pb2_grpc.ClientAllocStub(self.channel(address, peer="client"))
 
     def close(self) -> None:
         for ch in self._channels.values():

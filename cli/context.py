@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import grpc
 
 from cli.client import Client, resolve_address
+from corral import security
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -44,6 +45,7 @@ class Context:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.address = resolve_address(getattr(args, "address", None))
+        self.security = _security(args)
         self._client: Client | None = None
         self.out = sys.stdout
         self.err = sys.stderr
@@ -51,7 +53,7 @@ class Context:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address)
+            self._client = Client(self.address, self.security)
         return self._client
 
     def close(self) -> None:
@@ -60,6 +62,7 @@ class Context:
 
 
 def add_address(p: argparse.ArgumentParser) -> None:
+    """-address and the TLS flags: every command that talks to the cluster."""
     p.add_argument(
         "-address",
         "--address",
@@ -67,6 +70,35 @@ def add_address(p: argparse.ArgumentParser) -> None:
         default=None,
         help="state service gRPC address (env CORRAL_ADDR, default 127.0.0.1:4646)",
     )
+    for flag, env, what in _TLS_FLAGS:
+        p.add_argument(
+            f"-{flag}", f"--{flag}", dest=flag.replace("-", "_"), default=None,
+            help=f"{what} (env {env})",
+        )  # fmt: skip
+
+
+_TLS_FLAGS = (
+    ("ca-file", "CORRAL_CA_FILE", "CA bundle to verify the servers with (turns TLS on)"),
+    ("cert-file", "CORRAL_CERT_FILE", "client certificate (corral tls cert create -cli)"),
+    ("key-file", "CORRAL_KEY_FILE", "client certificate's key"),
+    ("region", "CORRAL_REGION", "region the server certificates name (default global)"),
+)
+
+
+def _security(args: argparse.Namespace) -> security.SecuritySettings:
+    """The environment's TLS settings, with this command's flags over them."""
+    base = security.current()
+    given = {
+        name: value
+        for name in ("ca_file", "cert_file", "key_file", "region")
+        if (value := getattr(args, name, None))
+    }
+    if not given:
+        return base
+    try:
+        return security.SecuritySettings.model_validate({**base.model_dump(), **given})
+    except ValueError as exc:
+        raise UsageError(str(exc).splitlines()[-1] if str(exc) else "bad TLS flags") from None
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

@@ -85,3 +85,9 @@ def leader_from_error(err: grpc.aio.AioRpcError | grpc.RpcError) -> str:
         if key == LEADER_METADATA_KEY:
             return value if isinstance(value, str) else value.decode()
     return ""
+
+
+class ConfigError(Exception):
+    """Settings a process cannot start with safely (TLS files unreadable, an
+    internal API with no way to tell servers apart). The runner logs the
+    message and exits with status 2, without a traceback."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from corral import security
 from corral.v1 import state_pb2, state_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ async def register_member_loop(
     `is_leader` is an optional zero-argument callable reported as the
     member's leader flag on every refresh."""
     interval = 5.0
-    async with grpc.aio.insecure_channel(state_addr) as channel:
+    async with security.dial(state_addr) as channel:
         stub = state_pb2_grpc.StateStub(channel)
         while not stop.is_set():
             if is_leader is not None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import grpc
 from prometheus_client import Gauge
 
+from corral import security
 from corral.store import StateSnapshot, StateStore
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -107,7 +108,7 @@ class Replica:
 
     async def start(self) -> None:
         """Bootstrap from a snapshot, then follow the feed in the background."""
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = security.dial(
             self.state_addr,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from corral import security
 from corral.errors import leader_from_error
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class LeaderChannel:
         address = address or self._current
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = grpc.aio.insecure_channel(address)
+            ch = self._channels[address] = security.dial(address)
         return ch
 
     def _follow(self, leader: str) -> None:

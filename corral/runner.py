@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from corral import telemetry
+from corral import security, telemetry
+from corral.errors import ConfigError
 from corral.leader import LeaderElection
 from corral.process import new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.replica import Replica
@@ -115,6 +116,7 @@ def setup(settings: ProcessSettings) -> None:
         settings.ROLE, settings.log_level, json_logs=settings.log_format == "json"
     )
     tune_gc()
+    security.configure(settings.security)
     telemetry.setup_tracing(f"corral-{settings.ROLE}")
 
 
@@ -143,7 +145,11 @@ def main(
     """The whole of a role's `main()`: settings, setup, serve."""
     settings, _ = settings_from_argv(model, argv, doc)
     setup(settings)
-    return asyncio.run(serve(settings, build))
+    try:
+        return asyncio.run(serve(settings, build))
+    except ConfigError as exc:
+        log.error("%s cannot start: %s", settings.ROLE, exc)
+        return 2
 
 
 class LeaderSettings(ServerSettings):

@@ -17,15 +17,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from corral import acl, security, tls
+from corral.access import Guard, Resolver
 from corral.errors import LEADER_METADATA_KEY, CorralError, NotLeader
 
 log = logging.getLogger(__name__)
 
 # gRPC's 4 MiB default is too small for snapshots of thousands of nodes and
-# 10,000-alloc plans; bad input is bounded by validation instead.
+# 10,000-alloc plans (servers' messages); a role that receives no such thing
+# passes a smaller `max_receive_bytes`, and users' and nodes' requests are
+# bounded by `corral.access.MAX_PUBLIC_REQUEST_BYTES` whatever the role.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 AddServicer = Callable[[Any, grpc.aio.Server], None]
@@ -43,16 +48,20 @@ Translate = Callable[[BaseException], CorralError | None]
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Turns domain errors into gRPC statuses and unexpected exceptions into
-    INTERNAL with a logged traceback, for unary and server-streaming RPCs.
+    """Runs the access check before every handler (`corral.access.Guard`,
+    exposing the caller's ACL to the handler), and turns domain errors into
+    gRPC statuses and unexpected exceptions into INTERNAL with a logged
+    traceback, for unary and server-streaming RPCs. One wrapper does both:
+    each layer costs a Python call per RPC on the hot paths.
 
     `translate` lets a role name what a dependency's exception means (the
     state: a database that is down is UNAVAILABLE, so clients retry). The
     caller never sees an exception's text: it may carry the database's
     message or a secret; the log has it."""
 
-    def __init__(self, translate: Translate | None = None) -> None:
+    def __init__(self, translate: Translate | None = None, guard: Guard | None = None) -> None:
         self.translate = translate
+        self.guard = guard
 
     async def intercept_service(  # type: ignore[override]
         self,
@@ -63,6 +72,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return None
         method = details.method
+        guard = self.guard
 
         async def fail(context: Context, exc: BaseException) -> None:
             translated = self.translate(exc) if self.translate is not None else None
@@ -84,7 +94,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
             async def unary_unary(request: Any, context: Context) -> Any:
                 try:
-                    return await inner_uu(request, context)
+                    if guard is None:
+                        return await inner_uu(request, context)
+                    reset = acl.CURRENT.set(await guard.check(method, request, context))
+                    try:
+                        return await inner_uu(request, context)
+                    finally:
+                        acl.CURRENT.reset(reset)
                 except (CorralError, Exception) as exc:
                     if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
                         raise
@@ -101,6 +117,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
                 try:
+                    if guard is not None:
+                        acl.CURRENT.set(await guard.check(method, request, context))
                     async for item in inner_us(request, context):
                         yield item
                 except (CorralError, Exception) as exc:
@@ -136,6 +154,9 @@ class GrpcServer:
         name: str,
         interceptors: list[Any] | None = None,
         translate: Translate | None = None,
+        settings: security.SecuritySettings | None = None,
+        resolver: Resolver | None = None,
+        max_receive_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.address = address
         self.name = name
@@ -145,10 +166,12 @@ class GrpcServer:
         self._stopped = asyncio.Event()
         opts = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", max_receive_bytes),
             ("grpc.so_reuseport", 0),
         ]
-        all_interceptors: list[Any] = [ErrorInterceptor(translate)]
+        self.security = settings or security.current()
+        self.guard = Guard(self.security, resolver)
+        all_interceptors: list[Any] = [ErrorInterceptor(translate, self.guard)]
         all_interceptors.extend(interceptors or [])
         tracing = _tracing_interceptor()
         if tracing is not None:
@@ -172,14 +195,24 @@ class GrpcServer:
     async def start(self) -> int:
         names = [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(self.address)
+        self.guard.check_startable(_methods(self._service_names))
+        if self.security.tls:
+            creds = tls.server_credentials(self.security.files)
+            self.port = self.server.add_secure_port(self.address, creds)
+        else:
+            self.port = self.server.add_insecure_port(self.address)
         if self.port == 0:
             raise RuntimeError(f"{self.name}: could not bind {self.address}")
         await self.server.start()
         for svc in self._service_names:
             await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        log.info("%s listening on %s", self.name, self.bound_address)
+        log.info(
+            "%s listening on %s (%s)",
+            self.name,
+            self.bound_address,
+            "mutual TLS" if self.security.tls else "plaintext",
+        )
         return self.port
 
     async def set_serving(self, service: str, serving: bool) -> None:
@@ -201,6 +234,14 @@ class GrpcServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def _methods(service_names: list[str]) -> list[str]:
+    """Full method names (`/corral.v1.Job/Register`) of the services."""
+    pool = descriptor_pool.Default()
+    return [
+        f"/{name}/{m.name}" for name in service_names for m in pool.FindServiceByName(name).methods
+    ]
 
 
 def install_signal_handlers(on_stop: Callable[[], None]) -> None:

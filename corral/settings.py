@@ -29,9 +29,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from corral.tls import CertificateFiles
 
 
 @dataclass(frozen=True)
@@ -201,8 +211,52 @@ StateAddr = Annotated[
 ]
 
 
+class SecuritySettings(SettingsGroup):
+    """TLS material, the region certificates name, the server token and
+    whether ACLs are enforced: the same names in every role."""
+
+    ENV_PREFIX = "CORRAL_"
+
+    ca_file: str = Field(
+        "",
+        description="CA bundle (PEM) that signs every Corral certificate; with cert and "
+        "key files this turns mutual TLS on and plaintext off",
+    )
+    cert_file: str = Field("", description="this process's certificate chain (PEM)")
+    key_file: str = Field("", description="this process's private key (PEM)")
+    region: str = Field(
+        "global",
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="region the certificates name (server.<region>.corral)",
+    )
+    server_token: SecretStr = Field(
+        SecretStr(""),
+        description="shared secret that identifies server roles to each other when TLS is "
+        "off (corral dev makes one); ignored with TLS, where the certificate decides",
+    )
+    acl_enabled: bool = Field(False, description="enforce ACL tokens and policies")
+
+    @model_validator(mode="after")
+    def _all_or_no_tls_files(self) -> SecuritySettings:
+        given = [bool(self.ca_file), bool(self.cert_file), bool(self.key_file)]
+        if any(given) and not all(given):
+            raise ValueError("TLS needs all of ca_file, cert_file and key_file, or none")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.ca_file)
+
+    @property
+    def files(self) -> CertificateFiles:
+        return CertificateFiles(self.ca_file, self.cert_file, self.key_file)
+
+
 class ProcessSettings(Settings):
-    """What every role process has: its ready file, metrics and logs."""
+    """What every role process has: its ready file, metrics, logs, and who
+    it is on the wire."""
+
+    security: SecuritySettings = SecuritySettings()
 
     metrics_listen: str = Field("", description="Prometheus /metrics host:port (empty: none)")
     ready_file: str = Field(

@@ -15,6 +15,8 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
+from corral.access import RULES
+
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 OUT = ROOT / "docs" / "api-reference.md"
@@ -119,15 +121,17 @@ def render(fds: descriptor_pb2.FileDescriptorSet) -> str:
                     f"**{role}** role: `{module}`" for role, module in homes[svc.name]
                 )
                 lines += [f"Served by the {served}.", ""]
-            lines.append("| RPC | request | response | notes |")
-            lines.append("|---|---|---|---|")
+            lines.append("| RPC | request | response | who may call (docs/security.md) | notes |")
+            lines.append("|---|---|---|---|---|")
             for mi, m in enumerate(svc.method):
                 req = m.input_type.rsplit(".", 1)[-1]
                 resp = m.output_type.rsplit(".", 1)[-1]
                 if m.server_streaming:
                     resp = f"stream {resp}"
                 note = com.get((6, si, 2, mi), "").replace("|", "\\|")
-                lines.append(f"| `{m.name}` | `{req}` | `{resp}` | {note} |")
+                rule = RULES.get(f"/{fd.package}.{svc.name}/{m.name}")
+                who = rule.describe() if rule is not None else "nobody (no access rule)"
+                lines.append(f"| `{m.name}` | `{req}` | `{resp}` | {who} | {note} |")
             lines.append("")
     lines.append("## Messages")
     lines.append("")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -152,6 +153,9 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
             env = dict(os.environ)
             env.update({"CORRAL_DSN": dsn, "PYTHONUNBUFFERED": "1"})
+            # the servers' shared secret for their internal RPCs (no TLS here);
+            # agents and the CLI never get it
+            env.setdefault("CORRAL_SERVER_TOKEN", secrets.token_urlsafe(32))
             env.pop("CORRAL_ADDR", None)
             _say("Applying migrations")
             _migrate(dsn, env, logs / "migrate.log")
@@ -224,6 +228,8 @@ def _run_roles(
         roles.append(rp)
         _say(f"Starting {role}")
         role_env = dict(env)
+        if role == "agent":
+            role_env.pop("CORRAL_SERVER_TOKEN", None)
         role_env.update(extra_env or {})
         role_env[f"CORRAL_{role.upper()}_LISTEN"] = argv[argv.index("--listen") + 1]
         role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = f"{bind}:0"

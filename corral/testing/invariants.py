@@ -21,8 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-import grpc
-
+from corral import security
 from corral.fit import allocs_fit
 from corral.store import StateSnapshot, StateStore
 from corral.structs import EvalStatus, JobType, alloc_terminal
@@ -153,7 +152,7 @@ async def fetch_snapshot(state_addr: str) -> StateSnapshot:
     config = pb.SchedulerConfiguration()
     first = True
     options = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)]
-    async with grpc.aio.insecure_channel(state_addr, options=options) as channel:
+    async with security.dial(state_addr, options=options) as channel:
         stub = state_pb2_grpc.StateStub(channel)
         async for chunk in stub.Snapshot(state_pb2.SnapshotRequest(chunk_size=2000)):
             if first:

@@ -25,7 +25,8 @@ class AgentProcess:
 
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
-        self.server = GrpcServer(settings.listen, name="agent")
+        # the agent receives log requests only
+        self.server = GrpcServer(settings.listen, name="agent", max_receive_bytes=4 * 1024 * 1024)
         self.agent: Agent | None = None
 
     async def start(self) -> runner.Ready:
@@ -33,19 +34,21 @@ class AgentProcess:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.server.add(
             alloc_pb2_grpc.add_ClientAllocServicer_to_server,
-            ClientAllocServicer(data_dir, self.server.shutting_down),
+            ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc_namespace),
             alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
         )
         await self.server.start()
         address = self.settings.advertise or self.server.bound_address
         self.agent = Agent(self.settings, http_addr=address)
         await self.agent.start()
-        member = runner.member("agent", address)
-        member.tags["node_id"] = self.agent.node.id
         log.info("client agent ready: node %s", self.agent.node.id)
-        return runner.Ready(
-            address, member, self.settings.state_addr, info={"node_id": self.agent.node.id}
-        )
+        # not a cluster member: members are the servers (Nomad's `server
+        # members`); the node list is the agents' registry
+        return runner.Ready(address, info={"node_id": self.agent.node.id})
+
+    def _alloc_namespace(self, alloc_id: str) -> str | None:
+        runner_ = self.agent.runners.get(alloc_id) if self.agent is not None else None
+        return runner_.alloc.namespace if runner_ is not None else None
 
     async def stop(self) -> None:
         if self.agent is not None:

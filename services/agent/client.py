@@ -21,7 +21,7 @@ import uuid
 import grpc
 import psutil
 
-from corral import structs
+from corral import security, structs
 from corral.structs import DesiredStatus, NodeStatus
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -123,7 +123,7 @@ class Agent:
         return node_pb2_grpc.NodeStub(self._channel)
 
     async def start(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.settings.state_addr)
+        self._channel = security.dial(self.settings.state_addr)
         await self._register()
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),

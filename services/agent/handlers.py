@@ -4,10 +4,11 @@ from the start or the end, optionally followed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from corral import access
 from corral.errors import InvalidArgument, NotFound
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 
@@ -15,9 +16,18 @@ CHUNK = 64 * 1024
 
 
 class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
-    def __init__(self, data_dir: Path, stopping: asyncio.Event) -> None:
+    """`namespace_of` names the namespace of an alloc this agent runs (None
+    for one it does not): reading its logs takes read-logs there."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        stopping: asyncio.Event,
+        namespace_of: Callable[[str], str | None],
+    ) -> None:
         self.data_dir = data_dir
         self.stopping = stopping
+        self.namespace_of = namespace_of
 
     async def Logs(
         self, request: alloc_pb2.AllocLogsRequest, context: Any
@@ -25,9 +35,11 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         kind = request.type or "stdout"
         if kind not in ("stdout", "stderr"):
             raise InvalidArgument("type", "must be stdout or stderr")
+        namespace = self.namespace_of(request.alloc_id) if request.alloc_id else None
         alloc_dir = self.data_dir / "allocs" / request.alloc_id
-        if not request.alloc_id or not alloc_dir.is_dir():
+        if namespace is None or not alloc_dir.is_dir():
             raise NotFound(f"alloc {request.alloc_id!r} has no files on this node")
+        access.require_namespace(namespace, "read-logs")
         tasks = sorted(p.name for p in alloc_dir.iterdir() if p.is_dir() and p.name != "alloc")
         task = request.task or (tasks[0] if len(tasks) == 1 else "")
         if task not in tasks:

@@ -30,7 +30,7 @@ from typing import ClassVar
 import grpc
 from pydantic import Field
 
-from corral import runner, structs
+from corral import runner, security, structs
 from corral.settings import CommaList, KeyValues, ProcessSettings, StateAddr
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -244,7 +244,7 @@ class Simulator:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
         self.stats = SimStats()
-        self.channel = grpc.aio.insecure_channel(
+        self.channel = security.dial(
             settings.state_addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
         )
         self.stub = node_pb2_grpc.NodeStub(self.channel)

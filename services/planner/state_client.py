@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-import grpc
-
+from corral import security
 from corral.v1 import state_pb2, state_pb2_grpc
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -29,7 +28,7 @@ class StateClient:
 
     def __init__(self, state_addr: str, *, leader_id: str = "") -> None:
         self.leader_id = leader_id
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = security.dial(
             state_addr,
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from corral import access
 from corral.errors import InvalidArgument, NotFound
 from corral.store import StateSnapshot
 from corral.v1 import query_pb2
@@ -62,9 +63,16 @@ def paginate(
     return items, ""
 
 
-def namespace_matches(query: query_pb2.QueryOptions, namespace: str) -> bool:
+def namespace_matches(
+    query: query_pb2.QueryOptions, namespace: str, capability: str = access.READ_JOB
+) -> bool:
+    """Whether a listing shows an object of `namespace`: the one asked for
+    (checked by the access rule), or with `*` every one the caller's ACL
+    grants `capability` in."""
     wanted = query.namespace or "default"
-    return wanted == "*" or (namespace or "default") == wanted
+    if wanted == "*":
+        return access.current_acl().allows_namespace(namespace or "default", capability)
+    return (namespace or "default") == wanted
 
 
 def resolve_prefix(ids: Sequence[str], prefix: str, kind: str) -> str:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
-import grpc
-
-from corral import runner
+from corral import runner, security
 from corral.replica import Replica
 from corral.server import GrpcServer
 from corral.v1 import eval_pb2_grpc, plan_pb2_grpc, state_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -32,7 +30,7 @@ class WorkerProcess:
         self.replica = Replica(settings.state_addr, name="worker")
         self.broker = LeaderClient(settings.broker_addrs, eval_pb2_grpc.EvalStub)
         self.planner = LeaderClient(settings.planner_addrs, plan_pb2_grpc.PlanStub)
-        self.state_channel = grpc.aio.insecure_channel(settings.state_addr)
+        self.state_channel = security.dial(settings.state_addr)
         self.pool = WorkerPool(
             settings,
             self.replica,
@@ -40,7 +38,8 @@ class WorkerProcess:
             self.planner,
             state_pb2_grpc.StateStub(self.state_channel),
         )
-        self.server = GrpcServer(settings.listen, name="worker")
+        # the worker receives admin calls and dry runs of one job
+        self.server = GrpcServer(settings.listen, name="worker", max_receive_bytes=32 * 1024 * 1024)
 
     async def start(self) -> runner.Ready:
         await self.replica.start()

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from corral import security
 from corral.errors import leader_from_error
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -35,7 +36,7 @@ class LeaderClient:
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
+            channel = security.dial(
                 address,
                 options=[
                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

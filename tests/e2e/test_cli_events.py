@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
+from corral import security
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 
@@ -56,7 +56,7 @@ def upsert_eval(addr: str, job_id: str) -> int:
         id=str(uuid.uuid4()), namespace="default", priority=50, type="service",
         triggered_by="job-register", job_id=job_id, status="pending",
     )  # fmt: skip
-    with grpc.insecure_channel(addr) as ch:
+    with security.dial_sync(addr) as ch:
         resp = state_pb2_grpc.StateStub(ch).UpsertEvals(
             state_pb2.UpsertEvalsRequest(evals=[ev]), timeout=30
         )
@@ -64,7 +64,7 @@ def upsert_eval(addr: str, job_id: str) -> int:
 
 
 def current_index(addr: str) -> int:
-    with grpc.insecure_channel(addr) as ch:
+    with security.dial_sync(addr) as ch:
         return int(
             state_pb2_grpc.StateStub(ch).GetIndex(state_pb2.GetIndexRequest(), timeout=30).index
         )

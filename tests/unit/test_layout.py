@@ -100,3 +100,19 @@ def test_every_proto_service_is_served_from_a_handlers_module() -> None:
         module = importlib.import_module(f"corral.v1.{path.stem}")
         declared.update(module.DESCRIPTOR.services_by_name)
     assert declared and declared <= served, f"no handler for {sorted(declared - served)}"
+
+
+def test_every_rpc_has_an_access_rule() -> None:
+    """corral.access refuses an RPC it has no rule for; a new RPC without
+    one would be unreachable, a rule without an RPC a stale name."""
+    import importlib
+
+    from corral.access import RULES
+
+    declared = set()
+    for path in sorted((ROOT / "corral" / "v1").glob("*_pb2.py")):
+        module = importlib.import_module(f"corral.v1.{path.stem}")
+        for service in module.DESCRIPTOR.services_by_name.values():
+            declared.update(f"/{service.full_name}/{m.name}" for m in service.methods)
+    assert declared - set(RULES) == set(), "RPCs without an access rule"
+    assert set(RULES) - declared == set(), "access rules for RPCs that do not exist"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral import access
 from corral.errors import NotFound
 from corral.server import GrpcServer
 from corral.structs import Trigger, copy_msg
@@ -47,6 +48,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
     ) -> alloc_pb2.AllocGetResponse:
         snap = await query.snapshot_for(self.ctx, request.query, TABLES)
         alloc_id = query.resolve_prefix(list(snap.allocs.keys()), request.alloc_id, "alloc")
+        access.require_namespace(snap.allocs[alloc_id].namespace, access.READ_JOB)
         return alloc_pb2.AllocGetResponse(
             alloc=snap.allocs[alloc_id], meta=query.meta(snap, TABLES)
         )
@@ -58,6 +60,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
         the scheduler stops it and places a replacement."""
         snap = self.ctx.feed.snapshot()
         alloc_id = query.resolve_prefix(list(snap.allocs.keys()), request.alloc_id, "alloc")
+        access.require_namespace(snap.allocs[alloc_id].namespace, "alloc-lifecycle")
         async with self.ctx.write() as tx:
             alloc = (await tx.get_allocs([alloc_id])).get(alloc_id)
             if alloc is None:

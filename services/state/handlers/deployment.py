@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral import access
 from corral import deployments as model
 from corral.errors import InvalidArgument
 from corral.server import GrpcServer
@@ -72,6 +73,7 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
             list(snap.deployments.keys()), request.deployment_id, "deployment"
         )
         d = snap.deployments[dep_id]
+        access.require_namespace(d.namespace, access.READ_JOB)
         allocs = [a for a in snap.allocs_by_job(d.namespace, d.job_id) if a.deployment_id == d.id]
         allocs.sort(key=lambda a: (a.create_index, a.id))
         return deployment_pb2.DeploymentGetResponse(
@@ -79,10 +81,13 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
         )
 
     def _resolve(self, deployment_id: str) -> str:
+        """The deployment's full id, for a caller who may change its job."""
         if not deployment_id:
             raise InvalidArgument("deployment_id", "is required")
         snap = self.ctx.feed.snapshot()
-        return query.resolve_prefix(list(snap.deployments.keys()), deployment_id, "deployment")
+        dep_id = query.resolve_prefix(list(snap.deployments.keys()), deployment_id, "deployment")
+        access.require_namespace(snap.deployments[dep_id].namespace, access.SUBMIT_JOB)
+        return dep_id
 
     async def Fail(
         self, request: deployment_pb2.DeploymentFailRequest, context: Context

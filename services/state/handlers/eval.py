@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral import access
 from corral.server import GrpcServer
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from services.state import query
@@ -47,6 +48,7 @@ class EvalsServicer(eval_pb2_grpc.EvalsServicer):
         snap = await query.snapshot_for(self.ctx, request.query, tables)
         eval_id = query.resolve_prefix(list(snap.evals.keys()), request.eval_id, "eval")
         ev = snap.evals[eval_id]
+        access.require_namespace(ev.namespace, access.READ_JOB)
         resp = eval_pb2.EvalGetResponse(eval=ev, meta=query.meta(snap, tables))
         if request.include_related:
             for rid in (ev.previous_eval, ev.next_eval, ev.blocked_eval, *ev.related_evals):

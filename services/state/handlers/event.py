@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from corral import structs
+from corral import access, structs
+from corral.acl import ACL
 from corral.errors import InvalidArgument
 from corral.server import GrpcServer
 from corral.v1 import event_pb2, event_pb2_grpc
@@ -29,6 +30,24 @@ def _object_keys(ev: pb.Event) -> tuple[str, ...]:
     return (ev.key,)
 
 
+def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
+    """What the caller may see of the stream (Nomad's rules): node events
+    with node:read, operator events with operator:read, the rest with
+    read-job in the event's namespace. Decided on the ACL the stream
+    started with."""
+    if acl.is_management:
+        return lambda ev: True
+
+    def visible(ev: pb.Event) -> bool:
+        if ev.topic == structs.Topic.NODE:
+            return acl.allows("node", "read")
+        if ev.topic == structs.Topic.OPERATOR:
+            return acl.allows("operator", "read")
+        return acl.allows_namespace(ev.namespace or "default", access.READ_JOB)
+
+    return visible
+
+
 class EventServicer(event_pb2_grpc.EventServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
@@ -42,9 +61,12 @@ class EventServicer(event_pb2_grpc.EventServicer):
                 raise InvalidArgument(f"topics[{i}].topic", f"unknown topic {t.topic!r}")
             filters.setdefault(t.topic, set()).add(t.key or "*")
         namespace = request.namespace
+        may_see = _visible_to(access.current_acl())
 
         def wanted(ev: pb.Event) -> bool:
             if namespace and namespace != "*" and ev.namespace and ev.namespace != namespace:
+                return False
+            if not may_see(ev):
                 return False
             if not filters:
                 return True

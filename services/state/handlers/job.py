@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from corral import periodic
+from corral import access, periodic, security
 from corral.errors import InvalidArgument, NotFound, Unavailable
 from corral.server import GrpcServer
 from corral.store import StateSnapshot
@@ -206,7 +206,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
         for payload, _age in members:
             member = state_pb2.Member.FromString(payload)
             try:
-                async with grpc.aio.insecure_channel(member.address) as ch:
+                async with security.dial(member.address) as ch:
                     resp: job_pb2.JobPlanResponse = await worker_pb2_grpc.WorkerStub(ch).PlanJob(
                         job_pb2.JobPlanRequest(job=job, diff=request.diff), timeout=60
                     )
@@ -241,7 +241,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
         jobs = [
             j
             for j in snap.iter_jobs()
-            if query.namespace_matches(request.query, j.namespace)
+            if query.namespace_matches(request.query, j.namespace, access.LIST_JOBS)
             and j.id.startswith(request.query.prefix)
         ]
         page, token = query.paginate(jobs, lambda j: j.id, request.query)

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from corral import structs
+from corral import security, structs
 from corral.errors import InvalidArgument, NotFound
 from corral.server import GrpcServer
 from corral.structs import NodeStatus
@@ -145,7 +145,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         if not leader or leader == self.ctx.address:
             return None
         try:
-            async with grpc.aio.insecure_channel(leader) as ch:
+            async with security.dial(leader) as ch:
                 resp: node_pb2.NodeUpdateResponse = await node_pb2_grpc.NodeStub(ch).UpdateStatus(
                     request, timeout=10
                 )

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from corral import security
 from corral.errors import LEADER_METADATA_KEY
 from corral.structs import ClientStatus, EvalStatus, JobType, Trigger, new_id
 from corral.testing import mock
@@ -52,7 +53,7 @@ async def channels() -> AsyncIterator[dict[str, grpc.aio.Channel]]:
 
 def plan_stub(channels: dict[str, grpc.aio.Channel], address: str) -> plan_pb2_grpc.PlanAsyncStub:
     if address not in channels:
-        channels[address] = grpc.aio.insecure_channel(address)
+        channels[address] = security.dial(address)
     return plan_pb2_grpc.PlanStub(channels[address])
 
 
@@ -85,7 +86,7 @@ async def outstanding_eval(
     index = await seed(state_app, nodes=[node], jobs=[job])
     async with state_app.db.write() as tx:
         tx.put_eval(ev)
-    async with grpc.aio.insecure_channel(cluster.broker_addr) as ch:
+    async with security.dial(cluster.broker_addr) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

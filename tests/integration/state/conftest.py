@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 
+from corral import security
 from corral.v1 import state_pb2_grpc
 from services.state.app import StateApp, StateSettings
 
@@ -28,5 +28,5 @@ async def state_addr(state_app: StateApp) -> str:
 
 @pytest.fixture(scope="module")
 async def state_stub(state_addr: str) -> AsyncIterator[state_pb2_grpc.StateAsyncStub]:
-    async with grpc.aio.insecure_channel(state_addr) as channel:
+    async with security.dial(state_addr) as channel:
         yield state_pb2_grpc.StateStub(channel)

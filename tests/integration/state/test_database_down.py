@@ -10,6 +10,7 @@ import grpc
 import psycopg
 import pytest
 
+from corral import security
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc
 from services.state.app import StateApp, StateSettings
@@ -29,7 +30,7 @@ async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
 async def test_a_dropped_database_connection_is_unavailable_then_recovers(
     app: StateApp, fresh_pg_dsn: str
 ) -> None:
-    async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
+    async with security.dial(app.server.bound_address) as ch:
         jobs = job_pb2_grpc.JobStub(ch)
         await jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(job_id="before")))
         # what a database restart does to every pooled connection

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 import pytest
 
+from corral import security
 from corral.replica import Replica
 from corral.v1 import state_pb2, state_pb2_grpc
 from services.state.app import StateApp
@@ -62,7 +63,7 @@ async def test_subscribe_delivers_every_change_once_in_order_across_a_break(
 ) -> None:
     start = state_app.feed.index
     received: list[int] = []
-    channel = grpc.aio.insecure_channel(state_addr)
+    channel = security.dial(state_addr)
     stub = state_pb2_grpc.StateStub(channel)
     stream = stub.Subscribe(state_pb2.SubscribeRequest(from_index=start))
     writer = asyncio.create_task(_write_evals(state_app, 30, "sub"))
@@ -73,7 +74,7 @@ async def test_subscribe_delivers_every_change_once_in_order_across_a_break(
     stream.cancel()
     await channel.close()  # forced break
 
-    channel = grpc.aio.insecure_channel(state_addr)
+    channel = security.dial(state_addr)
     stub = state_pb2_grpc.StateStub(channel)
     written = await writer
     async for batch in stub.Subscribe(state_pb2.SubscribeRequest(from_index=received[-1])):
@@ -89,7 +90,7 @@ async def test_subscribe_too_far_behind_is_out_of_range(
 ) -> None:
     await _write_evals(state_app, 5, "trunc")
     await state_app.truncate_change_log(keep=2)
-    async with grpc.aio.insecure_channel(state_addr) as channel:
+    async with security.dial(state_addr) as channel:
         stub = state_pb2_grpc.StateStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             async for _ in stub.Subscribe(state_pb2.SubscribeRequest(from_index=0)):

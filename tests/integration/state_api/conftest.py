@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from corral import security
 from services.state.app import StateApp, StateSettings
 
 
@@ -22,5 +23,5 @@ async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
 
 @pytest.fixture(scope="module")
 async def channel(state_app: StateApp) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(state_app.server.bound_address) as ch:
+    async with security.dial(state_app.server.bound_address) as ch:
         yield ch

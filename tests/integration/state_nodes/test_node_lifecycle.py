@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from corral import security
 from corral.structs import ClientStatus
 from corral.testing import mock
 from corral.v1 import node_pb2, node_pb2_grpc
@@ -38,7 +39,7 @@ async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
 
 @pytest.fixture
 async def nodes(app: StateApp) -> AsyncIterator[node_pb2_grpc.NodeAsyncStub]:
-    async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
+    async with security.dial(app.server.bound_address) as ch:
         yield node_pb2_grpc.NodeStub(ch)
 
 

@@ -1,0 +1,186 @@
+"""Who this process is on the wire, and the one way it dials another.
+
+Every role's settings include `SecuritySettings` (TLS files, region, the
+server token, ACLs on or off), read from the same flags and variables in
+every role (`CORRAL_CA_FILE`, `CORRAL_CERT_FILE`, `CORRAL_KEY_FILE`,
+`CORRAL_REGION`, `CORRAL_SERVER_TOKEN`, `CORRAL_ACL_ENABLED`). `configure`
+makes them the process's; `dial` then opens every client channel with
+them:
+
+* with TLS, a mutual-TLS channel that checks the peer's certificate names
+  the role dialled (`server.<region>.corral` by default) and presents ours;
+* without TLS, a plaintext channel that carries the server token (when this
+  process has one) so the servers know a server role is calling: the
+  development substitute for a server certificate;
+* either way, the caller's ACL token when one is given.
+
+Code that never calls `configure` (a test's event loop, a library user)
+gets the settings from the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from corral import tls
+from corral.settings import SecuritySettings, Settings
+
+#: call metadata carrying an ACL token's secret id (Nomad's X-Nomad-Token)
+TOKEN_METADATA_KEY = "x-corral-token"
+#: call metadata carrying the server token (plaintext development clusters)
+SERVER_TOKEN_METADATA_KEY = "corral-server-token"
+
+ChannelOptions = Sequence[tuple[str, Any]]
+
+
+__all__ = ["SecuritySettings", "configure", "current", "dial", "dial_sync"]
+
+
+class _FromEnvironment(Settings):
+    security: SecuritySettings = SecuritySettings()
+
+
+_current: SecuritySettings | None = None
+
+
+def configure(settings: SecuritySettings) -> None:
+    """Make `settings` this process's (the runner calls it at start)."""
+    global _current
+    _current = settings
+
+
+def current() -> SecuritySettings:
+    global _current
+    if _current is None:
+        _current = _FromEnvironment().security
+    return _current
+
+
+class _Metadata:
+    """Adds fixed metadata (the tokens) to every call of a channel."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self.pairs = pairs
+
+    def _details(self, details: Any) -> Any:
+        metadata = [*(details.metadata or ()), *self.pairs]
+        return details._replace(metadata=metadata)
+
+
+# grpc.aio files an interceptor under the first call type it implements
+# only, so each call type needs its own class.
+class _UnaryMetadata(_Metadata, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+
+def call_metadata(
+    settings: SecuritySettings, *, peer: str = "server", token: str = ""
+) -> list[tuple[str, str]]:
+    """The metadata every call to `peer` carries."""
+    pairs: list[tuple[str, str]] = []
+    server_token = settings.server_token.get_secret_value()
+    if peer == "server" and server_token and not settings.tls:
+        pairs.append((SERVER_TOKEN_METADATA_KEY, server_token))
+    if token:
+        pairs.append((TOKEN_METADATA_KEY, token))
+    return pairs
+
+
+def _options(settings: SecuritySettings, peer: str, options: ChannelOptions) -> list[Any]:
+    opts = list(options)
+    if settings.tls:
+        opts.append(("grpc.ssl_target_name_override", tls.role_name(peer, settings.region)))
+    return opts
+
+
+def dial(
+    address: str,
+    *,
+    peer: str = "server",
+    token: str = "",
+    options: ChannelOptions = (),
+    settings: SecuritySettings | None = None,
+) -> grpc.aio.Channel:
+    """An asyncio channel to `address`, where a `peer` role serves (server
+    roles, or `client` for an agent)."""
+    settings = settings or current()
+    pairs = call_metadata(settings, peer=peer, token=token)
+    interceptors: list[grpc.aio.ClientInterceptor] | None = (
+        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else None
+    )
+    opts = _options(settings, peer, options)
+    if not settings.tls:
+        return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
+    return tls.ReloadingChannel(
+        settings.files,
+        lambda creds: grpc.aio.secure_channel(
+            address, creds, options=opts, interceptors=interceptors
+        ),
+    )
+
+
+class _SyncMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self.pairs = pairs
+
+    def _details(self, details: Any) -> Any:
+        return _SyncDetails(
+            details.method,
+            details.timeout,
+            [*(details.metadata or ()), *self.pairs],
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
+class _SyncDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    def __init__(
+        self,
+        method: str,
+        timeout: float | None,
+        metadata: Any,
+        credentials: Any,
+        wait_for_ready: Any,
+        compression: Any,
+    ) -> None:
+        self.method = method
+        self.timeout = timeout
+        self.metadata = metadata
+        self.credentials = credentials
+        self.wait_for_ready = wait_for_ready
+        self.compression = compression
+
+
+def dial_sync(
+    address: str,
+    *,
+    peer: str = "server",
+    token: str = "",
+    options: ChannelOptions = (),
+    settings: SecuritySettings | None = None,
+) -> grpc.Channel:
+    """A blocking channel (the CLI's), otherwise as `dial`."""
+    settings = settings or current()
+    opts = _options(settings, peer, options)
+    if settings.tls:
+        channel = grpc.secure_channel(address, tls.channel_credentials(settings.files), opts)
+    else:
+        channel = grpc.insecure_channel(address, options=opts)
+    pairs = call_metadata(settings, peer=peer, token=token)
+    return grpc.intercept_channel(channel, _SyncMetadata(pairs)) if pairs else channel
