@@ -1275,7 +1275,7 @@ class DrainStrategy(_message.Message):
     FORCE_DEADLINE_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     deadline: _builtins.int
-    """duration; <0 forces an immediate drain"""
+    """duration; <0 forces an immediate drain; at most 100 years"""
     ignore_system_jobs: _builtins.bool
     force_deadline: _builtins.int
     """absolute time"""

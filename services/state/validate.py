@@ -18,6 +18,9 @@ from corral.v1 import structs_pb2 as pb
 MAX_ID_LEN = 256
 MAX_BATCH = 100_000
 MAX_NAMESPACE_LEN = 128  # Nomad's limit on namespace names
+#: the longest drain deadline: far beyond any real drain, and far enough
+#: from the int64 limit that "now + deadline" stays a valid time
+MAX_DRAIN_DEADLINE_NS = 100 * 365 * 24 * structs.HOUR
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -134,6 +137,15 @@ def alloc_stop(s: pb.AllocStop, field: str) -> None:
     if s.desired_status:
         one_of(
             s.desired_status, (DesiredStatus.STOP, DesiredStatus.EVICT), f"{field}.desired_status"
+        )
+
+
+def drain_strategy(s: pb.DrainStrategy, field: str) -> None:
+    """A drain strategy as a user sends it. Its deadline becomes an absolute
+    force deadline (now + deadline, int64 nanoseconds), so it is bounded."""
+    if s.deadline > MAX_DRAIN_DEADLINE_NS:
+        raise InvalidArgument(
+            f"{field}.deadline", f"must be at most {MAX_DRAIN_DEADLINE_NS // structs.HOUR} hours"
         )
 
 

@@ -264,9 +264,11 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
     async def UpdateDrain(
         self, request: node_pb2.NodeUpdateDrainRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse:
+        strategy = request.drain_strategy if request.HasField("drain_strategy") else None
+        if strategy is not None:
+            validate.drain_strategy(strategy, "drain_strategy")
         snap = self.ctx.feed.snapshot()
         node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
-        strategy = request.drain_strategy if request.HasField("drain_strategy") else None
         async with self.ctx.write() as tx:
             await writes.set_drain(tx, node_id, strategy, request.mark_eligible)
         return node_pb2.NodeUpdateResponse(index=tx.index, node_modify_index=tx.index)
