@@ -15,11 +15,42 @@ import grpc
 
 LEADER_METADATA_KEY = "corral-leader"
 
+#: The longest status message a caller is sent, in bytes as gRPC carries it
+#: (percent-encoded in the `grpc-message` trailer). Clients drop trailers
+#: over 8 to 16 KiB: the caller then gets RESOURCE_EXHAUSTED ("metadata size
+#: exceeds hard limit") instead of the status, and messages echo input (an
+#: unknown id of 10,000 characters, a list of them).
+MAX_MESSAGE_WIRE_BYTES = 2048
+_TRUNCATED = " ... (truncated)"
+
+
+def _wire_bytes(ch: str) -> int:
+    """What one character costs in a grpc-message trailer: printable ASCII
+    as is (`%` escaped), everything else percent-encoded per UTF-8 byte."""
+    if " " <= ch <= "~":
+        return 3 if ch == "%" else 1
+    return 3 * len(ch.encode("utf-8", errors="replace"))
+
+
+def bounded_message(message: str, limit: int = MAX_MESSAGE_WIRE_BYTES) -> str:
+    """`message`, cut so that it fits in `limit` bytes on the wire."""
+    room = limit - len(_TRUNCATED)
+    used = 0
+    for i, ch in enumerate(message):
+        used += _wire_bytes(ch)
+        if used > room:
+            rest = message[i:]
+            if sum(map(_wire_bytes, rest)) + used - _wire_bytes(ch) <= limit:
+                return message  # the whole message fits after all
+            return message[:i] + _TRUNCATED
+    return message
+
 
 class CorralError(Exception):
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
     def __init__(self, message: str) -> None:
+        message = bounded_message(message)
         super().__init__(message)
         self.message = message
 

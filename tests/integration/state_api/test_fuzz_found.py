@@ -1,5 +1,6 @@
-"""Input the fuzz test (tests/fuzz) found answered with INTERNAL: each is
-now refused with INVALID_ARGUMENT naming the field, and writes nothing."""
+"""Input the fuzz test (tests/fuzz) found answered with the wrong status:
+each is now refused with the status naming the problem, and writes
+nothing."""
 
 from __future__ import annotations
 
@@ -42,3 +43,18 @@ async def test_a_drain_deadline_past_any_time_is_refused(
         node_pb2.NodeUpdateDrainRequest(node_id=node.id, drain_strategy=longest)
     )
     assert resp.index > 0
+
+
+async def test_a_status_echoing_a_huge_id_still_reaches_the_caller(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    """NOT_FOUND "node '<10,000 characters>' not found" made a trailer over
+    the client's metadata limit: the caller got RESOURCE_EXHAUSTED ("received
+    metadata size exceeds hard limit") and never the status."""
+    nodes = node_pb2_grpc.NodeStub(channel)
+    for node_id in ("é" * 5_000, "x" * 10_000, "😀" * 3_000):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await nodes.Get(node_pb2.NodeGetRequest(node_id=node_id))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
+        details = err.value.details() or ""
+        assert details.startswith("node '") and details.endswith(" ... (truncated)"), details
