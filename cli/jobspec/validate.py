@@ -116,7 +116,9 @@ def check(job: pb.Job) -> None:
                     f"{gp}.reschedule_policy.attempts",
                     "cannot be set together with unlimited = true",
                 )
-            if rp.max_delay and rp.max_delay < rp.delay:
+            growing = rp.delay_function in ("exponential", "fibonacci")
+            if (rp.max_delay or growing) and rp.max_delay < rp.delay:
+                # a growing delay needs its ceiling (the state refuses it too)
                 raise FieldProblem(f"{gp}.reschedule_policy.max_delay", "must be >= delay")
         if tg.HasField("update"):
             up = tg.update

@@ -35,7 +35,7 @@ class JobRegisterRequest(_message.Message):
     """
     job_modify_index: _builtins.int
     eval_priority: _builtins.int
-    """0 = the job's priority"""
+    """0 = the job's priority; else 1..100"""
     traceparent: _builtins.str
     @_builtins.property
     def job(self) -> _structs_pb2.Job: ...

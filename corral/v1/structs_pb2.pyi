@@ -7,7 +7,8 @@ Conventions (as in Nomad's API):
   * statuses and types are lower-case strings ("service", "running", ...);
     the accepted values are listed beside each field and validated by the
     state service (unknown values get INVALID_ARGUMENT).
-  * times are int64 Unix nanoseconds; durations are int64 nanoseconds.
+  * times are int64 Unix nanoseconds; durations are int64 nanoseconds,
+    in a job between 0 and 100 years.
   * *_index fields are state indexes (the PostgreSQL index counter).
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from corral import structs
@@ -18,9 +19,13 @@ from corral.v1 import structs_pb2 as pb
 MAX_ID_LEN = 256
 MAX_BATCH = 100_000
 MAX_NAMESPACE_LEN = 128  # Nomad's limit on namespace names
-#: the longest drain deadline: far beyond any real drain, and far enough
-#: from the int64 limit that "now + deadline" stays a valid time
-MAX_DRAIN_DEADLINE_NS = 100 * 365 * 24 * structs.HOUR
+#: the longest duration anywhere in a job or a drain: far beyond any real
+#: one, and far enough from the int64 limit that a time plus a duration or
+#: two (a force deadline, a deployment's progress deadline, a reschedule
+#: time) stays a valid time
+MAX_DURATION_NS = 100 * 365 * 24 * structs.HOUR
+MAX_DURATION_HOURS = MAX_DURATION_NS // structs.HOUR
+_INT64_TYPES = (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64)
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -143,10 +148,35 @@ def alloc_stop(s: pb.AllocStop, field: str) -> None:
 def drain_strategy(s: pb.DrainStrategy, field: str) -> None:
     """A drain strategy as a user sends it. Its deadline becomes an absolute
     force deadline (now + deadline, int64 nanoseconds), so it is bounded."""
-    if s.deadline > MAX_DRAIN_DEADLINE_NS:
-        raise InvalidArgument(
-            f"{field}.deadline", f"must be at most {MAX_DRAIN_DEADLINE_NS // structs.HOUR} hours"
-        )
+    if s.deadline > MAX_DURATION_NS:
+        raise InvalidArgument(f"{field}.deadline", f"must be at most {MAX_DURATION_HOURS} hours")
+
+
+def durations(msg: Message, field: str) -> None:
+    """Every duration in `msg` and its sub-messages (its int64 fields but
+    times, named `*_time` or `*_at`) is between 0 and MAX_DURATION_NS: the
+    roles add them to the clock (a deployment's progress deadline, a
+    reschedule's delay), which must stay an int64. A new duration field is
+    covered the day it is added."""
+    for desc, value in msg.ListFields():
+        path = f"{field}.{desc.name}"
+        if desc.type == desc.TYPE_MESSAGE:
+            entry = desc.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                for k, v in value.items():
+                    if isinstance(v, Message):
+                        durations(v, f"{path}[{k}]")
+            elif desc.is_repeated:
+                for i, m in enumerate(value):
+                    durations(m, f"{path}[{i}]")
+            else:
+                durations(value, path)
+        elif desc.type in _INT64_TYPES and not desc.name.endswith(("_time", "_at")):
+            for v in value if desc.is_repeated else [value]:
+                if v < 0:
+                    raise InvalidArgument(path, "must not be negative")
+                if v > MAX_DURATION_NS:
+                    raise InvalidArgument(path, f"must be at most {MAX_DURATION_HOURS} hours")
 
 
 def deployment(d: pb.Deployment, field: str) -> None:

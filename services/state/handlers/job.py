@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from corral import access, periodic, security
+from corral import access, periodic, security, structs
 from corral.errors import InvalidArgument, NotFound, Unavailable
 from corral.server import GrpcServer
 from corral.store import StateSnapshot
@@ -120,6 +120,14 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
+        if request.eval_priority and not (
+            structs.MIN_PRIORITY <= request.eval_priority <= structs.MAX_PRIORITY
+        ):
+            raise InvalidArgument(
+                "eval_priority",
+                f"must be between {structs.MIN_PRIORITY} and {structs.MAX_PRIORITY} "
+                "(0: the job's priority)",
+            )
         done = await self.ctx.batcher.submit(
             lambda tx: register_job(
                 tx,

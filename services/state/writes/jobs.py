@@ -129,6 +129,18 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+        _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
+    validate.durations(job, "job")
+
+
+def _reschedule_delays(rp: pb.ReschedulePolicy, field: str) -> None:
+    """Nomad's rule: a delay that grows (exponential, fibonacci) needs a
+    ceiling at least the first delay, or it doubles past any time."""
+    if rp.delay_function in ("exponential", "fibonacci") and rp.max_delay < rp.delay:
+        raise InvalidArgument(
+            f"{field}.max_delay",
+            f"must be at least delay ({rp.delay} ns) with the {rp.delay_function} delay function",
+        )
 
 
 def _periodic(job: pb.Job) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from corral import structs
 from corral.testing import mock
-from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
 
@@ -58,3 +58,73 @@ async def test_a_status_echoing_a_huge_id_still_reaches_the_caller(
         assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
         details = err.value.details() or ""
         assert details.startswith("node '") and details.endswith(" ... (truncated)"), details
+
+
+def _job_with(field: str, value: int) -> pb.Job:
+    job = mock.job(count=1)
+    tg = job.task_groups[0]
+    if field.startswith("update."):
+        tg.update.max_parallel = 1
+        setattr(tg.update, field.split(".")[1], value)
+    elif field.startswith("reschedule_policy."):
+        setattr(tg.reschedule_policy, field.split(".")[1], value)
+    elif field.startswith("disconnect."):
+        setattr(tg.disconnect, field.split(".")[1], value)
+    else:
+        setattr(tg.tasks[0], field, value)
+    return job
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        # made the planner's plan merge overflow (now + progress_deadline):
+        # every plan of the job failed, its eval never placed anything
+        ("update.progress_deadline", 2**63 - 1, "must be at most 876000 hours"),
+        ("update.healthy_deadline", 2**62, "must be at most 876000 hours"),
+        ("reschedule_policy.interval", 2**63 - 1, "must be at most 876000 hours"),
+        ("disconnect.lost_after", 2**63 - 1, "must be at most 876000 hours"),
+        ("kill_timeout", 2**63 - 1, "must be at most 876000 hours"),
+    ],
+)
+async def test_durations_past_any_time_are_refused(
+    state_app: StateApp, channel: grpc.aio.Channel, field: str, value: int, problem: str
+) -> None:
+    job = _job_with(field, value)
+    await _refused(
+        state_app,
+        job_pb2_grpc.JobStub(channel).Register(job_pb2.JobRegisterRequest(job=job)),
+        f"job.task_groups[0].{'tasks[0].' if '.' not in field else ''}{field}: {problem}",
+    )
+
+
+async def test_a_growing_reschedule_delay_needs_a_ceiling(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    """An exponential delay without max_delay doubles on each reschedule,
+    past the int64 clock after some thirty."""
+    job = mock.job(count=1)
+    job.task_groups[0].reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(delay=30 * structs.SECOND, delay_function="exponential", unlimited=True)
+    )
+    await _refused(
+        state_app,
+        job_pb2_grpc.JobStub(channel).Register(job_pb2.JobRegisterRequest(job=job)),
+        "job.task_groups[0].reschedule_policy.max_delay: must be at least delay",
+    )
+
+
+async def test_an_eval_priority_out_of_range_is_refused(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    """eval_priority 2**31 - 1 was written on the eval; the worker's update
+    of it was then refused by the state, which the broker answered INTERNAL."""
+    jobs = job_pb2_grpc.JobStub(channel)
+    for priority in (2**31 - 1, 101, -1):
+        await _refused(
+            state_app,
+            jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(), eval_priority=priority)),
+            "eval_priority: must be between 1 and 100",
+        )
+    resp = await jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(), eval_priority=100))
+    assert resp.eval_id
