@@ -636,6 +636,7 @@ class JobScaleRequest(_message.Message):
     namespace: _builtins.str
     group: _builtins.str
     count: _builtins.int
+    """0..100,000, the job's total at most 200,000 (as Register)"""
     message: _builtins.str
     enforce_index: _builtins.bool
     job_modify_index: _builtins.int

@@ -21,6 +21,7 @@ from services.state.writes.deployments import revert_job
 from services.state.writes.dispatch import dispatch_job
 from services.state.writes.job_diff import job_diff
 from services.state.writes.jobs import (
+    MAX_GROUP_COUNT,
     canonicalize,
     deregister_job,
     register_job,
@@ -165,8 +166,8 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Scale(
         self, request: job_pb2.JobScaleRequest, context: Context
     ) -> job_pb2.JobRegisterResponse:
-        if request.count < 0:
-            raise InvalidArgument("count", "must not be negative")
+        if not 0 <= request.count <= MAX_GROUP_COUNT:
+            raise InvalidArgument("count", f"must be between 0 and {MAX_GROUP_COUNT}")
         _job_ref(request.job_id, request.namespace)
         namespace = request.namespace or "default"
         done = await self.ctx.batcher.submit(

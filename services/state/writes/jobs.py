@@ -366,7 +366,13 @@ async def scale_job(
     tg = structs.task_group(job, group)
     if tg is None:
         raise NotFound(f"task group {group!r} not found in job {job_id!r}")
-    tg.count = count
+    tg.count = count  # at most MAX_GROUP_COUNT (the handler checks)
+    # the bound Job.Register holds a job to (validate_job), named for this call
+    total = sum(g.count for g in job.task_groups)
+    if total > MAX_JOB_COUNT:
+        raise InvalidArgument(
+            "count", f"would make the job ask for {total} allocations, more than {MAX_JOB_COUNT}"
+        )
     return await register_job(
         tx,
         job,

@@ -128,3 +128,33 @@ async def test_an_eval_priority_out_of_range_is_refused(
         )
     resp = await jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(), eval_priority=100))
     assert resp.eval_id
+
+
+async def test_scale_holds_a_job_to_the_bounds_of_register(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    """Job.Scale took any count: 2**31 - 1 was registered and the worker's
+    scheduler spun on it until killed (a bound Job.Register had since
+    d0339f1). The fuzz saw it as a worker that would not stop on SIGTERM."""
+    jobs = job_pb2_grpc.JobStub(channel)
+    job = mock.job(count=0)
+    for name in ("a", "b"):
+        g = job.task_groups.add()
+        g.CopyFrom(job.task_groups[0])
+        g.name = name
+        g.count = 100_000
+    await jobs.Register(job_pb2.JobRegisterRequest(job=job))
+    for count in (2**31 - 1, 100_001):
+        await _refused(
+            state_app,
+            jobs.Scale(job_pb2.JobScaleRequest(job_id=job.id, group="web", count=count)),
+            "count: must be between 0 and 100000",
+        )
+    await _refused(
+        state_app,
+        jobs.Scale(job_pb2.JobScaleRequest(job_id=job.id, group="web", count=2)),
+        "count: would make the job ask for 200002 allocations, more than 200000",
+    )
+    # within the bounds it scales
+    resp = await jobs.Scale(job_pb2.JobScaleRequest(job_id=job.id, group="a", count=99_999))
+    assert resp.index > 0 and resp.eval_id
