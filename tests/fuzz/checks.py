@@ -2,7 +2,9 @@
 
 * **A clean status.** OK, or a code a client can act on (below); never
   UNKNOWN or INTERNAL (an unhandled exception), UNIMPLEMENTED, CANCELLED
-  or DATA_LOSS.
+  or DATA_LOSS. Nor UNAVAILABLE: every role of the cluster is up, so no
+  request has a reason to be told "try again elsewhere" (a relayed one,
+  Job.Plan or Periodic.Force on the state, included).
 * **No internals in the answer.** Neither the details nor the trailing
   metadata carry traceback text or a database driver's error.
 * **The server's answer arrives.** Not a status the transport made up
@@ -53,14 +55,6 @@ ALLOWED: dict[grpc.StatusCode, str] = {
 WAITING: dict[grpc.StatusCode, str] = {
     S.DEADLINE_EXCEEDED: "a blocking query or a stream outlived the client's deadline",
 }
-
-#: Statuses allowed only for the RPCs in `RELAYING`, which hand the request
-#: to another role: UNAVAILABLE is their documented "try again" answer when
-#: that role cannot take it. Every other RPC answers from its own process.
-RELAYED: dict[grpc.StatusCode, str] = {
-    S.UNAVAILABLE: "the role the request is relayed to is not available; retry",
-}
-RELAYING: frozenset[str] = frozenset()
 
 #: Text that must never reach a caller: Python traceback lines and the
 #: database layer's own errors (the server log has them).
@@ -113,8 +107,6 @@ def allowed_codes(rpc: Rpc, blocking: bool) -> set[grpc.StatusCode]:
     codes = {S.OK, *ALLOWED}
     if blocking or rpc.streaming:
         codes |= set(WAITING)
-    if rpc.method in RELAYING:
-        codes |= set(RELAYED)
     return codes
 
 
