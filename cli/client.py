@@ -1,16 +1,23 @@
 """The connection to a Corral cluster: one synchronous gRPC channel to the
 state service's public API (`-address`, else `$CORRAL_ADDR`, else
 127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs
-live on other processes; `worker()` and `client_alloc()` dial those."""
+live on other processes; `worker()` and `client_alloc()` dial those.
+
+Every channel carries the ACL token (`-token`, else `$CORRAL_TOKEN`) as
+`x-corral-token` metadata on every call, added by one client interceptor."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import grpc
 
+from corral.acl import TOKEN_METADATA_KEY
 from corral.v1 import (
+    acl_pb2_grpc,
     alloc_pb2_grpc,
     deployment_pb2_grpc,
     eval_pb2_grpc,
@@ -23,6 +30,7 @@ from corral.v1 import (
 
 DEFAULT_ADDR = "127.0.0.1:4646"
 ENV_ADDR = "CORRAL_ADDR"
+ENV_TOKEN = "CORRAL_TOKEN"
 # Unary calls fail after this long rather than hang (blocking queries pass
 # their own, longer deadline).
 DEFAULT_TIMEOUT = 30.0
@@ -40,22 +48,92 @@ def resolve_address(flag: str | None) -> str:
     return normalize_address(flag or os.environ.get(ENV_ADDR) or DEFAULT_ADDR)
 
 
+def resolve_token(flag: str | None) -> str:
+    return (flag or os.environ.get(ENV_TOKEN) or "").strip()
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: Any
+    wait_for_ready: bool | None
+    compression: Any
+
+
+class _ClientCallDetails(_CallDetails, grpc.ClientCallDetails):
+    pass
+
+
+class TokenInterceptor(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg]
+):
+    """Adds `x-corral-token: <secret>` to every call of a channel."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = ((TOKEN_METADATA_KEY, token),)
+
+    def _with_token(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return _ClientCallDetails(
+            details.method,
+            details.timeout,
+            (*(details.metadata or ()), *self._metadata),
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_stream_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        return continuation(self._with_token(client_call_details), request_iterator)
+
+    def intercept_stream_stream(
+        self,
+        continuation: Callable[..., Any],
+        client_call_details: Any,
+        request_iterator: Iterator[Any],
+    ) -> Any:
+        return continuation(self._with_token(client_call_details), request_iterator)
+
+
 @dataclass
 class Client:
     address: str
+    token: str = ""
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
 
     def channel(self, address: str | None = None) -> grpc.Channel:
         addr = normalize_address(address or self.address)
         if addr not in self._channels:
-            self._channels[addr] = grpc.insecure_channel(
+            channel = grpc.insecure_channel(
                 addr,
                 options=[
                     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.enable_retries", 0),
                 ],
             )
+            if self.token:
+                channel = grpc.intercept_channel(channel, TokenInterceptor(self.token))
+            self._channels[addr] = channel
         return self._channels[addr]
+
+    @property
+    def acl(self) -> acl_pb2_grpc.ACLStub:
+        return acl_pb2_grpc.ACLStub(self.channel())
 
     @property
     def jobs(self) -> job_pb2_grpc.JobStub:

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from cli.client import Client, resolve_address
+from cli.client import Client, resolve_address, resolve_token
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -40,10 +40,12 @@ class Parser(argparse.ArgumentParser):
 
 class Context:
     """What a command handler gets besides its flags: a lazily opened
-    client for `-address`/CORRAL_ADDR, and the output streams."""
+    client for `-address`/CORRAL_ADDR carrying `-token`/CORRAL_TOKEN, and
+    the output streams."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.address = resolve_address(getattr(args, "address", None))
+        self.token = resolve_token(getattr(args, "token", None))
         self._client: Client | None = None
         self.out = sys.stdout
         self.err = sys.stderr
@@ -51,7 +53,7 @@ class Context:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address)
+            self._client = Client(self.address, self.token)
         return self._client
 
     def close(self) -> None:
@@ -67,6 +69,13 @@ def add_address(p: argparse.ArgumentParser) -> None:
         default=None,
         help="state service gRPC address (env CORRAL_ADDR, default 127.0.0.1:4646)",
     )
+    p.add_argument(
+        "-token",
+        "--token",
+        dest="token",
+        default=None,
+        help="ACL token secret id sent with every call (env CORRAL_TOKEN)",
+    )
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -80,7 +89,8 @@ def add_verbose(p: argparse.ArgumentParser) -> None:
 
 
 def common(p: argparse.ArgumentParser, *, json: bool = False, verbose: bool = False) -> None:
-    """The flags most commands share: -address, and -json / -verbose where they apply."""
+    """The flags most commands share: -address and -token, and -json /
+    -verbose where they apply."""
     add_address(p)
     if json:
         add_json(p)
