@@ -282,6 +282,8 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
         data = hcl2.loads(text, serialization_options=_HCL)
     except LarkError as exc:
         raise _syntax_error(exc, field) from None
+    except RecursionError:
+        raise InvalidArgument(field, "not valid HCL: nested too deeply") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise InvalidArgument(field, f"not valid HCL: {exc}") from None
     if not isinstance(data, dict) or not data:

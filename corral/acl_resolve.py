@@ -101,6 +101,8 @@ class TokenCache:
         self.max_entries = max_entries
         self._clock = clock
         self._entries: OrderedDict[str, tuple[float, Resolved | str]] = OrderedDict()
+        #: moves on every clear(): an answer fetched before a clear is not kept
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -120,7 +122,12 @@ class TokenCache:
         entry = self._entries.get(key)
         return entry[1] if entry is not None and isinstance(entry[1], Resolved) else None
 
-    def put(self, key: str, value: Resolved | str) -> None:
+    def put(self, key: str, value: Resolved | str, generation: int | None = None) -> None:
+        """Keep `value`; with `generation` (read before the lookup began),
+        only if nothing was cleared meanwhile: a lookup racing an ACL
+        write must not cache what the write just changed."""
+        if generation is not None and generation != self.generation:
+            return
         ttl = self.miss_ttl if isinstance(value, str) else self.ttl
         self._entries[key] = (self._clock() + ttl, value)
         self._entries.move_to_end(key)
@@ -129,6 +136,7 @@ class TokenCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self.generation += 1
 
 
 class RemoteResolver:
@@ -188,6 +196,7 @@ class RemoteResolver:
             fut.exception()  # retrieved: waiters that went away leave no warning
 
     async def _fetch(self, key: str, secret_id: str) -> Resolved:
+        generation = self.cache.generation
         try:
             async with self._slots:
                 self.calls += 1
@@ -198,7 +207,7 @@ class RemoteResolver:
             code = exc.code()
             if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND):
                 message = EXPIRED if exc.details() == EXPIRED else NOT_FOUND
-                self.cache.put(key, message)
+                self.cache.put(key, message, generation)
                 raise PermissionDenied(message) from None
             stale = self.cache.stale(key)
             if stale is not None and code in (
@@ -209,5 +218,5 @@ class RemoteResolver:
                 return stale
             raise Unavailable(f"cannot resolve the ACL token: state answered {code.name}") from None
         resolved = Resolved(resp, acl_from_response(resp))
-        self.cache.put(key, resolved)
+        self.cache.put(key, resolved, generation)
         return resolved

@@ -205,13 +205,14 @@ class DatabaseResolver:
             raise PermissionDenied(hit)
         if hit is None:
             self.lookups += 1
+            generation = self.cache.generation
             try:
                 resp = await lookup(self.db, secret_id, self._wall())
             except PermissionDenied as exc:
-                self.cache.put(key, exc.message)
+                self.cache.put(key, exc.message, generation)
                 raise
             hit = Resolved(resp, acl_from_response(resp))
-            self.cache.put(key, hit)
+            self.cache.put(key, hit, generation)
         check_expiry(hit.expiration_time, self._wall())
         return hit
 

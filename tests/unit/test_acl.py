@@ -93,6 +93,7 @@ def test_a_namespace_block_without_label_is_the_default_namespace() -> None:
         ),
         ('jobs { policy = "read" }', "jobs: unknown rule (expected namespace, node, agent or"),
         ('namespace "a" { policy = "read\x00" }', "must not contain NUL"),
+        ('namespace "a" { capabilities = ' + "[" * 20000 + "]" * 20000 + " }", "nested too"),
     ],
 )
 def test_bad_policies_are_refused_naming_the_problem(text: str, message: str) -> None:

@@ -108,6 +108,30 @@ async def test_bootstrap_with_an_operator_secret(fresh_pg_dsn: str) -> None:
         await app.stop()
 
 
+async def test_concurrent_bootstraps_make_one_token(fresh_pg_dsn: str) -> None:
+    import asyncio
+
+    from services.state.app import StateSettings
+
+    app = StateApp(StateSettings(dsn=fresh_pg_dsn, retention_interval=3600))
+    await app.start()
+    try:
+        async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
+            s = acl_pb2_grpc.ACLStub(ch)
+            outcomes = await asyncio.gather(
+                *(s.Bootstrap(acl_pb2.ACLBootstrapRequest()) for _ in range(5)),
+                return_exceptions=True,
+            )
+            won = [o for o in outcomes if isinstance(o, acl_pb2.ACLTokenResponse)]
+            lost = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
+            assert len(won) == 1 and len(lost) == 4
+            assert all(e.code() == grpc.StatusCode.FAILED_PRECONDITION for e in lost)
+            listed = await s.ListTokens(acl_pb2.ACLListTokensRequest())
+            assert [t.accessor_id for t in listed.tokens] == [won[0].token.accessor_id]
+    finally:
+        await app.stop()
+
+
 # ------------------------------------------------------------------- policies
 
 
