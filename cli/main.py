@@ -18,6 +18,7 @@ import grpc
 
 from cli.client import resolve_address
 from cli.commands import (
+    acl,
     agent,
     alloc,
     deployment,
@@ -59,6 +60,7 @@ def build_parser() -> Parser:
         eval,
         alloc,
         operator,
+        acl,
         event,
         dev,
         agent,

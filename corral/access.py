@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from corral import acl, tls
 from corral.errors import ConfigError, PermissionDenied, ResourceExhausted
-from corral.security import SERVER_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY, SecuritySettings
+from corral.security import SERVER_TOKEN_METADATA_KEY, SecuritySettings
 
 
 class Caller(enum.Enum):
@@ -238,17 +238,6 @@ def _metadata(context: Any, key: str) -> str:
     return ""
 
 
-def request_token(context: Any) -> str:
-    """The ACL token's secret id a call carries (`x-corral-token`, or
-    `authorization: Bearer ...`)."""
-    token = _metadata(context, TOKEN_METADATA_KEY)
-    if token:
-        return token
-    auth = _metadata(context, "authorization")
-    scheme, _, value = auth.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
-
-
 class Guard:
     """The check a server runs before each handler (see the module doc).
 
@@ -290,7 +279,7 @@ class Guard:
         if not self.settings.acl_enabled:
             return acl.MANAGEMENT
         assert self.resolver is not None  # check_startable
-        found = await self.resolver.resolve(request_token(context))
+        found = await self.resolver.resolve(acl.token_from_metadata(context.invocation_metadata()))
         _check_acl(rule, found, request)
         return found
 

@@ -26,10 +26,9 @@ from typing import Any
 import grpc
 
 from corral import tls
+from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
-#: call metadata carrying an ACL token's secret id (Nomad's X-Nomad-Token)
-TOKEN_METADATA_KEY = "x-corral-token"
 #: call metadata carrying the server token (plaintext development clusters)
 SERVER_TOKEN_METADATA_KEY = "corral-server-token"
 

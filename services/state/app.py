@@ -17,7 +17,7 @@ from services.state.app_context import StateContext
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
 from services.state.feed import ChangeFeed
-from services.state.handlers import node
+from services.state.handlers import acl, node
 from services.state.handlers.state import StateServicer
 from services.state.heartbeat import Drainer, Heartbeats
 
@@ -53,6 +53,11 @@ class StateApp:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="log-retention"))
         self._tasks.append(asyncio.create_task(self._member_loop(), name="member"))
         self._tasks.append(
+            asyncio.create_task(
+                self.ctx.acl.follow(self.feed, self.server.shutting_down), name="acl-cache"
+            )
+        )
+        self._tasks.append(
             asyncio.create_task(self.election.run(self._on_elected, self._on_lost), name="election")
         )
         return self.server.bound_address
@@ -80,9 +85,10 @@ class StateApp:
         return await self.election.leader_address() if self.election is not None else ""
 
     def _add_public_services(self) -> None:
-        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator)."""
+        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator, ACL)."""
         handlers.register(self.server, self.ctx)
         node.register(self.server, self.ctx, self.heartbeats, self.leader_address)
+        acl.register(self.server, self.ctx, self.settings.acl)
 
     async def stop(self) -> None:
         await self.server.stop(grace=5.0)

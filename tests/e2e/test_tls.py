@@ -121,20 +121,13 @@ async def test_client_and_cli_certificates_cannot_call_server_only_rpcs(
         async with security.dial(c.state_addr, settings=settings) as ch:
             state = state_pb2_grpc.StateStub(ch)
             job = mock.job()
+            plan = state_pb2.AppliedPlan(job_id=job.id, allocs=[mock.alloc(job, mock.node())])
             for call in (
-                lambda: state.GetIndex(state_pb2.GetIndexRequest()),
-                lambda: state.ApplyPlans(
-                    state_pb2.ApplyPlansRequest(
-                        plans=[
-                            state_pb2.AppliedPlan(
-                                job_id=job.id, allocs=[mock.alloc(job, mock.node())]
-                            )
-                        ]
-                    )
-                ),
+                state.GetIndex(state_pb2.GetIndexRequest()),
+                state.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
             ):
                 with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await call()
+                    await call
                 assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, role
                 assert f"certificate role '{role}'" in (err.value.details() or "")
             # the public API answers them (ACLs off)
