@@ -29,6 +29,7 @@ from cli.commands import (
     operator,
     sim,
     state,
+    tls,
     version,
 )
 from cli.context import (
@@ -64,6 +65,7 @@ def build_parser() -> Parser:
         agent,
         sim,
         state,
+        tls,
         version,
     ):
         module.register(sub)
