@@ -30,6 +30,7 @@ from cli.commands import (
     operator,
     sim,
     state,
+    tls,
     version,
 )
 from cli.context import (
@@ -66,6 +67,7 @@ def build_parser() -> Parser:
         agent,
         sim,
         state,
+        tls,
         version,
     ):
         module.register(sub)
