@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from corral.certs import Role
 from corral.security import SecuritySettings, current, dial_sync
 from corral.v1 import (
     acl_pb2_grpc,
@@ -58,7 +59,7 @@ class Client:
     token: str = ""
     _channels: dict[tuple[str, str], grpc.Channel] = field(default_factory=dict)
 
-    def channel(self, address: str | None = None, *, peer: str = "server") -> grpc.Channel:
+    def channel(self, address: str | None = None, *, peer: Role = "server") -> grpc.Channel:
         """A channel to a server role (default) or to an agent (peer 'client')."""
         addr = normalize_address(address or self.address)
         key = (addr, peer)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from corral import acl, tls
-from corral.errors import ConfigError, PermissionDenied, ResourceExhausted
+from corral.errors import ConfigError, FailedPrecondition, PermissionDenied, ResourceExhausted
 from corral.security import SERVER_TOKEN_METADATA_KEY, SecuritySettings
 
 
@@ -188,14 +188,16 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ACL/ResolveToken": OPEN,
     "/corral.v1.ACL/TokenSelf": PER_OBJECT,
     "/corral.v1.ACL/UpsertPolicies": MANAGEMENT,
-    "/corral.v1.ACL/ListPolicies": MANAGEMENT,
-    "/corral.v1.ACL/GetPolicy": MANAGEMENT,
+    "/corral.v1.ACL/ListPolicies": PER_OBJECT,
+    "/corral.v1.ACL/GetPolicy": PER_OBJECT,
     "/corral.v1.ACL/DeletePolicies": MANAGEMENT,
     "/corral.v1.ACL/CreateToken": MANAGEMENT,
     "/corral.v1.ACL/ListTokens": MANAGEMENT,
     "/corral.v1.ACL/GetToken": MANAGEMENT,
     "/corral.v1.ACL/DeleteTokens": MANAGEMENT,
 }
+
+ACL_SERVICE = "/corral.v1.ACL/"
 
 #: services any caller may use (gRPC health checks, server reflection)
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -267,6 +269,9 @@ class Guard:
         rule = RULES.get(method)
         if rule is None:
             raise PermissionDenied(f"Permission denied: {method} has no access rule")
+        if method.startswith(ACL_SERVICE) and not self.settings.acl_enabled:
+            # a token made now would guard nothing: say so instead
+            raise FailedPrecondition("ACL support disabled (start the servers with ACLs enabled)")
         self._check_transport(rule, context)
         if rule.caller is not Caller.SERVER:
             size = request.ByteSize()

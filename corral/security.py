@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from corral import tls
+from corral import certs, tls
 from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
@@ -82,7 +82,7 @@ class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type
 
 
 def call_metadata(
-    settings: SecuritySettings, *, peer: str = "server", token: str = ""
+    settings: SecuritySettings, *, peer: certs.Role = "server", token: str = ""
 ) -> list[tuple[str, str]]:
     """The metadata every call to `peer` carries."""
     pairs: list[tuple[str, str]] = []
@@ -94,17 +94,17 @@ def call_metadata(
     return pairs
 
 
-def _options(settings: SecuritySettings, peer: str, options: ChannelOptions) -> list[Any]:
+def _options(settings: SecuritySettings, peer: certs.Role, options: ChannelOptions) -> list[Any]:
     opts = list(options)
     if settings.tls:
-        opts.append(("grpc.ssl_target_name_override", tls.role_name(peer, settings.region)))
+        opts.append(("grpc.ssl_target_name_override", certs.role_name(peer, settings.region)))
     return opts
 
 
 def dial(
     address: str,
     *,
-    peer: str = "server",
+    peer: certs.Role = "server",
     token: str = "",
     options: ChannelOptions = (),
     settings: SecuritySettings | None = None,
@@ -169,7 +169,7 @@ class _SyncDetails(grpc.ClientCallDetails):  # type: ignore[misc]
 def dial_sync(
     address: str,
     *,
-    peer: str = "server",
+    peer: certs.Role = "server",
     token: str = "",
     options: ChannelOptions = (),
     settings: SecuritySettings | None = None,

@@ -31,6 +31,8 @@ class StateApp:
         self.feed = ChangeFeed(self.db)
         self.server = GrpcServer(settings.listen, name="state", translate=translate_error)
         self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
+        # the state resolves ACL tokens from its own database
+        self.server.guard.resolver = self.ctx.acl
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
         self.election: LeaderElection | None = None

@@ -11,6 +11,7 @@ import logging
 import sys
 
 from corral import runner, security
+from corral.acl_resolve import RemoteResolver
 from corral.replica import Replica
 from corral.server import GrpcServer
 from corral.v1 import eval_pb2_grpc, plan_pb2_grpc, state_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -39,7 +40,12 @@ class WorkerProcess:
             state_pb2_grpc.StateStub(self.state_channel),
         )
         # the worker receives admin calls and dry runs of one job
-        self.server = GrpcServer(settings.listen, name="worker", max_receive_bytes=32 * 1024 * 1024)
+        self.server = GrpcServer(
+            settings.listen,
+            name="worker",
+            resolver=RemoteResolver(self.state_channel),
+            max_receive_bytes=32 * 1024 * 1024,
+        )
 
     async def start(self) -> runner.Ready:
         await self.replica.start()

@@ -251,15 +251,4 @@ def test_every_variable_the_manifests_set_is_a_setting_of_some_role() -> None:
     for manifest in deploy.rglob("*.yaml"):
         used |= set(re.findall(r"\b(CORRAL_[A-Z_]+)\b", manifest.read_text()))
     assert used, "no CORRAL_ variables found in deploy/k8s"
-    assert sorted(used - known - TRUST_BOUNDARY_SETTINGS) == []
-
-
-# The manifests already set the trust boundary's settings (issue 15), which
-# every role's model gains in the same piece of work; drop this set once
-# they are settings of the roles.
-TRUST_BOUNDARY_SETTINGS = {
-    "CORRAL_ACL_ENABLED",
-    "CORRAL_CA_FILE",
-    "CORRAL_CERT_FILE",
-    "CORRAL_KEY_FILE",
-}
+    assert sorted(used - known) == []

@@ -1,19 +1,15 @@
 """The public `ACL` service: bootstrap, policies and tokens (Nomad's ACL
 API), and `ResolveToken` for the roles that are not the state.
 
-Who may call what is decided here, per RPC, from `corral.acl.CURRENT` (the
-caller's ACL, set by the access interceptor):
-
-* `Bootstrap`: anyone, once; `ResolveToken`: anyone holding the secret
-  (the secret in the request is the authorization); `TokenSelf`: anyone,
-  about the token in their own call metadata;
-* `ListPolicies` and `GetPolicy`: a management token, or a token holding
-  the policy (it sees only those);
-* everything else: a management token, through `_require_management()`.
-
-Until the interceptor is installed `CURRENT` is `MANAGEMENT`, so every RPC
-is open, as on a cluster with ACLs off. Only `Bootstrap` and `CreateToken`
-answer with a secret id.
+Who may call what is in `corral.access.RULES`, checked before a handler
+runs: `Bootstrap` anyone, once; `ResolveToken` anyone holding the secret
+(the secret in the request is the authorization); `TokenSelf` anyone, about
+the token in their own call metadata; everything else a management token,
+except `ListPolicies` and `GetPolicy`, which a token holding a policy may
+use for that policy (decided here, from the caller's ACL in
+`corral.acl.CURRENT`). With ACLs off the whole service answers
+FAILED_PRECONDITION. Only `Bootstrap` and `CreateToken` answer with a
+secret id.
 """
 
 from __future__ import annotations
@@ -33,13 +29,6 @@ from services.state.writes import acl as acl_writes
 
 Context = Any
 NS_PER_S = 1_000_000_000
-
-
-def _require_management() -> None:
-    """The gate on management-only RPCs (the access interceptor sets the
-    caller's ACL in `corral.acl.CURRENT`)."""
-    if not acl.CURRENT.get().is_management:
-        raise PermissionDenied("Permission denied: this needs a management token")
 
 
 def _may_read_policy(name: str) -> bool:
@@ -89,7 +78,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def UpsertPolicies(
         self, request: acl_pb2.ACLUpsertPoliciesRequest, context: Context
     ) -> acl_pb2.ACLWriteResponse:
-        _require_management()
         acl_writes.validate_policies(request.policies)
         async with self.ctx.write() as tx:
             await acl_writes.upsert_policies(tx, request.policies)
@@ -128,7 +116,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def DeletePolicies(
         self, request: acl_pb2.ACLDeletePoliciesRequest, context: Context
     ) -> acl_pb2.ACLWriteResponse:
-        _require_management()
         async with self.ctx.write() as tx:
             await acl_writes.delete_policies(tx, request.names)
         self._written()
@@ -139,7 +126,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def CreateToken(
         self, request: acl_pb2.ACLCreateTokenRequest, context: Context
     ) -> acl_pb2.ACLTokenResponse:
-        _require_management()
         acl_writes.validate_token(request, self.min_ttl_ns, self.max_ttl_ns)
         async with self.ctx.write() as tx:
             token, secret = await acl_writes.create_token(tx, request)
@@ -150,7 +136,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def ListTokens(
         self, request: acl_pb2.ACLListTokensRequest, context: Context
     ) -> acl_pb2.ACLListTokensResponse:
-        _require_management()
         index = await self._index(request.query, acl_reads.TOKENS_TABLE)
         tokens = [
             t
@@ -165,7 +150,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def GetToken(
         self, request: acl_pb2.ACLGetTokenRequest, context: Context
     ) -> acl_pb2.ACLTokenResponse:
-        _require_management()
         acl_writes.accessor_id(request.accessor_id, "accessor_id")
         index = await self._index(request.query, acl_reads.TOKENS_TABLE)
         token = await acl_reads.get_token(self.ctx.db, request.accessor_id)
@@ -176,7 +160,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def DeleteTokens(
         self, request: acl_pb2.ACLDeleteTokensRequest, context: Context
     ) -> acl_pb2.ACLWriteResponse:
-        _require_management()
         async with self.ctx.write() as tx:
             await acl_writes.delete_tokens(tx, request.accessor_ids)
         self._written()
