@@ -40,9 +40,12 @@ async def find_leader(dsn: str, role: str, lock_id: int | None = None) -> str:
 
 
 async def _holder(conn: psycopg.AsyncConnection[Any], key: int) -> str:
+    # advisory locks are per database: another database on the same server
+    # (another cluster, another test module) may have a leader of its own
     cur = await conn.execute(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
         "WHERE l.locktype = 'advisory' AND l.granted "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
         "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
         (key,),
     )

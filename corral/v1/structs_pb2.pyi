@@ -1437,8 +1437,12 @@ class Node(_message.Message):
     LAST_ALLOC_UPDATE_INDEX_FIELD_NUMBER: _builtins.int
     CREATE_INDEX_FIELD_NUMBER: _builtins.int
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    SECRET_HASH_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     secret_id: _builtins.str
+    """The node's secret, sent by the node in Node.Register only. The state
+    never stores it (it keeps secret_hash) and no read ever returns it.
+    """
     name: _builtins.str
     datacenter: _builtins.str
     node_pool: _builtins.str
@@ -1456,6 +1460,11 @@ class Node(_message.Message):
     last_alloc_update_index: _builtins.int
     create_index: _builtins.int
     modify_index: _builtins.int
+    secret_hash: _builtins.str
+    """SHA-256 (hex) of secret_id, set by the state at registration and kept
+    in its nodes table only: never in the change log, a snapshot, an event
+    stream or any read, so no replica or reader ever holds it.
+    """
     @_builtins.property
     def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -1497,10 +1506,11 @@ class Node(_message.Message):
         last_alloc_update_index: _builtins.int = ...,
         create_index: _builtins.int = ...,
         modify_index: _builtins.int = ...,
+        secret_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["drain_strategy", b"drain_strategy", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "computed_class", b"computed_class", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drain_strategy", b"drain_strategy", "drivers", b"drivers", "events", b"events", "http_addr", b"http_addr", "id", b"id", "last_alloc_update_index", b"last_alloc_update_index", "last_missed_heartbeat_index", b"last_missed_heartbeat_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "scheduling_eligibility", b"scheduling_eligibility", "secret_id", b"secret_id", "status", b"status", "status_description", b"status_description", "status_updated_at", b"status_updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "computed_class", b"computed_class", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drain_strategy", b"drain_strategy", "drivers", b"drivers", "events", b"events", "http_addr", b"http_addr", "id", b"id", "last_alloc_update_index", b"last_alloc_update_index", "last_missed_heartbeat_index", b"last_missed_heartbeat_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "scheduling_eligibility", b"scheduling_eligibility", "secret_hash", b"secret_hash", "secret_id", b"secret_id", "status", b"status", "status_description", b"status_description", "status_updated_at", b"status_updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -68,12 +68,17 @@ def _gc_able_job(job: pb.Job) -> bool:
     return job.stop or job.status == JobStatus.DEAD
 
 
+def _collectable(a: pb.Allocation) -> bool:
+    """Terminal and no longer running on its client: the least the state
+    requires to delete an alloc (services/state/writes/gc.py), which refuses
+    a whole GC request naming anything else."""
+    return structs.alloc_terminal(a) and a.client_status != ClientStatus.RUNNING
+
+
 def alloc_gc_eligible(a: pb.Allocation, job: pb.Job | None, now: int, cutoff: int) -> bool:
     """Terminal and old enough, and not a failed alloc its policy may still
     reschedule."""
-    if not structs.alloc_terminal(a) or a.modify_time > cutoff:
-        return False
-    if a.client_status == ClientStatus.RUNNING:
+    if not _collectable(a) or a.modify_time > cutoff:
         return False
     if job is None or job.stop or job.status == JobStatus.DEAD:
         return True
@@ -158,7 +163,7 @@ class CoreScheduler:
                     for a in allocs
                     if a.create_index < job.job_modify_index
                     and a.modify_time < cutoff
-                    and structs.alloc_terminal(a)
+                    and _collectable(a)
                 ]
                 return len(old) == len(allocs), old
         now = self._now()
@@ -213,11 +218,8 @@ class CoreScheduler:
                 job_allocs.extend(alloc_ids)
             if not all_gc:
                 continue
-            # allocs not reachable from a stored eval must be terminal too
-            if any(
-                not structs.alloc_terminal(a)
-                for a in self.snap.allocs_by_job(job.namespace, job.id)
-            ):
+            # allocs not reachable from a stored eval must be collectable too
+            if not all(_collectable(a) for a in self.snap.allocs_by_job(job.namespace, job.id)):
                 continue
             gc_jobs.append((job.namespace, job.id))
             gc_evals.extend(job_evals)
