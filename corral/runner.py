@@ -177,7 +177,7 @@ class LeaderRole:
         self.settings = settings
         self.role = settings.ROLE
         self.replica = Replica(settings.state_addr, name=self.role)
-        self.server = GrpcServer(settings.listen, name=self.role)
+        self.server = GrpcServer(settings.listen, name=self.role, settings=settings.security)
         self.address = ""
         self.election: LeaderElection | None = None
         self._in_office = False

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -27,6 +26,7 @@ import time
 import warnings
 from pathlib import Path
 
+from cli import dev_trust
 from cli.context import CliError, Context
 from cli.output import table
 from cli.supervisor import (
@@ -87,6 +87,18 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="scheduler loops in the worker process (default: the worker's own)",
+    )
+    p.add_argument(
+        "-tls",
+        "--tls",
+        action="store_true",
+        help="mutual TLS everywhere, with a throwaway CA in the data directory",
+    )
+    p.add_argument(
+        "-acl",
+        "--acl",
+        action="store_true",
+        help="enforce ACLs; prints the bootstrap (management) token",
     )
     p.add_argument(
         "-no-agent",
@@ -153,13 +165,11 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
             env = dict(os.environ)
             env.update({"CORRAL_DSN": dsn, "PYTHONUNBUFFERED": "1"})
-            # the servers' shared secret for their internal RPCs (no TLS here);
-            # agents and the CLI never get it
-            env.setdefault("CORRAL_SERVER_TOKEN", secrets.token_urlsafe(32))
+            trust = dev_trust.prepare(data_dir, tls=args.tls, acl=args.acl)
             env.pop("CORRAL_ADDR", None)
             _say("Applying migrations")
             _migrate(dsn, env, logs / "migrate.log")
-            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles)
+            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles, trust)
         except Shutdown as sig:
             print(f"\n==> Caught {sig}, shutting down", flush=True)
         except StartError as exc:
@@ -220,6 +230,7 @@ def _run_roles(
     dsn: str,
     port: int,
     roles: list[RoleProcess],
+    trust: dev_trust.DevTrust,
 ) -> int:
     bind = args.bind
 
@@ -227,10 +238,7 @@ def _run_roles(
         rp = RoleProcess(role, f"services.{role}", argv, logs / f"{role}.log", run / f"{role}.json")
         roles.append(rp)
         _say(f"Starting {role}")
-        role_env = dict(env)
-        if role == "agent":
-            role_env.pop("CORRAL_SERVER_TOKEN", None)
-        role_env.update(extra_env or {})
+        role_env = {**env, **trust.role_env(role), **(extra_env or {})}
         role_env[f"CORRAL_{role.upper()}_LISTEN"] = argv[argv.index("--listen") + 1]
         role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = f"{bind}:0"
         rp.start(role_env)
@@ -241,6 +249,11 @@ def _run_roles(
         "state", ["--dsn", dsn, "--listen", f"{bind}:{port}", "--metrics-listen", f"{bind}:0"]
     )
     env["CORRAL_STATE_ADDR"] = state.address
+    if trust.acl:
+        try:
+            dev_trust.bootstrap(trust, data_dir, state.address)
+        except RuntimeError as exc:
+            raise StartError(str(exc)) from None
     broker = start(
         "broker",
         [
@@ -321,7 +334,15 @@ def _run_roles(
     }
     (data_dir / "dev.json").write_text(
         json.dumps(
-            {"address": state.address, "data_dir": str(data_dir), "dsn": dsn, "roles": summary},
+            {
+                "address": state.address,
+                "data_dir": str(data_dir),
+                "dsn": dsn,
+                "roles": summary,
+                "tls": trust.tls is not None,
+                "acl": trust.acl,
+                "exports": trust.exports(),
+            },
             indent=2,
         )
     )
@@ -334,9 +355,12 @@ def _run_roles(
         ],
     )
     print(
-        f"\nCorral is running. The public API is at {state.address}.\n"
-        f"In another terminal:\n\n"
+        f"\nCorral is running. The public API is at {state.address}"
+        + (" (mutual TLS)" if trust.tls else "")
+        + (". ACLs are on; the bootstrap (management) token is below" if trust.acl else "")
+        + ".\nIn another terminal:\n\n"
         + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")
+        + "".join(f"    {line}\n" for line in trust.exports())
         + "    corral job run examples/hello.nomad.hcl\n"
         "    corral job status hello\n\n"
         "Press Ctrl-C to stop everything.\n",

@@ -32,6 +32,7 @@ class AgentProcess:
         self.server = GrpcServer(
             settings.listen,
             name="agent",
+            settings=settings.security,
             resolver=RemoteResolver(self.acl_channel),
             max_receive_bytes=4 * 1024 * 1024,
         )

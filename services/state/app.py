@@ -29,7 +29,9 @@ class StateApp:
         self.settings = settings
         self.db = Database(settings.dsn, pool_size=settings.pool_size)
         self.feed = ChangeFeed(self.db)
-        self.server = GrpcServer(settings.listen, name="state", translate=translate_error)
+        self.server = GrpcServer(
+            settings.listen, name="state", translate=translate_error, settings=settings.security
+        )
         self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
         # the state resolves ACL tokens from its own database
         self.server.guard.resolver = self.ctx.acl

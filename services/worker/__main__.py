@@ -43,6 +43,7 @@ class WorkerProcess:
         self.server = GrpcServer(
             settings.listen,
             name="worker",
+            settings=settings.security,
             resolver=RemoteResolver(self.state_channel),
             max_receive_bytes=32 * 1024 * 1024,
         )

@@ -47,7 +47,7 @@ def refused(proc: subprocess.CompletedProcess[str], message: str) -> None:
 
 
 def test_acl_commands(make_cluster: Callable[..., Cluster], tmp_path: Path) -> None:
-    c = make_cluster()
+    c = make_cluster(CORRAL_ACL_ENABLED="true")
     c.start("state")
     addr = c.state_addr
 

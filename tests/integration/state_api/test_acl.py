@@ -11,7 +11,7 @@ import grpc
 import psycopg
 import pytest
 
-from corral import acl
+from corral import acl, security
 from corral.errors import PermissionDenied
 from corral.v1 import (
     acl_pb2,
@@ -23,22 +23,56 @@ from corral.v1 import (
     query_pb2,
 )
 from services.state.acl import DatabaseResolver
-from services.state.app import StateApp
-from services.state.handlers.acl import ACLServicer
+from services.state.app import StateApp, StateSettings
 
 READ_DEFAULT = 'namespace "default" { policy = "read" }'
 WRITE_DEV = 'namespace "dev-*" { policy = "write" }\nnode { policy = "read" }'
 
 
+def _acl_settings(dsn: str) -> StateSettings:
+    return StateSettings(
+        dsn=dsn,
+        retention_interval=3600,
+        security=security.current().model_copy(update={"acl_enabled": True}),
+    )
+
+
+@pytest.fixture(scope="module")
+async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
+    """This module's state enforces ACLs (the package's does not)."""
+    app = StateApp(_acl_settings(pg_dsn))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+@pytest.fixture(scope="module")
+async def anonymous(state_app: StateApp) -> AsyncIterator[acl_pb2_grpc.ACLAsyncStub]:
+    async with security.dial(state_app.server.bound_address) as ch:
+        yield acl_pb2_grpc.ACLStub(ch)
+
+
+@pytest.fixture(scope="module")
+async def bootstrap(anonymous: acl_pb2_grpc.ACLAsyncStub) -> acl_pb2.ACLTokenResponse:
+    resp: acl_pb2.ACLTokenResponse = await anonymous.Bootstrap(acl_pb2.ACLBootstrapRequest())
+    return resp
+
+
+@pytest.fixture(scope="module")
+async def channel(
+    state_app: StateApp, bootstrap: acl_pb2.ACLTokenResponse
+) -> AsyncIterator[grpc.aio.Channel]:
+    """Calls with the bootstrap (management) token."""
+    address = state_app.server.bound_address
+    async with security.dial(address, token=bootstrap.token.secret_id) as ch:
+        yield ch
+
+
 @pytest.fixture(scope="module")
 def stub(channel: grpc.aio.Channel) -> acl_pb2_grpc.ACLAsyncStub:
     return acl_pb2_grpc.ACLStub(channel)
-
-
-@pytest.fixture(scope="module")
-async def bootstrap(stub: acl_pb2_grpc.ACLAsyncStub) -> acl_pb2.ACLTokenResponse:
-    resp: acl_pb2.ACLTokenResponse = await stub.Bootstrap(acl_pb2.ACLBootstrapRequest())
-    return resp
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +125,7 @@ async def test_bootstrap_gives_a_management_token_once(
 
 
 async def test_bootstrap_with_an_operator_secret(fresh_pg_dsn: str) -> None:
-    from services.state.app import StateSettings
-
-    app = StateApp(StateSettings(dsn=fresh_pg_dsn, retention_interval=3600))
+    app = StateApp(_acl_settings(fresh_pg_dsn))
     await app.start()
     try:
         async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
@@ -111,9 +143,7 @@ async def test_bootstrap_with_an_operator_secret(fresh_pg_dsn: str) -> None:
 async def test_concurrent_bootstraps_make_one_token(fresh_pg_dsn: str) -> None:
     import asyncio
 
-    from services.state.app import StateSettings
-
-    app = StateApp(StateSettings(dsn=fresh_pg_dsn, retention_interval=3600))
+    app = StateApp(_acl_settings(fresh_pg_dsn))
     await app.start()
     try:
         async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
@@ -126,7 +156,10 @@ async def test_concurrent_bootstraps_make_one_token(fresh_pg_dsn: str) -> None:
             lost = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
             assert len(won) == 1 and len(lost) == 4
             assert all(e.code() == grpc.StatusCode.FAILED_PRECONDITION for e in lost)
-            listed = await s.ListTokens(acl_pb2.ACLListTokensRequest())
+            secret = won[0].token.secret_id
+            listed = await s.ListTokens(
+                acl_pb2.ACLListTokensRequest(), metadata=(("x-corral-token", secret),)
+            )
             assert [t.accessor_id for t in listed.tokens] == [won[0].token.accessor_id]
     finally:
         await app.stop()
@@ -493,20 +526,20 @@ async def test_an_acl_write_elsewhere_reaches_the_cache_through_the_feed(
 
 
 async def test_token_self_reads_the_callers_token(
-    stub: acl_pb2_grpc.ACLAsyncStub, policies: list[str]
+    stub: acl_pb2_grpc.ACLAsyncStub, anonymous: acl_pb2_grpc.ACLAsyncStub, policies: list[str]
 ) -> None:
     token = await _create(stub, name="me", policies=["readers"])
     for md in (
         (("x-corral-token", token.secret_id),),
         (("authorization", f"Bearer {token.secret_id}"),),
     ):
-        me = await stub.TokenSelf(acl_pb2.ACLTokenSelfRequest(), metadata=md)
+        me = await anonymous.TokenSelf(acl_pb2.ACLTokenSelfRequest(), metadata=md)
         assert me.token.accessor_id == token.accessor_id and me.token.name == "me"
         assert not me.token.secret_id
-    anon = await stub.TokenSelf(acl_pb2.ACLTokenSelfRequest())
+    anon = await anonymous.TokenSelf(acl_pb2.ACLTokenSelfRequest())
     assert anon.token.accessor_id == "anonymous" and anon.token.type == "client"
     code, details = await _code(
-        stub.TokenSelf(
+        anonymous.TokenSelf(
             acl_pb2.ACLTokenSelfRequest(), metadata=(("x-corral-token", acl.new_secret()),)
         )
     )
@@ -519,42 +552,40 @@ async def test_token_self_reads_the_callers_token(
 @pytest.fixture
 async def as_client(
     state_app: StateApp, stub: acl_pb2_grpc.ACLAsyncStub, policies: list[str]
-) -> AsyncIterator[ACLServicer]:
-    """The servicer called in-process with a client token's ACL in
-    `corral.acl.CURRENT`, as the access interceptor will set it."""
+) -> AsyncIterator[acl_pb2_grpc.ACLAsyncStub]:
+    """The ACL API as a client token holding the `readers` policy calls it."""
     token = await _create(stub, policies=["readers"])
-    caller = await state_app.ctx.acl.resolve(token.secret_id)
-    reset = acl.CURRENT.set(caller)
-    try:
-        yield ACLServicer(state_app.ctx, state_app.settings.acl)
-    finally:
-        acl.CURRENT.reset(reset)
+    async with security.dial(state_app.server.bound_address, token=token.secret_id) as ch:
+        yield acl_pb2_grpc.ACLStub(ch)
 
 
-async def test_a_client_token_cannot_manage_acls(as_client: ACLServicer) -> None:
+async def test_a_client_token_cannot_manage_acls(
+    as_client: acl_pb2_grpc.ACLAsyncStub, state_app: StateApp
+) -> None:
+    before = await _index(state_app)
     calls = [
         as_client.UpsertPolicies(
             acl_pb2.ACLUpsertPoliciesRequest(
                 policies=[acl_pb2.ACLPolicy(name="mine", rules=WRITE_DEV)]
-            ),
-            None,
+            )
         ),
-        as_client.DeletePolicies(acl_pb2.ACLDeletePoliciesRequest(names=["readers"]), None),
-        as_client.CreateToken(acl_pb2.ACLCreateTokenRequest(type="management"), None),
-        as_client.ListTokens(acl_pb2.ACLListTokensRequest(), None),
-        as_client.GetToken(acl_pb2.ACLGetTokenRequest(accessor_id="x"), None),
-        as_client.DeleteTokens(acl_pb2.ACLDeleteTokensRequest(accessor_ids=["x"]), None),
-        as_client.GetPolicy(acl_pb2.ACLGetPolicyRequest(name="dev-writers"), None),
+        as_client.DeletePolicies(acl_pb2.ACLDeletePoliciesRequest(names=["readers"])),
+        as_client.CreateToken(acl_pb2.ACLCreateTokenRequest(type="management")),
+        as_client.ListTokens(acl_pb2.ACLListTokensRequest()),
+        as_client.GetToken(acl_pb2.ACLGetTokenRequest(accessor_id="x")),
+        as_client.DeleteTokens(acl_pb2.ACLDeleteTokensRequest(accessor_ids=["x"])),
+        as_client.GetPolicy(acl_pb2.ACLGetPolicyRequest(name="dev-writers")),
     ]
     for call in calls:
-        with pytest.raises(PermissionDenied, match="Permission denied"):
-            await call
+        code, details = await _code(call)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "Permission denied" in details
+    assert await _index(state_app) == before
 
 
-async def test_a_client_token_sees_its_own_policies(as_client: ACLServicer) -> None:
-    listed = await as_client.ListPolicies(acl_pb2.ACLListPoliciesRequest(), None)
+async def test_a_client_token_sees_its_own_policies(as_client: acl_pb2_grpc.ACLAsyncStub) -> None:
+    listed = await as_client.ListPolicies(acl_pb2.ACLListPoliciesRequest())
     assert [p.name for p in listed.policies] == ["readers"]
-    got = await as_client.GetPolicy(acl_pb2.ACLGetPolicyRequest(name="readers"), None)
+    got = await as_client.GetPolicy(acl_pb2.ACLGetPolicyRequest(name="readers"))
     assert got.policy.rules == READ_DEFAULT
 
 

@@ -6,11 +6,12 @@ honoured (unless expired) while the state is unreachable."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
-from corral import acl
+from corral import acl, security
 from corral.acl_resolve import RemoteResolver
 from corral.errors import PermissionDenied, Unavailable
 from corral.v1 import acl_pb2, acl_pb2_grpc
@@ -29,16 +30,38 @@ class Clock:
         return self.now
 
 
+def _acl_settings(dsn: str) -> StateSettings:
+    return StateSettings(
+        dsn=dsn,
+        retention_interval=3600,
+        security=security.current().model_copy(update={"acl_enabled": True}),
+    )
+
+
+@pytest.fixture(scope="module")
+async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
+    """This module's state enforces ACLs (the package's does not)."""
+    app = StateApp(_acl_settings(pg_dsn))
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
 @pytest.fixture(scope="module")
 async def secrets(channel: grpc.aio.Channel) -> dict[str, str]:
     stub = acl_pb2_grpc.ACLStub(channel)
     boot = await stub.Bootstrap(acl_pb2.ACLBootstrapRequest())
+    md = (("x-corral-token", boot.token.secret_id),)
     await stub.UpsertPolicies(
-        acl_pb2.ACLUpsertPoliciesRequest(policies=[acl_pb2.ACLPolicy(name="web", rules=RULES)])
+        acl_pb2.ACLUpsertPoliciesRequest(policies=[acl_pb2.ACLPolicy(name="web", rules=RULES)]),
+        metadata=md,
     )
-    client = await stub.CreateToken(acl_pb2.ACLCreateTokenRequest(policies=["web"]))
+    client = await stub.CreateToken(acl_pb2.ACLCreateTokenRequest(policies=["web"]), metadata=md)
     hour = await stub.CreateToken(
-        acl_pb2.ACLCreateTokenRequest(policies=["web"], expiration_ttl=3600 * 10**9)
+        acl_pb2.ACLCreateTokenRequest(policies=["web"], expiration_ttl=3600 * 10**9),
+        metadata=md,
     )
     return {
         "management": boot.token.secret_id,
@@ -123,7 +146,7 @@ async def test_cache_is_bounded(channel: grpc.aio.Channel) -> None:
 
 
 async def test_a_cached_token_survives_the_state_going_away(fresh_pg_dsn: str) -> None:
-    app = StateApp(StateSettings(dsn=fresh_pg_dsn, retention_interval=3600))
+    app = StateApp(_acl_settings(fresh_pg_dsn))
     await app.start()
     clock = Clock()
     try:
