@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from corral import security, telemetry
+from corral.acl_resolve import RemoteResolver
 from corral.errors import ConfigError
 from corral.leader import LeaderElection
 from corral.process import new_member_id, register_member_loop, tune_gc, write_ready_file
@@ -177,7 +178,14 @@ class LeaderRole:
         self.settings = settings
         self.role = settings.ROLE
         self.replica = Replica(settings.state_addr, name=self.role)
-        self.server = GrpcServer(settings.listen, name=self.role, settings=settings.security)
+        # operators' calls (stats) carry ACL tokens the state resolves
+        self._acl_channel = security.dial(settings.state_addr)
+        self.server = GrpcServer(
+            settings.listen,
+            name=self.role,
+            settings=settings.security,
+            resolver=RemoteResolver(self._acl_channel),
+        )
         self.address = ""
         self.election: LeaderElection | None = None
         self._in_office = False
@@ -246,4 +254,5 @@ class LeaderRole:
         if self._in_office:
             await self._lost()
         await self.replica.stop()
+        await self._acl_channel.close()
         await self.close()

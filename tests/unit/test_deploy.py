@@ -42,7 +42,7 @@ ROLES = (*SERVER_ROLES, "agent")
 PORTS = {"state": 4646, "broker": 4647, "planner": 4648, "worker": 4649, "agent": 4650}
 # roles that must check ACL tokens (they serve users: the public API, the
 # worker admin API, task logs)
-ACL_ROLES = ("state", "worker", "agent")
+ACL_ROLES = ("state", "broker", "planner", "worker", "agent")
 TLS_ENV = {"CORRAL_CA_FILE": "ca.crt", "CORRAL_CERT_FILE": "tls.crt", "CORRAL_KEY_FILE": "tls.key"}
 TLS_SECRET = {**dict.fromkeys(SERVER_ROLES, "corral-server-tls"), "agent": "corral-client-tls"}
 # custom resources of operators we depend on; their schemas are not core
@@ -206,7 +206,7 @@ def test_tls_material_is_mounted_read_only_from_the_roles_secret(role: str) -> N
         assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]
 
 
-def test_acls_are_on_for_the_roles_that_serve_users() -> None:
+def test_acls_are_on_in_every_role() -> None:
     for role in ACL_ROLES:
         assert env_of(_container(role))["CORRAL_ACL_ENABLED"] == "true"
 
