@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import grpc
+from pydantic import ValidationError
 
 from cli.client import Client, resolve_address, resolve_token
 from corral import security
@@ -46,7 +47,7 @@ class Context:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.address = resolve_address(getattr(args, "address", None))
-        self.security = _security(args)
+        self._args = args
         self.token = resolve_token(getattr(args, "token", None))
         self._client: Client | None = None
         self.out = sys.stdout
@@ -55,7 +56,7 @@ class Context:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address, self.security, self.token)
+            self._client = Client(self.address, _security(self._args), self.token)
         return self._client
 
     def close(self) -> None:
@@ -106,8 +107,10 @@ def _security(args: argparse.Namespace) -> security.SecuritySettings:
         return base
     try:
         return security.SecuritySettings.model_validate({**base.model_dump(), **given})
-    except ValueError as exc:
-        raise UsageError(str(exc).splitlines()[-1] if str(exc) else "bad TLS flags") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "-" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "TLS flags"
+        raise UsageError(f"{where}: {first['msg']}") from None
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

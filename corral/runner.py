@@ -146,6 +146,12 @@ def main(
     """The whole of a role's `main()`: settings, setup, serve."""
     settings, _ = settings_from_argv(model, argv, doc)
     setup(settings)
+    return run(settings, build)
+
+
+def run(settings: P, build: Build[P]) -> int:
+    """Serve until stopped; settings it cannot start with end the process
+    with status 2 and one log line, no traceback."""
     try:
         return asyncio.run(serve(settings, build))
     except ConfigError as exc:
