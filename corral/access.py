@@ -272,7 +272,7 @@ class Guard:
         if method.startswith(ACL_SERVICE) and not self.settings.acl_enabled:
             # a token made now would guard nothing: say so instead
             raise FailedPrecondition("ACL support disabled (start the servers with ACLs enabled)")
-        self._check_transport(rule, context)
+        server = self._check_transport(rule, context)
         if rule.caller is not Caller.SERVER:
             size = request.ByteSize()
             if size > MAX_PUBLIC_REQUEST_BYTES:
@@ -281,14 +281,18 @@ class Guard:
                 )
         if rule.caller is not Caller.USER or rule.anonymous:
             return acl.MANAGEMENT if rule.caller is Caller.SERVER else acl.DENY_ALL
-        if not self.settings.acl_enabled:
+        if not self.settings.acl_enabled or server:
+            # a server acting for the cluster (the broker launching a periodic
+            # job's child, promoting canaries) holds every capability, as in Nomad
             return acl.MANAGEMENT
         assert self.resolver is not None  # check_startable
         found = await self.resolver.resolve(acl.token_from_metadata(context.invocation_metadata()))
         _check_acl(rule, found, request)
         return found
 
-    def _check_transport(self, rule: Rule, context: Any) -> None:
+    def _check_transport(self, rule: Rule, context: Any) -> bool:
+        """Refuse a caller whose transport identity the rule does not admit;
+        return whether the caller is a server."""
         if self.settings.tls:
             role = tls.peer_role(context, self.settings.region)
             if not role:
@@ -302,11 +306,14 @@ class Guard:
                 )
             if rule.caller is Caller.NODE and role not in ("server", "client"):
                 raise PermissionDenied(f"Permission denied: nodes only (certificate role {role!r})")
-            return
-        if rule.caller is Caller.SERVER:
-            given = _metadata(context, SERVER_TOKEN_METADATA_KEY).encode()
-            if not given or not hmac.compare_digest(given, self._server_token):
-                raise PermissionDenied("Permission denied: servers only")
+            return role == "server"
+        given = _metadata(context, SERVER_TOKEN_METADATA_KEY).encode()
+        server = bool(given and self._server_token) and hmac.compare_digest(
+            given, self._server_token
+        )
+        if rule.caller is Caller.SERVER and not server:
+            raise PermissionDenied("Permission denied: servers only")
+        return server
 
 
 def _check_acl(rule: Rule, found: acl.ACL, request: Any) -> None:

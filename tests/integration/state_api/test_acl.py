@@ -24,6 +24,7 @@ from corral.v1 import (
 )
 from services.state.acl import DatabaseResolver
 from services.state.app import StateApp, StateSettings
+from tests.callers import user_channel
 
 READ_DEFAULT = 'namespace "default" { policy = "read" }'
 WRITE_DEV = 'namespace "dev-*" { policy = "write" }\nnode { policy = "read" }'
@@ -50,7 +51,7 @@ async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
 
 @pytest.fixture(scope="module")
 async def anonymous(state_app: StateApp) -> AsyncIterator[acl_pb2_grpc.ACLAsyncStub]:
-    async with security.dial(state_app.server.bound_address) as ch:
+    async with user_channel(state_app.server.bound_address) as ch:
         yield acl_pb2_grpc.ACLStub(ch)
 
 
@@ -66,7 +67,7 @@ async def channel(
 ) -> AsyncIterator[grpc.aio.Channel]:
     """Calls with the bootstrap (management) token."""
     address = state_app.server.bound_address
-    async with security.dial(address, token=bootstrap.token.secret_id) as ch:
+    async with user_channel(address, bootstrap.token.secret_id) as ch:
         yield ch
 
 
@@ -555,7 +556,7 @@ async def as_client(
 ) -> AsyncIterator[acl_pb2_grpc.ACLAsyncStub]:
     """The ACL API as a client token holding the `readers` policy calls it."""
     token = await _create(stub, policies=["readers"])
-    async with security.dial(state_app.server.bound_address, token=token.secret_id) as ch:
+    async with user_channel(state_app.server.bound_address, token.secret_id) as ch:
         yield acl_pb2_grpc.ACLStub(ch)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from pydantic import SecretStr
 
 from corral import security
 from corral.testing import mock
@@ -33,6 +34,7 @@ from corral.v1 import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
+from tests.callers import user_channel
 
 POLICIES = {
     "reader": 'namespace "default" { policy = "read" }',
@@ -75,7 +77,7 @@ class World:
         self.other_alloc_id = ""
 
     def channel(self, token: str) -> grpc.aio.Channel:
-        ch = security.dial(self.address, token=token)
+        ch = user_channel(self.address, token)
         self.channels.append(ch)
         return ch
 
@@ -266,3 +268,15 @@ async def test_the_event_stream_shows_only_readable_namespaces(
     finally:
         stream.cancel()
     assert seen and set(seen) == {"other"}
+
+
+async def test_a_server_acts_for_the_cluster_without_a_token(world: World) -> None:
+    """The broker launches periodic children and promotes canaries through the
+    public API: a server identity (here the server token) holds every
+    capability, and a forged one holds none."""
+    async with security.dial(world.address) as ch:
+        for name, call in CALLS:
+            assert not await _denied(call(ch, world)), name
+    forged = security.current().model_copy(update={"server_token": SecretStr("forged")})
+    async with security.dial(world.address, settings=forged) as ch:
+        assert await _denied(CALLS[0][1](ch, world))
