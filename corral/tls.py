@@ -134,17 +134,23 @@ Factory = Callable[[], grpc.aio.Channel]
 
 class _Reloading:
     """A multi-callable that asks its channel for the current connection
-    at call time (the stub was built once, the certificates changed since)."""
+    at call time (the stub was built once, the certificates changed since);
+    the inner multi-callable is rebuilt only when the channel was."""
 
     def __init__(self, owner: ReloadingChannel, kind: str, args: tuple[Any, ...], kw: Any) -> None:
         self._owner = owner
         self._kind = kind
         self._args = args
         self._kw = kw
+        self._inner: grpc.aio.Channel | None = None
+        self._callable: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._owner.current()
-        return getattr(inner, self._kind)(*self._args, **self._kw)(*args, **kwargs)
+        if inner is not self._inner:
+            self._inner = inner
+            self._callable = getattr(inner, self._kind)(*self._args, **self._kw)
+        return self._callable(*args, **kwargs)
 
 
 class ReloadingChannel(grpc.aio.Channel):  # type: ignore[misc]
