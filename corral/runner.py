@@ -25,6 +25,7 @@ from corral import security, telemetry
 from corral.acl_resolve import RemoteResolver
 from corral.errors import ConfigError
 from corral.leader import LeaderElection
+from corral.probe import LEADER_SERVICE
 from corral.process import new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.replica import Replica
 from corral.server import GrpcServer, install_signal_handlers
@@ -226,8 +227,11 @@ class LeaderRole:
     async def _elected(self) -> None:
         self._in_office = True
         await self.on_elected()
+        # readiness: Kubernetes routes the role's Service to the leader only
+        await self.server.set_serving(LEADER_SERVICE, True)
 
     async def _lost(self) -> None:
+        await self.server.set_serving(LEADER_SERVICE, False)
         await self.on_lost()
         self._in_office = False
 
@@ -235,6 +239,8 @@ class LeaderRole:
         await self.replica.start()
         self.add_services()
         await self.server.start()
+        # a standby until elected (corral/probe.py, the pods' readiness probe)
+        await self.server.set_serving(LEADER_SERVICE, False)
         self.address = self.settings.advertise or self.server.bound_address
         self.election = LeaderElection(self.settings.dsn, self.role, self.address)
         self._tasks = [
