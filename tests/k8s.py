@@ -11,11 +11,13 @@ where kubectl is installed."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 Doc = dict[str, Any]
@@ -183,7 +185,7 @@ def ingress_allowed(policies: list[Doc], source: Pod | None, dest: Pod, port: in
     return False
 
 
-# -- Pod Security Standards: restricted ------------------------------------
+# -- Pod Security Standards ---------------------------------------------------
 
 RESTRICTED_VOLUME_TYPES = {
     "configMap",
@@ -195,11 +197,32 @@ RESTRICTED_VOLUME_TYPES = {
     "projected",
     "secret",
 }
+# what "baseline" lets a container add
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+LEVELS = ("privileged", "baseline", "restricted")
 
 
-def restricted_violations(template: Doc) -> list[str]:
-    """What the "restricted" profile (baseline included) refuses in a pod
-    template, one line each; empty when the pod would be admitted."""
+def _all_containers(spec: Doc) -> Iterator[Doc]:
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        yield from spec.get(group, [])
+
+
+def baseline_violations(template: Doc) -> list[str]:
+    """What the "baseline" profile refuses in a pod template, one line each."""
     spec = template["spec"]
     pod_sc = spec.get("securityContext", {})
     problems: list[str] = []
@@ -209,18 +232,44 @@ def restricted_violations(template: Doc) -> list[str]:
     if pod_sc.get("sysctls"):
         problems.append("sysctls are set")
     for volume in spec.get("volumes", []):
+        if "hostPath" in volume:
+            problems.append(f"volume {volume['name']} is a hostPath")
+    if pod_sc.get("seccompProfile", {}).get("type") == "Unconfined":
+        problems.append("the pod's seccompProfile is Unconfined")
+    for container in _all_containers(spec):
+        name = container["name"]
+        sc = container.get("securityContext", {})
+        if sc.get("privileged"):
+            problems.append(f"{name}: privileged")
+        added = set(sc.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES
+        if added:
+            problems.append(f"{name}: adds capabilities {sorted(added)}")
+        for port in container.get("ports", []):
+            if port.get("hostPort"):
+                problems.append(f"{name}: hostPort {port['hostPort']}")
+        if sc.get("procMount", "Default") != "Default":
+            problems.append(f"{name}: procMount {sc['procMount']}")
+        if sc.get("seccompProfile", {}).get("type") == "Unconfined":
+            problems.append(f"{name}: seccompProfile is Unconfined")
+    return problems
+
+
+def restricted_violations(template: Doc) -> list[str]:
+    """What the "restricted" profile (baseline included) refuses in a pod
+    template, one line each; empty when the pod would be admitted."""
+    spec = template["spec"]
+    pod_sc = spec.get("securityContext", {})
+    problems = baseline_violations(template)
+    for volume in spec.get("volumes", []):
         kinds = set(volume) - {"name"}
         if not kinds <= RESTRICTED_VOLUME_TYPES:
             problems.append(f"volume {volume['name']} is of type {sorted(kinds)}")
     if pod_sc.get("runAsUser") == 0:
         problems.append("the pod runs as uid 0")
     pod_seccomp = pod_sc.get("seccompProfile", {}).get("type")
-    groups = ("initContainers", "containers", "ephemeralContainers")
-    for container in (c for g in groups for c in spec.get(g, [])):
+    for container in _all_containers(spec):
         name = container["name"]
         sc = container.get("securityContext", {})
-        if sc.get("privileged"):
-            problems.append(f"{name}: privileged")
         if sc.get("allowPrivilegeEscalation") is not False:
             problems.append(f"{name}: allowPrivilegeEscalation is not false")
         caps = sc.get("capabilities", {})
@@ -228,7 +277,7 @@ def restricted_violations(template: Doc) -> list[str]:
             problems.append(f"{name}: capabilities do not drop ALL")
         added = set(caps.get("add", [])) - {"NET_BIND_SERVICE"}
         if added:
-            problems.append(f"{name}: adds capabilities {sorted(added)}")
+            problems.append(f"{name}: adds capabilities {sorted(added)} (restricted)")
         non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
         if non_root is not True:
             problems.append(f"{name}: runAsNonRoot is not true")
@@ -237,9 +286,55 @@ def restricted_violations(template: Doc) -> list[str]:
         seccomp = sc.get("seccompProfile", {}).get("type", pod_seccomp)
         if seccomp not in ("RuntimeDefault", "Localhost"):
             problems.append(f"{name}: seccompProfile is {seccomp}, not RuntimeDefault")
-        for port in container.get("ports", []):
-            if port.get("hostPort"):
-                problems.append(f"{name}: hostPort {port['hostPort']}")
-        if sc.get("procMount", "Default") != "Default":
-            problems.append(f"{name}: procMount {sc['procMount']}")
     return problems
+
+
+def profile_violations(template: Doc, level: str) -> list[str]:
+    """What the Pod Security Standards `level` refuses in a pod template."""
+    if level == "privileged":
+        return []
+    if level == "baseline":
+        return baseline_violations(template)
+    if level == "restricted":
+        return restricted_violations(template)
+    raise ValueError(f"unknown Pod Security level {level!r}")
+
+
+# -- custom resources -------------------------------------------------------
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "deploy" / "k8s" / "schemas"
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused, as the API server's strict
+    field validation does (a structural schema prunes them silently)."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def custom_schema(doc: Doc) -> Path:
+    group, _, version = doc["apiVersion"].rpartition("/")
+    return SCHEMAS / group / f"{doc['kind']}_{version}.json"
+
+
+def custom_violations(doc: Doc) -> list[str]:
+    """What the shipped schema of a custom resource's kind refuses in it
+    (deploy/k8s/schemas); FileNotFoundError when no schema is shipped."""
+    schema = _strict(json.loads(custom_schema(doc).read_text()))
+    # the CRD schemas say only "type: object" for metadata
+    schema.setdefault("properties", {})["metadata"] = {"type": "object"}
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+        for e in validator.iter_errors(doc)
+    ]
