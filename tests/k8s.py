@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import yaml
 
 Doc = dict[str, Any]
@@ -323,8 +323,10 @@ def _strict(schema: Any) -> Any:
 
 
 def custom_schema(doc: Doc) -> Path:
-    group, _, version = doc["apiVersion"].rpartition("/")
-    return SCHEMAS / group / f"{doc['kind']}_{version}.json"
+    api_version: str = doc["apiVersion"]
+    group, _, version = api_version.rpartition("/")
+    kind: str = doc["kind"]
+    return SCHEMAS / group / f"{kind}_{version}.json"
 
 
 def custom_violations(doc: Doc) -> list[str]:
