@@ -174,14 +174,16 @@ def monitor_eval(
 
 
 def stalled_cause(client: Client) -> str:
-    """Why a pending eval cannot make progress, or '': no eval broker leader
-    that answers, or no worker that answers (Operator.Members names them;
+    """Why a pending eval cannot make progress, or '': no eval broker that
+    answers, or no worker that answers (Operator.Members names them;
     a gRPC health check tells a running one from a registration that has
     not expired yet)."""
     members = client.operator.Members(operator_pb2.MembersRequest(), timeout=10).members
-    leaders = [m for m in members if m.role == "broker" and m.leader]
-    if not any(_answers(client, m.address) for m in leaders):
-        seen = f"last leader {leaders[0].address} does not answer" if leaders else "none registered"
+    brokers = [m for m in members if m.role == "broker"]
+    # the leader first: while one answers, the others need no probe
+    brokers.sort(key=lambda m: not m.leader)
+    if not any(_answers(client, m.address) for m in brokers):
+        seen = f"{len(brokers)} registered, none answers" if brokers else "none registered"
         return f"no eval broker is running ({seen}; see `corral operator members`)"
     workers = [m for m in members if m.role == "worker"]
     if not any(_answers(client, m.address) for m in workers):
