@@ -58,6 +58,24 @@ class EmbeddedPostgres:
         uri: str = self._server.get_uri(database=database)  # type: ignore[attr-defined]
         return uri
 
+    def alive(self) -> bool:
+        """Whether the postmaster still runs (`corral dev` restarts it when not)."""
+        if self._server is None:
+            return False
+        info = self._server._postmaster_info  # type: ignore[attr-defined]
+        return bool(info is not None and info.is_running())
+
+    def restart(self) -> str:
+        """Start the server again on the same data directory and socket
+        after it died (PostgreSQL recovers from its WAL); returns its DSN,
+        which is unchanged."""
+        assert self._server is not None, "not started"
+        server = self._server
+        with server._lock:  # type: ignore[attr-defined]
+            server.ensure_postgres_running()  # type: ignore[attr-defined]
+        uri: str = server.get_uri()  # type: ignore[attr-defined]
+        return uri
+
     def stop(self) -> None:
         if self._server is not None:
             self._server._cleanup()  # type: ignore[attr-defined]

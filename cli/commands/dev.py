@@ -22,21 +22,28 @@ import signal
 import socket
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cli import dev_trust
 from cli.context import CliError, Context
 from cli.output import table
 from cli.supervisor import (
     GRACE_SECONDS,
+    GiveUp,
     RoleProcess,
     Shutdown,
     StartError,
+    Supervised,
+    SupervisedRole,
+    Supervisor,
     shutdown_signals,
     stop_all,
 )
+
+if TYPE_CHECKING:
+    from corral.pgserver import EmbeddedPostgres
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
@@ -169,7 +176,7 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
             env.pop("CORRAL_ADDR", None)
             _say("Applying migrations")
             _migrate(dsn, env, logs / "migrate.log")
-            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles, trust)
+            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles, trust, pg)
         except Shutdown as sig:
             print(f"\n==> Caught {sig}, shutting down", flush=True)
         except StartError as exc:
@@ -231,8 +238,12 @@ def _run_roles(
     port: int,
     roles: list[RoleProcess],
     trust: dev_trust.DevTrust,
+    pg: EmbeddedPostgres | None,
 ) -> int:
+    """Start every role in order, then supervise them (and the embedded
+    PostgreSQL) until a signal, or until one keeps dying (exit 1)."""
     bind = args.bind
+    role_envs: dict[str, dict[str, str]] = {}
 
     def start(role: str, argv: list[str], extra_env: dict[str, str] | None = None) -> RoleProcess:
         rp = RoleProcess(role, f"services.{role}", argv, logs / f"{role}.log", run / f"{role}.json")
@@ -241,6 +252,7 @@ def _run_roles(
         role_env = {**env, **trust.role_env(role), **(extra_env or {})}
         role_env[f"CORRAL_{role.upper()}_LISTEN"] = argv[argv.index("--listen") + 1]
         role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = f"{bind}:0"
+        role_envs[role] = role_env
         rp.start(role_env)
         rp.wait_ready()
         return rp
@@ -366,16 +378,39 @@ def _run_roles(
         "Press Ctrl-C to stop everything.\n",
         flush=True,
     )
-    while True:
-        for r in roles:
-            assert r.proc is not None
-            rc = r.proc.poll()
-            if rc is not None:
-                print(
-                    f"Error: role {r.role} exited with code {rc}; "
-                    f"last lines of {r.log_path}:\n{r.tail()}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 1
-        time.sleep(0.5)
+    supervised: list[Supervised] = []
+    if pg is not None:
+        supervised.append(_SupervisedPostgres(pg))
+    for r in roles:
+        item = SupervisedRole(r, role_envs[r.role])
+        item.pin_address()
+        supervised.append(item)
+    try:
+        Supervisor(supervised, say=_say).run()
+    except GiveUp as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
+class _SupervisedPostgres(Supervised):
+    """The embedded PostgreSQL: restarted in place (same data directory and
+    socket, so every role's DSN still works; they reconnect by themselves)."""
+
+    name = "postgres"
+
+    def __init__(self, pg: EmbeddedPostgres) -> None:
+        self.pg = pg
+
+    def exit_code(self) -> int | None:
+        return None if self.pg.alive() else -1
+
+    def restart(self) -> None:
+        self.pg.restart()
+
+    def tail(self) -> str:
+        log = self.pg.data_dir / "log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-20:]
+        except OSError:
+            return "    (no log)"
+        return "\n".join(f"    {line}" for line in lines)

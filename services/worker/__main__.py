@@ -19,6 +19,7 @@ from services.worker.clients import LeaderClient
 from services.worker.config import WorkerSettings
 from services.worker.handlers import WorkerAdminServicer
 from services.worker.pool import WorkerPool
+from services.worker.scheduler import limits
 
 log = logging.getLogger("services.worker")
 
@@ -28,6 +29,7 @@ class WorkerProcess:
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
+        limits.configure(settings.max_placements_per_eval)
         self.replica = Replica(settings.state_addr, name="worker")
         self.broker = LeaderClient(settings.broker_addrs, eval_pb2_grpc.EvalStub)
         self.planner = LeaderClient(settings.planner_addrs, plan_pb2_grpc.PlanStub)

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 from corral.errors import InvalidArgument
 from corral.settings import CommaList, Option, ServerSettings, StateAddr
 from corral.structs import SCHEDULER_VERSION, JobType
+from services.worker.scheduler.limits import DEFAULT_MAX_PLACEMENTS
 
 #: loops beyond the core count still pay off: a loop waiting on a plan commit
 #: or a dequeue holds no CPU (Nomad caps at NumCPU; Python overlaps the waits)
@@ -89,6 +90,12 @@ class WorkerSettings(ServerSettings):
         ge=0,
         description="bound (s) on one plan submit retrying a transient error (no leader, "
         "UNAVAILABLE)",
+    )
+    max_placements_per_eval: int = Field(
+        DEFAULT_MAX_PLACEMENTS,
+        ge=1,
+        description="placements one evaluation may materialise; an eval asking for more "
+        "fails with a description instead of exhausting the worker (docs/scheduler.md)",
     )
     fault: Literal["", "stall-before-ack"] = Field(
         "", description="test-only fault injection: stall-before-ack"

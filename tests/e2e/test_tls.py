@@ -138,7 +138,10 @@ async def test_client_and_cli_certificates_cannot_call_server_only_rpcs(
 
 
 async def _refused(address: str, settings: SecuritySettings) -> grpc.StatusCode:
-    async with security.dial(address, settings=settings) as ch:
+    # retries off: the handshake's refusal itself is the answer under test
+    async with security.dial(
+        address, settings=settings, options=[("grpc.enable_retries", 0)]
+    ) as ch:
         try:
             await job_pb2_grpc.JobStub(ch).List(job_pb2.JobListRequest(), timeout=5)
         except grpc.aio.AioRpcError as exc:

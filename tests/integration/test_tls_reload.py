@@ -56,7 +56,9 @@ async def _answers(stub: operator_pb2_grpc.OperatorAsyncStub) -> bool:
     try:
         await stub.Members(operator_pb2.MembersRequest(), timeout=5)
     except grpc.aio.AioRpcError as exc:
-        assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc.details()
+        # refused handshakes, retried by the channel until the deadline
+        refused = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        assert exc.code() in refused, exc.details()
         return False
     return True
 
