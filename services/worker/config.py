@@ -90,8 +90,16 @@ class WorkerSettings(ServerSettings):
         description="bound (s) on one plan submit retrying a transient error (no leader, "
         "UNAVAILABLE)",
     )
-    fault: Literal["", "stall-before-ack"] = Field(
-        "", description="test-only fault injection: stall-before-ack"
+    heartbeat_interval: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between the worker's lease heartbeats to the broker (sent "
+        "whatever the scheduler loops are doing; the broker's lease ttl is 5 s by default)",
+    )
+    fault: Literal["", "stall-before-ack", "busy-scheduler"] = Field(
+        "",
+        description="test-only fault injection: stall-before-ack (hang between the plan and "
+        "the ack), busy-scheduler (spin the CPU for 8 s in the scheduler thread first)",
     )
 
     @field_validator("enabled_schedulers")
