@@ -292,6 +292,8 @@ class EvalBroker:
         ev = heapq.heappop(self._ready[best])[3]
         token = str(uuid.uuid4())
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
+        if worker_id:
+            self.leases.renew(worker_id)  # the lease runs from the hand-over
         unack = _Unack(ev, token, worker_id=worker_id)
         unack.timer = self._nack_timer(ev.id, token)
         self._unack[ev.id] = unack
