@@ -463,6 +463,9 @@ class EvalBroker:
             self.nack(u.eval.id, u.token)
             nacked.append(u.eval.id)
         metrics.LEASE_NACKS.inc(len(nacked))
+        if not held:
+            log.info("worker %s lost its lease holding no evals", worker_id)
+            return
         log.warning(
             "worker %s lost its lease: nacked %d eval(s) %s, %d waiting for their plan",
             worker_id,
