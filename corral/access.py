@@ -128,6 +128,7 @@ RULES: dict[str, Rule] = {
             "OutstandingReset",
             "PauseNackTimeout",
             "ResumeNackTimeout",
+            "Heartbeat",
         )
     },  # fmt: skip
     "/corral.v1.Eval/Stats": scope("operator", "read"),

@@ -97,8 +97,16 @@ class WorkerSettings(ServerSettings):
         description="placements one evaluation may materialise; an eval asking for more "
         "fails with a description instead of exhausting the worker (docs/scheduler.md)",
     )
-    fault: Literal["", "stall-before-ack"] = Field(
-        "", description="test-only fault injection: stall-before-ack"
+    heartbeat_interval: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between the worker's lease heartbeats to the broker (sent "
+        "whatever the scheduler loops are doing; the broker's lease ttl is 5 s by default)",
+    )
+    fault: Literal["", "stall-before-ack", "busy-scheduler"] = Field(
+        "",
+        description="test-only fault injection: stall-before-ack (hang between the plan and "
+        "the ack), busy-scheduler (spin the CPU for 8 s in the scheduler thread first)",
     )
 
     @field_validator("enabled_schedulers")

@@ -89,6 +89,18 @@ async def _first(*events: asyncio.Event) -> None:
 #: test-only fault (CORRAL_WORKER_FAULT): hang after the scheduler ran (its
 #: plan committed) and before the ack, so a test can kill the worker there
 FAULT_STALL_BEFORE_ACK = "stall-before-ack"
+#: test-only fault: a scheduling run that keeps the CPU busy (in its thread)
+#: for BUSY_SCHEDULER_SECONDS before scheduling, longer than a lease ttl
+FAULT_BUSY_SCHEDULER = "busy-scheduler"
+BUSY_SCHEDULER_SECONDS = 8.0
+
+
+def _spin(seconds: float) -> None:
+    """Burn CPU in pure Python (holding the GIL between switches)."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
 
 
 class WorkerStopping(Exception):
@@ -218,6 +230,7 @@ class Worker:
             schedulers=self.pool.enabled_schedulers,
             timeout_ms=int(settings.dequeue_timeout * 1000),
             scheduler_version=settings.scheduler_version,
+            worker_id=self.pool.lease_id,
         )
         start = time.perf_counter()
         call = asyncio.ensure_future(
@@ -321,7 +334,12 @@ class Worker:
         start = time.perf_counter()
         ctx = telemetry.context_from_traceparent(ev.traceparent)
 
+        busy = self.pool.settings.fault == FAULT_BUSY_SCHEDULER
+
         def run() -> None:
+            if busy:
+                log.error("fault injection: busy scheduler on eval %s", ev.id)
+                _spin(BUSY_SCHEDULER_SECONDS)
             with tracer.start_as_current_span(f"scheduler.{ev.type}", context=ctx) as span:
                 span.set_attribute("eval.id", ev.id)
                 span.set_attribute("job.id", ev.job_id)
@@ -398,12 +416,18 @@ class Worker:
     # ------------------------------------------------------------ ack / nack / backoff
 
     async def _ack(self, ev: pb.Evaluation, token: str) -> None:
-        await self._send("Ack", ev, token)
+        """Ack; if the broker refuses (the eval is still pending in the state:
+        its outcome was never written), nack so it is redelivered now rather
+        than after the nack timeout."""
+        refused = await self._send("Ack", ev, token)
+        if refused == grpc.StatusCode.FAILED_PRECONDITION:
+            await self._nack(ev, token)
 
     async def _nack(self, ev: pb.Evaluation, token: str) -> None:
         await self._send("Nack", ev, token)
 
-    async def _send(self, op: str, ev: pb.Evaluation, token: str) -> None:
+    async def _send(self, op: str, ev: pb.Evaluation, token: str) -> grpc.StatusCode | None:
+        """The call's error code, None on success (errors are logged)."""
         start = time.perf_counter()
         try:
             with tracer.start_as_current_span(
@@ -412,6 +436,7 @@ class Worker:
                 await self.pool.broker.call(
                     op, eval_pb2.EvalAckRequest(eval_id=ev.id, token=token), timeout=10.0
                 )
+            return None
         except grpc.aio.AioRpcError as exc:
             # The broker redelivers after the nack timeout; nothing is lost.
             log.warning(
@@ -422,6 +447,8 @@ class Worker:
                 exc.details(),
                 extra={"eval_id": ev.id},
             )
+            code: grpc.StatusCode = exc.code()
+            return code
         finally:
             metrics.SEND_ACK.labels(op.lower()).observe(time.perf_counter() - start)
 

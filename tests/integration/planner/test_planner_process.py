@@ -99,7 +99,7 @@ async def outstanding_eval(
             if resp.eval.id == ev.id:
                 return resp.eval, resp.token, max(index, tx.index)
             if resp.eval.id:  # some other test's eval: hand it back
-                await stub.Ack(eval_pb2.EvalAckRequest(eval_id=resp.eval.id, token=resp.token))
+                await stub.Nack(eval_pb2.EvalAckRequest(eval_id=resp.eval.id, token=resp.token))
     raise TimeoutError("eval never dequeued")
 
 
