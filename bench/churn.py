@@ -186,7 +186,7 @@ def run(opts: Options) -> tuple[dict[str, Any], int]:
         t0 = time.monotonic()
         until = t0 + opts.minutes * 60
         asyncio.run(drive(cluster, opts, churn, until, marks))
-        end = {"rss_mb": rss_mb(cluster), "objects": held_objects(cluster)}
+        end: dict[str, Any] = {"rss_mb": rss_mb(cluster), "objects": held_objects(cluster)}
         elapsed = time.monotonic() - t0
     warm = marks.get("warm", {"rss_mb": booted, "objects": {}})
     rows = []

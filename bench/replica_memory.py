@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import subprocess
 import sys
 import tracemalloc
 from typing import Any
@@ -133,10 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--count", type=int, default=5, help="allocs per job")
     p.add_argument("--json", default="")
+    p.add_argument("--store", choices=("full", "lean"), help="measure one store, in this process")
     a = p.parse_args(argv)
+    if a.store:
+        print(json.dumps(measure(a.jobs, a.count, lean=a.store == "lean")))
+        return 0
     results = []
-    for lean in (False, True):
-        result = measure(a.jobs, a.count, lean=lean)
+    for store in ("full", "lean"):  # each in a fresh process: RSS is per process
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.replica_memory", "--jobs", str(a.jobs)]
+            + ["--count", str(a.count), "--store", store],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        result = json.loads(out.stdout.splitlines()[-1])
         results.append(result)
         print(
             f"{result['store']}: {result['allocs']} allocs of {result['jobs']} jobs: "
