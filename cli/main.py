@@ -30,6 +30,7 @@ from cli.commands import (
     operator,
     sim,
     state,
+    system,
     tls,
     version,
 )
@@ -67,6 +68,7 @@ def build_parser() -> Parser:
         agent,
         sim,
         state,
+        system,
         tls,
         version,
     ):

@@ -177,6 +177,8 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Operator/SchedulerGetConfiguration": scope("operator", "read"),
     "/corral.v1.Operator/SchedulerSetConfiguration": scope("operator", "write"),
     "/corral.v1.Operator/Members": scope("operator", "read"),
+    "/corral.v1.System/GarbageCollect": scope("operator", "write"),
+    "/corral.v1.CoreGC/Force": SERVER,
     "/corral.v1.Worker/List": scope("operator", "read"),
     "/corral.v1.Worker/GetConfig": scope("operator", "read"),
     "/corral.v1.Worker/Pause": scope("operator", "write"),

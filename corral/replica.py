@@ -52,7 +52,8 @@ class Replica:
     ) -> None:
         self.state_addr = state_addr
         self.name = name
-        self._store = StateStore()
+        # a replica's readers never look at placement metrics: keep allocs lean
+        self._store = StateStore(lean=True)
         self._advanced = asyncio.Event()
         self._listeners: list[tuple[OnBatch, OnReset | None]] = []
         self._running = asyncio.Event()
@@ -179,6 +180,7 @@ class Replica:
             index,
             scheduler_config=config,
             table_indexes=tables,
+            lean=True,
             **parts,  # type: ignore[arg-type]
         )
         self._store.reset(snap)

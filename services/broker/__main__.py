@@ -24,11 +24,16 @@ from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerProcessSettings
-from services.broker.core_timers import run_core_timers
+from services.broker.core_timers import ForcedGC, run_core_timers
 from services.broker.deployments import watcher_over_state
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
-from services.broker.handlers import EvalServicer, export_metrics, register_periodic
+from services.broker.handlers import (
+    EvalServicer,
+    export_metrics,
+    register_core_gc,
+    register_periodic,
+)
 from services.broker.periodic import state_dispatcher
 from services.broker.reaper import Reaper
 from services.broker.reconciler import Reconciler, WriteTracker
@@ -60,6 +65,7 @@ class BrokerProcess(runner.LeaderRole):
             self.reaper.queued_ids,
         )
         self.periodic = state_dispatcher(self.replica, self.state_channel)
+        self.forced_gc = ForcedGC(self.broker, lambda: self.replica.index)
         self.deployments = watcher_over_state(
             self.replica.snapshot, self.state_channel, lambda: self.address, self.writes
         )
@@ -86,6 +92,7 @@ class BrokerProcess(runner.LeaderRole):
             self.writes,
             self.is_leader,
             self.leader_address,
+            on_ack=self.forced_gc.acked,
         )
         self.server.add(
             eval_pb2_grpc.add_EvalServicer_to_server,
@@ -93,6 +100,9 @@ class BrokerProcess(runner.LeaderRole):
             eval_pb2.DESCRIPTOR.services_by_name["Eval"].full_name,
         )
         register_periodic(self.server, self.periodic, self.is_leader, self.leader_address)
+        register_core_gc(
+            self.server, self.forced_gc, self.broker, self.is_leader, self.leader_address
+        )
 
     def background(self) -> list[asyncio.Task[None]]:
         return [asyncio.create_task(self.metrics_loop(), name="metrics")]

@@ -20,11 +20,19 @@ from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, No
 from corral.replica import Replica
 from corral.server import GrpcServer
 from corral.structs import EvalStatus, JobType, is_blocked_eval
-from corral.v1 import eval_pb2, eval_pb2_grpc, periodic_pb2, periodic_pb2_grpc
+from corral.v1 import (
+    eval_pb2,
+    eval_pb2_grpc,
+    periodic_pb2,
+    periodic_pb2_grpc,
+    system_pb2,
+    system_pb2_grpc,
+)
 from corral.v1 import structs_pb2 as pb
 from services.broker import metrics
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
+from services.broker.core_timers import FORCE_GC_MAX_WAIT, FORCE_GC_WAIT, ForcedGC
 from services.broker.eval_broker import EvalBroker
 from services.broker.periodic import PeriodicDispatcher
 
@@ -70,6 +78,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         write: WriteEvals,
         is_leader: Callable[[], bool],
         leader_address: Callable[[], Awaitable[str]],
+        on_ack: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
         self.broker = broker
@@ -78,6 +87,8 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.write = write
         self.is_leader = is_leader
         self.leader_address = leader_address
+        #: told of every acked eval id (a forced GC waits for its own)
+        self.on_ack = on_ack
 
     async def _require_leader(self) -> None:
         if not self.is_leader() or not self.broker.enabled:
@@ -133,6 +144,8 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.broker.check_outstanding(request.eval_id, request.token)
         await self._check_not_pending(request.eval_id, request.token)
         self.broker.ack(request.eval_id, request.token)
+        if self.on_ack is not None:
+            self.on_ack(request.eval_id)
         return eval_pb2.EvalAckResponse()
 
     async def _check_not_pending(self, eval_id: str, token: str) -> None:
@@ -340,6 +353,53 @@ def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
         }
         for state, value in per_state.items():
             BY_SCHEDULER.labels(sched, state).set(value)
+
+
+# ---------------------------------------------------------------- forced GC
+
+
+class CoreGCServicer(system_pb2_grpc.CoreGCServicer):
+    """`CoreGC.Force` on the leader, whose broker holds the core evals (the
+    state service relays users' `System.GarbageCollect` here)."""
+
+    def __init__(
+        self,
+        forced: ForcedGC,
+        broker: EvalBroker,
+        is_leader: Callable[[], bool],
+        leader_address: Callable[[], Awaitable[str]],
+    ) -> None:
+        self.forced = forced
+        self.broker = broker
+        self.is_leader = is_leader
+        self.leader_address = leader_address
+
+    async def Force(
+        self, request: system_pb2.SystemGCRequest, context: Context
+    ) -> system_pb2.SystemGCResponse:
+        if request.timeout_ms > FORCE_GC_MAX_WAIT * 1000:
+            raise InvalidArgument(
+                "timeout_ms", f"at most {int(FORCE_GC_MAX_WAIT * 1000)} ms may be waited"
+            )
+        if not self.is_leader() or not self.broker.enabled:
+            raise NotLeader(ROLE, await self.leader_address())
+        wait = None if request.detach else (request.timeout_ms / 1000 or FORCE_GC_WAIT)
+        eval_id, complete = await self.forced.run(wait=wait)
+        return system_pb2.SystemGCResponse(eval_id=eval_id, complete=complete)
+
+
+def register_core_gc(
+    server: GrpcServer,
+    forced: ForcedGC,
+    broker: EvalBroker,
+    is_leader: Callable[[], bool],
+    leader_address: Callable[[], Awaitable[str]],
+) -> None:
+    server.add(
+        system_pb2_grpc.add_CoreGCServicer_to_server,
+        CoreGCServicer(forced, broker, is_leader, leader_address),
+        system_pb2.DESCRIPTOR.services_by_name["CoreGC"].full_name,
+    )
 
 
 # ---------------------------------------------------------------- periodic

@@ -343,7 +343,13 @@ class Worker:
             with tracer.start_as_current_span(f"scheduler.{ev.type}", context=ctx) as span:
                 span.set_attribute("eval.id", ev.id)
                 span.set_attribute("job.id", ev.job_id)
-                sched = new_scheduler(ev.type, snapshot, planner, log=sched_log.logger)
+                sched = new_scheduler(
+                    ev.type,
+                    snapshot,
+                    planner,
+                    log=sched_log.logger,
+                    gc_config=self.pool.settings.gc.config(),
+                )
                 sched.process(ev)
 
         try:

@@ -36,15 +36,15 @@ CORE_JOBS = (
 @dataclass(frozen=True)
 class GCConfig:
     """Age thresholds (ns) past which terminal objects are collected;
-    Nomad's server defaults."""
+    Nomad's server defaults. A worker takes them from its settings
+    (services/worker/config.py `GCSettings`); how often a collection runs is
+    the broker leader's `core_gc_interval`."""
 
     eval_gc_threshold: int = structs.HOUR
     batch_eval_gc_threshold: int = 24 * structs.HOUR
     job_gc_threshold: int = 4 * structs.HOUR
     node_gc_threshold: int = 24 * structs.HOUR
     deployment_gc_threshold: int = structs.HOUR
-    #: how often the leader creates each core eval
-    interval: int = 5 * structs.MINUTE
 
 
 def core_eval(kind: str, *, now: int | None = None) -> pb.Evaluation:
@@ -177,6 +177,13 @@ class CoreScheduler:
         return gc, ids
 
     def eval_gc(self, threshold: int | None = None) -> tuple[list[str], list[str]]:
+        """Terminal evals older than their threshold, with their allocs.
+
+        A purged job's evals and allocs go as soon as they are terminal,
+        whatever the threshold: purging said the job's history is not wanted
+        (Nomad keeps them until the eval threshold; the issue asks for
+        more). So do allocs that neither a job nor an eval refers to any
+        more, which nothing else would ever collect."""
         now = self._now()
         cutoff = now - (self.config.eval_gc_threshold if threshold is None else threshold)
         batch_cutoff = now - (
@@ -185,15 +192,29 @@ class CoreScheduler:
         evals: list[str] = []
         allocs: list[str] = []
         for ev in self.snap.evals.values():
-            c = batch_cutoff if ev.type == JobType.BATCH else cutoff
+            if self.snap.job_by_id(ev.namespace, ev.job_id) is None:
+                c = now  # purged
+            else:
+                c = batch_cutoff if ev.type == JobType.BATCH else cutoff
             gc, alloc_ids = self.gc_eval(ev, c, allow_batch=False)
             if gc:
                 evals.append(ev.id)
             allocs.extend(alloc_ids)
+        allocs.extend(self._orphan_allocs())
         if evals or allocs:
             self.log.debug("eval GC", extra={"evals": len(evals), "allocs": len(allocs)})
             self._core_planner().delete_evals(evals, allocs)
         return evals, allocs
+
+    def _orphan_allocs(self) -> list[str]:
+        """Collectable allocs whose job and eval are both gone."""
+        return [
+            a.id
+            for a in self.snap.allocs.values()
+            if a.eval_id not in self.snap.evals
+            and self.snap.job_by_id(a.namespace, a.job_id) is None
+            and _collectable(a)
+        ]
 
     # ------------------------------------------------------------ jobs
 
@@ -242,12 +263,14 @@ class CoreScheduler:
 
     def deployment_gc(self, threshold: int | None = None) -> list[str]:
         """Ended deployments older than the threshold that no live alloc
-        refers to (Nomad's deploymentGC)."""
+        refers to (Nomad's deploymentGC); a purged job's deployments as soon
+        as no live alloc refers to them, active or not."""
         now = self._now()
         cutoff = now - (self.config.deployment_gc_threshold if threshold is None else threshold)
         gc: list[str] = []
         for d in self.snap.deployments.values():
-            if deployments.is_active(d) or d.modify_time > cutoff:
+            purged = self.snap.job_by_id(d.namespace, d.job_id) is None
+            if not purged and (deployments.is_active(d) or d.modify_time > cutoff):
                 continue
             if any(
                 a.deployment_id == d.id and not structs.alloc_terminal(a)
