@@ -33,13 +33,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import grpc
 from pydantic import Field
 
 from corral import runner, security, structs
-from corral.settings import CommaList, KeyValues, ProcessSettings, StateAddr
+from corral.settings import CommaList, KeyValues, Option, ProcessSettings, StateAddr
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import parse_duration, task_config
@@ -68,10 +68,10 @@ class SimSettings(ProcessSettings):
     seed: int = Field(1, description="node ids derive from it (stable across runs)")
     register_rate: float = Field(500.0, gt=0, description="registrations per second at start")
     stats_interval: float = Field(10.0, gt=0, description="log stats every N seconds")
-    data_dir: Path | None = Field(
+    data_dir: Annotated[Path | None, Option(shown_default="*none*: new secrets every run")] = Field(
         None,
         description="keep the nodes' secrets here (sim-nodes.json) so a restart "
-        "re-registers the same nodes; unset: new secrets every run",
+        "re-registers the same nodes",
     )
 
 
@@ -168,12 +168,22 @@ class SimNode:
 
     async def run(self) -> None:
         stub = self.sim.stub
+        refused = False
         while True:
             try:
                 resp = await stub.Register(node_pb2.NodeRegisterRequest(node=self.node), timeout=30)
                 self.ttl = resp.heartbeat_ttl_ms / 1000
                 break
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as exc:
+                if not refused and exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    # once per node: e.g. a restart without the kept secrets
+                    log.warning(
+                        "node %s: registration refused (%s: %s); retrying",
+                        self.node.name,
+                        exc.code().name,
+                        exc.details(),
+                    )
+                    refused = True
                 await asyncio.sleep(1 + random.random())
         self.sim.stats.registered += 1
         try:
