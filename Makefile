@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint proto proto-check unit bench bench-full clean
+.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ bench: $(STAMP)
 
 bench-full: $(STAMP)
 	$(PY) -m bench
+
+# kill -9 of every role, leader kills with standbys, PostgreSQL stopped and
+# killed, under load; prints the table and fails on any loss (bench/chaos.py).
+# `make test` runs the short profile (tests/e2e/test_chaos.py).
+chaos: $(STAMP)
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
