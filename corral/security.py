@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from corral import certs, tls
+from corral import certs, telemetry, tls
 from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
@@ -113,9 +113,11 @@ def dial(
     roles, or `client` for an agent)."""
     settings = settings or current()
     pairs = call_metadata(settings, peer=peer, token=token)
-    interceptors: list[grpc.aio.ClientInterceptor] | None = (
-        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else None
-    )
+    # tracing outermost: its client span covers the whole call
+    interceptors: list[grpc.aio.ClientInterceptor] | None = [
+        *telemetry.client_interceptors(),
+        *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+    ] or None
     opts = _options(settings, peer, options)
     if not settings.tls:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
@@ -182,4 +184,7 @@ def dial_sync(
     else:
         channel = grpc.insecure_channel(address, options=opts)
     pairs = call_metadata(settings, peer=peer, token=token)
-    return grpc.intercept_channel(channel, _SyncMetadata(pairs)) if pairs else channel
+    interceptors = [i for i in (telemetry.sync_client_interceptor(),) if i is not None]
+    if pairs:
+        interceptors.append(_SyncMetadata(pairs))
+    return grpc.intercept_channel(channel, *interceptors) if interceptors else channel

@@ -28,6 +28,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+
+from corral import telemetry
 from corral.errors import FailedPrecondition, NotFound
 from corral.structs import JobType, job_key
 from corral.v1 import structs_pb2 as pb
@@ -37,12 +40,15 @@ FAILED_QUEUE = "_failed"
 
 JobKey = tuple[str, str]
 
+tracer = telemetry.tracer("corral.broker")
+
 
 @dataclass
 class _Unack:
     eval: pb.Evaluation
     token: str
     timer: asyncio.TimerHandle | None = None
+    queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
 
 
 @dataclass
@@ -78,6 +84,11 @@ class EvalBroker:
         self._reset()
 
     def _reset(self) -> None:
+        for span in getattr(self, "_queued", {}).values():
+            span.end()
+        # eval id -> its `broker.enqueue` span: the time from enqueue (or a
+        # nack) to the dequeue, in the trace of the write that created it
+        self._queued: dict[str, trace.Span] = {}
         self._evals: dict[str, int] = {}  # eval id -> dequeue count
         self._job_evals: dict[JobKey, str] = {}  # job -> its ready/unacked eval
         self._pending: dict[JobKey, list[tuple[int, int, int, pb.Evaluation]]] = {}
@@ -138,6 +149,7 @@ class EvalBroker:
                 self._requeue[unack.token] = ev
             return
         self._evals[ev.id] = 0
+        self._trace_queued(ev)
         now = time.time_ns()
         if ev.wait_until and ev.wait_until > now:
             self._hold(ev, (ev.wait_until - now) / 1e9)
@@ -145,6 +157,21 @@ class EvalBroker:
             self._hold(ev, ev.wait / 1e9)
         else:
             self._enqueue_locked(ev, ev.type)
+
+    def _trace_queued(self, ev: pb.Evaluation) -> None:
+        if ev.traceparent and telemetry.tracing_enabled() and ev.id not in self._queued:
+            span = tracer.start_span(
+                "broker.enqueue", context=telemetry.context_from_traceparent(ev.traceparent)
+            )
+            span.set_attribute("eval.id", ev.id)
+            span.set_attribute("eval.type", ev.type)
+            self._queued[ev.id] = span
+
+    def handoff_span(self, eval_id: str) -> trace.Span | None:
+        """The (ended) `broker.enqueue` span of an outstanding eval: the
+        dequeue's hand-off nests under it."""
+        unack = self._unack.get(eval_id)
+        return unack.queued if unack is not None else None
 
     def _hold(self, ev: pb.Evaluation, delay: float) -> None:
         loop = asyncio.get_running_loop()
@@ -265,7 +292,10 @@ class EvalBroker:
         ev = heapq.heappop(self._ready[best])[3]
         token = str(uuid.uuid4())
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
-        unack = _Unack(ev, token)
+        unack = _Unack(ev, token, queued=self._queued.pop(ev.id, None))
+        if unack.queued is not None:
+            unack.queued.set_attribute("eval.dequeues", self._evals[ev.id])
+            unack.queued.end()
         unack.timer = self._nack_timer(ev.id, token)
         self._unack[ev.id] = unack
         return ev, token
@@ -309,6 +339,10 @@ class EvalBroker:
             # everything else was superseded by the plan this ack covers
             for _, _, _, old in pending:
                 self._evals.pop(old.id, None)
+                superseded = self._queued.pop(old.id, None)
+                if superseded is not None:
+                    superseded.set_attribute("eval.superseded", True)
+                    superseded.end()
                 self._cancelable.append(old)
             self._enqueue_locked(best, best.type)
             if pending and self._on_cancelable is not None:
@@ -324,6 +358,7 @@ class EvalBroker:
         del self._unack[eval_id]
         self._requeue.pop(token, None)
         ev = unack.eval
+        self._trace_queued(ev)  # waiting again, for its redelivery
         count = self._evals.get(eval_id, 0)
         if count >= self.settings.delivery_limit:
             self._enqueue_locked(ev, FAILED_QUEUE)
