@@ -184,7 +184,6 @@ def dial_sync(
     else:
         channel = grpc.insecure_channel(address, options=opts)
     pairs = call_metadata(settings, peer=peer, token=token)
-    interceptors = [i for i in (telemetry.sync_client_interceptor(),) if i is not None]
     if pairs:
-        interceptors.append(_SyncMetadata(pairs))
-    return grpc.intercept_channel(channel, *interceptors) if interceptors else channel
+        channel = grpc.intercept_channel(channel, _SyncMetadata(pairs))
+    return telemetry.traced_sync_channel(channel)  # tracing outermost

@@ -225,13 +225,15 @@ def client_interceptors() -> list[Any]:
     return interceptors
 
 
-def sync_client_interceptor() -> Any | None:
-    """As `client_interceptors`, for a blocking channel (the CLI's)."""
+def traced_sync_channel(channel: Any) -> Any:
+    """As `client_interceptors`, for a blocking channel (the CLI's): the
+    channel wrapped in OpenTelemetry's client interceptor when tracing."""
     if not _tracing_on:
-        return None
+        return channel
     from opentelemetry.instrumentation.grpc import client_interceptor
+    from opentelemetry.instrumentation.grpc.grpcext import intercept_channel
 
-    return client_interceptor()  # type: ignore[no-untyped-call]
+    return intercept_channel(channel, client_interceptor())  # type: ignore[no-untyped-call]
 
 
 def tracer(name: str) -> trace.Tracer:

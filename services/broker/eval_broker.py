@@ -159,7 +159,7 @@ class EvalBroker:
             self._enqueue_locked(ev, ev.type)
 
     def _trace_queued(self, ev: pb.Evaluation) -> None:
-        if ev.traceparent and telemetry.tracing_enabled() and ev.id not in self._queued:
+        if telemetry.tracing_enabled() and ev.id not in self._queued:
             span = tracer.start_span(
                 "broker.enqueue", context=telemetry.context_from_traceparent(ev.traceparent)
             )
