@@ -70,7 +70,8 @@ def tracing_enabled() -> bool:
 
 
 #: RPCs that wait for something to happen (a long poll, a blocking query, a
-#: feed stream, a probe): started outside any trace they are idle traffic,
+#: feed stream, a probe) or repeat on a timer (heartbeats, index polls):
+#: started outside any trace they are idle traffic,
 #: not a request worth a trace, so they start none. Inside a trace (a CLI
 #: monitor, say) they follow their parent like any call.
 QUIET_ROOTS = frozenset(
@@ -79,6 +80,8 @@ QUIET_ROOTS = frozenset(
         "/corral.v1.Node/GetClientAllocs",
         "/corral.v1.Node/UpdateStatus",
         "/corral.v1.State/Subscribe",
+        "/corral.v1.State/RegisterMember",  # every role's membership heartbeat
+        "/corral.v1.State/GetIndex",  # catch-up polls
         "/corral.v1.Event/Stream",
         "/grpc.health.v1.Health/Check",
         "/grpc.health.v1.Health/Watch",
