@@ -186,4 +186,5 @@ def dial_sync(
     pairs = call_metadata(settings, peer=peer, token=token)
     if pairs:
         channel = grpc.intercept_channel(channel, _SyncMetadata(pairs))
-    return telemetry.traced_sync_channel(channel)  # tracing outermost
+    traced: grpc.Channel = telemetry.traced_sync_channel(channel)  # tracing outermost
+    return traced

@@ -228,7 +228,8 @@ async def test_one_trace_per_eval(
     }
 
     def parent(s: Span) -> Span:
-        return by_id[s.parent_id]
+        found: Span = by_id[s.parent_id]
+        return found
 
     def ancestors(s: Span) -> list[str]:
         out = []
