@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from corral import certs, tls
+from corral import certs, telemetry, tls
 from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
@@ -177,9 +177,11 @@ def dial(
     nothing new (Nomad clients resend in the same case)."""
     settings = settings or current()
     pairs = call_metadata(settings, peer=peer, token=token)
-    interceptors: list[grpc.aio.ClientInterceptor] | None = (
-        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else None
-    )
+    # tracing outermost: its client span covers the whole call
+    interceptors: list[grpc.aio.ClientInterceptor] | None = [
+        *telemetry.client_interceptors(),
+        *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+    ] or None
     opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
     if not settings.tls:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
@@ -247,4 +249,7 @@ def dial_sync(
     else:
         channel = grpc.insecure_channel(address, options=opts)
     pairs = call_metadata(settings, peer=peer, token=token)
-    return grpc.intercept_channel(channel, _SyncMetadata(pairs)) if pairs else channel
+    if pairs:
+        channel = grpc.intercept_channel(channel, _SyncMetadata(pairs))
+    traced: grpc.Channel = telemetry.traced_sync_channel(channel)  # tracing outermost
+    return traced

@@ -269,4 +269,7 @@ def _tracing_interceptor() -> Any | None:
         return None
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+    # every RPC gets a server span joining the caller's trace; one arriving
+    # outside any trace starts one unless it is idle traffic (the sampler's
+    # `telemetry.QUIET_ROOTS`)
     return aio_server_interceptor()  # type: ignore[no-untyped-call]

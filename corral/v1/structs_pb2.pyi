@@ -2056,6 +2056,7 @@ class Allocation(_message.Message):
     MODIFY_TIME_FIELD_NUMBER: _builtins.int
     JOB_TYPE_FIELD_NUMBER: _builtins.int
     JOB_PRIORITY_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     eval_id: _builtins.str
@@ -2087,6 +2088,8 @@ class Allocation(_message.Message):
     modify_time: _builtins.int
     job_type: _builtins.str
     job_priority: _builtins.int
+    traceparent: _builtins.str
+    """W3C trace context of the plan apply that last placed or updated it"""
     @_builtins.property
     def resources(self) -> Global___Resources:
         """total for the alloc, ports assigned"""
@@ -2145,10 +2148,11 @@ class Allocation(_message.Message):
         modify_time: _builtins.int = ...,
         job_type: _builtins.str = ...,
         job_priority: _builtins.int = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deployment_status", b"deployment_status", "desired_transition", b"desired_transition", "metrics", b"metrics", "reschedule_tracker", b"reschedule_tracker", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_modify_index", b"alloc_modify_index", "alloc_states", b"alloc_states", "client_description", b"client_description", "client_status", b"client_status", "create_index", b"create_index", "create_time", b"create_time", "deployment_id", b"deployment_id", "deployment_status", b"deployment_status", "desired_description", b"desired_description", "desired_status", b"desired_status", "desired_transition", b"desired_transition", "eval_id", b"eval_id", "followup_eval_id", b"followup_eval_id", "id", b"id", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "job_priority", b"job_priority", "job_type", b"job_type", "job_version", b"job_version", "metrics", b"metrics", "modify_index", b"modify_index", "modify_time", b"modify_time", "name", b"name", "namespace", b"namespace", "next_allocation", b"next_allocation", "node_id", b"node_id", "node_name", b"node_name", "preempted_allocations", b"preempted_allocations", "preempted_by_allocation", b"preempted_by_allocation", "previous_allocation", b"previous_allocation", "reschedule_tracker", b"reschedule_tracker", "resources", b"resources", "task_group", b"task_group", "task_resources", b"task_resources", "task_states", b"task_states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_modify_index", b"alloc_modify_index", "alloc_states", b"alloc_states", "client_description", b"client_description", "client_status", b"client_status", "create_index", b"create_index", "create_time", b"create_time", "deployment_id", b"deployment_id", "deployment_status", b"deployment_status", "desired_description", b"desired_description", "desired_status", b"desired_status", "desired_transition", b"desired_transition", "eval_id", b"eval_id", "followup_eval_id", b"followup_eval_id", "id", b"id", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "job_priority", b"job_priority", "job_type", b"job_type", "job_version", b"job_version", "metrics", b"metrics", "modify_index", b"modify_index", "modify_time", b"modify_time", "name", b"name", "namespace", b"namespace", "next_allocation", b"next_allocation", "node_id", b"node_id", "node_name", b"node_name", "preempted_allocations", b"preempted_allocations", "preempted_by_allocation", b"preempted_by_allocation", "previous_allocation", b"previous_allocation", "reschedule_tracker", b"reschedule_tracker", "resources", b"resources", "task_group", b"task_group", "task_resources", b"task_resources", "task_states", b"task_states", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -31,6 +31,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+
+from corral import telemetry
 from corral.errors import FailedPrecondition, NotFound
 from corral.structs import JobType, job_key
 from corral.v1 import structs_pb2 as pb
@@ -44,6 +47,8 @@ FAILED_QUEUE = "_failed"
 
 JobKey = tuple[str, str]
 
+tracer = telemetry.tracer("corral.broker")
+
 
 @dataclass
 class _Unack:
@@ -56,6 +61,7 @@ class _Unack:
     #: outstanding (Eval.Update/Create/Reblock): Ack waits for its replica
     #: to reach it before reading the eval's status
     written_index: int = 0
+    queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
 
 
 @dataclass
@@ -93,6 +99,11 @@ class EvalBroker:
         self._reset()
 
     def _reset(self) -> None:
+        for span in getattr(self, "_queued", {}).values():
+            span.end()
+        # eval id -> its `broker.enqueue` span: the time from enqueue (or a
+        # nack) to the dequeue, in the trace of the write that created it
+        self._queued: dict[str, trace.Span] = {}
         self._evals: dict[str, int] = {}  # eval id -> dequeue count
         self._job_evals: dict[JobKey, str] = {}  # job -> its ready/unacked eval
         self._pending: dict[JobKey, list[tuple[int, int, int, pb.Evaluation]]] = {}
@@ -160,6 +171,7 @@ class EvalBroker:
                 self._requeue[unack.token] = ev
             return
         self._evals[ev.id] = 0
+        self._trace_queued(ev)
         now = time.time_ns()
         if ev.wait_until and ev.wait_until > now:
             self._hold(ev, (ev.wait_until - now) / 1e9)
@@ -167,6 +179,21 @@ class EvalBroker:
             self._hold(ev, ev.wait / 1e9)
         else:
             self._enqueue_locked(ev, ev.type)
+
+    def _trace_queued(self, ev: pb.Evaluation) -> None:
+        if telemetry.tracing_enabled() and ev.id not in self._queued:
+            span = tracer.start_span(
+                "broker.enqueue", context=telemetry.context_from_traceparent(ev.traceparent)
+            )
+            span.set_attribute("eval.id", ev.id)
+            span.set_attribute("eval.type", ev.type)
+            self._queued[ev.id] = span
+
+    def handoff_span(self, eval_id: str) -> trace.Span | None:
+        """The (ended) `broker.enqueue` span of an outstanding eval: the
+        dequeue's hand-off nests under it."""
+        unack = self._unack.get(eval_id)
+        return unack.queued if unack is not None else None
 
     def _hold(self, ev: pb.Evaluation, delay: float) -> None:
         loop = asyncio.get_running_loop()
@@ -294,7 +321,10 @@ class EvalBroker:
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
         if worker_id:
             self.leases.renew(worker_id)  # the lease runs from the hand-over
-        unack = _Unack(ev, token, worker_id=worker_id)
+        unack = _Unack(ev, token, worker_id=worker_id, queued=self._queued.pop(ev.id, None))
+        if unack.queued is not None:
+            unack.queued.set_attribute("eval.dequeues", self._evals[ev.id])
+            unack.queued.end()
         unack.timer = self._nack_timer(ev.id, token)
         self._unack[ev.id] = unack
         return ev, token
@@ -357,6 +387,10 @@ class EvalBroker:
             # everything else was superseded by the plan this ack covers
             for _, _, _, old in pending:
                 self._evals.pop(old.id, None)
+                superseded = self._queued.pop(old.id, None)
+                if superseded is not None:
+                    superseded.set_attribute("eval.superseded", True)
+                    superseded.end()
                 self._cancelable.append(old)
             self._enqueue_locked(best, best.type)
             if pending and self._on_cancelable is not None:
@@ -372,6 +406,7 @@ class EvalBroker:
         del self._unack[eval_id]
         self._requeue.pop(token, None)
         ev = unack.eval
+        self._trace_queued(ev)  # waiting again, for its redelivery
         count = self._evals.get(eval_id, 0)
         if count >= self.settings.delivery_limit:
             self._enqueue_locked(ev, FAILED_QUEUE)

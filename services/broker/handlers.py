@@ -14,8 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from opentelemetry import trace
 from prometheus_client import Gauge
 
+from corral import telemetry
 from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, NotLeader
 from corral.replica import Replica
 from corral.server import GrpcServer
@@ -37,6 +39,7 @@ from services.broker.eval_broker import EvalBroker
 from services.broker.periodic import PeriodicDispatcher
 
 Context = Any
+tracer = telemetry.tracer("corral.broker")
 WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
 
 log = logging.getLogger(__name__)
@@ -121,7 +124,25 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         if got is None:
             return eval_pb2.EvalDequeueResponse()
         ev, token = got
-        return eval_pb2.EvalDequeueResponse(eval=ev, token=token, wait_index=self._wait_index(ev))
+        if not telemetry.tracing_enabled():
+            return eval_pb2.EvalDequeueResponse(
+                eval=ev, token=token, wait_index=self._wait_index(ev)
+            )
+        # the hand-off joins the eval's trace (the long poll itself is in none)
+        queued = self.broker.handoff_span(ev.id)
+        parent = (
+            trace.set_span_in_context(queued)
+            if queued is not None
+            else telemetry.context_from_traceparent(ev.traceparent)
+        )
+        with tracer.start_as_current_span("broker.dequeue", context=parent) as span:
+            span.set_attribute("eval.id", ev.id)
+            return eval_pb2.EvalDequeueResponse(
+                eval=ev,
+                token=token,
+                wait_index=self._wait_index(ev),
+                traceparent=telemetry.traceparent_of(span),
+            )
 
     def _wait_index(self, ev: pb.Evaluation) -> int:
         """max(eval modify index, every eval of its job in state): plans of

@@ -21,6 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from corral import telemetry
 from corral.store import StateSnapshot
@@ -193,6 +195,20 @@ class Worker:
             return
         ev, token = resp.eval, resp.token
         self.current_eval_id = ev.id
+        # the eval's work, from the dequeue to the ack, under the broker's hand-off
+        span = tracer.start_span(
+            "worker.eval",
+            context=telemetry.context_from_traceparent(resp.traceparent or ev.traceparent),
+        )
+        span.set_attribute("eval.id", ev.id)
+        span.set_attribute("job.id", ev.job_id)
+        span.set_attribute("worker.id", self.id)
+        with trace.use_span(span, end_on_exit=True):
+            await self._process(resp, ev, token)
+
+    async def _process(
+        self, resp: eval_pb2.EvalDequeueResponse, ev: pb.Evaluation, token: str
+    ) -> None:
         extra = {"eval_id": ev.id, "job_id": ev.job_id}
         try:
             if self.stopping:
@@ -261,19 +277,8 @@ class Worker:
                 await self._backoff(settings.backoff_fast, settings.backoff_limit)
             return None
         if resp.eval.id:
-            waited = time.perf_counter() - start
-            metrics.DEQUEUE_EVAL.observe(waited)
+            metrics.DEQUEUE_EVAL.observe(time.perf_counter() - start)
             self._failures = 0
-            if telemetry.tracing_enabled():
-                # the dequeue finished before we knew which trace it joins
-                now = time.time_ns()
-                span = tracer.start_span(
-                    "worker.dequeue_eval",
-                    context=telemetry.context_from_traceparent(resp.eval.traceparent),
-                    start_time=now - int(waited * 1e9),
-                )
-                span.set_attribute("eval.id", resp.eval.id)
-                span.end(end_time=now)
         return resp
 
     async def _wait_for_index(
@@ -287,9 +292,7 @@ class Worker:
         self.workload = Workload.WAITING_FOR_RAFT
         start = time.perf_counter()
         try:
-            with tracer.start_as_current_span(
-                "worker.wait_for_index", context=telemetry.context_from_traceparent(ev.traceparent)
-            ) as span:
+            with tracer.start_as_current_span("worker.wait_for_index") as span:
                 span.set_attribute("index", index)
                 snap: StateSnapshot = await self._interruptible(
                     replica.wait_for_index(index, settings.sync_limit)
@@ -332,7 +335,7 @@ class Worker:
         planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent)
         sched_log = logging.LoggerAdapter(log, {"eval_id": ev.id, "job_id": ev.job_id})
         start = time.perf_counter()
-        ctx = telemetry.context_from_traceparent(ev.traceparent)
+        ctx = otel_context.get_current()  # the scheduler's thread joins this trace
 
         busy = self.pool.settings.fault == FAULT_BUSY_SCHEDULER
 
@@ -384,10 +387,7 @@ class Worker:
         try:
             while True:
                 try:
-                    with tracer.start_as_current_span(
-                        "worker.submit_plan",
-                        context=telemetry.context_from_traceparent(plan.traceparent),
-                    ):
+                    with tracer.start_as_current_span("worker.submit_plan"):
                         resp: plan_pb2.PlanSubmitResponse = await self.pool.planner.call(
                             "Submit", plan_pb2.PlanSubmitRequest(plan=plan), timeout=60.0
                         )
@@ -436,9 +436,7 @@ class Worker:
         """The call's error code, None on success (errors are logged)."""
         start = time.perf_counter()
         try:
-            with tracer.start_as_current_span(
-                f"worker.{op.lower()}", context=telemetry.context_from_traceparent(ev.traceparent)
-            ):
+            with tracer.start_as_current_span(f"worker.{op.lower()}"):
                 await self.pool.broker.call(
                     op, eval_pb2.EvalAckRequest(eval_id=ev.id, token=token), timeout=10.0
                 )

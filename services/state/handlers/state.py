@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from corral import structs
+from corral import structs, telemetry
 from corral.errors import InvalidArgument
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -27,6 +27,7 @@ from services.state.writes.plans import apply_plans, validate_plans
 
 Context = Any
 log = logging.getLogger(__name__)
+tracer = telemetry.tracer("corral.state")
 
 MEMBER_TTL_MS = 10_000
 
@@ -102,9 +103,12 @@ class StateServicer(state_pb2_grpc.StateServicer):
     ) -> state_pb2.ApplyPlansResponse:
         require_leader_id("planner", request.leader_id)
         validate_plans(request.plans)
-        async with self.ctx.write(count=len(request.plans)) as tx:
-            await require_leader(tx, "planner", request.leader_id)
-            indexes = await apply_plans(tx, request.plans)
+        with tracer.start_as_current_span("state.commit") as span:
+            async with self.ctx.write(count=len(request.plans)) as tx:
+                await require_leader(tx, "planner", request.leader_id)
+                indexes = await apply_plans(tx, request.plans)
+            span.set_attribute("index", indexes[-1] if indexes else 0)
+            span.set_attribute("plans", len(request.plans))
         return state_pb2.ApplyPlansResponse(indexes=indexes)
 
     async def UpdateAllocDesiredTransitions(
