@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from corral import certs, tls
+from corral import certs, rpc_metrics, tls
 from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
@@ -113,9 +113,11 @@ def dial(
     roles, or `client` for an agent)."""
     settings = settings or current()
     pairs = call_metadata(settings, peer=peer, token=token)
-    interceptors: list[grpc.aio.ClientInterceptor] | None = (
-        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else None
+    interceptors: list[grpc.aio.ClientInterceptor] = (
+        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else []
     )
+    # per-RPC client metrics: innermost, where grpc's own call object is seen
+    interceptors.extend(rpc_metrics.client_interceptors())
     opts = _options(settings, peer, options)
     if not settings.tls:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
