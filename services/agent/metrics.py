@@ -56,6 +56,10 @@ class AllocsCollector(Collector):
         with contextlib.suppress(ValueError):
             self._sources.remove(source)
 
+    def describe(self) -> Iterator[Metric]:
+        """The family `collect` yields (see the state's ClusterCollector)."""
+        yield GaugeMetricFamily("corral_client_allocs", "", labels=["status"])
+
     def collect(self) -> Iterator[Metric]:
         if not self._sources:
             return

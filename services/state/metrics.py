@@ -89,6 +89,16 @@ class ClusterCollector(Collector):
                 return view
         return None
 
+    def describe(self) -> Iterator[Metric]:
+        """The families `collect` yields (the registry's name check, and
+        tests/unit/test_observability.py)."""
+        yield GaugeMetricFamily("corral_heartbeat_active", "")
+        yield GaugeMetricFamily("corral_nodes", "", labels=["status", "datacenter"])
+        yield GaugeMetricFamily("corral_jobs", "", labels=["status"])
+        yield GaugeMetricFamily(
+            "corral_job_summary", "", labels=["namespace", "job", "task_group", "state"]
+        )
+
     def collect(self) -> Iterator[Metric]:
         view = self._view()
         if view is None:
