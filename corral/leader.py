@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 
+from corral import telemetry
+
 log = logging.getLogger(__name__)
 
 APP_PREFIX = "corral:"
@@ -79,6 +81,8 @@ class LeaderElection:
         self._stop = asyncio.Event()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._query_conn: psycopg.AsyncConnection[Any] | None = None
+        self._leader_gauge = telemetry.LEADER.labels(role)
+        self._leader_gauge.set(0)
 
     @property
     def is_leader(self) -> bool:
@@ -99,6 +103,7 @@ class LeaderElection:
                 won = False
             if won:
                 self._leader = True
+                self._leader_gauge.set(1)
                 log.info("%s: elected leader at %s", self.role, self.address)
                 try:
                     await on_elected()
@@ -109,6 +114,7 @@ class LeaderElection:
                     log.error("%s: leadership setup failed, stepping down: %s", self.role, exc)
                 finally:
                     self._leader = False
+                    self._leader_gauge.set(0)
                     await self._close()
                     log.info("%s: leadership lost", self.role)
                     await on_lost()

@@ -120,6 +120,7 @@ def setup(settings: ProcessSettings) -> None:
     tune_gc()
     security.configure(settings.security)
     telemetry.setup_tracing(f"corral-{settings.ROLE}")
+    telemetry.set_build_info(settings.ROLE)
 
 
 S = TypeVar("S", bound=Settings)

@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from corral import certs, telemetry, tls
+from corral import certs, rpc_metrics, telemetry, tls
 from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
@@ -177,10 +177,12 @@ def dial(
     nothing new (Nomad clients resend in the same case)."""
     settings = settings or current()
     pairs = call_metadata(settings, peer=peer, token=token)
-    # tracing outermost: its client span covers the whole call
+    # tracing outermost (its client span covers the whole call), per-RPC
+    # metrics innermost (where grpc's own call object is seen)
     interceptors: list[grpc.aio.ClientInterceptor] | None = [
         *telemetry.client_interceptors(),
         *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+        *rpc_metrics.client_interceptors(),
     ] or None
     opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
     if not settings.tls:

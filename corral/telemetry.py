@@ -6,6 +6,9 @@
   is set (or `CORRAL_TRACING=console` prints spans); otherwise a no-op
   tracer, so tracing costs nothing when nobody collects it.
 * Metrics: prometheus-client; `start_metrics_server` serves `/metrics`.
+  Every role exports `corral_build_info` and `corral_leader{role}` from
+  here, per-RPC metrics from `corral.rpc_metrics`, and its own from
+  `services/<role>/metrics.py` (docs/operations.md lists them all).
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import sys
 import time
+from importlib import metadata
 from typing import Any
 
 from opentelemetry import trace
+from prometheus_client import Gauge
 
 _CONTEXT_FIELDS = ("eval_id", "job_id", "node_id", "alloc_id", "index", "trace_id", "role")
 _tracing_on = False
@@ -273,3 +279,27 @@ def start_metrics_server(address: str) -> int:
     server, _thread = start_http_server(int(port or 0), addr=host or "127.0.0.1")
     bound: int = server.server_port
     return bound
+
+
+BUILD_INFO = Gauge(
+    "corral_build_info",
+    "Always 1; the labels say which build and role this process runs",
+    ["version", "python", "role"],
+)
+LEADER = Gauge(
+    "corral_leader",
+    "1 while this process holds its role's leader lock, else 0 (nomad.raft.state.leader)",
+    ["role"],
+)
+
+
+def corral_version() -> str:
+    try:
+        return metadata.version("corral")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def set_build_info(role: str) -> None:
+    """Export `corral_build_info` for this process (the runner calls it)."""
+    BUILD_INFO.labels(corral_version(), platform.python_version(), role).set(1)

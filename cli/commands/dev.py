@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli import dev_trust
+from cli import dev_metrics, dev_trust
 from cli.context import CliError, Context
 from cli.output import table
 from cli.supervisor import (
@@ -80,6 +80,18 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"state service (public API) port (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    p.add_argument(
+        "-metrics-port",
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        default=None,
+        help=(
+            "first of the roles' /metrics ports: state, broker, planner, worker, agent "
+            f"(default {dev_metrics.DEFAULT_METRICS_PORT}..+4; any free ones with -port 0; "
+            "0 = any free ones)"
+        ),
     )
     p.add_argument("-bind", "--bind", default="127.0.0.1", help="address every role listens on")
     p.add_argument(
@@ -138,6 +150,16 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(
             f"port {port} on {args.bind} is in use (is another `corral dev` running?); "
             "stop it or pick another port with -port"
+        )
+    metrics_base = dev_metrics.base_port(args.metrics_port, port)
+    if metrics_base < 0 or metrics_base > 65535 - len(dev_metrics.ROLES):
+        raise CliError(f"-metrics-port must be 0..{65535 - len(dev_metrics.ROLES)}")
+    args.metrics_ports = dev_metrics.metrics_ports(metrics_base)
+    busy = dev_metrics.ports_in_use(args.bind, args.metrics_ports)
+    if busy:
+        raise CliError(
+            f"metrics ports in use on {args.bind}: {', '.join(busy)} (is another `corral dev` "
+            "running?); pick others with -metrics-port (0 = any free ones)"
         )
     if args.ephemeral:
         data_dir = Path(tempfile.mkdtemp(prefix="corral-dev-"))
@@ -251,7 +273,10 @@ def _run_roles(
         _say(f"Starting {role}")
         role_env = {**env, **trust.role_env(role), **(extra_env or {})}
         role_env[f"CORRAL_{role.upper()}_LISTEN"] = argv[argv.index("--listen") + 1]
-        role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = f"{bind}:0"
+        # the role's fixed metrics port (cli/dev_metrics.py)
+        metrics_listen = f"{bind}:{args.metrics_ports.get(role, 0)}"
+        argv[argv.index("--metrics-listen") + 1] = metrics_listen
+        role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = metrics_listen
         role_envs[role] = role_env
         rp.start(role_env)
         rp.wait_ready()
@@ -358,6 +383,9 @@ def _run_roles(
             indent=2,
         )
     )
+    scrape = dev_metrics.write_scrape_config(
+        data_dir, {r: v["metrics"] for r, v in summary.items()}
+    )
     print()
     table(
         ("Role", "PID", "Address", "Metrics", "Log"),
@@ -375,6 +403,7 @@ def _run_roles(
         + "".join(f"    {line}\n" for line in trust.exports())
         + "    corral job run examples/hello.nomad.hcl\n"
         "    corral job status hello\n\n"
+        f"Prometheus scrapes the metrics with {os.path.relpath(scrape)}.\n"
         "Press Ctrl-C to stop everything.\n",
         flush=True,
     )

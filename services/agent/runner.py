@@ -19,7 +19,7 @@ from corral import structs, telemetry
 from corral.dispatch import payload_file_problem
 from corral.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.v1 import structs_pb2 as pb
-from services.agent import taskenv
+from services.agent import metrics, taskenv
 from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config
 from services.agent.health import HealthWatch
 
@@ -148,8 +148,10 @@ class TaskRunner:
                 self.started.set()
                 result = ExitResult(exit_code=-1, error=str(exc))
                 self._event("Driver Failure", str(exc), fails_task=True)
+                metrics.DRIVER_ERRORS.labels(self.task.driver).inc()
             else:
                 self.started.set()
+                metrics.TASK_STARTS.labels(self.task.driver).inc()
                 self.state.state = TaskStateName.RUNNING
                 if not self.state.started_at:
                     self.state.started_at = time.time_ns()
@@ -171,6 +173,7 @@ class TaskRunner:
                     self._event("Not Restarting", "Exceeded allowed attempts", fails_task=True)
                 break
             self.state.restarts += 1
+            metrics.TASK_RESTARTS.labels(self.task.driver).inc()
             self.state.last_restart = time.time_ns()
             self.state.state = TaskStateName.PENDING
             self._event(

@@ -371,6 +371,8 @@ class PlanApplier:
         else:
             outcome = "noop"
         metrics.PLANS.labels(outcome).inc()
+        if evaluation.result.alloc_index:
+            metrics.count_committed(evaluation.result)
         pending.respond(evaluation.result)
 
     def _fail_all(self, pendings: list[PendingPlan], err: CorralError) -> None:

@@ -12,7 +12,7 @@ from corral.leader import LeaderElection
 from corral.process import new_member_id
 from corral.server import GrpcServer
 from corral.v1 import state_pb2, state_pb2_grpc
-from services.state import handlers
+from services.state import handlers, metrics
 from services.state.app_context import StateContext
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
@@ -64,7 +64,15 @@ class StateApp:
         self._tasks.append(
             asyncio.create_task(self.election.run(self._on_elected, self._on_lost), name="election")
         )
+        metrics.CLUSTER.add_source(self._leader_view)
         return self.server.bound_address
+
+    def _leader_view(self) -> metrics.LeaderView | None:
+        """The cluster gauges' source (services/state/metrics.py): the
+        leader's copy of the state, None on a follower."""
+        if self.election is None or not self.election.is_leader:
+            return None
+        return metrics.LeaderView(self.feed.snapshot(), self.heartbeats.active)
 
     async def _on_elected(self) -> None:
         """Heartbeat timers and the drainer run on the leader only."""
@@ -95,6 +103,7 @@ class StateApp:
         acl.register(self.server, self.ctx, self.settings.acl)
 
     async def stop(self) -> None:
+        metrics.CLUSTER.remove_source(self._leader_view)
         await self.server.stop(grace=5.0)
         if self.election is not None:
             await self.election.stop()

@@ -412,3 +412,35 @@ def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
         pytest.fail(f"process {pid} still running after corral dev stopped")
     assert not (dev.data_dir / "dev.json").exists()
     assert (dev.data_dir / "logs" / "state.log").exists()
+
+
+def _scrape(address: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_every_role_serves_its_metrics_and_a_scrape_config_names_them(dev: Dev) -> None:
+    roles = dev.info["roles"]
+    config = (dev.data_dir / "prometheus.yml").read_text()
+    for role, info in roles.items():
+        assert f'targets: ["{info["metrics"]}"]' in config, role
+        text = _scrape(info["metrics"])
+        assert 'corral_build_info{python="' in text and f'role="{role}"' in text, role
+        if role != "state":  # the state dials nobody
+            assert "grpc_client_handled_total{" in text, role
+    # the state leader's cluster gauges; the agent's own; per-RPC server metrics
+    wait_for(
+        "the state leader's node gauge",
+        lambda: (
+            'corral_nodes{datacenter="dc1",status="ready"} 1.0'
+            in _scrape(roles["state"]["metrics"])
+        ),
+    )
+    state = _scrape(roles["state"]["metrics"])
+    assert 'corral_leader{role="state"} 1.0' in state
+    assert "corral_heartbeat_active 1.0" in state
+    assert 'grpc_server_handled_total{grpc_code="OK",grpc_method="Register",' in state
+    assert 'corral_leader{role="broker"} 1.0' in _scrape(roles["broker"]["metrics"])
+    assert 'corral_client_allocs{status="running"}' in _scrape(roles["agent"]["metrics"])
