@@ -11,6 +11,7 @@ reported.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import sys
@@ -134,7 +135,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 try:
                     if guard is not None:
                         acl.CURRENT.set(await guard.check(method, request, context))
-                    async for item in inner_us(request, context):
+                    stream = inner_us(request, context)
+                    if inspect.isawaitable(stream):
+                        # a handler that writes with context.write and
+                        # returns nothing (grpc's own Health/Watch)
+                        await stream
+                        return
+                    async for item in stream:
                         yield item
                 except (CorralError, Exception) as exc:
                     if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):

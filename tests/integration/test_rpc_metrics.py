@@ -152,3 +152,22 @@ async def test_a_cancelled_stream_counts_as_cancelled() -> None:
     finally:
         await channel.close()
         await srv.stop(grace=0)
+
+
+async def test_a_stream_handler_that_writes_through_its_context_works() -> None:
+    """grpc's own Health/Watch writes with context.write instead of
+    yielding; the handler wrapper must await it, not iterate it."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from corral.server import GrpcServer
+
+    server = GrpcServer("127.0.0.1:0", name="watch")
+    await server.start()
+    try:
+        async with security.dial(server.bound_address) as ch:
+            watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
+            first = await watch.read()
+            assert first.status == health_pb2.HealthCheckResponse.SERVING
+            watch.cancel()
+    finally:
+        await server.stop(0)
