@@ -27,7 +27,9 @@ LEADER_SERVICE = "corral.leader"
 
 def check(address: str, service: str = "", timeout: float = 3.0) -> tuple[bool, str]:
     """Whether `service` at `address` answers SERVING, and what it said."""
-    channel = security.dial_sync(address)
+    # the first answer is the verdict: a probe that retries UNAVAILABLE would
+    # report a dead process as a timeout
+    channel = security.dial_sync(address, options=[("grpc.enable_retries", 0)])
     try:
         stub = health_pb2_grpc.HealthStub(channel)
         reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)

@@ -83,6 +83,7 @@ def tracing_enabled() -> bool:
 QUIET_ROOTS = frozenset(
     {
         "/corral.v1.Eval/Dequeue",
+        "/corral.v1.Eval/Heartbeat",  # every worker's lease, each second
         "/corral.v1.Node/GetClientAllocs",
         "/corral.v1.Node/UpdateStatus",
         "/corral.v1.State/Subscribe",

@@ -397,30 +397,6 @@ def test_node_eligibility_toggle(dev: Dev) -> None:
     assert both.returncode == 1
 
 
-# --------------------------------------------------------------- shutdown (last)
-
-
-def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
-    pids = [r["pid"] for r in dev.info["roles"].values()]
-    dev.proc.send_signal(signal.SIGINT)
-    assert dev.proc.wait(90) == 0, "".join(dev.output)
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        pytest.fail(f"process {pid} still running after corral dev stopped")
-    assert not (dev.data_dir / "dev.json").exists()
-    assert (dev.data_dir / "logs" / "state.log").exists()
-
-
-def _scrape(address: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
-        return str(resp.read().decode())
-
-
 def test_every_role_serves_its_metrics_and_a_scrape_config_names_them(dev: Dev) -> None:
     roles = dev.info["roles"]
     config = (dev.data_dir / "prometheus.yml").read_text()
@@ -444,3 +420,27 @@ def test_every_role_serves_its_metrics_and_a_scrape_config_names_them(dev: Dev) 
     assert 'grpc_server_handled_total{grpc_code="OK",grpc_method="Register",' in state
     assert 'corral_leader{role="broker"} 1.0' in _scrape(roles["broker"]["metrics"])
     assert 'corral_client_allocs{status="running"}' in _scrape(roles["agent"]["metrics"])
+
+
+# --------------------------------------------------------------- shutdown (last)
+
+
+def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
+    pids = [r["pid"] for r in dev.info["roles"].values()]
+    dev.proc.send_signal(signal.SIGINT)
+    assert dev.proc.wait(90) == 0, "".join(dev.output)
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        pytest.fail(f"process {pid} still running after corral dev stopped")
+    assert not (dev.data_dir / "dev.json").exists()
+    assert (dev.data_dir / "logs" / "state.log").exists()
+
+
+def _scrape(address: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
