@@ -116,6 +116,10 @@ class FaultResult:
     duplicated: int = 0
     over_committed: int = 0
     recovery_s: float | None = None
+    #: where the recovery time went: kill -> the restarted process ready,
+    #: kill -> the first registration accepted after the kill
+    ready_s: float | None = None
+    registered_s: float | None = None
     settle_s: float | None = None
     jobs: int = 0
     violations: list[str] = field(default_factory=list)
@@ -420,13 +424,20 @@ async def run_fault(
     load.running.set()
     await asyncio.sleep(rng.uniform(1.0, 3.0))  # a random moment under load
     killed_at = time.monotonic()
+    # wall-clock time of the kill, to line up with the roles' logs (--keep)
+    stamp = dt.datetime.now().strftime("%H:%M:%S,%f")[:-3]
+    print(f"chaos: {fault}: fault injected at {stamp}", file=sys.stderr, flush=True)
     try:
         repair = await inject(cluster, fault)
         measuring = asyncio.create_task(recovery_time(load, db, killed_at))
         await repair()
+        result.ready_s = round(time.monotonic() - killed_at, 2)
         result.recovery_s = await measuring
         if result.recovery_s is not None:
             result.recovery_s = round(result.recovery_s, 2)
+        fresh = [t for t in load.registered.values() if t > killed_at]
+        if fresh:
+            result.registered_s = round(min(fresh) - killed_at, 2)
         await asyncio.sleep(profile.after_s)
         await load.drain()
         result.settle_s = round(await settle(load, db, profile), 1)
@@ -442,14 +453,20 @@ async def run_fault(
 
 
 def table(results: list[FaultResult]) -> str:
-    head = "| fault | lost | duplicated | over-committed | recovery (s) | settle (s) | jobs |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+    head = (
+        "| fault | lost | duplicated | over-committed | recovery (s) "
+        "| restarted (s) | registered (s) | settle (s) | jobs |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def fmt(v: float | None, digits: int = 2) -> str:
+        return "—" if v is None else f"{v:.{digits}f}"
+
     for r in results:
-        rec = "—" if r.recovery_s is None else f"{r.recovery_s:.2f}"
-        settle_s = "—" if r.settle_s is None else f"{r.settle_s:.1f}"
         lines.append(
-            f"| {r.fault} | {r.lost} | {r.duplicated} | {r.over_committed} | {rec} "
-            f"| {settle_s} | {r.jobs} |"
+            f"| {r.fault} | {r.lost} | {r.duplicated} | {r.over_committed} "
+            f"| {fmt(r.recovery_s)} | {fmt(r.ready_s)} | {fmt(r.registered_s)} "
+            f"| {fmt(r.settle_s, 1)} | {r.jobs} |"
         )
     return "\n".join(lines)
 
