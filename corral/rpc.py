@@ -7,8 +7,9 @@ switches to that address and retries; when no leader is known (an election
 under way, or the leader's process is gone) it rotates through the
 configured addresses with a capped exponential backoff (50 ms doubling to
 1 s: a standby takes over within a second or so, and a caller asking every
-second at most finds it promptly) until the call's retry budget runs out. Retrying is safe: a standby does nothing before
-refusing, and UNAVAILABLE from a dead address means the call never ran.
+second at most finds it promptly) until the call's retry budget runs out.
+Retrying is safe: a standby does nothing before refusing, and UNAVAILABLE
+from a dead address means the call never ran.
 
 Channels are created lazily, inside the running event loop (grpc.aio binds
 a channel to the loop that created it).
