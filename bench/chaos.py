@@ -217,8 +217,27 @@ class ChaosCluster(BenchCluster):
         if rp.address and "--listen" in rp.argv:
             i = rp.argv.index("--listen")
             rp.argv[i + 1] = rp.address
-        rp.start(self.env)
-        await wait_ready(rp, timeout)
+        for attempt in (1, 2):
+            rp.start(self.env)
+            try:
+                await wait_ready(rp, timeout)
+                break
+            except StartError:
+                # Seen on these machines: the child dies by a signal
+                # (SIGABRT from gRPC's epoll poller, "Bad file descriptor")
+                # between fork and exec, because the suite's own process
+                # runs gRPC threads when it forks (preexec_fn). That is the
+                # harness, not the role: start it once more, and say so.
+                assert rp.proc is not None
+                code = rp.proc.returncode
+                if attempt == 2 or code is None or code >= 0:
+                    raise
+                print(
+                    f"chaos: {name} died by signal {-code} while starting; starting it again",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                rp.close_log()
         self.stats[name] = ProcStats(psutil.Process(rp.pid))
 
     def check_alive(self) -> None:
