@@ -45,6 +45,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -116,7 +117,15 @@ class FaultResult:
     duplicated: int = 0
     over_committed: int = 0
     recovery_s: float | None = None
+    #: where the recovery time went: kill -> the restarted process ready,
+    #: kill -> the first registration accepted after the kill
+    ready_s: float | None = None
+    registered_s: float | None = None
     settle_s: float | None = None
+    #: worker fault: kill -> the broker saw the killed worker's lease lapse
+    #: and nacked (redelivered) the evals it held, and how many it held
+    lease_s: float | None = None
+    redelivered: int | None = None
     jobs: int = 0
     violations: list[str] = field(default_factory=list)
     error: str = ""
@@ -135,6 +144,12 @@ class FaultResult:
             out.append("no new job was placed after the fault")
         elif self.fault in SINGLE_ROLE and self.recovery_s > RECOVERY_LIMIT_S:
             out.append(f"recovery {self.recovery_s:.1f}s > {RECOVERY_LIMIT_S:.0f}s")
+        if self.fault == "worker" and (self.lease_s is None or self.lease_s > RECOVERY_LIMIT_S):
+            out.append(
+                "the killed worker's lease never lapsed"
+                if self.lease_s is None
+                else f"the killed worker's evals redelivered after {self.lease_s:.1f}s"
+            )
         if self.violations:
             out.append(f"{len(self.violations)} invariant violations")
         return out
@@ -202,8 +217,27 @@ class ChaosCluster(BenchCluster):
         if rp.address and "--listen" in rp.argv:
             i = rp.argv.index("--listen")
             rp.argv[i + 1] = rp.address
-        rp.start(self.env)
-        await wait_ready(rp, timeout)
+        for attempt in (1, 2):
+            rp.start(self.env)
+            try:
+                await wait_ready(rp, timeout)
+                break
+            except StartError:
+                # Seen on these machines: the child dies by a signal
+                # (SIGABRT from gRPC's epoll poller, "Bad file descriptor")
+                # between fork and exec, because the suite's own process
+                # runs gRPC threads when it forks (preexec_fn). That is the
+                # harness, not the role: start it once more, and say so.
+                assert rp.proc is not None
+                code = rp.proc.returncode
+                if attempt == 2 or code is None or code >= 0:
+                    raise
+                print(
+                    f"chaos: {name} died by signal {-code} while starting; starting it again",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                rp.close_log()
         self.stats[name] = ProcStats(psutil.Process(rp.pid))
 
     def check_alive(self) -> None:
@@ -393,6 +427,35 @@ async def inject(cluster: ChaosCluster, fault: str) -> Callable[[], Awaitable[No
     raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
 
 
+LEASE_LINE = re.compile(
+    r"^(\S+ \S+) broker \w+ services\.broker\.eval_broker: worker [^:\s]+:(\d+):\S+ "
+    r"lost its lease(?:: nacked (\d+) eval| holding no evals)"
+)
+
+
+async def lease_lapse(
+    cluster: ChaosCluster, pid: int, killed_wall: float, timeout: float = 30.0
+) -> tuple[float, int] | None:
+    """Seconds from the kill until a broker logged that the killed worker
+    process (`pid`, part of its workers' ids) lost its lease, and how many
+    evals it nacked then (redelivered at once instead of after the nack
+    timeout); None if no broker logged it within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, rp in cluster.roles.items():
+            if not name.startswith("broker") or not rp.log_path.exists():
+                continue
+            for line in rp.log_path.read_text(errors="replace").splitlines():
+                m = LEASE_LINE.match(line)
+                if m is None or int(m.group(2)) != pid:
+                    continue
+                at = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if at >= killed_wall:
+                    return at - killed_wall, int(m.group(3) or 0)
+        await asyncio.sleep(0.5)
+    return None
+
+
 def count(snap: Any, load: Load, profile: Profile, result: FaultResult, stuck_after: float) -> None:
     """Fill `result`'s counts from a settled snapshot."""
     found = invariants.errors(invariants.check_settled(snap, stuck_after=stuck_after))
@@ -420,13 +483,26 @@ async def run_fault(
     load.running.set()
     await asyncio.sleep(rng.uniform(1.0, 3.0))  # a random moment under load
     killed_at = time.monotonic()
+    # wall-clock time of the kill, to line up with the roles' logs (--keep)
+    stamp = dt.datetime.now().strftime("%H:%M:%S,%f")[:-3]
+    print(f"chaos: {fault}: fault injected at {stamp}", file=sys.stderr, flush=True)
+    killed_wall = time.time()
+    worker_pid = cluster.roles["worker0"].pid if fault == "worker" else 0
     try:
         repair = await inject(cluster, fault)
         measuring = asyncio.create_task(recovery_time(load, db, killed_at))
         await repair()
+        result.ready_s = round(time.monotonic() - killed_at, 2)
         result.recovery_s = await measuring
         if result.recovery_s is not None:
             result.recovery_s = round(result.recovery_s, 2)
+        fresh = [t for t in load.registered.values() if t > killed_at]
+        if fresh:
+            result.registered_s = round(min(fresh) - killed_at, 2)
+        if worker_pid:
+            lapse = await lease_lapse(cluster, worker_pid, killed_wall)
+            if lapse is not None:
+                result.lease_s, result.redelivered = round(lapse[0], 2), lapse[1]
         await asyncio.sleep(profile.after_s)
         await load.drain()
         result.settle_s = round(await settle(load, db, profile), 1)
@@ -442,14 +518,20 @@ async def run_fault(
 
 
 def table(results: list[FaultResult]) -> str:
-    head = "| fault | lost | duplicated | over-committed | recovery (s) | settle (s) | jobs |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+    head = (
+        "| fault | lost | duplicated | over-committed | recovery (s) "
+        "| restarted (s) | registered (s) | settle (s) | jobs |"
+    )
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def fmt(v: float | None, digits: int = 2) -> str:
+        return "—" if v is None else f"{v:.{digits}f}"
+
     for r in results:
-        rec = "—" if r.recovery_s is None else f"{r.recovery_s:.2f}"
-        settle_s = "—" if r.settle_s is None else f"{r.settle_s:.1f}"
         lines.append(
-            f"| {r.fault} | {r.lost} | {r.duplicated} | {r.over_committed} | {rec} "
-            f"| {settle_s} | {r.jobs} |"
+            f"| {r.fault} | {r.lost} | {r.duplicated} | {r.over_committed} "
+            f"| {fmt(r.recovery_s)} | {fmt(r.ready_s)} | {fmt(r.registered_s)} "
+            f"| {fmt(r.settle_s, 1)} | {r.jobs} |"
         )
     return "\n".join(lines)
 
@@ -484,7 +566,12 @@ async def run(profile: Profile, faults: list[str], data_dir: Path, seed: int) ->
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the short profile (make test)")
-    ap.add_argument("--faults", default="", help=f"comma list of {', '.join(FAULTS)}")
+    ap.add_argument(
+        "--faults",
+        "--only",
+        default="",
+        help=f"comma list of {', '.join(FAULTS)} (one may repeat: state,state,state)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--seed", type=int, default=int(time.time()), help="kill moments")
     ap.add_argument("--keep", action="store_true", help="keep the data dir (logs)")
@@ -507,6 +594,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
     print(table(results))
+    for r in results:
+        if r.lease_s is not None:
+            print(
+                f"{r.fault}: the killed worker's lease lapsed after {r.lease_s:.1f}s; "
+                f"its {r.redelivered} in-flight eval(s) redelivered then"
+            )
     failed = {r.fault: r.failures() for r in results if r.failures()}
     for fault, why in failed.items():
         print(f"FAIL {fault}: {'; '.join(why)}")

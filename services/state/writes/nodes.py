@@ -34,6 +34,7 @@ NODE_REREGISTERED = "Node reregistered by heartbeat"
 def validate_node(node: pb.Node) -> None:
     validate.no_nul(node, "node")
     validate.require_id(node.id, "node.id")
+    validate.node_labels(node, "node")
     node_identity.require_secret(node.secret_id, node.id, "node.secret_id")
     if node.secret_hash:
         raise InvalidArgument("node.secret_hash", "is set by the state, not the node")
