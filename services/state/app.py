@@ -28,7 +28,7 @@ class StateApp:
     def __init__(self, settings: StateSettings) -> None:
         self.settings = settings
         self.db = Database(settings.dsn, pool_size=settings.pool_size)
-        self.feed = ChangeFeed(self.db)
+        self.feed = ChangeFeed(self.db, ring_bytes=settings.feed_ring_bytes)
         self.server = GrpcServer(
             settings.listen, name="state", translate=translate_error, settings=settings.security
         )

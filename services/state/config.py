@@ -70,5 +70,11 @@ class StateSettings(ServerSettings):
         30.0, gt=0, description="seconds between change-log truncations"
     )
     pool_size: int = Field(8, ge=1, description="database connections in the pool")
+    feed_ring_bytes: int = Field(
+        4 * 2**20,
+        ge=0,
+        description="serialized bytes of recent change batches kept in memory for subscribers "
+        "a little behind (about 4x that in memory); older ones are read from the change log",
+    )
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     acl: ACLSettings = Field(default_factory=ACLSettings)
