@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,42 +72,15 @@ def corral_json(dev: Dev, *args: str) -> Any:
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    data_dir = tmp_path_factory.mktemp("corral-dev")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "dev", "-data-dir", str(data_dir), "-port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
-    stdout = proc.stdout
-    assert stdout is not None
-    reader = threading.Thread(target=lambda: output.extend(iter(stdout.readline, "")), daemon=True)
-    reader.start()
-    summary = data_dir / "dev.json"
-    deadline = time.monotonic() + START_TIMEOUT
-    while not summary.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            reader.join(5)
-            pytest.fail("corral dev did not start:\n" + "".join(output))
-        time.sleep(0.2)
-    info = json.loads(summary.read_text())
-    d = Dev(proc, data_dir, info["address"], info, output)
+    started = start_dev(tmp_path_factory.mktemp("corral-dev"))
+    d = Dev(started.proc, started.data_dir, started.info["address"], started.info, started.output)
     # the local client node must be up before jobs can be placed
     wait_for(
         "the dev client node",
         lambda: [n for n in corral_json(d, "node", "status") if n["status"] == "ready"],
     )
     yield d
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    reader.join(5)
+    stop_dev(started)
 
 
 def job_allocs(dev: Dev, job_id: str) -> list[dict[str, Any]]:

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,30 +65,13 @@ def corral(
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureDev]:
-    data_dir = tmp_path_factory.mktemp("corral-dev-secure")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "dev", "-data-dir", str(data_dir), "-port", "0",
-         "-tls", "-acl"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    started = start_dev(
+        tmp_path_factory.mktemp("corral-dev-secure"),
+        "-tls",
+        "-acl",
         env={k: v for k, v in os.environ.items() if k != "CORRAL_SERVER_TOKEN"},
-    )  # fmt: skip
-    output: list[str] = []
-    stdout = proc.stdout
-    assert stdout is not None
-    reader = threading.Thread(target=lambda: output.extend(iter(stdout.readline, "")), daemon=True)
-    reader.start()
-    summary = data_dir / "dev.json"
-    deadline = time.monotonic() + START_TIMEOUT
-    while not summary.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            reader.join(5)
-            pytest.fail("corral dev -tls -acl did not start:\n" + "".join(output))
-        time.sleep(0.2)
-    d = SecureDev(proc, data_dir, json.loads(summary.read_text()), output)
+    )
+    d = SecureDev(started.proc, started.data_dir, started.info, started.output)
 
     def node_ready() -> bool:
         out = corral(d, "node", "status", "-json")
@@ -98,13 +79,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureDev]:
 
     wait_for("the dev client node", node_ready)
     yield d
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    reader.join(5)
+    stop_dev(started)
 
 
 def test_the_operator_runs_a_job_and_reads_its_logs(dev: SecureDev) -> None:

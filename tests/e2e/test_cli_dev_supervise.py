@@ -5,25 +5,19 @@ log tail and exit 1; Ctrl-C still stops everything."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.devprocess import start_dev, stop_dev
 from tests.e2e.test_cli_dev import (
     EXAMPLES,
-    ROOT,
-    START_TIMEOUT,
     Dev,
     corral,
     corral_json,
@@ -39,40 +33,14 @@ def dev() -> Iterator[Dev]:
     """A `corral dev` of this module's own, in a directory the embedded
     PostgreSQL's own user can reach (pytest's base temp is private to root)."""
     data_dir = Path(tempfile.mkdtemp(prefix="corral-dev-supervise-"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "dev", "-data-dir", str(data_dir), "-port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
-    stdout = proc.stdout
-    assert stdout is not None
-    reader = threading.Thread(target=lambda: output.extend(iter(stdout.readline, "")), daemon=True)
-    reader.start()
-    summary = data_dir / "dev.json"
-    deadline = time.monotonic() + START_TIMEOUT
-    while not summary.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            reader.join(5)
-            pytest.fail("corral dev did not start:\n" + "".join(output))
-        time.sleep(0.2)
-    info = json.loads(summary.read_text())
-    d = Dev(proc, data_dir, info["address"], info, output)
+    started = start_dev(data_dir)
+    d = Dev(started.proc, data_dir, started.info["address"], started.info, started.output)
     wait_for(
         "the dev client node",
         lambda: [n for n in corral_json(d, "node", "status") if n["status"] == "ready"],
     )
     yield d
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    reader.join(5)
+    stop_dev(started)
     shutil.rmtree(data_dir, ignore_errors=True)
 
 

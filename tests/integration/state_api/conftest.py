@@ -8,13 +8,15 @@ import grpc
 import pytest
 
 from corral import security
-from services.state.app import StateApp, StateSettings
+from services.state.app import StateApp
+from tests.integration.state_api.settings import state_settings
 from tests.leaders import hold_leadership
 
 
 @pytest.fixture(scope="module")
-async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
-    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600))
+async def state_app(pg_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[StateApp]:
+    """The module's state; with ACLs when the module says `ACL_ENABLED = True`."""
+    app = StateApp(state_settings(pg_dsn, acl=getattr(request.module, "ACL_ENABLED", False)))
     await app.start()
     try:
         yield app

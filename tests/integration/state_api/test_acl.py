@@ -11,7 +11,7 @@ import grpc
 import psycopg
 import pytest
 
-from corral import acl, security
+from corral import acl
 from corral.errors import PermissionDenied
 from corral.v1 import (
     acl_pb2,
@@ -23,30 +23,16 @@ from corral.v1 import (
     query_pb2,
 )
 from services.state.acl import DatabaseResolver
-from services.state.app import StateApp, StateSettings
+from services.state.app import StateApp
 from tests.callers import user_channel
+from tests.integration.state_api.settings import state_settings
 
 READ_DEFAULT = 'namespace "default" { policy = "read" }'
 WRITE_DEV = 'namespace "dev-*" { policy = "write" }\nnode { policy = "read" }'
 
 
-def _acl_settings(dsn: str) -> StateSettings:
-    return StateSettings(
-        dsn=dsn,
-        retention_interval=3600,
-        security=security.current().model_copy(update={"acl_enabled": True}),
-    )
-
-
-@pytest.fixture(scope="module")
-async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
-    """This module's state enforces ACLs (the package's does not)."""
-    app = StateApp(_acl_settings(pg_dsn))
-    await app.start()
-    try:
-        yield app
-    finally:
-        await app.stop()
+#: the package's `state_app` enforces ACLs for this module (conftest.py)
+ACL_ENABLED = True
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +112,7 @@ async def test_bootstrap_gives_a_management_token_once(
 
 
 async def test_bootstrap_with_an_operator_secret(fresh_pg_dsn: str) -> None:
-    app = StateApp(_acl_settings(fresh_pg_dsn))
+    app = StateApp(state_settings(fresh_pg_dsn, acl=True))
     await app.start()
     try:
         async with grpc.aio.insecure_channel(app.server.bound_address) as ch:
@@ -144,7 +130,7 @@ async def test_bootstrap_with_an_operator_secret(fresh_pg_dsn: str) -> None:
 async def test_concurrent_bootstraps_make_one_token(fresh_pg_dsn: str) -> None:
     import asyncio
 
-    app = StateApp(_acl_settings(fresh_pg_dsn))
+    app = StateApp(state_settings(fresh_pg_dsn, acl=True))
     await app.start()
     try:
         async with grpc.aio.insecure_channel(app.server.bound_address) as ch:

@@ -33,7 +33,7 @@ from corral.v1 import (
     query_pb2,
 )
 from corral.v1 import structs_pb2 as pb
-from services.state.app import StateApp, StateSettings
+from services.state.app import StateApp
 from tests.callers import user_channel
 
 POLICIES = {
@@ -49,19 +49,8 @@ POLICIES = {
 }
 
 
-@pytest.fixture(scope="module")
-async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
-    settings = StateSettings(
-        dsn=pg_dsn,
-        retention_interval=3600,
-        security=security.current().model_copy(update={"acl_enabled": True}),
-    )
-    app = StateApp(settings)
-    await app.start()
-    try:
-        yield app
-    finally:
-        await app.stop()
+#: the package's `state_app` enforces ACLs for this module (conftest.py)
+ACL_ENABLED = True
 
 
 class World:

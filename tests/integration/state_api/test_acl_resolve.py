@@ -6,16 +6,16 @@ honoured (unless expired) while the state is unreachable."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
-from corral import acl, security
+from corral import acl
 from corral.acl_resolve import RemoteResolver
 from corral.errors import PermissionDenied, Unavailable
 from corral.v1 import acl_pb2, acl_pb2_grpc
-from services.state.app import StateApp, StateSettings
+from services.state.app import StateApp
+from tests.integration.state_api.settings import state_settings
 
 RULES = 'namespace "web-*" { policy = "write" }\noperator { policy = "read" }'
 
@@ -30,23 +30,8 @@ class Clock:
         return self.now
 
 
-def _acl_settings(dsn: str) -> StateSettings:
-    return StateSettings(
-        dsn=dsn,
-        retention_interval=3600,
-        security=security.current().model_copy(update={"acl_enabled": True}),
-    )
-
-
-@pytest.fixture(scope="module")
-async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
-    """This module's state enforces ACLs (the package's does not)."""
-    app = StateApp(_acl_settings(pg_dsn))
-    await app.start()
-    try:
-        yield app
-    finally:
-        await app.stop()
+#: the package's `state_app` enforces ACLs for this module (conftest.py)
+ACL_ENABLED = True
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +131,7 @@ async def test_cache_is_bounded(channel: grpc.aio.Channel) -> None:
 
 
 async def test_a_cached_token_survives_the_state_going_away(fresh_pg_dsn: str) -> None:
-    app = StateApp(_acl_settings(fresh_pg_dsn))
+    app = StateApp(state_settings(fresh_pg_dsn, acl=True))
     await app.start()
     clock = Clock()
     try:
