@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint proto proto-check unit bench bench-full clean
+.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean promtool rules-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(VENV)/bin/corral dev $(DEV_ARGS)
 
-test: $(STAMP) proto-check lint
+test: $(STAMP) proto-check lint rules-check
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -35,6 +35,27 @@ proto-check: $(STAMP)
 	$(PY) scripts/gen_api_docs.py --check
 	$(PY) scripts/gen_config_docs.py --check
 
+# Prometheus rules (deploy/observability/): promtool comes from Debian's
+# `prometheus` package, installed here when it is missing and apt-get can.
+PROMTOOL ?= promtool
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+promtool:
+	@command -v $(PROMTOOL) >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "promtool is missing: installing Debian's prometheus package"; \
+	    $(SUDO) apt-get install -y prometheus >/dev/null 2>&1 \
+	      || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y prometheus; }; \
+	  else \
+	    echo "promtool is missing and apt-get is not available: install Prometheus's" \
+	      "promtool (e.g. the prometheus package) or set PROMTOOL=/path/to/promtool" >&2; \
+	    exit 1; \
+	  fi; }
+
+rules-check: promtool
+	$(PROMTOOL) check rules deploy/observability/rules/*.yml
+	$(PROMTOOL) test rules deploy/observability/tests/*.yml
+
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
@@ -43,6 +64,12 @@ bench: $(STAMP)
 
 bench-full: $(STAMP)
 	$(PY) -m bench
+
+# kill -9 of every role, leader kills with standbys, PostgreSQL stopped and
+# killed, under load; prints the table and fails on any loss (bench/chaos.py).
+# `make test` runs the short profile (tests/e2e/test_chaos.py).
+chaos: $(STAMP)
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

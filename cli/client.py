@@ -1,7 +1,11 @@
 """The connection to a Corral cluster: one synchronous gRPC channel to the
 state service's public API (`-address`, else `$CORRAL_ADDR`, else
 127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs
-live on other processes; `worker()` and `client_alloc()` dial those."""
+live on other processes; `worker()` and `client_alloc()` dial those.
+
+Every channel carries the ACL token (`-token`, else `$CORRAL_TOKEN`) as
+`x-corral-token` metadata on every call, and uses TLS when the TLS flags or
+variables are set (`corral.security.dial_sync`)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from corral.certs import Role
 from corral.security import SecuritySettings, current, dial_sync
 from corral.v1 import (
+    acl_pb2_grpc,
     alloc_pb2_grpc,
     deployment_pb2_grpc,
     eval_pb2_grpc,
@@ -24,6 +30,7 @@ from corral.v1 import (
 
 DEFAULT_ADDR = "127.0.0.1:4646"
 ENV_ADDR = "CORRAL_ADDR"
+ENV_TOKEN = "CORRAL_TOKEN"
 # Unary calls fail after this long rather than hang (blocking queries pass
 # their own, longer deadline).
 DEFAULT_TIMEOUT = 30.0
@@ -41,13 +48,18 @@ def resolve_address(flag: str | None) -> str:
     return normalize_address(flag or os.environ.get(ENV_ADDR) or DEFAULT_ADDR)
 
 
+def resolve_token(flag: str | None) -> str:
+    return (flag or os.environ.get(ENV_TOKEN) or "").strip()
+
+
 @dataclass
 class Client:
     address: str
     security: SecuritySettings = field(default_factory=current)
+    token: str = ""
     _channels: dict[tuple[str, str], grpc.Channel] = field(default_factory=dict)
 
-    def channel(self, address: str | None = None, *, peer: str = "server") -> grpc.Channel:
+    def channel(self, address: str | None = None, *, peer: Role = "server") -> grpc.Channel:
         """A channel to a server role (default) or to an agent (peer 'client')."""
         addr = normalize_address(address or self.address)
         key = (addr, peer)
@@ -55,6 +67,7 @@ class Client:
             self._channels[key] = dial_sync(
                 addr,
                 peer=peer,
+                token=self.token,
                 settings=self.security,
                 options=[
                     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -62,6 +75,10 @@ class Client:
                 ],
             )
         return self._channels[key]
+
+    @property
+    def acl(self) -> acl_pb2_grpc.ACLStub:
+        return acl_pb2_grpc.ACLStub(self.channel())
 
     @property
     def jobs(self) -> job_pb2_grpc.JobStub:

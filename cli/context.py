@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import grpc
+from pydantic import ValidationError
 
-from cli.client import Client, resolve_address
+from cli.client import Client, resolve_address, resolve_token
 from corral import security
 
 EXIT_OK = 0
@@ -41,11 +42,13 @@ class Parser(argparse.ArgumentParser):
 
 class Context:
     """What a command handler gets besides its flags: a lazily opened
-    client for `-address`/CORRAL_ADDR, and the output streams."""
+    client for `-address`/CORRAL_ADDR carrying `-token`/CORRAL_TOKEN, and
+    the output streams."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.address = resolve_address(getattr(args, "address", None))
-        self.security = _security(args)
+        self._args = args
+        self.token = resolve_token(getattr(args, "token", None))
         self._client: Client | None = None
         self.out = sys.stdout
         self.err = sys.stderr
@@ -53,7 +56,7 @@ class Context:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address, self.security)
+            self._client = Client(self.address, _security(self._args), self.token)
         return self._client
 
     def close(self) -> None:
@@ -69,6 +72,13 @@ def add_address(p: argparse.ArgumentParser) -> None:
         dest="address",
         default=None,
         help="state service gRPC address (env CORRAL_ADDR, default 127.0.0.1:4646)",
+    )
+    p.add_argument(
+        "-token",
+        "--token",
+        dest="token",
+        default=None,
+        help="ACL token secret id sent with every call (env CORRAL_TOKEN)",
     )
     for flag, env, what in _TLS_FLAGS:
         p.add_argument(
@@ -97,8 +107,10 @@ def _security(args: argparse.Namespace) -> security.SecuritySettings:
         return base
     try:
         return security.SecuritySettings.model_validate({**base.model_dump(), **given})
-    except ValueError as exc:
-        raise UsageError(str(exc).splitlines()[-1] if str(exc) else "bad TLS flags") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "-" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "TLS flags"
+        raise UsageError(f"{where}: {first['msg']}") from None
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -112,7 +124,8 @@ def add_verbose(p: argparse.ArgumentParser) -> None:
 
 
 def common(p: argparse.ArgumentParser, *, json: bool = False, verbose: bool = False) -> None:
-    """The flags most commands share: -address, and -json / -verbose where they apply."""
+    """The flags most commands share: -address and -token, and -json /
+    -verbose where they apply."""
     add_address(p)
     if json:
         add_json(p)

@@ -18,6 +18,7 @@ import grpc
 
 from cli.client import resolve_address
 from cli.commands import (
+    acl,
     agent,
     alloc,
     deployment,
@@ -29,6 +30,8 @@ from cli.commands import (
     operator,
     sim,
     state,
+    system,
+    tls,
     version,
 )
 from cli.context import (
@@ -59,11 +62,14 @@ def build_parser() -> Parser:
         eval,
         alloc,
         operator,
+        acl,
         event,
         dev,
         agent,
         sim,
         state,
+        system,
+        tls,
         version,
     ):
         module.register(sub)

@@ -16,17 +16,24 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cli.client import Client
+from cli.context import CliError
 from cli.output import now_stamp, short
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
-from corral.v1 import eval_pb2, job_pb2, query_pb2
+from corral.v1 import eval_pb2, job_pb2, operator_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 
 TERMINAL_EVAL = (EvalStatus.COMPLETE, EvalStatus.FAILED, EvalStatus.CANCELED)
 BLOCK_MS = 2000
 RPC_TIMEOUT = BLOCK_MS / 1000 + 15
 NOT_FOUND_GRACE = 10.0
+#: an eval still pending after this long makes the monitor check that an
+#: eval broker leader and a worker are there to take it, and every this
+#: often again while it stays pending
+STALL_CHECK_S = 5.0
+PROBE_TIMEOUT = 2.0
 
 
 @dataclass
@@ -79,7 +86,16 @@ def monitor_eval(
     announced = False
     not_found_until = time.monotonic() + NOT_FOUND_GRACE
     current = eval_id
+    stall_check_at = time.monotonic() + STALL_CHECK_S
     while True:
+        if status == EvalStatus.PENDING and time.monotonic() >= stall_check_at:
+            cause = stalled_cause(client)
+            if cause:
+                raise CliError(
+                    f'{cause}; evaluation "{short(current, verbose)}" is still pending '
+                    "(the job is registered and will be scheduled once one runs)"
+                )
+            stall_check_at = time.monotonic() + STALL_CHECK_S
         try:
             resp: eval_pb2.EvalGetResponse = client.evals.Get(
                 eval_pb2.EvalGetRequest(
@@ -155,6 +171,35 @@ def monitor_eval(
                 out.write(f"    {ev.status_description}\n")
                 result.exit_code = 1
         return result
+
+
+def stalled_cause(client: Client) -> str:
+    """Why a pending eval cannot make progress, or '': no eval broker that
+    answers, or no worker that answers (Operator.Members names them;
+    a gRPC health check tells a running one from a registration that has
+    not expired yet)."""
+    members = client.operator.Members(operator_pb2.MembersRequest(), timeout=10).members
+    brokers = [m for m in members if m.role == "broker"]
+    # the leader first: while one answers, the others need no probe
+    brokers.sort(key=lambda m: not m.leader)
+    if not any(_answers(client, m.address) for m in brokers):
+        seen = f"{len(brokers)} registered, none answers" if brokers else "none registered"
+        return f"no eval broker is running ({seen}; see `corral operator members`)"
+    workers = [m for m in members if m.role == "worker"]
+    if not any(_answers(client, m.address) for m in workers):
+        seen = f"{len(workers)} registered, none answers" if workers else "none registered"
+        return f"no scheduler worker is running ({seen}; see `corral operator members`)"
+    return ""
+
+
+def _answers(client: Client, address: str) -> bool:
+    try:
+        health_pb2_grpc.HealthStub(client.channel(address)).Check(
+            health_pb2.HealthCheckRequest(), timeout=PROBE_TIMEOUT
+        )
+    except grpc.RpcError:
+        return False
+    return True
 
 
 def write_placement_failure(out: TextIO, tg: str, m: pb.AllocMetric, indent: str = "    ") -> None:

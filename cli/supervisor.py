@@ -182,3 +182,155 @@ def shutdown_signals() -> Any:
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
+
+
+# ------------------------------------------------------------ supervision
+
+
+@dataclass
+class RestartPolicy:
+    """How `Supervisor` restarts what dies, as an init system would:
+    exponential backoff from `initial` to `maximum` seconds, reset by a run
+    of `stable_after` seconds; a role that dies `give_up_after` times within
+    `window` seconds (it keeps dying at start) is given up on."""
+
+    initial: float = 1.0
+    maximum: float = 30.0
+    stable_after: float = 60.0
+    give_up_after: int = 5
+    window: float = 60.0
+
+
+class GiveUp(Exception):  # noqa: N818 - the supervisor's verdict, not a bug
+    """A role keeps dying; the message says which, how often, and its log tail."""
+
+
+class Supervised:
+    """Something the supervisor keeps running: a role process, or the
+    embedded PostgreSQL. `exit_code` is None while it runs."""
+
+    name: str = ""
+
+    def exit_code(self) -> int | None:
+        raise NotImplementedError
+
+    def restart(self) -> None:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        return True
+
+    def tail(self) -> str:
+        return "    (no log)"
+
+
+class SupervisedRole(Supervised):
+    """A role process, restarted with the same arguments and environment on
+    the address it first bound (so every other role still finds it)."""
+
+    def __init__(self, role: RoleProcess, env: dict[str, str]) -> None:
+        self.role = role
+        self.name = role.role
+        self.env = env
+
+    def exit_code(self) -> int | None:
+        return self.role.proc.poll() if self.role.proc is not None else -1
+
+    def pin_address(self) -> None:
+        """After the first start: listen on the port the role bound, not 0."""
+        argv = self.role.argv
+        if "--listen" in argv and self.role.address:
+            i = argv.index("--listen") + 1
+            if argv[i].endswith(":0"):
+                argv[i] = self.role.address
+                self.env[f"CORRAL_{self.name.upper()}_LISTEN"] = self.role.address
+
+    def restart(self) -> None:
+        self.role.close_log()
+        self.role.info = {}
+        self.role.start(self.env)
+
+    def ready(self) -> bool:
+        if self.role.info:
+            return True
+        try:
+            self.role.info = json.loads(self.role.ready_path.read_text())
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def tail(self) -> str:
+        return self.role.tail(20)
+
+
+@dataclass
+class _Watch:
+    item: Supervised
+    started: float
+    backoff: float
+    exits: list[float] = field(default_factory=list)
+    restart_at: float | None = None
+    announced_ready: bool = True
+
+
+class Supervisor:
+    """Watches every supervised item; restarts what dies after its backoff
+    with a line on the terminal (`==> state exited with code -9;
+    restarting in 1s`), and raises `GiveUp` for one that keeps dying."""
+
+    def __init__(
+        self,
+        items: list[Supervised],
+        *,
+        policy: RestartPolicy | None = None,
+        say: Any = print,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.policy = policy or RestartPolicy()
+        self.say = say
+        self.clock = clock
+        now = clock()
+        self.watches = [_Watch(item, now, self.policy.initial) for item in items]
+
+    def step(self) -> None:
+        """One look at everything (the caller sleeps between steps)."""
+        for w in self.watches:
+            now = self.clock()
+            if w.restart_at is not None:
+                if now >= w.restart_at:
+                    w.restart_at = None
+                    w.started = now
+                    w.announced_ready = False
+                    try:
+                        w.item.restart()
+                    except Exception as exc:  # counts as another exit
+                        self._exited(w, now, f"could not be restarted ({exc})")
+                continue
+            code = w.item.exit_code()
+            if code is None:
+                if not w.announced_ready and w.item.ready():
+                    w.announced_ready = True
+                    self.say(f"{w.item.name} is running again")
+                continue
+            self._exited(w, now, f"exited with code {code}")
+
+    def _exited(self, w: _Watch, now: float, how: str) -> None:
+        p = self.policy
+        if now - w.started >= p.stable_after:
+            w.backoff = p.initial
+        w.exits = [t for t in w.exits if now - t < p.window] + [now]
+        if len(w.exits) >= p.give_up_after:
+            raise GiveUp(
+                f"{w.item.name} {how}; it died {len(w.exits)} times within "
+                f"{p.window:g}s, giving up. Last lines of its log:\n{w.item.tail()}"
+            )
+        delay = w.backoff
+        w.backoff = min(w.backoff * 2, p.maximum)
+        w.restart_at = now + delay
+        self.say(f"{w.item.name} {how}; restarting in {delay:g}s")
+
+    def run(self, interval: float = 0.2) -> None:
+        """Step until `GiveUp` (or a `Shutdown` from a signal) ends it."""
+        while True:
+            self.step()
+            time.sleep(interval)

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from corral import acl, tls
-from corral.errors import ConfigError, PermissionDenied, ResourceExhausted
-from corral.security import SERVER_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY, SecuritySettings
+from corral.errors import ConfigError, FailedPrecondition, PermissionDenied, ResourceExhausted
+from corral.security import SERVER_TOKEN_METADATA_KEY, SecuritySettings
 
 
 class Caller(enum.Enum):
@@ -128,6 +128,7 @@ RULES: dict[str, Rule] = {
             "OutstandingReset",
             "PauseNackTimeout",
             "ResumeNackTimeout",
+            "Heartbeat",
         )
     },  # fmt: skip
     "/corral.v1.Eval/Stats": scope("operator", "read"),
@@ -176,6 +177,8 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Operator/SchedulerGetConfiguration": scope("operator", "read"),
     "/corral.v1.Operator/SchedulerSetConfiguration": scope("operator", "write"),
     "/corral.v1.Operator/Members": scope("operator", "read"),
+    "/corral.v1.System/GarbageCollect": scope("operator", "write"),
+    "/corral.v1.CoreGC/Force": SERVER,
     "/corral.v1.Worker/List": scope("operator", "read"),
     "/corral.v1.Worker/GetConfig": scope("operator", "read"),
     "/corral.v1.Worker/Pause": scope("operator", "write"),
@@ -188,14 +191,16 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ACL/ResolveToken": OPEN,
     "/corral.v1.ACL/TokenSelf": PER_OBJECT,
     "/corral.v1.ACL/UpsertPolicies": MANAGEMENT,
-    "/corral.v1.ACL/ListPolicies": MANAGEMENT,
-    "/corral.v1.ACL/GetPolicy": MANAGEMENT,
+    "/corral.v1.ACL/ListPolicies": PER_OBJECT,
+    "/corral.v1.ACL/GetPolicy": PER_OBJECT,
     "/corral.v1.ACL/DeletePolicies": MANAGEMENT,
     "/corral.v1.ACL/CreateToken": MANAGEMENT,
     "/corral.v1.ACL/ListTokens": MANAGEMENT,
     "/corral.v1.ACL/GetToken": MANAGEMENT,
     "/corral.v1.ACL/DeleteTokens": MANAGEMENT,
 }
+
+ACL_SERVICE = "/corral.v1.ACL/"
 
 #: services any caller may use (gRPC health checks, server reflection)
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -238,17 +243,6 @@ def _metadata(context: Any, key: str) -> str:
     return ""
 
 
-def request_token(context: Any) -> str:
-    """The ACL token's secret id a call carries (`x-corral-token`, or
-    `authorization: Bearer ...`)."""
-    token = _metadata(context, TOKEN_METADATA_KEY)
-    if token:
-        return token
-    auth = _metadata(context, "authorization")
-    scheme, _, value = auth.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
-
-
 class Guard:
     """The check a server runs before each handler (see the module doc).
 
@@ -278,7 +272,10 @@ class Guard:
         rule = RULES.get(method)
         if rule is None:
             raise PermissionDenied(f"Permission denied: {method} has no access rule")
-        self._check_transport(rule, context)
+        if method.startswith(ACL_SERVICE) and not self.settings.acl_enabled:
+            # a token made now would guard nothing: say so instead
+            raise FailedPrecondition("ACL support disabled (start the servers with ACLs enabled)")
+        server = self._check_transport(rule, context)
         if rule.caller is not Caller.SERVER:
             size = request.ByteSize()
             if size > MAX_PUBLIC_REQUEST_BYTES:
@@ -287,14 +284,18 @@ class Guard:
                 )
         if rule.caller is not Caller.USER or rule.anonymous:
             return acl.MANAGEMENT if rule.caller is Caller.SERVER else acl.DENY_ALL
-        if not self.settings.acl_enabled:
+        if not self.settings.acl_enabled or server:
+            # a server acting for the cluster (the broker launching a periodic
+            # job's child, promoting canaries) holds every capability, as in Nomad
             return acl.MANAGEMENT
         assert self.resolver is not None  # check_startable
-        found = await self.resolver.resolve(request_token(context))
+        found = await self.resolver.resolve(acl.token_from_metadata(context.invocation_metadata()))
         _check_acl(rule, found, request)
         return found
 
-    def _check_transport(self, rule: Rule, context: Any) -> None:
+    def _check_transport(self, rule: Rule, context: Any) -> bool:
+        """Refuse a caller whose transport identity the rule does not admit;
+        return whether the caller is a server."""
         if self.settings.tls:
             role = tls.peer_role(context, self.settings.region)
             if not role:
@@ -308,11 +309,14 @@ class Guard:
                 )
             if rule.caller is Caller.NODE and role not in ("server", "client"):
                 raise PermissionDenied(f"Permission denied: nodes only (certificate role {role!r})")
-            return
-        if rule.caller is Caller.SERVER:
-            given = _metadata(context, SERVER_TOKEN_METADATA_KEY).encode()
-            if not given or not hmac.compare_digest(given, self._server_token):
-                raise PermissionDenied("Permission denied: servers only")
+            return role == "server"
+        given = _metadata(context, SERVER_TOKEN_METADATA_KEY).encode()
+        server = bool(given and self._server_token) and hmac.compare_digest(
+            given, self._server_token
+        )
+        if rule.caller is Caller.SERVER and not server:
+            raise PermissionDenied("Permission denied: servers only")
+        return server
 
 
 def _check_acl(rule: Rule, found: acl.ACL, request: Any) -> None:

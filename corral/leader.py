@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 
+from corral import telemetry
+
 log = logging.getLogger(__name__)
 
 APP_PREFIX = "corral:"
@@ -40,9 +42,12 @@ async def find_leader(dsn: str, role: str, lock_id: int | None = None) -> str:
 
 
 async def _holder(conn: psycopg.AsyncConnection[Any], key: int) -> str:
+    # advisory locks are per database: another database on the same server
+    # (another cluster, another test module) may have a leader of its own
     cur = await conn.execute(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
         "WHERE l.locktype = 'advisory' AND l.granted "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
         "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
         (key,),
     )
@@ -76,6 +81,8 @@ class LeaderElection:
         self._stop = asyncio.Event()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._query_conn: psycopg.AsyncConnection[Any] | None = None
+        self._leader_gauge = telemetry.LEADER.labels(role)
+        self._leader_gauge.set(0)
 
     @property
     def is_leader(self) -> bool:
@@ -96,6 +103,7 @@ class LeaderElection:
                 won = False
             if won:
                 self._leader = True
+                self._leader_gauge.set(1)
                 log.info("%s: elected leader at %s", self.role, self.address)
                 try:
                     await on_elected()
@@ -106,6 +114,7 @@ class LeaderElection:
                     log.error("%s: leadership setup failed, stepping down: %s", self.role, exc)
                 finally:
                     self._leader = False
+                    self._leader_gauge.set(0)
                     await self._close()
                     log.info("%s: leadership lost", self.role)
                     await on_lost()

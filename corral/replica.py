@@ -47,12 +47,13 @@ class Replica:
         state_addr: str,
         *,
         name: str = "replica",
-        reconnect_backoff: float = 0.2,
-        max_backoff: float = 5.0,
+        reconnect_backoff: float = 0.1,
+        max_backoff: float = 1.0,
     ) -> None:
         self.state_addr = state_addr
         self.name = name
-        self._store = StateStore()
+        # a replica's readers never look at placement metrics: keep allocs lean
+        self._store = StateStore(lean=True)
         self._advanced = asyncio.Event()
         self._listeners: list[tuple[OnBatch, OnReset | None]] = []
         self._running = asyncio.Event()
@@ -167,7 +168,8 @@ class Replica:
         }
         config = pb.SchedulerConfiguration()
         first = True
-        async for chunk in stub.Snapshot(state_pb2.SnapshotRequest(chunk_size=2000)):
+        chunks = stub.Snapshot(state_pb2.SnapshotRequest(chunk_size=2000), wait_for_ready=True)
+        async for chunk in chunks:
             if first:
                 index = chunk.index
                 tables = {t.table: t.index for t in chunk.table_indexes}
@@ -179,6 +181,7 @@ class Replica:
             index,
             scheduler_config=config,
             table_indexes=tables,
+            lean=True,
             **parts,  # type: ignore[arg-type]
         )
         self._store.reset(snap)
@@ -191,29 +194,49 @@ class Replica:
         self._signal()
 
     async def _follow(self, stub: state_pb2_grpc.StateAsyncStub) -> None:
-        backoff = self._backoff
+        backoff = 0.0  # the first resume after a break is immediate
+        broken_at: float | None = None
         while not self._stopping.is_set():
             try:
-                stream = stub.Subscribe(state_pb2.SubscribeRequest(from_index=self._store.index))
+                stream = stub.Subscribe(
+                    state_pb2.SubscribeRequest(from_index=self._store.index), wait_for_ready=True
+                )
                 async for batch in stream:
+                    if broken_at is not None:
+                        self._resumed(broken_at)
+                        broken_at = None
                     if not self._running.is_set():
                         await self._running.wait()
                     self._apply(batch)
-                    backoff = self._backoff
+                    backoff = 0.0
                 # the server ended the stream (shutdown): reconnect
+                broken_at = broken_at or time.monotonic()
             except asyncio.CancelledError:
                 raise
             except grpc.aio.AioRpcError as exc:
                 if self._stopping.is_set():
                     return
+                broken_at = broken_at or time.monotonic()
                 if exc.code() == grpc.StatusCode.OUT_OF_RANGE:
                     log.warning("replica %s: %s; re-bootstrapping", self.name, exc.details())
                     with contextlib.suppress(grpc.aio.AioRpcError):
                         await self._bootstrap(stub)
+                        broken_at = None
                     continue
                 log.info("replica %s: feed interrupted (%s); resuming", self.name, exc.code().name)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self._max_backoff)
+            if backoff:
+                await asyncio.sleep(backoff)
+            backoff = min(max(backoff * 2, self._backoff), self._max_backoff)
+
+    def _resumed(self, broken_at: float) -> None:
+        """Log how long the feed was broken (recovery time, docs/operations.md)."""
+        log.info(
+            "replica %s: feed resumed at index %d after %.2fs",
+            self.name,
+            self._store.index,
+            time.monotonic() - broken_at,
+            extra={"index": self._store.index},
+        )
 
     def _apply(self, batch: pb.ChangeBatch) -> None:
         before = self._store.index

@@ -5,9 +5,11 @@ A standby answers UNAVAILABLE with the leader's address in the trailing
 metadata `corral-leader` (see `corral.errors.NotLeader`). `LeaderChannel`
 switches to that address and retries; when no leader is known (an election
 under way, or the leader's process is gone) it rotates through the
-configured addresses with a capped exponential backoff until the call's
-retry budget runs out. Retrying is safe: a standby does nothing before
-refusing, and UNAVAILABLE from a dead address means the call never ran.
+configured addresses with a capped exponential backoff (50 ms doubling to
+1 s: a standby takes over within a second or so, and a caller asking every
+second at most finds it promptly) until the call's retry budget runs out.
+Retrying is safe: a standby does nothing before refusing, and UNAVAILABLE
+from a dead address means the call never ran.
 
 Channels are created lazily, inside the running event loop (grpc.aio binds
 a channel to the loop that created it).
@@ -42,7 +44,7 @@ class LeaderChannel:
         *,
         retry_budget: float = 30.0,
         initial_backoff: float = 0.05,
-        max_backoff: float = 2.0,
+        max_backoff: float = 1.0,
     ) -> None:
         addrs = [a.strip() for a in addresses if a and a.strip()]
         if not addrs:

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from corral import security, telemetry
+from corral.acl_resolve import RemoteResolver
 from corral.errors import ConfigError
 from corral.leader import LeaderElection
+from corral.probe import LEADER_SERVICE
 from corral.process import new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.replica import Replica
 from corral.server import GrpcServer, install_signal_handlers
@@ -118,6 +120,7 @@ def setup(settings: ProcessSettings) -> None:
     tune_gc()
     security.configure(settings.security)
     telemetry.setup_tracing(f"corral-{settings.ROLE}")
+    telemetry.set_build_info(settings.ROLE)
 
 
 S = TypeVar("S", bound=Settings)
@@ -145,6 +148,12 @@ def main(
     """The whole of a role's `main()`: settings, setup, serve."""
     settings, _ = settings_from_argv(model, argv, doc)
     setup(settings)
+    return run(settings, build)
+
+
+def run(settings: P, build: Build[P]) -> int:
+    """Serve until stopped; settings it cannot start with end the process
+    with status 2 and one log line, no traceback."""
     try:
         return asyncio.run(serve(settings, build))
     except ConfigError as exc:
@@ -177,7 +186,14 @@ class LeaderRole:
         self.settings = settings
         self.role = settings.ROLE
         self.replica = Replica(settings.state_addr, name=self.role)
-        self.server = GrpcServer(settings.listen, name=self.role)
+        # operators' calls (stats) carry ACL tokens the state resolves
+        self._acl_channel = security.dial(settings.state_addr)
+        self.server = GrpcServer(
+            settings.listen,
+            name=self.role,
+            settings=settings.security,
+            resolver=RemoteResolver(self._acl_channel),
+        )
         self.address = ""
         self.election: LeaderElection | None = None
         self._in_office = False
@@ -212,8 +228,11 @@ class LeaderRole:
     async def _elected(self) -> None:
         self._in_office = True
         await self.on_elected()
+        # readiness: Kubernetes routes the role's Service to the leader only
+        await self.server.set_serving(LEADER_SERVICE, True)
 
     async def _lost(self) -> None:
+        await self.server.set_serving(LEADER_SERVICE, False)
         await self.on_lost()
         self._in_office = False
 
@@ -221,6 +240,8 @@ class LeaderRole:
         await self.replica.start()
         self.add_services()
         await self.server.start()
+        # a standby until elected (corral/probe.py, the pods' readiness probe)
+        await self.server.set_serving(LEADER_SERVICE, False)
         self.address = self.settings.advertise or self.server.bound_address
         self.election = LeaderElection(self.settings.dsn, self.role, self.address)
         self._tasks = [
@@ -246,4 +267,5 @@ class LeaderRole:
         if self._in_office:
             await self._lost()
         await self.replica.stop()
+        await self._acl_channel.close()
         await self.close()

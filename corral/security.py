@@ -20,16 +20,16 @@ gets the settings from the environment.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
-from corral import tls
+from corral import certs, rpc_metrics, telemetry, tls
+from corral.acl import TOKEN_METADATA_KEY
 from corral.settings import SecuritySettings, Settings
 
-#: call metadata carrying an ACL token's secret id (Nomad's X-Nomad-Token)
-TOKEN_METADATA_KEY = "x-corral-token"
 #: call metadata carrying the server token (plaintext development clusters)
 SERVER_TOKEN_METADATA_KEY = "corral-server-token"
 
@@ -83,7 +83,7 @@ class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type
 
 
 def call_metadata(
-    settings: SecuritySettings, *, peer: str = "server", token: str = ""
+    settings: SecuritySettings, *, peer: certs.Role = "server", token: str = ""
 ) -> list[tuple[str, str]]:
     """The metadata every call to `peer` carries."""
     pairs: list[tuple[str, str]] = []
@@ -95,29 +95,101 @@ def call_metadata(
     return pairs
 
 
-def _options(settings: SecuritySettings, peer: str, options: ChannelOptions) -> list[Any]:
+def _options(settings: SecuritySettings, peer: certs.Role, options: ChannelOptions) -> list[Any]:
     opts = list(options)
     if settings.tls:
-        opts.append(("grpc.ssl_target_name_override", tls.role_name(peer, settings.region)))
+        opts.append(("grpc.ssl_target_name_override", certs.role_name(peer, settings.region)))
     return opts
+
+
+#: The retry policy every channel carries (gRPC service config): a call
+#: that ends UNAVAILABLE is tried again, up to 5 attempts over about 7.5 s
+#: (0.5 s, 1 s, 2 s, 4 s apart, +-20% jitter; Nomad's RPC hold timeout is
+#: 5 s), within the call's own deadline. See `dial` for why that is safe.
+#: The services a leader serves (Eval and Periodic on the broker, Plan on
+#: the planner) are left out: a standby's UNAVAILABLE carries the leader's
+#: address, and their callers (`corral.rpc.LeaderChannel`) follow it at
+#: once instead of asking the standby again.
+RETRY_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{}],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.5s",
+                    "maxBackoff": "4s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            },
+            {
+                "name": [
+                    {"service": "corral.v1.Eval"},
+                    {"service": "corral.v1.Periodic"},
+                    {"service": "corral.v1.Plan"},
+                ],
+            },
+        ]
+    }
+)
+#: with the retries: a channel whose server went away tries to reconnect
+#: 0.1 s after, then at most 1 s apart (gRPC's default grows to 120 s), so a
+#: restarted server is found within the retry window, and a follower waiting
+#: for it (`corral.replica`, `wait_for_ready`) resumes within 1 s of it
+#: listening again: the bulk of a state restart's recovery time was these
+#: waits (2 s apart here before, docs/operations.md "Chaos"). A refused
+#: connection to a local port costs next to nothing, so the short cap is
+#: cheap.
+RETRY_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.enable_retries", 1),
+    ("grpc.service_config", RETRY_SERVICE_CONFIG),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 def dial(
     address: str,
     *,
-    peer: str = "server",
+    peer: certs.Role = "server",
     token: str = "",
     options: ChannelOptions = (),
     settings: SecuritySettings | None = None,
 ) -> grpc.aio.Channel:
     """An asyncio channel to `address`, where a `peer` role serves (server
-    roles, or `client` for an agent)."""
+    roles, or `client` for an agent).
+
+    Calls that end UNAVAILABLE are retried with backoff
+    (`RETRY_SERVICE_CONFIG`; a caller's own `options` come first and win,
+    e.g. `("grpc.enable_retries", 0)` to see the first failure). Retrying is
+    safe because UNAVAILABLE means the call did not take effect:
+
+    * the connection could not be made, or broke before the server answered
+      (gRPC retries only a call that has no response yet);
+    * a standby refused it before doing anything (not the leader; those
+      services are not retried here, see above);
+    * the state's database failed (`services/state/db/database.py`
+      translates it): the write's transaction rolled back, index counter
+      and change-log row included, so nothing of it is stored;
+    * the planner flushed or could not write a plan: it was not applied.
+
+    The one call that may have run is a write whose server died, or whose
+    database connection broke, in the middle of its COMMIT. Repeating it is
+    harmless: plans, alloc and node updates and eval upserts are keyed by
+    their ids and store the same rows again; a repeated job registration
+    adds one more evaluation of the same job version, which schedules
+    nothing new (Nomad clients resend in the same case)."""
     settings = settings or current()
     pairs = call_metadata(settings, peer=peer, token=token)
-    interceptors: list[grpc.aio.ClientInterceptor] | None = (
-        [_UnaryMetadata(pairs), _StreamMetadata(pairs)] if pairs else None
-    )
-    opts = _options(settings, peer, options)
+    # tracing outermost (its client span covers the whole call), per-RPC
+    # metrics innermost (where grpc's own call object is seen)
+    interceptors: list[grpc.aio.ClientInterceptor] | None = [
+        *telemetry.client_interceptors(),
+        *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+        *rpc_metrics.client_interceptors(),
+    ] or None
+    opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
     if not settings.tls:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
     return tls.ReloadingChannel(
@@ -170,17 +242,21 @@ class _SyncDetails(grpc.ClientCallDetails):  # type: ignore[misc]
 def dial_sync(
     address: str,
     *,
-    peer: str = "server",
+    peer: certs.Role = "server",
     token: str = "",
     options: ChannelOptions = (),
     settings: SecuritySettings | None = None,
 ) -> grpc.Channel:
-    """A blocking channel (the CLI's), otherwise as `dial`."""
+    """A blocking channel (the CLI's), otherwise as `dial` (retries
+    included, unless `options` turn them off)."""
     settings = settings or current()
-    opts = _options(settings, peer, options)
+    opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
     if settings.tls:
         channel = grpc.secure_channel(address, tls.channel_credentials(settings.files), opts)
     else:
         channel = grpc.insecure_channel(address, options=opts)
     pairs = call_metadata(settings, peer=peer, token=token)
-    return grpc.intercept_channel(channel, _SyncMetadata(pairs)) if pairs else channel
+    if pairs:
+        channel = grpc.intercept_channel(channel, _SyncMetadata(pairs))
+    traced: grpc.Channel = telemetry.traced_sync_channel(channel)  # tracing outermost
+    return traced

@@ -11,8 +11,11 @@ reported.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
+import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,7 +24,7 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from corral import acl, security, tls
+from corral import acl, rpc_metrics, security, tls
 from corral.access import Guard, Resolver
 from corral.errors import LEADER_METADATA_KEY, CorralError, NotLeader
 
@@ -51,8 +54,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Runs the access check before every handler (`corral.access.Guard`,
     exposing the caller's ACL to the handler), and turns domain errors into
     gRPC statuses and unexpected exceptions into INTERNAL with a logged
-    traceback, for unary and server-streaming RPCs. One wrapper does both:
-    each layer costs a Python call per RPC on the hot paths.
+    traceback, for unary and server-streaming RPCs, and records the per-RPC
+    metrics (`corral.rpc_metrics`: started, handled by status, latency).
+    One wrapper does all three: each layer costs a Python call per RPC on
+    the hot paths.
 
     `translate` lets a role name what a dependency's exception means (the
     state: a database that is down is UNAVAILABLE, so clients retry). The
@@ -91,8 +96,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
+            uu_metrics = rpc_metrics.SERVER.get(rpc_metrics.UNARY, method)
 
             async def unary_unary(request: Any, context: Context) -> Any:
+                uu_metrics.started.inc()
+                start = time.perf_counter()
                 try:
                     if guard is None:
                         return await inner_uu(request, context)
@@ -106,6 +114,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         raise
                     await fail(context, exc)
                     raise
+                finally:
+                    uu_metrics.finished(
+                        rpc_metrics.server_code(context, sys.exc_info()[1]),
+                        time.perf_counter() - start,
+                    )
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
@@ -114,18 +127,32 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             )
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
+            us_metrics = rpc_metrics.SERVER.get(rpc_metrics.SERVER_STREAM, method)
 
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+                us_metrics.started.inc()
+                start = time.perf_counter()
                 try:
                     if guard is not None:
                         acl.CURRENT.set(await guard.check(method, request, context))
-                    async for item in inner_us(request, context):
+                    stream = inner_us(request, context)
+                    if inspect.isawaitable(stream):
+                        # a handler that writes with context.write and
+                        # returns nothing (grpc's own Health/Watch)
+                        await stream
+                        return
+                    async for item in stream:
                         yield item
                 except (CorralError, Exception) as exc:
                     if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
                         raise
                     await fail(context, exc)
                     raise
+                finally:
+                    us_metrics.finished(
+                        rpc_metrics.server_code(context, sys.exc_info()[1]),
+                        time.perf_counter() - start,
+                    )
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
@@ -269,4 +296,7 @@ def _tracing_interceptor() -> Any | None:
         return None
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+    # every RPC gets a server span joining the caller's trace; one arriving
+    # outside any trace starts one unless it is idle traffic (the sampler's
+    # `telemetry.QUIET_ROOTS`)
     return aio_server_interceptor()  # type: ignore[no-untyped-call]

@@ -29,22 +29,17 @@ from typing import Any
 
 import grpc
 
+from corral import certs
 from corral.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-ROLES = ("server", "client", "cli")
-DOMAIN = "corral"
+DOMAIN = certs.DEFAULT_DOMAIN
 
 #: how often a client looks at its certificate files (a stat of each)
 CHECK_INTERVAL = 1.0
 #: how long a replaced client channel stays open for calls in flight on it
 RETIRE_AFTER = 60.0
-
-
-def role_name(role: str, region: str, domain: str = DOMAIN) -> str:
-    """The DNS name a certificate of `role` carries (`server.global.corral`)."""
-    return f"{role}.{region}.{domain}"
 
 
 @dataclass(frozen=True)
@@ -130,13 +125,8 @@ def peer_role(context: Any, region: str, domain: str = DOMAIN) -> str:
         auth = context.auth_context()
     except Exception:  # noqa: BLE001 - no TLS on this connection
         return ""
-    names = auth.get("x509_subject_alternative_name") or []
-    for raw in names:
-        name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        for role in ROLES:
-            if name == role_name(role, region, domain):
-                return role
-    return ""
+    role = certs.role_of(auth.get("x509_subject_alternative_name") or [], region, domain)
+    return role or ""
 
 
 Factory = Callable[[], grpc.aio.Channel]
@@ -144,17 +134,23 @@ Factory = Callable[[], grpc.aio.Channel]
 
 class _Reloading:
     """A multi-callable that asks its channel for the current connection
-    at call time (the stub was built once, the certificates changed since)."""
+    at call time (the stub was built once, the certificates changed since);
+    the inner multi-callable is rebuilt only when the channel was."""
 
     def __init__(self, owner: ReloadingChannel, kind: str, args: tuple[Any, ...], kw: Any) -> None:
         self._owner = owner
         self._kind = kind
         self._args = args
         self._kw = kw
+        self._inner: grpc.aio.Channel | None = None
+        self._callable: Any = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._owner.current()
-        return getattr(inner, self._kind)(*self._args, **self._kw)(*args, **kwargs)
+        if inner is not self._inner:
+            self._inner = inner
+            self._callable = getattr(inner, self._kind)(*self._args, **self._kw)
+        return self._callable(*args, **kwargs)
 
 
 class ReloadingChannel(grpc.aio.Channel):  # type: ignore[misc]

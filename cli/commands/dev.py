@@ -17,26 +17,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from cli import dev_metrics, dev_trust
 from cli.context import CliError, Context
 from cli.output import table
 from cli.supervisor import (
     GRACE_SECONDS,
+    GiveUp,
     RoleProcess,
     Shutdown,
     StartError,
+    Supervised,
+    SupervisedRole,
+    Supervisor,
     shutdown_signals,
     stop_all,
 )
+
+if TYPE_CHECKING:
+    from corral.pgserver import EmbeddedPostgres
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
@@ -74,6 +81,18 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"state service (public API) port (default {DEFAULT_PORT}; 0 = any free port)",
     )
+    p.add_argument(
+        "-metrics-port",
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        default=None,
+        help=(
+            "first of the roles' /metrics ports: state, broker, planner, worker, agent "
+            f"(default {dev_metrics.DEFAULT_METRICS_PORT}..+4; any free ones with -port 0; "
+            "0 = any free ones)"
+        ),
+    )
     p.add_argument("-bind", "--bind", default="127.0.0.1", help="address every role listens on")
     p.add_argument(
         "-dsn",
@@ -87,6 +106,18 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="scheduler loops in the worker process (default: the worker's own)",
+    )
+    p.add_argument(
+        "-tls",
+        "--tls",
+        action="store_true",
+        help="mutual TLS everywhere, with a throwaway CA in the data directory",
+    )
+    p.add_argument(
+        "-acl",
+        "--acl",
+        action="store_true",
+        help="enforce ACLs; prints the bootstrap (management) token",
     )
     p.add_argument(
         "-no-agent",
@@ -119,6 +150,16 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(
             f"port {port} on {args.bind} is in use (is another `corral dev` running?); "
             "stop it or pick another port with -port"
+        )
+    metrics_base = dev_metrics.base_port(args.metrics_port, port)
+    if metrics_base < 0 or metrics_base > 65535 - len(dev_metrics.ROLES):
+        raise CliError(f"-metrics-port must be 0..{65535 - len(dev_metrics.ROLES)}")
+    args.metrics_ports = dev_metrics.metrics_ports(metrics_base)
+    busy = dev_metrics.ports_in_use(args.bind, args.metrics_ports)
+    if busy:
+        raise CliError(
+            f"metrics ports in use on {args.bind}: {', '.join(busy)} (is another `corral dev` "
+            "running?); pick others with -metrics-port (0 = any free ones)"
         )
     if args.ephemeral:
         data_dir = Path(tempfile.mkdtemp(prefix="corral-dev-"))
@@ -153,13 +194,11 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
             env = dict(os.environ)
             env.update({"CORRAL_DSN": dsn, "PYTHONUNBUFFERED": "1"})
-            # the servers' shared secret for their internal RPCs (no TLS here);
-            # agents and the CLI never get it
-            env.setdefault("CORRAL_SERVER_TOKEN", secrets.token_urlsafe(32))
+            trust = dev_trust.prepare(data_dir, tls=args.tls, acl=args.acl)
             env.pop("CORRAL_ADDR", None)
             _say("Applying migrations")
             _migrate(dsn, env, logs / "migrate.log")
-            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles)
+            code = _run_roles(args, data_dir, logs, run, env, dsn, port, roles, trust, pg)
         except Shutdown as sig:
             print(f"\n==> Caught {sig}, shutting down", flush=True)
         except StartError as exc:
@@ -220,19 +259,25 @@ def _run_roles(
     dsn: str,
     port: int,
     roles: list[RoleProcess],
+    trust: dev_trust.DevTrust,
+    pg: EmbeddedPostgres | None,
 ) -> int:
+    """Start every role in order, then supervise them (and the embedded
+    PostgreSQL) until a signal, or until one keeps dying (exit 1)."""
     bind = args.bind
+    role_envs: dict[str, dict[str, str]] = {}
 
     def start(role: str, argv: list[str], extra_env: dict[str, str] | None = None) -> RoleProcess:
         rp = RoleProcess(role, f"services.{role}", argv, logs / f"{role}.log", run / f"{role}.json")
         roles.append(rp)
         _say(f"Starting {role}")
-        role_env = dict(env)
-        if role == "agent":
-            role_env.pop("CORRAL_SERVER_TOKEN", None)
-        role_env.update(extra_env or {})
+        role_env = {**env, **trust.role_env(role), **(extra_env or {})}
         role_env[f"CORRAL_{role.upper()}_LISTEN"] = argv[argv.index("--listen") + 1]
-        role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = f"{bind}:0"
+        # the role's fixed metrics port (cli/dev_metrics.py)
+        metrics_listen = f"{bind}:{args.metrics_ports.get(role, 0)}"
+        argv[argv.index("--metrics-listen") + 1] = metrics_listen
+        role_env[f"CORRAL_{role.upper()}_METRICS_LISTEN"] = metrics_listen
+        role_envs[role] = role_env
         rp.start(role_env)
         rp.wait_ready()
         return rp
@@ -241,6 +286,11 @@ def _run_roles(
         "state", ["--dsn", dsn, "--listen", f"{bind}:{port}", "--metrics-listen", f"{bind}:0"]
     )
     env["CORRAL_STATE_ADDR"] = state.address
+    if trust.acl:
+        try:
+            dev_trust.bootstrap(trust, data_dir, state.address)
+        except RuntimeError as exc:
+            raise StartError(str(exc)) from None
     broker = start(
         "broker",
         [
@@ -321,9 +371,20 @@ def _run_roles(
     }
     (data_dir / "dev.json").write_text(
         json.dumps(
-            {"address": state.address, "data_dir": str(data_dir), "dsn": dsn, "roles": summary},
+            {
+                "address": state.address,
+                "data_dir": str(data_dir),
+                "dsn": dsn,
+                "roles": summary,
+                "tls": trust.tls is not None,
+                "acl": trust.acl,
+                "exports": trust.exports(),
+            },
             indent=2,
         )
+    )
+    scrape = dev_metrics.write_scrape_config(
+        data_dir, {r: v["metrics"] for r, v in summary.items()}
     )
     print()
     table(
@@ -334,24 +395,51 @@ def _run_roles(
         ],
     )
     print(
-        f"\nCorral is running. The public API is at {state.address}.\n"
-        f"In another terminal:\n\n"
+        f"\nCorral is running. The public API is at {state.address}"
+        + (" (mutual TLS)" if trust.tls else "")
+        + (". ACLs are on; the bootstrap (management) token is below" if trust.acl else "")
+        + ".\nIn another terminal:\n\n"
         + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")
+        + "".join(f"    {line}\n" for line in trust.exports())
         + "    corral job run examples/hello.nomad.hcl\n"
         "    corral job status hello\n\n"
+        f"Prometheus scrapes the metrics with {os.path.relpath(scrape)}.\n"
         "Press Ctrl-C to stop everything.\n",
         flush=True,
     )
-    while True:
-        for r in roles:
-            assert r.proc is not None
-            rc = r.proc.poll()
-            if rc is not None:
-                print(
-                    f"Error: role {r.role} exited with code {rc}; "
-                    f"last lines of {r.log_path}:\n{r.tail()}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return 1
-        time.sleep(0.5)
+    supervised: list[Supervised] = []
+    if pg is not None:
+        supervised.append(_SupervisedPostgres(pg))
+    for r in roles:
+        item = SupervisedRole(r, role_envs[r.role])
+        item.pin_address()
+        supervised.append(item)
+    try:
+        Supervisor(supervised, say=_say).run()
+    except GiveUp as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+    return 1
+
+
+class _SupervisedPostgres(Supervised):
+    """The embedded PostgreSQL: restarted in place (same data directory and
+    socket, so every role's DSN still works; they reconnect by themselves)."""
+
+    name = "postgres"
+
+    def __init__(self, pg: EmbeddedPostgres) -> None:
+        self.pg = pg
+
+    def exit_code(self) -> int | None:
+        return None if self.pg.alive() else -1
+
+    def restart(self) -> None:
+        self.pg.restart()
+
+    def tail(self) -> str:
+        log = self.pg.data_dir / "log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-20:]
+        except OSError:
+            return "    (no log)"
+        return "\n".join(f"    {line}" for line in lines)

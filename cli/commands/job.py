@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 
 import grpc
@@ -20,6 +21,7 @@ from cli.jobspec.duration import format_duration
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
+from corral import telemetry
 from corral.structs import EvalStatus
 from corral.v1 import deployment_pb2, job_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
@@ -232,6 +234,20 @@ def _after_register(
 
 
 def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
+    """With OTEL_EXPORTER_OTLP_ENDPOINT set, the run (the register and the
+    monitoring) is one trace, which the eval's pipeline joins."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return _run(args, ctx)
+    telemetry.setup_tracing("corral-cli")  # before the first channel is dialled
+    try:
+        with telemetry.tracer("corral.cli").start_as_current_span("corral job run") as span:
+            span.set_attribute("job.file", str(args.file))
+            return _run(args, ctx)
+    finally:
+        telemetry.shutdown_tracing()
+
+
+def _run(args: argparse.Namespace, ctx: Context) -> int:
     job = load_job(args.file)
     req = job_pb2.JobRegisterRequest(job=job)
     if args.check_index is not None:

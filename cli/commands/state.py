@@ -48,7 +48,10 @@ def cmd_migrate(args: argparse.Namespace, ctx: Context) -> int:
 
             Path(args.data_dir).mkdir(parents=True, exist_ok=True)
             pg = EmbeddedPostgres(Path(args.data_dir) / "pg")
-            dsn = pg.start()
+            try:
+                dsn = pg.start()
+            except RuntimeError as exc:  # no embedded PostgreSQL in this install
+                raise CliError(str(exc)) from None
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "services.state", "migrate", "--dsn", dsn], check=False

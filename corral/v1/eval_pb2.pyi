@@ -29,10 +29,16 @@ class EvalDequeueRequest(_message.Message):
     SCHEDULERS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SCHEDULER_VERSION_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
     """default 1000"""
     scheduler_version: _builtins.int
     """must equal the broker's (1)"""
+    worker_id: _builtins.str
+    """The dequeuing worker process's lease id (see Heartbeat): a dequeue renews
+    the lease, and the eval is nacked at once if the lease lapses. Empty: no
+    lease, only the nack timer.
+    """
     @_builtins.property
     def schedulers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"service", "batch", "system", "sysbatch", "_core" """
@@ -43,10 +49,11 @@ class EvalDequeueRequest(_message.Message):
         schedulers: _abc.Iterable[_builtins.str] | None = ...,
         timeout_ms: _builtins.int = ...,
         scheduler_version: _builtins.int = ...,
+        worker_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scheduler_version", b"scheduler_version", "schedulers", b"schedulers", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scheduler_version", b"scheduler_version", "schedulers", b"schedulers", "timeout_ms", b"timeout_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -59,9 +66,12 @@ class EvalDequeueResponse(_message.Message):
     EVAL_FIELD_NUMBER: _builtins.int
     TOKEN_FIELD_NUMBER: _builtins.int
     WAIT_INDEX_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     token: _builtins.str
     wait_index: _builtins.int
     """state index the worker's snapshot must reach"""
+    traceparent: _builtins.str
+    """W3C trace context of the broker's hand-off: the worker's spans nest under it"""
     @_builtins.property
     def eval(self) -> _structs_pb2.Evaluation:
         """unset when the wait timed out"""
@@ -72,10 +82,11 @@ class EvalDequeueResponse(_message.Message):
         eval: _structs_pb2.Evaluation | None = ...,
         token: _builtins.str = ...,
         wait_index: _builtins.int = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["eval", b"eval"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval", b"eval", "token", b"token", "wait_index", b"wait_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval", b"eval", "token", b"token", "traceparent", b"traceparent", "wait_index", b"wait_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -161,6 +172,50 @@ class EvalWriteResponse(_message.Message):
 Global___EvalWriteResponse: _TypeAlias = EvalWriteResponse  # noqa: Y015
 
 @_typing.final
+class EvalHeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """the worker process's lease id (required)"""
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvalHeartbeatRequest: _TypeAlias = EvalHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class EvalHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    OUTSTANDING_FIELD_NUMBER: _builtins.int
+    ttl_ms: _builtins.int
+    """the lease lapses this long after the last renewal"""
+    outstanding: _builtins.int
+    """evals this worker holds unacked"""
+    def __init__(
+        self,
+        *,
+        ttl_ms: _builtins.int = ...,
+        outstanding: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outstanding", b"outstanding", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvalHeartbeatResponse: _TypeAlias = EvalHeartbeatResponse  # noqa: Y015
+
+@_typing.final
 class BrokerStatsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -234,6 +289,7 @@ class BrokerStats(_message.Message):
     BY_SCHEDULER_FIELD_NUMBER: _builtins.int
     DELAYED_EVALS_FIELD_NUMBER: _builtins.int
     LEADER_ADDRESS_FIELD_NUMBER: _builtins.int
+    WORKER_LEASES_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
     """false on a standby"""
     total_ready: _builtins.int
@@ -246,6 +302,8 @@ class BrokerStats(_message.Message):
     total_escaped: _builtins.int
     delayed_evals: _builtins.int
     leader_address: _builtins.str
+    worker_leases: _builtins.int
+    """live worker leases"""
     @_builtins.property
     def by_scheduler(self) -> _containers.MessageMap[_builtins.str, Global___SchedulerStats]: ...
     def __init__(
@@ -263,10 +321,11 @@ class BrokerStats(_message.Message):
         by_scheduler: _abc.Mapping[_builtins.str, Global___SchedulerStats] | None = ...,
         delayed_evals: _builtins.int = ...,
         leader_address: _builtins.str = ...,
+        worker_leases: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["by_scheduler", b"by_scheduler", "delayed_evals", b"delayed_evals", "enabled", b"enabled", "leader_address", b"leader_address", "total_blocked", b"total_blocked", "total_cancelable", b"total_cancelable", "total_escaped", b"total_escaped", "total_failed", b"total_failed", "total_pending", b"total_pending", "total_ready", b"total_ready", "total_unacked", b"total_unacked", "total_waiting", b"total_waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by_scheduler", b"by_scheduler", "delayed_evals", b"delayed_evals", "enabled", b"enabled", "leader_address", b"leader_address", "total_blocked", b"total_blocked", "total_cancelable", b"total_cancelable", "total_escaped", b"total_escaped", "total_failed", b"total_failed", "total_pending", b"total_pending", "total_ready", b"total_ready", "total_unacked", b"total_unacked", "total_waiting", b"total_waiting", "worker_leases", b"worker_leases"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -87,6 +87,11 @@ class EvalStub:
                 request_serializer=corral_dot_v1_dot_eval__pb2.BrokerStatsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_eval__pb2.BrokerStats.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/corral.v1.Eval/Heartbeat',
+                request_serializer=corral_dot_v1_dot_eval__pb2.EvalHeartbeatRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalHeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class EvalServicer:
@@ -163,6 +168,15 @@ class EvalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Renew a worker process's lease (every ~1 s, independently of scheduling).
+        When a lease lapses the broker nacks every eval that worker holds at once,
+        instead of waiting for their nack timers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EvalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -215,6 +229,11 @@ def add_EvalServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=corral_dot_v1_dot_eval__pb2.BrokerStatsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_eval__pb2.BrokerStats.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalHeartbeatRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalHeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +509,33 @@ class Eval:
             '/corral.v1.Eval/Stats',
             corral_dot_v1_dot_eval__pb2.BrokerStatsRequest.SerializeToString,
             corral_dot_v1_dot_eval__pb2.BrokerStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Eval/Heartbeat',
+            corral_dot_v1_dot_eval__pb2.EvalHeartbeatRequest.SerializeToString,
+            corral_dot_v1_dot_eval__pb2.EvalHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -57,6 +57,11 @@ class EvalStub:
     """
     ResumeNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
     Stats: _grpc.UnaryUnaryMultiCallable[_eval_pb2.BrokerStatsRequest, _eval_pb2.BrokerStats]
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalHeartbeatRequest, _eval_pb2.EvalHeartbeatResponse]
+    """Renew a worker process's lease (every ~1 s, independently of scheduling).
+    When a lease lapses the broker nacks every eval that worker holds at once,
+    instead of waiting for their nack timers.
+    """
 
 @_typing.type_check_only
 class EvalAsyncStub(EvalStub):
@@ -85,6 +90,11 @@ class EvalAsyncStub(EvalStub):
     """
     ResumeNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
     Stats: _aio.UnaryUnaryMultiCallable[_eval_pb2.BrokerStatsRequest, _eval_pb2.BrokerStats]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalHeartbeatRequest, _eval_pb2.EvalHeartbeatResponse]  # type: ignore[assignment]
+    """Renew a worker process's lease (every ~1 s, independently of scheduling).
+    When a lease lapses the broker nacks every eval that worker holds at once,
+    instead of waiting for their nack timers.
+    """
 
 class EvalServicer(metaclass=_abc_1.ABCMeta):
     """Eval is Nomad's Eval RPC endpoint as the scheduler workers use it. A standby
@@ -170,6 +180,17 @@ class EvalServicer(metaclass=_abc_1.ABCMeta):
         request: _eval_pb2.BrokerStatsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_eval_pb2.BrokerStats, _abc.Awaitable[_eval_pb2.BrokerStats]]: ...
+
+    @_abc_1.abstractmethod
+    def Heartbeat(
+        self,
+        request: _eval_pb2.EvalHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_eval_pb2.EvalHeartbeatResponse, _abc.Awaitable[_eval_pb2.EvalHeartbeatResponse]]:
+        """Renew a worker process's lease (every ~1 s, independently of scheduling).
+        When a lease lapses the broker nacks every eval that worker holds at once,
+        instead of waiting for their nack timers.
+        """
 
 def add_EvalServicer_to_server(servicer: EvalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -4,6 +4,11 @@ isort:skip_file
 Public node API (served by the state service; heartbeat timers run on its
 leader). Clients use Register, UpdateStatus (the heartbeat), UpdateAlloc and
 GetClientAllocs; operators use List, Get, UpdateDrain, UpdateEligibility.
+
+Node identity: every client RPC (Register, UpdateStatus, UpdateAlloc,
+GetClientAllocs) carries the node's secret id, and is refused with
+PERMISSION_DENIED when it is empty or does not match the secret the node
+registered with; a node may update and read only its own allocs.
 """
 
 from collections import abc as _abc
@@ -29,7 +34,9 @@ class NodeRegisterRequest(_message.Message):
 
     NODE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def node(self) -> _structs_pb2.Node: ...
+    def node(self) -> _structs_pb2.Node:
+        """node.secret_id is required"""
+
     def __init__(
         self,
         *,
@@ -111,6 +118,7 @@ class NodeUpdateStatusRequest(_message.Message):
     status: _builtins.str
     """"initializing", "ready", "down" """
     secret_id: _builtins.str
+    """the node's secret (required)"""
     def __init__(
         self,
         *,
@@ -133,6 +141,7 @@ class NodeUpdateAllocRequest(_message.Message):
     ALLOCS_FIELD_NUMBER: _builtins.int
     SECRET_ID_FIELD_NUMBER: _builtins.int
     secret_id: _builtins.str
+    """the secret of the node the allocs are on (required)"""
     @_builtins.property
     def allocs(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Allocation]:
         """Client-side fields only (client_status, client_description, task_states,
@@ -190,6 +199,7 @@ class NodeClientAllocsRequest(_message.Message):
     wait_ms: _builtins.int
     """default 5 min"""
     secret_id: _builtins.str
+    """the node's secret (required)"""
     def __init__(
         self,
         *,

@@ -90,7 +90,9 @@ class NodeServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Register(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Register a node, or re-register it with the secret it first registered
+        with (another secret, or none, is PERMISSION_DENIED).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -109,7 +111,8 @@ class NodeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateAlloc(self, request, context):
-        """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is ready.
+        """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
+        ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -4,6 +4,11 @@ isort:skip_file
 Public node API (served by the state service; heartbeat timers run on its
 leader). Clients use Register, UpdateStatus (the heartbeat), UpdateAlloc and
 GetClientAllocs; operators use List, Get, UpdateDrain, UpdateEligibility.
+
+Node identity: every client RPC (Register, UpdateStatus, UpdateAlloc,
+GetClientAllocs) carries the node's secret id, and is refused with
+PERMISSION_DENIED when it is empty or does not match the secret the node
+registered with; a node may update and read only its own allocs.
 """
 
 from collections import abc as _abc
@@ -35,11 +40,16 @@ class NodeStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> NodeAsyncStub: ...
     Register: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeRegisterRequest, _node_pb2.NodeUpdateResponse]
+    """Register a node, or re-register it with the secret it first registered
+    with (another secret, or none, is PERMISSION_DENIED).
+    """
     Deregister: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeDeregisterRequest, _node_pb2.NodeUpdateResponse]
     UpdateStatus: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateStatusRequest, _node_pb2.NodeUpdateResponse]
     """The heartbeat. Writes (and bumps the index) only when the status changes."""
     UpdateAlloc: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateAllocRequest, _node_pb2.NodeUpdateAllocResponse]
-    """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is ready."""
+    """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
+    ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+    """
     GetClientAllocs: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeClientAllocsRequest, _node_pb2.NodeClientAllocsResponse]
     """Blocking query: the allocs the node should run, when they change."""
     List: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeListRequest, _node_pb2.NodeListResponse]
@@ -52,11 +62,16 @@ class NodeStub:
 class NodeAsyncStub(NodeStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Register: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeRegisterRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
+    """Register a node, or re-register it with the secret it first registered
+    with (another secret, or none, is PERMISSION_DENIED).
+    """
     Deregister: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeDeregisterRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
     UpdateStatus: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateStatusRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
     """The heartbeat. Writes (and bumps the index) only when the status changes."""
     UpdateAlloc: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateAllocRequest, _node_pb2.NodeUpdateAllocResponse]  # type: ignore[assignment]
-    """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is ready."""
+    """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
+    ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+    """
     GetClientAllocs: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeClientAllocsRequest, _node_pb2.NodeClientAllocsResponse]  # type: ignore[assignment]
     """Blocking query: the allocs the node should run, when they change."""
     List: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeListRequest, _node_pb2.NodeListResponse]  # type: ignore[assignment]
@@ -71,7 +86,10 @@ class NodeServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _node_pb2.NodeRegisterRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.NodeUpdateResponse, _abc.Awaitable[_node_pb2.NodeUpdateResponse]]: ...
+    ) -> _typing.Union[_node_pb2.NodeUpdateResponse, _abc.Awaitable[_node_pb2.NodeUpdateResponse]]:
+        """Register a node, or re-register it with the secret it first registered
+        with (another secret, or none, is PERMISSION_DENIED).
+        """
 
     @_abc_1.abstractmethod
     def Deregister(
@@ -94,7 +112,9 @@ class NodeServicer(metaclass=_abc_1.ABCMeta):
         request: _node_pb2.NodeUpdateAllocRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_node_pb2.NodeUpdateAllocResponse, _abc.Awaitable[_node_pb2.NodeUpdateAllocResponse]]:
-        """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is ready."""
+        """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
+        ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+        """
 
     @_abc_1.abstractmethod
     def GetClientAllocs(

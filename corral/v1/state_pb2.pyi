@@ -222,9 +222,10 @@ class UpsertEvalsRequest(_message.Message):
     EVALS_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.str
-    """Fencing: the broker leader's advertised address. When set, the write is
-    refused (FAILED_PRECONDITION) unless that address holds the broker's
-    leader lock at commit, so a deposed leader cannot write.
+    """Fencing (required): the broker leader's advertised address. The write is
+    refused (FAILED_PRECONDITION) when it is empty or that address does not
+    hold the broker's leader lock at commit, so neither a deposed leader nor
+    any other caller can write.
     """
     @_builtins.property
     def evals(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Evaluation]: ...
@@ -309,7 +310,9 @@ class ApplyPlansRequest(_message.Message):
     PLANS_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.str
-    """Fencing: the planner leader's advertised address (see UpsertEvalsRequest)."""
+    """Fencing (required): the planner leader's advertised address (see
+    UpsertEvalsRequest).
+    """
     @_builtins.property
     def plans(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppliedPlan]: ...
     def __init__(
@@ -377,6 +380,9 @@ class UpdateAllocDesiredTransitionsRequest(_message.Message):
 
     TRANSITIONS_FIELD_NUMBER: _builtins.int
     EVALS_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    leader_id: _builtins.str
+    """fencing (required): the broker leader's address"""
     @_builtins.property
     def transitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AllocTransition]: ...
     @_builtins.property
@@ -386,10 +392,11 @@ class UpdateAllocDesiredTransitionsRequest(_message.Message):
         *,
         transitions: _abc.Iterable[Global___AllocTransition] | None = ...,
         evals: _abc.Iterable[_structs_pb2.Evaluation] | None = ...,
+        leader_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["evals", b"evals", "transitions", b"transitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evals", b"evals", "leader_id", b"leader_id", "transitions", b"transitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -401,6 +408,9 @@ class UpsertDeploymentsRequest(_message.Message):
 
     DEPLOYMENTS_FIELD_NUMBER: _builtins.int
     EVALS_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    leader_id: _builtins.str
+    """fencing (required): the broker leader's address"""
     @_builtins.property
     def deployments(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Deployment]: ...
     @_builtins.property
@@ -410,10 +420,11 @@ class UpsertDeploymentsRequest(_message.Message):
         *,
         deployments: _abc.Iterable[_structs_pb2.Deployment] | None = ...,
         evals: _abc.Iterable[_structs_pb2.Evaluation] | None = ...,
+        leader_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployments", b"deployments", "evals", b"evals"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deployments", b"deployments", "evals", b"evals", "leader_id", b"leader_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -432,7 +443,7 @@ class SetDeploymentStatusRequest(_message.Message):
     """"successful" or "failed" """
     status_description: _builtins.str
     leader_id: _builtins.str
-    """the watcher's broker: refused unless it leads"""
+    """fencing (required): the watcher's broker, refused unless it leads"""
     def __init__(
         self,
         *,

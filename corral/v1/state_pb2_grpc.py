@@ -166,6 +166,11 @@ class StateServicer:
     def GarbageCollect(self, request, context):
         """Delete garbage the core scheduler collected (terminal evals and their
         allocs, dead jobs with their versions, down nodes, old deployments).
+        Decided again on the stored rows: the whole request is refused
+        (FAILED_PRECONDITION) if it names anything that is not garbage (an eval
+        not terminal, an alloc not terminal or still running, a job neither
+        stopped nor dead or with live allocs, a node not down or with live
+        allocs, a deployment still active whose job exists).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

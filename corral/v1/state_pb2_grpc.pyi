@@ -72,6 +72,11 @@ class StateStub:
     GarbageCollect: _grpc.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
+    Decided again on the stored rows: the whole request is refused
+    (FAILED_PRECONDITION) if it names anything that is not garbage (an eval
+    not terminal, an alloc not terminal or still running, a job neither
+    stopped nor dead or with live allocs, a node not down or with live
+    allocs, a deployment still active whose job exists).
     """
     PeriodicLaunches: _grpc.UnaryUnaryMultiCallable[_state_pb2.PeriodicLaunchesRequest, _state_pb2.PeriodicLaunchesResponse]
     """The recorded last launch of periodic jobs (written with each child job's
@@ -119,6 +124,11 @@ class StateAsyncStub(StateStub):
     GarbageCollect: _aio.UnaryUnaryMultiCallable[_state_pb2.GarbageCollectRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Delete garbage the core scheduler collected (terminal evals and their
     allocs, dead jobs with their versions, down nodes, old deployments).
+    Decided again on the stored rows: the whole request is refused
+    (FAILED_PRECONDITION) if it names anything that is not garbage (an eval
+    not terminal, an alloc not terminal or still running, a job neither
+    stopped nor dead or with live allocs, a node not down or with live
+    allocs, a deployment still active whose job exists).
     """
     PeriodicLaunches: _aio.UnaryUnaryMultiCallable[_state_pb2.PeriodicLaunchesRequest, _state_pb2.PeriodicLaunchesResponse]  # type: ignore[assignment]
     """The recorded last launch of periodic jobs (written with each child job's
@@ -217,6 +227,11 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
         """Delete garbage the core scheduler collected (terminal evals and their
         allocs, dead jobs with their versions, down nodes, old deployments).
+        Decided again on the stored rows: the whole request is refused
+        (FAILED_PRECONDITION) if it names anything that is not garbage (an eval
+        not terminal, an alloc not terminal or still running, a job neither
+        stopped nor dead or with live allocs, a node not down or with live
+        allocs, a deployment still active whose job exists).
         """
 
     @_abc_1.abstractmethod

@@ -1438,8 +1438,12 @@ class Node(_message.Message):
     LAST_ALLOC_UPDATE_INDEX_FIELD_NUMBER: _builtins.int
     CREATE_INDEX_FIELD_NUMBER: _builtins.int
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    SECRET_HASH_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     secret_id: _builtins.str
+    """The node's secret, sent by the node in Node.Register only. The state
+    never stores it (it keeps secret_hash) and no read ever returns it.
+    """
     name: _builtins.str
     datacenter: _builtins.str
     node_pool: _builtins.str
@@ -1457,6 +1461,11 @@ class Node(_message.Message):
     last_alloc_update_index: _builtins.int
     create_index: _builtins.int
     modify_index: _builtins.int
+    secret_hash: _builtins.str
+    """SHA-256 (hex) of secret_id, set by the state at registration and kept
+    in its nodes table only: never in the change log, a snapshot, an event
+    stream or any read, so no replica or reader ever holds it.
+    """
     @_builtins.property
     def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -1498,10 +1507,11 @@ class Node(_message.Message):
         last_alloc_update_index: _builtins.int = ...,
         create_index: _builtins.int = ...,
         modify_index: _builtins.int = ...,
+        secret_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["drain_strategy", b"drain_strategy", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "computed_class", b"computed_class", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drain_strategy", b"drain_strategy", "drivers", b"drivers", "events", b"events", "http_addr", b"http_addr", "id", b"id", "last_alloc_update_index", b"last_alloc_update_index", "last_missed_heartbeat_index", b"last_missed_heartbeat_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "scheduling_eligibility", b"scheduling_eligibility", "secret_id", b"secret_id", "status", b"status", "status_description", b"status_description", "status_updated_at", b"status_updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "computed_class", b"computed_class", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drain_strategy", b"drain_strategy", "drivers", b"drivers", "events", b"events", "http_addr", b"http_addr", "id", b"id", "last_alloc_update_index", b"last_alloc_update_index", "last_missed_heartbeat_index", b"last_missed_heartbeat_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "scheduling_eligibility", b"scheduling_eligibility", "secret_hash", b"secret_hash", "secret_id", b"secret_id", "status", b"status", "status_description", b"status_description", "status_updated_at", b"status_updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2047,6 +2057,7 @@ class Allocation(_message.Message):
     MODIFY_TIME_FIELD_NUMBER: _builtins.int
     JOB_TYPE_FIELD_NUMBER: _builtins.int
     JOB_PRIORITY_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     eval_id: _builtins.str
@@ -2078,6 +2089,8 @@ class Allocation(_message.Message):
     modify_time: _builtins.int
     job_type: _builtins.str
     job_priority: _builtins.int
+    traceparent: _builtins.str
+    """W3C trace context of the plan apply that last placed or updated it"""
     @_builtins.property
     def resources(self) -> Global___Resources:
         """total for the alloc, ports assigned"""
@@ -2136,10 +2149,11 @@ class Allocation(_message.Message):
         modify_time: _builtins.int = ...,
         job_type: _builtins.str = ...,
         job_priority: _builtins.int = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deployment_status", b"deployment_status", "desired_transition", b"desired_transition", "metrics", b"metrics", "reschedule_tracker", b"reschedule_tracker", "resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_modify_index", b"alloc_modify_index", "alloc_states", b"alloc_states", "client_description", b"client_description", "client_status", b"client_status", "create_index", b"create_index", "create_time", b"create_time", "deployment_id", b"deployment_id", "deployment_status", b"deployment_status", "desired_description", b"desired_description", "desired_status", b"desired_status", "desired_transition", b"desired_transition", "eval_id", b"eval_id", "followup_eval_id", b"followup_eval_id", "id", b"id", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "job_priority", b"job_priority", "job_type", b"job_type", "job_version", b"job_version", "metrics", b"metrics", "modify_index", b"modify_index", "modify_time", b"modify_time", "name", b"name", "namespace", b"namespace", "next_allocation", b"next_allocation", "node_id", b"node_id", "node_name", b"node_name", "preempted_allocations", b"preempted_allocations", "preempted_by_allocation", b"preempted_by_allocation", "previous_allocation", b"previous_allocation", "reschedule_tracker", b"reschedule_tracker", "resources", b"resources", "task_group", b"task_group", "task_resources", b"task_resources", "task_states", b"task_states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_modify_index", b"alloc_modify_index", "alloc_states", b"alloc_states", "client_description", b"client_description", "client_status", b"client_status", "create_index", b"create_index", "create_time", b"create_time", "deployment_id", b"deployment_id", "deployment_status", b"deployment_status", "desired_description", b"desired_description", "desired_status", b"desired_status", "desired_transition", b"desired_transition", "eval_id", b"eval_id", "followup_eval_id", b"followup_eval_id", "id", b"id", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "job_priority", b"job_priority", "job_type", b"job_type", "job_version", b"job_version", "metrics", b"metrics", "modify_index", b"modify_index", "modify_time", b"modify_time", "name", b"name", "namespace", b"namespace", "next_allocation", b"next_allocation", "node_id", b"node_id", "node_name", b"node_name", "preempted_allocations", b"preempted_allocations", "preempted_by_allocation", b"preempted_by_allocation", "previous_allocation", b"previous_allocation", "reschedule_tracker", b"reschedule_tracker", "resources", b"resources", "task_group", b"task_group", "task_resources", b"task_resources", "task_states", b"task_states", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from corral import runner
+from corral import runner, security
+from corral.acl_resolve import RemoteResolver
 from corral.server import GrpcServer
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.agent.client import Agent
@@ -25,8 +26,16 @@ class AgentProcess:
 
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
-        # the agent receives log requests only
-        self.server = GrpcServer(settings.listen, name="agent", max_receive_bytes=4 * 1024 * 1024)
+        # the agent receives log requests only, and resolves their tokens
+        # through the state
+        self.acl_channel = security.dial(settings.state_addr)
+        self.server = GrpcServer(
+            settings.listen,
+            name="agent",
+            settings=settings.security,
+            resolver=RemoteResolver(self.acl_channel),
+            max_receive_bytes=4 * 1024 * 1024,
+        )
         self.agent: Agent | None = None
 
     async def start(self) -> runner.Ready:
@@ -54,6 +63,7 @@ class AgentProcess:
         if self.agent is not None:
             await self.agent.stop()
         await self.server.stop(grace=2.0)
+        await self.acl_channel.close()
 
 
 def main(argv: list[str] | None = None) -> int:

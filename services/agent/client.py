@@ -25,6 +25,7 @@ from corral import security, structs
 from corral.structs import DesiredStatus, NodeStatus
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
+from services.agent import metrics
 from services.agent.config import AgentSettings
 from services.agent.drivers import ALL_DRIVERS, Driver
 from services.agent.runner import AllocRunner
@@ -117,6 +118,10 @@ class Agent:
         path.write_text(json.dumps(ident))
         return ident["node_id"], ident["secret_id"]
 
+    def _alloc_statuses(self) -> list[str]:
+        """The client status of every alloc held (corral_client_allocs)."""
+        return [r.client_status()[0] for r in list(self.runners.values())]
+
     @property
     def stub(self) -> node_pb2_grpc.NodeAsyncStub:
         assert self._channel is not None
@@ -125,6 +130,7 @@ class Agent:
     async def start(self) -> None:
         self._channel = security.dial(self.settings.state_addr)
         await self._register()
+        metrics.ALLOCS.add_source(self._alloc_statuses)
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._watch_loop(), name="watch-allocs"),
@@ -134,6 +140,7 @@ class Agent:
     async def stop(self) -> None:
         """Stop reporting; tasks are stopped too (a dev agent leaves nothing behind)."""
         self._stop.set()
+        metrics.ALLOCS.remove_source(self._alloc_statuses)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

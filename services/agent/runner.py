@@ -11,16 +11,20 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from corral import structs
+from opentelemetry import trace
+
+from corral import structs, telemetry
 from corral.dispatch import payload_file_problem
 from corral.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.v1 import structs_pb2 as pb
-from services.agent import taskenv
+from services.agent import metrics, taskenv
 from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config
 from services.agent.health import HealthWatch
 
 log = logging.getLogger(__name__)
+tracer = telemetry.tracer("corral.agent")
 
 
 class RestartTracker:
@@ -71,6 +75,7 @@ class TaskRunner:
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
         self._killing = False
+        self.started = asyncio.Event()  # the first start attempt returned (or never will)
         tg = structs.task_group(job, alloc.task_group)
         policy = (
             task.restart_policy
@@ -133,11 +138,20 @@ class TaskRunner:
         while not self._killing:
             try:
                 env = self.task_env()
-                self._handle = await self.driver.start(self.resolved_task(env), env.env, self.dir)
+                with tracer.start_as_current_span("agent.start_task") as span:
+                    span.set_attribute("task", self.task.name)
+                    span.set_attribute("driver", self.task.driver)
+                    self._handle = await self.driver.start(
+                        self.resolved_task(env), env.env, self.dir
+                    )
             except Exception as exc:
+                self.started.set()
                 result = ExitResult(exit_code=-1, error=str(exc))
                 self._event("Driver Failure", str(exc), fails_task=True)
+                metrics.DRIVER_ERRORS.labels(self.task.driver).inc()
             else:
+                self.started.set()
+                metrics.TASK_STARTS.labels(self.task.driver).inc()
                 self.state.state = TaskStateName.RUNNING
                 if not self.state.started_at:
                     self.state.started_at = time.time_ns()
@@ -159,6 +173,7 @@ class TaskRunner:
                     self._event("Not Restarting", "Exceeded allowed attempts", fails_task=True)
                 break
             self.state.restarts += 1
+            metrics.TASK_RESTARTS.labels(self.task.driver).inc()
             self.state.last_restart = time.time_ns()
             self.state.state = TaskStateName.PENDING
             self._event(
@@ -168,6 +183,7 @@ class TaskRunner:
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait_killed(), delay)
+        self.started.set()
         self.state.state = TaskStateName.DEAD
         self.state.finished_at = time.time_ns()
         self.on_change()
@@ -248,7 +264,29 @@ class AllocRunner:
         if self.error:
             self.on_change(self)
             return
-        await asyncio.gather(*(t.run() for t in self.tasks))
+        if not (telemetry.tracing_enabled() and self.alloc.traceparent):
+            await asyncio.gather(*(t.run() for t in self.tasks))
+            return
+        # the alloc's start joins the trace of the plan that placed it; it
+        # ends once every task's first start returned (the tasks run on)
+        span = tracer.start_span(
+            "agent.start_alloc",
+            context=telemetry.context_from_traceparent(self.alloc.traceparent),
+        )
+        span.set_attribute("alloc.id", self.alloc.id)
+        span.set_attribute("eval.id", self.alloc.eval_id)
+        with trace.use_span(span):
+            runs = asyncio.gather(*(t.run() for t in self.tasks))
+        started: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(*(t.started.wait() for t in self.tasks))
+        )
+        waits: set[asyncio.Future[Any]] = {runs, started}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            started.cancel()
+            span.end()
+        await runs
 
     async def stop(self) -> None:
         if self._health_task is not None:

@@ -9,8 +9,14 @@ query and reports mock tasks as running (or complete after `run_for`) with
 like the real agent. SIGUSR1 makes `--fail-fraction` of the nodes stop
 heartbeating at once (the node-failure benchmark); SIGUSR2 revives them.
 
+Node ids derive from `--seed`; with `--data-dir` the nodes' secrets are kept
+in `DIR/sim-nodes.json` (mode 0600) too, so a restarted simulator
+re-registers the same nodes, as restarted agents would with their
+`client.json` (the state refuses a known node id with another secret).
+
     python -m services.agent.sim --state-addr HOST:PORT --count 5000 \\
-        [--cpu 4000] [--memory 8192] [--classes 5] [--racks 25] [--datacenters dc1,dc2]
+        [--cpu 4000] [--memory 8192] [--classes 5] [--racks 25] [--datacenters dc1,dc2] \\
+        [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -19,19 +25,21 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Annotated, ClassVar
 
 import grpc
 from pydantic import Field
 
 from corral import runner, security, structs
-from corral.settings import CommaList, KeyValues, ProcessSettings, StateAddr
+from corral.settings import CommaList, KeyValues, Option, ProcessSettings, StateAddr
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import parse_duration, task_config
@@ -60,6 +68,14 @@ class SimSettings(ProcessSettings):
     seed: int = Field(1, description="node ids derive from it (stable across runs)")
     register_rate: float = Field(500.0, gt=0, description="registrations per second at start")
     stats_interval: float = Field(10.0, gt=0, description="log stats every N seconds")
+    data_dir: Annotated[Path | None, Option(shown_default="*none*: new secrets every run")] = Field(
+        None,
+        description="keep the nodes' secrets here (sim-nodes.json) so a restart "
+        "re-registers the same nodes",
+    )
+
+
+SECRETS_FILE = "sim-nodes.json"
 
 
 @dataclass
@@ -74,10 +90,39 @@ class SimStats:
     started: float = field(default_factory=time.monotonic)
 
 
+def load_secrets(data_dir: Path | None) -> dict[str, str]:
+    """Node id → secret kept by an earlier run ({} without a data dir or file)."""
+    if data_dir is None:
+        return {}
+    path = data_dir / SECRETS_FILE
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {str(k): str(v) for k, v in data.get("secrets", {}).items()}
+
+
+def save_secrets(data_dir: Path | None, secrets: dict[str, str]) -> None:
+    """Write node id → secret readable by the owner only, replaced atomically
+    so a simulator killed mid-write leaves the previous file intact."""
+    if data_dir is None:
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = data_dir / f".{SECRETS_FILE}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"secrets": secrets}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, data_dir / SECRETS_FILE)
+
+
 class SimNode:
-    def __init__(self, sim: Simulator, index: int, settings: SimSettings) -> None:
+    def __init__(
+        self, sim: Simulator, index: int, settings: SimSettings, secrets: dict[str, str]
+    ) -> None:
         self.sim = sim
         self.node = self._node(index, settings)
+        self.node.secret_id = secrets.setdefault(self.node.id, self.node.secret_id)
         self.failed = False
         self.known: dict[str, pb.Allocation] = {}
         self.pending: dict[str, pb.Allocation] = {}
@@ -123,12 +168,22 @@ class SimNode:
 
     async def run(self) -> None:
         stub = self.sim.stub
+        refused = False
         while True:
             try:
                 resp = await stub.Register(node_pb2.NodeRegisterRequest(node=self.node), timeout=30)
                 self.ttl = resp.heartbeat_ttl_ms / 1000
                 break
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as exc:
+                if not refused and exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    # once per node: e.g. a restart without the kept secrets
+                    log.warning(
+                        "node %s: registration refused (%s: %s); retrying",
+                        self.node.name,
+                        exc.code().name,
+                        exc.details(),
+                    )
+                    refused = True
                 await asyncio.sleep(1 + random.random())
         self.sim.stats.registered += 1
         try:
@@ -248,7 +303,10 @@ class Simulator:
             settings.state_addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
         )
         self.stub = node_pb2_grpc.NodeStub(self.channel)
-        self.nodes = [SimNode(self, i, settings) for i in range(settings.count)]
+        secrets = load_secrets(settings.data_dir)
+        self.nodes = [SimNode(self, i, settings, secrets) for i in range(settings.count)]
+        # saved before any node registers: a secret the state has seen is on disk
+        save_secrets(settings.data_dir, secrets)
 
     def fail(self) -> None:
         chosen = random.Random(self.settings.seed).sample(

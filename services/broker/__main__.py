@@ -3,11 +3,13 @@
     python -m services.broker --dsn DSN --state-addr HOST:PORT [--listen 127.0.0.1:0]
         [--nack-timeout 60] [--delivery-limit 3] [--initial-nack-delay 1]
         [--subsequent-nack-delay 20] [--failed-followup-delay 60] [--reaper-interval 5]
-        [--core-gc-interval 300]
+        [--core-gc-interval 300] [--worker-lease-ttl 5] [--reconcile-interval 30]
 
 Every broker process keeps a replica warm; the one holding the advisory
 lock is the leader: it restores pending and blocked evals from the state
-and serves `Eval`. On losing the lock it flushes and becomes a standby.
+and serves `Eval`, reconciling its queues with the state periodically and
+nacking at once the evals of workers whose lease lapsed. On losing the
+lock it flushes and becomes a standby.
 """
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerProcessSettings
-from services.broker.core_timers import run_core_timers
+from services.broker.core_timers import ForcedGC, run_core_timers
 from services.broker.deployments import watcher_over_state
 from services.broker.eval_broker import EvalBroker
 from services.broker.feed import FeedRouter
-from services.broker.handlers import EvalServicer, export_metrics, register_periodic
+from services.broker.handlers import (
+    EvalServicer,
+    export_metrics,
+    register_core_gc,
+    register_periodic,
+)
 from services.broker.periodic import state_dispatcher
 from services.broker.reaper import Reaper
+from services.broker.reconciler import Reconciler, WriteTracker
 
 log = logging.getLogger("services.broker")
 
@@ -41,20 +49,32 @@ class BrokerProcess(runner.LeaderRole):
         self.state = state_pb2_grpc.StateStub(self.state_channel)
         self.broker = EvalBroker(self.timings, on_cancelable=lambda: self.reaper.wake.set())
         self.blocked = BlockedEvals(on_release=lambda evs, i: self.reaper.on_release(evs, i))
-        self.router = FeedRouter(self.broker, self.blocked)
-        self.reaper = Reaper(
-            self.timings, self.broker, self.blocked, self.write_evals, self._job_exists
+        self.router = FeedRouter(
+            self.broker, self.blocked, drop_evals=settings.fault == "drop-feed-evals"
+        )
+        # every eval write of the leader goes through the tracker, so the
+        # reconciler can wait for the ones in flight
+        self.writes = WriteTracker(self._upsert_evals)
+        self.reaper = Reaper(self.timings, self.broker, self.blocked, self.writes, self._job_exists)
+        self.reconciler = Reconciler(
+            self.timings.reconcile_interval,
+            self.broker,
+            self.blocked,
+            self.replica,
+            self.writes,
+            self.reaper.queued_ids,
         )
         self.periodic = state_dispatcher(self.replica, self.state_channel)
+        self.forced_gc = ForcedGC(self.broker, lambda: self.replica.index)
         self.deployments = watcher_over_state(
-            self.replica.snapshot, self.state_channel, lambda: self.address, self.write_evals
+            self.replica.snapshot, self.state_channel, lambda: self.address, self.writes
         )
         self._term: asyncio.Task[None] | None = None
 
     def _job_exists(self, ev: pb.Evaluation) -> bool:
         return self.replica.snapshot().job_by_id(ev.namespace, ev.job_id) is not None
 
-    async def write_evals(self, evals: list[pb.Evaluation]) -> int:
+    async def _upsert_evals(self, evals: list[pb.Evaluation]) -> int:
         resp = await self.state.UpsertEvals(
             state_pb2.UpsertEvalsRequest(evals=evals, leader_id=self.address), timeout=30
         )
@@ -69,9 +89,10 @@ class BrokerProcess(runner.LeaderRole):
             self.broker,
             self.blocked,
             self.replica,
-            self.write_evals,
+            self.writes,
             self.is_leader,
             self.leader_address,
+            on_ack=self.forced_gc.acked,
         )
         self.server.add(
             eval_pb2_grpc.add_EvalServicer_to_server,
@@ -79,6 +100,9 @@ class BrokerProcess(runner.LeaderRole):
             eval_pb2.DESCRIPTOR.services_by_name["Eval"].full_name,
         )
         register_periodic(self.server, self.periodic, self.is_leader, self.leader_address)
+        register_core_gc(
+            self.server, self.forced_gc, self.broker, self.is_leader, self.leader_address
+        )
 
     def background(self) -> list[asyncio.Task[None]]:
         return [asyncio.create_task(self.metrics_loop(), name="metrics")]
@@ -113,6 +137,7 @@ class BrokerProcess(runner.LeaderRole):
                 name="core-gc",
             )
             tg.create_task(self.deployments.run(), name="deployment-watcher")
+            tg.create_task(self.reconciler.run(), name="eval-reconciler")
 
     async def on_lost(self) -> None:
         self.router.enabled = False

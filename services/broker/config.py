@@ -4,7 +4,7 @@ timing is a flag and an environment variable (`--nack-timeout`,
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -54,6 +54,26 @@ class BrokerSettings(SettingsGroup):
         description="seconds between the leader's periodic GC core evals (Nomad's "
         "eval/job/node GC interval); 0 = off",
     )
+    worker_lease_ttl: float = Field(
+        5.0,
+        gt=0,
+        description="seconds a worker's lease lives after its last heartbeat or dequeue; when it "
+        "lapses the evals that worker holds are nacked at once (the nack timeout stays the "
+        "backstop)",
+    )
+    reconcile_interval: float = Field(
+        30.0,
+        ge=0,
+        description="seconds between passes of the leader's eval reconciler, which re-enqueues "
+        "pending evals and re-tracks blocked evals of the state the broker does not hold; "
+        "0 = only on taking office",
+    )
+    ack_index_wait: float = Field(
+        5.0,
+        gt=0,
+        description="seconds an Ack waits for the broker's replica to reach the eval's last "
+        "write before checking that the eval is no longer pending",
+    )
     dequeue_default_timeout: float = Field(
         1.0, gt=0, description="long-poll of a Dequeue that names no timeout (s)"
     )
@@ -71,3 +91,8 @@ class BrokerProcessSettings(LeaderSettings):
     ROLE: ClassVar[str] = "broker"
 
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
+    fault: Literal["", "drop-feed-evals"] = Field(
+        "",
+        description="test-only fault injection: drop-feed-evals (the feed router loses every "
+        "eval change, as when a listener fails; only the reconciler finds them)",
+    )

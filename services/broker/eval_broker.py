@@ -11,7 +11,9 @@
 * past the delivery limit a nacked eval goes to the `_failed` queue;
 * while paused (the scheduler configuration's `pause_eval_broker`) nothing
   is handed out, but everything is still recorded, so unpausing loses
-  nothing.
+  nothing;
+* a dequeue naming a worker id binds the eval to that worker's lease
+  (leases.py): when the lease lapses, the worker's evals are nacked at once.
 
 Everything runs on one asyncio loop, so no locks: methods are synchronous
 except `dequeue`, which waits.
@@ -22,20 +24,30 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import random
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+
+from corral import telemetry
 from corral.errors import FailedPrecondition, NotFound
 from corral.structs import JobType, job_key
 from corral.v1 import structs_pb2 as pb
+from services.broker import metrics
 from services.broker.config import BrokerSettings
+from services.broker.leases import WorkerLeases
+
+log = logging.getLogger(__name__)
 
 FAILED_QUEUE = "_failed"
 
 JobKey = tuple[str, str]
+
+tracer = telemetry.tracer("corral.broker")
 
 
 @dataclass
@@ -43,12 +55,20 @@ class _Unack:
     eval: pb.Evaluation
     token: str
     timer: asyncio.TimerHandle | None = None
+    #: the lease the eval is bound to ("" = none: only the nack timer)
+    worker_id: str = ""
+    #: the highest state index this broker wrote for the eval while it was
+    #: outstanding (Eval.Update/Create/Reblock): Ack waits for its replica
+    #: to reach it before reading the eval's status
+    written_index: int = 0
+    queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
 
 
 @dataclass
 class _Waiter:
     schedulers: frozenset[str]
     future: asyncio.Future[tuple[pb.Evaluation, str]]
+    worker_id: str = ""
 
 
 @dataclass
@@ -75,9 +95,15 @@ class EvalBroker:
         self.paused = False
         self._seq = itertools.count()
         self._on_cancelable = on_cancelable
+        self.leases = WorkerLeases(settings.worker_lease_ttl, self._lease_expired)
         self._reset()
 
     def _reset(self) -> None:
+        for span in getattr(self, "_queued", {}).values():
+            span.end()
+        # eval id -> its `broker.enqueue` span: the time from enqueue (or a
+        # nack) to the dequeue, in the trace of the write that created it
+        self._queued: dict[str, trace.Span] = {}
         self._evals: dict[str, int] = {}  # eval id -> dequeue count
         self._job_evals: dict[JobKey, str] = {}  # job -> its ready/unacked eval
         self._pending: dict[JobKey, list[tuple[int, int, int, pb.Evaluation]]] = {}
@@ -88,6 +114,7 @@ class EvalBroker:
         self._waiting_types: dict[str, str] = {}  # eval id -> scheduler type (stats)
         self._cancelable: list[pb.Evaluation] = []
         self._waiters: list[_Waiter] = []
+        self.leases.clear()
 
     # ------------------------------------------------------------ enable
 
@@ -126,6 +153,12 @@ class EvalBroker:
     def tracked(self, eval_id: str) -> bool:
         return eval_id in self._evals
 
+    def known_ids(self) -> set[str]:
+        """Every eval the broker holds in any form: ready, pending behind its
+        job's eval, unacked, held (wait / nack delay), in the `_failed`
+        queue, or canceled-to-be (the reconciler's notion of "known")."""
+        return set(self._evals) | {ev.id for ev in self._cancelable}
+
     def enqueue(self, ev: pb.Evaluation, token: str = "") -> None:
         """Route a pending eval. An eval already tracked is ignored, unless it
         is unacked (with `token`, when given): then it is re-enqueued once
@@ -138,6 +171,7 @@ class EvalBroker:
                 self._requeue[unack.token] = ev
             return
         self._evals[ev.id] = 0
+        self._trace_queued(ev)
         now = time.time_ns()
         if ev.wait_until and ev.wait_until > now:
             self._hold(ev, (ev.wait_until - now) / 1e9)
@@ -145,6 +179,21 @@ class EvalBroker:
             self._hold(ev, ev.wait / 1e9)
         else:
             self._enqueue_locked(ev, ev.type)
+
+    def _trace_queued(self, ev: pb.Evaluation) -> None:
+        if telemetry.tracing_enabled() and ev.id not in self._queued:
+            span = tracer.start_span(
+                "broker.enqueue", context=telemetry.context_from_traceparent(ev.traceparent)
+            )
+            span.set_attribute("eval.id", ev.id)
+            span.set_attribute("eval.type", ev.type)
+            self._queued[ev.id] = span
+
+    def handoff_span(self, eval_id: str) -> trace.Span | None:
+        """The (ended) `broker.enqueue` span of an outstanding eval: the
+        dequeue's hand-off nests under it."""
+        unack = self._unack.get(eval_id)
+        return unack.queued if unack is not None else None
 
     def _hold(self, ev: pb.Evaluation, delay: float) -> None:
         loop = asyncio.get_running_loop()
@@ -182,7 +231,7 @@ class EvalBroker:
                 self._waiters.remove(w)
                 continue
             if queue in w.schedulers:
-                picked = self._pick(w.schedulers)
+                picked = self._pick(w.schedulers, w.worker_id)
                 if picked is None:
                     return
                 self._waiters.remove(w)
@@ -194,7 +243,7 @@ class EvalBroker:
             if w.future.done():
                 self._waiters.remove(w)
                 continue
-            picked = self._pick(w.schedulers)
+            picked = self._pick(w.schedulers, w.worker_id)
             if picked is not None:
                 self._waiters.remove(w)
                 w.future.set_result(picked)
@@ -202,18 +251,21 @@ class EvalBroker:
     # ------------------------------------------------------------ dequeue
 
     async def dequeue(
-        self, schedulers: list[str], timeout: float
+        self, schedulers: list[str], timeout: float, worker_id: str = ""
     ) -> tuple[pb.Evaluation, str] | None:
         """The highest-priority ready eval of the given types with a fresh
-        token, or None after `timeout` seconds."""
+        token, or None after `timeout` seconds. A `worker_id` renews that
+        worker's lease and binds the eval to it."""
         wanted = frozenset(schedulers)
-        picked = self._pick(wanted)
+        if worker_id:
+            self.leases.renew(worker_id)
+        picked = self._pick(wanted, worker_id)
         if picked is not None:
             return picked
         if timeout <= 0:
             return None
         fut: asyncio.Future[tuple[pb.Evaluation, str]] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(wanted, fut)
+        waiter = _Waiter(wanted, fut, worker_id)
         self._waiters.append(waiter)
         try:
             return await asyncio.wait_for(fut, timeout)
@@ -240,7 +292,9 @@ class EvalBroker:
             self._evals[ev.id] = max(0, self._evals.get(ev.id, 1) - 1)
             self._enqueue_locked(ev, ev.type)
 
-    def _pick(self, schedulers: frozenset[str]) -> tuple[pb.Evaluation, str] | None:
+    def _pick(
+        self, schedulers: frozenset[str], worker_id: str = ""
+    ) -> tuple[pb.Evaluation, str] | None:
         """Pop the head of the requested queue whose head has the highest
         priority. Queues tied on priority are chosen between at random (as
         Nomad does), so a long queue of one type cannot starve another:
@@ -265,7 +319,12 @@ class EvalBroker:
         ev = heapq.heappop(self._ready[best])[3]
         token = str(uuid.uuid4())
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
-        unack = _Unack(ev, token)
+        if worker_id:
+            self.leases.renew(worker_id)  # the lease runs from the hand-over
+        unack = _Unack(ev, token, worker_id=worker_id, queued=self._queued.pop(ev.id, None))
+        if unack.queued is not None:
+            unack.queued.set_attribute("eval.dequeues", self._evals[ev.id])
+            unack.queued.end()
         unack.timer = self._nack_timer(ev.id, token)
         self._unack[ev.id] = unack
         return ev, token
@@ -293,6 +352,25 @@ class EvalBroker:
         unack = self._unack.get(eval_id)
         return unack.token if unack is not None else ""
 
+    def check_outstanding(self, eval_id: str, token: str) -> None:
+        """NotFound / FailedPrecondition unless outstanding with `token`."""
+        self._outstanding(eval_id, token)
+
+    def note_write(self, eval_id: str, token: str, index: int) -> None:
+        """The broker wrote the outstanding eval (or a follow-up of it) at `index`."""
+        unack = self._unack.get(eval_id)
+        if unack is not None and unack.token == token:
+            unack.written_index = max(unack.written_index, index)
+
+    def written_index(self, eval_id: str) -> int:
+        unack = self._unack.get(eval_id)
+        return unack.written_index if unack is not None else 0
+
+    def requeue_pending(self, token: str) -> bool:
+        """A newer pending write of the eval arrived while this dequeue held
+        it: the ack enqueues it again (so its `pending` status is expected)."""
+        return token in self._requeue
+
     def ack(self, eval_id: str, token: str) -> None:
         unack = self._outstanding(eval_id, token)
         if unack.timer is not None:
@@ -309,6 +387,10 @@ class EvalBroker:
             # everything else was superseded by the plan this ack covers
             for _, _, _, old in pending:
                 self._evals.pop(old.id, None)
+                superseded = self._queued.pop(old.id, None)
+                if superseded is not None:
+                    superseded.set_attribute("eval.superseded", True)
+                    superseded.end()
                 self._cancelable.append(old)
             self._enqueue_locked(best, best.type)
             if pending and self._on_cancelable is not None:
@@ -324,6 +406,7 @@ class EvalBroker:
         del self._unack[eval_id]
         self._requeue.pop(token, None)
         ev = unack.eval
+        self._trace_queued(ev)  # waiting again, for its redelivery
         count = self._evals.get(eval_id, 0)
         if count >= self.settings.delivery_limit:
             self._enqueue_locked(ev, FAILED_QUEUE)
@@ -376,7 +459,56 @@ class EvalBroker:
             unack.timer = None
 
     def resume_nack_timeout(self, eval_id: str, token: str) -> None:
+        """The planner is done with the eval's plan. If the worker holding it
+        lost its lease meanwhile, nack it now (its plan is committed, so the
+        redelivery sees it); otherwise restart the nack timer."""
+        unack = self._outstanding(eval_id, token)
+        if unack.worker_id and not self.leases.alive(unack.worker_id):
+            log.warning(
+                "eval %s: nacked after its plan; its worker %s lost its lease",
+                eval_id,
+                unack.worker_id,
+                extra={"eval_id": eval_id},
+            )
+            metrics.LEASE_NACKS.inc()
+            self.nack(eval_id, token)
+            return
         self.outstanding_reset(eval_id, token)
+
+    # ------------------------------------------------------------ worker leases
+
+    def heartbeat(self, worker_id: str) -> int:
+        """Renew the lease; returns how many evals the worker holds."""
+        self.leases.renew(worker_id)
+        return sum(1 for u in self._unack.values() if u.worker_id == worker_id)
+
+    def _lease_expired(self, worker_id: str) -> None:
+        """Nack at once every eval the worker holds. One whose plan is in the
+        planner (nack timer paused) is left to the planner's resume, which
+        nacks it; a full nack timer is its backstop should that never come."""
+        if not self.enabled:
+            return
+        metrics.LEASE_EXPIRIES.inc()
+        held = [u for u in self._unack.values() if u.worker_id == worker_id]
+        nacked: list[str] = []
+        for u in held:
+            if u.timer is None:
+                u.timer = self._nack_timer(u.eval.id, u.token)
+                continue
+            self.nack(u.eval.id, u.token)
+            nacked.append(u.eval.id)
+        metrics.LEASE_NACKS.inc(len(nacked))
+        if not held:
+            log.info("worker %s lost its lease holding no evals", worker_id)
+            return
+        log.warning(
+            "worker %s lost its lease: nacked %d eval(s) %s, %d waiting for their plan",
+            worker_id,
+            len(nacked),
+            ",".join(nacked),
+            len(held) - len(nacked),
+            extra={"eval_id": ",".join(nacked)},
+        )
 
     # ------------------------------------------------------------ reaping
 

@@ -20,10 +20,14 @@ from services.broker.eval_broker import EvalBroker
 
 
 class FeedRouter:
-    def __init__(self, broker: EvalBroker, blocked: BlockedEvals) -> None:
+    def __init__(
+        self, broker: EvalBroker, blocked: BlockedEvals, *, drop_evals: bool = False
+    ) -> None:
         self.broker = broker
         self.blocked = blocked
         self.enabled = False
+        #: test-only fault: lose every eval change (as a failed listener would)
+        self.drop_evals = drop_evals
         self._ready_nodes: set[str] = set()
         self._terminal_allocs: set[str] = set()
 
@@ -82,7 +86,7 @@ class FeedRouter:
                 # A plan's commit bumps its eval's modify index: the eval is
                 # outstanding here already, and routing it again would run it
                 # a second time after its ack.
-                if not event.deleted and event.type != PLAN_RESULT_EVENT:
+                if not event.deleted and event.type != PLAN_RESULT_EVENT and not self.drop_evals:
                     self._route_eval(event.evaluation)
             elif kind == "node":
                 self._route_node(event, batch.index)

@@ -3,31 +3,50 @@ leader; a standby answers UNAVAILABLE with the leader's address.
 
 Eval.Update/Create/Reblock check the worker's token (which also resets the
 eval's nack timer) and write through `State.UpsertEvals`, fenced with this
-leader's address.
+leader's address. Eval.Ack refuses an eval still `pending` in the state
+(after waiting for the broker's replica to reach the eval's last write):
+the worker must write the outcome first, or nack.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from opentelemetry import trace
 from prometheus_client import Gauge
 
+from corral import telemetry
 from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, NotLeader
 from corral.replica import Replica
 from corral.server import GrpcServer
 from corral.structs import EvalStatus, JobType, is_blocked_eval
-from corral.v1 import eval_pb2, eval_pb2_grpc, periodic_pb2, periodic_pb2_grpc
+from corral.v1 import (
+    eval_pb2,
+    eval_pb2_grpc,
+    periodic_pb2,
+    periodic_pb2_grpc,
+    system_pb2,
+    system_pb2_grpc,
+)
 from corral.v1 import structs_pb2 as pb
+from services.broker import metrics
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
+from services.broker.core_timers import FORCE_GC_MAX_WAIT, FORCE_GC_WAIT, ForcedGC
 from services.broker.eval_broker import EvalBroker
 from services.broker.periodic import PeriodicDispatcher
 
 Context = Any
+tracer = telemetry.tracer("corral.broker")
 WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
 
+log = logging.getLogger(__name__)
+
 ROLE = "broker"
+#: the longest worker id a Dequeue or Heartbeat may name
+MAX_WORKER_ID = 128
 # how long Reblock waits for its own write to reach the replica (and so the
 # feed router) before tracking the eval; past it, it tracks the eval anyway
 REBLOCK_FEED_WAIT = 5.0
@@ -62,6 +81,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         write: WriteEvals,
         is_leader: Callable[[], bool],
         leader_address: Callable[[], Awaitable[str]],
+        on_ack: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
         self.broker = broker
@@ -70,6 +90,8 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.write = write
         self.is_leader = is_leader
         self.leader_address = leader_address
+        #: told of every acked eval id (a forced GC waits for its own)
+        self.on_ack = on_ack
 
     async def _require_leader(self) -> None:
         if not self.is_leader() or not self.broker.enabled:
@@ -90,6 +112,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         unknown = [s for s in request.schedulers if s not in JobType.ALL]
         if unknown:
             raise InvalidArgument("schedulers", f"unknown scheduler type(s): {', '.join(unknown)}")
+        _check_worker_id(request.worker_id, required=False)
         await self._require_leader()
         timeout = (
             request.timeout_ms / 1000
@@ -97,11 +120,29 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             else self.settings.dequeue_default_timeout
         )
         timeout = min(timeout, self.settings.dequeue_max_timeout)
-        got = await self.broker.dequeue(list(request.schedulers), timeout)
+        got = await self.broker.dequeue(list(request.schedulers), timeout, request.worker_id)
         if got is None:
             return eval_pb2.EvalDequeueResponse()
         ev, token = got
-        return eval_pb2.EvalDequeueResponse(eval=ev, token=token, wait_index=self._wait_index(ev))
+        if not telemetry.tracing_enabled():
+            return eval_pb2.EvalDequeueResponse(
+                eval=ev, token=token, wait_index=self._wait_index(ev)
+            )
+        # the hand-off joins the eval's trace (the long poll itself is in none)
+        queued = self.broker.handoff_span(ev.id)
+        parent = (
+            trace.set_span_in_context(queued)
+            if queued is not None
+            else telemetry.context_from_traceparent(ev.traceparent)
+        )
+        with tracer.start_as_current_span("broker.dequeue", context=parent) as span:
+            span.set_attribute("eval.id", ev.id)
+            return eval_pb2.EvalDequeueResponse(
+                eval=ev,
+                token=token,
+                wait_index=self._wait_index(ev),
+                traceparent=telemetry.traceparent_of(span),
+            )
 
     def _wait_index(self, ev: pb.Evaluation) -> int:
         """max(eval modify index, every eval of its job in state): plans of
@@ -115,9 +156,46 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
     async def Ack(
         self, request: eval_pb2.EvalAckRequest, context: Context
     ) -> eval_pb2.EvalAckResponse:
+        """Release the eval, unless the state still has it `pending`: an ack
+        without the outcome written would leave it pending with nobody
+        holding it. The eval stays outstanding with its token, so the worker
+        nacks it (its nack timer, or its lease, is the backstop) and it is
+        redelivered, within the delivery limit like any failing eval."""
         await self._require_leader()
+        self.broker.check_outstanding(request.eval_id, request.token)
+        await self._check_not_pending(request.eval_id, request.token)
         self.broker.ack(request.eval_id, request.token)
+        if self.on_ack is not None:
+            self.on_ack(request.eval_id)
         return eval_pb2.EvalAckResponse()
+
+    async def _check_not_pending(self, eval_id: str, token: str) -> None:
+        written = self.broker.written_index(eval_id)
+        snap = self.replica.snapshot()
+        if snap.index < written:
+            try:
+                snap = await self.replica.wait_for_index(written, self.settings.ack_index_wait)
+            except TimeoutError:
+                snap = self.replica.snapshot()
+        stored = snap.eval_by_id(eval_id)
+        if (
+            stored is None  # never stored (core evals) or collected: nothing to leave behind
+            or stored.type == JobType.CORE  # core evals' outcome is not written (Nomad)
+            or stored.status != EvalStatus.PENDING
+            or self.broker.requeue_pending(token)  # pending again on purpose: requeued on ack
+        ):
+            return
+        metrics.ACKS_REFUSED.inc()
+        log.warning(
+            "refused the ack of eval %s: still pending in the state at index %d",
+            eval_id,
+            snap.index,
+            extra={"eval_id": eval_id, "index": snap.index},
+        )
+        raise FailedPrecondition(
+            f"evaluation {eval_id} is still pending in the state (index {snap.index}): write "
+            "its outcome with Eval.Update before acking it, or nack it"
+        )
 
     async def Nack(
         self, request: eval_pb2.EvalAckRequest, context: Context
@@ -163,7 +241,9 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         await self._require_leader()
         ev = self._single(request)
         self.broker.outstanding_reset(ev.id, request.token)
-        return eval_pb2.EvalWriteResponse(index=await self.write([ev]))
+        index = await self.write([ev])
+        self.broker.note_write(ev.id, request.token, index)
+        return eval_pb2.EvalWriteResponse(index=index)
 
     async def Create(
         self, request: eval_pb2.EvalWriteRequest, context: Context
@@ -177,7 +257,9 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.broker.outstanding_reset(ev.previous_eval, request.token)
         if self.replica.snapshot().eval_by_id(ev.id) is not None:
             raise AlreadyExists(f"evaluation {ev.id} already exists")
-        return eval_pb2.EvalWriteResponse(index=await self.write([ev]))
+        index = await self.write([ev])
+        self.broker.note_write(ev.previous_eval, request.token, index)
+        return eval_pb2.EvalWriteResponse(index=index)
 
     async def Reblock(
         self, request: eval_pb2.EvalWriteRequest, context: Context
@@ -205,6 +287,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         if ev.status != EvalStatus.BLOCKED:
             raise InvalidArgument("evals[0].status", f"must be blocked, not {ev.status!r}")
         index = await self.write([ev])
+        self.broker.note_write(ev.id, request.token, index)
         try:
             snap = await self.replica.wait_for_index(index, REBLOCK_FEED_WAIT)
         except TimeoutError:
@@ -214,6 +297,18 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             written = ev
         self.blocked.block(written, request.token)
         return eval_pb2.EvalWriteResponse(index=index)
+
+    # ------------------------------------------------------------ worker leases
+
+    async def Heartbeat(
+        self, request: eval_pb2.EvalHeartbeatRequest, context: Context
+    ) -> eval_pb2.EvalHeartbeatResponse:
+        _check_worker_id(request.worker_id, required=True)
+        await self._require_leader()
+        outstanding = self.broker.heartbeat(request.worker_id)
+        return eval_pb2.EvalHeartbeatResponse(
+            ttl_ms=int(self.settings.worker_lease_ttl * 1000), outstanding=outstanding
+        )
 
     # ------------------------------------------------------------ stats
 
@@ -233,11 +328,23 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             total_escaped=self.blocked.total_escaped,
             delayed_evals=s.total_waiting,
             leader_address=await self.leader_address(),
+            worker_leases=len(self.broker.leases),
         )
         for name, (ready, unacked) in s.by_scheduler.items():
             out.by_scheduler[name].ready = ready
             out.by_scheduler[name].unacked = unacked
         return out
+
+
+def _check_worker_id(worker_id: str, *, required: bool) -> None:
+    if not worker_id:
+        if required:
+            raise InvalidArgument("worker_id", "is required")
+        return
+    if len(worker_id) > MAX_WORKER_ID:
+        raise InvalidArgument("worker_id", f"must be at most {MAX_WORKER_ID} characters")
+    if not worker_id.isprintable():
+        raise InvalidArgument("worker_id", "must be printable characters only")
 
 
 def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
@@ -267,6 +374,53 @@ def export_metrics(broker: EvalBroker, blocked: BlockedEvals) -> None:
         }
         for state, value in per_state.items():
             BY_SCHEDULER.labels(sched, state).set(value)
+
+
+# ---------------------------------------------------------------- forced GC
+
+
+class CoreGCServicer(system_pb2_grpc.CoreGCServicer):
+    """`CoreGC.Force` on the leader, whose broker holds the core evals (the
+    state service relays users' `System.GarbageCollect` here)."""
+
+    def __init__(
+        self,
+        forced: ForcedGC,
+        broker: EvalBroker,
+        is_leader: Callable[[], bool],
+        leader_address: Callable[[], Awaitable[str]],
+    ) -> None:
+        self.forced = forced
+        self.broker = broker
+        self.is_leader = is_leader
+        self.leader_address = leader_address
+
+    async def Force(
+        self, request: system_pb2.SystemGCRequest, context: Context
+    ) -> system_pb2.SystemGCResponse:
+        if request.timeout_ms > FORCE_GC_MAX_WAIT * 1000:
+            raise InvalidArgument(
+                "timeout_ms", f"at most {int(FORCE_GC_MAX_WAIT * 1000)} ms may be waited"
+            )
+        if not self.is_leader() or not self.broker.enabled:
+            raise NotLeader(ROLE, await self.leader_address())
+        wait = None if request.detach else (request.timeout_ms / 1000 or FORCE_GC_WAIT)
+        eval_id, complete = await self.forced.run(wait=wait)
+        return system_pb2.SystemGCResponse(eval_id=eval_id, complete=complete)
+
+
+def register_core_gc(
+    server: GrpcServer,
+    forced: ForcedGC,
+    broker: EvalBroker,
+    is_leader: Callable[[], bool],
+    leader_address: Callable[[], Awaitable[str]],
+) -> None:
+    server.add(
+        system_pb2_grpc.add_CoreGCServicer_to_server,
+        CoreGCServicer(forced, broker, is_leader, leader_address),
+        system_pb2.DESCRIPTOR.services_by_name["CoreGC"].full_name,
+    )
 
 
 # ---------------------------------------------------------------- periodic

@@ -56,6 +56,11 @@ class Reaper:
             self._released.append(out)
         self.wake.set()
 
+    def queued_ids(self) -> set[str]:
+        """Evals waiting here for a write not yet started: released blocked
+        evals (still `blocked` in the state) and duplicates to cancel."""
+        return {ev.id for ev in self._released} | {ev.id for ev in self.blocked.duplicates}
+
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._writes())

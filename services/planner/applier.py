@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import grpc
+from opentelemetry import trace
 
 from corral import telemetry
 from corral.errors import (
@@ -314,12 +315,18 @@ class PlanApplier:
                 logging.shutdown()
                 os._exit(FAULT_EXIT_STATUS)
             start = time.perf_counter()
+            spans = _apply_spans(writes)
             try:
-                indexes = await self.state.apply_plans(
-                    [d.write for d in writes if d.write is not None],
-                    timeout=self.settings.apply_timeout,
-                )
+                # one write for the group: its RPC and commit join the first plan's trace
+                with trace.use_span(spans[0]) if spans else contextlib.nullcontext():
+                    indexes = await self.state.apply_plans(
+                        [d.write for d in writes if d.write is not None],
+                        timeout=self.settings.apply_timeout,
+                    )
             except Exception as exc:
+                for span in spans:
+                    span.set_status(trace.StatusCode.ERROR, _describe(exc))
+                    span.end()
                 log.warning("plan write failed: %s", _describe(exc))
                 self.overlay.discard()
                 self._resync = True
@@ -330,10 +337,10 @@ class PlanApplier:
                         self._fail(d.pending, stale_err)
                 return
             metrics.APPLY.observe(time.perf_counter() - start)
-            if telemetry.tracing_enabled():
-                for d in writes:
-                    plan = d.pending.plan
-                    _span(plan.traceparent, "plan.apply", start, plan.eval_id, d.evaluation)
+            for span, index in zip(spans, indexes if spans else [], strict=True):
+                span.set_attribute("plan.alloc_index", index)
+                span.set_attribute("plan.group_commit_size", len(writes))
+                span.end()
             metrics.GROUP_COMMIT_SIZE.observe(len(writes))
             self.stats.commits += 1
             for d, index in zip(writes, indexes, strict=True):
@@ -364,6 +371,8 @@ class PlanApplier:
         else:
             outcome = "noop"
         metrics.PLANS.labels(outcome).inc()
+        if evaluation.result.alloc_index:
+            metrics.count_committed(evaluation.result)
         pending.respond(evaluation.result)
 
     def _fail_all(self, pendings: list[PendingPlan], err: CorralError) -> None:
@@ -390,6 +399,28 @@ def _span(
     span.set_attribute("plan.nodes_rejected", len(evaluation.rejections))
     span.set_attribute("plan.alloc_index", evaluation.result.alloc_index)
     span.end(end_time=now_wall)
+
+
+def _apply_spans(writes: list[Decision]) -> list[trace.Span]:
+    """A `plan.apply` span per plan in its own trace (empty when not
+    tracing); each placed alloc carries its plan's span as its
+    traceparent, so the agent's start of it joins the eval's trace."""
+    if not telemetry.tracing_enabled():
+        return []
+    spans: list[trace.Span] = []
+    for d in writes:
+        plan = d.pending.plan
+        span = tracer.start_span(
+            "plan.apply", context=telemetry.context_from_traceparent(plan.traceparent)
+        )
+        span.set_attribute("eval.id", plan.eval_id)
+        if d.write is not None:
+            span.set_attribute("plan.allocs", len(d.write.allocs))
+            traceparent = telemetry.traceparent_of(span)
+            for alloc in d.write.allocs:
+                alloc.traceparent = traceparent
+        spans.append(span)
+    return spans
 
 
 def _describe(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from corral import telemetry
 from corral.errors import InvalidArgument, NotLeader, Unavailable
 from corral.structs import (
     DEFAULT_NAMESPACE,
@@ -155,6 +156,8 @@ class PlanServicer(plan_pb2_grpc.PlanServicer):
             raise InvalidArgument("plan", "is required")
         plan = request.plan
         validate_plan(plan)
+        # the applier's evaluate and apply nest under this call's span
+        plan.traceparent = telemetry.current_traceparent() or plan.traceparent
         await self.broker.pause_nack_timeout(plan.eval_id, plan.eval_token)
         try:
             pending = self.queue.enqueue(plan)

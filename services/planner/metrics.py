@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from corral.v1 import structs_pb2 as pb
+
 QUEUE_DEPTH = Gauge(
     "corral_plan_queue_depth", "Plans waiting in the plan queue (nomad.plan.queue_depth)"
 )
@@ -37,3 +39,24 @@ PLANS = Counter(
     "Plans answered, by outcome (committed, partial, noop, failed)",
     ["outcome"],
 )
+ALLOCS_PLACED = Counter(
+    "corral_plan_allocs_placed_total",
+    "Allocs written by committed plans: placements and in-place updates",
+)
+ALLOCS_STOPPED = Counter(
+    "corral_plan_allocs_stopped_total",
+    "Allocs stopped or evicted by committed plans, preemptions included",
+)
+
+
+def count_committed(result: pb.PlanResult) -> None:
+    """Count what a committed plan result wrote (placements/s on the
+    pipeline dashboard)."""
+    placed = sum(len(allocs.allocs) for allocs in result.node_allocation.values())
+    stopped = sum(len(s.stops) for s in result.node_update.values()) + sum(
+        len(s.stops) for s in result.node_preemptions.values()
+    )
+    if placed:
+        ALLOCS_PLACED.inc(placed)
+    if stopped:
+        ALLOCS_STOPPED.inc(stopped)

@@ -24,7 +24,9 @@ class StateClient:
     """PlanWriter over a gRPC channel to the state service.
 
     `leader_id` is the planner leader's advertised address, sent for
-    fencing (empty: unfenced, as in tests that run the applier alone)."""
+    fencing: the state refuses a plan write unless that address holds the
+    planner's leader lock (an empty one is always refused), so it is set
+    when this process is elected."""
 
     def __init__(self, state_addr: str, *, leader_id: str = "") -> None:
         self.leader_id = leader_id

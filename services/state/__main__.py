@@ -9,7 +9,6 @@ migrate` runs); several state processes may share one database.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         revision = upgrade(settings.dsn)
         print(f"database migrated to revision {revision}")
         return 0
-    return asyncio.run(runner.serve(settings, StateProcess))
+    return runner.run(settings, StateProcess)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from corral.leader import LeaderElection
 from corral.process import new_member_id
 from corral.server import GrpcServer
 from corral.v1 import state_pb2, state_pb2_grpc
-from services.state import handlers
+from services.state import handlers, metrics
 from services.state.app_context import StateContext
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
 from services.state.feed import ChangeFeed
-from services.state.handlers import node
+from services.state.handlers import acl, node
 from services.state.handlers.state import StateServicer
 from services.state.heartbeat import Drainer, Heartbeats
 
@@ -28,9 +28,13 @@ class StateApp:
     def __init__(self, settings: StateSettings) -> None:
         self.settings = settings
         self.db = Database(settings.dsn, pool_size=settings.pool_size)
-        self.feed = ChangeFeed(self.db)
-        self.server = GrpcServer(settings.listen, name="state", translate=translate_error)
+        self.feed = ChangeFeed(self.db, ring_bytes=settings.feed_ring_bytes)
+        self.server = GrpcServer(
+            settings.listen, name="state", translate=translate_error, settings=settings.security
+        )
         self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
+        # the state resolves ACL tokens from its own database
+        self.server.guard.resolver = self.ctx.acl
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
         self.election: LeaderElection | None = None
@@ -53,9 +57,22 @@ class StateApp:
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="log-retention"))
         self._tasks.append(asyncio.create_task(self._member_loop(), name="member"))
         self._tasks.append(
+            asyncio.create_task(
+                self.ctx.acl.follow(self.feed, self.server.shutting_down), name="acl-cache"
+            )
+        )
+        self._tasks.append(
             asyncio.create_task(self.election.run(self._on_elected, self._on_lost), name="election")
         )
+        metrics.CLUSTER.add_source(self._leader_view)
         return self.server.bound_address
+
+    def _leader_view(self) -> metrics.LeaderView | None:
+        """The cluster gauges' source (services/state/metrics.py): the
+        leader's copy of the state, None on a follower."""
+        if self.election is None or not self.election.is_leader:
+            return None
+        return metrics.LeaderView(self.feed.snapshot(), self.heartbeats.active)
 
     async def _on_elected(self) -> None:
         """Heartbeat timers and the drainer run on the leader only."""
@@ -80,11 +97,13 @@ class StateApp:
         return await self.election.leader_address() if self.election is not None else ""
 
     def _add_public_services(self) -> None:
-        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator)."""
+        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator, ACL)."""
         handlers.register(self.server, self.ctx)
         node.register(self.server, self.ctx, self.heartbeats, self.leader_address)
+        acl.register(self.server, self.ctx, self.settings.acl)
 
     async def stop(self) -> None:
+        metrics.CLUSTER.remove_source(self._leader_view)
         await self.server.stop(grace=5.0)
         if self.election is not None:
             await self.election.stop()

@@ -1,6 +1,7 @@
 """What every handler of the state service shares: the database, the
 batcher that coalesces small writes, the change feed (with its local copy of
-the state) and the shutdown signal.
+the state), the ACL token resolver, the node secret checks for what is
+read from that copy, and the shutdown signal.
 
 Handlers write through `write()` or `batcher.submit()`, never
 `db.write()` directly: both return only once the feed holds the index the
@@ -15,8 +16,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from services.state.acl import DatabaseResolver
 from services.state.db.database import Database, WriteTx
 from services.state.feed import ChangeFeed
+from services.state.node_identity import NodeSecrets
 from services.state.writes.batch import WriteBatcher
 
 
@@ -28,9 +31,14 @@ class StateContext:
     member_id: str = ""
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     batcher: WriteBatcher = field(init=False)
+    #: tokens to ACLs, from the database (the access interceptor's Resolver)
+    acl: DatabaseResolver = field(init=False)
+    node_secrets: NodeSecrets = field(init=False)
 
     def __post_init__(self) -> None:
         self.batcher = WriteBatcher(self.db, visible=self.feed.wait_visible)
+        self.acl = DatabaseResolver(self.db)
+        self.node_secrets = NodeSecrets(self.db)
 
     @contextlib.asynccontextmanager
     async def write(self, count: int = 1) -> AsyncIterator[WriteTx]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from corral.settings import Dsn, Option, ServerSettings, SettingsGroup
 
@@ -35,6 +35,27 @@ class HeartbeatSettings(SettingsGroup):
     )
 
 
+class ACLSettings(SettingsGroup):
+    """Bounds on the lifetime of ACL tokens created with a TTL (Nomad's
+    `acl.token_min_expiration_ttl` / `token_max_expiration_ttl`)."""
+
+    ENV_PREFIX: ClassVar[str | None] = "CORRAL_ACL_"
+    FLAG_PREFIX: ClassVar[str | None] = "--acl-"
+
+    token_min_expiration_ttl: float = Field(
+        60.0, gt=0, description="shortest TTL (s) a token may be created with"
+    )
+    token_max_expiration_ttl: float = Field(
+        86_400.0, gt=0, description="longest TTL (s) a token may be created with"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ACLSettings:
+        if self.token_min_expiration_ttl > self.token_max_expiration_ttl:
+            raise ValueError("acl token_min_expiration_ttl exceeds token_max_expiration_ttl")
+        return self
+
+
 class StateSettings(ServerSettings):
     """A state process (migrations, change feed, every write, the public API);
     several may share one database."""
@@ -49,4 +70,11 @@ class StateSettings(ServerSettings):
         30.0, gt=0, description="seconds between change-log truncations"
     )
     pool_size: int = Field(8, ge=1, description="database connections in the pool")
+    feed_ring_bytes: int = Field(
+        4 * 2**20,
+        ge=0,
+        description="serialized bytes of recent change batches kept in memory for subscribers "
+        "a little behind (about 4x that in memory); older ones are read from the change log",
+    )
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
+    acl: ACLSettings = Field(default_factory=ACLSettings)

@@ -4,7 +4,10 @@ batches out to every `State.Subscribe` and `Event.Stream` stream.
 
 One reader per process reads each new change-log row once, however many
 subscribers there are; subscribers that start behind the in-memory ring are
-served from the table and then join the live ring. Nothing polls: the
+served from the table and then join the live ring. The ring is bounded by
+bytes (`--feed-ring-bytes`), not only by count: a parsed batch takes about
+four times its serialized size, and under steady churn a ring of 8,192
+batches alone grew the state process by some 250 MB (issue 19). Nothing polls: the
 reader sleeps until a NOTIFY (or a reconnect of the LISTEN connection, after
 which it catches up from its last index).
 """
@@ -29,13 +32,25 @@ log = logging.getLogger(__name__)
 
 READ_BATCH = 1000
 VISIBLE_TIMEOUT_S = 30.0
+#: default bound of the ring: serialized bytes of the batches it holds
+RING_BYTES = 4 * 2**20
+#: and of its length, whatever the batches' size
+RING_SIZE = 8192
 
 
 class ChangeFeed:
-    def __init__(self, db: Database, *, ring_size: int = 8192) -> None:
+    def __init__(
+        self, db: Database, *, ring_bytes: int = RING_BYTES, ring_size: int = RING_SIZE
+    ) -> None:
         self.db = db
         self.store = StateStore()
-        self._ring: deque[pb.ChangeBatch] = deque(maxlen=ring_size)
+        # the newest batches, for subscribers a little behind; with their
+        # serialized sizes, so the ring is bounded by bytes as well as count
+        self._ring: deque[pb.ChangeBatch] = deque()
+        self._ring_sizes: deque[int] = deque()
+        self._ring_bytes = 0
+        self.ring_limit_bytes = ring_bytes
+        self.ring_limit_size = max(1, ring_size)
         self._advanced = asyncio.Event()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -75,6 +90,8 @@ class ChangeFeed:
         dump = await load_dump(self.db)
         self.store.reset(dump.to_snapshot())
         self._ring.clear()
+        self._ring_sizes.clear()
+        self._ring_bytes = 0
         log.info("state loaded at index %d", dump.index, extra={"index": dump.index})
 
     async def _listen(self) -> None:
@@ -134,9 +151,34 @@ class ChangeFeed:
     def _apply(self, batches: list[pb.ChangeBatch]) -> None:
         for batch in batches:
             self.store.apply(batch)
-            self._ring.append(batch)
+            self._remember(batch)
             self._wake_nodes(batch)
         self._signal_advance()
+
+    def _remember(self, batch: pb.ChangeBatch) -> None:
+        """Keep `batch` in the ring, dropping the oldest beyond either bound.
+
+        The newest batch always stays, however large (a 10,000-alloc plan),
+        so live subscribers are served from memory; a dropped one is read
+        from the change-log table by any subscriber that still needs it.
+        """
+        size = batch.ByteSize()
+        self._ring.append(batch)
+        self._ring_sizes.append(size)
+        self._ring_bytes += size
+        while len(self._ring) > 1 and (
+            self._ring_bytes > self.ring_limit_bytes or len(self._ring) > self.ring_limit_size
+        ):
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        self._ring.popleft()
+        self._ring_bytes -= self._ring_sizes.popleft()
+
+    @property
+    def ring_stats(self) -> tuple[int, int]:
+        """(batches, serialized bytes) the ring holds now."""
+        return len(self._ring), self._ring_bytes
 
     def committed(self, batches: list[pb.ChangeBatch]) -> None:
         """This process just committed `batches` (Database.on_commit).
@@ -194,7 +236,7 @@ class ChangeFeed:
         """Drop ring entries at or below `index` (the change log was truncated
         there): subscribers older than that must re-bootstrap."""
         while self._ring and self._ring[0].index <= index:
-            self._ring.popleft()
+            self._drop_oldest()
 
     def _signal_advance(self) -> None:
         ev = self._advanced

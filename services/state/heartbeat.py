@@ -27,6 +27,7 @@ import time
 from corral import structs
 from corral.structs import JobType, NodeStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
+from services.state import metrics
 from services.state.app_context import StateContext
 from services.state.config import HeartbeatSettings as HeartbeatSettings  # re-exported
 from services.state.writes.jobs import new_eval
@@ -59,6 +60,11 @@ class Heartbeats:
         heapq.heappush(self._heap, (deadline, node_id))
         if self._heap[0][1] == node_id:
             self._changed.set()
+
+    @property
+    def active(self) -> int:
+        """Nodes with a running timer (nomad.nomad.heartbeat.active)."""
+        return len(self._deadline)
 
     def forget(self, node_id: str) -> None:
         self._deadline.pop(node_id, None)
@@ -114,8 +120,10 @@ class Heartbeats:
         done = await self.ctx.batcher.submit(
             lambda tx: miss_heartbeat(tx, node_id), nodes=[node_id]
         )
-        node, evals, _ = done.value
+        node, evals, written = done.value
         new = node.status
+        if written:
+            metrics.HEARTBEAT_MISSED.labels(new).inc()
         _, evals, _ = done.value
         log.warning(
             "node %s missed its heartbeat: %s (%d evals)",

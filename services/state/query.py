@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from corral import access
+from corral import access, telemetry
 from corral.errors import InvalidArgument, NotFound
 from corral.store import StateSnapshot
 from corral.v1 import query_pb2
@@ -36,6 +36,8 @@ async def snapshot_for(
             break
         await ctx.feed.wait_advance(remaining)
         snap = ctx.feed.snapshot()
+    if table_index(snap, tables) <= query.min_index:
+        telemetry.mark_idle()  # timed out with nothing new: no trace of its own
     return snap
 
 

@@ -7,6 +7,7 @@ field, before anything is written, so bad input never half-writes.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -28,6 +29,28 @@ MAX_DURATION_HOURS = MAX_DURATION_NS // structs.HOUR
 _INT64_TYPES = (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64)
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 
+# Bounds on the parts of a job and a node that every scheduler pass walks
+# (each constraint, affinity and spread is checked against every candidate
+# node; meta and attributes are copied into every replica and interpolated
+# into constraints). Nomad sets none of these; ours are generous next to
+# real jobs and nodes (docs/cli.md "bounds on a job") and keep one request
+# from costing every scheduler pass or every replica without end.
+#: a task group's or task's name (it becomes part of every alloc's name
+#: and of its directory on a client)
+MAX_NAME_LEN = 128
+#: constraints per job, per group, per task (and per requested device)
+MAX_CONSTRAINTS = 100
+#: affinities per job, per group, per task
+MAX_AFFINITIES = 100
+#: spreads per job and per group, and targets per spread
+MAX_SPREADS = 20
+MAX_SPREAD_TARGETS = 100
+#: entries of one meta or attribute map (job, group, task, node meta; node,
+#: driver and device attributes), and the length of a key and of a value
+MAX_META_ENTRIES = 1_000
+MAX_META_KEY_LEN = 256
+MAX_META_VALUE_LEN = 16 * 1024
+
 
 def require_id(value: str, field: str) -> None:
     if not value:
@@ -36,6 +59,47 @@ def require_id(value: str, field: str) -> None:
         raise InvalidArgument(field, f"is longer than {MAX_ID_LEN} characters")
     if "\x00" in value:
         raise InvalidArgument(field, "must not contain NUL characters")
+
+
+def name_length(value: str, field: str) -> None:
+    if len(value) > MAX_NAME_LEN:
+        raise InvalidArgument(field, f"is longer than {MAX_NAME_LEN} characters")
+
+
+def at_most(n: int, limit: int, field: str, what: str) -> None:
+    """`field` holds `n` items (`what`), refused when over `limit`."""
+    if n > limit:
+        raise InvalidArgument(field, f"has {n} {what}, more than {limit}")
+
+
+def labels(entries: Mapping[str, str], field: str) -> None:
+    """A meta or attribute map: bounded entry count, key and value length,
+    no empty key."""
+    at_most(len(entries), MAX_META_ENTRIES, field, "entries")
+    for key, value in entries.items():
+        if not key:
+            raise InvalidArgument(field, "has an empty key")
+        if len(key) > MAX_META_KEY_LEN:
+            raise InvalidArgument(
+                field, f"key {key[:32]!r}... is longer than {MAX_META_KEY_LEN} characters"
+            )
+        if len(value) > MAX_META_VALUE_LEN:
+            raise InvalidArgument(
+                f"{field}[{key}]", f"is longer than {MAX_META_VALUE_LEN} characters"
+            )
+
+
+def node_labels(node: pb.Node, field: str) -> None:
+    """The node's meta and attributes, its drivers' and devices' attributes."""
+    labels(node.meta, f"{field}.meta")
+    labels(node.attributes, f"{field}.attributes")
+    at_most(len(node.drivers), MAX_META_ENTRIES, f"{field}.drivers", "drivers")
+    for name, driver in node.drivers.items():
+        labels(driver.attributes, f"{field}.drivers[{name}].attributes")
+    devices = node.node_resources.devices
+    at_most(len(devices), MAX_META_ENTRIES, f"{field}.node_resources.devices", "devices")
+    for i, dev in enumerate(devices):
+        labels(dev.attributes, f"{field}.node_resources.devices[{i}].attributes")
 
 
 def namespace(value: str, field: str) -> None:

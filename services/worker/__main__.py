@@ -11,6 +11,7 @@ import logging
 import sys
 
 from corral import runner, security
+from corral.acl_resolve import RemoteResolver
 from corral.replica import Replica
 from corral.server import GrpcServer
 from corral.v1 import eval_pb2_grpc, plan_pb2_grpc, state_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -18,6 +19,7 @@ from services.worker.clients import LeaderClient
 from services.worker.config import WorkerSettings
 from services.worker.handlers import WorkerAdminServicer
 from services.worker.pool import WorkerPool
+from services.worker.scheduler import limits
 
 log = logging.getLogger("services.worker")
 
@@ -27,6 +29,7 @@ class WorkerProcess:
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
+        limits.configure(settings.max_placements_per_eval)
         self.replica = Replica(settings.state_addr, name="worker")
         self.broker = LeaderClient(settings.broker_addrs, eval_pb2_grpc.EvalStub)
         self.planner = LeaderClient(settings.planner_addrs, plan_pb2_grpc.PlanStub)
@@ -39,7 +42,13 @@ class WorkerProcess:
             state_pb2_grpc.StateStub(self.state_channel),
         )
         # the worker receives admin calls and dry runs of one job
-        self.server = GrpcServer(settings.listen, name="worker", max_receive_bytes=32 * 1024 * 1024)
+        self.server = GrpcServer(
+            settings.listen,
+            name="worker",
+            settings=settings.security,
+            resolver=RemoteResolver(self.state_channel),
+            max_receive_bytes=32 * 1024 * 1024,
+        )
 
     async def start(self) -> runner.Ready:
         await self.replica.start()

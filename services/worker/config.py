@@ -8,8 +8,10 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from corral.errors import InvalidArgument
-from corral.settings import CommaList, Option, ServerSettings, StateAddr
-from corral.structs import SCHEDULER_VERSION, JobType
+from corral.settings import CommaList, Option, ServerSettings, SettingsGroup, StateAddr
+from corral.structs import SCHEDULER_VERSION, SECOND, JobType
+from services.worker.scheduler.core_sched import GCConfig
+from services.worker.scheduler.limits import DEFAULT_MAX_PLACEMENTS
 
 #: loops beyond the core count still pay off: a loop waiting on a plan commit
 #: or a dequeue holds no CPU (Nomad caps at NumCPU; Python overlaps the waits)
@@ -26,6 +28,45 @@ DEFAULT_MAX_LOOPS = 16
 def default_num_schedulers() -> int:
     """Nomad runs one loop per core; ours default to more (see above)."""
     return min(DEFAULT_MAX_LOOPS, (os.cpu_count() or 1) * LOOPS_PER_CORE)
+
+
+class GCSettings(SettingsGroup):
+    """Nomad's server GC thresholds: how old a terminal object must be before
+    the core scheduler collects it. They live with the worker because its
+    core scheduler applies them; the broker leader's `--core-gc-interval`
+    says how often a collection runs. `corral system gc` ignores them all
+    (Nomad's force GC)."""
+
+    eval_gc_threshold: float = Field(
+        3600.0, ge=0, description="seconds before a terminal eval and its allocs are collected"
+    )
+    batch_eval_gc_threshold: float = Field(
+        86400.0,
+        ge=0,
+        description="seconds before a terminal eval of a batch job and its allocs are collected",
+    )
+    job_gc_threshold: float = Field(
+        14400.0,
+        ge=0,
+        description="seconds before a stopped or dead job (with its evals, allocs and "
+        "deployments) is collected",
+    )
+    deployment_gc_threshold: float = Field(
+        3600.0, ge=0, description="seconds before an ended deployment is collected"
+    )
+    node_gc_threshold: float = Field(
+        86400.0, ge=0, description="seconds before a down node with no live alloc is collected"
+    )
+
+    def config(self) -> GCConfig:
+        """The thresholds as the core scheduler takes them (nanoseconds)."""
+        return GCConfig(
+            eval_gc_threshold=int(self.eval_gc_threshold * SECOND),
+            batch_eval_gc_threshold=int(self.batch_eval_gc_threshold * SECOND),
+            job_gc_threshold=int(self.job_gc_threshold * SECOND),
+            deployment_gc_threshold=int(self.deployment_gc_threshold * SECOND),
+            node_gc_threshold=int(self.node_gc_threshold * SECOND),
+        )
 
 
 class WorkerSettings(ServerSettings):
@@ -90,8 +131,23 @@ class WorkerSettings(ServerSettings):
         description="bound (s) on one plan submit retrying a transient error (no leader, "
         "UNAVAILABLE)",
     )
-    fault: Literal["", "stall-before-ack"] = Field(
-        "", description="test-only fault injection: stall-before-ack"
+    max_placements_per_eval: int = Field(
+        DEFAULT_MAX_PLACEMENTS,
+        ge=1,
+        description="placements one evaluation may materialise; an eval asking for more "
+        "fails with a description instead of exhausting the worker (docs/scheduler.md)",
+    )
+    heartbeat_interval: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between the worker's lease heartbeats to the broker (sent "
+        "whatever the scheduler loops are doing; the broker's lease ttl is 5 s by default)",
+    )
+    gc: GCSettings = Field(default_factory=GCSettings)
+    fault: Literal["", "stall-before-ack", "busy-scheduler"] = Field(
+        "",
+        description="test-only fault injection: stall-before-ack (hang between the plan and "
+        "the ack), busy-scheduler (spin the CPU for 8 s in the scheduler thread first)",
     )
 
     @field_validator("enabled_schedulers")

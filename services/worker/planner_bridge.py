@@ -14,7 +14,9 @@ import asyncio
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from corral import structs
+from opentelemetry import context as otel_context
+
+from corral import structs, telemetry
 from corral.store import StateSnapshot
 from corral.v1 import plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
@@ -44,15 +46,26 @@ class WorkerPlanner:
         self.plans_submitted = 0
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """Run `coro` on the worker's loop inside the scheduler thread's
+        trace context, so its RPCs nest under the scheduler's span."""
+        ctx = otel_context.get_current()
+
+        async def in_trace() -> T:
+            token = otel_context.attach(ctx)
+            try:
+                return await coro
+            finally:
+                otel_context.detach(token)
+
+        return asyncio.run_coroutine_threadsafe(in_trace(), self.loop).result()
 
     # ------------------------------------------------------------ Planner
 
     def submit_plan(self, plan: pb.Plan) -> tuple[pb.PlanResult, StateSnapshot | None]:
         plan.eval_token = self.token
         plan.snapshot_index = self.snapshot.index
-        if not plan.traceparent:
-            plan.traceparent = self.traceparent
+        # the scheduler's span (this thread's), so the plan's steps nest under it
+        plan.traceparent = telemetry.current_traceparent() or plan.traceparent or self.traceparent
         self.plans_submitted += 1
         resp: plan_pb2.PlanSubmitResponse = self._run(self.worker.submit_plan(plan))
         result = resp.result

@@ -1,19 +1,30 @@
 """The worker pool: N scheduler loops sharing one replica, one executor and
 the broker/planner clients, reconfigurable at run time (Nomad 1.2's
-scheduler worker API)."""
+scheduler worker API).
+
+The pool also holds the process's lease with the broker: every dequeue
+names `lease_id`, and a heartbeat task renews the lease every
+`heartbeat_interval` on the event loop, whatever the loops are doing (a
+scheduler runs in a thread), so a slow scheduling run keeps its lease and
+a dead process loses it within the broker's lease ttl."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+import grpc
+
 from corral.errors import InvalidArgument
 from corral.replica import Replica
 from corral.structs import JobType
-from corral.v1 import state_pb2_grpc, worker_pb2
+from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
 from services.worker.config import MAX_SCHEDULERS, WorkerSettings
 from services.worker.worker import Worker
 
@@ -50,8 +61,12 @@ class WorkerPool:
             max_workers=MAX_SCHEDULERS, thread_name_prefix="scheduler"
         )
         self._lock = asyncio.Lock()
+        #: this process's lease with the broker (unique per process start)
+        self.lease_id = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._heartbeat: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        self._heartbeat = asyncio.create_task(self._heartbeats(), name="lease-heartbeat")
         await self._resize(self.settings.num_schedulers)
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -60,7 +75,34 @@ class WorkerPool:
         for w in workers:
             w.stop()
         await asyncio.gather(*(w.wait_stopped(timeout) for w in workers))
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _heartbeats(self) -> None:
+        """Renew the lease until stopped; a failure (no leader yet, a
+        standby) is retried at the next tick: the broker's ttl spans several."""
+        interval = self.settings.heartbeat_interval
+        request = eval_pb2.EvalHeartbeatRequest(worker_id=self.lease_id)
+        failing = False
+        while True:
+            try:
+                await self.broker.call("Heartbeat", request, timeout=max(1.0, 2 * interval))
+                if failing:
+                    log.info("worker lease %s: heartbeats reach the broker again", self.lease_id)
+                failing = False
+            except grpc.aio.AioRpcError as exc:
+                if not failing:
+                    log.warning(
+                        "worker lease %s: heartbeat failed (%s): %s",
+                        self.lease_id,
+                        exc.code().name,
+                        exc.details(),
+                    )
+                failing = True
+            await asyncio.sleep(interval)
 
     # ------------------------------------------------------------ admin
 

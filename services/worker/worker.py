@@ -21,6 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from corral import telemetry
 from corral.store import StateSnapshot
@@ -89,6 +91,18 @@ async def _first(*events: asyncio.Event) -> None:
 #: test-only fault (CORRAL_WORKER_FAULT): hang after the scheduler ran (its
 #: plan committed) and before the ack, so a test can kill the worker there
 FAULT_STALL_BEFORE_ACK = "stall-before-ack"
+#: test-only fault: a scheduling run that keeps the CPU busy (in its thread)
+#: for BUSY_SCHEDULER_SECONDS before scheduling, longer than a lease ttl
+FAULT_BUSY_SCHEDULER = "busy-scheduler"
+BUSY_SCHEDULER_SECONDS = 8.0
+
+
+def _spin(seconds: float) -> None:
+    """Burn CPU in pure Python (holding the GIL between switches)."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
 
 
 class WorkerStopping(Exception):
@@ -181,6 +195,20 @@ class Worker:
             return
         ev, token = resp.eval, resp.token
         self.current_eval_id = ev.id
+        # the eval's work, from the dequeue to the ack, under the broker's hand-off
+        span = tracer.start_span(
+            "worker.eval",
+            context=telemetry.context_from_traceparent(resp.traceparent or ev.traceparent),
+        )
+        span.set_attribute("eval.id", ev.id)
+        span.set_attribute("job.id", ev.job_id)
+        span.set_attribute("worker.id", self.id)
+        with trace.use_span(span, end_on_exit=True):
+            await self._process(resp, ev, token)
+
+    async def _process(
+        self, resp: eval_pb2.EvalDequeueResponse, ev: pb.Evaluation, token: str
+    ) -> None:
         extra = {"eval_id": ev.id, "job_id": ev.job_id}
         try:
             if self.stopping:
@@ -218,6 +246,7 @@ class Worker:
             schedulers=self.pool.enabled_schedulers,
             timeout_ms=int(settings.dequeue_timeout * 1000),
             scheduler_version=settings.scheduler_version,
+            worker_id=self.pool.lease_id,
         )
         start = time.perf_counter()
         call = asyncio.ensure_future(
@@ -248,19 +277,8 @@ class Worker:
                 await self._backoff(settings.backoff_fast, settings.backoff_limit)
             return None
         if resp.eval.id:
-            waited = time.perf_counter() - start
-            metrics.DEQUEUE_EVAL.observe(waited)
+            metrics.DEQUEUE_EVAL.observe(time.perf_counter() - start)
             self._failures = 0
-            if telemetry.tracing_enabled():
-                # the dequeue finished before we knew which trace it joins
-                now = time.time_ns()
-                span = tracer.start_span(
-                    "worker.dequeue_eval",
-                    context=telemetry.context_from_traceparent(resp.eval.traceparent),
-                    start_time=now - int(waited * 1e9),
-                )
-                span.set_attribute("eval.id", resp.eval.id)
-                span.end(end_time=now)
         return resp
 
     async def _wait_for_index(
@@ -274,9 +292,7 @@ class Worker:
         self.workload = Workload.WAITING_FOR_RAFT
         start = time.perf_counter()
         try:
-            with tracer.start_as_current_span(
-                "worker.wait_for_index", context=telemetry.context_from_traceparent(ev.traceparent)
-            ) as span:
+            with tracer.start_as_current_span("worker.wait_for_index") as span:
                 span.set_attribute("index", index)
                 snap: StateSnapshot = await self._interruptible(
                     replica.wait_for_index(index, settings.sync_limit)
@@ -319,13 +335,24 @@ class Worker:
         planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent)
         sched_log = logging.LoggerAdapter(log, {"eval_id": ev.id, "job_id": ev.job_id})
         start = time.perf_counter()
-        ctx = telemetry.context_from_traceparent(ev.traceparent)
+        ctx = otel_context.get_current()  # the scheduler's thread joins this trace
+
+        busy = self.pool.settings.fault == FAULT_BUSY_SCHEDULER
 
         def run() -> None:
+            if busy:
+                log.error("fault injection: busy scheduler on eval %s", ev.id)
+                _spin(BUSY_SCHEDULER_SECONDS)
             with tracer.start_as_current_span(f"scheduler.{ev.type}", context=ctx) as span:
                 span.set_attribute("eval.id", ev.id)
                 span.set_attribute("job.id", ev.job_id)
-                sched = new_scheduler(ev.type, snapshot, planner, log=sched_log.logger)
+                sched = new_scheduler(
+                    ev.type,
+                    snapshot,
+                    planner,
+                    log=sched_log.logger,
+                    gc_config=self.pool.settings.gc.config(),
+                )
                 sched.process(ev)
 
         try:
@@ -360,10 +387,7 @@ class Worker:
         try:
             while True:
                 try:
-                    with tracer.start_as_current_span(
-                        "worker.submit_plan",
-                        context=telemetry.context_from_traceparent(plan.traceparent),
-                    ):
+                    with tracer.start_as_current_span("worker.submit_plan"):
                         resp: plan_pb2.PlanSubmitResponse = await self.pool.planner.call(
                             "Submit", plan_pb2.PlanSubmitRequest(plan=plan), timeout=60.0
                         )
@@ -398,20 +422,25 @@ class Worker:
     # ------------------------------------------------------------ ack / nack / backoff
 
     async def _ack(self, ev: pb.Evaluation, token: str) -> None:
-        await self._send("Ack", ev, token)
+        """Ack; if the broker refuses (the eval is still pending in the state:
+        its outcome was never written), nack so it is redelivered now rather
+        than after the nack timeout."""
+        refused = await self._send("Ack", ev, token)
+        if refused == grpc.StatusCode.FAILED_PRECONDITION:
+            await self._nack(ev, token)
 
     async def _nack(self, ev: pb.Evaluation, token: str) -> None:
         await self._send("Nack", ev, token)
 
-    async def _send(self, op: str, ev: pb.Evaluation, token: str) -> None:
+    async def _send(self, op: str, ev: pb.Evaluation, token: str) -> grpc.StatusCode | None:
+        """The call's error code, None on success (errors are logged)."""
         start = time.perf_counter()
         try:
-            with tracer.start_as_current_span(
-                f"worker.{op.lower()}", context=telemetry.context_from_traceparent(ev.traceparent)
-            ):
+            with tracer.start_as_current_span(f"worker.{op.lower()}"):
                 await self.pool.broker.call(
                     op, eval_pb2.EvalAckRequest(eval_id=ev.id, token=token), timeout=10.0
                 )
+            return None
         except grpc.aio.AioRpcError as exc:
             # The broker redelivers after the nack timeout; nothing is lost.
             log.warning(
@@ -422,6 +451,8 @@ class Worker:
                 exc.details(),
                 extra={"eval_id": ev.id},
             )
+            code: grpc.StatusCode = exc.code()
+            return code
         finally:
             metrics.SEND_ACK.labels(op.lower()).observe(time.perf_counter() - start)
 

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,42 +72,15 @@ def corral_json(dev: Dev, *args: str) -> Any:
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    data_dir = tmp_path_factory.mktemp("corral-dev")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "dev", "-data-dir", str(data_dir), "-port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    output: list[str] = []
-    stdout = proc.stdout
-    assert stdout is not None
-    reader = threading.Thread(target=lambda: output.extend(iter(stdout.readline, "")), daemon=True)
-    reader.start()
-    summary = data_dir / "dev.json"
-    deadline = time.monotonic() + START_TIMEOUT
-    while not summary.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            reader.join(5)
-            pytest.fail("corral dev did not start:\n" + "".join(output))
-        time.sleep(0.2)
-    info = json.loads(summary.read_text())
-    d = Dev(proc, data_dir, info["address"], info, output)
+    started = start_dev(tmp_path_factory.mktemp("corral-dev"))
+    d = Dev(started.proc, started.data_dir, started.info["address"], started.info, started.output)
     # the local client node must be up before jobs can be placed
     wait_for(
         "the dev client node",
         lambda: [n for n in corral_json(d, "node", "status") if n["status"] == "ready"],
     )
     yield d
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    reader.join(5)
+    stop_dev(started)
 
 
 def job_allocs(dev: Dev, job_id: str) -> list[dict[str, Any]]:
@@ -397,6 +370,31 @@ def test_node_eligibility_toggle(dev: Dev) -> None:
     assert both.returncode == 1
 
 
+def test_every_role_serves_its_metrics_and_a_scrape_config_names_them(dev: Dev) -> None:
+    roles = dev.info["roles"]
+    config = (dev.data_dir / "prometheus.yml").read_text()
+    for role, info in roles.items():
+        assert f'targets: ["{info["metrics"]}"]' in config, role
+        text = _scrape(info["metrics"])
+        assert 'corral_build_info{python="' in text and f'role="{role}"' in text, role
+        if role != "state":  # the state dials nobody
+            assert "grpc_client_handled_total{" in text, role
+    # the state leader's cluster gauges; the agent's own; per-RPC server metrics
+    wait_for(
+        "the state leader's node gauge",
+        lambda: (
+            'corral_nodes{datacenter="dc1",status="ready"} 1.0'
+            in _scrape(roles["state"]["metrics"])
+        ),
+    )
+    state = _scrape(roles["state"]["metrics"])
+    assert 'corral_leader{role="state"} 1.0' in state
+    assert "corral_heartbeat_active 1.0" in state
+    assert 'grpc_server_handled_total{grpc_code="OK",grpc_method="Register",' in state
+    assert 'corral_leader{role="broker"} 1.0' in _scrape(roles["broker"]["metrics"])
+    assert 'corral_client_allocs{status="running"}' in _scrape(roles["agent"]["metrics"])
+
+
 # --------------------------------------------------------------- shutdown (last)
 
 
@@ -412,3 +410,10 @@ def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
         pytest.fail(f"process {pid} still running after corral dev stopped")
     assert not (dev.data_dir / "dev.json").exists()
     assert (dev.data_dir / "logs" / "state.log").exists()
+
+
+def _scrape(address: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())

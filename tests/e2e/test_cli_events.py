@@ -21,6 +21,7 @@ import pytest
 from corral import security
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
+from tests.leaders import TEST_LEADER_ADDRESS, hold_leadership
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +52,14 @@ def state_addr(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             proc.wait()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def broker_leader(pg_dsn: str) -> Iterator[str]:
+    """The evals below are written as the broker leader would (the state
+    refuses eval writes from anyone else)."""
+    with hold_leadership(pg_dsn, "broker") as address:
+        yield address
+
+
 def upsert_eval(addr: str, job_id: str) -> int:
     ev = pb.Evaluation(
         id=str(uuid.uuid4()), namespace="default", priority=50, type="service",
@@ -58,7 +67,7 @@ def upsert_eval(addr: str, job_id: str) -> int:
     )  # fmt: skip
     with security.dial_sync(addr) as ch:
         resp = state_pb2_grpc.StateStub(ch).UpsertEvals(
-            state_pb2.UpsertEvalsRequest(evals=[ev]), timeout=30
+            state_pb2.UpsertEvalsRequest(evals=[ev], leader_id=TEST_LEADER_ADDRESS), timeout=30
         )
     return int(resp.index)
 

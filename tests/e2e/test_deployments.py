@@ -29,7 +29,7 @@ UPDATE = """
     update {{
       max_parallel      = 2
       health_check      = "task_states"
-      min_healthy_time  = "1s"
+      min_healthy_time  = "{min_healthy}"
       healthy_deadline  = "{healthy}"
       progress_deadline = "{progress}"
       auto_revert       = true
@@ -46,12 +46,15 @@ def jobspec(
     canary: int = 0,
     cpu: int = 20,
     progress: str = "30s",
+    min_healthy: str = "1s",
 ) -> str:
     """A service job of `count` mock tasks; `fail`: the task exits 1 after
     half a second and is not restarted (its alloc turns unhealthy)."""
     config = 'run_for = "0.5s"\n        exit_code = 1' if fail else 'run_for = "0"'
     healthy = "2s" if progress != "30s" else "10s"
-    update = UPDATE.format(canary=canary, healthy=healthy, progress=progress)
+    update = UPDATE.format(
+        canary=canary, healthy=healthy, progress=progress, min_healthy=min_healthy
+    )
     return f"""
 job "web" {{
   datacenters = ["dc1"]
@@ -226,7 +229,9 @@ async def test_paused_deployment_waits_for_resume(
     assert first.returncode == 0, first.stdout + first.stderr
 
     path = tmp_path / "v1.hcl"
-    path.write_text(jobspec("1", count=4))
+    # the first batch turns healthy only after the pause below has landed (a
+    # CLI process takes a second or two to start on a loaded machine)
+    path.write_text(jobspec("1", count=4, min_healthy="6s"))
     detached = await asyncio.to_thread(corral, c, "job", "run", "-detach", str(path))
     assert detached.returncode == 0, detached.stderr
     d = await until(lambda: deployment_of(c, "web", 1), what="version 1's deployment")

@@ -26,6 +26,8 @@ from corral.v1 import (
     plan_pb2_grpc,
     state_pb2,
     state_pb2_grpc,
+    system_pb2,
+    system_pb2_grpc,
     worker_pb2_grpc,
 )
 from tests.cluster import Cluster
@@ -76,6 +78,12 @@ def _internal_calls(c: Cluster, channel: Callable[[str], grpc.aio.Channel]) -> l
             ),
         ),
         ("Eval.Ack", lambda: broker.Ack(eval_pb2.EvalAckRequest(eval_id=ev.id, token="x"))),
+        (
+            "CoreGC.Force",
+            lambda: system_pb2_grpc.CoreGCStub(channel(c.broker_addr)).Force(
+                system_pb2.SystemGCRequest(detach=True)
+            ),
+        ),
         ("Plan.Submit", lambda: planner.Submit(plan_pb2.PlanSubmitRequest())),
         ("Worker.PlanJob", lambda: worker.PlanJob(job_pb2.JobPlanRequest(job=mock.job()))),
     ]

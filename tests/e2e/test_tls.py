@@ -121,20 +121,13 @@ async def test_client_and_cli_certificates_cannot_call_server_only_rpcs(
         async with security.dial(c.state_addr, settings=settings) as ch:
             state = state_pb2_grpc.StateStub(ch)
             job = mock.job()
+            plan = state_pb2.AppliedPlan(job_id=job.id, allocs=[mock.alloc(job, mock.node())])
             for call in (
-                lambda: state.GetIndex(state_pb2.GetIndexRequest()),
-                lambda: state.ApplyPlans(
-                    state_pb2.ApplyPlansRequest(
-                        plans=[
-                            state_pb2.AppliedPlan(
-                                job_id=job.id, allocs=[mock.alloc(job, mock.node())]
-                            )
-                        ]
-                    )
-                ),
+                state.GetIndex(state_pb2.GetIndexRequest()),
+                state.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
             ):
                 with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await call()
+                    await call
                 assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, role
                 assert f"certificate role '{role}'" in (err.value.details() or "")
             # the public API answers them (ACLs off)
@@ -145,7 +138,10 @@ async def test_client_and_cli_certificates_cannot_call_server_only_rpcs(
 
 
 async def _refused(address: str, settings: SecuritySettings) -> grpc.StatusCode:
-    async with security.dial(address, settings=settings) as ch:
+    # retries off: the handshake's refusal itself is the answer under test
+    async with security.dial(
+        address, settings=settings, options=[("grpc.enable_retries", 0)]
+    ) as ch:
         try:
             await job_pb2_grpc.JobStub(ch).List(job_pb2.JobListRequest(), timeout=5)
         except grpc.aio.AioRpcError as exc:

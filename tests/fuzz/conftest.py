@@ -233,7 +233,7 @@ def _bootstrap_token(found: list[rpcs.Rpc]) -> str:
     if not bootstrap:
         raise pytest.UsageError("CORRAL_FUZZ_ACL=1 needs the state's ACL service")
     rpc = bootstrap[0]
-    answer = rpcs.Callers().call(rpc, message_class(rpc.input)(), rpcs.As.CLIENT, timeout=30)
+    answer = rpcs.Callers().call(rpc, message_class(rpc.input)(), rpcs.As.USER, timeout=30)
     assert answer.ok, answer.details
     token = getattr(answer.responses[0], "token", None)
     return str(getattr(token, "secret_id", ""))

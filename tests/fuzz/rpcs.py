@@ -5,9 +5,10 @@ call each one. A role, service or RPC added later is fuzzed without a line
 here; one served without a rule is reported (the server refuses it).
 
 Calls are generic (serialized by the descriptors) over blocking channels,
-as four kinds of caller: anonymous, a stale or random ACL token, a forged
-server token, and a caller that dials as Corral's own clients do
-(`corral.security.dial_sync`, with the ACL token when the cluster has one).
+as five kinds of caller: anonymous, a stale or random ACL token, a forged
+server token, a user dialling with `corral.security.dial_sync` (the
+cluster's ACL token when it has ACLs on) and a server (the same with the
+server token, as Corral's own roles call each other).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, MethodDescriptor
 from google.protobuf.message import Message
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from pydantic import SecretStr
 
 from corral import security
 from corral.access import RULES, Caller, Rule
-from corral.security import SERVER_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY
+from corral.acl import TOKEN_METADATA_KEY
+from corral.security import SERVER_TOKEN_METADATA_KEY
 from tests.fuzz.messages import message_class
 
 #: services every server adds and no rule governs
@@ -41,7 +44,8 @@ class As(enum.Enum):
     ANONYMOUS = "anonymous"  # plaintext, no metadata at all
     STALE_TOKEN = "stale-token"  # an ACL token that is unknown, deleted or garbage
     FORGED_SERVER = "forged-server-token"  # a wrong server token
-    CLIENT = "client"  # security.dial: the server token and, with ACLs, a real token
+    USER = "user"  # security.dial without the server token, with the cluster's ACL token
+    SERVER = "server"  # security.dial as Corral's own roles do (the server token)
 
 
 @dataclass(frozen=True)
@@ -166,13 +170,19 @@ class Callers:
             ((TOKEN_METADATA_KEY, ""), ("authorization", "Bearer ")),
         )
         self._plain: dict[str, grpc.Channel] = {}
-        self._client: dict[str, grpc.Channel] = {}
+        self._dialled: dict[str, grpc.Channel] = {}
 
     def channel(self, address: str, caller: As) -> grpc.Channel:
-        if caller is As.CLIENT:
-            if address not in self._client:
-                self._client[address] = security.dial_sync(address, token=self.acl_token)
-            return self._client[address]
+        if caller in (As.USER, As.SERVER):
+            key = f"{caller.value}:{address}"
+            if key not in self._dialled:
+                settings = security.current()
+                if caller is As.USER:
+                    settings = settings.model_copy(update={"server_token": SecretStr("")})
+                self._dialled[key] = security.dial_sync(
+                    address, token=self.acl_token, settings=settings
+                )
+            return self._dialled[key]
         if address not in self._plain:
             self._plain[address] = grpc.insecure_channel(address)
         return self._plain[address]
@@ -225,7 +235,7 @@ class Callers:
             )
 
     def close(self) -> None:
-        for ch in [*self._plain.values(), *self._client.values()]:
+        for ch in [*self._plain.values(), *self._dialled.values()]:
             ch.close()
         self._plain.clear()
-        self._client.clear()
+        self._dialled.clear()

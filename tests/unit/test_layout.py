@@ -109,7 +109,7 @@ def test_every_rpc_has_an_access_rule() -> None:
 
     from corral.access import RULES
 
-    declared = set()
+    declared: set[str] = set()
     for path in sorted((ROOT / "corral" / "v1").glob("*_pb2.py")):
         module = importlib.import_module(f"corral.v1.{path.stem}")
         for service in module.DESCRIPTOR.services_by_name.values():

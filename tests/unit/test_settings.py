@@ -248,7 +248,7 @@ def test_every_variable_the_manifests_set_is_a_setting_of_some_role() -> None:
     deploy = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
     known = {s.env for model in HISTORICAL for s in settings_of(model)}
     used = set()
-    for manifest in deploy.glob("*.yaml"):
+    for manifest in deploy.rglob("*.yaml"):
         used |= set(re.findall(r"\b(CORRAL_[A-Z_]+)\b", manifest.read_text()))
     assert used, "no CORRAL_ variables found in deploy/k8s"
     assert sorted(used - known) == []

@@ -105,3 +105,32 @@ def test_an_alloc_updated_by_a_newer_eval_moves_between_eval_indexes() -> None:
     assert snap.allocs_by_eval("e3") == [] and snap.allocs_by_eval("e4") == []
     assert snap.allocs_by_node("n1") == [] and snap.allocs_by_job("default", "web") == []
     assert "n1" not in snap.allocs_by_node_map
+
+
+def test_a_lean_store_keeps_allocs_without_their_placement_metrics() -> None:
+    """Issue 19: a replica keeps allocs without the scheduler's placement
+    metrics (three quarters of their bytes); the state's own store keeps
+    them whole, for `alloc status -verbose`."""
+    alloc = pb.Allocation(id="a1", job_id="web", namespace="default", node_id="n1", eval_id="e1")
+    alloc.metrics.nodes_evaluated = 100
+    alloc.metrics.nodes_available["dc1"] = 3
+    alloc.resources.cpu = 250
+
+    def batch() -> pb.ChangeBatch:
+        return _batch(1, pb.Event(topic=Topic.ALLOCATION, type="PlanResult", allocation=alloc))
+
+    full = StateStore()
+    full.apply(batch())
+    assert full.snapshot().alloc_by_id("a1") == alloc
+    lean = StateStore(lean=True)
+    lean.apply(batch())
+    kept = lean.snapshot().alloc_by_id("a1")
+    assert kept is not None and not kept.HasField("metrics")
+    expected = pb.Allocation()
+    expected.CopyFrom(alloc)
+    expected.ClearField("metrics")
+    assert kept == expected
+    assert lean.snapshot().allocs_by_node("n1") == [kept]
+    built = StateStore.build(5, allocs=[alloc], lean=True)
+    assert not built.allocs["a1"].HasField("metrics")
+    assert alloc.HasField("metrics")  # the caller's message is left alone

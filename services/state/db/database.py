@@ -36,6 +36,7 @@ from corral.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
 from services.state.db import models as m
+from services.state.node_identity import redact, seal
 
 NOTIFY_CHANNEL = "corral_changes"
 _SERVER_TERMINAL = [DesiredStatus.STOP, DesiredStatus.EVICT]
@@ -288,10 +289,15 @@ class WriteTx:
     def put_node(
         self, node: pb.Node, event_type: str = "NodeRegistration", *, index: int | None = None
     ) -> None:
+        """Upsert the node. Its secret is replaced by its hash (the table
+        never holds a secret), and the change-log event carries neither, so
+        no stream, snapshot or replica does (services/state/node_identity.py)."""
         at = index or self.index
         _stamp(node, at)
+        seal(node)
         self._pending.put("nodes", node.id, _node_row(node), node)
-        self.event(Topic.NODE, event_type, node.id, index=at, node=node)
+        ev = self.event(Topic.NODE, event_type, node.id, index=at, node=node)
+        redact(ev.node)
 
     def put_alloc(
         self,
@@ -411,7 +417,10 @@ class WriteTx:
 
     def delete_node(self, node: pb.Node, *, index: int | None = None) -> None:
         self._pending.delete("nodes", node.id, node.id)
-        self.event(Topic.NODE, "NodeDeregistration", node.id, index=index, deleted=True, node=node)
+        ev = self.event(
+            Topic.NODE, "NodeDeregistration", node.id, index=index, deleted=True, node=node
+        )
+        redact(ev.node)
 
     def delete_deployment(self, d: pb.Deployment, *, index: int | None = None) -> None:
         self._pending.delete("deployments", d.id, d.id)
@@ -863,7 +872,8 @@ class Database:
             return await cur.fetchall() if cur.description else []
 
     async def get_node(self, node_id: str) -> pb.Node | None:
-        """One node straight from the table (no index taken)."""
+        """One node straight from the table (no index taken), with its
+        secret's hash: for the state's own checks, never for a reader."""
         rows = await self._query("SELECT payload FROM nodes WHERE id = %s", (node_id,))
         return pb.Node.FromString(rows[0][0]) if rows else None
 

@@ -17,14 +17,18 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Index,
     Integer,
     LargeBinary,
     MetaData,
     String,
+    Text,
+    UniqueConstraint,
     func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -203,3 +207,48 @@ class Member(Base):
     last_seen: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+
+
+class ACLPolicy(Base):
+    """A named ACL policy: its rules as written (HCL), parsed on use."""
+
+    __tablename__ = "acl_policies"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    description: Mapped[str] = mapped_column(String(256), nullable=False)
+    rules: Mapped[str] = mapped_column(Text, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ACLToken(Base):
+    """An ACL token. Only the SHA-256 of its secret id is stored
+    (`corral.acl.secret_hash`), so a dump of this table holds no usable
+    token; the secret itself is shown once, when the token is created."""
+
+    __tablename__ = "acl_tokens"
+    __table_args__ = (
+        UniqueConstraint("secret_hash"),
+        CheckConstraint("type IN ('client', 'management')", name="type"),
+    )
+    accessor_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    name: Mapped[str] = mapped_column(String(256), nullable=False)
+    type: Mapped[str] = mapped_column(String(16), nullable=False)
+    policies: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    global_: Mapped[bool] = mapped_column("global", Boolean, nullable=False)
+    create_time: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    expiration_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ACLBootstrap(Base):
+    """One row once the ACL system is bootstrapped: `ACL.Bootstrap` works
+    only while this table is empty."""
+
+    __tablename__ = "acl_bootstrap"
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bootstrap_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    accessor_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    create_time: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

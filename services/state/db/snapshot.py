@@ -1,5 +1,8 @@
 """A consistent copy of every table at one index (Raft's snapshot install).
 
+Nodes come without their secret's hash (services/state/node_identity.py):
+this dump feeds `State.Snapshot` and the state's own feed.
+
 Read in one REPEATABLE READ transaction: the counter value read there is the
 index of the newest transaction visible to it, because a writer holds the
 counter row lock until it commits.
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from corral.store import StateSnapshot, StateStore
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
+from services.state.node_identity import redact
 
 
 @dataclass
@@ -77,7 +81,11 @@ async def stream_dump(
                     rows = await scur.fetchmany(chunk_size)
                     if not rows:
                         break
-                    yield name, [cls.FromString(r[0]) for r in rows]  # type: ignore[attr-defined]
+                    objs = [cls.FromString(r[0]) for r in rows]  # type: ignore[attr-defined]
+                    if cls is pb.Node:
+                        for node in objs:
+                            redact(node)  # the secret's hash stays in the table
+                    yield name, objs
 
 
 async def load_dump(db: Database) -> Dump:

@@ -1,16 +1,27 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, and `periodic`, which relays to the broker
-leader) and the internal `State` service (`state`) the other roles call."""
+`operator`, `deployment`, `acl`, and `periodic` and `system`, which relay
+to the broker leader) and the internal `State` service (`state`) the other roles
+call."""
 
 from __future__ import annotations
 
 from corral.server import GrpcServer
 from services.state.app_context import StateContext
-from services.state.handlers import alloc, deployment, eval, event, job, operator, periodic
+from services.state.handlers import (
+    alloc,
+    deployment,
+    eval,
+    event,
+    job,
+    operator,
+    periodic,
+    system,
+)
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
-    """Add every public servicer but `Node` (it needs the heartbeats) to the server."""
-    for module in (job, alloc, eval, event, operator, deployment, periodic):
+    """Add every public servicer but `Node` (it needs the heartbeats) and
+    `ACL` (it needs the ACL settings) to the server."""
+    for module in (job, alloc, eval, event, operator, deployment, periodic, system):
         module.register(server, ctx)

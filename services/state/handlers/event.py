@@ -64,6 +64,8 @@ class EventServicer(event_pb2_grpc.EventServicer):
         may_see = _visible_to(access.current_acl())
 
         def wanted(ev: pb.Event) -> bool:
+            if ev.topic not in structs.Topic.ALL:  # ACL changes are not for the stream
+                return False
             if namespace and namespace != "*" and ev.namespace and ev.namespace != namespace:
                 return False
             if not may_see(ev):

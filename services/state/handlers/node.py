@@ -1,6 +1,11 @@
 """The public `Node` service (proto/corral/v1/node.proto): what clients call
 (Register, UpdateStatus — the heartbeat —, UpdateAlloc, GetClientAllocs)
-and what operators call (List, Get, UpdateDrain, UpdateEligibility)."""
+and what operators call (List, Get, UpdateDrain, UpdateEligibility).
+
+Every client call carries the node's secret id: an empty one is refused
+before anything is read, a wrong one on the row the write reads (or, for
+what is served from the feed's snapshot, through `ctx.node_secrets`); see
+services/state/node_identity.py."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from corral.v1 import structs_pb2 as pb
 from services.state import query, validate
 from services.state.app_context import StateContext
 from services.state.heartbeat import Heartbeats
+from services.state.node_identity import redact, require_secret
 from services.state.writes import nodes as writes
 
 Context = Any
@@ -99,6 +105,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         validate.one_of(
             request.status, (NodeStatus.INITIALIZING, NodeStatus.READY, NodeStatus.DOWN), "status"
         )
+        require_secret(request.secret_id, request.node_id)
         if not self.heartbeats.enabled:
             forwarded = await self._forward(request, context)
             if forwarded is not None:
@@ -111,7 +118,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         seen = self.ctx.feed.snapshot().node_by_id(request.node_id)
         ttl = self.heartbeats.ttl()
         if seen is not None and seen.status != NodeStatus.DOWN:
-            writes.check_secret(seen, request.secret_id)
+            # only the node itself may keep its timer alive
+            await self.ctx.node_secrets.check(seen, request.secret_id)
             # the call itself proves the node alive, however long its batch waits
             self.heartbeats.reset(seen.id, ttl)
         done = await self.ctx.batcher.submit(
@@ -165,6 +173,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         if not request.allocs:
             raise InvalidArgument("allocs", "must not be empty")
         node_id = request.allocs[0].node_id
+        require_secret(request.secret_id, node_id)
         for i, a in enumerate(request.allocs):
             validate.require_id(a.id, f"allocs[{i}].id")
             if not a.node_id:
@@ -190,15 +199,19 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self, request: node_pb2.NodeClientAllocsRequest, context: Context
     ) -> node_pb2.NodeClientAllocsResponse:
         validate.require_id(request.node_id, "node_id")
+        require_secret(request.secret_id, request.node_id)
         loop = asyncio.get_running_loop()
         wait = request.wait_ms / 1000 if request.wait_ms > 0 else query.DEFAULT_WAIT_S
         deadline = loop.time() + min(wait, query.MAX_WAIT_S)
+        checked = -1  # the node incarnation (create index) whose secret was checked
         while True:
             snap = self.ctx.feed.snapshot()
             node = snap.node_by_id(request.node_id)
             if node is None:
                 raise NotFound(f"node {request.node_id} not found")
-            writes.check_secret(node, request.secret_id)
+            if node.create_index != checked:
+                await self.ctx.node_secrets.check(node, request.secret_id)
+                checked = node.create_index
             allocs = snap.allocs_by_node(request.node_id)
             newest = max((a.alloc_modify_index for a in allocs), default=0)
             index = max(newest, 1)
@@ -246,7 +259,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         node_id = query.resolve_prefix(list(snap.nodes.keys()), request.node_id, "node")
         node = pb.Node()
         node.CopyFrom(snap.nodes[node_id])
-        node.secret_id = ""  # never shown to operators
+        redact(node)  # the feed holds no secret; never shown to operators either way
         return node_pb2.NodeGetResponse(node=node, meta=query.meta(snap, TABLES))
 
     async def Allocations(

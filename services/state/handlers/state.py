@@ -1,5 +1,10 @@
 """The `State` gRPC service: the index, snapshots, the change feed and the
-writes the other roles make (proto/corral/v1/state.proto)."""
+writes the other roles make (proto/corral/v1/state.proto).
+
+Every leader's write names its leader and is fenced on it
+(`writes/fence.py`); `GarbageCollect`, which no leader makes, decides on the
+stored rows that what it deletes is garbage (`writes/gc.py`). Snapshots and
+the feed carry no node secret (`node_identity.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from corral import structs
+from corral import structs, telemetry
 from corral.errors import InvalidArgument
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -15,13 +20,14 @@ from services.state import validate
 from services.state.app_context import StateContext
 from services.state.db.database import WriteTx
 from services.state.db.snapshot import Dump, stream_dump
-from services.state.writes import deployments
+from services.state.writes import deployments, gc
 from services.state.writes.evals import upsert_evals, validate_evals
-from services.state.writes.fence import require_leader
+from services.state.writes.fence import require_leader, require_leader_id
 from services.state.writes.plans import apply_plans, validate_plans
 
 Context = Any
 log = logging.getLogger(__name__)
+tracer = telemetry.tracer("corral.state")
 
 MEMBER_TTL_MS = 10_000
 
@@ -78,11 +84,11 @@ class StateServicer(state_pb2_grpc.StateServicer):
     async def UpsertEvals(
         self, request: state_pb2.UpsertEvalsRequest, context: Context
     ) -> state_pb2.WriteResponse:
+        require_leader_id("broker", request.leader_id)
         validate_evals(request.evals)
 
         async def write(tx: WriteTx) -> None:
-            if request.leader_id:
-                await require_leader(tx, "broker", request.leader_id)
+            await require_leader(tx, "broker", request.leader_id)
             await upsert_evals(tx, request.evals)
 
         done = await self.ctx.batcher.submit(
@@ -95,22 +101,27 @@ class StateServicer(state_pb2_grpc.StateServicer):
     async def ApplyPlans(
         self, request: state_pb2.ApplyPlansRequest, context: Context
     ) -> state_pb2.ApplyPlansResponse:
+        require_leader_id("planner", request.leader_id)
         validate_plans(request.plans)
-        async with self.ctx.write(count=len(request.plans)) as tx:
-            if request.leader_id:
+        with tracer.start_as_current_span("state.commit") as span:
+            async with self.ctx.write(count=len(request.plans)) as tx:
                 await require_leader(tx, "planner", request.leader_id)
-            indexes = await apply_plans(tx, request.plans)
+                indexes = await apply_plans(tx, request.plans)
+            span.set_attribute("index", indexes[-1] if indexes else 0)
+            span.set_attribute("plans", len(request.plans))
         return state_pb2.ApplyPlansResponse(indexes=indexes)
 
     async def UpdateAllocDesiredTransitions(
         self, request: state_pb2.UpdateAllocDesiredTransitionsRequest, context: Context
     ) -> state_pb2.WriteResponse:
+        require_leader_id("broker", request.leader_id)
         validate.batch_size(len(request.transitions), "transitions")
         for i, t in enumerate(request.transitions):
             validate.require_id(t.alloc_id, f"transitions[{i}].alloc_id")
         if request.evals:
             validate_evals(request.evals)
         async with self.ctx.write() as tx:
+            await require_leader(tx, "broker", request.leader_id)
             allocs = await tx.get_allocs([t.alloc_id for t in request.transitions])
             for t in request.transitions:
                 cur = allocs.get(t.alloc_id)
@@ -126,12 +137,14 @@ class StateServicer(state_pb2_grpc.StateServicer):
     async def UpsertDeployments(
         self, request: state_pb2.UpsertDeploymentsRequest, context: Context
     ) -> state_pb2.WriteResponse:
+        require_leader_id("broker", request.leader_id)
         validate.batch_size(len(request.deployments), "deployments")
         for i, d in enumerate(request.deployments):
             validate.deployment(d, f"deployments[{i}]")
         if request.evals:
             validate_evals(request.evals)
         async with self.ctx.write() as tx:
+            await require_leader(tx, "broker", request.leader_id)
             for d in request.deployments:
                 d = structs.copy_msg(d)
                 old = await tx.get_deployment(d.id)
@@ -144,10 +157,10 @@ class StateServicer(state_pb2_grpc.StateServicer):
     async def SetDeploymentStatus(
         self, request: state_pb2.SetDeploymentStatusRequest, context: Context
     ) -> state_pb2.SetDeploymentStatusResponse:
+        require_leader_id("broker", request.leader_id)
         validate.require_id(request.deployment_id, "deployment_id")
         async with self.ctx.write() as tx:
-            if request.leader_id:
-                await require_leader(tx, "broker", request.leader_id)
+            await require_leader(tx, "broker", request.leader_id)
             d, ev, reverted = await deployments.set_status(
                 tx, request.deployment_id, request.status, request.status_description
             )
@@ -179,21 +192,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
         for i, ref in enumerate(request.jobs):
             validate.require_id(ref.job_id, f"jobs[{i}].job_id")
         async with self.ctx.write() as tx:
-            for ev in (await tx.get_evals(list(request.eval_ids))).values():
-                tx.delete_eval(ev)
-            for alloc in (await tx.get_allocs(list(request.alloc_ids))).values():
-                tx.delete_alloc(alloc)
-            for ref in request.jobs:
-                job = await tx.get_job(ref.namespace, ref.job_id)
-                if job is not None:
-                    tx.delete_job(job)
-                    tx.delete_periodic_launch(job.namespace, job.id)
-            for node in (await tx.get_nodes(list(request.node_ids))).values():
-                tx.delete_node(node)
-            for dep_id in request.deployment_ids:
-                dep = await tx.get_deployment(dep_id)
-                if dep is not None:
-                    tx.delete_deployment(dep)
+            await gc.collect(tx, request)
         return state_pb2.WriteResponse(index=tx.index)
 
     async def PeriodicLaunches(

@@ -22,15 +22,21 @@ error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from corral import telemetry
 from services.state import metrics
 from services.state.db.database import Database, WriteTx
 
 log = logging.getLogger(__name__)
+tracer = telemetry.tracer("corral.state")
 
 T = TypeVar("T")
 Op = Callable[[WriteTx], Awaitable[Any]]
@@ -59,6 +65,7 @@ class _Call:
     nodes: tuple[str, ...]
     evals: tuple[str, ...]
     jobs: tuple[tuple[str, str], ...]
+    trace_context: otel_context.Context
 
 
 Visible = Callable[[int], Awaitable[None]]
@@ -93,7 +100,17 @@ class WriteBatcher:
         index is already `visible` on this process (read-your-writes); a batch
         that changed nothing returns the current index without consuming one."""
         fut: asyncio.Future[Committed[Any]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Call(op, fut, tuple(allocs), tuple(nodes), tuple(evals), tuple(jobs)))
+        self._queue.append(
+            _Call(
+                op,
+                fut,
+                tuple(allocs),
+                tuple(nodes),
+                tuple(evals),
+                tuple(jobs),
+                otel_context.get_current(),
+            )
+        )
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name="write-batcher")
         result: Committed[T] = await fut
@@ -109,6 +126,25 @@ class WriteBatcher:
                 await self._commit(batch)
 
     async def _commit(self, batch: list[_Call]) -> None:
+        """One transaction for the batch. Each caller's trace gets a
+        `state.commit` span for it (the batch is one commit in several
+        traces); each operation runs inside its caller's, so what it writes
+        (an eval's traceparent) and its statements join that trace."""
+        spans = (
+            [tracer.start_span("state.commit", context=c.trace_context) for c in batch]
+            if telemetry.tracing_enabled()
+            else []
+        )
+        try:
+            # the transaction's own statements (index, prefetch) go to the first caller's trace
+            with trace.use_span(spans[0]) if spans else contextlib.nullcontext():
+                await self._commit_traced(batch, spans)
+        finally:
+            for span in spans:
+                span.set_attribute("batch.size", len(batch))
+                span.end()
+
+    async def _commit_traced(self, batch: list[_Call], spans: list[trace.Span]) -> None:
         results: list[Any] = []
         try:
             async with self.db.write() as tx:
@@ -118,11 +154,15 @@ class WriteBatcher:
                     evals=[i for c in batch for i in c.evals],
                     jobs=[k for c in batch for k in c.jobs],
                 )
-                for call in batch:
+                for i, call in enumerate(batch):
                     op = call.op
                     before = tx.change_count
                     try:
-                        results.append(await op(tx))
+                        if spans:
+                            with trace.use_span(spans[i]):
+                                results.append(await op(tx))
+                        else:
+                            results.append(await op(tx))
                     except Exception as exc:
                         if tx.change_count != before:
                             raise
@@ -136,6 +176,8 @@ class WriteBatcher:
             if not isinstance(exc, Exception):
                 raise  # cancelled (shutdown): the callers were told above
             return
+        for span in spans:
+            span.set_attribute("index", tx.index)
         self.batches += 1
         self.ops += len(batch)
         metrics.BATCH_SIZE.observe(len(batch))

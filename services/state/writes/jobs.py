@@ -5,7 +5,7 @@ transaction at one index."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from corral import periodic, structs, telemetry
 from corral.dispatch import Payload, payload_file_problem
@@ -44,8 +44,12 @@ def validate_job(job: pb.Job) -> None:
         raise InvalidArgument(
             "job.priority", f"must be between {structs.MIN_PRIORITY} and {structs.MAX_PRIORITY}"
         )
+    if len(job.name) > validate.MAX_ID_LEN:
+        raise InvalidArgument("job.name", f"is longer than {validate.MAX_ID_LEN} characters")
     _constraints(job.constraints, "job.constraints")
     _affinities(job.affinities, "job.affinities")
+    _spreads(job.spreads, "job.spreads")
+    validate.labels(job.meta, "job.meta")
     if job.HasField("parameterized"):
         if job.type not in (JobType.BATCH, JobType.SYSBATCH):
             raise InvalidArgument(
@@ -76,6 +80,7 @@ def validate_job(job: pb.Job) -> None:
         f = f"job.task_groups[{i}]"
         if not tg.name:
             raise InvalidArgument(f"{f}.name", "is required")
+        validate.name_length(tg.name, f"{f}.name")
         if tg.name in groups:
             raise InvalidArgument(f"{f}.name", f"duplicate task group {tg.name!r}")
         groups.add(tg.name)
@@ -85,11 +90,8 @@ def validate_job(job: pb.Job) -> None:
             )
         _constraints(tg.constraints, f"{f}.constraints")
         _affinities(tg.affinities, f"{f}.affinities")
-        for j, sp in enumerate(tg.spreads):
-            if not sp.attribute:
-                raise InvalidArgument(f"{f}.spreads[{j}].attribute", "is required")
-            if not 0 <= sp.weight <= 100:
-                raise InvalidArgument(f"{f}.spreads[{j}].weight", "must be between 0 and 100")
+        _spreads(tg.spreads, f"{f}.spreads")
+        validate.labels(tg.meta, f"{f}.meta")
         rp = tg.reschedule_policy
         if rp.delay_function and rp.delay_function not in _DELAY_FUNCTIONS:
             validate.one_of(
@@ -116,6 +118,7 @@ def validate_job(job: pb.Job) -> None:
             tf = f"{f}.tasks[{k}]"
             if not task.name:
                 raise InvalidArgument(f"{tf}.name", "is required")
+            validate.name_length(task.name, f"{tf}.name")
             if task.name in tasks:
                 raise InvalidArgument(f"{tf}.name", f"duplicate task {task.name!r}")
             tasks.add(task.name)
@@ -123,6 +126,10 @@ def validate_job(job: pb.Job) -> None:
                 raise InvalidArgument(f"{tf}.driver", "is required")
             validate.resources(task.resources, f"{tf}.resources")
             _constraints(task.constraints, f"{tf}.constraints")
+            _affinities(task.affinities, f"{tf}.affinities")
+            validate.labels(task.meta, f"{tf}.meta")
+            for d, dev in enumerate(task.resources.devices):
+                _constraints(dev.constraints, f"{tf}.resources.devices[{d}].constraints")
             if task.kill_timeout < 0:
                 raise InvalidArgument(f"{tf}.kill_timeout", "must not be negative")
             if task.HasField("dispatch_payload"):
@@ -171,7 +178,8 @@ def _update_supported(up: pb.UpdateStrategy, field: str) -> None:
         )
 
 
-def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
+def _constraints(cs: Sequence[pb.Constraint], field: str) -> None:
+    validate.at_most(len(cs), validate.MAX_CONSTRAINTS, field, "constraints")
     for i, c in enumerate(cs):
         operand = c.operand or "="
         if operand not in _OPERANDS:
@@ -180,12 +188,28 @@ def _constraints(cs: Iterable[pb.Constraint], field: str) -> None:
             raise InvalidArgument(f"{field}[{i}].l_target", "is required")
 
 
-def _affinities(affs: Iterable[pb.Affinity], field: str) -> None:
+def _affinities(affs: Sequence[pb.Affinity], field: str) -> None:
+    validate.at_most(len(affs), validate.MAX_AFFINITIES, field, "affinities")
     for i, a in enumerate(affs):
         if a.weight == 0 or not -100 <= a.weight <= 100:
             raise InvalidArgument(f"{field}[{i}].weight", "must be between -100 and 100 and not 0")
         if a.operand and a.operand not in _OPERANDS:
             validate.one_of(a.operand, _OPERANDS, f"{field}[{i}].operand")
+
+
+def _spreads(spreads: Sequence[pb.Spread], field: str) -> None:
+    validate.at_most(len(spreads), validate.MAX_SPREADS, field, "spreads")
+    for j, sp in enumerate(spreads):
+        if not sp.attribute:
+            raise InvalidArgument(f"{field}[{j}].attribute", "is required")
+        if not 0 <= sp.weight <= 100:
+            raise InvalidArgument(f"{field}[{j}].weight", "must be between 0 and 100")
+        validate.at_most(
+            len(sp.spread_target),
+            validate.MAX_SPREAD_TARGETS,
+            f"{field}[{j}].spread_target",
+            "targets",
+        )
 
 
 def canonicalize(job: pb.Job) -> pb.Job:

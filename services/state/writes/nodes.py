@@ -1,6 +1,10 @@
 """Node writes with Nomad's lifecycle rules (nomad-semantics.md §6):
 registration, status transitions with the evals they trigger, client alloc
-updates, drain and eligibility."""
+updates, drain and eligibility.
+
+The client writes (registration, status, alloc updates) check the node's
+secret on the row read inside the transaction (services/state/node_identity.py),
+and an alloc update only touches allocs stored on the calling node."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from corral.structs import (
     copy_msg,
 )
 from corral.v1 import structs_pb2 as pb
-from services.state import validate
+from services.state import node_identity, validate
 from services.state.db.database import WriteTx
 from services.state.writes.deployments import follow_health
 from services.state.writes.jobs import new_eval, refresh_job_status
@@ -30,6 +34,10 @@ NODE_REREGISTERED = "Node reregistered by heartbeat"
 def validate_node(node: pb.Node) -> None:
     validate.no_nul(node, "node")
     validate.require_id(node.id, "node.id")
+    validate.node_labels(node, "node")
+    node_identity.require_secret(node.secret_id, node.id, "node.secret_id")
+    if node.secret_hash:
+        raise InvalidArgument("node.secret_hash", "is set by the state, not the node")
     if not node.datacenter:
         raise InvalidArgument("node.datacenter", "is required")
     if node.status:
@@ -44,11 +52,6 @@ def validate_node(node: pb.Node) -> None:
     for name in ("cpu", "cores", "memory_mb", "disk_mb"):
         if getattr(node.reserved_resources, name) < 0:
             raise InvalidArgument(f"node.reserved_resources.{name}", "must not be negative")
-
-
-def check_secret(stored: pb.Node, secret_id: str) -> None:
-    if stored.secret_id and secret_id and stored.secret_id != secret_id:
-        raise PermissionDenied(f"node {stored.id}: secret id does not match")
 
 
 def _event(node: pb.Node, message: str, now: int) -> None:
@@ -115,7 +118,8 @@ async def register_node(tx: WriteTx, node: pb.Node) -> tuple[pb.Node, list[pb.Ev
     changed_status = stored is None
     old_status = ""
     if stored is not None:
-        check_secret(stored, node.secret_id)
+        # a node id is claimed by its first registration: only its secret re-registers it
+        node_identity.check(stored, node.secret_id)
         # the stored status and scheduling state are the server's
         old_status = stored.status
         node.create_index = stored.create_index
@@ -149,13 +153,21 @@ async def register_node(tx: WriteTx, node: pb.Node) -> tuple[pb.Node, list[pb.Ev
 
 
 async def update_status(
-    tx: WriteTx, node_id: str, status: str, *, secret_id: str = "", reason: str = ""
+    tx: WriteTx,
+    node_id: str,
+    status: str,
+    *,
+    secret_id: str | None = None,
+    reason: str = "",
 ) -> tuple[pb.Node, list[pb.Evaluation], bool]:
-    """Apply a status change; returns (node, evals, written)."""
+    """Apply a status change; returns (node, evals, written). A node's own
+    heartbeat passes its `secret_id` (checked); the state's heartbeat timers
+    pass None."""
     stored = await tx.get_node(node_id)
     if stored is None:
         raise NotFound(f"node {node_id} not found")
-    check_secret(stored, secret_id)
+    if secret_id is not None:
+        node_identity.check(stored, secret_id)
     old = stored.status
     new = status
     if old == NodeStatus.DISCONNECTED and new == NodeStatus.READY:
@@ -259,20 +271,30 @@ def _disconnect_expired(a: pb.Allocation, lost_after: int, now: int) -> bool:
 
 
 async def update_allocs(
-    tx: WriteTx, updates: Iterable[pb.Allocation], secret_id: str = ""
+    tx: WriteTx, updates: Iterable[pb.Allocation], secret_id: str
 ) -> tuple[pb.Node, list[pb.Evaluation]]:
-    """Client-side alloc status (Node.UpdateAlloc)."""
+    """Client-side alloc status (Node.UpdateAlloc) from the node the
+    updates name, proven by its `secret_id`. Every stored alloc updated
+    must be on that node: one that is not refuses the whole call before
+    anything is queued."""
     updates = list(updates)
     node_id = updates[0].node_id
     node = await tx.get_node(node_id)
     if node is None:
         raise NotFound(f"node {node_id} not found")
-    check_secret(node, secret_id)
+    node_identity.check(node, secret_id)
     if node.status in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
         raise FailedPrecondition(
             f"node {node_id} is not allowed to update allocs while in status {node.status}"
         )
     stored = await tx.get_allocs([u.id for u in updates])
+    for i, upd in enumerate(updates):
+        cur = stored.get(upd.id)
+        if cur is not None and cur.node_id != node_id:
+            raise PermissionDenied(
+                f"allocs[{i}]: alloc {upd.id} is not on node {node_id}; "
+                "a node may update only its own allocs"
+            )
     evals: dict[tuple[str, str], pb.Evaluation] = {}
     jobs: dict[tuple[str, str], pb.Job | None] = {}
     finished: set[tuple[str, str]] = set()  # jobs whose status may change

@@ -9,6 +9,13 @@ evals, ineligible nodes, the job's status.
 
 A plan may carry no job (`job_id` empty, or a job purged since): it then
 only stops allocs (placements for a missing job are dropped by the merge).
+
+Only the planner leader writes plans (fenced in the handler), and it checks
+fit; what the state checks itself, on rows read in the transaction, is that
+every alloc a plan writes is on a node that exists: a placement on a node
+that does not (never registered, or deregistered since the planner's
+snapshot) refuses the whole write with FAILED_PRECONDITION naming
+`plans[i].allocs[j].node_id`.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from corral.errors import InvalidArgument
+from corral.errors import FailedPrecondition, InvalidArgument
 from corral.plan_results import PLAN_RESULT_EVENT, merge_plan, plan_reads
 from corral.structs import Eligibility, JobStatus, copy_msg
 from corral.v1 import state_pb2
@@ -57,9 +64,19 @@ def validate_plans(plans: Sequence[state_pb2.AppliedPlan]) -> None:
             validate_evals(p.evals, f"{f}.evals")
 
 
-async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> None:
+async def apply_plan(
+    tx: WriteTx,
+    plan: state_pb2.AppliedPlan,
+    index: int,
+    *,
+    nodes: dict[str, pb.Node] | None = None,
+    field: str = "plans[0]",
+) -> None:
     """Write one plan's committed part at `index`: read what the merge
-    needs inside the transaction, merge (`corral.plan_results`), write."""
+    needs inside the transaction, merge (`corral.plan_results`), write.
+    `nodes` holds the stored nodes of the plan's allocs (read here if None)."""
+    if nodes is None:
+        nodes = await tx.get_nodes(sorted({a.node_id for a in plan.allocs}))
     job = await tx.get_job(plan.namespace, plan.job_id) if plan.job_id else None
     reads = plan_reads(plan)
     stored = await tx.get_allocs(reads.alloc_ids)
@@ -77,6 +94,12 @@ async def apply_plan(tx: WriteTx, plan: state_pb2.AppliedPlan, index: int) -> No
         index=index,
         now=tx.now,
     )
+    dropped = set(writes.dropped)
+    for j, a in enumerate(plan.allocs):
+        if a.id not in dropped and a.node_id not in nodes:
+            raise FailedPrecondition(
+                f"{field}.allocs[{j}].node_id: node {a.node_id} does not exist; plan refused"
+            )
     if writes.dropped:
         log.info(
             "placements dropped: job %r is stopped or purged",
@@ -116,6 +139,8 @@ async def apply_plans(tx: WriteTx, plans: Sequence[state_pb2.AppliedPlan]) -> li
     """Each plan at its own consecutive index of the transaction."""
     if len(plans) != len(tx.indexes):
         raise ValueError("one index per plan")
-    for plan, index in zip(plans, tx.indexes, strict=True):
-        await apply_plan(tx, plan, index)
+    # one read for the nodes of every plan (plans never delete nodes)
+    nodes = await tx.get_nodes(sorted({a.node_id for p in plans for a in p.allocs}))
+    for i, (plan, index) in enumerate(zip(plans, tx.indexes, strict=True)):
+        await apply_plan(tx, plan, index, nodes=nodes, field=f"plans[{i}]")
     return list(tx.indexes)

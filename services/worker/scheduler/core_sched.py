@@ -36,15 +36,15 @@ CORE_JOBS = (
 @dataclass(frozen=True)
 class GCConfig:
     """Age thresholds (ns) past which terminal objects are collected;
-    Nomad's server defaults."""
+    Nomad's server defaults. A worker takes them from its settings
+    (services/worker/config.py `GCSettings`); how often a collection runs is
+    the broker leader's `core_gc_interval`."""
 
     eval_gc_threshold: int = structs.HOUR
     batch_eval_gc_threshold: int = 24 * structs.HOUR
     job_gc_threshold: int = 4 * structs.HOUR
     node_gc_threshold: int = 24 * structs.HOUR
     deployment_gc_threshold: int = structs.HOUR
-    #: how often the leader creates each core eval
-    interval: int = 5 * structs.MINUTE
 
 
 def core_eval(kind: str, *, now: int | None = None) -> pb.Evaluation:
@@ -68,12 +68,17 @@ def _gc_able_job(job: pb.Job) -> bool:
     return job.stop or job.status == JobStatus.DEAD
 
 
+def _collectable(a: pb.Allocation) -> bool:
+    """Terminal and no longer running on its client: the least the state
+    requires to delete an alloc (services/state/writes/gc.py), which refuses
+    a whole GC request naming anything else."""
+    return structs.alloc_terminal(a) and a.client_status != ClientStatus.RUNNING
+
+
 def alloc_gc_eligible(a: pb.Allocation, job: pb.Job | None, now: int, cutoff: int) -> bool:
     """Terminal and old enough, and not a failed alloc its policy may still
     reschedule."""
-    if not structs.alloc_terminal(a) or a.modify_time > cutoff:
-        return False
-    if a.client_status == ClientStatus.RUNNING:
+    if not _collectable(a) or a.modify_time > cutoff:
         return False
     if job is None or job.stop or job.status == JobStatus.DEAD:
         return True
@@ -158,7 +163,7 @@ class CoreScheduler:
                     for a in allocs
                     if a.create_index < job.job_modify_index
                     and a.modify_time < cutoff
-                    and structs.alloc_terminal(a)
+                    and _collectable(a)
                 ]
                 return len(old) == len(allocs), old
         now = self._now()
@@ -172,6 +177,13 @@ class CoreScheduler:
         return gc, ids
 
     def eval_gc(self, threshold: int | None = None) -> tuple[list[str], list[str]]:
+        """Terminal evals older than their threshold, with their allocs.
+
+        A purged job's evals and allocs go as soon as they are terminal,
+        whatever the threshold: purging said the job's history is not wanted
+        (Nomad keeps them until the eval threshold; the issue asks for
+        more). So do allocs that neither a job nor an eval refers to any
+        more, which nothing else would ever collect."""
         now = self._now()
         cutoff = now - (self.config.eval_gc_threshold if threshold is None else threshold)
         batch_cutoff = now - (
@@ -180,15 +192,29 @@ class CoreScheduler:
         evals: list[str] = []
         allocs: list[str] = []
         for ev in self.snap.evals.values():
-            c = batch_cutoff if ev.type == JobType.BATCH else cutoff
+            if self.snap.job_by_id(ev.namespace, ev.job_id) is None:
+                c = now  # purged
+            else:
+                c = batch_cutoff if ev.type == JobType.BATCH else cutoff
             gc, alloc_ids = self.gc_eval(ev, c, allow_batch=False)
             if gc:
                 evals.append(ev.id)
             allocs.extend(alloc_ids)
+        allocs.extend(self._orphan_allocs())
         if evals or allocs:
             self.log.debug("eval GC", extra={"evals": len(evals), "allocs": len(allocs)})
             self._core_planner().delete_evals(evals, allocs)
         return evals, allocs
+
+    def _orphan_allocs(self) -> list[str]:
+        """Collectable allocs whose job and eval are both gone."""
+        return [
+            a.id
+            for a in self.snap.allocs.values()
+            if a.eval_id not in self.snap.evals
+            and self.snap.job_by_id(a.namespace, a.job_id) is None
+            and _collectable(a)
+        ]
 
     # ------------------------------------------------------------ jobs
 
@@ -213,11 +239,8 @@ class CoreScheduler:
                 job_allocs.extend(alloc_ids)
             if not all_gc:
                 continue
-            # allocs not reachable from a stored eval must be terminal too
-            if any(
-                not structs.alloc_terminal(a)
-                for a in self.snap.allocs_by_job(job.namespace, job.id)
-            ):
+            # allocs not reachable from a stored eval must be collectable too
+            if not all(_collectable(a) for a in self.snap.allocs_by_job(job.namespace, job.id)):
                 continue
             gc_jobs.append((job.namespace, job.id))
             gc_evals.extend(job_evals)
@@ -240,12 +263,14 @@ class CoreScheduler:
 
     def deployment_gc(self, threshold: int | None = None) -> list[str]:
         """Ended deployments older than the threshold that no live alloc
-        refers to (Nomad's deploymentGC)."""
+        refers to (Nomad's deploymentGC); a purged job's deployments as soon
+        as no live alloc refers to them, active or not."""
         now = self._now()
         cutoff = now - (self.config.deployment_gc_threshold if threshold is None else threshold)
         gc: list[str] = []
         for d in self.snap.deployments.values():
-            if deployments.is_active(d) or d.modify_time > cutoff:
+            purged = self.snap.job_by_id(d.namespace, d.job_id) is None
+            if not purged and (deployments.is_active(d) or d.modify_time > cutoff):
                 continue
             if any(
                 a.deployment_id == d.id and not structs.alloc_terminal(a)

@@ -7,13 +7,12 @@ and retry on fresher state when the planner rejects part of it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from corral import deployments, structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import annotate, util
+from services.worker.scheduler import annotate, limits, util
 from services.worker.scheduler.interfaces import Planner, SchedulerError
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import AllocNameIndex, next_delay, reschedule_policy
@@ -23,9 +22,6 @@ from services.worker.scheduler.reconcile.reconciler import (
     ReconcileResults,
 )
 
-if TYPE_CHECKING:
-    pass
-
 MAX_SERVICE_ATTEMPTS = 5
 MAX_BATCH_ATTEMPTS = 2
 
@@ -34,9 +30,17 @@ class GenericScheduler:
     """Schedules one service or batch evaluation."""
 
     def __init__(
-        self, snapshot: StateSnapshot, planner: Planner, log: logging.Logger, *, batch: bool
+        self,
+        snapshot: StateSnapshot,
+        planner: Planner,
+        log: logging.Logger,
+        *,
+        batch: bool,
+        max_placements: int | None = None,
     ) -> None:
         self.snap = snapshot
+        #: placements one eval may materialise (services/worker/scheduler/limits.py)
+        self.max_placements = limits.max_placements() if max_placements is None else max_placements
         self.planner = planner
         self.log = log
         self.batch = batch
@@ -66,6 +70,11 @@ class GenericScheduler:
                 f"scheduler cannot handle '{ev.triggered_by}' evaluation reason",
             )
             return
+        problem = self._over_limit()
+        if problem:
+            self.log.warning(problem, extra={"eval_id": ev.id, "job_id": ev.job_id})
+            self._set_status(EvalStatus.FAILED, problem)
+            return
         limit = MAX_BATCH_ATTEMPTS if self.batch else MAX_SERVICE_ATTEMPTS
         try:
             util.retry_max(limit, self._attempt, lambda: util.progress_made(self.plan_result))
@@ -77,6 +86,16 @@ class GenericScheduler:
             self._reblock()
             return
         self._set_status(EvalStatus.COMPLETE, "")
+
+    def _over_limit(self) -> str:
+        """Why this eval would materialise too many placements, or ''. Checked
+        before reconciling, which builds one entry per desired alloc; a
+        stopped job only stops what exists, which earlier evals bounded."""
+        job = self.snap.job_by_id(self.eval.namespace, self.eval.job_id)
+        if job is None or util.job_stopped(job):
+            return ""
+        asked = limits.desired_count(job.task_groups)
+        return limits.over_limit(asked, self.max_placements, "the job asks for")
 
     def _reblock(self) -> None:
         """A blocked eval (waiting in the tracker, or released from it by a

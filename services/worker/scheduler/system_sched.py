@@ -18,7 +18,7 @@ from corral import structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler import annotate, util
+from services.worker.scheduler import annotate, limits, util
 from services.worker.scheduler.interfaces import Planner
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import disconnect_timeout, expired
@@ -199,9 +199,17 @@ class SystemScheduler:
     """Schedules one system or sysbatch evaluation."""
 
     def __init__(
-        self, snapshot: StateSnapshot, planner: Planner, log: logging.Logger, *, sysbatch: bool
+        self,
+        snapshot: StateSnapshot,
+        planner: Planner,
+        log: logging.Logger,
+        *,
+        sysbatch: bool,
+        max_placements: int | None = None,
     ) -> None:
         self.snap = snapshot
+        #: placements one eval may materialise (services/worker/scheduler/limits.py)
+        self.max_placements = limits.max_placements() if max_placements is None else max_placements
         self.planner = planner
         self.log = log
         self.sysbatch = sysbatch
@@ -247,6 +255,11 @@ class SystemScheduler:
                 f"scheduler cannot handle '{ev.triggered_by}' evaluation reason",
             )
             return
+        problem = self._over_limit()
+        if problem:
+            self.log.warning(problem, extra={"eval_id": ev.id, "job_id": ev.job_id})
+            self._set_status(EvalStatus.FAILED, problem)
+            return
         limit = MAX_SYSBATCH_ATTEMPTS if self.sysbatch else MAX_SYSTEM_ATTEMPTS
         try:
             util.retry_max(limit, self._attempt, lambda: util.progress_made(self.plan_result))
@@ -254,6 +267,21 @@ class SystemScheduler:
             self._set_status(err.eval_status, str(err))
             return
         self._set_status(EvalStatus.COMPLETE, "")
+
+    def _over_limit(self) -> str:
+        """Why this eval would materialise too many placements (the job's
+        allocs per node times the ready nodes it may run on), or ''."""
+        job = self.snap.job_by_id(self.eval.namespace, self.eval.job_id)
+        if job is None or util.job_stopped(job):
+            return ""
+        per_node = limits.desired_count(job.task_groups)
+        if per_node <= self.max_placements:
+            nodes, _, _ = util.ready_nodes_in_dcs(self.snap, job.datacenters, job.node_pool)
+            asked = per_node * len(nodes)
+        else:
+            asked = per_node  # over the limit on one node already
+        what = f"the job asks for {per_node} allocs on each of its ready nodes:"
+        return limits.over_limit(asked, self.max_placements, what)
 
     def _attempt(self) -> bool:
         ev = self.eval

@@ -15,6 +15,7 @@ from tests.cluster import Cluster
 from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)
     dequeue,
+    finish,
     pending,
     write,
 )
@@ -60,10 +61,10 @@ async def test_paused_broker_records_but_hands_out_nothing_until_unpaused(
         assert not nothing.eval.id
         assert await ready_count(stub) == 1
         # what was outstanding is still acked with its token
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=held.id, token=got.token))
+        await finish(stub, got)
 
         waiting = asyncio.create_task(dequeue(stub, 30_000))
         await set_paused(cluster, False)
         woken = await asyncio.wait_for(waiting, 30)
         assert woken.eval.id == late.id
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=late.id, token=woken.token))
+        await finish(stub, woken)

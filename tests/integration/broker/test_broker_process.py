@@ -87,6 +87,16 @@ async def dequeue(
     return resp
 
 
+async def finish(stub: eval_pb2_grpc.EvalAsyncStub, got: eval_pb2.EvalDequeueResponse) -> None:
+    """What a worker does with a dequeued eval: write its outcome, then ack
+    (the broker refuses the ack of an eval still pending in the state)."""
+    done = pb.Evaluation()
+    done.CopyFrom(got.eval)
+    done.status = "complete"
+    await stub.Update(eval_pb2.EvalWriteRequest(evals=[done], token=got.token))
+    await stub.Ack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+
+
 @pytest.fixture
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     c = make_cluster()
@@ -111,7 +121,7 @@ async def test_tokens_version_and_wait_index(cluster: Cluster) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token="stale"))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token=got.token))
+        await finish(stub, got)
 
 
 async def test_standby_redirects_to_leader(cluster: Cluster) -> None:
@@ -145,7 +155,7 @@ async def test_one_ack_cancels_999_of_1000_queued_evals(cluster: Cluster) -> Non
     async with security.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub)
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+        await finish(stub, got)
         await until(
             lambda: (
                 sum(1 for s, _ in eval_rows(cluster.dsn, "storm").values() if s == "canceled")
@@ -157,7 +167,7 @@ async def test_one_ack_cancels_999_of_1000_queued_evals(cluster: Cluster) -> Non
         assert set(canceled) == {"canceled after more recent eval was processed"}
         last = await dequeue(stub)
         assert last.eval.id == evals[-1].id  # the newest one is what runs
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=last.eval.id, token=last.token))
+        await finish(stub, last)
 
 
 async def test_blocked_eval_released_by_a_matching_node_class_only(cluster: Cluster) -> None:
@@ -202,7 +212,7 @@ async def test_restore_after_the_leader_is_killed(cluster: Cluster) -> None:
                 continue
             if got.eval.id:
                 seen.append(got.eval.id)
-                await stub.Ack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+                await finish(stub, got)
         # the old leader's tokens mean nothing to the new one
         with pytest.raises(grpc.aio.AioRpcError):
             await stub.Ack(eval_pb2.EvalAckRequest(eval_id=held[0].eval.id, token=held[0].token))

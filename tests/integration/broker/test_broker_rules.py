@@ -20,6 +20,7 @@ from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)
     dequeue,
     eval_rows,
+    finish,
     pending,
     write,
 )
@@ -82,11 +83,11 @@ async def test_one_outstanding_eval_per_job(cluster: Cluster) -> None:  # noqa: 
         stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
         assert (stats.total_pending, stats.total_unacked) == (2, 2)
         mine = got1 if got1.eval.id == first.id else got2
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=first.id, token=mine.token))
+        await finish(stub, mine)
         nxt = await dequeue(stub)
         assert nxt.eval.id == newer.id  # highest modify index wins
         await until(lambda: eval_rows(cluster.dsn, "same")[older.id][0] == "canceled")
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=newer.id, token=nxt.token))
+        await finish(stub, nxt)
         # an ack twice: the token is stale now
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Ack(eval_pb2.EvalAckRequest(eval_id=newer.id, token=nxt.token))

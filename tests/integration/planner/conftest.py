@@ -2,14 +2,16 @@
 the planner's applier core (replica, plan queue, applier) in-process.
 
 Plans are put straight into the plan queue here; the token check and the
-process with leader election are exercised in test_planner_process.py.
+process with leader election are exercised in test_planner_process.py. The
+applier writes as the planner leader: the test holds that lock
+(`planner_leader`), since the state refuses plans from anyone else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -24,6 +26,7 @@ from services.planner.config import PlannerSettings
 from services.planner.plan_queue import PlanQueue
 from services.planner.state_client import StateClient
 from services.state.app import StateApp, StateSettings
+from tests.leaders import hold_leadership
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +42,13 @@ async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
 @pytest.fixture(scope="module")
 async def state_addr(state_app: StateApp) -> str:
     return state_app.server.bound_address
+
+
+@pytest.fixture(scope="module")
+def planner_leader(pg_dsn: str) -> Iterator[str]:
+    """The planner leader's address, held for the module."""
+    with hold_leadership(pg_dsn, "planner") as address:
+        yield address
 
 
 async def seed(
@@ -77,8 +87,8 @@ class GatedStateClient(StateClient):
     """The real state client, with a gate a test can close to hold writes
     (to evaluate the next plan while one is being written)."""
 
-    def __init__(self, state_addr: str) -> None:
-        super().__init__(state_addr)
+    def __init__(self, state_addr: str, *, leader_id: str) -> None:
+        super().__init__(state_addr, leader_id=leader_id)
         self.gate = asyncio.Event()
         self.gate.set()
         self.waiting = asyncio.Event()
@@ -92,10 +102,10 @@ class GatedStateClient(StateClient):
 
 
 @pytest.fixture
-async def core(state_addr: str) -> AsyncIterator[PlannerCore]:
+async def core(state_addr: str, planner_leader: str) -> AsyncIterator[PlannerCore]:
     replica = Replica(state_addr, name="planner-test")
     await replica.start()
-    client = GatedStateClient(state_addr)
+    client = GatedStateClient(state_addr, leader_id=planner_leader)
     queue = PlanQueue()
     applier = PlanApplier(queue, replica, client, PlannerSettings())
     queue.set_enabled(True)

@@ -332,17 +332,20 @@ async def test_failed_write_fails_the_plans_evaluated_on_top_of_it(
     assert len(live) == 6 and victim.id in {a.id for a in live}
 
 
+@pytest.mark.parametrize("leader_id", ["127.0.0.1:1", ""])
 async def test_fenced_write_from_a_deposed_leader_commits_nothing(
-    state_app: StateApp, state_addr: str, core: PlannerCore
+    state_app: StateApp, state_addr: str, core: PlannerCore, planner_leader: str, leader_id: str
 ) -> None:
+    """A planner that holds no leader lock (or names none) writes nothing:
+    its plans are flushed and the worker retries the real leader."""
     from corral.errors import Unavailable
 
     node, job = mock.node(), mock.job()
     index = await seed(state_app, nodes=[node], jobs=[job])
-    core.client.leader_id = "127.0.0.1:1"  # holds no planner leader lock
+    core.client.leader_id = leader_id
     try:
         with pytest.raises(Unavailable, match="plan queue flushed"):
             await core.submit(plan_for(job, new_allocs(job, node, 1), snapshot_index=index))
     finally:
-        core.client.leader_id = ""
+        core.client.leader_id = planner_leader
     assert await stored_allocs(state_addr, job) == []

@@ -99,17 +99,19 @@ async def outstanding_eval(
             if resp.eval.id == ev.id:
                 return resp.eval, resp.token, max(index, tx.index)
             if resp.eval.id:  # some other test's eval: hand it back
-                await stub.Ack(eval_pb2.EvalAckRequest(eval_id=resp.eval.id, token=resp.token))
+                await stub.Nack(eval_pb2.EvalAckRequest(eval_id=resp.eval.id, token=resp.token))
     raise TimeoutError("eval never dequeued")
 
 
 def placement_plan(
-    ev: pb.Evaluation, token: str, job: pb.Job, node: pb.Node, index: int
+    ev: pb.Evaluation, token: str, job: pb.Job, node: pb.Node, index: int, first: int = 0
 ) -> pb.Plan:
+    """Two placements, named `first` and `first + 1` (a second plan takes
+    other names: two live allocs sharing one are a checker error)."""
     plan = pb.Plan(
         eval_id=ev.id, eval_token=token, priority=ev.priority, job=job, snapshot_index=index
     )
-    for i in range(2):
+    for i in range(first, first + 2):
         a = mock.alloc(job, node, index=i, client_status=ClientStatus.PENDING, eval_id=ev.id)
         plan.node_allocation[node.id].allocs.append(a)
     return plan
@@ -164,7 +166,7 @@ async def test_token_check_standby_and_commit(
         await cluster.stop_async(leader.name)
         taken_over = plan_stub(channels, standby.address)
         await wait_leader(taken_over)
-        more = placement_plan(ev, token, job, node, resp.index)
+        more = placement_plan(ev, token, job, node, resp.index, first=2)
         resp2 = await taken_over.Submit(plan_pb2.PlanSubmitRequest(plan=more), timeout=30)
         assert resp2.index > resp.index
     finally:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from corral import security
 from corral.v1 import state_pb2_grpc
 from services.state.app import StateApp, StateSettings
+from tests.leaders import hold_leadership
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +31,17 @@ async def state_addr(state_app: StateApp) -> str:
 async def state_stub(state_addr: str) -> AsyncIterator[state_pb2_grpc.StateAsyncStub]:
     async with security.dial(state_addr) as channel:
         yield state_pb2_grpc.StateStub(channel)
+
+
+@pytest.fixture(scope="module")
+def planner_leader(pg_dsn: str) -> Iterator[str]:
+    """The planner leader's address (held for the module), for ApplyPlans."""
+    with hold_leadership(pg_dsn, "planner") as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def broker_leader(pg_dsn: str) -> Iterator[str]:
+    """The broker leader's address (held for the module), for eval writes."""
+    with hold_leadership(pg_dsn, "broker") as address:
+        yield address

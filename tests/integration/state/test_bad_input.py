@@ -33,34 +33,43 @@ async def _expect_invalid(call: object, needle: str) -> None:
     ],
 )
 async def test_upsert_evals_rejects_bad_evals(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub, mutate: object, needle: str
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    broker_leader: str,
+    mutate: object,
+    needle: str,
 ) -> None:
     before = await state_app.db.latest_index()
     ev = pending_eval()
     mutate(ev)  # type: ignore[operator]
     good = pending_eval()
     await _expect_invalid(
-        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest(evals=[ev, good])), needle
+        state_stub.UpsertEvals(
+            state_pb2.UpsertEvalsRequest(leader_id=broker_leader, evals=[ev, good])
+        ),
+        needle,
     )
     assert await state_app.db.latest_index() == before
 
 
 async def test_upsert_evals_rejects_oversized_batches(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub, broker_leader: str
 ) -> None:
     before = await state_app.db.latest_index()
     evals = [pending_eval() for _ in range(100_001)]
     await _expect_invalid(
-        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest(evals=evals)), "more than"
+        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest(leader_id=broker_leader, evals=evals)),
+        "more than",
     )
     await _expect_invalid(
-        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest()), "must not be empty"
+        state_stub.UpsertEvals(state_pb2.UpsertEvalsRequest(leader_id=broker_leader)),
+        "must not be empty",
     )
     assert await state_app.db.latest_index() == before
 
 
 async def test_apply_plans_rejects_negative_resources_and_missing_ids(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub, planner_leader: str
 ) -> None:
     before = await state_app.db.latest_index()
     alloc = pb.Allocation(
@@ -69,19 +78,19 @@ async def test_apply_plans_rejects_negative_resources_and_missing_ids(
     alloc.resources.memory_mb = -5
     plan = state_pb2.AppliedPlan(eval_id="e1", job_id="web", namespace="default", allocs=[alloc])
     await _expect_invalid(
-        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])),
         "plans[0].allocs[0].resources.memory_mb: must not be negative",
     )
     plan.allocs[0].resources.memory_mb = 5
     plan.allocs[0].node_id = ""
     await _expect_invalid(
-        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])),
         "plans[0].allocs[0].node_id",
     )
     plan.allocs[0].node_id = "n1"
     plan.allocs[0].desired_status = "maybe"
     await _expect_invalid(
-        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])),
         "desired_status: unknown value",
     )
     plan.allocs[0].desired_status = "run"
@@ -89,7 +98,7 @@ async def test_apply_plans_rejects_negative_resources_and_missing_ids(
     # placing needs a job; only a plan for a purged job comes without one
     plan.job_id = ""
     await _expect_invalid(
-        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan])),
+        state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])),
         "plans[0].job_id: is required for a plan that places allocs",
     )
     assert await state_app.db.latest_index() == before
@@ -105,7 +114,7 @@ async def test_subscribe_rejects_unknown_topics(state_stub: state_pb2_grpc.State
 async def test_garbage_collect_deletes_and_feeds_deletions(
     state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
 ) -> None:
-    ev = pending_eval("gc")
+    ev = pending_eval("gc", status="complete")
     async with state_app.db.write() as tx:
         tx.put_eval(ev)
     await state_app.feed.wait_for_index(tx.index, 10)
@@ -138,7 +147,8 @@ async def test_refused_public_writes_consume_no_index(state_app: StateApp) -> No
         ] + [
             nodes.UpdateAlloc(
                 node_pb2.NodeUpdateAllocRequest(
-                    allocs=[pb.Allocation(id=f"a-{i}", node_id=f"n-{i}", client_status="running")]
+                    allocs=[pb.Allocation(id=f"a-{i}", node_id=f"n-{i}", client_status="running")],
+                    secret_id="a-secret",
                 )
             )
             for i in range(50)

@@ -29,6 +29,7 @@ from corral.v1 import (
     node_pb2_grpc,
     query_pb2,
 )
+from corral.v1 import structs_pb2 as pb
 from tests.cluster import Cluster
 
 CLIENTS = 30
@@ -97,30 +98,33 @@ async def test_reads_follow_acknowledged_writes_on_both_processes(
         assert sum(j.id.startswith("ryw-") for j in listed.jobs) == len(indexes)
 
 
-async def _register_node(stubs: Stubs) -> str:
+async def _register_node(stubs: Stubs) -> pb.Node:
     node = mock.node(status="initializing")
     await stubs.node.Register(node_pb2.NodeRegisterRequest(node=node))
     resp = await stubs.node.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready")
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id=node.secret_id)
     )
     assert resp.index
-    return node.id
+    return node
 
 
 async def test_a_burst_of_status_changes_loses_no_update(two_states: list[Stubs]) -> None:
     # a system job, so every node status change that needs evals makes one
     sys_job = mock.system_job(job_id="everywhere")
     await two_states[0].job.Register(job_pb2.JobRegisterRequest(job=sys_job))
-    node_ids = [await _register_node(two_states[i % 2]) for i in range(NODES)]
+    nodes = [await _register_node(two_states[i % 2]) for i in range(NODES)]
 
-    async def flip(k: int, node_id: str) -> list[tuple[str, Any]]:
+    async def flip(k: int, node: pb.Node) -> list[tuple[str, Any]]:
+        node_id = node.id
         seen: list[tuple[str, Any]] = []
         last = 0
         for i in range(FLIPS_PER_NODE):
             stubs = two_states[(k + i) % 2]
             status = "down" if i % 2 == 0 else "ready"
             resp = await stubs.node.UpdateStatus(
-                node_pb2.NodeUpdateStatusRequest(node_id=node_id, status=status)
+                node_pb2.NodeUpdateStatusRequest(
+                    node_id=node_id, status=status, secret_id=node.secret_id
+                )
             )
             # each call changes the node (down <-> ready/initializing), so each
             # is written at a newer index than the one before it
@@ -135,7 +139,7 @@ async def test_a_burst_of_status_changes_loses_no_update(two_states: list[Stubs]
             seen.append((status, resp))
         return seen
 
-    runs = await asyncio.gather(*(flip(k, n) for k, n in enumerate(node_ids)))
+    runs = await asyncio.gather(*(flip(k, n) for k, n in enumerate(nodes)))
     made = {e for run in runs for _, r in run for e in r.eval_ids}
     newest = max(r.index for run in runs for _, r in run)
     for stubs in two_states:
@@ -149,13 +153,12 @@ async def test_a_burst_of_status_changes_loses_no_update(two_states: list[Stubs]
 async def test_a_heartbeat_that_changes_nothing_consumes_no_index(
     two_states: list[Stubs],
 ) -> None:
-    node_id = await _register_node(two_states[0])
-    first = await two_states[0].node.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node_id, status="ready")
+    node = await _register_node(two_states[0])
+    beat = node_pb2.NodeUpdateStatusRequest(
+        node_id=node.id, status="ready", secret_id=node.secret_id
     )
-    again = await two_states[1].node.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node_id, status="ready")
-    )
+    first = await two_states[0].node.UpdateStatus(beat)
+    again = await two_states[1].node.UpdateStatus(beat)
     assert again.index == first.index  # the current index, not a new one
     assert not again.eval_ids
 
@@ -194,6 +197,8 @@ async def test_a_relayed_heartbeat_carries_the_leaders_refusal(two_states: list[
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stubs.node.UpdateStatus(
-                node_pb2.NodeUpdateStatusRequest(node_id="no-such-node", status="ready")
+                node_pb2.NodeUpdateStatusRequest(
+                    node_id="no-such-node", status="ready", secret_id="a-secret"
+                )
             )
         assert err.value.code() == grpc.StatusCode.NOT_FOUND

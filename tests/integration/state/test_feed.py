@@ -158,3 +158,32 @@ async def test_replica_resumes_after_state_restart(pg_dsn: str) -> None:
     finally:
         await replica.stop()
         await app.stop()
+
+
+@pytest.mark.parametrize("ring_bytes", [0, 2048])
+async def test_ring_is_bounded_by_bytes_and_older_batches_come_from_the_log(
+    pg_dsn: str, ring_bytes: int
+) -> None:
+    """The in-memory ring keeps at most `feed_ring_bytes` of serialized
+    batches (and always the newest one); a subscriber starting before it is
+    served every index from the change-log table, once and in order."""
+    from services.state.app import StateSettings
+
+    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600, feed_ring_bytes=ring_bytes))
+    address = await app.start()
+    try:
+        start = app.feed.index
+        written = await _write_evals(app, 40, f"ring-{ring_bytes}")
+        held, size = app.feed.ring_stats
+        assert 1 <= held < 40
+        assert held == 1 or size <= ring_bytes
+        received: list[int] = []
+        async with security.dial(address) as channel:
+            stub = state_pb2_grpc.StateStub(channel)
+            async for batch in stub.Subscribe(state_pb2.SubscribeRequest(from_index=start)):
+                received.append(batch.index)
+                if batch.index >= written[-1]:
+                    break
+        assert received == list(range(start + 1, written[-1] + 1))
+    finally:
+        await app.stop()

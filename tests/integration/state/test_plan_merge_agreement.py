@@ -173,13 +173,14 @@ async def apply_in_state(
     ev: pb.Evaluation,
     allocs: list[pb.Allocation],
     plan: pb.Plan,
+    planner_leader: str,
 ) -> tuple[StateSnapshot, int, StateSnapshot, int, state_pb2.AppliedPlan]:
     """Seed, then commit `plan` the planner's way; the seed snapshot and
     index, the snapshot after and the plan's index (0: nothing to write),
     and the write."""
     async with app.db.write() as tx:
         tx.put_job(job)
-        tx.put_node(node)
+        tx.put_node(copy_msg(node))
         tx.put_eval(ev)
         for a in allocs:
             a = copy_msg(a)
@@ -191,7 +192,9 @@ async def apply_in_state(
     write = applied_plan(seed, plan, evaluation.result, now=1)
     if evaluation.is_noop():  # the planner answers without a write (index 0)
         return seed, tx.index, seed, 0, write
-    resp = await stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[write]))
+    resp = await stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[write])
+    )
     after = await app.feed.wait_for_index(resp.indexes[0], 10)
     return seed, tx.index, after, resp.indexes[0], write
 
@@ -216,11 +219,14 @@ def apply_in_harness(
 )
 @given(sc=scenarios())
 async def test_state_overlay_and_harness_apply_a_plan_alike(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub, sc: Scenario
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
+    sc: Scenario,
 ) -> None:
     job, node, ev, allocs, plan, ids = build(sc)
     seed, seed_index, after, plan_index, write = await apply_in_state(
-        state_app, state_stub, job, node, ev, allocs, plan
+        state_app, state_stub, job, node, ev, allocs, plan, planner_leader
     )
 
     overlay = Overlay()

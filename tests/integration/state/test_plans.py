@@ -3,7 +3,7 @@ FSM merges plan results."""
 
 from __future__ import annotations
 
-from corral.structs import ClientStatus, DesiredStatus
+from corral.structs import ClientStatus, DesiredStatus, copy_msg
 from corral.testing import mock
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -15,12 +15,14 @@ async def _seed(app: StateApp, job_id: str) -> tuple[pb.Job, pb.Node]:
     node = mock.node()
     async with app.db.write() as tx:
         tx.put_job(job)
-        tx.put_node(node)
+        tx.put_node(copy_msg(node))
     return job, node
 
 
 async def test_group_commit_places_each_plan_at_its_own_index(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
 ) -> None:
     job, node = await _seed(state_app, "gc-job")
     plans = [
@@ -32,7 +34,9 @@ async def test_group_commit_places_each_plan_at_its_own_index(
         )
         for i in range(3)
     ]
-    resp = await state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=plans))
+    resp = await state_stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=plans)
+    )
     assert len(resp.indexes) == 3 and list(resp.indexes) == list(
         range(resp.indexes[0], resp.indexes[0] + 3)
     )
@@ -47,17 +51,20 @@ async def test_group_commit_places_each_plan_at_its_own_index(
 
 
 async def test_replacement_links_next_allocation_and_lost_stop_records_alloc_state(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
 ) -> None:
     job, node = await _seed(state_app, "link-job")
     original = mock.alloc(job, node, client_status=ClientStatus.RUNNING)
     first = await state_stub.ApplyPlans(
         state_pb2.ApplyPlansRequest(
+            leader_id=planner_leader,
             plans=[
                 state_pb2.AppliedPlan(
                     eval_id="e1", namespace="default", job_id=job.id, allocs=[original]
                 )
-            ]
+            ],
         )
     )
     replacement = mock.alloc(job, node)
@@ -75,7 +82,9 @@ async def test_replacement_links_next_allocation_and_lost_stop_records_alloc_sta
             )
         ],
     )
-    resp = await state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan]))
+    resp = await state_stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])
+    )
     snap = await state_app.feed.wait_for_index(resp.indexes[0], 10)
     old = snap.alloc_by_id(original.id)
     assert old is not None
@@ -86,17 +95,20 @@ async def test_replacement_links_next_allocation_and_lost_stop_records_alloc_sta
 
 
 async def test_in_place_update_keeps_client_fields(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
 ) -> None:
     job, node = await _seed(state_app, "inplace-job")
     alloc = mock.alloc(job, node)
     r1 = await state_stub.ApplyPlans(
         state_pb2.ApplyPlansRequest(
+            leader_id=planner_leader,
             plans=[
                 state_pb2.AppliedPlan(
                     eval_id="e1", namespace="default", job_id=job.id, allocs=[alloc]
                 )
-            ]
+            ],
         )
     )
     # the client reports running with task states
@@ -111,11 +123,12 @@ async def test_in_place_update_keeps_client_fields(
     update.client_status = ClientStatus.PENDING  # the scheduler's stale copy
     r2 = await state_stub.ApplyPlans(
         state_pb2.ApplyPlansRequest(
+            leader_id=planner_leader,
             plans=[
                 state_pb2.AppliedPlan(
                     eval_id="e2", namespace="default", job_id=job.id, allocs=[update]
                 )
-            ]
+            ],
         )
     )
     snap = await state_app.feed.wait_for_index(r2.indexes[0], 10)
@@ -128,39 +141,39 @@ async def test_in_place_update_keeps_client_fields(
 
 
 async def test_fenced_plan_from_a_non_leader_is_refused(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
 ) -> None:
+    """Only the planner leader writes plans: another address, or none, is
+    refused with nothing written."""
     import grpc
     import pytest
-
-    from corral.leader import LeaderElection
 
     job, node = await _seed(state_app, "fenced-job")
     plan = state_pb2.AppliedPlan(
         eval_id="e1", namespace="default", job_id=job.id, allocs=[mock.alloc(job, node)]
     )
     before = await state_app.db.latest_index()
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await state_stub.ApplyPlans(
-            state_pb2.ApplyPlansRequest(plans=[plan], leader_id="10.9.9.9:1")
-        )
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "not the planner leader" in (err.value.details() or "")
-    assert await state_app.db.latest_index() == before
+    for leader_id in ("10.9.9.9:1", ""):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await state_stub.ApplyPlans(
+                state_pb2.ApplyPlansRequest(plans=[plan], leader_id=leader_id)
+            )
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "not the planner leader" in (err.value.details() or "")
+        assert await state_app.db.latest_index() == before
 
-    election = LeaderElection(state_app.db.dsn, "planner", "10.9.9.9:1")
-    assert await election._campaign()
-    try:
-        resp = await state_stub.ApplyPlans(
-            state_pb2.ApplyPlansRequest(plans=[plan], leader_id="10.9.9.9:1")
-        )
-        assert resp.indexes[0] == before + 1
-    finally:
-        await election.stop()
+    resp = await state_stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(plans=[plan], leader_id=planner_leader)
+    )
+    assert resp.indexes[0] == before + 1
 
 
 async def test_applying_a_plan_bumps_its_evals_modify_index(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
 ) -> None:
     from tests.integration.state.helpers import pending_eval
 
@@ -171,7 +184,9 @@ async def test_applying_a_plan_bumps_its_evals_modify_index(
     plan = state_pb2.AppliedPlan(
         eval_id=ev.id, namespace="default", job_id=job.id, allocs=[mock.alloc(job, node)]
     )
-    resp = await state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan]))
+    resp = await state_stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])
+    )
     snap = await state_app.feed.wait_for_index(resp.indexes[0], 10)
     stored = snap.eval_by_id(ev.id)
     assert stored is not None
@@ -180,7 +195,9 @@ async def test_applying_a_plan_bumps_its_evals_modify_index(
 
 
 async def test_a_purged_jobs_plan_stops_its_allocs(
-    state_app: StateApp, state_stub: state_pb2_grpc.StateAsyncStub
+    state_app: StateApp,
+    state_stub: state_pb2_grpc.StateAsyncStub,
+    planner_leader: str,
 ) -> None:
     from services.state.writes.jobs import deregister_job
 
@@ -188,11 +205,12 @@ async def test_a_purged_jobs_plan_stops_its_allocs(
     alloc = mock.alloc(job, node)
     await state_stub.ApplyPlans(
         state_pb2.ApplyPlansRequest(
+            leader_id=planner_leader,
             plans=[
                 state_pb2.AppliedPlan(
                     eval_id="e1", namespace="default", job_id=job.id, allocs=[alloc]
                 )
-            ]
+            ],
         )
     )
     async with state_app.db.write() as tx:
@@ -205,7 +223,9 @@ async def test_a_purged_jobs_plan_stops_its_allocs(
         stops=[pb.AllocStop(alloc_id=alloc.id, desired_description="alloc not needed")],
         allocs=[late],  # placed on a snapshot from before the purge
     )
-    resp = await state_stub.ApplyPlans(state_pb2.ApplyPlansRequest(plans=[plan]))
+    resp = await state_stub.ApplyPlans(
+        state_pb2.ApplyPlansRequest(leader_id=planner_leader, plans=[plan])
+    )
     snap = await state_app.feed.wait_for_index(resp.indexes[0], 10)
     stopped = snap.alloc_by_id(alloc.id)
     assert stopped is not None and stopped.desired_status == DesiredStatus.STOP

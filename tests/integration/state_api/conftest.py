@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
 
 from corral import security
-from services.state.app import StateApp, StateSettings
+from services.state.app import StateApp
+from tests.integration.state_api.settings import state_settings
+from tests.leaders import hold_leadership
 
 
 @pytest.fixture(scope="module")
-async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
-    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600))
+async def state_app(pg_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[StateApp]:
+    """The module's state; with ACLs when the module says `ACL_ENABLED = True`."""
+    app = StateApp(state_settings(pg_dsn, acl=getattr(request.module, "ACL_ENABLED", False)))
     await app.start()
     try:
         yield app
@@ -25,3 +28,10 @@ async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
 async def channel(state_app: StateApp) -> AsyncIterator[grpc.aio.Channel]:
     async with security.dial(state_app.server.bound_address) as ch:
         yield ch
+
+
+@pytest.fixture(scope="module")
+def broker_leader(pg_dsn: str) -> Iterator[str]:
+    """The broker leader's address, for the state's fenced writes."""
+    with hold_leadership(pg_dsn, "broker") as address:
+        yield address

@@ -101,7 +101,7 @@ async def _stored(state_app: StateApp, deployment_id: str) -> pb.Deployment:
 async def node(state_app: StateApp) -> pb.Node:
     n = mock.node()
     async with state_app.db.write() as tx:
-        tx.put_node(n)
+        tx.put_node(copy_msg(n))  # the stored copy keeps only the secret's hash
     return n
 
 
@@ -164,7 +164,7 @@ async def test_counts_follow_plans_and_client_health(
 
 
 async def test_success_marks_the_version_stable_and_ends_the_deployment(
-    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node
+    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node, broker_leader: str
 ) -> None:
     job = await _register(channel, _job("stable"))
     d = await _deploy(state_app, job, node)
@@ -172,12 +172,16 @@ async def test_success_marks_the_version_stable_and_ends_the_deployment(
     # decided on the stored counts: not before every alloc is healthy
     with pytest.raises(grpc.aio.AioRpcError) as early:
         await state.SetDeploymentStatus(
-            state_pb2.SetDeploymentStatusRequest(deployment_id=d.id, status="successful")
+            state_pb2.SetDeploymentStatusRequest(
+                leader_id=broker_leader, deployment_id=d.id, status="successful"
+            )
         )
     assert early.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "leader" not in (early.value.details() or "")
     await _health(state_app, node, job, True)
     resp = await state.SetDeploymentStatus(
         state_pb2.SetDeploymentStatusRequest(
+            leader_id=broker_leader,
             deployment_id=d.id,
             status=DeploymentStatus.SUCCESSFUL,
             status_description=deployments.DESC_SUCCESSFUL,
@@ -193,20 +197,24 @@ async def test_success_marks_the_version_stable_and_ends_the_deployment(
     # decided on the stored row: an ended deployment cannot end again
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await state.SetDeploymentStatus(
-            state_pb2.SetDeploymentStatusRequest(deployment_id=d.id, status="failed")
+            state_pb2.SetDeploymentStatusRequest(
+                leader_id=broker_leader, deployment_id=d.id, status="failed"
+            )
         )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
 async def test_failure_with_auto_revert_registers_the_stable_version_again(
-    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node
+    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node, broker_leader: str
 ) -> None:
     v0 = await _register(channel, _job("revert", auto_revert=True, env="good"))
     d0 = await _deploy(state_app, v0, node)
     await _health(state_app, node, v0, True)
     state = state_pb2_grpc.StateStub(channel)
     await state.SetDeploymentStatus(
-        state_pb2.SetDeploymentStatusRequest(deployment_id=d0.id, status="successful")
+        state_pb2.SetDeploymentStatusRequest(
+            leader_id=broker_leader, deployment_id=d0.id, status="successful"
+        )
     )
     v1 = await _register(channel, _job("revert", auto_revert=True, env="bad"))
     assert v1.version == 1
@@ -216,13 +224,18 @@ async def test_failure_with_auto_revert_registers_the_stable_version_again(
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await state.SetDeploymentStatus(
                 state_pb2.SetDeploymentStatusRequest(
-                    deployment_id=d1.id, status="failed", status_description=reason
+                    leader_id=broker_leader,
+                    deployment_id=d1.id,
+                    status="failed",
+                    status_description=reason,
                 )
             )
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "leader" not in (err.value.details() or "")
     await _health(state_app, node, v1, False)
     resp = await state.SetDeploymentStatus(
         state_pb2.SetDeploymentStatusRequest(
+            leader_id=broker_leader,
             deployment_id=d1.id,
             status="failed",
             status_description=deployments.DESC_FAILED_ALLOCS,

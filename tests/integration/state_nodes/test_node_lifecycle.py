@@ -58,7 +58,7 @@ async def register_ready(app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub) -> p
     resp = await nodes.Register(node_pb2.NodeRegisterRequest(node=node))
     assert resp.heartbeat_ttl_ms >= 500
     resp = await nodes.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready")
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id=node.secret_id)
     )
     await app.feed.wait_for_index(resp.index, 10)
     return node
@@ -76,7 +76,11 @@ async def test_heartbeats_do_not_write_and_a_missed_ttl_makes_the_node_down(
     await place(app, node, mock.job(job_id="web", count=1))
     before = await app.db.latest_index()
     for _ in range(5):
-        await nodes.UpdateStatus(node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready"))
+        await nodes.UpdateStatus(
+            node_pb2.NodeUpdateStatusRequest(
+                node_id=node.id, status="ready", secret_id=node.secret_id
+            )
+        )
         await asyncio.sleep(0.2)
     assert await app.db.latest_index() == before  # heartbeats write nothing
     await until(lambda: status(app, node.id) == "down")
@@ -94,19 +98,25 @@ async def test_disconnect_and_the_reconnect_ordering_of_seed_003(
     await until(lambda: status(app, node.id) == "disconnected")
     update = pb.Allocation(id=alloc.id, node_id=node.id, client_status="running")
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[update]))
+        await nodes.UpdateAlloc(
+            node_pb2.NodeUpdateAllocRequest(allocs=[update], secret_id=node.secret_id)
+        )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "not allowed to update allocs while in status disconnected" in (
         err.value.details() or ""
     )
     # heartbeat first: disconnected -> ready is coerced to initializing
-    await nodes.UpdateStatus(node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready"))
+    await nodes.UpdateStatus(
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id=node.secret_id)
+    )
     assert status(app, node.id) == "initializing" or await _wait_status(
         app, node.id, "initializing"
     )
-    await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[update]))
+    await nodes.UpdateAlloc(
+        node_pb2.NodeUpdateAllocRequest(allocs=[update], secret_id=node.secret_id)
+    )
     resp = await nodes.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready")
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id=node.secret_id)
     )
     await app.feed.wait_for_index(resp.index, 10)
     assert status(app, node.id) == "ready"
@@ -121,11 +131,18 @@ async def test_get_client_allocs_blocks_until_the_node_allocs_change(
     app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
 ) -> None:
     node = await register_ready(app, nodes)
-    first = await nodes.GetClientAllocs(node_pb2.NodeClientAllocsRequest(node_id=node.id))
+    first = await nodes.GetClientAllocs(
+        node_pb2.NodeClientAllocsRequest(node_id=node.id, secret_id=node.secret_id)
+    )
     assert first.index >= 1 and not first.allocs
     waiter = asyncio.ensure_future(
         nodes.GetClientAllocs(
-            node_pb2.NodeClientAllocsRequest(node_id=node.id, min_index=first.index, wait_ms=20_000)
+            node_pb2.NodeClientAllocsRequest(
+                node_id=node.id,
+                min_index=first.index,
+                wait_ms=20_000,
+                secret_id=node.secret_id,
+            )
         )
     )
     await asyncio.sleep(0.2)
@@ -234,9 +251,9 @@ def _eval(app: StateApp, eval_id: str) -> pb.Evaluation:
     return ev
 
 
-async def _heartbeat(nodes: node_pb2_grpc.NodeAsyncStub, app: StateApp, node_id: str) -> None:
+async def _heartbeat(nodes: node_pb2_grpc.NodeAsyncStub, app: StateApp, node: pb.Node) -> None:
     resp = await nodes.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node_id, status="ready")
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id=node.secret_id)
     )
     await app.feed.wait_for_index(resp.index, 10)
 
@@ -248,7 +265,7 @@ async def test_a_reconnecting_node_that_misses_its_ttl_again_stays_disconnected(
     then silence again: its allocs are inside lost_after, so the node goes
     back to disconnected, not down (which would lose them early)."""
     node, _, _ = await _disconnected_with_unknown_alloc(app, nodes, "flaky")
-    await _heartbeat(nodes, app, node.id)
+    await _heartbeat(nodes, app, node)
     assert status(app, node.id) == "initializing"
     await until(lambda: status(app, node.id) != "initializing")
     assert status(app, node.id) == "disconnected"
@@ -289,10 +306,12 @@ async def test_reconnected_allocs_cancel_their_disconnect_timeout_eval(
     follow-up eval is canceled once no live alloc still waits on it, and
     their followup_eval_id is cleared; a reconnect eval is created."""
     node, allocs, timeout = await _disconnected_with_unknown_alloc(app, nodes, "back", count=2)
-    await _heartbeat(nodes, app, node.id)
+    await _heartbeat(nodes, app, node)
 
     first = pb.Allocation(id=allocs[0].id, node_id=node.id, client_status="running")
-    resp = await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[first]))
+    resp = await nodes.UpdateAlloc(
+        node_pb2.NodeUpdateAllocRequest(allocs=[first], secret_id=node.secret_id)
+    )
     await app.feed.wait_for_index(resp.index, 10)
     snap = app.feed.snapshot()
     assert snap.allocs[allocs[0].id].followup_eval_id == ""
@@ -300,7 +319,9 @@ async def test_reconnected_allocs_cancel_their_disconnect_timeout_eval(
     assert _eval(app, timeout.id).status == "pending"  # the other alloc still waits
 
     second = pb.Allocation(id=allocs[1].id, node_id=node.id, client_status="failed")
-    resp = await nodes.UpdateAlloc(node_pb2.NodeUpdateAllocRequest(allocs=[second]))
+    resp = await nodes.UpdateAlloc(
+        node_pb2.NodeUpdateAllocRequest(allocs=[second], secret_id=node.secret_id)
+    )
     await app.feed.wait_for_index(resp.index, 10)
     canceled = _eval(app, timeout.id)
     assert canceled.status == "canceled"
@@ -316,7 +337,9 @@ async def test_a_down_node_brought_back_by_a_heartbeat_records_reregistered(
     node = await register_ready(app, nodes)
     await until(lambda: status(app, node.id) == "down")
     resp = await nodes.UpdateStatus(
-        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="initializing")
+        node_pb2.NodeUpdateStatusRequest(
+            node_id=node.id, status="initializing", secret_id=node.secret_id
+        )
     )
     await app.feed.wait_for_index(resp.index, 10)
     stored = app.feed.snapshot().node_by_id(node.id)
@@ -325,7 +348,7 @@ async def test_a_down_node_brought_back_by_a_heartbeat_records_reregistered(
     assert stored.events[-1].subsystem == "Cluster"
 
     await until(lambda: status(app, node.id) == "down")
-    await _heartbeat(nodes, app, node.id)
+    await _heartbeat(nodes, app, node)
     stored = app.feed.snapshot().node_by_id(node.id)
     assert stored is not None and stored.status == "ready"
     assert stored.events[-1].message == "Node reregistered by heartbeat"

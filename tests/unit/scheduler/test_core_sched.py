@@ -359,3 +359,87 @@ def test_job_gc_takes_the_job_deployments_along():
     run(h, CORE_JOB_JOB_GC)
     assert h.deleted_jobs == [(job.namespace, job.id)]
     assert h.deleted_deployments == [d.id]
+
+
+# ---------------------------------------------------------------- purged jobs (issue 19)
+
+
+def test_a_purged_jobs_evals_and_allocs_go_once_terminal_whatever_the_threshold():
+    """Purge deletes the job at once; its evals and allocs follow at the next
+    eval GC once terminal, not an eval threshold later."""
+    h = Harness(now=NOW)
+    job = mock.job()  # never stored: purged
+    ev = old_eval(job, age=MINUTE)
+    done = alloc_for(job, ev, age=MINUTE, desired=DesiredStatus.STOP)
+    _put(h, ev, done)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == [ev.id]
+    assert h.deleted_allocs == [done.id]
+
+
+def test_a_purged_jobs_eval_waits_for_its_allocs_to_stop_running():
+    h = Harness(now=NOW)
+    job = mock.job()
+    ev = old_eval(job, age=MINUTE)
+    stopping = alloc_for(
+        job, ev, age=MINUTE, client=ClientStatus.RUNNING, desired=DesiredStatus.STOP
+    )
+    pending = old_eval(job, age=MINUTE, status=EvalStatus.PENDING)
+    _put(h, ev, stopping, pending)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == []
+    assert h.deleted_allocs == []
+
+
+def test_allocs_with_neither_job_nor_eval_are_collected_once_terminal():
+    h = Harness(now=NOW)
+    job = mock.job()
+    gone = mock.eval_for(job)  # never stored
+    orphan = alloc_for(job, gone, age=MINUTE, desired=DesiredStatus.STOP)
+    running = alloc_for(job, gone, age=MINUTE, client=ClientStatus.RUNNING)
+    _put(h, orphan, running)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_allocs == [orphan.id]
+
+
+def test_a_live_jobs_young_evals_keep_their_threshold():
+    h = Harness(now=NOW)
+    job = mock.job()
+    ev = old_eval(job, age=MINUTE)
+    _put(h, job, ev)
+    run(h, CORE_JOB_EVAL_GC)
+    assert h.deleted_evals == []
+
+
+def test_a_purged_jobs_deployments_go_once_no_live_alloc_uses_them():
+    h = Harness(now=NOW)
+    job = mock.job(count=1)  # never stored: purged
+    free = _deployment(job, "running", age=MINUTE)
+    used = _deployment(job, "running", age=MINUTE)
+    h.upsert_deployments(free, used)
+    a = mock.alloc(job, mock.node())
+    a.deployment_id = used.id
+    h.upsert_allocs(a)
+    run(h, CORE_JOB_DEPLOYMENT_GC)
+    assert h.deleted_deployments == [free.id]
+
+
+def test_gc_settings_become_the_core_schedulers_thresholds(monkeypatch):
+    from corral.settings import load
+    from services.worker.config import WorkerSettings
+
+    monkeypatch.setenv("CORRAL_WORKER_EVAL_GC_THRESHOLD", "30")
+    settings, _ = load(
+        WorkerSettings,
+        [
+            "--state-addr", "s:1", "--broker-addr", "b:1", "--planner-addr", "p:1",
+            "--job-gc-threshold", "90", "--node-gc-threshold", "1.5",
+        ],
+        prog="worker",
+    )  # fmt: skip
+    cfg = settings.gc.config()
+    assert cfg.eval_gc_threshold == 30 * structs.SECOND
+    assert cfg.job_gc_threshold == 90 * structs.SECOND
+    assert cfg.node_gc_threshold == int(1.5 * structs.SECOND)
+    assert cfg.batch_eval_gc_threshold == 24 * HOUR  # Nomad's default
+    assert cfg.deployment_gc_threshold == HOUR

@@ -1,0 +1,107 @@
+"""The trust set-up of `corral dev`: who the roles are to each other, and
+the operator's credentials.
+
+Without flags the servers share a random server token (plaintext, on
+loopback by default) and ACLs are off: nothing to set up. `-tls` makes a
+throwaway CA in the data directory (new on every start) and gives each role
+its certificate: server roles `server.global.corral`, the agent
+`client.global.corral`, the operator's CLI `cli.global.corral`. `-acl`
+turns ACLs on in every role and bootstraps them once per data directory;
+the management token is kept in the data directory (mode 0600) so a
+restarted dev cluster prints the same one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from corral import certs, security
+from corral.settings import SecuritySettings
+from corral.v1 import acl_pb2, acl_pb2_grpc
+
+TOKEN_FILE = "acl-bootstrap-token"
+
+
+@dataclass
+class DevTrust:
+    tls: certs.Bundle | None = None
+    acl: bool = False
+    #: environment for every role, and the server roles' and agent's own
+    env: dict[str, str] = field(default_factory=dict)
+    server_env: dict[str, str] = field(default_factory=dict)
+    agent_env: dict[str, str] = field(default_factory=dict)
+    token: str = ""
+
+    def role_env(self, role: str) -> dict[str, str]:
+        return {**self.env, **(self.agent_env if role == "agent" else self.server_env)}
+
+    def cli_settings(self) -> SecuritySettings:
+        """What this command uses to talk to the cluster it started."""
+        if self.tls is None:
+            return security.current()
+        return SecuritySettings(
+            ca_file=str(self.tls.ca_file),
+            cert_file=str(self.tls.cert_file("cli")),
+            key_file=str(self.tls.key_file("cli")),
+        )
+
+    def exports(self) -> list[str]:
+        """Shell lines for the operator's terminal."""
+        lines = []
+        if self.tls is not None:
+            lines += [
+                f"export CORRAL_CA_FILE={self.tls.ca_file}",
+                f"export CORRAL_CERT_FILE={self.tls.cert_file('cli')}",
+                f"export CORRAL_KEY_FILE={self.tls.key_file('cli')}",
+            ]
+        if self.token:
+            lines.append(f"export CORRAL_TOKEN={self.token}")
+        return lines
+
+
+def prepare(data_dir: Path, *, tls: bool, acl: bool) -> DevTrust:
+    """The roles' environment for the chosen set-up (before they start)."""
+    trust = DevTrust(acl=acl)
+    if acl:
+        trust.env["CORRAL_ACL_ENABLED"] = "true"
+    if not tls:
+        # the servers' shared secret for their internal RPCs; the agent and
+        # the operator never get it
+        token = os.environ.get("CORRAL_SERVER_TOKEN") or secrets.token_urlsafe(32)
+        trust.server_env["CORRAL_SERVER_TOKEN"] = token
+        trust.agent_env["CORRAL_SERVER_TOKEN"] = ""
+        return trust
+    directory = data_dir / "tls"
+    shutil.rmtree(directory, ignore_errors=True)
+    trust.tls = certs.write_bundle(directory)
+    trust.env.update({"CORRAL_CA_FILE": str(trust.tls.ca_file), "CORRAL_SERVER_TOKEN": ""})
+    for role, target in (("server", trust.server_env), ("client", trust.agent_env)):
+        target["CORRAL_CERT_FILE"] = str(trust.tls.cert_file(role))  # type: ignore[arg-type]
+        target["CORRAL_KEY_FILE"] = str(trust.tls.key_file(role))  # type: ignore[arg-type]
+    return trust
+
+
+def bootstrap(trust: DevTrust, data_dir: Path, address: str) -> None:
+    """Bootstrap ACLs on the running state, or reuse this data directory's
+    earlier bootstrap token."""
+    saved = data_dir / TOKEN_FILE
+    if saved.exists():
+        trust.token = saved.read_text().strip()
+        return
+    channel = security.dial_sync(address, settings=trust.cli_settings())
+    try:
+        resp = acl_pb2_grpc.ACLStub(channel).Bootstrap(acl_pb2.ACLBootstrapRequest(), timeout=30)
+    except grpc.RpcError as exc:
+        raise RuntimeError(f"ACL bootstrap failed: {exc.details()}") from None
+    finally:
+        channel.close()
+    trust.token = resp.token.secret_id
+    fd = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(trust.token + "\n")

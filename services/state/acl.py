@@ -1,0 +1,237 @@
+"""ACL reads from the database and the state's own token resolver.
+
+ACL objects are not part of the in-memory state (no scheduler needs them):
+policies and tokens are read from their tables, and `DatabaseResolver`
+keeps resolved tokens for a few seconds. Its cache is dropped whenever any
+state process writes an ACL table: this process's ACL handlers call
+`invalidate()` after each write, and `follow()` watches the change feed
+for the ACL events every process's writes record.
+
+Tokens are looked up by the SHA-256 of their secret (`corral.acl.secret_hash`):
+the secret itself is never stored, cached or logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from corral import acl
+from corral.acl_resolve import (
+    ANONYMOUS_ACCESSOR,
+    NOT_FOUND,
+    Resolved,
+    TokenCache,
+    acl_from_response,
+    check_expiry,
+)
+from corral.errors import PermissionDenied
+from corral.structs import Topic
+from corral.v1 import acl_pb2
+from services.state.db.database import Database
+from services.state.feed import ChangeFeed
+
+log = logging.getLogger(__name__)
+
+POLICIES_TABLE = "acl_policies"
+TOKENS_TABLE = "acl_tokens"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TOKEN_COLUMNS = (
+    "accessor_id, name, type, policies, global, create_time, expiration_time, "
+    "create_index, modify_index"
+)
+
+
+def to_ns(when: datetime | None) -> int:
+    if when is None:
+        return 0
+    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def from_ns(ns: int) -> datetime | None:
+    if not ns:
+        return None
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def token_from_row(row: Sequence[Any]) -> acl_pb2.ACLToken:
+    """An ACLToken (never with a secret) from the `_TOKEN_COLUMNS` of a row."""
+    return acl_pb2.ACLToken(
+        accessor_id=row[0],
+        name=row[1],
+        type=row[2],
+        policies=list(row[3] or ()),
+        is_global=bool(row[4]),
+        create_time=to_ns(row[5]),
+        expiration_time=to_ns(row[6]),
+        create_index=int(row[7]),
+        modify_index=int(row[8]),
+    )
+
+
+def anonymous_token(policies: Sequence[str]) -> acl_pb2.ACLToken:
+    """Nomad's anonymous token: what a call without a token is."""
+    return acl_pb2.ACLToken(
+        accessor_id=ANONYMOUS_ACCESSOR,
+        name="Anonymous Token",
+        type=acl.TOKEN_CLIENT,
+        policies=list(policies),
+    )
+
+
+async def _rows(db: Database, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async with db.read() as conn:
+        cur = await conn.execute(sql, params)
+        return await cur.fetchall()
+
+
+async def table_index(db: Database, tables: Sequence[str]) -> int:
+    """The last index that wrote any of `tables` (at least 1)."""
+    rows = await _rows(
+        db,
+        "SELECT coalesce(max(index), 0) FROM table_indexes WHERE name = ANY(%s)",
+        (list(tables),),
+    )
+    return max(1, int(rows[0][0]) if rows else 0)
+
+
+async def list_policies(db: Database, *, with_rules: bool = False) -> list[acl_pb2.ACLPolicy]:
+    rules = "rules" if with_rules else "''"
+    rows = await _rows(
+        db,
+        f"SELECT name, description, {rules}, create_index, modify_index "
+        "FROM acl_policies ORDER BY name",
+    )
+    return [_policy(r) for r in rows]
+
+
+async def get_policies(db: Database, names: Sequence[str]) -> list[acl_pb2.ACLPolicy]:
+    rows = await _rows(
+        db,
+        "SELECT name, description, rules, create_index, modify_index "
+        "FROM acl_policies WHERE name = ANY(%s) ORDER BY name",
+        (list(names),),
+    )
+    return [_policy(r) for r in rows]
+
+
+def _policy(row: Sequence[Any]) -> acl_pb2.ACLPolicy:
+    return acl_pb2.ACLPolicy(
+        name=row[0],
+        description=row[1],
+        rules=row[2],
+        create_index=int(row[3]),
+        modify_index=int(row[4]),
+    )
+
+
+async def list_tokens(db: Database) -> list[acl_pb2.ACLToken]:
+    rows = await _rows(db, f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens ORDER BY accessor_id")
+    return [token_from_row(r) for r in rows]
+
+
+async def get_token(db: Database, accessor_id: str) -> acl_pb2.ACLToken | None:
+    rows = await _rows(
+        db, f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens WHERE accessor_id = %s", (accessor_id,)
+    )
+    return token_from_row(rows[0]) if rows else None
+
+
+async def token_by_secret(db: Database, secret_id: str) -> acl_pb2.ACLToken | None:
+    """The token whose secret is `secret_id`, looked up by its hash."""
+    rows = await _rows(
+        db,
+        f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens WHERE secret_hash = %s",
+        (acl.secret_hash(secret_id),),
+    )
+    return token_from_row(rows[0]) if rows else None
+
+
+async def lookup(
+    db: Database, secret_id: str, now_ns: int | None = None
+) -> acl_pb2.ACLResolveTokenResponse:
+    """What `ACL.ResolveToken` answers for `secret_id`, from the database."""
+    if not secret_id:
+        policies = await get_policies(db, [acl.ANONYMOUS_POLICY])
+        return acl_pb2.ACLResolveTokenResponse(
+            accessor_id=ANONYMOUS_ACCESSOR,
+            type=acl.TOKEN_CLIENT,
+            policies=[acl_pb2.ACLPolicy(name=p.name, rules=p.rules) for p in policies],
+        )
+    token = await token_by_secret(db, secret_id)
+    if token is None:
+        raise PermissionDenied(NOT_FOUND)
+    check_expiry(token.expiration_time, time.time_ns() if now_ns is None else now_ns)
+    resp = acl_pb2.ACLResolveTokenResponse(
+        accessor_id=token.accessor_id, type=token.type, expiration_time=token.expiration_time
+    )
+    if token.type == acl.TOKEN_CLIENT and token.policies:
+        for p in await get_policies(db, token.policies):
+            resp.policies.add(name=p.name, rules=p.rules)
+    return resp
+
+
+class DatabaseResolver:
+    """The state role's `Resolver`: tokens from the database, each answer
+    (and each miss) kept for `ttl` seconds at most."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        ttl: float = 5.0,
+        max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.db = db
+        self.cache = TokenCache(ttl, ttl, max_entries=max_entries, clock=clock)
+        self._wall = wall_clock
+        #: database lookups made (tests read it)
+        self.lookups = 0
+
+    async def resolve(self, secret_id: str) -> acl.ACL:
+        return (await self.resolve_token(secret_id)).acl
+
+    async def resolve_token(self, secret_id: str) -> Resolved:
+        key = acl.secret_hash(secret_id)
+        hit = self.cache.get(key)
+        if isinstance(hit, str):
+            raise PermissionDenied(hit)
+        if hit is None:
+            self.lookups += 1
+            generation = self.cache.generation
+            try:
+                resp = await lookup(self.db, secret_id, self._wall())
+            except PermissionDenied as exc:
+                self.cache.put(key, exc.message, generation)
+                raise
+            hit = Resolved(resp, acl_from_response(resp))
+            self.cache.put(key, hit, generation)
+        check_expiry(hit.expiration_time, self._wall())
+        return hit
+
+    def invalidate(self) -> None:
+        """Forget every cached answer (an ACL table was written)."""
+        self.cache.clear()
+
+    async def follow(self, feed: ChangeFeed, stop: asyncio.Event) -> None:
+        """Invalidate on every ACL write any state process commits, until
+        `stop`; started by the state app beside its other loops."""
+        while not stop.is_set():
+            try:
+                async for batch in feed.subscribe(feed.index, stop):
+                    if any(ev.topic in Topic.ACL for ev in batch.events):
+                        self.invalidate()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # e.g. fell behind the retained log: start over
+                log.warning("ACL cache feed follow restarted: %s", exc)
+                self.invalidate()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)

@@ -1,0 +1,195 @@
+"""The public `ACL` service: bootstrap, policies and tokens (Nomad's ACL
+API), and `ResolveToken` for the roles that are not the state.
+
+Who may call what is in `corral.access.RULES`, checked before a handler
+runs: `Bootstrap` anyone, once; `ResolveToken` anyone holding the secret
+(the secret in the request is the authorization); `TokenSelf` anyone, about
+the token in their own call metadata; everything else a management token,
+except `ListPolicies` and `GetPolicy`, which a token holding a policy may
+use for that policy (decided here, from the caller's ACL in
+`corral.acl.CURRENT`). With ACLs off the whole service answers
+FAILED_PRECONDITION. Only `Bootstrap` and `CreateToken` answer with a
+secret id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from corral import acl
+from corral.errors import NotFound, PermissionDenied
+from corral.server import GrpcServer
+from corral.v1 import acl_pb2, acl_pb2_grpc, query_pb2
+from services.state import acl as acl_reads
+from services.state import query
+from services.state.app_context import StateContext
+from services.state.config import ACLSettings
+from services.state.writes import acl as acl_writes
+
+Context = Any
+NS_PER_S = 1_000_000_000
+
+
+def _may_read_policy(name: str) -> bool:
+    caller = acl.CURRENT.get()
+    return caller.is_management or name in caller.policies
+
+
+class ACLServicer(acl_pb2_grpc.ACLServicer):
+    def __init__(self, ctx: StateContext, settings: ACLSettings) -> None:
+        self.ctx = ctx
+        self.min_ttl_ns = int(settings.token_min_expiration_ttl * NS_PER_S)
+        self.max_ttl_ns = int(settings.token_max_expiration_ttl * NS_PER_S)
+
+    async def _index(self, q: query_pb2.QueryOptions, table: str) -> int:
+        """The table's index; with `min_index`, first wait (as a blocking
+        query does) until a write moved it past that, or the wait ran out."""
+        index = await acl_reads.table_index(self.ctx.db, (table,))
+        if not q.min_index:
+            return index
+        loop = asyncio.get_running_loop()
+        wait = q.wait_ms / 1000 if q.wait_ms > 0 else query.DEFAULT_WAIT_S
+        deadline = loop.time() + min(wait, query.MAX_WAIT_S)
+        while index <= q.min_index and not self.ctx.shutting_down.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await self.ctx.feed.wait_advance(remaining)
+            index = await acl_reads.table_index(self.ctx.db, (table,))
+        return index
+
+    def _written(self) -> None:
+        self.ctx.acl.invalidate()
+
+    # ---------------------------------------------------------- bootstrap
+
+    async def Bootstrap(
+        self, request: acl_pb2.ACLBootstrapRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse:
+        async with self.ctx.write() as tx:
+            token, secret = await acl_writes.bootstrap(tx, request.secret_id)
+        self._written()
+        token.secret_id = secret
+        return acl_pb2.ACLTokenResponse(token=token, index=tx.index)
+
+    # ----------------------------------------------------------- policies
+
+    async def UpsertPolicies(
+        self, request: acl_pb2.ACLUpsertPoliciesRequest, context: Context
+    ) -> acl_pb2.ACLWriteResponse:
+        acl_writes.validate_policies(request.policies)
+        async with self.ctx.write() as tx:
+            await acl_writes.upsert_policies(tx, request.policies)
+        self._written()
+        return acl_pb2.ACLWriteResponse(index=tx.index)
+
+    async def ListPolicies(
+        self, request: acl_pb2.ACLListPoliciesRequest, context: Context
+    ) -> acl_pb2.ACLListPoliciesResponse:
+        index = await self._index(request.query, acl_reads.POLICIES_TABLE)
+        policies = [
+            p
+            for p in await acl_reads.list_policies(self.ctx.db)
+            if p.name.startswith(request.query.prefix) and _may_read_policy(p.name)
+        ]
+        page, token = query.paginate(policies, lambda p: p.name, request.query)
+        return acl_pb2.ACLListPoliciesResponse(
+            policies=page,
+            meta=query_pb2.QueryMeta(index=index, next_token=token, known_leader=True),
+        )
+
+    async def GetPolicy(
+        self, request: acl_pb2.ACLGetPolicyRequest, context: Context
+    ) -> acl_pb2.ACLPolicyResponse:
+        acl_writes.policy_name(request.name, "name")
+        if not _may_read_policy(request.name):
+            raise PermissionDenied("Permission denied: the token does not hold this policy")
+        index = await self._index(request.query, acl_reads.POLICIES_TABLE)
+        found = await acl_reads.get_policies(self.ctx.db, [request.name])
+        if not found:
+            raise NotFound(f"ACL policy {request.name!r} not found")
+        return acl_pb2.ACLPolicyResponse(
+            policy=found[0], meta=query_pb2.QueryMeta(index=index, known_leader=True)
+        )
+
+    async def DeletePolicies(
+        self, request: acl_pb2.ACLDeletePoliciesRequest, context: Context
+    ) -> acl_pb2.ACLWriteResponse:
+        async with self.ctx.write() as tx:
+            await acl_writes.delete_policies(tx, request.names)
+        self._written()
+        return acl_pb2.ACLWriteResponse(index=tx.index)
+
+    # ------------------------------------------------------------- tokens
+
+    async def CreateToken(
+        self, request: acl_pb2.ACLCreateTokenRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse:
+        acl_writes.validate_token(request, self.min_ttl_ns, self.max_ttl_ns)
+        async with self.ctx.write() as tx:
+            token, secret = await acl_writes.create_token(tx, request)
+        self._written()
+        token.secret_id = secret
+        return acl_pb2.ACLTokenResponse(token=token, index=tx.index)
+
+    async def ListTokens(
+        self, request: acl_pb2.ACLListTokensRequest, context: Context
+    ) -> acl_pb2.ACLListTokensResponse:
+        index = await self._index(request.query, acl_reads.TOKENS_TABLE)
+        tokens = [
+            t
+            for t in await acl_reads.list_tokens(self.ctx.db)
+            if t.accessor_id.startswith(request.query.prefix)
+        ]
+        page, token = query.paginate(tokens, lambda t: t.accessor_id, request.query)
+        return acl_pb2.ACLListTokensResponse(
+            tokens=page, meta=query_pb2.QueryMeta(index=index, next_token=token, known_leader=True)
+        )
+
+    async def GetToken(
+        self, request: acl_pb2.ACLGetTokenRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse:
+        acl_writes.accessor_id(request.accessor_id, "accessor_id")
+        index = await self._index(request.query, acl_reads.TOKENS_TABLE)
+        token = await acl_reads.get_token(self.ctx.db, request.accessor_id)
+        if token is None:
+            raise NotFound(f"ACL token {request.accessor_id!r} not found")
+        return acl_pb2.ACLTokenResponse(token=token, index=index)
+
+    async def DeleteTokens(
+        self, request: acl_pb2.ACLDeleteTokensRequest, context: Context
+    ) -> acl_pb2.ACLWriteResponse:
+        async with self.ctx.write() as tx:
+            await acl_writes.delete_tokens(tx, request.accessor_ids)
+        self._written()
+        return acl_pb2.ACLWriteResponse(index=tx.index)
+
+    async def TokenSelf(
+        self, request: acl_pb2.ACLTokenSelfRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse:
+        secret = acl.token_from_metadata(context.invocation_metadata())
+        index = await acl_reads.table_index(self.ctx.db, (acl_reads.TOKENS_TABLE,))
+        if not secret:
+            resolved = await self.ctx.acl.resolve_token("")
+            names = [p.name for p in resolved.response.policies]
+            return acl_pb2.ACLTokenResponse(token=acl_reads.anonymous_token(names), index=index)
+        await self.ctx.acl.resolve_token(secret)  # not found / expired: PERMISSION_DENIED
+        token = await acl_reads.token_by_secret(self.ctx.db, secret)
+        if token is None:  # deleted since it was cached
+            raise PermissionDenied("ACL token not found")
+        return acl_pb2.ACLTokenResponse(token=token, index=index)
+
+    async def ResolveToken(
+        self, request: acl_pb2.ACLResolveTokenRequest, context: Context
+    ) -> acl_pb2.ACLResolveTokenResponse:
+        resolved = await self.ctx.acl.resolve_token(request.secret_id)
+        return resolved.response
+
+
+def register(server: GrpcServer, ctx: StateContext, settings: ACLSettings) -> None:
+    server.add(
+        acl_pb2_grpc.add_ACLServicer_to_server,
+        ACLServicer(ctx, settings),
+        acl_pb2.DESCRIPTOR.services_by_name["ACL"].full_name,
+    )

@@ -1,0 +1,256 @@
+"""ACL writes: bootstrap, policies and tokens, each in an indexed write
+transaction like every other write (`ctx.write()`), deciding on rows read
+inside it.
+
+ACL rows are not in the in-memory state, so these write their tables with
+SQL of their own and record one change-log event per object (topic
+`ACLPolicy`/`ACLToken`, key only: a policy name or an accessor id, never a
+secret), which stamps the index and tells every state process to drop its
+cached tokens. Only the SHA-256 of a secret id reaches the database.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+
+from corral import acl
+from corral.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.structs import Topic
+from corral.v1 import acl_pb2
+from services.state.acl import POLICIES_TABLE, TOKENS_TABLE, from_ns, to_ns
+from services.state.db.database import WriteTx
+
+POLICY_NAME = re.compile(r"^[A-Za-z0-9-]{1,128}$")  # Nomad's rule for policy names
+MAX_DESCRIPTION = 256
+MAX_TOKEN_NAME = 256
+MAX_BATCH = 100
+MAX_TOKEN_POLICIES = 100
+MAX_ACCESSOR_ID = 64
+BOOTSTRAP_DONE = "ACL bootstrap already done"
+
+
+def _batch(n: int, field: str) -> None:
+    if n == 0:
+        raise InvalidArgument(field, "must not be empty")
+    if n > MAX_BATCH:
+        raise InvalidArgument(field, f"has {n} entries, more than {MAX_BATCH}")
+
+
+def _no_nul(value: str, field: str) -> None:
+    if "\x00" in value:
+        raise InvalidArgument(field, "must not contain NUL characters")
+
+
+def policy_name(name: str, field: str) -> None:
+    if not name:
+        raise InvalidArgument(field, "is required")
+    if not POLICY_NAME.match(name):
+        raise InvalidArgument(
+            field, "may contain only letters, digits and '-', at most 128 characters"
+        )
+
+
+def accessor_id(value: str, field: str) -> None:
+    if not value:
+        raise InvalidArgument(field, "is required")
+    if len(value) > MAX_ACCESSOR_ID:
+        raise InvalidArgument(field, f"is longer than {MAX_ACCESSOR_ID} characters")
+    _no_nul(value, field)
+
+
+def validate_policies(policies: Sequence[acl_pb2.ACLPolicy]) -> None:
+    """Every policy named, described briefly and parseable; no name twice."""
+    _batch(len(policies), "policies")
+    seen: set[str] = set()
+    for i, p in enumerate(policies):
+        where = f"policies[{i}]"
+        policy_name(p.name, f"{where}.name")
+        if p.name in seen:
+            raise InvalidArgument(f"{where}.name", f"{p.name!r} is given twice")
+        seen.add(p.name)
+        _no_nul(p.description, f"{where}.description")
+        if len(p.description) > MAX_DESCRIPTION:
+            raise InvalidArgument(
+                f"{where}.description", f"is longer than {MAX_DESCRIPTION} characters"
+            )
+        acl.parse_policy(p.rules, field=f"{where}.rules")
+
+
+def validate_token(req: acl_pb2.ACLCreateTokenRequest, min_ttl_ns: int, max_ttl_ns: int) -> None:
+    _no_nul(req.name, "name")
+    if len(req.name) > MAX_TOKEN_NAME:
+        raise InvalidArgument("name", f"is longer than {MAX_TOKEN_NAME} characters")
+    kind = req.type or acl.TOKEN_CLIENT
+    if kind not in acl.TOKEN_TYPES:
+        raise InvalidArgument("type", f"must be one of {', '.join(acl.TOKEN_TYPES)}, not {kind!r}")
+    if kind == acl.TOKEN_MANAGEMENT and req.policies:
+        raise InvalidArgument("policies", "a management token takes no policies")
+    if kind == acl.TOKEN_CLIENT and not req.policies:
+        raise InvalidArgument("policies", "a client token needs at least one policy")
+    if len(req.policies) > MAX_TOKEN_POLICIES:
+        raise InvalidArgument("policies", f"has more than {MAX_TOKEN_POLICIES} entries")
+    for i, name in enumerate(req.policies):
+        policy_name(name, f"policies[{i}]")
+    ttl = req.expiration_ttl
+    if ttl < 0:
+        raise InvalidArgument("expiration_ttl", "must not be negative")
+    if ttl and not min_ttl_ns <= ttl <= max_ttl_ns:
+        raise InvalidArgument(
+            "expiration_ttl",
+            f"must be between {min_ttl_ns / 1e9:g}s and {max_ttl_ns / 1e9:g}s "
+            "(the state's acl token_min/max_expiration_ttl)",
+        )
+
+
+async def _touch(tx: WriteTx, table: str) -> None:
+    await tx.conn.execute(
+        "INSERT INTO table_indexes (name, index) VALUES (%s, %s) "
+        "ON CONFLICT (name) DO UPDATE SET index = excluded.index",
+        (table, tx.index),
+    )
+
+
+async def upsert_policies(tx: WriteTx, policies: Sequence[acl_pb2.ACLPolicy]) -> None:
+    """Create or replace each policy (validated by `validate_policies`)."""
+    for p in policies:
+        await tx.conn.execute(
+            "INSERT INTO acl_policies (name, description, rules, create_index, modify_index) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+            "description = excluded.description, rules = excluded.rules, "
+            "modify_index = excluded.modify_index",
+            (p.name, p.description, p.rules, tx.index, tx.index),
+        )
+        tx.event(Topic.ACL_POLICY, "ACLPolicyUpserted", p.name)
+    await _touch(tx, POLICIES_TABLE)
+
+
+async def delete_policies(tx: WriteTx, names: Sequence[str]) -> None:
+    """Delete policies; all must exist, else nothing is deleted. Tokens
+    keep naming them (a missing policy grants nothing), as in Nomad."""
+    _batch(len(names), "names")
+    for i, name in enumerate(names):
+        policy_name(name, f"names[{i}]")
+    cur = await tx.conn.execute(
+        "DELETE FROM acl_policies WHERE name = ANY(%s) RETURNING name", (list(names),)
+    )
+    deleted = {r[0] for r in await cur.fetchall()}
+    missing = sorted(set(names) - deleted)
+    if missing:
+        raise NotFound(f"ACL policy not found: {', '.join(missing)}")
+    for name in sorted(deleted):
+        tx.event(Topic.ACL_POLICY, "ACLPolicyDeleted", name, deleted=True)
+    await _touch(tx, POLICIES_TABLE)
+
+
+async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) -> None:
+    token.create_index = token.modify_index = tx.index
+    created = from_ns(token.create_time or tx.now)
+    expires = from_ns(token.expiration_time)
+    # the answer shows the times as stored (PostgreSQL keeps microseconds)
+    token.create_time, token.expiration_time = to_ns(created), to_ns(expires)
+    await tx.conn.execute(
+        "INSERT INTO acl_tokens (accessor_id, secret_hash, name, type, policies, global, "
+        "create_time, expiration_time, create_index, modify_index) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            token.accessor_id,
+            acl.secret_hash(secret_id),
+            token.name,
+            token.type,
+            list(token.policies),
+            token.is_global,
+            created,
+            expires,
+            tx.index,
+            tx.index,
+        ),
+    )
+    tx.event(Topic.ACL_TOKEN, "ACLTokenUpserted", token.accessor_id)
+    await _touch(tx, TOKENS_TABLE)
+
+
+async def _secret_in_use(tx: WriteTx, secret_id: str) -> bool:
+    cur = await tx.conn.execute(
+        "SELECT 1 FROM acl_tokens WHERE secret_hash = %s", (acl.secret_hash(secret_id),)
+    )
+    return await cur.fetchone() is not None
+
+
+def _uuid(value: str, field: str) -> None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        raise InvalidArgument(field, "must be a UUID") from None
+
+
+async def bootstrap(tx: WriteTx, secret_id: str = "") -> tuple[acl_pb2.ACLToken, str]:
+    """The first management token, once per cluster: (token, its secret)."""
+    if secret_id:
+        _uuid(secret_id, "secret_id")
+    cur = await tx.conn.execute("SELECT 1 FROM acl_bootstrap WHERE id = 1")
+    if await cur.fetchone() is not None:
+        raise FailedPrecondition(BOOTSTRAP_DONE)
+    secret = secret_id or acl.new_secret()
+    if await _secret_in_use(tx, secret):
+        raise InvalidArgument("secret_id", "is already the secret of another token")
+    token = acl_pb2.ACLToken(
+        accessor_id=acl.new_secret(),
+        name="Bootstrap Token",
+        type=acl.TOKEN_MANAGEMENT,
+        is_global=True,
+    )
+    await _insert_token(tx, token, secret)
+    await tx.conn.execute(
+        "INSERT INTO acl_bootstrap (id, bootstrap_index, accessor_id, create_time) "
+        "VALUES (1, %s, %s, %s)",
+        (tx.index, token.accessor_id, from_ns(token.create_time)),
+    )
+    return token, secret
+
+
+async def create_token(
+    tx: WriteTx, req: acl_pb2.ACLCreateTokenRequest
+) -> tuple[acl_pb2.ACLToken, str]:
+    """A new token from a validated request: (token, its secret). Every
+    policy it names must exist now (Nomad checks this too)."""
+    policies = list(dict.fromkeys(req.policies))
+    if policies:
+        cur = await tx.conn.execute(
+            "SELECT name FROM acl_policies WHERE name = ANY(%s)", (policies,)
+        )
+        found = {r[0] for r in await cur.fetchall()}
+        missing = [p for p in policies if p not in found]
+        if missing:
+            raise InvalidArgument("policies", f"no such ACL policy: {', '.join(missing)}")
+    token = acl_pb2.ACLToken(
+        accessor_id=acl.new_secret(),
+        name=req.name,
+        type=req.type or acl.TOKEN_CLIENT,
+        policies=policies,
+        is_global=req.is_global,
+        create_time=tx.now,
+        expiration_time=tx.now + req.expiration_ttl if req.expiration_ttl else 0,
+    )
+    secret = acl.new_secret()
+    await _insert_token(tx, token, secret)
+    return token, secret
+
+
+async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
+    """Delete tokens by accessor id; all must exist, else nothing is deleted."""
+    _batch(len(accessor_ids), "accessor_ids")
+    for i, a in enumerate(accessor_ids):
+        accessor_id(a, f"accessor_ids[{i}]")
+    cur = await tx.conn.execute(
+        "DELETE FROM acl_tokens WHERE accessor_id = ANY(%s) RETURNING accessor_id",
+        (list(accessor_ids),),
+    )
+    deleted = {r[0] for r in await cur.fetchall()}
+    missing = sorted(set(accessor_ids) - deleted)
+    if missing:
+        raise NotFound(f"ACL token not found: {', '.join(missing)}")
+    for a in sorted(deleted):
+        tx.event(Topic.ACL_TOKEN, "ACLTokenDeleted", a, deleted=True)
+    await _touch(tx, TOKENS_TABLE)

@@ -1,0 +1,73 @@
+"""`corral dev` as a subprocess, the way the end-to-end tests start it:
+launched with its output collected, waited for until it wrote dev.json
+(failing the test with that output if it exits or takes too long), and
+stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 180.0
+
+
+@dataclass
+class DevProcess:
+    proc: subprocess.Popen[str]
+    data_dir: Path
+    #: dev.json: the address, roles, and (with -tls/-acl) what to export
+    info: dict[str, Any] = field(default_factory=dict)
+    #: every line it printed so far
+    output: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+
+def start_dev(data_dir: Path, *flags: str, env: dict[str, str] | None = None) -> DevProcess:
+    """`corral dev -data-dir DATA_DIR -port 0 FLAGS`, once it is up."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli", "dev", "-data-dir", str(data_dir), "-port", "0", *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    dev = DevProcess(proc, data_dir)
+    stdout = proc.stdout
+    assert stdout is not None
+    dev.reader = threading.Thread(
+        target=lambda: dev.output.extend(iter(stdout.readline, "")), daemon=True
+    )
+    dev.reader.start()
+    summary = data_dir / "dev.json"
+    deadline = time.monotonic() + START_TIMEOUT
+    while not summary.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            dev.reader.join(5)
+            pytest.fail(f"corral dev {' '.join(flags)} did not start:\n" + "".join(dev.output))
+        time.sleep(0.2)
+    dev.info = json.loads(summary.read_text())
+    return dev
+
+
+def stop_dev(dev: DevProcess) -> None:
+    """Ctrl-C, as a person would; killed if it has not stopped in a minute."""
+    if dev.proc.poll() is None:
+        dev.proc.send_signal(signal.SIGINT)
+        try:
+            dev.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            dev.proc.kill()
+    if dev.reader is not None:
+        dev.reader.join(5)

@@ -1,0 +1,144 @@
+"""`corral dev -tls -acl` as a user runs it (issue 15): the whole cluster,
+agent and CLI included, over mutual TLS with ACLs on. With the exports it
+prints, the operator runs a job and reads its logs; without the token, or
+without the certificate, the CLI is refused; a read-only token reads but
+cannot submit; no secret reaches a role's log."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.devprocess import start_dev, stop_dev
+from tests.wait import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+HELLO = ROOT / "examples" / "hello.nomad.hcl"
+START_TIMEOUT = 180.0
+
+pytestmark = [pytest.mark.slow]
+
+
+@dataclass
+class SecureDev:
+    proc: subprocess.Popen[str]
+    data_dir: Path
+    info: dict[str, Any]
+    output: list[str]
+
+    @property
+    def exports(self) -> dict[str, str]:
+        lines = [line.removeprefix("export ") for line in self.info["exports"]]
+        return dict(line.split("=", 1) for line in lines)
+
+    def env(self, *, drop: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
+        e = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        e.update(self.exports)
+        e["CORRAL_ADDR"] = self.info["address"]
+        for key in drop:
+            e.pop(key, None)
+        e.update(extra)
+        return e
+
+
+def corral(
+    dev: SecureDev, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=ROOT,
+        env=env if env is not None else dev.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureDev]:
+    started = start_dev(
+        tmp_path_factory.mktemp("corral-dev-secure"),
+        "-tls",
+        "-acl",
+        env={k: v for k, v in os.environ.items() if k != "CORRAL_SERVER_TOKEN"},
+    )
+    d = SecureDev(started.proc, started.data_dir, started.info, started.output)
+
+    def node_ready() -> bool:
+        out = corral(d, "node", "status", "-json")
+        return out.returncode == 0 and any(n["status"] == "ready" for n in json.loads(out.stdout))
+
+    wait_for("the dev client node", node_ready)
+    yield d
+    stop_dev(started)
+
+
+def test_the_operator_runs_a_job_and_reads_its_logs(dev: SecureDev) -> None:
+    assert dev.info["tls"] and dev.info["acl"]
+    printed = "".join(dev.output)
+    assert f"export CORRAL_TOKEN={dev.exports['CORRAL_TOKEN']}" in printed
+    run = corral(dev, "job", "run", "-detach", str(HELLO))
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    def running() -> list[dict[str, Any]]:
+        out = corral(dev, "job", "status", "-json", "hello")
+        allocs = json.loads(out.stdout)["allocations"] if out.returncode == 0 else []
+        return [a for a in allocs if a["client_status"] == "running"]
+
+    alloc = wait_for("a running hello alloc", running)[0]
+
+    def logs() -> bool:
+        out = corral(dev, "alloc", "logs", alloc["id"])
+        return out.returncode == 0 and "hello from" in out.stdout
+
+    wait_for("hello's output through the agent, over mutual TLS", logs)
+
+
+def test_without_the_token_or_the_certificate_the_cli_is_refused(dev: SecureDev) -> None:
+    anonymous = corral(
+        dev, "job", "run", "-detach", str(HELLO), env=dev.env(drop=("CORRAL_TOKEN",))
+    )
+    assert anonymous.returncode == 1
+    assert anonymous.stderr.startswith("Error: ") and "Permission denied" in anonymous.stderr
+    plaintext = corral(
+        dev,
+        "job",
+        "status",
+        env=dev.env(drop=("CORRAL_CA_FILE", "CORRAL_CERT_FILE", "CORRAL_KEY_FILE")),
+    )
+    assert plaintext.returncode == 1 and plaintext.stderr.startswith("Error: ")
+    assert "Traceback" not in anonymous.stderr + plaintext.stderr
+
+
+def test_a_read_only_token_reads_but_cannot_submit(dev: SecureDev, tmp_path: Path) -> None:
+    policy = tmp_path / "readonly.hcl"
+    policy.write_text('namespace "default" { policy = "read" }\nnode { policy = "read" }\n')
+    assert corral(dev, "acl", "policy", "apply", "readonly", str(policy)).returncode == 0
+    made = corral(dev, "acl", "token", "create", "-name", "ro", "-policy", "readonly", "-json")
+    assert made.returncode == 0, made.stderr
+    reader = dev.env(CORRAL_TOKEN=json.loads(made.stdout)["secret_id"])
+    assert corral(dev, "job", "status", env=reader).returncode == 0
+    assert corral(dev, "node", "status", env=reader).returncode == 0
+    refused = corral(dev, "job", "stop", "hello", env=reader)
+    assert refused.returncode == 1 and "Permission denied" in refused.stderr
+    drain = corral(dev, "operator", "scheduler", "get-config", env=reader)
+    assert drain.returncode == 1 and "Permission denied" in drain.stderr
+
+
+def test_no_secret_reaches_a_log(dev: SecureDev) -> None:
+    secrets = [dev.exports["CORRAL_TOKEN"]]
+    key = Path(dev.exports["CORRAL_KEY_FILE"]).read_text()
+    for log in (dev.data_dir / "logs").glob("*.log"):
+        text = log.read_text(errors="replace")
+        for secret in secrets:
+            assert secret not in text, log.name
+        assert "PRIVATE KEY" not in text and key not in text, log.name
