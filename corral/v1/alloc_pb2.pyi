@@ -181,7 +181,7 @@ class AllocLogsRequest(_message.Message):
     """"stdout" (default) or "stderr" """
     follow: _builtins.bool
     offset: _builtins.int
-    """from the end when origin is "end" """
+    """bytes, not negative; from the end when origin is "end" """
     origin: _builtins.str
     """"start" (default) or "end" """
     def __init__(

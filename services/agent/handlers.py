@@ -35,6 +35,11 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         kind = request.type or "stdout"
         if kind not in ("stdout", "stderr"):
             raise InvalidArgument("type", "must be stdout or stderr")
+        origin = request.origin or "start"
+        if origin not in ("start", "end"):
+            raise InvalidArgument("origin", "must be start or end")
+        if request.offset < 0:
+            raise InvalidArgument("offset", "must not be negative (count from the end: origin end)")
         namespace = self.namespace_of(request.alloc_id) if request.alloc_id else None
         alloc_dir = self.data_dir / "allocs" / request.alloc_id
         if namespace is None or not alloc_dir.is_dir():
@@ -48,11 +53,7 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         path.touch(exist_ok=True)
         with path.open("rb") as f:
             size = path.stat().st_size
-            offset = (
-                max(0, size - request.offset)
-                if request.origin == "end"
-                else min(request.offset, size)
-            )
+            offset = max(0, size - request.offset) if origin == "end" else min(request.offset, size)
             f.seek(offset)
             while True:
                 data = f.read(CHUNK)
