@@ -190,8 +190,8 @@ class PropertySet:
         stopped = self._stopped
         cleared = self.cleared
         seen = 0
-        for node_id, lst in plan.node_update.items():
-            entries = lst.stops
+        for node_id, stop_list in plan.node_update.items():
+            entries = stop_list.stops
             size = len(entries)
             fp = (size, entries[size - 1].alloc_id if size else "")
             hit = stopped.get(node_id)
