@@ -50,7 +50,8 @@ class PropertySet:
         self.error = error
         self._node_value: dict[str, tuple[str, bool]] = {}
         #: node id -> its targeted value, or None when the node lacks it
-        self._node_key: dict[str, str | None] = {}
+        #: (filled by `node_key`; read directly in the select loop)
+        self.node_keys: dict[str, str | None] = {}
         self.existing: dict[str, int] = {}
         self.proposed: dict[str, int] = {}
         self.cleared: dict[str, int] = {}
@@ -82,18 +83,20 @@ class PropertySet:
 
     def node_key(self, node: pb.Node) -> str | None:
         """The node's targeted value (None when it lacks the property),
-        resolved once per node."""
+        resolved once per node; None for every node when the set is in error."""
         nid = node.id
         try:
-            return self._node_key[nid]
+            return self.node_keys[nid]
         except KeyError:
             pass
+        if self.error:
+            return None
         hit = self._node_value.get(nid)
         if hit is None:
             hit = resolve_target(self.attribute, node)
             self._node_value[nid] = hit
         key = self.targeted(hit[0]) if hit[1] else None
-        self._node_key[nid] = key
+        self.node_keys[nid] = key
         return key
 
     def _wanted(self, a: pb.Allocation) -> bool:

@@ -119,8 +119,10 @@ class SpreadScorer:
         depends on the order nodes were scored in."""
         total = 0.0
         boosts = self._boosts
+        nid = node.id
         for i, ps in enumerate(self.active):
-            key = ps.node_key(node) if not ps.error else None
+            keys = ps.node_keys
+            key = keys[nid] if nid in keys else ps.node_key(node)
             if key is None:
                 total -= 1.0
                 continue

@@ -127,7 +127,7 @@ class _BaseStack:
             node = nodes[src.offset]
             src.offset = src.offset + 1 if src.offset + 1 < n else 0
             src.seen += 1
-            ctx.metrics.nodes_evaluated += 1
+            ctx.visits += 1  # ctx.evaluate_node(), inlined
             if not checker.feasible(node):
                 continue
             option = ranker.rank(node)
