@@ -235,6 +235,14 @@ class EvalContext:
         elif item > self._top[0]:
             heapq.heapreplace(self._top, item)
 
+    def keeps_score(self, final: float) -> bool:
+        """Would a node scoring `final` now enter the retained top scores?
+        (A later node never wins a tie, so only a higher score enters a
+        full set.) Lets the ranker skip building the metric's score map for
+        the nodes that would be dropped at once."""
+        top = self._top
+        return len(top) < MAX_RETAINED_NODE_SCORES or final > top[0][0]
+
     def record_node_scores(self, node_id: str, scores: dict[str, float], final: float) -> None:
         """All of a node's scorer values and its normalized score at once
         (the fast path of `score_node`)."""

@@ -441,13 +441,6 @@ class Ranker:
         scores = {"binpack": fit}
         total = fit
         if self.generic:
-            # the metric also lists the scorers that had nothing to say
-            meta = {
-                "binpack": fit,
-                "job-anti-affinity": 0.0,
-                "node-reschedule-penalty": 0.0,
-                "node-affinity": 0.0,
-            }
             if collisions < 0:
                 collisions = 0
                 jid, tgn = job.id, tg.name
@@ -458,25 +451,37 @@ class Ranker:
                     self._fit_memo[node.id] = (proposed, self._ask_key, "", fit, collisions)
             if collisions:
                 s = -(collisions + 1) / max(tg.count, 1)
-                scores["job-anti-affinity"] = meta["job-anti-affinity"] = s
+                scores["job-anti-affinity"] = s
                 total += s
             if node.id in self.penalty_node_ids:
-                scores["node-reschedule-penalty"] = meta["node-reschedule-penalty"] = -1.0
+                scores["node-reschedule-penalty"] = -1.0
                 total -= 1.0
             if self.affinities:
                 s = affinity_score(self.affinities, node)
-                scores["node-affinity"] = meta["node-affinity"] = s
+                scores["node-affinity"] = s
                 total += s
             spread = self.spread
             if spread is not None and spread.active:
                 s = spread.score(node)
                 if s != 0.0:
-                    scores[SPREAD_SCORER] = meta[SPREAD_SCORER] = s
+                    scores[SPREAD_SCORER] = s
                     total += s
+            final = total / len(scores)
+            ctx = self.ctx
+            if ctx.keeps_score(final):
+                # the metric also lists the scorers that had nothing to say
+                # (built only for the few nodes that enter the top scores)
+                meta = {
+                    "binpack": fit,
+                    "job-anti-affinity": 0.0,
+                    "node-reschedule-penalty": 0.0,
+                    "node-affinity": 0.0,
+                }
+                meta.update(scores)
+                ctx.record_node_scores(node.id, meta, final)
         else:
-            meta = dict(scores)
-        final = total / len(scores)
-        self.ctx.record_node_scores(node.id, meta, final)
+            final = total / len(scores)
+            self.ctx.record_node_scores(node.id, dict(scores), final)
         return RankedNode(
             node,
             final,
