@@ -12,11 +12,17 @@ placements_per_s, jobs_per_s, steady_placements_per_s, eval_latency_ms
 (`percentiles`), mean_plan_size, commits(_per_eval), plans_submitted /
 plans_rejected (node-plans), rpcs_per_eval, scheduler_runs, evals_cancelled,
 quiescence_s (W5/W5b), replacement_p99_s / replacement_max_s / lost_allocs
-(W4), processes {name: {cpu_s, peak_rss_mb}}, cpu_ms_per_placement,
-timeline [[t, cumulative placements]], invariants {ok, violations},
-profile_top [{process, frame, share}]; or "error" when it failed. Any key
-may be missing. Everything in this module is pure except `plot` and
-`write_json`, which write one file each.
+(W4), processes {name: {cpu_s, peak_rss_mb, rss_start_mb, rss_end_mb}},
+cpu_ms_per_placement, cpu_ms_by_role {state, broker, planner, workers,
+postgres, total, sim}, timeline [[t, cumulative placements]], invariants
+{ok, violations}, profile_top [{process, frame, share}]; or "error" when it
+failed. W1L holds saturated_jobs_per_s, rate_source and by_load {"50": a
+workload dict plus driver (`bench.openloop`), achieved_jobs_per_s,
+placement_to_running_ms, never_running}; S1 holds by_nodes {"500": a
+workload dict plus nodes, cluster_ready_s, replica_rss_per_1000_allocs_mb}
+and replica_memory (`bench.replica_memory`). Any key may be missing.
+Everything in this module is pure except `plot` and `write_json`, which
+write one file each.
 
 Ratios, not raw rates, are the figures that survive a noisy 2-core machine:
 each workload rate is divided by a baseline measured in the same run (B1–B5,
@@ -75,6 +81,7 @@ TARGET_W5_SCHEDULER_RUNS = 3
 W1L_LOADS = (0.5, 0.8)
 #: Roles whose CPU is counted per placement (the simulator is shown apart).
 ROLES = ("state", "broker", "planner", "workers", "postgres")
+ROLE_ABBREV = {"state": "s", "broker": "b", "planner": "p", "workers": "w", "postgres": "pg"}
 
 #: What each ratio means, for the Markdown table (key suffix -> reading).
 RATIO_READINGS: dict[str, str] = {
@@ -671,7 +678,7 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
     rows = []
     for label, w in items:
         if "error" in w and "placements" not in w:
-            rows.append([label, "FAILED", *["–"] * 9])
+            rows.append([label, "FAILED", *["–"] * 10])
             continue
         lat = w.get("eval_latency_ms") or {}
         rows.append(
@@ -686,6 +693,7 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
                 _fmt(w.get("mean_plan_size")),
                 _fmt(w.get("commits_per_eval"), 2),
                 _fmt(w.get("cpu_ms_per_placement"), 2),
+                _role_split(w),
                 "error" if "error" in w else "ok",
             ]
         )
@@ -700,6 +708,7 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
         "plan size",
         "commits/eval",
         "CPU-ms/placement",
+        "by role " + "/".join(ROLE_ABBREV[r] for r in ROLES),
         "status",
     ]
     lines = ["## Workloads", "", *_table(headers, rows), ""]
@@ -744,6 +753,17 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
         lines += _table(["workload", "process", "CPU s", "peak RSS MB"], proc_rows)
         lines.append("")
     return lines + _section_cpu_by_role(run)
+
+
+def _role_split(w: Mapping[str, Any]) -> str:
+    """The workload row's CPU-ms per placement per role, `0.69/0.12/...`
+    in `ROLES` order; `–` when nothing was placed."""
+    by = w.get("cpu_ms_by_role") or cpu_ms_by_role(
+        w.get("processes") or {}, _num(w, "placements") or 0.0
+    )
+    if not by:
+        return "–"
+    return "/".join(_fmt(by.get(r), 2) for r in ROLES)
 
 
 def _section_cpu_by_role(run: Mapping[str, Any]) -> list[str]:

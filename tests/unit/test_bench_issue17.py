@@ -257,9 +257,12 @@ def test_markdown_shows_w1l_s1_and_cpu_by_role() -> None:
     assert "## S1 scaling curve" in text
     assert "broker 3.10" in text
     assert "2.91 MB (3,052 B per alloc)" in text
-    assert "### CPU-ms per placement by role" in text
-    row = next(line for line in lines if line.startswith("| W1 ") and "0.60" in line)
-    assert "1.45" in row and "0.90" in row
+    # the workload's summary row: state/broker/planner/workers/postgres
+    summary = next(line for line in lines if line.startswith("| W1 "))
+    assert "0.60/0.20/0.20/0.40/0.05" in summary
+    table = lines.index("### CPU-ms per placement by role")
+    row = next(line for line in lines[table:] if line.startswith("| W1 "))
+    assert "0.60" in row and "1.45" in row and "0.90" in row
     assert "W1L 50%" in text and "S1 2000 nodes" in text
 
 
