@@ -400,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--scaling", action="store_true", help="run S1, the scaling curve (adds S1)")
     p.add_argument(
+        "--scaling-nodes",
+        default="",
+        help="S1's cluster sizes, comma-separated (default: the profile's own)",
+    )
+    p.add_argument(
         "--compare", default="", help="a previous results JSON: the summary shows old -> new"
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -419,6 +424,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nodes must not be negative")
     if args.nodes:
         profile = dataclasses.replace(profile, nodes=args.nodes)
+    if args.scaling_nodes:
+        try:
+            sizes = tuple(int(x) for x in args.scaling_nodes.split(",") if x.strip())
+        except ValueError:
+            p.error(
+                f"--scaling-nodes: expected comma-separated integers, got {args.scaling_nodes!r}"
+            )
+        if not sizes or min(sizes) <= 0:
+            p.error("--scaling-nodes: every size must be a positive number of nodes")
+        profile = dataclasses.replace(profile, scaling_nodes=sizes)
     suite = Suite(profile, only, Path(args.out), w1l_rate=args.w1l_rate, compare=compare)
     return suite.execute()
 

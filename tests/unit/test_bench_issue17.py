@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bench import openloop, report
+from bench.__main__ import main
 
 
 def by_prefix(ts: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
@@ -288,3 +289,25 @@ def test_compare_reads_the_previous_reference_shape() -> None:
     old = {"workloads": {"W1": {"placements": 1000, "processes": {"state": {"cpu_s": 2.0}}}}}
     figs = report.figures(old)
     assert figs["W1 CPU-ms state"] == 2.0
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--w1l-rate", "-1"], "--w1l-rate must not be negative"),
+        (["--scaling-nodes", "500,0"], "every size must be a positive number"),
+        (["--scaling-nodes", "many"], "expected comma-separated integers"),
+        (["--compare", "/nonexistent/old.json"], "no such file"),
+        (["--only", "W7"], "unknown W7"),
+    ],
+)
+def test_bad_flags_are_refused_before_anything_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
