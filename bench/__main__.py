@@ -8,13 +8,17 @@ cluster get a database of their own, so each cluster starts empty:
 * cluster A (5,000 simulated nodes; 500 in --quick): N1 (idle heartbeats),
   W1, W2, W3, W4, W5 in that order — W4's node failures hit the allocs the
   earlier ones placed;
+* cluster L (same size as A): W1L, W1's jobs registered open-loop at 50%
+  and 80% of the jobs/s W1 just measured (`--w1l-rate` without W1);
 * cluster B: W5b (every node goes down and comes back with workers paused);
 * one cluster per worker-process count for W6 (W1's shape with 4 loops per
   process; W1 itself runs one process with the worker's default loops);
+* S1, the scaling curve: one cluster per size (`scaling_nodes`, or
+  `--scaling-nodes`) running W2's shape, then `bench.replica_memory`;
 * M1, the in-process scheduler grid.
 
 Writes `bench/results/<time>-<rev>.json` and `.png`, prints the Markdown
-summary. A workload that fails is recorded with its error and the run goes
+summary (with old → new per figure under `--compare OLD.json`). A workload that fails is recorded with its error and the run goes
 on to the next.
 """
 
