@@ -18,8 +18,9 @@ cluster get a database of their own, so each cluster starts empty:
 * M1, the in-process scheduler grid.
 
 Writes `bench/results/<time>-<rev>.json` and `.png`, prints the Markdown
-summary (with old → new per figure under `--compare OLD.json`). A workload that fails is recorded with its error and the run goes
-on to the next.
+summary (with old → new per figure under `--compare OLD.json`). A
+workload that fails is recorded with its error and the run goes on to the
+next.
 """
 
 from __future__ import annotations
