@@ -109,6 +109,11 @@ class GatewayProcess:
             planner_addr=s.planner_addr,
             security_settings=s.security,
         )
+        # not a precondition (the gateway answers 503 while the state is
+        # away), but said once in the log
+        problem = await self.backend.healthy(timeout=10)
+        if problem:
+            log.warning("gateway starting without its state service: %s", problem)
         app = create_app(s, self.backend)
         config = uvicorn_config(s, app)
         try:
