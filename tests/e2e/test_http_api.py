@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import grpc
 import nomad
 import pytest
 
+from services.gateway.backend import Backend, token_metadata
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -317,3 +319,23 @@ def test_acl_tokens_decide(dev: DevProcess) -> None:
     req.add_header("Authorization", f"Bearer {reader}")
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.status == 200
+
+
+async def test_queue_statistics_follow_the_leaders_with_the_callers_token(dev: DevProcess) -> None:
+    """What the UI's overview reads: Eval.Stats and Plan.Stats, from the
+    leaders the state names (no broker or planner address configured), with
+    the caller's token: operator:read is needed, the gateway adds nothing."""
+    backend = Backend(dev.info["address"])
+    stranger = Backend(dev.info["address"])
+    try:
+        md = token_metadata(dev.token)
+        broker = await backend.broker_stats(md)
+        planner = await backend.plan_stats(md)
+        assert broker is not None and broker.enabled
+        assert planner is not None and planner.enabled and planner.plans_applied > 0
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stranger.broker_stats(token_metadata(""))
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        await backend.close()
+        await stranger.close()

@@ -38,7 +38,7 @@ NOMAD_JOB: dict[str, Any] = {
                 {
                     "Name": "t",
                     "Driver": "raw_exec",
-                    "Config": {"command": "/bin/sleep", "args": ["60"]},
+                    "Config": {"command": "/bin/sleep", "args": ["60"], "port": 8080},
                     "Resources": {"CPU": 100, "MemoryMB": 64},
                     "KillTimeout": 7 * SECOND,
                 }
@@ -112,7 +112,9 @@ def test_a_nomad_job_round_trips_with_defaults_applied() -> None:
         {"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "="}
     ]
     task = group["Tasks"][0]
-    assert task["Config"] == {"command": "/bin/sleep", "args": ["60"]}
+    # a config's numbers read back whole, as Nomad shows them
+    assert task["Config"] == {"command": "/bin/sleep", "args": ["60"], "port": 8080}
+    assert isinstance(task["Config"]["port"], int)
     assert task["Resources"]["CPU"] == 100 and task["Resources"]["MemoryMB"] == 64
     assert task["KillTimeout"] == 7 * SECOND
     # Nomad's service defaults, durations in nanoseconds
