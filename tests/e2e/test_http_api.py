@@ -8,6 +8,7 @@ status codes and one-line bodies, never a traceback."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -339,3 +340,53 @@ async def test_queue_statistics_follow_the_leaders_with_the_callers_token(dev: D
     finally:
         await backend.close()
         await stranger.close()
+
+
+def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("planned"))
+    wait_for("planned's alloc running", lambda: running_allocs(n, "planned", 1), 90)
+    plan = n.job.plan_job("planned", web_job("planned", count=2), diff=True)
+    assert plan["Annotations"]["DesiredTGUpdates"]["web"]["Place"] == 1
+    assert plan["Diff"]["Type"] == "Edited" and plan["JobModifyIndex"] > 0
+    n.jobs.register_job(web_job("planned", count=2))
+    versions = n.job.get_versions("planned")["Versions"]
+    assert [v["Version"] for v in versions] == [1, 0]
+    status, _, body = http(dev, "GET", "/v1/job/planned/versions?diffs=true")
+    assert status == 200 and json.loads(body)["Diffs"][0]["Type"] == "Edited"
+    assert n.job.revert_job("planned", 0)["EvalID"]
+    job = n.job.get_job("planned")
+    assert job["Version"] == 2 and job["TaskGroups"][0]["Count"] == 1
+
+    mock_task = {"Name": "t", "Driver": "mock", "Config": {"run_for": "1s"}}
+    param = {
+        "Job": {
+            "ID": "param",
+            "Type": "batch",
+            "ParameterizedJob": {"Payload": "optional", "MetaOptional": ["who"]},
+            "TaskGroups": [{"Name": "g", "Tasks": [mock_task]}],
+        }
+    }
+    assert n.jobs.register_job(param)["EvalID"] == ""  # parameterized: no evaluation
+    payload = base64.b64encode(b"hi").decode()
+    dispatched = n.job.dispatch_job("param", payload=payload, meta={"who": "me"})
+    child = dispatched["DispatchedJobID"]
+    assert child.startswith("param/dispatch-") and dispatched["EvalID"]
+    # a job id with a slash, in the path as Nomad's clients send it
+    got = n.job.get_job(child)
+    assert got["ID"] == child and got["ParentID"] == "param" and got["Meta"] == {"who": "me"}
+
+    cron = {
+        "Job": {
+            "ID": "cron",
+            "Type": "batch",
+            "Periodic": {"Enabled": True, "Spec": "0 0 1 1 *", "SpecType": "cron"},
+            "TaskGroups": [{"Name": "g", "Tasks": [mock_task]}],
+        }
+    }
+    n.jobs.register_job(cron)
+    assert n.job.get_job("cron")["Periodic"]["Spec"] == "0 0 1 1 *"
+    forced = n.job.periodic_job("cron")
+    assert forced["EvalID"]
+    children = wait_for("the forced child", lambda: list(n.jobs.get_jobs(prefix="cron/periodic-")))
+    assert children[0]["ParentID"] == "cron"
