@@ -390,3 +390,33 @@ def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> No
     assert forced["EvalID"]
     children = wait_for("the forced child", lambda: list(n.jobs.get_jobs(prefix="cron/periodic-")))
     assert children[0]["ParentID"] == "cron"
+
+
+def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
+    """Last: it drains the cluster's one node."""
+    n = client(dev)
+    node_id = n.nodes.get_nodes()[0]["ID"]
+    resp = n.node.eligible_node(node_id, ineligible=True)
+    assert resp["NodeModifyIndex"] > 0
+    assert n.node.get_node(node_id)["SchedulingEligibility"] == "ineligible"
+    n.node.eligible_node(node_id, eligible=True)
+    assert n.node.get_node(node_id)["SchedulingEligibility"] == "eligible"
+
+    spec = {"Deadline": 60 * 1_000_000_000, "IgnoreSystemJobs": False}
+    n.node.drain_node_with_spec(node_id, spec)
+    node = n.node.get_node(node_id)
+    assert node["DrainStrategy"]["Deadline"] == spec["Deadline"]
+    assert node["SchedulingEligibility"] == "ineligible"
+    n.node.drain_node_with_spec(node_id, None, mark_eligible=True)
+    wait_for(
+        "the drain to end",
+        lambda: (
+            (got := n.node.get_node(node_id))["DrainStrategy"] is None
+            and got["SchedulingEligibility"] == "eligible"
+        ),
+    )
+    # Nomad's pre-0.8 form, as python-nomad's drain_node sends it
+    n.node.drain_node(node_id, enable=True)
+    assert n.node.get_node(node_id)["DrainStrategy"] is not None
+    n.node.drain_node(node_id, enable=False)
+    wait_for("the drain to end", lambda: n.node.get_node(node_id)["DrainStrategy"] is None)
