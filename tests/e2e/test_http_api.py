@@ -420,3 +420,17 @@ def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
     assert n.node.get_node(node_id)["DrainStrategy"] is not None
     n.node.drain_node(node_id, enable=False)
     wait_for("the drain to end", lambda: n.node.get_node(node_id)["DrainStrategy"] is None)
+
+
+def test_the_gateway_counts_requests_by_route_template(dev: DevProcess) -> None:
+    http(dev, "GET", "/v1/jobs")
+    http(dev, "GET", "/v1/job/no-such-job")
+    http(dev, "GET", "/v1/no/such/endpoint")
+    address = dev.info["roles"]["gateway"]["metrics"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    assert 'corral_http_requests_total{code="200",method="GET",route="/v1/jobs"}' in text
+    assert 'code="404",method="GET",route="/v1/job/{job_id:path}"' in text
+    assert 'route="/v1/{rest:path}"' in text
+    assert "no-such-job" not in text  # ids never become label values
+    assert "grpc_client_handled_total{" in text
