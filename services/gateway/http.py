@@ -215,10 +215,6 @@ def respond(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def meta_index(meta: query_pb2.QueryMeta) -> int:
-    return int(meta.index)
-
-
 async def json_body(request: Request) -> Any:
     """The request's JSON body; bad JSON is Nomad's 400, a body larger than
     the public API takes (corral.access.MAX_PUBLIC_REQUEST_BYTES) 413, read

@@ -295,6 +295,10 @@ def test_acl_tokens_decide(dev: DevProcess) -> None:
     assert (status, body) == (403, "Permission denied")
     status, _, body = http(dev, "GET", "/v1/jobs", token="not-a-real-token")
     assert (status, body) == (403, "Permission denied")
+    # what clients probe before anything else answers without a token, as Nomad's
+    for probe in ("/v1/status/leader", "/v1/agent/health", "/v1/regions", "/v1/agent/self"):
+        status, _, body = http(dev, "GET", probe, token="")
+        assert status == 200 and json.loads(body), (probe, body)
     # a read-only token (made with the CLI) reads but cannot submit
     env = {**os.environ, "CORRAL_ADDR": dev.info["address"], "CORRAL_TOKEN": dev.token}
 
