@@ -390,6 +390,9 @@ def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> No
     }
     n.jobs.register_job(cron)
     assert n.job.get_job("cron")["Periodic"]["Spec"] == "0 0 1 1 *"
+    listed = {j["ID"]: j for j in n.jobs.get_jobs()}
+    assert listed["cron"]["Periodic"] is True and listed["param"]["ParameterizedJob"] is True
+    assert listed["planned"]["Datacenters"] == ["dc1"]
     forced = n.job.periodic_job("cron")
     assert forced["EvalID"]
     children = wait_for("the forced child", lambda: list(n.jobs.get_jobs(prefix="cron/periodic-")))

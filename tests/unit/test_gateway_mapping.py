@@ -154,8 +154,11 @@ def test_job_list_stub_has_nomads_fields() -> None:
     stub = job_pb2.JobListStub(
         id="web", namespace="default", name="web", type="service", priority=50, status="running",
         summary={"g": pb.TaskGroupSummary(running=2, queued=1)}, job_modify_index=7,
+        periodic=True, datacenters=["dc1"], meta={"team": "web"},
     )  # fmt: skip
     out = jobs.stub(stub)
+    assert out["Periodic"] is True and out["ParameterizedJob"] is False
+    assert out["Datacenters"] == ["dc1"] and out["Meta"] == {"team": "web"}
     assert out["ID"] == "web" and out["Status"] == "running" and out["JobModifyIndex"] == 7
     assert out["JobSummary"]["Summary"]["g"]["Running"] == 2
     assert out["JobSummary"]["Summary"]["g"]["Queued"] == 1
