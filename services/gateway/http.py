@@ -112,6 +112,27 @@ def int_param(request: Request, name: str, default: int = 0) -> int:
     return _int_param(request, name, default)
 
 
+UINT64_MAX = 2**64 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def whole(value: Any, name: str, *, low: int = 0, high: int = UINT64_MAX, default: int = 0) -> int:
+    """A whole number from a JSON body within [low, high] (a proto field's
+    range), else Nomad's 400 naming the field; null or absent is `default`."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise bad_request(f"{name} must be a whole number, got {value!r}")
+        value = int(value)
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be between {low} and {high}, got {value}")
+    return int(value)
+
+
 def parse_wait(raw: str) -> int:
     """Nomad's `wait` (a Go duration such as "5m") in milliseconds, capped
     at Nomad's 10 minutes."""

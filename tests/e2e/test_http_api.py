@@ -268,6 +268,16 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert status == 400 and "memory" in body.lower(), body
     status, _, body = http(dev, "GET", "/v1/job/no-such-job")
     assert status == 404, body
+    # values out of their field's range are the caller's mistake, not a 500
+    negative = {**web_job("neg"), "EnforceIndex": True, "JobModifyIndex": -1}
+    status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(negative).encode())
+    assert status == 400 and "JobModifyIndex" in body, body
+    status, _, body = http(
+        dev, "POST", "/v1/job/neg/scale", b'{"Count": "x", "Target": {"Group": "web"}}'
+    )
+    assert status == 400 and "Count" in body, body
+    status, _, body = http(dev, "POST", "/v1/node/x/drain", b'{"DrainSpec": "soon"}')
+    assert status == 400, body
     status, _, body = http(dev, "GET", "/v1/no/such/endpoint")
     assert (status, body) == (404, "Invalid URL path: /v1/no/such/endpoint")
     status, _, body = http(dev, "DELETE", "/v1/jobs")

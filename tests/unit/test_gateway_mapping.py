@@ -353,3 +353,25 @@ async def test_json_bodies_bad_or_too_large_are_refused() -> None:
     with pytest.raises(http.NomadError) as big:
         await http.json_body(_body_request([], declared))
     assert big.value.status == 413
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (None, 0),
+        (5, 5),
+        (5.0, 5),
+        (-1, None),
+        (2**64, None),
+        (1.5, None),
+        ("7", None),
+        (True, None),
+    ],
+)
+def test_whole_numbers_from_bodies_stay_in_their_field_range(value: Any, ok: int | None) -> None:
+    if ok is not None:
+        assert http.whole(value, "JobModifyIndex") == ok
+        return
+    with pytest.raises(http.NomadError) as err:
+        http.whole(value, "JobModifyIndex")
+    assert err.value.status == 400 and "JobModifyIndex" in err.value.message
