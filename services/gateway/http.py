@@ -42,6 +42,11 @@ MAX_WAIT_MS = 10 * 60 * 1000
 MAX_PER_PAGE = 10_000
 
 
+UINT64_MAX = 2**64 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
 class NomadError(Exception):
     """An HTTP error with Nomad's plain-text body."""
 
@@ -85,6 +90,8 @@ def _int_param(request: Request, name: str, default: int = 0) -> int:
         raise bad_request(f"Invalid {name} value: {raw!r} is not an integer") from None
     if value < 0:
         raise bad_request(f"Invalid {name} value: {raw!r} is negative")
+    if value > INT64_MAX:
+        raise bad_request(f"Invalid {name} value: {raw!r} is too large")
     return value
 
 
@@ -110,11 +117,6 @@ def bool_param(request: Request, name: str) -> bool:
 def int_param(request: Request, name: str, default: int = 0) -> int:
     """A non-negative integer query parameter."""
     return _int_param(request, name, default)
-
-
-UINT64_MAX = 2**64 - 1
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 
 
 def whole(value: Any, name: str, *, low: int = 0, high: int = UINT64_MAX, default: int = 0) -> int:

@@ -268,7 +268,8 @@ def test_query_options_read_nomads_parameters() -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["wait=soon", "index=-1", "index=x", "per_page=many", "stale=maybe"]
+    "query",
+    ["wait=soon", "index=-1", "index=x", f"index={2**64}", "per_page=many", "stale=maybe"],
 )
 def test_bad_query_parameters_are_400(query: str) -> None:
     with pytest.raises(http.NomadError) as err:
