@@ -134,6 +134,8 @@ def test_periodic_jobs_show_nomads_periodic_block() -> None:
     [
         (lambda j: j.update({"Vault": {"Policies": ["x"]}}), "Vault"),
         (lambda j: j["TaskGroups"][0].update({"Count": "three"}), "count"),
+        (lambda j: j["TaskGroups"][0].update({"Count": 1e30}), "out of range"),
+        (lambda j: j.update({"Priority": 2**40}), "priority"),
         (lambda j: j["TaskGroups"][0]["Tasks"][0]["Resources"].update({"MemoryMB": -1}), "memory"),
     ],
 )
