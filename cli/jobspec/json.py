@@ -178,6 +178,21 @@ def parse(text: str, filename: str = "<stdin>") -> pb.Job:
     return job
 
 
+def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
+    """A job from Nomad's API JSON already decoded (`{"ID": ..., "TaskGroups":
+    [...]}`, the HTTP gateway's job registration), with Nomad's defaults
+    applied and validated; problems raise JobspecError naming the field."""
+    if not isinstance(data, dict):
+        raise JobspecError(filename, None, "", "expected a JSON object holding a job")
+    try:
+        job = _nomad_job(data)
+        defaults.canonicalize(job)
+        validate.check(job)
+    except validate.FieldProblem as problem:
+        raise JobspecError(filename, None, problem.path, problem.problem) from None
+    return job
+
+
 def _proto_job(data: dict[str, Any], filename: str) -> pb.Job:
     job = pb.Job()
     try:

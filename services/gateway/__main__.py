@@ -1,0 +1,151 @@
+"""`python -m services.gateway` — run an HTTP gateway process.
+
+    python -m services.gateway --state-addr HOST:PORT [--listen 127.0.0.1:4647]
+        [--broker-addr HOST:PORT] [--planner-addr HOST:PORT] [--ready-file F]
+
+Serves Nomad's `/v1` HTTP API (docs/http-api.md) by calling the public gRPC
+API of the state service at `--state-addr`, as a user: the ACL token of each
+HTTP request goes with the calls it causes; the gateway holds no server
+token. Stateless: run as many as needed behind a load balancer. With the TLS
+files set (`--ca-file`, `--cert-file`, `--key-file`) it dials the cluster
+over mutual TLS and serves HTTPS with the same certificates (or
+`--http-cert-file`/`--http-key-file`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import uvicorn
+
+from corral import runner
+from corral.errors import ConfigError
+from services.gateway.app import create_app
+from services.gateway.backend import Backend, user_security
+from services.gateway.config import GatewaySettings
+
+log = logging.getLogger("services.gateway")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn inside the runner's event loop: the runner owns the signals."""
+
+    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+        return None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:  # uvicorn >= 0.29
+        yield
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--listen expects host:port, got {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def uvicorn_config(settings: GatewaySettings, app: Any) -> uvicorn.Config:
+    host, port = split_listen(settings.listen)
+    tls: dict[str, Any] = {}
+    sec = settings.security
+    if sec.tls:
+        tls = {
+            "ssl_certfile": settings.http_cert_file or sec.cert_file,
+            "ssl_keyfile": settings.http_key_file or sec.key_file,
+            "ssl_ca_certs": sec.ca_file,
+            "ssl_cert_reqs": ssl.CERT_REQUIRED
+            if settings.http_verify_clients
+            else ssl.CERT_OPTIONAL,
+        }
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        server_header=False,
+        timeout_graceful_shutdown=5,
+        **tls,
+    )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a port in use is a clear
+    start-up error (uvicorn would exit the process)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class GatewayProcess:
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.backend: Backend | None = None
+        self.server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> runner.Ready:
+        s = self.settings
+        self.backend = Backend(
+            s.state_addr,
+            broker_addr=s.broker_addr,
+            planner_addr=s.planner_addr,
+            security_settings=s.security,
+        )
+        app = create_app(s, self.backend)
+        config = uvicorn_config(s, app)
+        try:
+            config.load()
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the HTTPS certificate: {exc}") from exc
+        sock = bind(config.host, config.port)
+        self.server = _Server(config)
+        self._task = asyncio.create_task(self.server.serve(sockets=[sock]), name="http")
+        while not self.server.started:
+            if self._task.done():
+                failure = self._task.exception()
+                raise ConfigError(f"cannot serve HTTP on {s.listen}: {failure or 'exited'}")
+            await asyncio.sleep(0.02)
+        sock = self.server.servers[0].sockets[0].getsockname()
+        address = f"{sock[0]}:{sock[1]}"
+        scheme = "https" if s.security.tls else "http"
+        log.info("gateway serving Nomad's HTTP API on %s://%s", scheme, address)
+        return runner.Ready(address=address, info={"http_addr": f"{scheme}://{address}"})
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, 10)
+        if self.backend is not None:
+            await self.backend.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings, _ = runner.settings_from_argv(GatewaySettings, argv, __doc__)
+    # a user of the cluster, never a server: no server token on any channel
+    settings.security = user_security(settings.security)
+    runner.setup(settings)
+    return runner.run(settings, GatewayProcess)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

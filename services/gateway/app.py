@@ -1,0 +1,52 @@
+"""The gateway's ASGI application: Nomad's `/v1` routes (each module of
+`services/gateway/routes/` exports `ROUTES`), Nomad's error handling, and
+whatever else mounts beside them (the web UI at `/ui`)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from services.gateway import http
+from services.gateway.backend import Backend
+from services.gateway.config import GatewaySettings
+from services.gateway.routes import (
+    agent,
+    allocs,
+    evals,
+    jobs,
+    nodes,
+    operator,
+    unserved,
+)
+
+#: the route modules (each exports ROUTES; add yours here). Order among
+#: them does not matter: their paths do not overlap, and the two catch-alls
+#: (the bare /v1/job/{id}, then any other /v1 path: 501 for Nomad endpoints
+#: we do not serve, 405 for a wrong method, else 404) come after all of them.
+ROUTE_MODULES: list[ModuleType] = [
+    agent,
+    jobs,
+    allocs,
+    evals,
+    nodes,
+    operator,
+]
+
+
+def routes() -> list[BaseRoute]:
+    out: list[BaseRoute] = []
+    for module in ROUTE_MODULES:
+        out.extend(module.ROUTES)
+    return [*out, *jobs.FALLBACK, *unserved.ROUTES]
+
+
+def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
+    """The application; `backend` and `settings` are on `app.state` for the
+    handlers (`http.backend_of(request)`)."""
+    app = Starlette(routes=routes(), exception_handlers=http.EXCEPTION_HANDLERS)
+    app.state.backend = backend
+    app.state.settings = settings
+    return app

@@ -1,0 +1,48 @@
+"""Gateway settings and their defaults (docs/http-api.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from corral.settings import Option, ProcessSettings, StateAddr
+
+
+class GatewaySettings(ProcessSettings):
+    """An HTTP gateway process: stateless, any number of them behind a load
+    balancer; each one is only a client of the public gRPC API."""
+
+    ROLE: ClassVar[str] = "gateway"
+
+    listen: str = Field(
+        "127.0.0.1:4647",
+        description="HTTP listen host:port of Nomad's /v1 API and the UI (port 0: any free "
+        "port); with the TLS files set it serves HTTPS with the same certificates",
+    )
+    http_cert_file: str = Field(
+        "",
+        description="certificate (PEM) the HTTPS listener presents (default: the TLS "
+        "cert_file); it must allow server auth, e.g. a `client` role certificate",
+    )
+    http_key_file: str = Field("", description="its private key (default: the TLS key_file)")
+    http_verify_clients: bool = Field(
+        False,
+        description="with TLS, require HTTPS clients to present a certificate the CA signed "
+        "(default: optional; the ACL token decides what a caller may do)",
+    )
+    state_addr: StateAddr
+    broker_addr: Annotated[str, Option(env="CORRAL_BROKER_ADDR")] = Field(
+        "",
+        description="broker host:port[,host:port] for eval broker stats (empty: not shown)",
+    )
+    planner_addr: Annotated[str, Option(env="CORRAL_PLANNER_ADDR")] = Field(
+        "",
+        description="planner host:port[,host:port] for plan queue stats (empty: not shown)",
+    )
+    max_wait: float = Field(
+        300.0,
+        gt=0,
+        le=600,
+        description="longest blocking-query wait (s) a request may ask for (Nomad: 10 min)",
+    )
