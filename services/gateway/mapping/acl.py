@@ -13,7 +13,7 @@ from typing import Any
 
 from cli.jobspec.duration import parse_duration
 from corral.v1 import acl_pb2
-from services.gateway.mapping.common import time_or_none, time_string
+from services.gateway.mapping.common import rfc3339
 
 
 def field(body: dict[str, Any], name: str, default: Any = None) -> Any:
@@ -49,8 +49,8 @@ def token_stub(t: acl_pb2.ACLToken) -> dict[str, Any]:
         "Policies": list(t.policies) or None,
         "Roles": None,
         "Global": t.is_global,
-        "CreateTime": time_string(t.create_time),
-        "ExpirationTime": time_or_none(t.expiration_time),
+        "CreateTime": rfc3339(t.create_time),
+        "ExpirationTime": rfc3339(t.expiration_time) if t.expiration_time else None,
         "CreateIndex": t.create_index,
         "ModifyIndex": t.modify_index,
     }

@@ -8,7 +8,8 @@ from typing import Any
 
 from corral.v1 import deployment_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.common import time_or_none
+from services.gateway.mapping.acl import field
+from services.gateway.mapping.common import rfc3339
 
 
 def deployment_state(state: pb.DeploymentState) -> dict[str, Any]:
@@ -18,7 +19,7 @@ def deployment_state(state: pb.DeploymentState) -> dict[str, Any]:
         "AutoRevert": state.auto_revert,
         "AutoPromote": state.auto_promote,
         "ProgressDeadline": state.progress_deadline,
-        "RequireProgressBy": time_or_none(state.require_progress_by),
+        "RequireProgressBy": rfc3339(state.require_progress_by),
         "Promoted": state.promoted,
         "DesiredCanaries": state.desired_canaries,
         "DesiredTotal": state.desired_total,
@@ -66,12 +67,14 @@ def update_response(r: deployment_pb2.DeploymentUpdateResponse) -> dict[str, Any
     }
 
 
-def promote_request(deployment_id: str, body: dict[str, Any]) -> deployment_pb2.DeploymentPromoteRequest:
+def promote_request(
+    deployment_id: str, body: dict[str, Any]
+) -> deployment_pb2.DeploymentPromoteRequest:
     """`{"All": true}` or `{"Groups": [...]}` (Nomad's `DeploymentPromoteRequest`)."""
-    groups = body.get("Groups") or []
+    groups = field(body, "Groups") or []
     if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
         raise ValueError("Groups must be a list of task group names")
-    promote_all = body.get("All", False)
+    promote_all = field(body, "All", False)
     if not isinstance(promote_all, bool):
         raise ValueError("All must be true or false")
     return deployment_pb2.DeploymentPromoteRequest(
@@ -79,16 +82,18 @@ def promote_request(deployment_id: str, body: dict[str, Any]) -> deployment_pb2.
     )
 
 
-def pause_request(deployment_id: str, body: dict[str, Any]) -> deployment_pb2.DeploymentPauseRequest:
+def pause_request(
+    deployment_id: str, body: dict[str, Any]
+) -> deployment_pb2.DeploymentPauseRequest:
     """`{"Pause": true}` pauses, `{"Pause": false}` resumes."""
-    pause = body.get("Pause", False)
+    pause = field(body, "Pause", False)
     if not isinstance(pause, bool):
         raise ValueError("Pause must be true or false")
     return deployment_pb2.DeploymentPauseRequest(deployment_id=deployment_id, pause=pause)
 
 
 def _ids(body: dict[str, Any], key: str) -> list[str]:
-    ids = body.get(key) or []
+    ids = field(body, key) or []
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise ValueError(f"{key} must be a list of allocation IDs")
     return ids
@@ -100,14 +105,8 @@ def alloc_health_request(
     """Nomad's `DeploymentAllocHealthRequest`: `HealthyAllocationIDs` and
     `UnhealthyAllocationIDs` (python-nomad spells the second
     `UnHealthyAllocationIDs`; Go's JSON decoding ignores case, so do we)."""
-    unhealthy_key = next(
-        (k for k in body if k.lower() == "unhealthyallocationids"), "UnhealthyAllocationIDs"
-    )
-    healthy_key = next(
-        (k for k in body if k.lower() == "healthyallocationids"), "HealthyAllocationIDs"
-    )
     return deployment_pb2.DeploymentAllocHealthRequest(
         deployment_id=deployment_id,
-        healthy_alloc_ids=_ids(body, healthy_key),
-        unhealthy_alloc_ids=_ids(body, unhealthy_key),
+        healthy_alloc_ids=_ids(body, "HealthyAllocationIDs"),
+        unhealthy_alloc_ids=_ids(body, "UnhealthyAllocationIDs"),
     )
