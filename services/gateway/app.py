@@ -13,12 +13,16 @@ from services.gateway import http
 from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
 from services.gateway.routes import (
+    acl,
     agent,
     allocs,
+    deployments,
     evals,
+    events,
     jobs,
     nodes,
     operator,
+    parse,
     unserved,
 )
 
@@ -33,6 +37,10 @@ ROUTE_MODULES: list[ModuleType] = [
     evals,
     nodes,
     operator,
+    deployments,
+    acl,
+    events,
+    parse,
 ]
 
 
