@@ -85,18 +85,27 @@ class _Stream:
 
     async def lines(self, first: Any) -> AsyncIterator[bytes]:
         """The NDJSON body: `first` (an answer already read, or None), then
-        every answer with events, `{}` after each quiet HEARTBEAT_S."""
+        every answer with events, and `{}` whenever HEARTBEAT_S passed since
+        the last line (the state's own heartbeats and the events this
+        stream filters out do not count: they write nothing)."""
+        loop = asyncio.get_running_loop()
         try:
             message = first
+            last_write = loop.time()
             while True:
                 if message is grpc.aio.EOF:
                     return
                 if message is not None and message.events:
                     yield (json.dumps(event_map.events(message)) + "\n").encode()
-                done, _ = await asyncio.wait({self.read}, timeout=HEARTBEAT_S)
+                    last_write = loop.time()
+                quiet = last_write + HEARTBEAT_S - loop.time()
+                if quiet <= 0:
+                    yield b"{}\n"
+                    last_write = loop.time()
+                    quiet = HEARTBEAT_S
+                done, _ = await asyncio.wait({self.read}, timeout=quiet)
                 if not done:
                     message = None
-                    yield b"{}\n"
                     continue
                 try:
                     message = self.read.result()
