@@ -39,16 +39,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import re2
-from starlette.requests import Request
-from starlette.responses import Response
-
-from corral.v1 import query_pb2
-from services.gateway.http import QueryOptions, bad_request, respond
 
 #: Longest expression accepted: a filter travels in a URL; this is far more
 #: than any real one and keeps parsing and error messages small.
@@ -488,46 +483,3 @@ def apply(expression: str | None, items: Iterable[Any]) -> list[Any]:
         return list(items)
     keep = parse(expression)
     return [item for item in items if keep(item)]
-
-
-# --- filtering a list endpoint ---------------------------------------------
-
-#: What a list endpoint fetches: our QueryOptions in, the Nomad-shaped items
-#: and the answer's QueryMeta out.
-Fetch = Callable[
-    [query_pb2.QueryOptions], Awaitable[tuple[list[dict[str, Any]], query_pb2.QueryMeta]]
-]
-
-
-def page(
-    items: list[dict[str, Any]], per_page: int, next_token: str, key: str
-) -> tuple[list[dict[str, Any]], str]:
-    """One page of `items` (already filtered, in the endpoint's order):
-    from the item whose `key` is `next_token` (none such: an empty page),
-    at most `per_page` of them (0: all), and the next page's token."""
-    start = 0
-    if next_token:
-        start = next((i for i, item in enumerate(items) if item.get(key) == next_token), len(items))
-    end = len(items) if per_page <= 0 else min(start + per_page, len(items))
-    token = str(items[end].get(key, "")) if end < len(items) else ""
-    return items[start:end], token
-
-
-async def list_response(
-    request: Request, q: QueryOptions, fetch: Fetch, *, key: str = "ID"
-) -> Response:
-    """A list endpoint's answer, with Nomad's order of work: filter first,
-    then paginate. Without `filter` the gRPC API pages itself; with one, the
-    gateway reads the whole (prefix-, namespace-narrowed) list, keeps what
-    the expression selects and pages that, its next token being the `key`
-    of the next item. A bad expression is 400 before any call."""
-    if not q.filter:
-        items, meta = await fetch(q.proto())
-        return respond(request, items, index=meta.index, next_token=meta.next_token)
-    try:
-        keep = parse(q.filter)
-    except FilterError as exc:
-        raise bad_request(f"failed to read filter expression: {exc}") from None
-    items, meta = await fetch(q.proto(paginate=False))
-    selected, token = page([i for i in items if keep(i)], q.per_page, q.next_token, key)
-    return respond(request, selected, index=meta.index, next_token=token)

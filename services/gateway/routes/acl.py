@@ -21,13 +21,13 @@ from starlette.routing import BaseRoute, Route
 
 from corral.v1 import acl_pb2, query_pb2
 from services.gateway.backend import DEFAULT_TIMEOUT
-from services.gateway.filter import list_response
 from services.gateway.http import (
     NomadError,
     QueryOptions,
     backend_of,
     bad_request,
     json_body,
+    listing,
     metadata_of,
     respond,
     token_of,
@@ -84,7 +84,7 @@ async def policies(request: Request) -> Response:
         )
         return [acl_map.policy_stub(p) for p in resp.policies], resp.meta
 
-    return await list_response(request, q, fetch, key="Name")
+    return await listing(request, q, fetch, key="Name")
 
 
 async def policy(request: Request) -> Response:
@@ -130,7 +130,7 @@ async def tokens(request: Request) -> Response:
         )
         return [acl_map.token_stub(t) for t in resp.tokens], resp.meta
 
-    return await list_response(request, q, fetch, key="AccessorID")
+    return await listing(request, q, fetch, key="AccessorID")
 
 
 async def create_token(request: Request) -> Response:

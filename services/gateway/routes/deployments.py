@@ -19,12 +19,12 @@ from starlette.routing import BaseRoute, Route
 
 from corral.v1 import deployment_pb2, query_pb2
 from services.gateway.backend import DEFAULT_TIMEOUT
-from services.gateway.filter import list_response
 from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
     json_body,
+    listing,
     metadata_of,
     respond,
 )
@@ -49,7 +49,7 @@ async def deployments(request: Request) -> Response:
     async def fetch(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
         return await _list(request, q, query)
 
-    return await list_response(request, q, fetch)
+    return await listing(request, q, fetch)
 
 
 async def _get(request: Request) -> deployment_pb2.DeploymentGetResponse:
