@@ -221,3 +221,14 @@ def test_event_lines() -> None:
     assert d["FilterKeys"] == ["web"] and d["Payload"]["Deployment"]["ID"] == "d-1"
     assert j["FilterKeys"] is None and j["Payload"]["Job"]["ID"] == "web"
     json.dumps(line)
+
+
+def test_node_events_carry_no_node_secret() -> None:
+    ev = pb.Event(
+        index=3, topic="Node", type="NodeRegistration", key="n-1",
+        node=pb.Node(id="n-1", secret_id="s3cret", secret_hash="abc"),
+    )  # fmt: skip
+    payload = events.event(ev)["Payload"]["Node"]
+    assert payload["ID"] == "n-1"
+    assert "SecretID" not in payload and "SecretHash" not in payload
+    assert "s3cret" not in json.dumps(payload)
