@@ -241,3 +241,15 @@ def test_bounds() -> None:
 def test_regex_is_linear_time() -> None:
     """RE2: a pattern that backtracks exponentially in `re` is instant."""
     assert not ok('ID matches "(a+)+$"', {"ID": "a" * 5000 + "!"})
+
+
+def test_the_list_hook_filters_and_answers_400() -> None:
+    """http.apply_filter, the one call the list endpoints make before paging."""
+    from services.gateway.http import NomadError, apply_filter
+
+    items = [{"ID": "a", "Status": "running"}, {"ID": "b", "Status": "dead"}]
+    assert apply_filter('Status == "dead"', items) == [items[1]]
+    with pytest.raises(NomadError) as bad:
+        apply_filter("Status ===", items)
+    assert bad.value.status == 400
+    assert bad.value.message.startswith("failed to read filter expression: ")
