@@ -271,6 +271,14 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "GET", "/v1/volumes")
     assert status == 501 and "docs/http-api.md" in body
+    status, _, body = http(dev, "GET", "/v1/node/pools")
+    assert status == 501, body
+    status, _, body = http(dev, "GET", "/v1/node/some-node/drain")
+    assert (status, body) == (405, "Invalid method")
+    status, _, body = http(dev, "DELETE", "/v1/job/some-job/summary")
+    assert (status, body) == (405, "Invalid method")
+    status, _, body = http(dev, "POST", "/v1/job/some-job/evaluate")
+    assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/jobs?index=1&wait=soon")
     assert status == 400 and "wait" in body
     for text in (body,):
