@@ -201,6 +201,14 @@ def test_parse_register_and_deployments(gw: Gateway) -> None:
     )
     assert len(page2.json()) == 1 and "X-Nomad-NextToken" not in page2.headers
     assert {d["ID"] for d in page1.json() + page2.json()} == {d["ID"] for d in listed}
+    # the gateway's own lists filter too (the same hook)
+    jobs = gw.get("/v1/jobs", filter='ID == "web" and Type == "service"').json()
+    assert [j["ID"] for j in jobs] == ["web"]
+    assert gw.get("/v1/jobs", filter='ID == "nope"').json() == []
+    allocs = gw.get("/v1/allocations", filter='JobID == "web" and ClientStatus == "running"')
+    assert allocs.json() and {a["JobID"] for a in allocs.json()} == {"web"}
+    nodes = gw.get("/v1/nodes", filter='Status == "ready"').json()
+    assert len(nodes) == 1
     bad = gw.get("/v1/deployments", filter='Status = "x"')
     assert bad.status_code == 400 and "failed to read filter expression" in bad.text
     no_traceback(bad)
