@@ -104,24 +104,25 @@ def _describe(token: _Token) -> str:
 
 def _read_quoted(text: str, start: int) -> tuple[str, int]:
     """A double-quoted Go string starting at `start`: its value and the
-    offset after the closing quote."""
-    out: list[str] = []
+    offset after the closing quote. As in Go, `\\x..` and octal escapes are
+    bytes (`"\\303\\251"` is "é"), `\\u....` and `\\U........` code points."""
+    out = bytearray()
     i = start + 1
     while i < len(text):
         ch = text[i]
         if ch == '"':
-            return "".join(out), i + 1
+            return out.decode("utf-8", errors="surrogateescape"), i + 1
         if ch == "\n":
             break
         if ch != "\\":
-            out.append(ch)
+            out += ch.encode("utf-8", errors="surrogatepass")
             i += 1
             continue
         if i + 1 >= len(text):
             break
         esc = text[i + 1]
         if esc in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[esc])
+            out += _GO_ESCAPES[esc].encode()
             i += 2
             continue
         width = {"x": 2, "u": 4, "U": 8}.get(esc)
@@ -132,11 +133,14 @@ def _read_quoted(text: str, start: int) -> tuple[str, int]:
         else:
             raise FilterError(f"unknown escape sequence \\{esc} at position {i + 1}")
         try:
-            code = int(digits, base)
             if len(digits) != (width or 3):
                 raise ValueError(digits)
-            out.append(chr(code))
-        except ValueError:
+            code = int(digits, base)
+            if esc in "uU":
+                out += chr(code).encode("utf-8")  # ValueError past U+10FFFF
+            else:
+                out.append(code)  # ValueError past 255
+        except (ValueError, OverflowError, UnicodeEncodeError):
             raise FilterError(f"bad escape sequence at position {i + 1}") from None
         i = i_next
     raise FilterError(f"unterminated string starting at position {start + 1}")

@@ -180,7 +180,8 @@ def test_logic_and_precedence(expression: str, expected: bool) -> None:
 def test_string_escapes() -> None:
     obj = {"S": 'a"b\tc\u00e9\n'}
     assert ok(r'S == "a\"b\tc\u00e9\n"', obj)
-    assert ok(r'S == "a\"b\x09c\303\251\n"', {"S": 'a"b\tc\xc3\xa9\n'})
+    assert ok(r'S == "a\"b\x09c\303\251\n"', {"S": 'a"b\tc\u00e9\n'})  # bytes, as Go
+    assert ok(r'S == "\U0001F600"', {"S": "\U0001f600"})
     assert not ok(r"S == `a\tb`", {"S": "a\tb"})
     assert ok(r"S == `a\tb`", {"S": "a\\tb"})
 
@@ -213,6 +214,9 @@ def test_apply_keeps_order_and_all_without_expression() -> None:
         ('ID matches "("', "bad regular expression"),
         (r'ID == "\q"', "unknown escape sequence \\q"),
         (r'ID == "\x4"', "bad escape sequence"),
+        (r'ID == "\777"', "bad escape sequence"),
+        (r'ID == "\UFFFFFFFF"', "bad escape sequence"),
+        (r'ID == "\uD800"', "bad escape sequence"),
         ('Status == "x" Type == "y"', "expected 'and', 'or'"),
         ("and == 1", "expected a selector, a value, 'not' or '('"),
         ("ID == 1.2.3", "unexpected '.'"),
