@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.gateway.filter import MAX_DEPTH, MAX_LENGTH, FilterError, apply, parse
 
@@ -257,3 +259,26 @@ def test_the_list_hook_filters_and_answers_400() -> None:
         apply_filter("Status ===", items)
     assert bad.value.status == 400
     assert bad.value.message.startswith("failed to read filter expression: ")
+
+
+_PIECES = st.sampled_from(
+    [
+        "ID", "Meta", ".", "env", "[", "]", '"x"', "`y`", "50", "-1.5e3", "==", "!=",
+        "is", "not", "empty", "in", "contains", "matches", "and", "or", "(", ")",
+        '"(a"', '"\\u00e9"', '"\\q"', "Datacenters", "0", "TaskGroups", '"api"', " ",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.lists(_PIECES, max_size=12).map(" ".join)))
+def test_any_input_parses_or_is_named(expression: str) -> None:
+    """Whatever a caller sends: a filter that evaluates without raising,
+    or a FilterError (a 400), never another exception (a 500)."""
+    try:
+        keep = parse(expression)
+    except FilterError as exc:
+        assert str(exc)
+        return
+    assert keep(JOB) in (True, False)
+    assert keep({}) in (True, False)
