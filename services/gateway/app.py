@@ -15,12 +15,16 @@ from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
 from services.gateway.metrics import HttpMetrics
 from services.gateway.routes import (
+    acl,
     agent,
     allocs,
+    deployments,
     evals,
+    events,
     jobs,
     nodes,
     operator,
+    parse,
     unserved,
 )
 
@@ -35,6 +39,10 @@ ROUTE_MODULES: list[ModuleType] = [
     evals,
     nodes,
     operator,
+    deployments,
+    acl,
+    events,
+    parse,
 ]
 
 

@@ -31,6 +31,7 @@ from cli.jobspec.duration import parse_duration
 from corral.access import MAX_PUBLIC_REQUEST_BYTES
 from corral.errors import bounded_message
 from corral.v1 import query_pb2
+from services.gateway import filter as bexpr
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend, token_metadata
 
 log = logging.getLogger(__name__)
@@ -350,11 +351,12 @@ ListCall = Callable[[query_pb2.QueryOptions], Awaitable[tuple[list[dict[str, Any
 
 
 def apply_filter(expression: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Nomad's `filter` expression over the items' Nomad JSON (the hook
-    services/gateway/filter.py fills; until then the parameter is refused
-    rather than ignored, so no caller takes an unfiltered list for a
-    filtered one)."""
-    raise unserved("the filter query parameter")
+    """Nomad's `filter` expression over the items' Nomad JSON
+    (services/gateway/filter.py); a bad expression is Nomad's 400."""
+    try:
+        return bexpr.apply(expression, items)
+    except bexpr.FilterError as exc:
+        raise bad_request(f"failed to read filter expression: {exc}") from None
 
 
 def local_page(
