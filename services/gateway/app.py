@@ -21,6 +21,7 @@ from services.gateway.routes import (
     operator,
     unserved,
 )
+from services.gateway.ui import routes as ui
 
 #: the route modules (each exports ROUTES; add yours here). Order among
 #: them does not matter: their paths do not overlap, and the two catch-alls
@@ -33,6 +34,7 @@ ROUTE_MODULES: list[ModuleType] = [
     evals,
     nodes,
     operator,
+    ui,
 ]
 
 

@@ -46,3 +46,8 @@ class GatewaySettings(ProcessSettings):
         le=600,
         description="longest blocking-query wait (s) a request may ask for (Nomad: 10 min)",
     )
+    ui_trace_url: str = Field(
+        "",
+        description="the web UI links an eval's trace id here: a URL with {trace_id} in it, "
+        "e.g. http://localhost:16686/trace/{trace_id} for Jaeger (empty: the id is shown only)",
+    )
