@@ -813,7 +813,8 @@ PAGES.eval = async function () {
   const load = async () => {
     const [ev, allocs, j] = await Promise.all([
       get("/v1/evaluation/" + encodeURIComponent(id)),
-      get("/v1/evaluation/" + encodeURIComponent(id) + "/allocations"),
+      // related=true: the gateway's skeleton fills the allocs only with it
+      get("/v1/evaluation/" + encodeURIComponent(id) + "/allocations?related=true"),
       get(UI + "/api/evaluation/" + encodeURIComponent(id) + "/journey"),
     ]);
     meta("eval-meta", [
@@ -862,7 +863,7 @@ function renderJourney(j) {
           { class: "when" },
           s.Time ? fmtTime(s.Time) + (t0 && s.Time !== t0 ? " (+" + ((s.Time - t0) / 1e6).toFixed(1) + " ms)" : "") : "—"
         ),
-        s.Index ? h("span", { class: "index" }, "index " + s.Index) : "",
+        h("span", { class: "index" }, s.Index ? "index " + s.Index : ""),
         s.Note ? h("span", { class: "note muted" }, s.Note) : ""
       )
     )
