@@ -196,7 +196,9 @@ async function loadCapabilities(namespace) {
   try {
     CAPS = await get(UI + "/api/capabilities" + q({ namespace: namespace || "default" }));
     if (!CAPS.Enabled) status.textContent = "ACLs off";
-    else status.textContent = CAPS.Management ? "management token" : CAPS.AccessorID === "anonymous" ? "anonymous" : "token: " + (CAPS.Name || short(CAPS.AccessorID));
+    else if (CAPS.Management) status.textContent = "management token";
+    else if (CAPS.AccessorID === "anonymous") status.textContent = "anonymous";
+    else status.textContent = "token: " + ((CAPS.Policies || []).join(", ") || "no policies");
   } catch (e) {
     CAPS = { Enabled: true, Capabilities: {} };
     status.textContent = e.status === 403 ? "token refused: " + e.message : "";
