@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
 import sys
@@ -94,12 +95,59 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: how often the HTTPS listener looks for renewed certificate files
+CERT_CHECK_INTERVAL = 30.0
+
+
+def _stamp(paths: Sequence[str]) -> tuple[tuple[float, int], ...]:
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((0.0, -1))
+            continue
+        out.append((st.st_mtime, st.st_size))
+    return tuple(out)
+
+
+async def reload_certificates(
+    config: uvicorn.Config, interval: float = CERT_CHECK_INTERVAL
+) -> None:
+    """Renewed certificate files take effect on the HTTPS listener without
+    a restart (as on the gRPC channels, corral/tls.py): the listener's
+    context loads them again, and new connections present the new chain."""
+    ctx = config.ssl
+    if ctx is None or not config.ssl_certfile:
+        return
+    cert, key = str(config.ssl_certfile), str(config.ssl_keyfile or "")
+    ca = str(config.ssl_ca_certs or "")
+    paths = [p for p in (cert, key, ca) if p]
+    seen = _stamp(paths)
+    while True:
+        await asyncio.sleep(interval)
+        now = _stamp(paths)
+        if now == seen:
+            continue
+        try:
+            ctx.load_cert_chain(cert, key or None)
+            if ca:
+                ctx.load_verify_locations(ca)
+        except (OSError, ssl.SSLError) as exc:
+            # half-written files (the next check sees them whole): keep the old
+            log.warning("HTTPS certificate not reloaded yet: %s", exc)
+            continue
+        seen = now
+        log.info("HTTPS certificate reloaded from %s", cert)
+
+
 class GatewayProcess:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.backend: Backend | None = None
         self.server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self._reload: asyncio.Task[None] | None = None
 
     async def start(self) -> runner.Ready:
         s = self.settings
@@ -109,6 +157,11 @@ class GatewayProcess:
             planner_addr=s.planner_addr,
             security_settings=s.security,
         )
+        # not a precondition (the gateway answers 503 while the state is
+        # away), but said once in the log
+        problem = await self.backend.healthy(timeout=10)
+        if problem:
+            log.warning("gateway starting without its state service: %s", problem)
         app = create_app(s, self.backend)
         config = uvicorn_config(s, app)
         try:
@@ -123,6 +176,8 @@ class GatewayProcess:
                 failure = self._task.exception()
                 raise ConfigError(f"cannot serve HTTP on {s.listen}: {failure or 'exited'}")
             await asyncio.sleep(0.02)
+        if s.security.tls:
+            self._reload = asyncio.create_task(reload_certificates(config), name="https-certs")
         sock = self.server.servers[0].sockets[0].getsockname()
         address = f"{sock[0]}:{sock[1]}"
         scheme = "https" if s.security.tls else "http"
@@ -130,6 +185,8 @@ class GatewayProcess:
         return runner.Ready(address=address, info={"http_addr": f"{scheme}://{address}"})
 
     async def stop(self) -> None:
+        if self._reload is not None:
+            self._reload.cancel()
         if self.server is not None:
             self.server.should_exit = True
         if self._task is not None:

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Sequence
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
 from corral import security
@@ -84,10 +85,24 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr
         self._leaders: dict[str, LeaderChannel] = {}
         self._agents: dict[str, grpc.aio.Channel] = {}
+
+    async def healthy(self, timeout: float = 5.0) -> str:
+        """'' when the state service answers its gRPC health check as
+        SERVING, else why not (the gateway's /v1/agent/health)."""
+        try:
+            reply = await self._health.Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout, wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as exc:
+            return f"state service {self.state_addr}: {exc.code().name.lower()}"
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            return f"state service {self.state_addr} is not serving"
+        return ""
 
     # -- the agents (task logs) --------------------------------------------
 

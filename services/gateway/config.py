@@ -34,17 +34,13 @@ class GatewaySettings(ProcessSettings):
     state_addr: StateAddr
     broker_addr: Annotated[str, Option(env="CORRAL_BROKER_ADDR")] = Field(
         "",
-        description="broker host:port[,host:port] for eval broker stats (empty: not shown)",
+        description="broker host:port[,host:port] for eval broker stats (empty: the "
+        "registered members, from Operator.Members)",
     )
     planner_addr: Annotated[str, Option(env="CORRAL_PLANNER_ADDR")] = Field(
         "",
-        description="planner host:port[,host:port] for plan queue stats (empty: not shown)",
-    )
-    max_wait: float = Field(
-        300.0,
-        gt=0,
-        le=600,
-        description="longest blocking-query wait (s) a request may ask for (Nomad: 10 min)",
+        description="planner host:port[,host:port] for plan queue stats (empty: the "
+        "registered members, from Operator.Members)",
     )
     ui_trace_url: str = Field(
         "",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -308,3 +309,42 @@ def backend_of(request: Request) -> Backend:
     """The app's gRPC backend."""
     backend: Backend = request.app.state.backend
     return backend
+
+
+# -- lists -----------------------------------------------------------------
+
+#: a list read: given our QueryOptions, the Nomad JSON items and the meta
+ListCall = Callable[[query_pb2.QueryOptions], Awaitable[tuple[list[dict[str, Any]], Any]]]
+
+
+def apply_filter(expression: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nomad's `filter` expression over the items' Nomad JSON (the hook
+    services/gateway/filter.py fills; until then the parameter is refused
+    rather than ignored, so no caller takes an unfiltered list for a
+    filtered one)."""
+    raise unserved("the filter query parameter")
+
+
+def local_page(
+    q: QueryOptions, items: list[dict[str, Any]], key: str = "ID"
+) -> tuple[list[dict[str, Any]], str]:
+    """One page of `items` as the state pages (sorted by `key`, the next
+    token being the first key of the next page)."""
+    items = sorted(items, key=lambda i: str(i.get(key, "")))
+    if q.next_token:
+        items = [i for i in items if str(i.get(key, "")) >= q.next_token]
+    if q.per_page and len(items) > q.per_page:
+        return items[: q.per_page], str(items[q.per_page].get(key, ""))
+    return items, ""
+
+
+async def listing(request: Request, q: QueryOptions, call: ListCall, key: str = "ID") -> Response:
+    """A list endpoint's answer: the state pages it, unless a filter is
+    given; then the whole list is read, filtered here, then paged (Nomad
+    filters before it pages)."""
+    if not q.filter:
+        items, meta = await call(q.proto())
+        return respond(request, items, index=meta.index, next_token=meta.next_token)
+    items, meta = await call(q.proto(paginate=False))
+    page, token = local_page(q, apply_filter(q.filter, items), key)
+    return respond(request, page, index=meta.index, next_token=token)

@@ -69,7 +69,17 @@ async def agent_self(request: Request) -> Response:
     return respond(request, body)
 
 
+async def agent_health(request: Request) -> Response:
+    """Nomad's agent health: `server.ok` when the state service (the
+    gateway's one dependency) answers its health check; 500 otherwise, so
+    a load balancer's or Kubernetes' probe takes the gateway out."""
+    problem = await backend_of(request).healthy()
+    body = {"server": {"ok": not problem, "message": problem or "ok"}}
+    return respond(request, body, status=500 if problem else 200)
+
+
 ROUTES: list[BaseRoute] = [
+    Route("/v1/agent/health", agent_health, methods=["GET"]),
     Route("/v1/status/leader", leader, methods=["GET"]),
     Route("/v1/status/peers", peers, methods=["GET"]),
     Route("/v1/regions", regions, methods=["GET"]),

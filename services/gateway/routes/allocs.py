@@ -22,6 +22,7 @@ from services.gateway.http import (
     bad_request,
     bool_param,
     int_param,
+    listing,
     metadata_of,
     respond,
 )
@@ -32,22 +33,22 @@ from services.gateway.mapping import jobs as job_map
 async def allocations(request: Request) -> Response:
     q = QueryOptions.from_request(request)
     p = request.query_params
-    resp = await backend_of(request).allocs.List(
-        alloc_pb2.AllocListRequest(
-            query=q.proto(),
-            job_id=p.get("job", ""),
-            node_id=p.get("node", ""),
-            client_status=p.get("client_status", ""),
-        ),
-        metadata=q.metadata,
-        timeout=q.timeout,
-    )
-    return respond(
-        request,
-        [alloc_map.stub(a) for a in resp.allocs],
-        index=resp.meta.index,
-        next_token=resp.meta.next_token,
-    )
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.allocs.List(
+            alloc_pb2.AllocListRequest(
+                query=query,
+                job_id=p.get("job", ""),
+                node_id=p.get("node", ""),
+                client_status=p.get("client_status", ""),
+            ),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return [alloc_map.stub(a) for a in resp.allocs], resp.meta
+
+    return await listing(request, q, call)
 
 
 async def allocation(request: Request) -> Response:

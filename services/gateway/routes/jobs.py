@@ -28,6 +28,7 @@ from services.gateway.http import (
     bad_request,
     bool_param,
     json_body,
+    listing,
     metadata_of,
     respond,
     unserved,
@@ -113,15 +114,15 @@ async def jobs_list_or_register(request: Request) -> Response:
     if request.method in ("PUT", "POST"):
         return await _register(request, None)
     q = QueryOptions.from_request(request)
-    resp = await backend_of(request).jobs.List(
-        job_pb2.JobListRequest(query=q.proto()), metadata=q.metadata, timeout=q.timeout
-    )
-    return respond(
-        request,
-        [job_map.stub(j) for j in resp.jobs],
-        index=resp.meta.index,
-        next_token=resp.meta.next_token,
-    )
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.jobs.List(
+            job_pb2.JobListRequest(query=query), metadata=q.metadata, timeout=q.timeout
+        )
+        return [job_map.stub(j) for j in resp.jobs], resp.meta
+
+    return await listing(request, q, call)
 
 
 # -- /v1/job/{id} ----------------------------------------------------------
@@ -321,7 +322,32 @@ async def job_periodic_force(request: Request) -> Response:
     return respond(request, out, index=resp.index)
 
 
+async def job_revert(request: Request) -> Response:
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("revert request must be a JSON object")
+    version = body.get("JobVersion")
+    prior = body.get("EnforcePriorVersion")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise bad_request("JobVersion must be a version number")
+    if prior is not None and (isinstance(prior, bool) or not isinstance(prior, int)):
+        raise bad_request("EnforcePriorVersion must be a version number")
+    resp = await backend_of(request).jobs.Revert(
+        job_pb2.JobRevertRequest(
+            job_id=_job_id(request),
+            namespace=_namespace(request),
+            version=version,
+            enforce_prior_version=prior is not None,
+            prior_version=prior or 0,
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.register_response(resp), index=resp.index)
+
+
 ROUTES: list[BaseRoute] = [
+    Route("/v1/job/{job_id:path}/revert", job_revert, methods=["PUT", "POST"]),
     Route("/v1/jobs", jobs_list_or_register, methods=["GET", "PUT", "POST"]),
     Route("/v1/job/{job_id:path}/plan", job_plan, methods=["PUT", "POST"]),
     Route("/v1/job/{job_id:path}/allocations", job_allocations, methods=["GET"]),

@@ -8,14 +8,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from corral.v1 import node_pb2
+from corral.v1 import node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
+    bool_param,
     json_body,
+    listing,
     metadata_of,
     respond,
 )
@@ -25,17 +27,17 @@ from services.gateway.mapping import nodes as node_map
 
 async def nodes(request: Request) -> Response:
     q = QueryOptions.from_request(request)
-    resp = await backend_of(request).nodes.List(
-        node_pb2.NodeListRequest(query=q.proto(), status=request.query_params.get("status", "")),
-        metadata=q.metadata,
-        timeout=q.timeout,
-    )
-    return respond(
-        request,
-        [node_map.stub(n) for n in resp.nodes],
-        index=resp.meta.index,
-        next_token=resp.meta.next_token,
-    )
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.nodes.List(
+            node_pb2.NodeListRequest(query=query, status=request.query_params.get("status", "")),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return [node_map.stub(n) for n in resp.nodes], resp.meta
+
+    return await listing(request, q, call)
 
 
 async def node(request: Request) -> Response:
@@ -56,6 +58,10 @@ async def node_allocations(request: Request) -> Response:
         timeout=q.timeout,
     )
     return respond(request, [alloc_map.alloc(a) for a in resp.allocs], index=resp.meta.index)
+
+
+#: `nomad node drain -enable`'s default deadline
+DEFAULT_DRAIN_DEADLINE = 3600 * 1_000_000_000
 
 
 def _update_response(resp: node_pb2.NodeUpdateResponse) -> dict[str, Any]:
@@ -93,6 +99,11 @@ async def node_drain(request: Request) -> Response:
     if body is not None and not isinstance(body, dict):
         raise bad_request("drain request must be a JSON object")
     body = body or {}
+    if not body and "enable" in request.query_params:
+        # Nomad's pre-0.8 form (`?enable=true`, still what some clients
+        # send): a drain with Nomad's default one-hour deadline, or none
+        enable = bool_param(request, "enable")
+        body = {"DrainSpec": {"Deadline": DEFAULT_DRAIN_DEADLINE} if enable else None}
     strategy = _drain_strategy(body.get("DrainSpec"))
     meta = body.get("Meta") or {}
     req = node_pb2.NodeUpdateDrainRequest(
