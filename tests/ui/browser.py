@@ -64,11 +64,20 @@ def new_driver() -> Any:
 def wait_until(driver: Any, what: str, check: Callable[[Any], Any], timeout: float = WAIT_S) -> Any:
     """WebDriverWait on the state meant, failing with what was awaited, the
     page's flash message and its live-status line."""
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        TimeoutException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait
 
+    # the pages re-render tables as events arrive: an element read mid-render
+    # is looked up again on the next poll
+    ignored = (NoSuchElementException, StaleElementReferenceException)
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(check)
+        return WebDriverWait(driver, timeout, poll_frequency=0.2, ignored_exceptions=ignored).until(
+            check
+        )
     except TimeoutException:
         flash = driver.execute_script(
             "const f = document.getElementById('flash'); return f && !f.hidden ? f.textContent : ''"

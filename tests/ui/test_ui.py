@@ -313,22 +313,43 @@ def test_drain_a_node_from_its_page(dev: DevProcess, driver: Any) -> None:
     assert button.text == "Drain"
     button.click()
     wait_until(
-        driver, "the node draining", lambda d: d.find_element(By.ID, "drain").text == "draining"
+        driver, "the drain accepted", lambda d: d.find_element(By.ID, "flash").text == "Drain: done"
+    )
+    # the drain migrates ui-hello's allocation away and, on this one-node
+    # cluster, completes as soon as it stopped: the node stays ineligible
+    wait_until(
+        driver,
+        "ui-hello's allocation migrated off the node",
+        lambda d: [
+            r for r in rows(d, "allocs") if r.find_elements(By.XPATH, "./td[4][text()='stop']")
+        ],
     )
     wait_until(
         driver,
-        "ineligible while draining",
+        "the node ineligible after its drain",
         lambda d: d.find_element(By.ID, "eligibility").text == "ineligible",
     )
-    assert get_json(http_base(dev) + f"/v1/node/{node['ID']}")["Drain"] is True
+    assert get_json(http_base(dev) + f"/v1/node/{node['ID']}")["SchedulingEligibility"] == (
+        "ineligible"
+    )
     screenshot(driver, "node-draining")
+    # the drain ends once the migrated allocation has stopped; the page
+    # follows it live
     wait_until(
         driver,
-        "the stop-drain button",
-        lambda d: d.find_element(By.ID, "drain-toggle").text == "Stop drain",
+        "the drain complete",
+        lambda d: (
+            d.find_element(By.ID, "drain").text == "no"
+            and d.find_element(By.ID, "drain-toggle").text == "Drain"
+        ),
+        timeout=90,
     )
-    driver.find_element(By.ID, "drain-toggle").click()
-    wait_until(driver, "the drain stopped", lambda d: d.find_element(By.ID, "drain").text == "no")
+    wait_until(
+        driver,
+        "the mark-eligible button",
+        lambda d: d.find_element(By.ID, "eligibility-toggle").text == "Mark eligible",
+    )
+    driver.find_element(By.ID, "eligibility-toggle").click()
     wait_until(
         driver, "eligible again", lambda d: d.find_element(By.ID, "eligibility").text == "eligible"
     )

@@ -17,6 +17,19 @@ class ApiError extends Error {
   }
 }
 
+// The highest X-Nomad-Index any read answered: the event stream starts
+// there, so a change committed between a page's first read and the stream's
+// start is not missed (a few events seen twice only refresh twice).
+let SEEN_INDEX = 0;
+
+// Every long-lived request (event stream, blocking query, log stream) is
+// aborted when the page goes away: Chromium otherwise keeps their
+// connections, and six of them exhaust the per-host limit so the next page
+// waits for one to time out.
+const PAGE_ABORT = new AbortController();
+window.addEventListener("pagehide", () => PAGE_ABORT.abort());
+window.addEventListener("beforeunload", () => PAGE_ABORT.abort());
+
 function token() {
   return localStorage.getItem(TOKEN_KEY) || "";
 }
@@ -40,6 +53,8 @@ async function api(path, opts) {
   if (!resp.ok) {
     throw new ApiError(resp.status, (text || resp.statusText).trim());
   }
+  const index = Number(resp.headers.get("X-Nomad-Index") || 0);
+  if (init.method === "GET" && index > SEEN_INDEX) SEEN_INDEX = index;
   let body = null;
   if (text) {
     try {
@@ -48,7 +63,7 @@ async function api(path, opts) {
       body = text;
     }
   }
-  return { body: body, index: Number(resp.headers.get("X-Nomad-Index") || 0) };
+  return { body: body, index: index };
 }
 
 async function get(path) {
@@ -268,13 +283,17 @@ function setLive(state, text) {
 // calling onEvents with each non-empty batch; where the stream is not served,
 // long-poll `fallback` (a list path) with blocking queries instead.
 async function follow(topics, onEvents, fallback) {
-  let index = 0;
+  let index = SEEN_INDEX;
   for (;;) {
     try {
       const params = new URLSearchParams();
       for (const t of topics) params.append("topic", t);
-      if (index) params.append("index", index);
-      const resp = await fetch("/v1/event/stream?" + params.toString(), { headers: headers() });
+      // Nomad's index=N streams from N on: start after what is shown
+      if (index) params.append("index", index + 1);
+      const resp = await fetch("/v1/event/stream?" + params.toString(), {
+        headers: headers(),
+        signal: PAGE_ABORT.signal,
+      });
       if (!resp.ok) {
         const text = (await resp.text()).trim();
         if (resp.status === 404 || resp.status === 405 || resp.status === 501) {
@@ -302,6 +321,7 @@ async function follow(topics, onEvents, fallback) {
       }
       setLive("reconnecting", "stream ended · reconnecting");
     } catch (e) {
+      if (PAGE_ABORT.signal.aborted) return;
       setLive("error", "event stream: " + (e.message || e) + " · retrying");
     }
     await pause(2000);
@@ -324,12 +344,14 @@ async function poll(path, onEvents) {
     const started = Date.now();
     try {
       const sep = path.includes("?") ? "&" : "?";
-      const res = await api(path + sep + "index=" + index + "&wait=30s");
+      const res = await api(path + sep + "index=" + index + "&wait=30s", { signal: PAGE_ABORT.signal });
       if (res.index !== index) {
-        if (index) onEvents([]);
+        // the first answer is news only if it is past what the page read
+        if (index || res.index > SEEN_INDEX) onEvents([]);
         index = res.index;
       }
     } catch (e) {
+      if (PAGE_ABORT.signal.aborted) return;
       setLive("error", "blocking query: " + e.message + " · retrying");
       await pause(2000);
     }
@@ -736,6 +758,7 @@ PAGES.alloc = async function () {
     if (logsAbort) logsAbort.abort();
     logsTask = $("logs-task").value;
     logsAbort = new AbortController();
+    PAGE_ABORT.signal.addEventListener("abort", () => logsAbort.abort());
     streamLogs(id, logsTask, $("logs-type").value, logsAbort.signal);
   };
   $("logs-task").addEventListener("change", startLogs);
