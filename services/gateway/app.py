@@ -7,11 +7,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from services.gateway import http
 from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
+from services.gateway.metrics import HttpMetrics
 from services.gateway.routes import (
     agent,
     allocs,
@@ -48,7 +50,11 @@ def routes() -> list[BaseRoute]:
 def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
     """The application; `backend` and `settings` are on `app.state` for the
     handlers (`http.backend_of(request)`)."""
-    app = Starlette(routes=routes(), exception_handlers=http.EXCEPTION_HANDLERS)
+    app = Starlette(
+        routes=routes(),
+        exception_handlers=http.EXCEPTION_HANDLERS,
+        middleware=[Middleware(HttpMetrics)],
+    )
     app.state.backend = backend
     app.state.settings = settings
     return app

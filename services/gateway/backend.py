@@ -130,7 +130,9 @@ class Backend:
             addresses = [m.address for m in members if m.address]
         if not addresses:
             return None
-        ch = self._leaders[role] = LeaderChannel(addresses, retry_budget=5.0)
+        ch = self._leaders[role] = LeaderChannel(
+            addresses, retry_budget=5.0, settings=self.security
+        )
         return ch
 
     async def broker_stats(self, metadata: Metadata) -> eval_pb2.BrokerStats | None:

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from cli.jobspec.duration import parse_duration
+from corral.access import MAX_PUBLIC_REQUEST_BYTES
 from corral.errors import bounded_message
 from corral.v1 import query_pb2
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend, token_metadata
@@ -214,13 +215,21 @@ def respond(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def meta_index(meta: query_pb2.QueryMeta) -> int:
-    return int(meta.index)
-
-
 async def json_body(request: Request) -> Any:
-    """The request's JSON body; bad JSON is Nomad's 400."""
-    raw = await request.body()
+    """The request's JSON body; bad JSON is Nomad's 400, a body larger than
+    the public API takes (corral.access.MAX_PUBLIC_REQUEST_BYTES) 413, read
+    no further than that."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_PUBLIC_REQUEST_BYTES:
+        raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_PUBLIC_REQUEST_BYTES:
+            raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw.strip():
         return None
     try:

@@ -8,6 +8,7 @@ status codes and one-line bodies, never a traceback."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -21,9 +22,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import grpc
 import nomad
 import pytest
 
+from services.gateway.backend import Backend, token_metadata
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -271,6 +274,14 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "GET", "/v1/volumes")
     assert status == 501 and "docs/http-api.md" in body
+    status, _, body = http(dev, "GET", "/v1/node/pools")
+    assert status == 501, body
+    status, _, body = http(dev, "GET", "/v1/node/some-node/drain")
+    assert (status, body) == (405, "Invalid method")
+    status, _, body = http(dev, "DELETE", "/v1/job/some-job/summary")
+    assert (status, body) == (405, "Invalid method")
+    status, _, body = http(dev, "POST", "/v1/job/some-job/evaluate")
+    assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/jobs?index=1&wait=soon")
     assert status == 400 and "wait" in body
     for text in (body,):
@@ -284,6 +295,10 @@ def test_acl_tokens_decide(dev: DevProcess) -> None:
     assert (status, body) == (403, "Permission denied")
     status, _, body = http(dev, "GET", "/v1/jobs", token="not-a-real-token")
     assert (status, body) == (403, "Permission denied")
+    # what clients probe before anything else answers without a token, as Nomad's
+    for probe in ("/v1/status/leader", "/v1/agent/health", "/v1/regions", "/v1/agent/self"):
+        status, _, body = http(dev, "GET", probe, token="")
+        assert status == 200 and json.loads(body), (probe, body)
     # a read-only token (made with the CLI) reads but cannot submit
     env = {**os.environ, "CORRAL_ADDR": dev.info["address"], "CORRAL_TOKEN": dev.token}
 
@@ -309,3 +324,117 @@ def test_acl_tokens_decide(dev: DevProcess) -> None:
     req.add_header("Authorization", f"Bearer {reader}")
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.status == 200
+
+
+async def test_queue_statistics_follow_the_leaders_with_the_callers_token(dev: DevProcess) -> None:
+    """What the UI's overview reads: Eval.Stats and Plan.Stats, from the
+    leaders the state names (no broker or planner address configured), with
+    the caller's token: operator:read is needed, the gateway adds nothing."""
+    backend = Backend(dev.info["address"])
+    stranger = Backend(dev.info["address"])
+    try:
+        md = token_metadata(dev.token)
+        broker = await backend.broker_stats(md)
+        planner = await backend.plan_stats(md)
+        assert broker is not None and broker.enabled
+        assert planner is not None and planner.enabled and planner.plans_applied > 0
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stranger.broker_stats(token_metadata(""))
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        await backend.close()
+        await stranger.close()
+
+
+def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("planned"))
+    wait_for("planned's alloc running", lambda: running_allocs(n, "planned", 1), 90)
+    plan = n.job.plan_job("planned", web_job("planned", count=2), diff=True)
+    assert plan["Annotations"]["DesiredTGUpdates"]["web"]["Place"] == 1
+    assert plan["Diff"]["Type"] == "Edited" and plan["JobModifyIndex"] > 0
+    n.jobs.register_job(web_job("planned", count=2))
+    versions = n.job.get_versions("planned")["Versions"]
+    assert [v["Version"] for v in versions] == [1, 0]
+    status, _, body = http(dev, "GET", "/v1/job/planned/versions?diffs=true")
+    assert status == 200 and json.loads(body)["Diffs"][0]["Type"] == "Edited"
+    assert n.job.revert_job("planned", 0)["EvalID"]
+    job = n.job.get_job("planned")
+    assert job["Version"] == 2 and job["TaskGroups"][0]["Count"] == 1
+
+    mock_task = {"Name": "t", "Driver": "mock", "Config": {"run_for": "1s"}}
+    param = {
+        "Job": {
+            "ID": "param",
+            "Type": "batch",
+            "ParameterizedJob": {"Payload": "optional", "MetaOptional": ["who"]},
+            "TaskGroups": [{"Name": "g", "Tasks": [mock_task]}],
+        }
+    }
+    assert n.jobs.register_job(param)["EvalID"] == ""  # parameterized: no evaluation
+    payload = base64.b64encode(b"hi").decode()
+    dispatched = n.job.dispatch_job("param", payload=payload, meta={"who": "me"})
+    child = dispatched["DispatchedJobID"]
+    assert child.startswith("param/dispatch-") and dispatched["EvalID"]
+    # a job id with a slash, in the path as Nomad's clients send it
+    got = n.job.get_job(child)
+    assert got["ID"] == child and got["ParentID"] == "param" and got["Meta"] == {"who": "me"}
+
+    cron = {
+        "Job": {
+            "ID": "cron",
+            "Type": "batch",
+            "Periodic": {"Enabled": True, "Spec": "0 0 1 1 *", "SpecType": "cron"},
+            "TaskGroups": [{"Name": "g", "Tasks": [mock_task]}],
+        }
+    }
+    n.jobs.register_job(cron)
+    assert n.job.get_job("cron")["Periodic"]["Spec"] == "0 0 1 1 *"
+    forced = n.job.periodic_job("cron")
+    assert forced["EvalID"]
+    children = wait_for("the forced child", lambda: list(n.jobs.get_jobs(prefix="cron/periodic-")))
+    assert children[0]["ParentID"] == "cron"
+
+
+def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
+    """Last: it drains the cluster's one node."""
+    n = client(dev)
+    node_id = n.nodes.get_nodes()[0]["ID"]
+    resp = n.node.eligible_node(node_id, ineligible=True)
+    assert resp["NodeModifyIndex"] > 0
+    assert n.node.get_node(node_id)["SchedulingEligibility"] == "ineligible"
+    n.node.eligible_node(node_id, eligible=True)
+    assert n.node.get_node(node_id)["SchedulingEligibility"] == "eligible"
+
+    spec = {"Deadline": 60 * 1_000_000_000, "IgnoreSystemJobs": False}
+    n.node.drain_node_with_spec(node_id, spec)
+    node = n.node.get_node(node_id)
+    assert node["DrainStrategy"]["Deadline"] == spec["Deadline"]
+    assert node["SchedulingEligibility"] == "ineligible"
+    n.node.drain_node_with_spec(node_id, None, mark_eligible=True)
+    wait_for(
+        "the drain to end",
+        lambda: (
+            (got := n.node.get_node(node_id))["DrainStrategy"] is None
+            and got["SchedulingEligibility"] == "eligible"
+        ),
+    )
+    # Nomad's pre-0.8 form, as python-nomad's drain_node sends it
+    n.node.drain_node(node_id, enable=True)
+    assert n.node.get_node(node_id)["DrainStrategy"] is not None
+    n.node.drain_node(node_id, enable=False)
+    wait_for("the drain to end", lambda: n.node.get_node(node_id)["DrainStrategy"] is None)
+
+
+def test_the_gateway_counts_requests_by_route_template(dev: DevProcess) -> None:
+    http(dev, "GET", "/v1/jobs")
+    http(dev, "GET", "/v1/job/no-such-job")
+    http(dev, "GET", "/v1/no/such/endpoint")
+    address = dev.info["roles"]["gateway"]["metrics"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    assert 'corral_http_requests_total{code="200",method="GET",route="/v1/jobs"}' in text
+    assert 'code="404",method="GET",route="/v1/job/{job_id:path}"' in text
+    assert 'route="/v1/{rest:path}"' in text
+    assert "no-such-job" not in text  # ids never become label values
+    assert "grpc_client_handled_total{" in text

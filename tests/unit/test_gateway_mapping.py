@@ -38,7 +38,7 @@ NOMAD_JOB: dict[str, Any] = {
                 {
                     "Name": "t",
                     "Driver": "raw_exec",
-                    "Config": {"command": "/bin/sleep", "args": ["60"]},
+                    "Config": {"command": "/bin/sleep", "args": ["60"], "port": 8080},
                     "Resources": {"CPU": 100, "MemoryMB": 64},
                     "KillTimeout": 7 * SECOND,
                 }
@@ -112,7 +112,9 @@ def test_a_nomad_job_round_trips_with_defaults_applied() -> None:
         {"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "="}
     ]
     task = group["Tasks"][0]
-    assert task["Config"] == {"command": "/bin/sleep", "args": ["60"]}
+    # a config's numbers read back whole, as Nomad shows them
+    assert task["Config"] == {"command": "/bin/sleep", "args": ["60"], "port": 8080}
+    assert isinstance(task["Config"]["port"], int)
     assert task["Resources"]["CPU"] == 100 and task["Resources"]["MemoryMB"] == 64
     assert task["KillTimeout"] == 7 * SECOND
     # Nomad's service defaults, durations in nanoseconds
@@ -316,3 +318,35 @@ def test_local_pages_follow_the_next_token() -> None:
     assert [i["ID"] for i in page] == ["a", "b"] and token == "c"
     page, token = http.local_page(http.QueryOptions(per_page=2, next_token="c"), items)
     assert [i["ID"] for i in page] == ["c"] and token == ""
+
+
+def _body_request(chunks: list[bytes], headers: dict[str, str] | None = None) -> Request:
+    pending = list(chunks)
+
+    async def receive() -> dict[str, Any]:
+        body = pending.pop(0) if pending else b""
+        return {"type": "http.request", "body": body, "more_body": bool(pending)}
+
+    scope = {
+        "type": "http",
+        "method": "PUT",
+        "path": "/v1/jobs",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+    }
+    return Request(scope, receive)
+
+
+async def test_json_bodies_bad_or_too_large_are_refused() -> None:
+    assert await http.json_body(_body_request([b'{"Job": ', b"{}}"])) == {"Job": {}}
+    with pytest.raises(http.NomadError) as bad:
+        await http.json_body(_body_request([b'{"Job": ']))
+    assert bad.value.status == 400 and bad.value.message.startswith("Failed to decode")
+    mib = b"x" * (1024 * 1024)
+    with pytest.raises(http.NomadError) as big:
+        await http.json_body(_body_request([mib] * 17))
+    assert big.value.status == 413
+    declared = {"content-length": str(64 * 1024 * 1024)}
+    with pytest.raises(http.NomadError) as big:
+        await http.json_body(_body_request([], declared))
+    assert big.value.status == 413

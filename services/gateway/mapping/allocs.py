@@ -66,6 +66,10 @@ def alloc(msg: pb.Allocation, job: dict[str, Any] | None = None) -> dict[str, An
         {
             "task_states": _task_states,
             "deployment_status": lambda _: _deployment_status(msg),
+            "alloc_states": lambda states: (
+                [{"Field": st.field, "Value": st.value, "Time": rfc3339(st.time)} for st in states]
+                or None
+            ),
             "traceparent": lambda v: v,
         },
     )

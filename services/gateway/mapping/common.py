@@ -69,10 +69,22 @@ def _scalar(fd: Any, value: Any) -> Any:
     return value
 
 
+def _whole_numbers(value: Any) -> Any:
+    """A Struct's numbers are doubles; a task config's `port = 8080` reads
+    back as 8080, as Nomad shows it, not 8080.0."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
+
+
 def _value(fd: Any, value: Any) -> Any:
     if fd.message_type is not None:
         if fd.message_type.full_name == "google.protobuf.Struct":
-            return json_format.MessageToDict(value)
+            return _whole_numbers(json_format.MessageToDict(value))
         return to_nomad(value)
     return _scalar(fd, value)
 

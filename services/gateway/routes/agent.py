@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import grpc
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -21,7 +22,9 @@ async def _state_members(request: Request) -> list[str]:
         resp = await backend.operator.Members(
             operator_pb2.MembersRequest(role="state"), metadata=metadata_of(request), timeout=10
         )
-    except Exception:  # noqa: BLE001 - a reduced answer, not an error
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+            raise
         return [backend.state_addr]
     return [m.address for m in resp.members if m.address] or [backend.state_addr]
 

@@ -12,6 +12,7 @@ from corral.v1 import node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
+    NomadError,
     QueryOptions,
     backend_of,
     bad_request,
@@ -20,6 +21,7 @@ from services.gateway.http import (
     listing,
     metadata_of,
     respond,
+    unserved,
 )
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import nodes as node_map
@@ -136,10 +138,31 @@ async def node_eligibility(request: Request) -> Response:
     return respond(request, _update_response(resp), index=resp.index)
 
 
+async def node_pools(request: Request) -> Response:
+    raise unserved(f"{request.method} /v1/node/pools")
+
+
+async def node_action(request: Request) -> Response:
+    """Nomad's other node actions (purge, evaluate, meta): not served."""
+    from services.gateway.routes.unserved import wrong_method
+
+    if wrong_method(request, skip=NODE_ACTION):
+        raise NomadError(405, "Invalid method")
+    raise unserved(f"{request.method} /v1/node/:id/{request.path_params['action']}")
+
+
+NODE_ACTION = Route(
+    "/v1/node/{node_id}/{action:path}", node_action, methods=["GET", "PUT", "POST", "DELETE"]
+)
+
+
 ROUTES: list[BaseRoute] = [
     Route("/v1/nodes", nodes, methods=["GET"]),
+    Route("/v1/node/pools", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
+    Route("/v1/node/pool/{rest:path}", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
     Route("/v1/node/{node_id}/allocations", node_allocations, methods=["GET"]),
     Route("/v1/node/{node_id}/drain", node_drain, methods=["PUT", "POST"]),
     Route("/v1/node/{node_id}/eligibility", node_eligibility, methods=["PUT", "POST"]),
     Route("/v1/node/{node_id}", node, methods=["GET"]),
+    NODE_ACTION,
 ]

@@ -31,6 +31,7 @@ UNSERVED_PREFIXES: tuple[str, ...] = (
     "/v1/acl/",
     "/v1/deployment",
     "/v1/event/",
+    "/v1/jobs/",
 )
 
 
