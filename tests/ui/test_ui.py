@@ -8,6 +8,10 @@ A screenshot of each page lands in test-artifacts/ui/."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -284,6 +288,98 @@ def test_overview_counts_placements(dev: DevProcess, driver: Any) -> None:
         lambda d: "allocations running" in d.find_element(By.ID, "cluster").text,
     )
     screenshot(driver, "overview")
+
+
+CANARY_JOB = """
+job "ui-canary" {
+  datacenters = ["dc1"]
+  type = "service"
+
+  group "web" {
+    count = 2
+
+    update {
+      max_parallel      = 1
+      health_check      = "task_states"
+      min_healthy_time  = "1s"
+      healthy_deadline  = "10s"
+      progress_deadline = "30s"
+      canary            = 1
+    }
+
+    task "main" {
+      driver = "mock"
+      config {
+        run_for = "0"
+      }
+      env {
+        VERSION = "%s"
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"""
+
+
+def run_job(dev: DevProcess, tmp_path: Path, name: str, spec: str) -> None:
+    path = tmp_path / name
+    path.write_text(spec)
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
+    env["CORRAL_ADDR"] = dev.info["address"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "job", "run", "-detach", str(path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_promote_a_canary_deployment(dev: DevProcess, driver: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    try:
+        get_json(http_base(dev) + "/v1/deployments")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 501:
+            pytest.skip("this gateway does not serve /v1/deployments yet")
+        raise
+    run_job(dev, tmp_path, "v0.hcl", CANARY_JOB % "0")
+    wait_for(
+        "ui-canary v0 running",
+        lambda: [
+            a
+            for a in get_json(http_base(dev) + "/v1/job/ui-canary/allocations")
+            if a["ClientStatus"] == "running"
+        ],
+    )
+    open_page(driver, http_base(dev) + "/ui/jobs/ui-canary")
+    mark_no_reload(driver)
+    run_job(dev, tmp_path, "v1.hcl", CANARY_JOB % "1")
+    # the new version's deployment places one canary and waits: the button shows
+    promote = wait_until(driver, "the Promote button", present("#deployments button.promote"))[0]
+    wait_until(
+        driver,
+        "version 1's diff",
+        lambda d: "VERSION" in d.find_element(By.CSS_SELECTOR, ".version[data-version='1']").text,
+    )
+    screenshot(driver, "job-canary")
+    promote.click()
+    wait_until(
+        driver,
+        "the promotion accepted",
+        lambda d: d.find_element(By.ID, "flash").text == "Promote: done",
+    )
+    wait_until(
+        driver,
+        "the deployment successful",
+        present("#deployments tr[data-deployment] .s-successful"),
+        timeout=90,
+    )
+    assert_not_reloaded(driver)
+    screenshot(driver, "job-promoted")
 
 
 def test_drain_a_node_from_its_page(dev: DevProcess, driver: Any) -> None:
