@@ -95,6 +95,18 @@ def present(css: str) -> Callable[[Any], list[Any]]:
     return lambda d: list(d.find_elements(By.CSS_SELECTOR, css))
 
 
+def click(driver: Any, css: str, what: str) -> None:
+    """Click what `css` names, again if the live page re-rendered it just
+    before (a stale element)."""
+    from selenium.webdriver.common.by import By
+
+    def attempt(d: Any) -> bool:
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    wait_until(driver, f"a click on {what}", attempt)
+
+
 def rows(driver: Any, table: str) -> list[Any]:
     from selenium.webdriver.common.by import By
 
@@ -359,14 +371,14 @@ def test_promote_a_canary_deployment(dev: DevProcess, driver: Any, tmp_path: Pat
     mark_no_reload(driver)
     run_job(dev, tmp_path, "v1.hcl", CANARY_JOB % "1")
     # the new version's deployment places one canary and waits: the button shows
-    promote = wait_until(driver, "the Promote button", present("#deployments button.promote"))[0]
+    wait_until(driver, "the Promote button", present("#deployments button.promote"))
     wait_until(
         driver,
         "version 1's diff",
         lambda d: "VERSION" in d.find_element(By.CSS_SELECTOR, ".version[data-version='1']").text,
     )
     screenshot(driver, "job-canary")
-    promote.click()
+    click(driver, "#deployments button.promote", "Promote")
     wait_until(
         driver,
         "the promotion accepted",

@@ -614,9 +614,16 @@ function deploymentRow(d, reload) {
       name + ": " + (g.HealthyAllocs || 0) + "/" + (g.DesiredTotal || 0) + " healthy" +
       (g.DesiredCanaries ? ", " + (g.PlacedCanaries || []).length + "/" + g.DesiredCanaries + " canaries" + (g.Promoted ? " promoted" : "") : "")
   );
-  const needsPromotion = Object.values(d.TaskGroups || {}).some((g) => g.DesiredCanaries > 0 && !g.Promoted);
+  const waiting = Object.values(d.TaskGroups || {}).filter((g) => g.DesiredCanaries > 0 && !g.Promoted);
+  // as the state refuses a promotion until every canary is placed and
+  // healthy, the button shows from then on (before: what it waits for)
+  const ready = waiting.every(
+    (g) => (g.PlacedCanaries || []).length >= g.DesiredCanaries && (g.HealthyAllocs || 0) >= g.DesiredCanaries
+  );
   const promote =
-    d.Status === "running" && needsPromotion && allowed("submit-job")
+    d.Status === "running" && waiting.length && !ready
+      ? h("span", { class: "muted" }, "canaries not yet healthy")
+      : d.Status === "running" && waiting.length && allowed("submit-job")
       ? h(
           "button",
           {
