@@ -325,6 +325,25 @@ def test_overview_counts_placements(dev: DevProcess, driver: Any) -> None:
     from selenium.webdriver.common.by import By
 
     open_page(driver, http_base(dev) + "/ui/")
+    mark_no_reload(driver)
+    job = json.loads(HELLO_JSON)["Job"]
+    job["ID"] = job["Name"] = "ui-burst"
+    job["Type"] = "batch"
+    group = job["TaskGroups"][0]
+    group["Count"] = 3
+    group["Tasks"][0].update(Driver="mock", Config={"run_for": "2s"})
+    group["Tasks"][0]["Resources"] = {"CPU": 10, "MemoryMB": 16}
+    body = json.dumps({"Job": job}).encode()
+    req = urllib.request.Request(http_base(dev) + "/v1/jobs", data=body, method="POST")
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+    # three placements inside the 10 s window: 0.3 per second
+    wait_until(
+        driver,
+        "the burst's placements counted",
+        lambda d: float(d.find_element(By.ID, "placements-rate").text) >= 0.3,
+    )
+    assert_not_reloaded(driver)
     wait_until(
         driver,
         "the live connection",

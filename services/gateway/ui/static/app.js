@@ -368,11 +368,20 @@ const PAGES = {};
 
 PAGES.overview = async function () {
   const WINDOW_S = 10;
-  const placed = []; // [ms, alloc id]
-  const seen = new Set();
+  // Placements: allocations created (an Allocation event at the alloc's
+  // own CreateIndex) in the last WINDOW_S seconds. Where only blocking
+  // queries are served, allocations new to the list count instead.
+  const placed = []; // ms of each placement
+  const known = new Set(); // alloc ids already seen
+  let listed = false;
+  const place = (id) => {
+    if (known.has(id)) return;
+    known.add(id);
+    placed.push(Date.now());
+  };
   const rate = () => {
     const cut = Date.now() - WINDOW_S * 1000;
-    while (placed.length && placed[0][0] < cut) seen.delete(placed.shift()[1]);
+    while (placed.length && placed[0] < cut) placed.shift();
     $("placements-rate").textContent = (placed.length / WINDOW_S).toFixed(1);
   };
   $("placements-window").textContent = WINDOW_S;
@@ -416,6 +425,12 @@ PAGES.overview = async function () {
       get("/v1/nodes"),
       get("/v1/allocations?namespace=*"),
     ]);
+    for (const a of allocs) {
+      if (listed) place(a.ID);
+      else known.add(a.ID);
+    }
+    listed = true;
+    rate();
     const running = allocs.filter((a) => a.ClientStatus === "running").length;
     meta("cluster", [
       ["jobs", jobs.length],
@@ -432,10 +447,7 @@ PAGES.overview = async function () {
     (events) => {
       for (const ev of events) {
         const a = ev.Payload && ev.Payload.Allocation;
-        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index && !seen.has(a.ID)) {
-          seen.add(a.ID);
-          placed.push([Date.now(), a.ID]);
-        }
+        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index) place(a.ID);
       }
       rate();
       refresh();
