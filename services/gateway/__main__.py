@@ -148,6 +148,7 @@ class GatewayProcess:
         self.server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._reload: asyncio.Task[None] | None = None
+        self._probe: asyncio.Task[None] | None = None
 
     async def start(self) -> runner.Ready:
         s = self.settings
@@ -157,11 +158,6 @@ class GatewayProcess:
             planner_addr=s.planner_addr,
             security_settings=s.security,
         )
-        # not a precondition (the gateway answers 503 while the state is
-        # away), but said once in the log
-        problem = await self.backend.healthy(timeout=10)
-        if problem:
-            log.warning("gateway starting without its state service: %s", problem)
         app = create_app(s, self.backend)
         config = uvicorn_config(s, app)
         try:
@@ -178,13 +174,24 @@ class GatewayProcess:
             await asyncio.sleep(0.02)
         if s.security.tls:
             self._reload = asyncio.create_task(reload_certificates(config), name="https-certs")
+        self._probe = asyncio.create_task(self._first_contact(), name="state-probe")
         sock = self.server.servers[0].sockets[0].getsockname()
         address = f"{sock[0]}:{sock[1]}"
         scheme = "https" if s.security.tls else "http"
         log.info("gateway serving Nomad's HTTP API on %s://%s", scheme, address)
         return runner.Ready(address=address, info={"http_addr": f"{scheme}://{address}"})
 
+    async def _first_contact(self) -> None:
+        """Not a precondition (the gateway answers 503 while the state is
+        away), but said once in the log."""
+        assert self.backend is not None
+        problem = await self.backend.healthy(timeout=10)
+        if problem:
+            log.warning("the gateway's state service does not answer yet: %s", problem)
+
     async def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         if self._reload is not None:
             self._reload.cancel()
         if self.server is not None:

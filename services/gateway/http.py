@@ -42,6 +42,11 @@ MAX_WAIT_MS = 10 * 60 * 1000
 MAX_PER_PAGE = 10_000
 
 
+UINT64_MAX = 2**64 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
 class NomadError(Exception):
     """An HTTP error with Nomad's plain-text body."""
 
@@ -85,6 +90,8 @@ def _int_param(request: Request, name: str, default: int = 0) -> int:
         raise bad_request(f"Invalid {name} value: {raw!r} is not an integer") from None
     if value < 0:
         raise bad_request(f"Invalid {name} value: {raw!r} is negative")
+    if value > INT64_MAX:
+        raise bad_request(f"Invalid {name} value: {raw!r} is too large")
     return value
 
 
@@ -110,6 +117,22 @@ def bool_param(request: Request, name: str) -> bool:
 def int_param(request: Request, name: str, default: int = 0) -> int:
     """A non-negative integer query parameter."""
     return _int_param(request, name, default)
+
+
+def whole(value: Any, name: str, *, low: int = 0, high: int = UINT64_MAX, default: int = 0) -> int:
+    """A whole number from a JSON body within [low, high] (a proto field's
+    range), else Nomad's 400 naming the field; null or absent is `default`."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise bad_request(f"{name} must be a whole number, got {value!r}")
+        value = int(value)
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be between {low} and {high}, got {value}")
+    return int(value)
 
 
 def parse_wait(raw: str) -> int:

@@ -268,6 +268,16 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert status == 400 and "memory" in body.lower(), body
     status, _, body = http(dev, "GET", "/v1/job/no-such-job")
     assert status == 404, body
+    # values out of their field's range are the caller's mistake, not a 500
+    negative = {**web_job("neg"), "EnforceIndex": True, "JobModifyIndex": -1}
+    status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(negative).encode())
+    assert status == 400 and "JobModifyIndex" in body, body
+    status, _, body = http(
+        dev, "POST", "/v1/job/neg/scale", b'{"Count": "x", "Target": {"Group": "web"}}'
+    )
+    assert status == 400 and "Count" in body, body
+    status, _, body = http(dev, "POST", "/v1/node/x/drain", b'{"DrainSpec": "soon"}')
+    assert status == 400, body
     status, _, body = http(dev, "GET", "/v1/no/such/endpoint")
     assert (status, body) == (404, "Invalid URL path: /v1/no/such/endpoint")
     status, _, body = http(dev, "DELETE", "/v1/jobs")
@@ -390,6 +400,9 @@ def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> No
     }
     n.jobs.register_job(cron)
     assert n.job.get_job("cron")["Periodic"]["Spec"] == "0 0 1 1 *"
+    listed = {j["ID"]: j for j in n.jobs.get_jobs()}
+    assert listed["cron"]["Periodic"] is True and listed["param"]["ParameterizedJob"] is True
+    assert listed["planned"]["Datacenters"] == ["dc1"]
     forced = n.job.periodic_job("cron")
     assert forced["EvalID"]
     children = wait_for("the forced child", lambda: list(n.jobs.get_jobs(prefix="cron/periodic-")))

@@ -134,6 +134,8 @@ def test_periodic_jobs_show_nomads_periodic_block() -> None:
     [
         (lambda j: j.update({"Vault": {"Policies": ["x"]}}), "Vault"),
         (lambda j: j["TaskGroups"][0].update({"Count": "three"}), "count"),
+        (lambda j: j["TaskGroups"][0].update({"Count": 1e30}), "out of range"),
+        (lambda j: j.update({"Priority": 2**40}), "priority"),
         (lambda j: j["TaskGroups"][0]["Tasks"][0]["Resources"].update({"MemoryMB": -1}), "memory"),
     ],
 )
@@ -154,8 +156,11 @@ def test_job_list_stub_has_nomads_fields() -> None:
     stub = job_pb2.JobListStub(
         id="web", namespace="default", name="web", type="service", priority=50, status="running",
         summary={"g": pb.TaskGroupSummary(running=2, queued=1)}, job_modify_index=7,
+        periodic=True, datacenters=["dc1"], meta={"team": "web"},
     )  # fmt: skip
     out = jobs.stub(stub)
+    assert out["Periodic"] is True and out["ParameterizedJob"] is False
+    assert out["Datacenters"] == ["dc1"] and out["Meta"] == {"team": "web"}
     assert out["ID"] == "web" and out["Status"] == "running" and out["JobModifyIndex"] == 7
     assert out["JobSummary"]["Summary"]["g"]["Running"] == 2
     assert out["JobSummary"]["Summary"]["g"]["Queued"] == 1
@@ -265,7 +270,8 @@ def test_query_options_read_nomads_parameters() -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["wait=soon", "index=-1", "index=x", "per_page=many", "stale=maybe"]
+    "query",
+    ["wait=soon", "index=-1", "index=x", f"index={2**64}", "per_page=many", "stale=maybe"],
 )
 def test_bad_query_parameters_are_400(query: str) -> None:
     with pytest.raises(http.NomadError) as err:
@@ -350,3 +356,25 @@ async def test_json_bodies_bad_or_too_large_are_refused() -> None:
     with pytest.raises(http.NomadError) as big:
         await http.json_body(_body_request([], declared))
     assert big.value.status == 413
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (None, 0),
+        (5, 5),
+        (5.0, 5),
+        (-1, None),
+        (2**64, None),
+        (1.5, None),
+        ("7", None),
+        (True, None),
+    ],
+)
+def test_whole_numbers_from_bodies_stay_in_their_field_range(value: Any, ok: int | None) -> None:
+    if ok is not None:
+        assert http.whole(value, "JobModifyIndex") == ok
+        return
+    with pytest.raises(http.NomadError) as err:
+        http.whole(value, "JobModifyIndex")
+    assert err.value.status == 400 and "JobModifyIndex" in err.value.message

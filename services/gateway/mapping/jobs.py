@@ -65,12 +65,12 @@ def stub(msg: job_pb2.JobListStub) -> dict[str, Any]:
         "ParentID": msg.parent_id,
         "Name": msg.name,
         "Namespace": msg.namespace,
-        "Datacenters": None,
+        "Datacenters": list(msg.datacenters) or None,
         "Multiregion": None,
         "Type": msg.type,
         "Priority": msg.priority,
-        "Periodic": False,
-        "ParameterizedJob": False,
+        "Periodic": msg.periodic,
+        "ParameterizedJob": msg.parameterized,
         "Stop": msg.stop,
         "Status": msg.status,
         "StatusDescription": "",
@@ -87,6 +87,8 @@ def stub(msg: job_pb2.JobListStub) -> dict[str, Any]:
         "JobModifyIndex": msg.job_modify_index,
         "SubmitTime": msg.submit_time,
         "Version": msg.version,
+        "NodePool": msg.node_pool,
+        "Meta": dict(msg.meta) or None,
     }
 
 

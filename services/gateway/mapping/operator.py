@@ -61,7 +61,7 @@ def scheduler_config_from_nomad(data: Any) -> pb.SchedulerConfiguration:
         setattr(cfg.preemption_config, ours, _bool(pre, nomad, "PreemptionConfig."))
     cfg.preemption_config.SetInParent()
     modify = data.get("ModifyIndex") or 0
-    if not isinstance(modify, int):
+    if isinstance(modify, bool) or not isinstance(modify, int) or not 0 <= modify < 2**64:
         raise ConfigInputError("ModifyIndex: expected a whole number")
     cfg.modify_index = modify
     return cfg

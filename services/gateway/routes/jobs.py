@@ -22,6 +22,7 @@ from corral.v1 import job_pb2, periodic_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
+    INT32_MAX,
     NomadError,
     QueryOptions,
     backend_of,
@@ -32,6 +33,7 @@ from services.gateway.http import (
     metadata_of,
     respond,
     unserved,
+    whole,
 )
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import evals as eval_map
@@ -93,10 +95,8 @@ async def _register(request: Request, path_id: str | None) -> Response:
         raise bad_request("Job ID does not match name")
     job = _parse_job(request, data)
     enforce = bool(body.get("EnforceIndex"))
-    modify_index = body.get("JobModifyIndex") or 0
-    priority = body.get("EvalPriority") or 0
-    if not isinstance(modify_index, int) or not isinstance(priority, int):
-        raise bad_request("JobModifyIndex and EvalPriority must be whole numbers")
+    modify_index = whole(body.get("JobModifyIndex"), "JobModifyIndex")
+    priority = whole(body.get("EvalPriority"), "EvalPriority", high=INT32_MAX)
     resp = await backend_of(request).jobs.Register(
         job_pb2.JobRegisterRequest(
             job=job, enforce_index=enforce, job_modify_index=modify_index, eval_priority=priority
@@ -258,11 +258,9 @@ async def job_scale(request: Request) -> Response:
     group = target.get("Group") if isinstance(target, dict) else None
     if not group:
         raise bad_request("missing task group name")
-    count = body.get("Count")
-    if count is None:
+    if body.get("Count") is None:
         raise bad_request("Count must be set (scaling events without a count are not served)")
-    if not isinstance(count, int) or isinstance(count, bool):
-        raise bad_request("Count must be a whole number")
+    count = whole(body.get("Count"), "Count", high=INT32_MAX)
     resp = await backend.jobs.Scale(
         job_pb2.JobScaleRequest(
             job_id=job_id,
@@ -271,7 +269,7 @@ async def job_scale(request: Request) -> Response:
             count=count,
             message=str(body.get("Message") or ""),
             enforce_index=bool(body.get("EnforceIndex")),
-            job_modify_index=int(body.get("JobModifyIndex") or 0),
+            job_modify_index=whole(body.get("JobModifyIndex"), "JobModifyIndex"),
         ),
         metadata=metadata_of(request),
         timeout=DEFAULT_TIMEOUT,
@@ -326,19 +324,18 @@ async def job_revert(request: Request) -> Response:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise bad_request("revert request must be a JSON object")
-    version = body.get("JobVersion")
-    prior = body.get("EnforcePriorVersion")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise bad_request("JobVersion must be a version number")
-    if prior is not None and (isinstance(prior, bool) or not isinstance(prior, int)):
-        raise bad_request("EnforcePriorVersion must be a version number")
+    if body.get("JobVersion") is None:
+        raise bad_request("JobVersion must be set")
+    version = whole(body.get("JobVersion"), "JobVersion")
+    prior_given = body.get("EnforcePriorVersion") is not None
+    prior = whole(body.get("EnforcePriorVersion"), "EnforcePriorVersion")
     resp = await backend_of(request).jobs.Revert(
         job_pb2.JobRevertRequest(
             job_id=_job_id(request),
             namespace=_namespace(request),
             version=version,
-            enforce_prior_version=prior is not None,
-            prior_version=prior or 0,
+            enforce_prior_version=prior_given,
+            prior_version=prior,
         ),
         metadata=metadata_of(request),
         timeout=DEFAULT_TIMEOUT,

@@ -12,6 +12,7 @@ from corral.v1 import node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
+    INT64_MAX,
     NomadError,
     QueryOptions,
     backend_of,
@@ -22,6 +23,7 @@ from services.gateway.http import (
     metadata_of,
     respond,
     unserved,
+    whole,
 )
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import nodes as node_map
@@ -87,9 +89,9 @@ def _drain_strategy(data: Any) -> pb.DrainStrategy | None:
     spec = data.get("DrainSpec", data)
     if spec is None:
         return None
-    deadline = spec.get("Deadline", 0)
-    if isinstance(deadline, bool) or not isinstance(deadline, int):
-        raise bad_request("Deadline must be nanoseconds")
+    if not isinstance(spec, dict):
+        raise bad_request("DrainSpec must be an object")
+    deadline = whole(spec.get("Deadline"), "Deadline", low=-1, high=INT64_MAX)
     ignore = spec.get("IgnoreSystemJobs", False)
     if not isinstance(ignore, bool):
         raise bad_request("IgnoreSystemJobs must be true or false")
