@@ -76,11 +76,12 @@ chromium:
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
+# BENCH_ARGS, e.g. --compare bench/reference/full-20261123-f79e3b9.json
 bench: $(STAMP)
-	$(PY) -m bench --quick
+	$(PY) -m bench --quick $(BENCH_ARGS)
 
 bench-full: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 # kill -9 of every role, leader kills with standbys, PostgreSQL stopped and
 # killed, under load; prints the table and fails on any loss (bench/chaos.py).
