@@ -1093,6 +1093,7 @@ async function start() {
     document.body.dataset.ready = "true";
   } catch (e) {
     pageError(e);
+    setLive("error", e.status === 403 ? "not live: this token may not read this page (see the token box)" : "not live");
     document.body.dataset.ready = "error";
   }
 }
