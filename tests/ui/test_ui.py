@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
-from tests.ui.browser import browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
 from tests.wait import wait_for
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not browser_available(), reason="chromium is not installed"),
+    pytest.mark.skipif(not browser_available(), reason=MISSING),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

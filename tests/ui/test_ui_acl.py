@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
-from tests.ui.browser import browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
 from tests.ui.test_ui import ROOT, get_json, http_base, open_page, present
 from tests.wait import wait_for
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not browser_available(), reason="chromium is not installed"),
+    pytest.mark.skipif(not browser_available(), reason=MISSING),
 ]
 
 READER_POLICY = 'namespace "default" {\n  policy = "read"\n}\nnode {\n  policy = "read"\n}\n'
