@@ -27,6 +27,7 @@ from services.gateway.routes import (
     parse,
     unserved,
 )
+from services.gateway.ui import routes as ui
 
 #: the route modules (each exports ROUTES; add yours here). Order among
 #: them does not matter: their paths do not overlap, and the two catch-alls
@@ -43,6 +44,7 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    ui,
 ]
 
 

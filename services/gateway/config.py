@@ -42,3 +42,8 @@ class GatewaySettings(ProcessSettings):
         description="planner host:port[,host:port] for plan queue stats (empty: the "
         "registered members, from Operator.Members)",
     )
+    ui_trace_url: str = Field(
+        "",
+        description="the web UI links an eval's trace id here: a URL with {trace_id} in it, "
+        "e.g. http://localhost:16686/trace/{trace_id} for Jaeger (empty: the id is shown only)",
+    )

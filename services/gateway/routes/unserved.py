@@ -29,8 +29,6 @@ UNSERVED_PREFIXES: tuple[str, ...] = (
     "/v1/var",
     "/v1/volume",
     "/v1/acl/",
-    "/v1/deployment",
-    "/v1/event/",
     "/v1/jobs/",
 )
 
