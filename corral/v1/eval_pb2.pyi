@@ -67,11 +67,14 @@ class EvalDequeueResponse(_message.Message):
     TOKEN_FIELD_NUMBER: _builtins.int
     WAIT_INDEX_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
+    ENQUEUE_TIME_FIELD_NUMBER: _builtins.int
     token: _builtins.str
     wait_index: _builtins.int
     """state index the worker's snapshot must reach"""
     traceparent: _builtins.str
     """W3C trace context of the broker's hand-off: the worker's spans nest under it"""
+    enqueue_time: _builtins.int
+    """Unix ns (broker's clock) the eval became ready for this dequeue"""
     @_builtins.property
     def eval(self) -> _structs_pb2.Evaluation:
         """unset when the wait timed out"""
@@ -83,10 +86,11 @@ class EvalDequeueResponse(_message.Message):
         token: _builtins.str = ...,
         wait_index: _builtins.int = ...,
         traceparent: _builtins.str = ...,
+        enqueue_time: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["eval", b"eval"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval", b"eval", "token", b"token", "traceparent", b"traceparent", "wait_index", b"wait_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enqueue_time", b"enqueue_time", "eval", b"eval", "token", b"token", "traceparent", b"traceparent", "wait_index", b"wait_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2257,6 +2257,9 @@ class Evaluation(_message.Message):
     MODIFY_TIME_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
     LEADER_ACK_FIELD_NUMBER: _builtins.int
+    ENQUEUE_TIME_FIELD_NUMBER: _builtins.int
+    DEQUEUE_TIME_FIELD_NUMBER: _builtins.int
+    PLAN_SUBMIT_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     priority: _builtins.int
@@ -2291,6 +2294,16 @@ class Evaluation(_message.Message):
     """W3C trace context of the request that created it"""
     leader_ack: _builtins.str
     """reserved"""
+    enqueue_time: _builtins.int
+    """Journey times: Unix ns, 0 = not recorded; the worker writes them with the
+    eval update that ends its run, follow-up evals start at 0, a write without
+    them keeps the stored ones. This one, on the broker's clock: when the eval
+    became ready for the dequeue that ran it.
+    """
+    dequeue_time: _builtins.int
+    """journey, worker's clock: the worker got it from the broker"""
+    plan_submit_time: _builtins.int
+    """journey, worker's clock: the worker submitted its first plan for it"""
     @_builtins.property
     def related_evals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -2333,10 +2346,13 @@ class Evaluation(_message.Message):
         modify_time: _builtins.int = ...,
         traceparent: _builtins.str = ...,
         leader_ack: _builtins.str = ...,
+        enqueue_time: _builtins.int = ...,
+        dequeue_time: _builtins.int = ...,
+        plan_submit_time: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotate_plan", b"annotate_plan", "blocked_eval", b"blocked_eval", "class_eligibility", b"class_eligibility", "create_index", b"create_index", "create_time", b"create_time", "deployment_id", b"deployment_id", "escaped_computed_class", b"escaped_computed_class", "failed_tg_allocs", b"failed_tg_allocs", "id", b"id", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "leader_ack", b"leader_ack", "modify_index", b"modify_index", "modify_time", b"modify_time", "namespace", b"namespace", "next_eval", b"next_eval", "node_id", b"node_id", "node_modify_index", b"node_modify_index", "previous_eval", b"previous_eval", "priority", b"priority", "queued_allocations", b"queued_allocations", "quota_limit_reached", b"quota_limit_reached", "related_evals", b"related_evals", "snapshot_index", b"snapshot_index", "status", b"status", "status_description", b"status_description", "traceparent", b"traceparent", "triggered_by", b"triggered_by", "type", b"type", "wait", b"wait", "wait_until", b"wait_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotate_plan", b"annotate_plan", "blocked_eval", b"blocked_eval", "class_eligibility", b"class_eligibility", "create_index", b"create_index", "create_time", b"create_time", "deployment_id", b"deployment_id", "dequeue_time", b"dequeue_time", "enqueue_time", b"enqueue_time", "escaped_computed_class", b"escaped_computed_class", "failed_tg_allocs", b"failed_tg_allocs", "id", b"id", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "leader_ack", b"leader_ack", "modify_index", b"modify_index", "modify_time", b"modify_time", "namespace", b"namespace", "next_eval", b"next_eval", "node_id", b"node_id", "node_modify_index", b"node_modify_index", "plan_submit_time", b"plan_submit_time", "previous_eval", b"previous_eval", "priority", b"priority", "queued_allocations", b"queued_allocations", "quota_limit_reached", b"quota_limit_reached", "related_evals", b"related_evals", "snapshot_index", b"snapshot_index", "status", b"status", "status_description", b"status_description", "traceparent", b"traceparent", "triggered_by", b"triggered_by", "type", b"type", "wait", b"wait", "wait_until", b"wait_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -62,6 +62,8 @@ class _Unack:
     #: to reach it before reading the eval's status
     written_index: int = 0
     queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
+    #: when (Unix ns, this process's clock) it became ready for this dequeue
+    enqueue_time: int = 0
 
 
 @dataclass
@@ -105,6 +107,9 @@ class EvalBroker:
         # nack) to the dequeue, in the trace of the write that created it
         self._queued: dict[str, trace.Span] = {}
         self._evals: dict[str, int] = {}  # eval id -> dequeue count
+        # eval id -> when (Unix ns) it entered a ready queue: the journey's
+        # "enqueued", handed to the worker with the dequeue (no state write)
+        self._ready_at: dict[str, int] = {}
         self._job_evals: dict[JobKey, str] = {}  # job -> its ready/unacked eval
         self._pending: dict[JobKey, list[tuple[int, int, int, pb.Evaluation]]] = {}
         self._ready: dict[str, list[tuple[int, int, int, pb.Evaluation]]] = {}
@@ -220,6 +225,7 @@ class EvalBroker:
                     (-ev.priority, -ev.modify_index, -next(self._seq), ev),
                 )
                 return
+        self._ready_at.setdefault(ev.id, time.time_ns())
         heapq.heappush(
             self._ready.setdefault(queue, []), (-ev.priority, ev.create_index, next(self._seq), ev)
         )
@@ -290,6 +296,8 @@ class EvalBroker:
             if unack is not None and unack.timer is not None:
                 unack.timer.cancel()
             self._evals[ev.id] = max(0, self._evals.get(ev.id, 1) - 1)
+            if unack is not None and unack.enqueue_time:
+                self._ready_at[ev.id] = unack.enqueue_time  # it never left the queue really
             self._enqueue_locked(ev, ev.type)
 
     def _pick(
@@ -321,7 +329,13 @@ class EvalBroker:
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
         if worker_id:
             self.leases.renew(worker_id)  # the lease runs from the hand-over
-        unack = _Unack(ev, token, worker_id=worker_id, queued=self._queued.pop(ev.id, None))
+        unack = _Unack(
+            ev,
+            token,
+            worker_id=worker_id,
+            queued=self._queued.pop(ev.id, None),
+            enqueue_time=self._ready_at.pop(ev.id, 0),
+        )
         if unack.queued is not None:
             unack.queued.set_attribute("eval.dequeues", self._evals[ev.id])
             unack.queued.end()
@@ -347,6 +361,12 @@ class EvalBroker:
         if unack.token != token:
             raise FailedPrecondition(f"token does not match for evaluation {eval_id}")
         return unack
+
+    def enqueue_time(self, eval_id: str) -> int:
+        """When (Unix ns) an outstanding eval became ready for its dequeue, 0
+        when it is not outstanding."""
+        unack = self._unack.get(eval_id)
+        return unack.enqueue_time if unack is not None else 0
 
     def outstanding_token(self, eval_id: str) -> str:
         unack = self._unack.get(eval_id)

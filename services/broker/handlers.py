@@ -126,7 +126,10 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         ev, token = got
         if not telemetry.tracing_enabled():
             return eval_pb2.EvalDequeueResponse(
-                eval=ev, token=token, wait_index=self._wait_index(ev)
+                eval=ev,
+                token=token,
+                wait_index=self._wait_index(ev),
+                enqueue_time=self.broker.enqueue_time(ev.id),
             )
         # the hand-off joins the eval's trace (the long poll itself is in none)
         queued = self.broker.handoff_span(ev.id)
@@ -142,6 +145,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
                 token=token,
                 wait_index=self._wait_index(ev),
                 traceparent=telemetry.traceparent_of(span),
+                enqueue_time=self.broker.enqueue_time(ev.id),
             )
 
     def _wait_index(self, ev: pb.Evaluation) -> int:

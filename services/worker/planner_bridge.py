@@ -6,12 +6,18 @@ finish. Every plan and eval written carries the snapshot index the
 scheduler worked from; a partial plan's refresh index is waited for on the
 replica and the fresher snapshot handed back, so the scheduler retries on
 state that includes what made the plan fail.
+
+The eval's journey (when the broker made it ready, when this worker got it,
+when the scheduler submitted its first plan) rides on the writes of the
+dequeued eval itself (Update, Reblock), so the UI's timeline has those
+stages without a state write of their own; follow-up evals start without.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -27,6 +33,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+@dataclass
+class Journey:
+    """Steps of one run of an eval the state does not see happen: Unix ns,
+    enqueue on the broker's clock, the others on this worker's (0 = not
+    seen). Written onto the dequeued eval by the run's own eval writes."""
+
+    eval_id: str = ""
+    enqueue_time: int = 0
+    dequeue_time: int = 0
+    plan_submit_time: int = 0
+
+    def stamp(self, ev: pb.Evaluation) -> None:
+        """Record the journey on a write of the eval this run dequeued; a
+        follow-up (another id) carries none, even if copied from it."""
+        own = bool(self.eval_id) and ev.id == self.eval_id
+        ev.enqueue_time = self.enqueue_time if own else 0
+        ev.dequeue_time = self.dequeue_time if own else 0
+        ev.plan_submit_time = self.plan_submit_time if own else 0
+
+
 class WorkerPlanner:
     """Implements the scheduler's `Planner` and `CorePlanner` protocols."""
 
@@ -37,6 +63,7 @@ class WorkerPlanner:
         token: str,
         snapshot: StateSnapshot,
         traceparent: str = "",
+        journey: Journey | None = None,
     ) -> None:
         self.loop = loop
         self.worker = worker
@@ -44,6 +71,7 @@ class WorkerPlanner:
         self.snapshot = snapshot
         self.traceparent = traceparent
         self.plans_submitted = 0
+        self.journey = journey if journey is not None else Journey()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the worker's loop inside the scheduler thread's
@@ -67,6 +95,8 @@ class WorkerPlanner:
         # the scheduler's span (this thread's), so the plan's steps nest under it
         plan.traceparent = telemetry.current_traceparent() or plan.traceparent or self.traceparent
         self.plans_submitted += 1
+        if not self.journey.plan_submit_time:
+            self.journey.plan_submit_time = structs.now_ns()
         resp: plan_pb2.PlanSubmitResponse = self._run(self.worker.submit_plan(plan))
         result = resp.result
         if result.refresh_index:
@@ -122,3 +152,4 @@ class WorkerPlanner:
     def _stamp(self, ev: pb.Evaluation) -> None:
         ev.snapshot_index = self.snapshot.index
         ev.modify_time = structs.now_ns()
+        self.journey.stamp(ev)

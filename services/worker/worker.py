@@ -24,13 +24,13 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from corral import telemetry
+from corral import structs, telemetry
 from corral.store import StateSnapshot
 from corral.structs import EvalStatus
 from corral.v1 import eval_pb2, plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker import metrics
-from services.worker.planner_bridge import WorkerPlanner
+from services.worker.planner_bridge import Journey, WorkerPlanner
 from services.worker.scheduler.factory import new_scheduler
 
 if TYPE_CHECKING:
@@ -194,6 +194,7 @@ class Worker:
         if resp is None or not resp.eval.id:
             return
         ev, token = resp.eval, resp.token
+        journey = Journey(ev.id, resp.enqueue_time, structs.now_ns())
         self.current_eval_id = ev.id
         # the eval's work, from the dequeue to the ack, under the broker's hand-off
         span = tracer.start_span(
@@ -204,10 +205,14 @@ class Worker:
         span.set_attribute("job.id", ev.job_id)
         span.set_attribute("worker.id", self.id)
         with trace.use_span(span, end_on_exit=True):
-            await self._process(resp, ev, token)
+            await self._process(resp, ev, token, journey)
 
     async def _process(
-        self, resp: eval_pb2.EvalDequeueResponse, ev: pb.Evaluation, token: str
+        self,
+        resp: eval_pb2.EvalDequeueResponse,
+        ev: pb.Evaluation,
+        token: str,
+        journey: Journey,
     ) -> None:
         extra = {"eval_id": ev.id, "job_id": ev.job_id}
         try:
@@ -223,7 +228,7 @@ class Worker:
                 await self._ack(ev, token)
                 return
             self.workload = Workload.SCHEDULING
-            ok = await self._invoke_scheduler(ev, token, snapshot)
+            ok = await self._invoke_scheduler(ev, token, snapshot, journey)
             if ok and self.pool.settings.fault == FAULT_STALL_BEFORE_ACK:
                 log.error("fault injection: stalling before ack of eval %s", ev.id, extra=extra)
                 await self._interruptible(asyncio.Event().wait())
@@ -329,10 +334,10 @@ class Worker:
         return None
 
     async def _invoke_scheduler(
-        self, ev: pb.Evaluation, token: str, snapshot: StateSnapshot
+        self, ev: pb.Evaluation, token: str, snapshot: StateSnapshot, journey: Journey
     ) -> bool:
         loop = asyncio.get_running_loop()
-        planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent)
+        planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent, journey)
         sched_log = logging.LoggerAdapter(log, {"eval_id": ev.id, "job_id": ev.job_id})
         start = time.perf_counter()
         ctx = otel_context.get_current()  # the scheduler's thread joins this trace

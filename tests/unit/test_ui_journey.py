@@ -4,7 +4,7 @@ stages have a committed time and what each says when it has none."""
 from __future__ import annotations
 
 from corral.v1 import structs_pb2 as pb
-from services.gateway.ui.journey import NOT_RECORDED, journey, trace_id
+from services.gateway.ui.journey import NOT_RECORDED, NOT_YET, journey, trace_id
 
 MS = 1_000_000
 
@@ -84,6 +84,32 @@ def test_an_eval_that_placed_nothing_commits_at_its_completion() -> None:
 def test_a_pending_eval_has_no_commit_yet() -> None:
     stages = journey(_eval(status="pending", modify_time=0, modify_index=0), [])
     assert stages[4].time is None and stages[4].note == "eval pending"
+
+
+def test_the_run_times_the_worker_wrote_are_stages() -> None:
+    ev = _eval(enqueue_time=1_010 * MS, dequeue_time=1_020 * MS, plan_submit_time=1_030 * MS)
+    _, enq, deq, sub, *_ = journey(ev, [_alloc("a", index=11)])
+    assert (enq.time, enq.index, enq.note) == (1_010 * MS, None, "broker's clock")
+    assert (deq.time, deq.note) == (1_020 * MS, "worker's clock")
+    assert (sub.time, sub.note) == (1_030 * MS, "worker's clock")
+
+
+def test_a_run_without_a_plan_says_so() -> None:
+    ev = _eval(enqueue_time=1_010 * MS, dequeue_time=1_020 * MS)
+    sub = journey(ev, [])[3]
+    assert sub.time is None and sub.note == "no plan submitted"
+
+
+def test_a_missing_enqueue_time_alone_is_not_recorded() -> None:
+    # a broker before this field: the worker's own times still show
+    _, enq, deq, _, *_ = journey(_eval(dequeue_time=1_020 * MS), [])
+    assert enq.time is None and enq.note == NOT_RECORDED
+    assert deq.time == 1_020 * MS
+
+
+def test_an_eval_not_run_yet_waits_for_its_worker() -> None:
+    stages = journey(_eval(status="pending", modify_time=0, modify_index=0), [])
+    assert [(s.time, s.note) for s in stages[1:4]] == [(None, NOT_YET)] * 3
 
 
 def test_trace_id_of_a_traceparent() -> None:

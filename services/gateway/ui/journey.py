@@ -2,14 +2,19 @@
 draws it: created → enqueued → dequeued → plan submitted → committed →
 allocs running.
 
-Only what the state committed has a time here: the eval's creation (its
+Every time comes from what the state holds: the eval's creation (its
 create index and time), the plan's commit (the create index and time of the
 allocs the eval placed), the eval's completion (its modify time once it is
 terminal) and the first task start of those allocs. Enqueue, dequeue and plan
-submission happen inside the broker, a worker and the planner and are not
-written to the state (writing them would cost a state write per step of
-every eval); their stage says so and the trace id links to the spans that
-record them.
+submission happen inside the broker and a worker; they are not state writes
+of their own (that would cost a write per step of every eval) but ride on
+the eval update the worker writes when its run ends (`enqueue_time`,
+`dequeue_time`, `plan_submit_time`). They are therefore on the clock of the
+process that saw the step (the broker's for the enqueue, the worker's for the
+others), not the state's, so a skewed clock can order them oddly against the
+committed stages. An eval written before these were kept, or one ended by
+another writer before a worker ran it, has none: its stages say "not
+recorded" and the trace id links to the spans that record them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from corral.v1 import structs_pb2 as types
 TERMINAL_EVAL = frozenset({"complete", "failed", "canceled"})
 
 NOT_RECORDED = "not recorded by the state: see the trace"
+#: the worker writes the journey times with the update that ends its run
+NOT_YET = "not recorded yet: the worker writes it when its run ends"
 
 
 @dataclass(frozen=True)
@@ -56,15 +63,35 @@ def _first_start(alloc: types.Allocation) -> int:
     return min(starts) if starts else 0
 
 
+def _run_stages(ev: types.Evaluation) -> list[Stage]:
+    """Enqueued, dequeued, plan submitted: from the times the worker wrote
+    on the eval (the broker's and its own clock)."""
+    names = ("enqueued", "dequeued", "plan submitted")
+    if not ev.dequeue_time:
+        note = NOT_RECORDED if ev.status in TERMINAL_EVAL else NOT_YET
+        return [Stage(name, note=note) for name in names]
+    return [
+        Stage(
+            "enqueued",
+            ev.enqueue_time or None,
+            note="broker's clock" if ev.enqueue_time else NOT_RECORDED,
+        ),
+        Stage("dequeued", ev.dequeue_time, note="worker's clock"),
+        Stage(
+            "plan submitted",
+            ev.plan_submit_time or None,
+            note="worker's clock" if ev.plan_submit_time else "no plan submitted",
+        ),
+    ]
+
+
 def journey(ev: types.Evaluation, allocs: Iterable[types.Allocation]) -> list[Stage]:
     """The stages of `ev`, given the allocs it placed (`Evals.Get` with
     include_related answers both)."""
     placed = sorted((a for a in allocs if a.eval_id == ev.id), key=lambda a: (a.create_index, a.id))
     stages = [
         Stage("created", ev.create_time or None, ev.create_index or None, ev.triggered_by),
-        Stage("enqueued", note=NOT_RECORDED),
-        Stage("dequeued", note=NOT_RECORDED),
-        Stage("plan submitted", note=NOT_RECORDED),
+        *_run_stages(ev),
     ]
     if placed:
         first = placed[0]

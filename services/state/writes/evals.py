@@ -21,7 +21,11 @@ async def upsert_evals(
 ) -> None:
     """Insert or update evals at `index` (default: the transaction's).
 
-    * An existing eval keeps its create_index/create_time.
+    * An existing eval keeps its create_index/create_time, and its journey
+      times (enqueue/dequeue/plan submit) when the write carries none: only
+      the worker that ran it records them, and another writer's later
+      rewrite (the broker cancelling it, the reaper failing it) must not
+      wipe them.
     * Completing an eval with no failed task groups cancels every other
       blocked eval of its job ("evaluation <id> successful"), as Nomad does
       when the blocked tracker untracks the job.
@@ -34,6 +38,10 @@ async def upsert_evals(
         if old is not None:
             ev.create_index = old.create_index
             ev.create_time = old.create_time
+            if not (ev.enqueue_time or ev.dequeue_time or ev.plan_submit_time):
+                ev.enqueue_time = old.enqueue_time
+                ev.dequeue_time = old.dequeue_time
+                ev.plan_submit_time = old.plan_submit_time
         else:
             ev.create_index = 0
         tx.put_eval(ev, index=index)

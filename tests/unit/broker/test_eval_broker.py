@@ -259,3 +259,40 @@ async def test_paused_broker_hands_out_nothing_and_keeps_everything() -> None:
     assert first is not None
     rest = [await b.dequeue(["service"], 0) for _ in range(2)]
     assert {first[0].id} | {r[0].id for r in rest if r} == {e.id for e in queued}
+
+
+async def test_enqueue_time_is_when_the_eval_became_ready_for_its_dequeue() -> None:
+    """The journey's "enqueued" (EvalDequeueResponse.enqueue_time): an eval
+    waiting behind its job's outstanding one becomes ready at that ack, a
+    nacked one again at its redelivery."""
+    b = broker()
+    first, behind = ev(job="web", create_index=1), ev(job="web", create_index=2)
+    before = time.time_ns()
+    b.enqueue(first)
+    b.enqueue(behind)
+    after = time.time_ns()
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None and got[0].id == first.id
+    assert before <= b.enqueue_time(first.id) <= after
+    assert b.enqueue_time(behind.id) == 0  # not outstanding
+    acked = time.time_ns()
+    b.ack(first.id, got[1])
+    assert b.enqueue_time(first.id) == 0
+    got = await b.dequeue(["service"], 0.1)
+    assert got is not None and got[0].id == behind.id
+    ready = b.enqueue_time(behind.id)
+    assert acked <= ready <= time.time_ns()
+    b.nack(behind.id, got[1])
+    got = await b.dequeue(["service"], 1.0)
+    assert got is not None and got[0].id == behind.id
+    assert b.enqueue_time(behind.id) > ready
+
+
+async def test_a_held_eval_is_enqueued_when_its_wait_ends() -> None:
+    b = broker()
+    e = ev(wait_until=time.time_ns() + 100_000_000)
+    b.enqueue(e)
+    got = await b.dequeue(["service"], 2.0)
+    assert got is not None
+    # (asyncio may run a timer up to its clock resolution early: 1 ms of slack)
+    assert b.enqueue_time(e.id) >= e.wait_until - 1_000_000
