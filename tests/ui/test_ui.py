@@ -303,12 +303,21 @@ def test_eval_page_shows_the_journey(dev: DevProcess, driver: Any) -> None:
         "committed",
         "allocs running",
     ]
-    for stage in ("created", "committed", "allocs running"):
+    # every stage has a time: enqueued, dequeued and plan submitted from the
+    # times the worker wrote on the eval when its run ended
+    for stage in stages:
         wait_until(
             driver,
             f"the {stage} stage to have a time",
             present(f"#timeline li.done[data-stage='{stage}']"),
         )
+    notes = {
+        li.get_attribute("data-stage"): li.text
+        for li in driver.find_elements(By.CSS_SELECTOR, "#timeline li")
+    }
+    assert "broker's clock" in notes["enqueued"], notes
+    assert "worker's clock" in notes["dequeued"], notes
+    assert "worker's clock" in notes["plan submitted"], notes
     assert rows(driver, "allocs"), "the allocs the eval placed"
     screenshot(driver, "evaluation")
 

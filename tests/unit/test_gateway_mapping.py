@@ -222,6 +222,12 @@ def test_evaluation_fields() -> None:
     assert evals.stub(ev)["Status"] == "complete"
 
 
+def test_evaluation_keeps_nomads_shape_without_the_journey_times() -> None:
+    ev = pb.Evaluation(id="e1", enqueue_time=1, dequeue_time=2, plan_submit_time=3)
+    out = evals.evaluation(ev)
+    assert not set(evals.JOURNEY_FIELDS) & set(out)
+
+
 def test_nodes_never_show_their_secret() -> None:
     node = pb.Node(
         id="n1", secret_id="s3cret", secret_hash="h", name="vm", status="ready",

@@ -7,11 +7,18 @@ from typing import Any
 from corral.v1 import structs_pb2 as pb
 from services.gateway.mapping.common import rfc3339, to_nomad
 
+#: Corral's journey times (issue 20's UI timeline): Nomad's api.Evaluation
+#: has no equivalent, so the Nomad-shaped API leaves them out; the UI's
+#: /ui/api/evaluation/<id>/journey serves them
+JOURNEY_FIELDS = ("EnqueueTime", "DequeueTime", "PlanSubmitTime")
+
 
 def evaluation(msg: pb.Evaluation) -> dict[str, Any]:
     """api.Evaluation (WaitUntil is a Go time.Time there)."""
     out = to_nomad(msg, {"wait_until": rfc3339})
     out["Type"] = msg.type
+    for key in JOURNEY_FIELDS:
+        del out[key]
     return out
 
 
