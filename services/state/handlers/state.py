@@ -14,6 +14,7 @@ from typing import Any
 
 from corral import structs, telemetry
 from corral.errors import InvalidArgument
+from corral.feed_view import FeedView, check_topics
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -30,6 +31,15 @@ log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.state")
 
 MEMBER_TTL_MS = 10_000
+
+
+def _view(topics: Any, alloc_view: int) -> FeedView:
+    unknown = check_topics(topics)
+    if unknown:
+        raise InvalidArgument("topics", f"unknown topic(s): {', '.join(unknown)}")
+    if alloc_view not in state_pb2.AllocView.values():
+        raise InvalidArgument("alloc_view", f"unknown alloc view {alloc_view}")
+    return FeedView.of(topics, alloc_view)
 
 
 class StateServicer(state_pb2_grpc.StateServicer):
@@ -50,18 +60,24 @@ class StateServicer(state_pb2_grpc.StateServicer):
         size = request.chunk_size or 1000
         if size > 100_000:
             raise InvalidArgument("chunk_size", "must be at most 100000")
-        async for name, part in stream_dump(self.ctx.db, chunk_size=size):
+        view = _view(request.topics, request.alloc_view)
+        tables = view.snapshot_tables()
+        async for name, part in stream_dump(self.ctx.db, chunk_size=size, tables=tables):
             if isinstance(part, Dump):
-                yield state_pb2.SnapshotChunk(
+                head = state_pb2.SnapshotChunk(
                     index=part.index,
                     table_indexes=[
                         state_pb2.TableIndex(table=t, index=i)
-                        for t, i in part.table_indexes.items()
+                        for t, i in view.table_indexes(part.table_indexes).items()
                     ],
-                    scheduler_config=part.scheduler_config,
                 )
+                if view.wants(structs.Topic.OPERATOR):
+                    head.scheduler_config.CopyFrom(part.scheduler_config)
+                yield head
             else:
                 chunk = state_pb2.SnapshotChunk()
+                if name == "allocs":
+                    part = list(view.allocs(part))  # type: ignore[arg-type]
                 getattr(chunk, name).extend(part)
                 yield chunk
         yield state_pb2.SnapshotChunk(done=True)
@@ -69,17 +85,9 @@ class StateServicer(state_pb2_grpc.StateServicer):
     async def Subscribe(
         self, request: state_pb2.SubscribeRequest, context: Context
     ) -> AsyncIterator[pb.ChangeBatch]:
-        topics = set(request.topics)
-        unknown = topics - set(structs.Topic.ALL)
-        if unknown:
-            raise InvalidArgument("topics", f"unknown topic(s): {', '.join(sorted(unknown))}")
+        view = _view(request.topics, request.alloc_view)
         async for batch in self.ctx.feed.subscribe(request.from_index, self.ctx.shutting_down):
-            if topics:
-                filtered = pb.ChangeBatch(index=batch.index, time=batch.time)
-                filtered.events.extend(e for e in batch.events if e.topic in topics)
-                yield filtered
-            else:
-                yield batch
+            yield view.batch(batch)
 
     async def UpsertEvals(
         self, request: state_pb2.UpsertEvalsRequest, context: Context
