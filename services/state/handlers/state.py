@@ -12,11 +12,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
+
 from corral import structs, telemetry
 from corral.errors import InvalidArgument
 from corral.feed_view import FeedView, check_topics
 from corral.v1 import state_pb2, state_pb2_grpc
-from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.app_context import StateContext
 from services.state.db.database import WriteTx
@@ -40,6 +41,40 @@ def _view(topics: Any, alloc_view: int) -> FeedView:
     if alloc_view not in state_pb2.AllocView.values():
         raise InvalidArgument("alloc_view", f"unknown alloc view {alloc_view}")
     return FeedView.of(topics, alloc_view)
+
+
+def _passthrough(data: bytes) -> bytes:
+    return data
+
+
+def add_state_servicer(servicer: StateServicer, server: grpc.aio.Server) -> None:
+    """`add_StateServicer_to_server`, but `Subscribe` sends the bytes its
+    handler yields as they are: they are a `ChangeBatch` the feed
+    serialized once for every subscriber of its view."""
+
+    class Capture:
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+        def add_generic_rpc_handlers(self, _: object) -> None:
+            pass
+
+        def add_registered_method_handlers(
+            self, _: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+        ) -> None:
+            self.handlers = handlers
+
+    capture = Capture()
+    state_pb2_grpc.add_StateServicer_to_server(servicer, capture)  # type: ignore[arg-type]
+    handlers = dict(capture.handlers)
+    sub = handlers["Subscribe"]
+    handlers["Subscribe"] = grpc.unary_stream_rpc_method_handler(
+        servicer.Subscribe,
+        request_deserializer=sub.request_deserializer,
+        response_serializer=_passthrough,
+    )
+    name = state_pb2.DESCRIPTOR.services_by_name["State"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 class StateServicer(state_pb2_grpc.StateServicer):
@@ -82,12 +117,15 @@ class StateServicer(state_pb2_grpc.StateServicer):
                 yield chunk
         yield state_pb2.SnapshotChunk(done=True)
 
-    async def Subscribe(
+    async def Subscribe(  # type: ignore[override]  # serialized batches, see above
         self, request: state_pb2.SubscribeRequest, context: Context
-    ) -> AsyncIterator[pb.ChangeBatch]:
+    ) -> AsyncIterator[bytes]:
+        """Yields each batch already serialized (`add_state_servicer`): the
+        feed encodes a batch once for every subscriber of the same view."""
         view = _view(request.topics, request.alloc_view)
-        async for batch in self.ctx.feed.subscribe(request.from_index, self.ctx.shutting_down):
-            yield view.batch(batch)
+        feed = self.ctx.feed
+        async for batch in feed.subscribe(request.from_index, self.ctx.shutting_down):
+            yield feed.encoded(batch, view)
 
     async def UpsertEvals(
         self, request: state_pb2.UpsertEvalsRequest, context: Context

@@ -1,7 +1,7 @@
 """Filtered feeds (corral/feed_view.py): a replica with the broker's view
 holds exactly the full replica's objects on the topics and alloc fields it
 keeps, whether it bootstrapped before the writes and followed them or
-bootstrapped after them."""
+bootstrapped after them; subscribers of one view get the same bytes."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ async def test_default_replica_keeps_everything_but_placement_metrics(
         await default.stop()
 
 
-async def test_subscribers_of_one_view_get_the_same_batches(
+async def test_subscribers_of_one_view_get_the_same_bytes(
     state_app: StateApp, state_addr: str
 ) -> None:
     start = state_app.feed.index
@@ -162,6 +162,10 @@ async def test_subscribers_of_one_view_get_the_same_batches(
         for batch in seen[0]:
             assert all(BROKER_VIEW.wants(e.topic) for e in batch.events)
             assert all(not e.allocation.HasField("metrics") for e in batch.events)
+            # encoded once for the view: the same bytes object for every stream
+            cached = state_app.feed.encoded(batch, BROKER_VIEW)
+            assert state_app.feed.encoded(batch, BROKER_VIEW) is cached
+            assert pb.ChangeBatch.FromString(cached) == batch
     finally:
         await channel.close()
 
