@@ -19,12 +19,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from corral import event_loop, security, telemetry
 from corral.acl_resolve import RemoteResolver
 from corral.errors import ConfigError
-from corral.feed_view import FeedView
 from corral.leader import LeaderElection
 from corral.probe import LEADER_SERVICE
 from corral.process import new_member_id, register_member_loop, tune_gc, write_ready_file
@@ -183,13 +182,10 @@ class LeaderRole:
     `on_elected`, steps down in `on_lost` (also called at shutdown while
     in office; it must be idempotent) and closes its clients in `close`."""
 
-    #: what the role's replica receives of the feed (None: `Replica`'s default)
-    FEED_VIEW: ClassVar[FeedView | None] = None
-
     def __init__(self, settings: LeaderSettings) -> None:
         self.settings = settings
         self.role = settings.ROLE
-        self.replica = Replica(settings.state_addr, name=self.role, view=self.FEED_VIEW)
+        self.replica = Replica(settings.state_addr, name=self.role)
         # operators' calls (stats) carry ACL tokens the state resolves
         self._acl_channel = security.dial(settings.state_addr)
         self.server = GrpcServer(

@@ -33,11 +33,12 @@ class _AllocViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AllocView.V
     ALLOC_VIEW_FULL: _AllocView.ValueType  # 0
     """every field"""
     ALLOC_VIEW_SCHEDULING: _AllocView.ValueType  # 1
-    """all but the placement metrics (workers, planner)"""
+    """all but the placement metrics (every replica)"""
     ALLOC_VIEW_STATUS: _AllocView.ValueType  # 2
-    """ids, job, node, eval, task group, desired and client status, deployment
-    and its health, indexes: what the broker's routing, periodic launches
-    and deployment watcher read
+    """also without resources, task resources and states, alloc states, the
+    reschedule tracker, the desired transition, preemptions and
+    descriptions: ids, job, node, eval, statuses, deployment health and
+    indexes stay (all the broker reads)
     """
 
 class AllocView(_AllocView, metaclass=_AllocViewEnumTypeWrapper):
@@ -49,11 +50,12 @@ class AllocView(_AllocView, metaclass=_AllocViewEnumTypeWrapper):
 ALLOC_VIEW_FULL: AllocView.ValueType  # 0
 """every field"""
 ALLOC_VIEW_SCHEDULING: AllocView.ValueType  # 1
-"""all but the placement metrics (workers, planner)"""
+"""all but the placement metrics (every replica)"""
 ALLOC_VIEW_STATUS: AllocView.ValueType  # 2
-"""ids, job, node, eval, task group, desired and client status, deployment
-and its health, indexes: what the broker's routing, periodic launches
-and deployment watcher read
+"""also without resources, task resources and states, alloc states, the
+reschedule tracker, the desired transition, preemptions and
+descriptions: ids, job, node, eval, statuses, deployment health and
+indexes stay (all the broker reads)
 """
 Global___AllocView: _TypeAlias = AllocView  # noqa: Y015
 

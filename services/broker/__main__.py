@@ -27,7 +27,7 @@ from services.broker.config import BrokerProcessSettings
 from services.broker.core_timers import ForcedGC, run_core_timers
 from services.broker.deployments import watcher_over_state
 from services.broker.eval_broker import EvalBroker
-from services.broker.feed import BROKER_VIEW, FeedRouter
+from services.broker.feed import FeedRouter
 from services.broker.handlers import (
     EvalServicer,
     export_metrics,
@@ -42,8 +42,6 @@ log = logging.getLogger("services.broker")
 
 
 class BrokerProcess(runner.LeaderRole):
-    FEED_VIEW = BROKER_VIEW
-
     def __init__(self, settings: BrokerProcessSettings) -> None:
         super().__init__(settings)
         self.timings = settings.broker

@@ -11,25 +11,12 @@ token, so the router leaves it alone."""
 
 from __future__ import annotations
 
-from corral import feed_view
-from corral.feed_view import FeedView
 from corral.plan_results import PLAN_RESULT_EVENT
 from corral.store import StateSnapshot
-from corral.structs import ClientStatus, EvalStatus, Topic, node_ready
+from corral.structs import ClientStatus, EvalStatus, node_ready
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.eval_broker import EvalBroker
-
-#: What the broker's replica holds. Of allocs only the status view: this
-#: router reads their node and client status, the periodic dispatcher their
-#: job and desired and client status (a child still running), the deployment
-#: watcher their deployment health; no job summaries, which nothing here
-#: reads. Jobs, nodes, evals, deployments and the scheduler configuration
-#: come whole.
-BROKER_VIEW = FeedView.of(
-    (Topic.JOB, Topic.EVALUATION, Topic.ALLOCATION, Topic.NODE, Topic.DEPLOYMENT, Topic.OPERATOR),
-    feed_view.STATUS,
-)
 
 
 class FeedRouter:

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from corral import feed_view, security
+from corral.feed_view import BROKER_STATUS_VIEW as BROKER_VIEW
 from corral.feed_view import FeedView
 from corral.replica import Replica
 from corral.store import StateSnapshot
@@ -16,7 +17,6 @@ from corral.structs import ClientStatus, Topic, copy_msg, new_id
 from corral.testing import mock
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.broker.feed import BROKER_VIEW
 from services.state.app import StateApp
 
 
