@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean promtool rules-check
+.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean promtool rules-check chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(VENV)/bin/corral dev $(DEV_ARGS)
 
-test: $(STAMP) proto-check lint rules-check
+test: $(STAMP) proto-check lint rules-check chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -56,14 +56,32 @@ rules-check: promtool
 	$(PROMTOOL) check rules deploy/observability/rules/*.yml
 	$(PROMTOOL) test rules deploy/observability/tests/*.yml
 
+# The web UI tests (tests/ui/) drive Debian's chromium through its
+# chromedriver; both are installed here when missing and apt-get can.
+CHROMIUM ?= chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+
+chromium:
+	@{ command -v $(CHROMIUM) >/dev/null 2>&1 && test -x $(CHROMEDRIVER); } || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "chromium or chromedriver is missing: installing Debian's chromium and chromium-driver"; \
+	    $(SUDO) apt-get install -y chromium chromium-driver >/dev/null 2>&1 \
+	      || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y chromium chromium-driver; }; \
+	  else \
+	    echo "chromium is missing and apt-get is not available: install Chromium and its" \
+	      "chromedriver (Debian: chromium chromium-driver) or set CORRAL_CHROMIUM and" \
+	      "CORRAL_CHROMEDRIVER; the web UI tests skip until then" >&2; \
+	  fi; }
+
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
+# BENCH_ARGS, e.g. --compare bench/reference/full-20261123-f79e3b9.json
 bench: $(STAMP)
-	$(PY) -m bench --quick
+	$(PY) -m bench --quick $(BENCH_ARGS)
 
 bench-full: $(STAMP)
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 # kill -9 of every role, leader kills with standbys, PostgreSQL stopped and
 # killed, under load; prints the table and fails on any loss (bench/chaos.py).

@@ -8,14 +8,19 @@ cluster get a database of their own, so each cluster starts empty:
 * cluster A (5,000 simulated nodes; 500 in --quick): N1 (idle heartbeats),
   W1, W2, W3, W4, W5 in that order — W4's node failures hit the allocs the
   earlier ones placed;
+* cluster L (same size as A): W1L, W1's jobs registered open-loop at 50%
+  and 80% of the jobs/s W1 just measured (`--w1l-rate` without W1);
 * cluster B: W5b (every node goes down and comes back with workers paused);
 * one cluster per worker-process count for W6 (W1's shape with 4 loops per
   process; W1 itself runs one process with the worker's default loops);
+* S1, the scaling curve: one cluster per size (`scaling_nodes`, or
+  `--scaling-nodes`) running W2's shape, then `bench.replica_memory`;
 * M1, the in-process scheduler grid.
 
 Writes `bench/results/<time>-<rev>.json` and `.png`, prints the Markdown
-summary. A workload that fails is recorded with its error and the run goes
-on to the next.
+summary (with old → new per figure under `--compare OLD.json`). A
+workload that fails is recorded with its error and the run goes on to the
+next.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import json
 import os
 import platform
 import shutil
@@ -49,7 +55,9 @@ from bench.workloads import (
     Context,
     Profile,
     n1_heartbeats,
+    s1_scaling_point,
     w1_throughput,
+    w1l_offered_load,
     w2_c1m,
     w3_big_job,
     w4_node_failure,
@@ -59,7 +67,7 @@ from bench.workloads import (
 
 ROOT = Path(__file__).resolve().parent.parent
 W6_LOOPS = 4  # perf-anchors §6.2: 1, 2, 4 worker processes x 4 loops
-ALL = ("B", "N1", "W1", "W2", "W3", "W4", "W5", "W5b", "W6", "M1")
+ALL = ("B", "N1", "W1", "W1L", "W2", "W3", "W4", "W5", "W5b", "W6", "S1", "M1")
 Workload = Callable[[Context], Awaitable[dict[str, Any]]]
 
 
@@ -102,10 +110,20 @@ def machine() -> dict[str, Any]:
 
 
 class Suite:
-    def __init__(self, profile: Profile, only: set[str], out_dir: Path) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        only: set[str],
+        out_dir: Path,
+        *,
+        w1l_rate: float = 0.0,
+        compare: Path | None = None,
+    ) -> None:
         self.profile = profile
         self.only = only
         self.out_dir = out_dir
+        self.w1l_rate = w1l_rate  # jobs/s; used when W1 does not run first
+        self.compare = compare
         self.tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
         self._pg: Any = None
         self.admin_dsn = ""
@@ -158,11 +176,12 @@ class Suite:
         )
         self.run[key] = b.as_dict()
 
-    def cluster(self, label: str, workers: int = 1, loops: int = 0) -> BenchCluster:
+    def cluster(self, label: str, workers: int = 1, loops: int = 0, nodes: int = 0) -> BenchCluster:
         p = self.profile
-        spec = ClusterSpec(nodes=p.nodes, workers=workers, loops=loops, state_args=p.heartbeat_args)
+        nodes = nodes or p.nodes
+        spec = ClusterSpec(nodes=nodes, workers=workers, loops=loops, state_args=p.heartbeat_args)
         say(
-            f"starting cluster {label}: {p.nodes} nodes, {workers} worker process(es)"
+            f"starting cluster {label}: {nodes} nodes, {workers} worker process(es)"
             + (f" x {loops} loops" if loops else "")
         )
         t0 = time.monotonic()
@@ -175,19 +194,21 @@ class Suite:
         cl.start()
         ready_s = round(time.monotonic() - t0, 1)
         self.run.setdefault("clusters", {})[label] = {
-            "nodes": p.nodes,
+            "nodes": nodes,
             "workers": workers,
             "ready_s": ready_s,  # start, register every node, every node ready
         }
         say(f"cluster {label} ready in {ready_s}s")
         return cl
 
-    def workloads(self, cluster_label: str, steps: list[tuple[str, Workload]]) -> None:
+    def workloads(
+        self, cluster_label: str, steps: list[tuple[str, Workload]], nodes: int = 0
+    ) -> None:
         steps = [(n, w) for n, w in steps if self.wants(n)]
         if not steps:
             return
         try:
-            cl = self.cluster(cluster_label, workers=1)
+            cl = self.cluster(cluster_label, workers=1, nodes=nodes)
         except Exception as exc:
             for name, _ in steps:
                 self.run["workloads"][name] = {"name": name, "error": f"cluster: {exc}"}
@@ -236,6 +257,57 @@ class Suite:
                 cl.stop()
         self.run["workloads"]["W6"] = {"name": "worker scaling", "by_workers": by}
 
+    def w1l(self) -> None:
+        """W1L on a fresh cluster of the profile's size, at 50% and 80% of
+        the W1 rate this run measured (or `--w1l-rate`)."""
+        if not self.wants("W1L"):
+            return
+        w1 = self.run["workloads"].get("W1") or {}
+        rate, source = float(w1.get("jobs_per_s") or 0.0), "W1 in this run"
+        if rate <= 0 or "error" in w1:
+            rate, source = self.w1l_rate, "--w1l-rate"
+        if rate <= 0:
+            self.run["workloads"]["W1L"] = {
+                "name": "W1L",
+                "error": "no saturated W1 rate: run W1 first (--only W1,W1L) or pass --w1l-rate",
+            }
+            return
+
+        async def w1l(ctx: Context) -> dict[str, Any]:
+            return await w1l_offered_load(ctx, rate, source)
+
+        self.workloads("l", [("W1L", w1l)])
+
+    def s1(self) -> None:
+        """S1: W2's shape on a fresh cluster of every scaling size, then the
+        replica store's bytes per alloc (`bench.replica_memory`)."""
+        if not self.wants("S1"):
+            return
+        by: dict[str, Any] = {}
+        for n in self.profile.scaling_nodes:
+            self.workloads(f"s1n{n}", [("S1", s1_scaling_point)], nodes=n)
+            point = self.run["workloads"].pop("S1", None) or {"error": "did not run"}
+            point["cluster_ready_s"] = (
+                self.run.get("clusters", {}).get(f"s1n{n}", {}).get("ready_s")
+            )
+            by[str(n)] = point
+        out: dict[str, Any] = {"name": "scaling: W2 by cluster size", "by_nodes": by}
+        say(f"S1 replica memory ({self.profile.replica_memory_jobs} jobs x 5 allocs) ...")
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.replica_memory", "--store", "lean"]
+                + ["--jobs", str(self.profile.replica_memory_jobs)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=600,
+            )
+            out["replica_memory"] = json.loads(proc.stdout.splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+            out["replica_memory"] = {"error": f"{type(exc).__name__}: {exc}"}
+        self.run["workloads"]["S1"] = out
+
     def m1(self) -> None:
         if not self.wants("M1"):
             return
@@ -265,8 +337,10 @@ class Suite:
                     ("W5", w5_eval_storm),
                 ],
             )
+            self.w1l()
             self.workloads("b", [("W5b", w5b_reregister_storm)])
             self.w6()
+            self.s1()
             self.m1()
             if self.wants("B"):
                 self.baselines("baselines_after")
@@ -278,8 +352,11 @@ class Suite:
         self.run["wall_s"] = round(time.monotonic() - t0, 1)
         path = report.write_json(self.run, self.out_dir)
         png = report.plot(self.run, path.with_suffix(".png"))
+        previous: dict[str, Any] | None = None
+        if self.compare is not None:
+            previous = json.loads(self.compare.read_text())
         print()
-        print(report.markdown(self.run))
+        print(report.markdown(self.run, previous, self.compare.name if self.compare else ""))
         say(f"results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
         say(f"plot: {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
         failed = [n for n, w in self.run["workloads"].items() if "error" in w]
@@ -289,6 +366,9 @@ class Suite:
 def headline(result: dict[str, Any]) -> str:
     if "error" in result:
         return f"FAILED {result['error']}"
+    for key in ("by_load", "by_nodes"):
+        if isinstance(result.get(key), dict):
+            return "; ".join(f"{k}: {headline(v)}" for k, v in result[key].items())
     parts = [f"{result.get('placements', 0)} placements"]
     if result.get("placements_per_s"):
         parts.append(f"{result['placements_per_s']}/s")
@@ -317,8 +397,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--nodes", type=int, default=0, help="simulated nodes (default: the profile's own)"
     )
+    p.add_argument(
+        "--w1l-rate",
+        type=float,
+        default=0.0,
+        help="W1's saturated jobs/s for W1L when W1 does not run in this invocation",
+    )
+    p.add_argument("--scaling", action="store_true", help="run S1, the scaling curve (adds S1)")
+    p.add_argument(
+        "--scaling-nodes",
+        default="",
+        help="S1's cluster sizes, comma-separated (default: the profile's own)",
+    )
+    p.add_argument(
+        "--compare", default="", help="a previous results JSON: the summary shows old -> new"
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
+    if args.scaling:
+        only.add("S1")
+    if args.w1l_rate < 0:
+        p.error("--w1l-rate must not be negative")
+    compare = Path(args.compare) if args.compare else None
+    if compare is not None and not compare.is_file():
+        p.error(f"--compare: no such file {compare}")
     unknown = only - set(ALL)
     if unknown:
         p.error(f"--only: unknown {', '.join(sorted(unknown))}; choose from {', '.join(ALL)}")
@@ -327,7 +429,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nodes must not be negative")
     if args.nodes:
         profile = dataclasses.replace(profile, nodes=args.nodes)
-    suite = Suite(profile, only, Path(args.out))
+    if args.scaling_nodes:
+        try:
+            sizes = tuple(int(x) for x in args.scaling_nodes.split(",") if x.strip())
+        except ValueError:
+            p.error(
+                f"--scaling-nodes: expected comma-separated integers, got {args.scaling_nodes!r}"
+            )
+        if not sizes or min(sizes) <= 0:
+            p.error("--scaling-nodes: every size must be a positive number of nodes")
+        profile = dataclasses.replace(profile, scaling_nodes=sizes)
+    suite = Suite(profile, only, Path(args.out), w1l_rate=args.w1l_rate, compare=compare)
     return suite.execute()
 
 

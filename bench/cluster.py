@@ -47,6 +47,7 @@ class ProcStats:
     proc: psutil.Process
     cpu_mark: float = 0.0
     peak_rss: int = 0
+    rss_mark: int = 0  # RSS when the window began (replica growth per alloc)
 
     def cpu_total(self) -> float:
         try:
@@ -59,15 +60,24 @@ class ProcStats:
         self.cpu_mark = self.cpu_total()
         self.peak_rss = 0
         self.sample()
+        self.rss_mark = self.peak_rss
 
     def sample(self) -> None:
         with contextlib.suppress(psutil.Error):
             self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
 
+    def rss(self) -> int:
+        try:
+            return int(self.proc.memory_info().rss)
+        except psutil.Error:
+            return 0
+
     def figures(self) -> dict[str, float]:
         return {
             "cpu_s": round(self.cpu_total() - self.cpu_mark, 2),
             "peak_rss_mb": round(self.peak_rss / 2**20, 1),
+            "rss_start_mb": round(self.rss_mark / 2**20, 1),
+            "rss_end_mb": round(self.rss() / 2**20, 1),
         }
 
 

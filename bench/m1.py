@@ -27,6 +27,7 @@ Prints a table and writes `m1-<utc time>.json` to `--out`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import statistics
@@ -197,6 +198,34 @@ def run_case(case: Case, nodes: list[pb.Node], repeats: int) -> dict[str, Any]:
         "setup_s": round(setup_s, 3),
         "slow": best > SLOW_CASE_S,
     }
+
+
+#: eval id of `placement_digest` runs: it seeds the node shuffle
+DIGEST_EVAL_ID = "00000000-0000-4000-8000-00000000e1e1"
+
+
+def placement_digest(case: Case) -> str:
+    """A digest of the nodes one eval of `case` chooses and of every
+    placement's metric (nodes evaluated/filtered/exhausted, top-5 scores):
+    equal digests mean a scheduler change kept the same choices and scores.
+    The node order also depends on string hashing (the state's maps), so
+    compare digests taken with the same PYTHONHASHSEED."""
+    h, ev = setup(case, build_nodes(case.nodes, case.racks))
+    ev.id = DIGEST_EVAL_ID
+    h.upsert_evals(ev)
+    h.process(JobType.SERVICE, ev)
+    placed = [a for p in h.plans for lst in p.node_allocation.values() for a in lst.allocs]
+    chosen = sorted(a.node_id for a in placed)
+    metrics = sorted(
+        (
+            a.metrics.nodes_evaluated,
+            a.metrics.nodes_filtered,
+            a.metrics.nodes_exhausted,
+            [(s.node_id, round(s.norm_score, 9)) for s in a.metrics.score_meta_data],
+        )
+        for a in placed
+    )
+    return hashlib.sha256(json.dumps([chosen, metrics]).encode()).hexdigest()[:16]
 
 
 def measure(

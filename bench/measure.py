@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from corral.structs import ClientStatus, Topic
 from corral.v1 import structs_pb2 as pb
 
 
@@ -188,3 +189,72 @@ def nodes_down(conn: psycopg.Connection[Any]) -> list[str]:
             "SELECT id FROM nodes WHERE status IN ('down', 'disconnected')"
         ).fetchall()
     ]
+
+
+def register_commit_times(
+    conn: psycopg.Connection[Any], job_like: str, after_index: int = 0
+) -> list[datetime]:
+    """Commit times of the matching jobs' registrations (their create
+    index), in order: what an open-loop driver actually achieved."""
+    rows = conn.execute(
+        "SELECT c.created_at FROM jobs j JOIN change_log c ON c.index = j.create_index "
+        "WHERE j.id LIKE %s AND j.create_index > %s ORDER BY j.create_index",
+        (job_like, after_index),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+#: A change batch that reports an alloc running holds these bytes (its
+#: client_status); the others need not be parsed.
+_RUNNING = ClientStatus.RUNNING.encode()
+
+
+def running_commits(
+    conn: psycopg.Connection[Any], job_prefix: str, after_index: int = 0
+) -> dict[str, datetime]:
+    """Per alloc of the jobs whose id starts with `job_prefix`: the commit
+    time of the first change that recorded it `running` (the client's
+    `UpdateAlloc`; the alloc row only keeps its last change, the change log
+    keeps every one)."""
+    out: dict[str, datetime] = {}
+    rows = conn.execute(
+        "SELECT created_at, payload FROM change_log WHERE index > %s "
+        "AND position(%s::bytea IN payload) > 0 ORDER BY index",
+        (after_index, _RUNNING),
+    )
+    for created, payload in rows:
+        batch = pb.ChangeBatch.FromString(payload)
+        for ev in batch.events:
+            if ev.topic != Topic.ALLOCATION or not ev.HasField("allocation"):
+                continue
+            a = ev.allocation
+            if (
+                a.client_status == ClientStatus.RUNNING
+                and a.job_id.startswith(job_prefix)
+                and a.id not in out
+            ):
+                out[a.id] = created
+    return out
+
+
+def placement_to_running_ms(
+    conn: psycopg.Connection[Any], job_prefix: str, after_index: int = 0
+) -> tuple[list[float], int]:
+    """(plan commit → first `running` commit in ms for every alloc of the
+    jobs starting with `job_prefix` created after `after_index` that was
+    reported running, allocs never reported running)."""
+    running = running_commits(conn, job_prefix, after_index)
+    rows = conn.execute(
+        "SELECT a.id, c.created_at FROM allocs a JOIN change_log c ON c.index = a.create_index "
+        "WHERE a.job_id LIKE %s AND a.create_index > %s",
+        (job_prefix + "%", after_index),
+    ).fetchall()
+    out: list[float] = []
+    missing = 0
+    for alloc_id, placed in rows:
+        at = running.get(str(alloc_id))
+        if at is None:
+            missing += 1
+        else:
+            out.append((at - placed).total_seconds() * 1000)
+    return out, missing

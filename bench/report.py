@@ -12,11 +12,17 @@ placements_per_s, jobs_per_s, steady_placements_per_s, eval_latency_ms
 (`percentiles`), mean_plan_size, commits(_per_eval), plans_submitted /
 plans_rejected (node-plans), rpcs_per_eval, scheduler_runs, evals_cancelled,
 quiescence_s (W5/W5b), replacement_p99_s / replacement_max_s / lost_allocs
-(W4), processes {name: {cpu_s, peak_rss_mb}}, cpu_ms_per_placement,
-timeline [[t, cumulative placements]], invariants {ok, violations},
-profile_top [{process, frame, share}]; or "error" when it failed. Any key
-may be missing. Everything in this module is pure except `plot` and
-`write_json`, which write one file each.
+(W4), processes {name: {cpu_s, peak_rss_mb, rss_start_mb, rss_end_mb}},
+cpu_ms_per_placement, cpu_ms_by_role {state, broker, planner, workers,
+postgres, total, sim}, timeline [[t, cumulative placements]], invariants
+{ok, violations}, profile_top [{process, frame, share}]; or "error" when it
+failed. W1L holds saturated_jobs_per_s, rate_source and by_load {"50": a
+workload dict plus driver (`bench.openloop`), achieved_jobs_per_s,
+placement_to_running_ms, never_running}; S1 holds by_nodes {"500": a
+workload dict plus nodes, cluster_ready_s, replica_rss_per_1000_allocs_mb}
+and replica_memory (`bench.replica_memory`). Any key may be missing.
+Everything in this module is pure except `plot` and `write_json`, which
+write one file each.
 
 Ratios, not raw rates, are the figures that survive a noisy 2-core machine:
 each workload rate is divided by a baseline measured in the same run (B1–B5,
@@ -60,13 +66,22 @@ DRIFT_LIMIT = 0.15
 #: Cores the perf-anchors machine has; used when the run's machine lacks a count.
 DEFAULT_VCPUS = 2
 
-#: Target thresholds of issue 9.
-TARGET_W2_PLACEMENTS_PER_S = 3750.0
-TARGET_W1_JOBS_PER_S = 780.0
-TARGET_W1_P99_MS = 1000.0
+#: Target thresholds of issue 17 (full profile).
+TARGET_W2_PLACEMENTS_PER_S = 2000.0
+TARGET_W1_PLACEMENTS_PER_S = 1000.0
+TARGET_W1_CPU_MS = 1.5
+TARGET_W2_CPU_MS = 0.8
+TARGET_W1L_P99_MS = 1000.0
+TARGET_M1_1200_SPREAD_S = 1.0
+TARGET_M1_300_SPREAD_S = 0.3
+TARGET_M1_SPREAD_FACTOR = 3.0
 TARGET_W4_REPLACEMENT_P99_S = 5.0
 TARGET_W5_SCHEDULER_RUNS = 3
-TARGET_W6_REJECTION_RATE = 0.05
+#: W1L's offered loads, as fractions of W1's saturated jobs/s.
+W1L_LOADS = (0.5, 0.8)
+#: Roles whose CPU is counted per placement (the simulator is shown apart).
+ROLES = ("state", "broker", "planner", "workers", "postgres")
+ROLE_ABBREV = {"state": "s", "broker": "b", "planner": "p", "workers": "w", "postgres": "pg"}
 
 #: What each ratio means, for the Markdown table (key suffix -> reading).
 RATIO_READINGS: dict[str, str] = {
@@ -309,13 +324,101 @@ def _w6_by_workers(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(sorted(ok.items(), key=lambda kv: int(kv[0])))
 
 
+def _sub_runs(run: Mapping[str, Any], wid: str, key: str) -> dict[str, dict[str, Any]]:
+    """A workload's successful sub-runs (`by_load`, `by_nodes`) in numeric order."""
+    w = _workload(run, wid)
+    if w is None:
+        return {}
+    by = w.get(key) or {}
+    ok = {str(n): v for n, v in by.items() if isinstance(v, dict) and "error" not in v}
+    return dict(sorted(ok.items(), key=lambda kv: float(kv[0])))
+
+
+def _w1l_by_load(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return _sub_runs(run, "W1L", "by_load")
+
+
+def _s1_by_nodes(run: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return _sub_runs(run, "S1", "by_nodes")
+
+
+# ---------------------------------------------------------------- per role, W1L, S1
+
+
+def role_of(process: str) -> str:
+    """The role a measured process belongs to: `worker0`, `worker1`, ...
+    are the `workers`; the others are their own role."""
+    return "workers" if process.startswith("worker") else process
+
+
+def cpu_ms_by_role(processes: Mapping[str, Any], placements: float) -> dict[str, float]:
+    """CPU-ms per placement of each role (the worker processes summed), of
+    all of them but the simulator (`total`: what issue 17's targets count)
+    and of the simulator apart (`sim`). Empty when nothing was placed."""
+    if not placements or placements <= 0:
+        return {}
+    cpu: dict[str, float] = {}
+    for name, figures in processes.items():
+        c = _num(figures if isinstance(figures, Mapping) else None, "cpu_s")
+        if c is None:
+            continue
+        role = role_of(name)
+        cpu[role] = cpu.get(role, 0.0) + c
+    out = {role: round(v * 1000 / placements, 3) for role, v in cpu.items() if role != "sim"}
+    out["total"] = round(sum(v for r, v in cpu.items() if r != "sim") * 1000 / placements, 3)
+    if "sim" in cpu:
+        out["sim"] = round(cpu["sim"] * 1000 / placements, 3)
+    return out
+
+
+def w1l_rates(saturated_jobs_per_s: float, loads: Sequence[float] = W1L_LOADS) -> dict[str, float]:
+    """W1L's offered registration rates, keyed by percent of saturation
+    ("50", "80"); empty when there is no saturated rate to scale."""
+    if saturated_jobs_per_s <= 0:
+        return {}
+    return {f"{round(f * 100)}": saturated_jobs_per_s * f for f in loads}
+
+
+def achieved_rate(times: Sequence[float]) -> float:
+    """Events per second of sorted event times (s): the intervals between
+    the first and the last, (n − 1) ÷ span; 0.0 with fewer than two."""
+    if len(times) < 2:
+        return 0.0
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else 0.0
+
+
+def rss_per_1000_allocs_mb(rss_start_mb: float, rss_end_mb: float, allocs: int) -> float | None:
+    """RSS a replica grew by per 1,000 allocs it came to hold, in MB."""
+    if allocs <= 0:
+        return None
+    return (rss_end_mb - rss_start_mb) * 1000 / allocs
+
+
+def replica_rss_per_1000_allocs_mb(memory: Mapping[str, Any]) -> float | None:
+    """`bench.replica_memory`'s bytes per alloc (a lean replica store) as
+    MB per 1,000 allocs held."""
+    per_alloc = _num(memory, "rss_per_alloc")
+    return per_alloc * 1000 / 2**20 if per_alloc is not None else None
+
+
 # ---------------------------------------------------------------- targets
 
 
+def _m1_case(run: Mapping[str, Any], allocs: int, spread: bool) -> float | None:
+    m1 = run.get("m1")
+    if not isinstance(m1, Mapping) or "error" in m1:
+        return None
+    for c in m1.get("cases") or []:
+        if c.get("allocs") == allocs and bool(c.get("spread")) == spread:
+            return _num(c, "eval_s")
+    return None
+
+
 def targets(run: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The five targets of issue 9, each {target, measured, met, detail};
-    `measured` is None (and `met` False) when the workload did not run or
-    failed."""
+    """The targets of issue 17, each {target, measured, met, detail};
+    `measured` is None (and `met` False) when the figure was not taken
+    (the workload did not run or failed)."""
     out: list[dict[str, Any]] = []
 
     def add(target: str, measured: float | None, met: bool, detail: str) -> None:
@@ -327,47 +430,166 @@ def targets(run: Mapping[str, Any]) -> list[dict[str, Any]]:
             return f"{wid} failed: {w['error']}"
         return f"{wid} not run"
 
-    w2 = _num(_workload(run, "W2"), "placements_per_s")
-    t = f"W2 >= {TARGET_W2_PLACEMENTS_PER_S:,.0f} placements/s"
-    if w2 is None:
-        add(t, None, False, missing("W2"))
-    else:
-        add(t, w2, w2 >= TARGET_W2_PLACEMENTS_PER_S, f"{w2:,.0f} placements/s")
+    def at_least(t: str, wid: str, v: float | None, floor: float, unit: str) -> None:
+        if v is None:
+            add(t, None, False, missing(wid))
+        else:
+            add(t, v, v >= floor, f"{_fmt(v)} {unit}")
 
-    w1 = _workload(run, "W1")
-    jps = _num(w1, "jobs_per_s")
-    p99 = _num((w1 or {}).get("eval_latency_ms"), "p99")
-    t = f"W1 >= {TARGET_W1_JOBS_PER_S:,.0f} jobs/s with eval p99 < {TARGET_W1_P99_MS / 1000:g} s"
-    if jps is None:
-        add(t, None, False, missing("W1"))
-    else:
-        met = jps >= TARGET_W1_JOBS_PER_S and p99 is not None and p99 < TARGET_W1_P99_MS
-        p99_text = f"p99 {p99:,.0f} ms" if p99 is not None else "p99 not measured"
-        add(t, jps, met, f"{jps:,.1f} jobs/s, {p99_text}")
+    def at_most(t: str, wid: str, v: float | None, ceiling: float, text: str) -> None:
+        if v is None:
+            add(t, None, False, missing(wid))
+        else:
+            add(t, v, v <= ceiling, text.format(v))
 
-    rep = _num(_workload(run, "W4"), "replacement_p99_s")
-    t = f"W4 every lost alloc replaced within {TARGET_W4_REPLACEMENT_P99_S:g} s p99"
-    if rep is None:
-        add(t, None, False, missing("W4"))
-    else:
-        add(t, rep, rep <= TARGET_W4_REPLACEMENT_P99_S, f"p99 {rep:.2f} s")
+    w1, w2 = _workload(run, "W1"), _workload(run, "W2")
+    at_least(
+        f"W2 >= {TARGET_W2_PLACEMENTS_PER_S:,.0f} placements/s",
+        "W2",
+        _num(w2, "placements_per_s"),
+        TARGET_W2_PLACEMENTS_PER_S,
+        "placements/s",
+    )
+    at_least(
+        f"W1 >= {TARGET_W1_PLACEMENTS_PER_S:,.0f} placements/s",
+        "W1",
+        _num(w1, "placements_per_s"),
+        TARGET_W1_PLACEMENTS_PER_S,
+        "placements/s",
+    )
+    at_most(
+        f"W1 CPU-ms per placement <= {TARGET_W1_CPU_MS:g} (simulator excluded)",
+        "W1",
+        _num(w1, "cpu_ms_per_placement"),
+        TARGET_W1_CPU_MS,
+        "{:.2f} ms",
+    )
+    at_most(
+        f"W2 CPU-ms per placement <= {TARGET_W2_CPU_MS:g} (simulator excluded)",
+        "W2",
+        _num(w2, "cpu_ms_per_placement"),
+        TARGET_W2_CPU_MS,
+        "{:.2f} ms",
+    )
 
-    runs = _num(_workload(run, "W5"), "scheduler_runs")
-    t = f"W5 <= {TARGET_W5_SCHEDULER_RUNS} scheduler runs for {W5_UPDATES} updates"
-    if runs is None:
-        add(t, None, False, missing("W5"))
+    half = _w1l_by_load(run).get("50")
+    p99 = _num((half or {}).get("eval_latency_ms"), "p99")
+    t = f"W1L at 50% of saturation: eval p99 < {TARGET_W1L_P99_MS / 1000:g} s"
+    if p99 is None:
+        add(t, None, False, missing("W1L") if half is None else "no eval latencies")
     else:
-        add(t, runs, runs <= TARGET_W5_SCHEDULER_RUNS, f"{runs:g} runs")
+        add(t, p99, p99 < TARGET_W1L_P99_MS, f"p99 {p99:,.0f} ms")
 
-    two = _w6_by_workers(run).get("2")
-    rr = _rejection_rate(two) if two is not None else None
-    t = f"W6 rejection rate < {TARGET_W6_REJECTION_RATE:.0%} at 2 workers"
-    if rr is None:
-        detail = missing("W6") if _workload(run, "W6") is None else "no 2-worker plan counts"
-        add(t, None, False, detail)
+    for allocs, limit in ((1200, TARGET_M1_1200_SPREAD_S), (300, TARGET_M1_300_SPREAD_S)):
+        v = _m1_case(run, allocs, True)
+        t = f"M1 {allocs:,} allocs with spread <= {limit:g} s"
+        if v is None:
+            add(t, None, False, "M1 not run" if "m1" not in run else "case not measured")
+        else:
+            add(t, v, v <= limit, f"{v:.3f} s")
+    factors = []
+    for allocs in (300, 1200):
+        sp, none = _m1_case(run, allocs, True), _m1_case(run, allocs, False)
+        if sp is not None and none:
+            factors.append((allocs, sp / none))
+    t = f"M1 spread within {TARGET_M1_SPREAD_FACTOR:g}x of no-spread"
+    if not factors:
+        add(t, None, False, "M1 not run" if "m1" not in run else "cases not measured")
     else:
-        add(t, rr, rr < TARGET_W6_REJECTION_RATE, f"{rr:.1%} of node-plans rejected")
+        worst = max(f for _, f in factors)
+        detail = ", ".join(f"{a:,}: {f:.1f}x" for a, f in factors)
+        add(t, worst, worst <= TARGET_M1_SPREAD_FACTOR, detail)
+
+    at_most(
+        f"W4 every lost alloc replaced within {TARGET_W4_REPLACEMENT_P99_S:g} s p99",
+        "W4",
+        _num(_workload(run, "W4"), "replacement_p99_s"),
+        TARGET_W4_REPLACEMENT_P99_S,
+        "p99 {:.2f} s",
+    )
+    at_most(
+        f"W5 <= {TARGET_W5_SCHEDULER_RUNS} scheduler runs for {W5_UPDATES} updates",
+        "W5",
+        _num(_workload(run, "W5"), "scheduler_runs"),
+        TARGET_W5_SCHEDULER_RUNS,
+        "{:g} runs",
+    )
+    at_most(
+        "N1 idle cluster: zero node status changes",
+        "N1",
+        _num(_workload(run, "N1"), "node_status_changes"),
+        0,
+        "{:g} changes",
+    )
+
+    checked = [
+        (label, w["invariants"])
+        for label, w in _flat_workloads(run)
+        if isinstance(w.get("invariants"), Mapping)
+    ]
+    bad = [label for label, inv in checked if not inv.get("ok")]
+    t = "invariants hold after every workload"
+    if not checked:
+        add(t, None, False, "no workload checked")
+    else:
+        detail = f"violated after {', '.join(bad)}" if bad else f"{len(checked)} checked, all ok"
+        add(t, float(len(bad)), not bad, detail)
     return out
+
+
+# ---------------------------------------------------------------- comparing
+
+
+def figures(run: Mapping[str, Any]) -> dict[str, float]:
+    """The headline figures of a run, flat (`W1 placements/s`, `W1 CPU-ms
+    state`, `M1 1200 spread s`, `S1 2000 placements/s`, ...), for
+    `compare`: what issue 17 sets targets on, plus per-role CPU."""
+    out: dict[str, float] = {}
+
+    def put(name: str, v: float | None) -> None:
+        if v is not None:
+            out[name] = v
+
+    for label, w in _flat_workloads(run):
+        if "error" in w:
+            continue
+        put(f"{label} placements/s", _num(w, "placements_per_s"))
+        put(f"{label} steady placements/s", _num(w, "steady_placements_per_s"))
+        put(f"{label} jobs/s", _num(w, "jobs_per_s"))
+        lat = w.get("eval_latency_ms") or {}
+        put(f"{label} eval p50 ms", _num(lat, "p50"))
+        put(f"{label} eval p99 ms", _num(lat, "p99"))
+        run_lat = w.get("placement_to_running_ms") or {}
+        put(f"{label} placement->running p99 ms", _num(run_lat, "p99"))
+        put(f"{label} CPU-ms/placement", _num(w, "cpu_ms_per_placement"))
+        by_role = w.get("cpu_ms_by_role") or cpu_ms_by_role(
+            w.get("processes") or {}, _num(w, "placements") or 0.0
+        )
+        for role, v in by_role.items():
+            if role != "total":
+                put(f"{label} CPU-ms {role}", float(v))
+        for key in ("replacement_p99_s", "scheduler_runs", "node_status_changes", "quiescence_s"):
+            put(f"{label} {key}", _num(w, key))
+    m1 = run.get("m1")
+    if isinstance(m1, Mapping):
+        for c in m1.get("cases") or []:
+            kind = "spread" if c.get("spread") else "none"
+            put(f"M1 {c.get('allocs')} {kind} s", _num(c, "eval_s"))
+    return out
+
+
+def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[list[str]]:
+    """[figure, old, new, change] for every figure either run has, in the
+    new run's order; a figure only one run has shows `–` for the other."""
+    a, b = figures(old), figures(new)
+    rows = []
+    for name in [*b, *(n for n in a if n not in b)]:
+        va, vb = a.get(name), b.get(name)
+        change = ""
+        if va is not None and vb is not None and va != 0:
+            change = f"{(vb - va) / abs(va) * 100:+.0f}%"
+        rows.append([name, _fmt(va), _fmt(vb), change])
+    return rows
 
 
 # ---------------------------------------------------------------- markdown
@@ -410,13 +632,16 @@ def _flat_workloads(run: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     for wid, w in (run.get("workloads") or {}).items():
         if not isinstance(w, dict):
             continue
-        if wid == "W6" and "by_workers" in w:
-            by = w["by_workers"] or {}
-            for n in sorted(by, key=lambda x: int(x)):
+        expand = {"W6": ("by_workers", "W6 x{}"), "W1L": ("by_load", "W1L {}%")}
+        expand["S1"] = ("by_nodes", "S1 {} nodes")
+        if wid in expand and expand[wid][0] in w:
+            key, fmt = expand[wid]
+            by = w[key] or {}
+            for n in sorted(by, key=lambda x: float(x)):
                 if isinstance(by[n], dict):
-                    out.append((f"W6 x{n}", by[n]))
+                    out.append((fmt.format(n), by[n]))
             if "error" in w:
-                out.append(("W6", {"error": w["error"]}))
+                out.append((wid, {"error": w["error"]}))
         else:
             out.append((wid, w))
     return out
@@ -453,7 +678,7 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
     rows = []
     for label, w in items:
         if "error" in w and "placements" not in w:
-            rows.append([label, "FAILED", *["–"] * 9])
+            rows.append([label, "FAILED", *["–"] * 10])
             continue
         lat = w.get("eval_latency_ms") or {}
         rows.append(
@@ -468,6 +693,7 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
                 _fmt(w.get("mean_plan_size")),
                 _fmt(w.get("commits_per_eval"), 2),
                 _fmt(w.get("cpu_ms_per_placement"), 2),
+                _role_split(w),
                 "error" if "error" in w else "ok",
             ]
         )
@@ -482,6 +708,7 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
         "plan size",
         "commits/eval",
         "CPU-ms/placement",
+        "by role " + "/".join(ROLE_ABBREV[r] for r in ROLES),
         "status",
     ]
     lines = ["## Workloads", "", *_table(headers, rows), ""]
@@ -525,7 +752,150 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
         lines += ["### Processes", ""]
         lines += _table(["workload", "process", "CPU s", "peak RSS MB"], proc_rows)
         lines.append("")
+    return lines + _section_cpu_by_role(run)
+
+
+def _role_split(w: Mapping[str, Any]) -> str:
+    """The workload row's CPU-ms per placement per role, `0.69/0.12/...`
+    in `ROLES` order; `–` when nothing was placed."""
+    by = w.get("cpu_ms_by_role") or cpu_ms_by_role(
+        w.get("processes") or {}, _num(w, "placements") or 0.0
+    )
+    if not by:
+        return "–"
+    return "/".join(_fmt(by.get(r), 2) for r in ROLES)
+
+
+def _section_cpu_by_role(run: Mapping[str, Any]) -> list[str]:
+    """CPU-ms per placement per role for every workload that placed
+    anything; the simulator apart (it stands in for the clients)."""
+    rows = []
+    for label, w in _flat_workloads(run):
+        placements = _num(w, "placements") or 0.0
+        by = w.get("cpu_ms_by_role") or cpu_ms_by_role(w.get("processes") or {}, placements)
+        if not by:
+            continue
+        rows.append(
+            [label, *[_fmt(by.get(r), 2) for r in ROLES], _fmt(by.get("total"), 2)]
+            + [_fmt(by.get("sim"), 2)]
+        )
+    if not rows:
+        return []
+    headers = ["workload", *ROLES, "all (no sim)", "simulator"]
+    return ["### CPU-ms per placement by role", "", *_table(headers, rows), ""]
+
+
+def _pcts(d: Mapping[str, Any] | None) -> str:
+    if not d or not d.get("count"):
+        return "–"
+    return " / ".join(_fmt(d.get(k), 0) for k in ("p50", "p95", "p99"))
+
+
+def _section_w1l(run: Mapping[str, Any]) -> list[str]:
+    w = (run.get("workloads") or {}).get("W1L")
+    if not isinstance(w, dict):
+        return []
+    head = ["## W1L latency at an offered load", ""]
+    if "error" in w and not w.get("by_load"):
+        return [*head, f"FAILED: {w['error']}", ""]
+    sat = _num(w, "saturated_jobs_per_s")
+    head.append(
+        f"saturated rate {_fmt(sat)} jobs/s (from {w.get('rate_source', '?')}); "
+        "eval = register commit → first plan commit; running = plan commit → "
+        "the client's `running` commit"
+    )
+    head.append("")
+    rows = []
+    for load, r in sorted((w.get("by_load") or {}).items(), key=lambda kv: float(kv[0])):
+        if not isinstance(r, dict):
+            continue
+        if "error" in r:
+            rows.append([f"{load}%", "FAILED", *["–"] * 7])
+            continue
+        drv = r.get("driver") or {}
+        rows.append(
+            [
+                f"{load}%",
+                _fmt(_num(drv, "offered_jobs_per_s")),
+                _fmt(r.get("achieved_jobs_per_s")),
+                f"{_fmt(drv.get('late'))} / {_fmt(drv.get('sent'))}",
+                _fmt(r.get("placements_per_s")),
+                _pcts(r.get("eval_latency_ms")),
+                _pcts(r.get("placement_to_running_ms")),
+                _fmt(r.get("never_running")),
+                _fmt(r.get("cpu_ms_per_placement"), 2),
+            ]
+        )
+    headers = [
+        "load",
+        "offered jobs/s",
+        "achieved jobs/s",
+        "late / sent",
+        "placements/s",
+        "eval p50/p95/p99 ms",
+        "running p50/p95/p99 ms",
+        "never running",
+        "CPU-ms/placement",
+    ]
+    return [*head, *_table(headers, rows), ""]
+
+
+def _section_s1(run: Mapping[str, Any]) -> list[str]:
+    w = (run.get("workloads") or {}).get("S1")
+    if not isinstance(w, dict):
+        return []
+    head = ["## S1 scaling curve (W2 shape, a fresh cluster per size)", ""]
+    if "error" in w and not w.get("by_nodes"):
+        return [*head, f"FAILED: {w['error']}", ""]
+    rows = []
+    for nodes, r in sorted((w.get("by_nodes") or {}).items(), key=lambda kv: float(kv[0])):
+        if not isinstance(r, dict):
+            continue
+        if "error" in r:
+            rows.append([nodes, "FAILED", *["–"] * 5])
+            continue
+        growth = r.get("replica_rss_per_1000_allocs_mb") or {}
+        rows.append(
+            [
+                _fmt(int(nodes)),
+                _fmt(r.get("placements")),
+                _fmt(r.get("placements_per_s")),
+                _fmt(r.get("steady_placements_per_s")),
+                _fmt(r.get("cpu_ms_per_placement"), 2),
+                _fmt(r.get("cluster_ready_s")),
+                " / ".join(f"{k} {_fmt(v, 2)}" for k, v in growth.items()) or "–",
+            ]
+        )
+    headers = [
+        "nodes",
+        "placements",
+        "placements/s",
+        "steady/s",
+        "CPU-ms/placement",
+        "cluster ready s",
+        "replica RSS growth MB per 1,000 allocs",
+    ]
+    lines = [*head, *_table(headers, rows), ""]
+    mem = w.get("replica_memory")
+    if isinstance(mem, dict) and "error" not in mem:
+        lines.append(
+            f"replica store RSS per 1,000 allocs held (bench.replica_memory, "
+            f"{_fmt(mem.get('allocs'))} allocs): "
+            f"{_fmt(replica_rss_per_1000_allocs_mb(mem), 2)} MB "
+            f"({_fmt(mem.get('rss_per_alloc'))} B per alloc)"
+        )
+        lines.append("")
+    elif isinstance(mem, dict):
+        lines += [f"replica memory: FAILED {mem['error']}", ""]
     return lines
+
+
+def _section_compare(old: Mapping[str, Any], new: Mapping[str, Any], name: str) -> list[str]:
+    rows = compare(old, new)
+    if not rows:
+        return []
+    title = f"## Compared with {name} ({old.get('git_rev', '?')}, {old.get('profile', '?')})"
+    return [title, "", *_table(["figure", "old", "new", "change"], rows), ""]
 
 
 def _section_m1(run: Mapping[str, Any]) -> list[str]:
@@ -624,9 +994,12 @@ def _section_errors(run: Mapping[str, Any]) -> list[str]:
     return ["## Errors", "", *[f"- {label}: {e}" for label, e in errs], ""]
 
 
-def markdown(run: Mapping[str, Any]) -> str:
-    """The run summary: machine, baselines, workloads, M1, ratios, targets,
-    invariants, top profile frames, errors."""
+def markdown(
+    run: Mapping[str, Any], previous: Mapping[str, Any] | None = None, previous_name: str = ""
+) -> str:
+    """The run summary: machine, baselines, workloads (with CPU per role),
+    W1L, S1, M1, ratios, targets, invariants, top profile frames, errors,
+    and old → new per figure when a `previous` run is given."""
     machine = run.get("machine") or {}
     machine_line = ", ".join(f"{k} {v}" for k, v in machine.items()) or "unknown machine"
     lines = [
@@ -642,12 +1015,16 @@ def markdown(run: Mapping[str, Any]) -> str:
         lines += [f"- {d}" for d in drift] + [""]
     lines += _section_baselines(run)
     lines += _section_workloads(run)
+    lines += _section_w1l(run)
+    lines += _section_s1(run)
     lines += _section_m1(run)
     lines += _section_ratios(run)
     lines += _section_targets(run)
     lines += _section_invariants(run)
     lines += _section_profiles(run)
     lines += _section_errors(run)
+    if previous is not None:
+        lines += _section_compare(previous, run, previous_name or "the previous run")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -661,10 +1038,13 @@ def _timelines(run: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, list[l
     for wid, w in (run.get("workloads") or {}).items():
         if not isinstance(w, dict):
             continue
-        if wid == "W6" and "by_workers" in w:
+        sub = {"W6": ("by_workers", "{} workers"), "W1L": ("by_load", "{}% load")}
+        sub["S1"] = ("by_nodes", "{} nodes")
+        if wid in sub and sub[wid][0] in w:
+            key, fmt = sub[wid]
             series = [
-                (f"{n} worker{'s' if n != '1' else ''}", by["timeline"])
-                for n, by in sorted((w["by_workers"] or {}).items(), key=lambda kv: int(kv[0]))
+                (fmt.format(n), by["timeline"])
+                for n, by in sorted((w[key] or {}).items(), key=lambda kv: float(kv[0]))
                 if isinstance(by, dict) and by.get("timeline")
             ]
             if series:
@@ -700,7 +1080,7 @@ def plot(run: Mapping[str, Any], path: Path | str) -> Path:
         ax.set_xlabel("seconds since start")
         ax.set_ylabel("placements (cumulative)")
         ax.grid(True, alpha=0.3)
-        if len(series) > 1 or wid == "W6":
+        if len(series) > 1 or wid in ("W6", "W1L", "S1"):
             ax.legend(fontsize="small")
     for ax in flat[len(panels) :]:
         if panels:

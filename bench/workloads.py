@@ -19,10 +19,17 @@ from typing import Any
 import grpc
 import psycopg
 
-from bench import jobs, measure
+from bench import jobs, measure, openloop
 from bench.cluster import BenchCluster
 from bench.profiler import Profiler
-from bench.report import percentiles, steady_rate
+from bench.report import (
+    achieved_rate,
+    cpu_ms_by_role,
+    percentiles,
+    rss_per_1000_allocs_mb,
+    steady_rate,
+    w1l_rates,
+)
 from corral import security
 from corral.testing import invariants
 from corral.v1 import (
@@ -55,6 +62,10 @@ class Profile:
     w6_workers: tuple[int, ...]
     baseline_seconds: float
     baseline_repeats: int
+    w1l_seconds: float = 60.0  # open-loop registration at each W1L load
+    scaling_nodes: tuple[int, ...] = (500, 2000, 5000, 10_000)
+    scaling_w2_jobs: int = 10  # W2 jobs (1,000 allocs each) at every S1 size
+    replica_memory_jobs: int = 2000  # bench.replica_memory's jobs (5 allocs each)
     heartbeat_args: tuple[str, ...] = ()
     in_flight: int = 32
     timeout_s: float = 600.0
@@ -86,6 +97,10 @@ QUICK = Profile(
     w6_workers=(1, 2),
     baseline_seconds=1.0,
     baseline_repeats=2,
+    w1l_seconds=15.0,
+    scaling_nodes=(200, 500),
+    scaling_w2_jobs=2,
+    replica_memory_jobs=400,
     # a 500-node cluster would get a 10 s minimum TTL and 10 s grace; shorter
     # ones keep the node-failure workloads inside the 5-minute budget
     heartbeat_args=("--heartbeat-min-ttl", "5", "--heartbeat-grace", "5"),
@@ -254,6 +269,7 @@ class Window:
         out["steady_placements_per_s"] = round(steady_rate(out["timeline"]), 1)
         cpu = sum(f["cpu_s"] for name, f in out["processes"].items() if name != "sim")
         out["cpu_ms_per_placement"] = round(cpu * 1000 / p.count, 3) if p.count else 0.0
+        out["cpu_ms_by_role"] = cpu_ms_by_role(out["processes"], p.count)
         out["invariants"] = await check_invariants(self.ctx)
         return out
 
@@ -326,26 +342,128 @@ async def w1_throughput(ctx: Context, prefix: str = "w1") -> dict[str, Any]:
     return out
 
 
-async def w2_c1m(ctx: Context) -> dict[str, Any]:
-    """W2: C1M-shaped — jobs of 5 groups, each group constrained to one class."""
+async def w2_c1m(ctx: Context, prefix: str = "w2", count: int = 0) -> dict[str, Any]:
+    """W2: C1M-shaped — jobs of 5 groups, each group constrained to one class
+    (`count` jobs; the profile's W2 count when 0)."""
     p = ctx.profile
+    count = count or p.w2_jobs
     batch = [
         jobs.job(
-            f"w2-{i:03d}",
+            f"{prefix}-{i:03d}",
             [jobs.Group(f"g{c}", p.w2_per_group, f"class-{c}") for c in range(5)],
         )
-        for i in range(p.w2_jobs)
+        for i in range(count)
     ]
     out: dict[str, Any] = {
         "name": "C1M-shaped: 5 class-constrained groups per job",
-        "params": {"jobs": p.w2_jobs, "groups": 5, "allocs_per_group": p.w2_per_group},
+        "params": {"jobs": count, "groups": 5, "allocs_per_group": p.w2_per_group},
     }
-    async with Window(ctx, "w2") as w:
+    async with Window(ctx, prefix) as w:
         errors = await register_all(ctx, batch, p.in_flight)
         await wait_quiet(ctx, p.timeout_s)
-        await w.finish("w2-%", out)
+        await w.finish(f"{prefix}-%", out)
     out["jobs"] = len(batch) - len(errors)
     out["jobs_per_s"] = round(out["jobs"] / out["duration_s"], 1) if out["duration_s"] else 0.0
+    return out
+
+
+async def w1l_offered_load(
+    ctx: Context, saturated_jobs_per_s: float, source: str
+) -> dict[str, Any]:
+    """W1L: W1's jobs registered open-loop (`bench.openloop`: each at its
+    scheduled time, whatever the earlier ones are doing) at 50% and 80% of
+    W1's saturated jobs/s, `w1l_seconds` each; then the cluster drains and
+    every alloc is reported running before the next load. Latencies are
+    commit times: register → first plan (eval latency) and plan → the
+    client's `running` update (placement → running)."""
+    p = ctx.profile
+    out: dict[str, Any] = {
+        "name": "latency at an offered load: small service jobs, open loop",
+        "params": {"seconds": p.w1l_seconds, "allocs_per_job": 10},
+        "saturated_jobs_per_s": round(saturated_jobs_per_s, 2),
+        "rate_source": source,
+        "by_load": {},
+    }
+    template = jobs.service("w1l-template", 10)
+    for load, rate in w1l_rates(saturated_jobs_per_s).items():
+        prefix = f"w1l{load}"
+        ctx.log(f"W1L {load}%: {rate:.1f} jobs/s for {p.w1l_seconds:g}s, open loop")
+        batch = []
+        for i in range(len(openloop.schedule(rate, p.w1l_seconds))):
+            job = pb.Job()
+            job.CopyFrom(template)
+            job.id = job.name = f"{prefix}-{i:06d}"
+            batch.append(job)
+        r: dict[str, Any] = {"load": float(load) / 100}
+        try:
+            async with Window(ctx, prefix) as w:
+                stub = ctx.jobs
+
+                async def call(
+                    i: int, stub: job_pb2_grpc.JobAsyncStub = stub, batch: list[pb.Job] = batch
+                ) -> None:
+                    await stub.Register(job_pb2.JobRegisterRequest(job=batch[i]), timeout=60)
+
+                driver = await openloop.run(call, rate, p.w1l_seconds)
+                await wait_quiet(ctx, p.timeout_s)
+                await wait_running(ctx, prefix, p.timeout_s)
+                await w.finish(f"{prefix}-%", r)
+                with ctx.db() as conn:
+                    regs = measure.register_commit_times(conn, f"{prefix}-%", w.start_index)
+                    to_running, never = measure.placement_to_running_ms(
+                        conn, prefix + "-", w.start_index
+                    )
+        except Exception as exc:
+            out["by_load"][load] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        r["driver"] = driver.as_dict()
+        if driver.errors:
+            r["register_errors"] = driver.errors[:10]
+        t0 = regs[0] if regs else None
+        r["jobs"] = len(regs)
+        r["achieved_jobs_per_s"] = round(
+            achieved_rate([(t - t0).total_seconds() for t in regs]) if t0 else 0.0, 2
+        )
+        r["placement_to_running_ms"] = {k: round(v, 1) for k, v in percentiles(to_running).items()}
+        r["never_running"] = never
+        out["by_load"][load] = r
+    return out
+
+
+async def wait_running(ctx: Context, prefix: str, timeout: float) -> None:
+    """Until every live alloc of the jobs starting with `prefix` is
+    reported running (the simulator batches its updates every 200 ms)."""
+
+    async def all_running() -> bool:
+        ctx.cluster.check_alive()
+        with ctx.db() as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE client_status <> 'running'), count(*) "
+                "FROM allocs WHERE job_id LIKE %s AND desired_status = 'run'",
+                (prefix + "-%",),
+            ).fetchone()
+        return row is not None and int(row[0]) == 0
+
+    await wait_for(f"the {prefix} allocs to run", all_running, timeout, poll=0.25)
+
+
+async def s1_scaling_point(ctx: Context) -> dict[str, Any]:
+    """One point of S1's curve: W2's shape with `scaling_w2_jobs` jobs on
+    this (fresh) cluster, plus how much each replica's RSS grew per 1,000
+    allocs it came to hold."""
+    nodes = ctx.cluster.spec.nodes
+    out = await w2_c1m(ctx, prefix=f"s1n{nodes}", count=ctx.profile.scaling_w2_jobs)
+    out["nodes"] = nodes
+    placed = int(out.get("placements", 0))
+    growth: dict[str, float] = {}
+    for name, f in (out.get("processes") or {}).items():
+        if name in ("broker", "planner") or name.startswith("worker"):
+            per = rss_per_1000_allocs_mb(
+                f.get("rss_start_mb", 0.0), f.get("rss_end_mb", 0.0), placed
+            )
+            if per is not None:
+                growth[name] = round(per, 3)
+    out["replica_rss_per_1000_allocs_mb"] = growth
     return out
 
 

@@ -39,7 +39,11 @@ class DevTrust:
     token: str = ""
 
     def role_env(self, role: str) -> dict[str, str]:
-        return {**self.env, **(self.agent_env if role == "agent" else self.server_env)}
+        # the gateway is a user of the cluster, like the agent no server: it
+        # gets no server token, and the agent's `client` certificate (one
+        # that may serve, for its HTTPS listener, but is no server's)
+        users = ("agent", "gateway")
+        return {**self.env, **(self.agent_env if role in users else self.server_env)}
 
     def cli_settings(self) -> SecuritySettings:
         """What this command uses to talk to the cluster it started."""

@@ -30,6 +30,7 @@ import grpc
 
 from corral import security
 from corral.errors import leader_from_error
+from corral.settings import SecuritySettings
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class LeaderChannel:
         retry_budget: float = 30.0,
         initial_backoff: float = 0.05,
         max_backoff: float = 1.0,
+        settings: SecuritySettings | None = None,
     ) -> None:
         addrs = [a.strip() for a in addresses if a and a.strip()]
         if not addrs:
@@ -55,6 +57,9 @@ class LeaderChannel:
         self.retry_budget = retry_budget
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        #: whose identity the channels carry (default: this process's); the
+        #: HTTP gateway passes its user settings, without the server token
+        self.settings = settings
 
     @property
     def address(self) -> str:
@@ -66,7 +71,7 @@ class LeaderChannel:
         address = address or self._current
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = security.dial(address)
+            ch = self._channels[address] = security.dial(address, settings=self.settings)
         return ch
 
     def _follow(self, leader: str) -> None:

@@ -21,6 +21,7 @@ from corral.settings import (
 from services.agent.config import AgentSettings
 from services.agent.sim import SimSettings
 from services.broker.config import BrokerProcessSettings
+from services.gateway.config import GatewaySettings
 from services.planner.config import PlannerProcessSettings
 from services.state.config import StateSettings
 from services.worker.config import WorkerSettings
@@ -39,6 +40,7 @@ ROLES: list[tuple[str, type[Settings]]] = [
     ("services.worker", WorkerSettings),
     ("services.agent", AgentSettings),
     ("services.agent.sim", SimSettings),
+    ("services.gateway", GatewaySettings),
 ]
 
 
@@ -66,8 +68,9 @@ def render() -> str:
     out = [
         BEGIN,
         "",
-        "Every role takes these (`listen` and `advertise` all but the simulator); "
-        "`<ROLE>` is `STATE`, `BROKER`, `PLANNER`, `WORKER`, `AGENT` or `SIM`:",
+        "Every role takes these (`listen` and `advertise` all but the simulator and the "
+        "gateway, whose own `listen` is its HTTP address); `<ROLE>` is `STATE`, `BROKER`, "
+        "`PLANNER`, `WORKER`, `AGENT`, `SIM` or `GATEWAY`:",
         "",
         *_table(common),
     ]

@@ -31,6 +31,19 @@ class DevProcess:
     output: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
 
+    @property
+    def http_addr(self) -> str:
+        """The HTTP gateway's base URL (`http://host:port`, https with -tls)."""
+        return str(self.info["http_addr"])
+
+    @property
+    def token(self) -> str:
+        """The management token `-acl` printed ('' without -acl)."""
+        for line in self.info.get("exports", []):
+            if line.startswith("export CORRAL_TOKEN="):
+                return str(line.split("=", 1)[1])
+        return ""
+
 
 def start_dev(data_dir: Path, *flags: str, env: dict[str, str] | None = None) -> DevProcess:
     """`corral dev -data-dir DATA_DIR -port 0 FLAGS`, once it is up."""

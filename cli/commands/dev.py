@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
+#: the gateway's HTTP port, the public gRPC port's neighbour
+DEFAULT_HTTP_PORT = 4647
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -80,6 +82,17 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"state service (public API) port (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    p.add_argument(
+        "-http-port",
+        "--http-port",
+        dest="http_port",
+        type=int,
+        default=None,
+        help=(
+            f"HTTP gateway port: Nomad's /v1 API and the web UI (default {DEFAULT_HTTP_PORT}; "
+            "any free one with -port 0; 0 = any free port)"
+        ),
     )
     p.add_argument(
         "-metrics-port",
@@ -151,6 +164,17 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
             f"port {port} on {args.bind} is in use (is another `corral dev` running?); "
             "stop it or pick another port with -port"
         )
+    http_port = args.http_port
+    if http_port is None:
+        http_port = 0 if port == 0 else DEFAULT_HTTP_PORT
+    if http_port < 0 or http_port > 65535:
+        raise CliError("-http-port must be 0..65535")
+    if http_port and not _port_free(args.bind, http_port):
+        raise CliError(
+            f"HTTP port {http_port} on {args.bind} is in use (is another `corral dev` "
+            "running?); stop it or pick another port with -http-port (0 = any free port)"
+        )
+    args.http_port = http_port
     metrics_base = dev_metrics.base_port(args.metrics_port, port)
     if metrics_base < 0 or metrics_base > 65535 - len(dev_metrics.ROLES):
         raise CliError(f"-metrics-port must be 0..{65535 - len(dev_metrics.ROLES)}")
@@ -360,6 +384,19 @@ def _run_roles(
             },
         )
 
+    gateway = start(
+        "gateway",
+        [
+            "--state-addr",
+            state.address,
+            "--listen",
+            f"{bind}:{args.http_port}",
+            "--metrics-listen",
+            f"{bind}:0",
+        ],
+    )
+    http_addr = str(gateway.info.get("http_addr") or f"http://{gateway.address}")
+
     summary = {
         r.role: {
             "pid": r.pid,
@@ -373,6 +410,7 @@ def _run_roles(
         json.dumps(
             {
                 "address": state.address,
+                "http_addr": http_addr,
                 "data_dir": str(data_dir),
                 "dsn": dsn,
                 "roles": summary,
@@ -398,6 +436,7 @@ def _run_roles(
         f"\nCorral is running. The public API is at {state.address}"
         + (" (mutual TLS)" if trust.tls else "")
         + (". ACLs are on; the bootstrap (management) token is below" if trust.acl else "")
+        + f".\nNomad's HTTP API is at {http_addr}/v1 and the web UI at {http_addr}/ui"
         + ".\nIn another terminal:\n\n"
         + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")
         + "".join(f"    {line}\n" for line in trust.exports())

@@ -75,6 +75,19 @@ def _empty(value: Any) -> bool:
     return value is None or value == "" or value is False or value == 0 or value in ([], {})
 
 
+#: what each integer field type holds (a value past it is the input's
+#: mistake, not a crash of the protobuf runtime)
+_INT_RANGES = {
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+}
+
+
 def _scalar(fd: Any, value: Any, path: str) -> Any:
     t = fd.type
     if t == FieldDescriptor.TYPE_BOOL:
@@ -100,6 +113,9 @@ def _scalar(fd: Any, value: Any, path: str) -> Any:
         raise validate.FieldProblem(path, f"expected a whole number, got {value!r}")
     if isinstance(value, float) and not value.is_integer():
         raise validate.FieldProblem(path, f"expected a whole number, got {value!r}")
+    low, high = _INT_RANGES.get(t, (-(2**63), 2**63 - 1))
+    if not low <= value <= high:
+        raise validate.FieldProblem(path, f"{value!r} is out of range ({low}..{high})")
     return int(value)
 
 
@@ -171,6 +187,21 @@ def parse(text: str, filename: str = "<stdin>") -> pb.Job:
             job = _nomad_job(data)
         else:
             job = _proto_job(data, filename)
+        defaults.canonicalize(job)
+        validate.check(job)
+    except validate.FieldProblem as problem:
+        raise JobspecError(filename, None, problem.path, problem.problem) from None
+    return job
+
+
+def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
+    """A job from Nomad's API JSON already decoded (`{"ID": ..., "TaskGroups":
+    [...]}`, the HTTP gateway's job registration), with Nomad's defaults
+    applied and validated; problems raise JobspecError naming the field."""
+    if not isinstance(data, dict):
+        raise JobspecError(filename, None, "", "expected a JSON object holding a job")
+    try:
+        job = _nomad_job(data)
         defaults.canonicalize(job)
         validate.check(job)
     except validate.FieldProblem as problem:

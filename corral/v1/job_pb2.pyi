@@ -406,6 +406,26 @@ class JobListStub(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
@@ -420,6 +440,11 @@ class JobListStub(_message.Message):
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
     JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
     PARENT_ID_FIELD_NUMBER: _builtins.int
+    PERIODIC_FIELD_NUMBER: _builtins.int
+    PARAMETERIZED_FIELD_NUMBER: _builtins.int
+    DATACENTERS_FIELD_NUMBER: _builtins.int
+    NODE_POOL_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     name: _builtins.str
@@ -434,8 +459,19 @@ class JobListStub(_message.Message):
     job_modify_index: _builtins.int
     parent_id: _builtins.str
     """the periodic (or parameterized) parent of a child job"""
+    periodic: _builtins.bool
+    """What Nomad's JobListStub also shows (the HTTP gateway's /v1/jobs).
+    a periodic job (launches children on its cron spec)
+    """
+    parameterized: _builtins.bool
+    """a parameterized job (dispatched, never run itself)"""
+    node_pool: _builtins.str
     @_builtins.property
     def summary(self) -> _containers.MessageMap[_builtins.str, _structs_pb2.TaskGroupSummary]: ...
+    @_builtins.property
+    def datacenters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -453,10 +489,15 @@ class JobListStub(_message.Message):
         modify_index: _builtins.int = ...,
         job_modify_index: _builtins.int = ...,
         parent_id: _builtins.str = ...,
+        periodic: _builtins.bool = ...,
+        parameterized: _builtins.bool = ...,
+        datacenters: _abc.Iterable[_builtins.str] | None = ...,
+        node_pool: _builtins.str = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "id", b"id", "job_modify_index", b"job_modify_index", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "parent_id", b"parent_id", "priority", b"priority", "status", b"status", "stop", b"stop", "submit_time", b"submit_time", "summary", b"summary", "type", b"type", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "datacenters", b"datacenters", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "periodic", b"periodic", "priority", b"priority", "status", b"status", "stop", b"stop", "submit_time", b"submit_time", "summary", b"summary", "type", b"type", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

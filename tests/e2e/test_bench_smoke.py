@@ -45,3 +45,40 @@ def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
     assert w5["invariants"]["ok"]
     assert w5["scheduler_runs"] + w5["evals_cancelled"] == w5["evals"]
     assert "# Corral benchmark" in proc.stdout
+
+
+def test_bench_w1l_and_s1_run_and_report(tmp_path: Path) -> None:
+    """W1L at a given rate (no W1 in this invocation) and one S1 point, on
+    100-node clusters: the open loop sent every registration, every alloc
+    was reported running, and the summary shows both sections."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "W1L,S1", "--nodes", "100"]
+        + ["--w1l-rate", "5", "--scaling-nodes", "100", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (result,) = tmp_path.glob("*.json")
+    run = json.loads(result.read_text())
+    w1l = run["workloads"]["W1L"]
+    assert w1l["rate_source"] == "--w1l-rate" and w1l["saturated_jobs_per_s"] == 5.0
+    for load, jobs in (("50", 37), ("80", 60)):  # 2.5 and 4 jobs/s for 15 s
+        r = w1l["by_load"][load]
+        assert "error" not in r, r
+        assert r["driver"]["sent"] == jobs and r["driver"]["errors"] == 0
+        assert r["jobs"] == jobs and r["placements"] == jobs * 10
+        assert r["placement_to_running_ms"]["count"] == jobs * 10
+        assert r["never_running"] == 0
+        assert r["eval_latency_ms"]["count"] == jobs
+        assert r["cpu_ms_by_role"]["total"] > 0 and "sim" in r["cpu_ms_by_role"]
+        assert r["invariants"]["ok"]
+    point = run["workloads"]["S1"]["by_nodes"]["100"]
+    assert "error" not in point, point
+    assert point["placements"] == 2000 and point["nodes"] == 100
+    assert point["invariants"]["ok"]
+    assert run["workloads"]["S1"]["replica_memory"]["rss_per_alloc"] > 0
+    for heading in ("## W1L latency at an offered load", "## S1 scaling curve"):
+        assert heading in proc.stdout

@@ -134,6 +134,33 @@ def test_a_read_only_token_reads_but_cannot_submit(dev: SecureDev, tmp_path: Pat
     assert drain.returncode == 1 and "Permission denied" in drain.stderr
 
 
+def test_the_gateway_serves_https_with_the_clusters_ca(dev: SecureDev) -> None:
+    """Nomad's HTTP API over TLS with the same certificates: verified
+    against the cluster's CA at 127.0.0.1, the token deciding; plaintext
+    HTTP gets nothing."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    base = dev.info["http_addr"]
+    assert base.startswith("https://127.0.0.1:")
+    context = ssl.create_default_context(cafile=dev.exports["CORRAL_CA_FILE"])
+
+    def get(path: str, token: str) -> tuple[int, str]:
+        req = urllib.request.Request(base + path, headers={"X-Nomad-Token": token})
+        try:
+            with urllib.request.urlopen(req, context=context, timeout=30) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    status, body = get("/v1/jobs", dev.exports["CORRAL_TOKEN"])
+    assert status == 200 and "hello" in [j["ID"] for j in json.loads(body)]
+    assert get("/v1/jobs", "") == (403, "Permission denied")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(base.replace("https://", "http://") + "/v1/jobs", timeout=30)
+
+
 def test_no_secret_reaches_a_log(dev: SecureDev) -> None:
     secrets = [dev.exports["CORRAL_TOKEN"]]
     key = Path(dev.exports["CORRAL_KEY_FILE"]).read_text()

@@ -4,7 +4,11 @@ spread case really spreads."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 from bench import m1
 from corral.structs import JobType
@@ -53,3 +57,29 @@ def test_measure_reports_every_case() -> None:
         assert c["eval_s"] == min(c["eval_all_s"])
         assert c["placements_per_s"] > 0
     assert m1.measure(True, cases=[])["cases"] == []
+
+
+#: `m1.placement_digest` of 200 nodes x 25 racks x 48 allocs (no spread,
+#: spread) under PYTHONHASHSEED=0, taken on main at 646e45d, before the
+#: incremental spread counts and the select-loop memos: the scheduler must
+#: still choose the same nodes with the same scores. A deliberate change to
+#: scoring or node order updates these.
+PINNED_DIGESTS = ["02be68e97936ab3c", "549c34e32d9521b5"]
+
+
+def test_placements_and_scores_match_the_pinned_run() -> None:
+    code = (
+        "from bench import m1\n"
+        "print(' '.join(m1.placement_digest(m1.Case(200, 25, 48, s)) for s in (False, True)))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.split() == PINNED_DIGESTS

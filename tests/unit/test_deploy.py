@@ -53,7 +53,13 @@ PORTS = {"state": 4646, "broker": 4647, "planner": 4648, "worker": 4649, "agent"
 # worker admin API, task logs)
 ACL_ROLES = ("state", "broker", "planner", "worker", "agent")
 TLS_ENV = {"CORRAL_CA_FILE": "ca.crt", "CORRAL_CERT_FILE": "tls.crt", "CORRAL_KEY_FILE": "tls.key"}
-TLS_SECRET = {**dict.fromkeys(SERVER_ROLES, "corral-server-tls"), "agent": "corral-client-tls"}
+TLS_SECRET = {
+    **dict.fromkeys(SERVER_ROLES, "corral-server-tls"),
+    "agent": "corral-client-tls",
+    "gateway": "corral-gateway-tls",
+}
+# the HTTP gateway: a stateless user of the cluster (no DSN, no server identity)
+GATEWAY_PORT = 4651
 # custom resources of operators we depend on: deploy/k8s/schemas
 CUSTOM_KINDS = {"Cluster", "Certificate", "Issuer", "ClusterIssuer", "PodMonitor"}
 # the servers leading by lock: only the leader is ready
@@ -396,7 +402,7 @@ def test_the_restricted_check_catches_what_it_must() -> None:
     )
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [*ROLES, "gateway"])
 def test_tls_material_is_mounted_read_only_from_the_roles_secret(role: str) -> None:
     spec = DEPLOYMENTS[f"corral-{role}"]["spec"]["template"]["spec"]
     container = _container(role)
@@ -422,7 +428,7 @@ def test_tls_material_is_mounted_read_only_from_the_roles_secret(role: str) -> N
 
 
 def test_acls_are_on_in_every_role() -> None:
-    for role in ACL_ROLES:
+    for role in (*ACL_ROLES, "gateway"):
         assert env_of(_container(role))["CORRAL_ACL_ENABLED"] == "true"
 
 
@@ -512,15 +518,17 @@ ANYONE = IN_CLUSTER | {"outside"}
 # (pod, port) -> who may connect; every port of every pod is listed
 EXPECTED: dict[tuple[str, int], set[str]] = {
     ("state", 4646): ANYONE,  # public API: agents, users, servers
-    ("broker", 4647): SERVERS,
-    ("planner", 4648): SERVERS,
+    # the gateway reads the queue statistics (Stats: operator:read)
+    ("broker", 4647): SERVERS | {"gateway"},
+    ("planner", 4648): SERVERS | {"gateway"},
     ("worker", 4649): SERVERS,  # admin API and the state's Job.Plan
     ("agent", 4650): ANYONE,  # task logs, read by users
-    **{(role, 9100): IN_CLUSTER for role in ROLES},  # metrics scrapes
+    ("gateway", GATEWAY_PORT): ANYONE,  # Nomad's HTTP API and the UI
+    **{(role, 9100): IN_CLUSTER for role in (*ROLES, "gateway")},  # metrics scrapes
     ("db", 5432): {"state", "broker", "planner", "db", "cnpg-operator"},
     ("db", 8000): {"db", "cnpg-operator"},
     ("db", 9187): {"db"},
-    ("otel-collector", 4317): CORRAL,
+    ("otel-collector", 4317): CORRAL | {"gateway"},
     ("jaeger", 4317): {"otel-collector"},
     ("jaeger", 16686): set(),  # the UI: kubectl port-forward only
 }
@@ -562,6 +570,48 @@ def test_postgres_is_reachable_from_exactly_the_roles_that_hold_the_dsn() -> Non
     holders = {role for role in ROLES if "CORRAL_DSN" in env_of(_container(role))}
     reach = {role for role in ROLES if ingress_allowed(POLICIES, PODS[role], PODS["db"], 5432)}
     assert holders == reach == {"state", "broker", "planner"}
+
+
+# -- the HTTP gateway ---------------------------------------------------------
+
+
+def test_the_gateway_is_a_stateless_user_of_the_cluster() -> None:
+    workload = DEPLOYMENTS["corral-gateway"]
+    assert workload["kind"] == "Deployment" and workload["spec"]["replicas"] > 1
+    assert workload["metadata"]["namespace"] == NAMESPACE
+    container = _container("gateway")
+    assert container["args"] == ["services.gateway"]
+    assert importlib.util.find_spec("services.gateway.__main__") is not None
+    env = env_of(container)
+    assert env["CORRAL_GATEWAY_LISTEN"] == f"0.0.0.0:{GATEWAY_PORT}"
+    assert container["ports"][0] == {"name": "http", "containerPort": GATEWAY_PORT}
+    # no database, no server token: it only calls the public API
+    assert "CORRAL_DSN" not in env and "CORRAL_SERVER_TOKEN" not in env
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert labels["corral.io/role"] == "gateway"
+    # ready while its state service answers (HTTPS: the kubelet does not verify)
+    ready = container["readinessProbe"]["httpGet"]
+    assert ready == {"path": "/v1/agent/health", "port": GATEWAY_PORT, "scheme": "HTTPS"}
+    assert container["livenessProbe"]["tcpSocket"]["port"] == GATEWAY_PORT
+    budget = _by_kind(ALL_DOCS, "PodDisruptionBudget")["corral-gateway"]["spec"]
+    assert budget["maxUnavailable"] == 1
+    service = _by_kind(ALL_DOCS, "Service")["corral-gateway"]["spec"]
+    assert {p["name"]: p["port"] for p in service["ports"]}["http"] == GATEWAY_PORT
+    monitors = [
+        m
+        for m in _by_kind(ALL_DOCS, "PodMonitor").values()
+        if m["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ]
+    assert [m["spec"]["podMetricsEndpoints"][0]["port"] for m in monitors] == ["metrics"]
+
+
+def test_the_gateways_certificate_is_a_client_identity_with_its_service_names() -> None:
+    spec = _by_kind(OVERLAY_DOCS, "Certificate")["corral-gateway"]["spec"]
+    # never a server's: a server certificate would make every HTTP caller a server
+    assert spec["commonName"] == certs.role_name("client")
+    assert certs.role_name("server") not in spec["dnsNames"]
+    assert {"corral-gateway", "corral-gateway.corral.svc"} <= set(spec["dnsNames"])
+    assert {"server auth", "client auth"} <= set(spec["usages"])
 
 
 # -- the image ----------------------------------------------------------------

@@ -74,6 +74,11 @@ def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
         modify_index=job.modify_index,
         job_modify_index=job.job_modify_index,
         parent_id=job.parent_id,
+        periodic=job.HasField("periodic") and job.periodic.enabled,
+        parameterized=job.HasField("parameterized"),
+        datacenters=job.datacenters,
+        node_pool=job.node_pool,
+        meta=job.meta,
     )
     for tg, s in summarize(snap, job).summary.items():
         stub.summary[tg].CopyFrom(s)

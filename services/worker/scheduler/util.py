@@ -7,6 +7,7 @@ building and the final eval status write.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from corral import structs
@@ -54,11 +55,41 @@ class SetStatusError(Exception):
 # ----------------------------------------------------------------- nodes
 
 
+#: (datacenters, pool) -> (the snapshot's nodes-by-DC index it was computed
+#: from, ready nodes, not-ready ids, ready count per DC)
+_ReadyEntry = tuple[object, list[pb.Node], frozenset[str], dict[str, int]]
+_ready_cache: dict[tuple[tuple[str, ...], str], _ReadyEntry] = {}
+_ready_lock = threading.Lock()
+#: distinct (datacenters, pool) pairs remembered; the oldest is dropped first
+READY_CACHE_SIZE = 64
+
+
 def ready_nodes_in_dcs(
     snap: StateSnapshot, datacenters: Iterable[str], pool: str = ""
 ) -> tuple[list[pb.Node], set[str], dict[str, int]]:
     """Scheduling-ready nodes of the job's datacenters and node pool, the ids
-    of the not-ready ones among them, and the count of ready nodes per DC."""
+    of the not-ready ones among them, and the count of ready nodes per DC.
+
+    Every eval asks this and most see the same nodes (a plan commit changes
+    allocs, not nodes), so the answer is kept per (datacenters, pool) and
+    reused while the snapshot's nodes-by-DC index is the very same object:
+    the store replaces that persistent map whenever any node is written, so
+    identity means no node changed. Callers get their own copies."""
+    key = (tuple(datacenters), pool)
+    marker = snap.nodes_by_dc_map
+    hit = _ready_cache.get(key)
+    if hit is None or hit[0] is not marker:
+        hit = (marker, *_compute_ready_nodes(snap, key[0], pool))
+        with _ready_lock:  # schedulers run in worker threads
+            if key not in _ready_cache and len(_ready_cache) >= READY_CACHE_SIZE:
+                _ready_cache.pop(next(iter(_ready_cache)))
+            _ready_cache[key] = hit
+    return list(hit[1]), set(hit[2]), dict(hit[3])
+
+
+def _compute_ready_nodes(
+    snap: StateSnapshot, datacenters: tuple[str, ...], pool: str
+) -> tuple[list[pb.Node], frozenset[str], dict[str, int]]:
     ready: list[pb.Node] = []
     not_ready: set[str] = set()
     by_dc: dict[str, int] = {}
@@ -70,7 +101,7 @@ def ready_nodes_in_dcs(
             continue
         ready.append(node)
         by_dc[node.datacenter] = by_dc.get(node.datacenter, 0) + 1
-    return ready, not_ready, by_dc
+    return ready, frozenset(not_ready), by_dc
 
 
 def tainted_nodes(

@@ -10,7 +10,7 @@ import pytest
 
 from corral import structs
 from corral.store import StateStore
-from corral.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus
+from corral.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus, Topic
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.checker import (
@@ -80,6 +80,46 @@ def test_ready_nodes_in_dcs_filters_pools_globs_and_counts() -> None:
 
 
 # --------------------------------------------------------------------------- targets
+
+
+def test_ready_nodes_are_reused_until_a_node_changes() -> None:
+    a, b = mock.node(datacenter="dc1"), mock.node(datacenter="dc1")
+    job = mock.job(datacenters=("dc1",))
+    store = StateStore()
+    batch = pb.ChangeBatch(index=5)
+    for n in (a, b):
+        batch.events.add(topic=Topic.NODE, type="NodeRegistration", node=n)
+    store.apply(batch)
+    first = store.snapshot()
+    nodes, not_ready, by_dc = ready_nodes_in_dcs(first, job.datacenters)
+    assert {n.id for n in nodes} == {a.id, b.id} and by_dc == {"dc1": 2}
+    # callers own their copies: editing one answer does not leak into the next
+    nodes.clear()
+    not_ready.add("x")
+    by_dc["dc1"] = 0
+    # a commit that writes allocs, not nodes: the same nodes (cached), same answer
+    other = pb.ChangeBatch(index=6)
+    placed = mock.alloc(job, a)
+    other.events.add(topic=Topic.ALLOCATION, type="AllocationUpdated", allocation=placed)
+    store.apply(other)
+    second = store.snapshot()
+    assert second.nodes_by_dc_map is first.nodes_by_dc_map
+    nodes, not_ready, by_dc = ready_nodes_in_dcs(second, job.datacenters)
+    assert {n.id for n in nodes} == {a.id, b.id}
+    assert not_ready == set() and by_dc == {"dc1": 2}
+    # a node write is seen at once
+    down = pb.Node()
+    down.CopyFrom(b)
+    down.status = NodeStatus.DOWN
+    third_batch = pb.ChangeBatch(index=7)
+    third_batch.events.add(topic=Topic.NODE, type="NodeUpdateStatus", node=down)
+    store.apply(third_batch)
+    nodes, not_ready, by_dc = ready_nodes_in_dcs(store.snapshot(), job.datacenters)
+    assert [n.id for n in nodes] == [a.id]
+    assert not_ready == {b.id} and by_dc == {"dc1": 1}
+    # an older snapshot still answers for its own nodes
+    nodes, _, _ = ready_nodes_in_dcs(first, job.datacenters)
+    assert {n.id for n in nodes} == {a.id, b.id}
 
 
 def test_resolve_target() -> None:

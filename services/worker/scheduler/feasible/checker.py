@@ -121,6 +121,12 @@ class FeasibilityChecker:
         self._class_failure_by_tg: dict[str, dict[str, str]] = {}
         self._class_failure: dict[str, str] = {}
         self._memoisable = False
+        #: for the select loop: the group's class memo (class -> why it
+        #: failed, "" = passed), and whether a node whose class passed needs
+        #: no further check (no distinct_hosts, no distinct_property), so
+        #: `feasible` need not be called for it
+        self.class_memo: dict[str, str] = self._class_failure
+        self.plain = False
 
     def set_job(self, job: pb.Job) -> None:
         self.job = job
@@ -150,6 +156,10 @@ class FeasibilityChecker:
             for ps in psets:
                 ps.populate_proposed()
         self.property_sets = psets
+        self.class_memo = self._class_failure
+        self.plain = not psets and not (
+            self.use_distinct_hosts and (self.job_distinct_hosts or self.tg_distinct_hosts)
+        )
 
     # -- the memoised part: only node data covered by the computed class
 

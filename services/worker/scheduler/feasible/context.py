@@ -148,7 +148,15 @@ class EvalContext:
         self.snapshot = snapshot
         self.plan = plan
         self.log = log or _LOG
-        self.metrics = pb.AllocMetric()
+        self._metrics = pb.AllocMetric()
+        # per-node counts of the current select, kept in plain ints and
+        # dicts and written into the protobuf metric when it is read (a
+        # protobuf map increment per visited node cost more than the rest
+        # of the visit): nodes evaluated; (class, constraint) filtered;
+        # (class, dimension) exhausted
+        self.visits = 0  # nodes evaluated, not yet in the metric
+        self._filtered: dict[tuple[str, str], int] = {}
+        self._exhausted: dict[tuple[str, str], int] = {}
         self.eligibility = EvalEligibility()
         self._base: dict[str, list[pb.Allocation]] = {}
         self._proposed: dict[str, tuple[_Fingerprint, list[pb.Allocation]]] = {}
@@ -159,6 +167,41 @@ class EvalContext:
 
     # ------------------------------------------------------------ metrics
 
+    @property
+    def metrics(self) -> pb.AllocMetric:
+        """The current placement attempt's metric, with every count so far."""
+        if self.visits or self._filtered or self._exhausted:
+            self._flush_counts()
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, value: pb.AllocMetric) -> None:
+        self.visits = 0
+        self._filtered = {}
+        self._exhausted = {}
+        self._metrics = value
+
+    def _flush_counts(self) -> None:
+        m = self._metrics
+        m.nodes_evaluated += self.visits
+        self.visits = 0
+        if self._filtered:
+            for (cls, constraint), n in self._filtered.items():
+                m.nodes_filtered += n
+                if cls:
+                    m.class_filtered[cls] += n
+                if constraint:
+                    m.constraint_filtered[constraint] += n
+            self._filtered = {}
+        if self._exhausted:
+            for (cls, dim), n in self._exhausted.items():
+                m.nodes_exhausted += n
+                if cls:
+                    m.class_exhausted[cls] += n
+                if dim:
+                    m.dimension_exhausted[dim] += n
+            self._exhausted = {}
+
     def reset(self) -> None:
         """Start the metrics of a new placement attempt."""
         self.metrics = pb.AllocMetric()
@@ -166,23 +209,17 @@ class EvalContext:
         self._top = []
 
     def evaluate_node(self) -> None:
-        self.metrics.nodes_evaluated += 1
+        self.visits += 1
 
     def filter_node(self, node: pb.Node, constraint: str) -> None:
-        m = self.metrics
-        m.nodes_filtered += 1
-        if node.node_class:
-            m.class_filtered[node.node_class] += 1
-        if constraint:
-            m.constraint_filtered[constraint] += 1
+        key = (node.node_class, constraint)
+        f = self._filtered
+        f[key] = f.get(key, 0) + 1
 
     def exhausted_node(self, node: pb.Node, dimension: str) -> None:
-        m = self.metrics
-        m.nodes_exhausted += 1
-        if node.node_class:
-            m.class_exhausted[node.node_class] += 1
-        if dimension:
-            m.dimension_exhausted[dimension] += 1
+        key = (node.node_class, dimension)
+        e = self._exhausted
+        e[key] = e.get(key, 0) + 1
 
     def score_node(self, node: pb.Node, name: str, score: float) -> None:
         """Record one scorer's value; the normalized score closes the node's
@@ -197,6 +234,14 @@ class EvalContext:
             heapq.heappush(self._top, item)
         elif item > self._top[0]:
             heapq.heapreplace(self._top, item)
+
+    def keeps_score(self, final: float) -> bool:
+        """Would a node scoring `final` now enter the retained top scores?
+        (A later node never wins a tie, so only a higher score enters a
+        full set.) Lets the ranker skip building the metric's score map for
+        the nodes that would be dropped at once."""
+        top = self._top
+        return len(top) < MAX_RETAINED_NODE_SCORES or final > top[0][0]
 
     def record_node_scores(self, node_id: str, scores: dict[str, float], final: float) -> None:
         """All of a node's scorer values and its normalized score at once

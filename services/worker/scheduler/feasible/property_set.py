@@ -18,7 +18,16 @@ _TERMINAL_CLIENT = ClientStatus.TERMINAL
 class PropertySet:
     """How many of the job's (or one group's) allocs sit on nodes with each
     value of a node property, counting the snapshot and the plan being built
-    (Nomad's propertySet; used by distinct_property and spread)."""
+    (Nomad's propertySet; used by distinct_property and spread).
+
+    The counts are kept incrementally: each plan node's contribution is
+    remembered with a fingerprint of its plan lists, and a refresh
+    (`populate_proposed`, before each select) recounts only the nodes whose
+    lists changed and applies the difference to the per-value counts, the
+    combined use and a histogram of use counts. Reads (`used_count`,
+    `use_bounds`) are then O(1) per node, where they used to rebuild the
+    combined counts from every placement in the plan (the quadratic path of
+    Nomad's #11712)."""
 
     def __init__(
         self,
@@ -40,13 +49,21 @@ class PropertySet:
         self.target_values = frozenset(target_values)
         self.error = error
         self._node_value: dict[str, tuple[str, bool]] = {}
+        #: node id -> its targeted value, or None when the node lacks it
+        #: (filled by `node_key`; read directly in the select loop)
+        self.node_keys: dict[str, str | None] = {}
         self.existing: dict[str, int] = {}
         self.proposed: dict[str, int] = {}
         self.cleared: dict[str, int] = {}
-        self._combined: dict[str, int] | None = None
+        # existing + proposed - cleared per value (clamped at 0; a value is
+        # listed while it has existing or proposed uses), and how many
+        # values have each non-zero count (for the least/most used)
+        self._combined: dict[str, int] = {}
+        self._hist: dict[int, int] = {}
         self._bounds: tuple[int, int] | None = None
-        self._placed_cache: dict[str, tuple[tuple[int, str], int]] = {}
-        self._stop_cache: dict[str, tuple[tuple[int, str], int]] = {}
+        # plan node id -> (fingerprint of its list, targeted value, count)
+        self._placed: dict[str, tuple[tuple[int, str], str, int]] = {}
+        self._stopped: dict[str, tuple[tuple[int, str], str, int]] = {}
         if not error:
             self._populate_existing()
             self.populate_proposed()
@@ -64,6 +81,24 @@ class PropertySet:
             return value
         return "*"
 
+    def node_key(self, node: pb.Node) -> str | None:
+        """The node's targeted value (None when it lacks the property),
+        resolved once per node; None for every node when the set is in error."""
+        nid = node.id
+        try:
+            return self.node_keys[nid]
+        except KeyError:
+            pass
+        if self.error:
+            return None
+        hit = self._node_value.get(nid)
+        if hit is None:
+            hit = resolve_target(self.attribute, node)
+            self._node_value[nid] = hit
+        key = self.targeted(hit[0]) if hit[1] else None
+        self.node_keys[nid] = key
+        return key
+
     def _wanted(self, a: pb.Allocation) -> bool:
         if a.job_id != self.job_id:
             return False
@@ -80,6 +115,8 @@ class PropertySet:
             if ok:
                 key = self.targeted(v)
                 counts[key] = counts.get(key, 0) + 1
+        for key in counts:
+            self._recombine(key)
 
     def _counted_in_existing(self, a: pb.Allocation) -> bool:
         """An in-place update of an alloc the snapshot already counts (same
@@ -93,108 +130,151 @@ class PropertySet:
             and self._wanted(old)
         )
 
-    def populate_proposed(self) -> None:
-        """Recount the plan's placements and stops (call before each select).
+    def _count_placed(self, allocs: Iterable[pb.Allocation]) -> int:
+        n = 0
+        for a in allocs:
+            if (
+                a.desired_status not in _TERMINAL_DESIRED
+                and a.client_status not in _TERMINAL_CLIENT
+                and self._wanted(a)
+                and not self._counted_in_existing(a)
+            ):
+                n += 1
+        return n
 
-        Each node's contribution is cached keyed on the plan's per-node
-        fingerprint (length and last element of its placement and stop
-        lists, as `EvalContext.proposed_allocs` does), so a select only
-        re-examines the nodes whose plan entries changed since the last
-        one instead of every alloc in the plan."""
-        proposed: dict[str, int] = {}
-        cleared: dict[str, int] = {}
-        plan = self.ctx.plan
+    def _count_stopped(self, stops: Iterable[pb.AllocStop]) -> int:
         snap = self.ctx.snapshot
-        placed_cache = self._placed_cache
+        n = 0
+        for s in stops:
+            old = snap.alloc_by_id(s.alloc_id)
+            if old is not None and self._wanted(old):
+                n += 1
+        return n
+
+    def populate_proposed(self) -> None:
+        """Bring the counts up to date with the plan (call before each select).
+
+        Only plan nodes whose placement or stop list changed since the last
+        refresh (length or last element differ, as `EvalContext`'s
+        proposed-alloc cache checks) are recounted; their difference is
+        applied to the per-value counts."""
+        plan = self.ctx.plan
+        changed: set[str] = set()
+        placed = self._placed
+        proposed = self.proposed
+        seen = 0
         for node_id, lst in plan.node_allocation.items():
-            v, ok = self._value_of_node_id(node_id)
-            if not ok:
-                continue
             allocs = lst.allocs
             size = len(allocs)
             fp = (size, allocs[size - 1].id if size else "")
-            hit = placed_cache.get(node_id)
-            if hit is not None and hit[0] == fp:
-                n = hit[1]
-            else:
-                n = 0
-                for a in allocs:
-                    if (
-                        a.desired_status not in _TERMINAL_DESIRED
-                        and a.client_status not in _TERMINAL_CLIENT
-                        and self._wanted(a)
-                        and not self._counted_in_existing(a)
-                    ):
-                        n += 1
-                placed_cache[node_id] = (fp, n)
-            if n:
-                key = self.targeted(v)
-                proposed[key] = proposed.get(key, 0) + n
-        stop_cache = self._stop_cache
-        for node_id, stops in plan.node_update.items():
+            hit = placed.get(node_id)
+            if hit is not None:
+                seen += 1
+                if hit[0] == fp:
+                    continue
             v, ok = self._value_of_node_id(node_id)
             if not ok:
+                placed[node_id] = (fp, "", 0)
                 continue
-            entries = stops.stops
+            key = self.targeted(v)
+            n = self._count_placed(allocs)
+            old = hit[2] if hit is not None else 0
+            placed[node_id] = (fp, key, n)
+            if n != old:
+                _bump(proposed, key, n - old)
+                changed.add(key)
+        if seen < len(placed):  # node entries dropped from the plan
+            present = plan.node_allocation
+            for node_id in [k for k in placed if k not in present]:
+                _, key, n = placed.pop(node_id)
+                if n:
+                    _bump(proposed, key, -n)
+                    changed.add(key)
+        stopped = self._stopped
+        cleared = self.cleared
+        seen = 0
+        for node_id, stop_list in plan.node_update.items():
+            entries = stop_list.stops
             size = len(entries)
             fp = (size, entries[size - 1].alloc_id if size else "")
-            hit = stop_cache.get(node_id)
-            if hit is not None and hit[0] == fp:
-                n = hit[1]
+            hit = stopped.get(node_id)
+            if hit is not None:
+                seen += 1
+                if hit[0] == fp:
+                    continue
+            v, ok = self._value_of_node_id(node_id)
+            if not ok:
+                stopped[node_id] = (fp, "", 0)
+                continue
+            key = self.targeted(v)
+            n = self._count_stopped(entries)
+            old = hit[2] if hit is not None else 0
+            stopped[node_id] = (fp, key, n)
+            if n != old:
+                _bump(cleared, key, n - old)
+                changed.add(key)
+        if seen < len(stopped):
+            present_stops = plan.node_update
+            for node_id in [k for k in stopped if k not in present_stops]:
+                _, key, n = stopped.pop(node_id)
+                if n:
+                    _bump(cleared, key, -n)
+                    changed.add(key)
+        for key in changed:
+            self._recombine(key)
+
+    def _recombine(self, key: str) -> None:
+        """Recompute one value's combined use and the count histogram."""
+        e = self.existing.get(key, 0)
+        p = self.proposed.get(key, 0)
+        combined = self._combined
+        old = combined.get(key, 0)
+        if e > 0 or p > 0:
+            new = max(e + p - self.cleared.get(key, 0), 0)
+            combined[key] = new
+        else:
+            new = 0
+            combined.pop(key, None)
+        if new == old:
+            return
+        hist = self._hist
+        if old > 0:
+            left = hist[old] - 1
+            if left:
+                hist[old] = left
             else:
-                n = 0
-                for s in entries:
-                    old = snap.alloc_by_id(s.alloc_id)
-                    if old is not None and self._wanted(old):
-                        n += 1
-                stop_cache[node_id] = (fp, n)
-            if n:
-                key = self.targeted(v)
-                cleared[key] = cleared.get(key, 0) + n
-        self.proposed = proposed
-        self.cleared = cleared
-        self._combined = None
+                del hist[old]
+        if new > 0:
+            hist[new] = hist.get(new, 0) + 1
         self._bounds = None
 
     def invalidate(self) -> None:
-        """Forget cached per-node plan counts (after editing plan entries in
-        place rather than appending)."""
-        self._placed_cache.clear()
-        self._stop_cache.clear()
+        """Recount every plan node at the next refresh (after editing plan
+        entries in place rather than appending)."""
+        for cache in (self._placed, self._stopped):
+            for node_id, (_, key, n) in cache.items():
+                cache[node_id] = ((-1, ""), key, n)
 
     def combined_use(self) -> dict[str, int]:
-        """existing + proposed − stopped, per (targeted) value."""
-        if self._combined is None:
-            out = dict(self.existing)
-            for k, n in self.proposed.items():
-                out[k] = out.get(k, 0) + n
-            for k, n in self.cleared.items():
-                if k in out:
-                    out[k] = max(out[k] - n, 0)
-            self._combined = out
+        """existing + proposed − stopped, per (targeted) value (read-only)."""
         return self._combined
 
     def use_bounds(self) -> tuple[int, int]:
         """Least and most uses among values in use (0, 0 if none); values
         whose count dropped to zero do not set the minimum, as in Nomad."""
         if self._bounds is None:
-            nonzero = [n for n in self.combined_use().values() if n > 0]
-            self._bounds = (min(nonzero), max(nonzero)) if nonzero else (0, 0)
+            hist = self._hist
+            self._bounds = (min(hist), max(hist)) if hist else (0, 0)
         return self._bounds
 
     def used_count(self, node: pb.Node) -> tuple[str, str, int]:
         """(targeted value, error, count of allocs using it) for `node`."""
         if self.error:
             return "", self.error, 0
-        hit = self._node_value.get(node.id)
-        if hit is None:
-            hit = resolve_target(self.attribute, node)
-            self._node_value[node.id] = hit
-        v, ok = hit
-        if not ok:
-            return v, f"missing property {self.attribute!r}", 0
-        key = self.targeted(v)
-        return key, "", self.combined_use().get(key, 0)
+        key = self.node_key(node)
+        if key is None:
+            return self._node_value[node.id][0], f"missing property {self.attribute!r}", 0
+        return key, "", self._combined.get(key, 0)
 
     def satisfies_distinct(self, node: pb.Node) -> tuple[bool, str]:
         value, err, used = self.used_count(node)
@@ -203,6 +283,14 @@ class PropertySet:
         if used < self.allowed:
             return True, ""
         return False, f"distinct_property: {self.attribute}={value} used by {used} allocs"
+
+
+def _bump(counts: dict[str, int], key: str, delta: int) -> None:
+    n = counts.get(key, 0) + delta
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
 
 
 def distinct_property_sets(ctx: EvalContext, job: pb.Job, tg: pb.TaskGroup) -> list[PropertySet]:

@@ -142,6 +142,13 @@ class Ranker:
         self._needs_network = False
         self._needs_devices = False
         self._preempted_counts: dict[tuple[str, str, str], int] | None = None
+        # node id -> (its proposed allocs, ask key, exhausted dimension, fit,
+        # collisions) at its last visit; the key names the job, group and
+        # ask, so a group with another ask never reuses another's fit
+        self._ask_key: tuple[str, str, int, int, int, int] = ("", "", 0, 0, 0, 0)
+        self._fit_memo: dict[
+            str, tuple[list[pb.Allocation], tuple[str, str, int, int, int, int], str, float, int]
+        ] = {}
 
     def set_job(self, job: pb.Job) -> None:
         self.job = job
@@ -172,6 +179,7 @@ class Ranker:
             affinities.extend(t.affinities)
         self._cpu, self._cores, self._mem = cpu, cores, mem
         self._disk = tg.ephemeral_disk.size_mb
+        self._ask_key = (job.id, tg.name, cpu, cores, mem, self._disk)
         self._needs_network = needs_net
         self._static_ports = [(p.label, p.value) for a in asks for p in a.reserved_ports]
         self._dynamic_ports = sum(len(a.dynamic_ports) for a in asks)
@@ -345,8 +353,21 @@ class Ranker:
         tg = self.tg
         job = self.job
         assert tg is not None and job is not None
-        cap = self.capacity(node)
         proposed = ctx.proposed_allocs(node.id)
+        memo = self._fit_memo.get(node.id)
+        if (
+            memo is not None
+            and memo[0] is proposed
+            and memo[1] == self._ask_key
+            and not memo[2]
+            and not self._needs_network
+            and not self._needs_devices
+        ):
+            # the node's proposed allocs and the ask are what they were at
+            # its last visit, when the group fit: so do the fit score and
+            # the collisions
+            return self._score(node, proposed, memo[3], memo[4], None, [])
+        cap = self.capacity(node)
         used = self._usage(node.id, proposed, cap.mhz_per_core)
         if self._needs_network and not self._ports_available(node, proposed):
             return None
@@ -357,22 +378,29 @@ class Ranker:
                 return None
         ask_cpu = self._cpu + self._cores * cap.mhz_per_core
         cpu = used.cpu + ask_cpu
-        cores = used.cores + self._cores
         mem = used.memory_mb + self._mem
-        disk = used.disk_mb + self._disk
-        dim = ""  # inlined corral.fit.exceeded_dimension (same order)
-        if cap.max_allocs and used.allocs + 1 > cap.max_allocs:
-            dim = "max allocation exceeded"
-        elif cores > cap.cores:
-            dim = "cores"
-        elif cpu > cap.cpu:
-            dim = "cpu"
-        elif mem > cap.memory_mb:
-            dim = "memory"
-        elif disk > cap.disk_mb:
-            dim = "disk"
+        if memo is not None and memo[0] is proposed and memo[1] == self._ask_key:
+            dim, fit, collisions = memo[2], memo[3], memo[4]
+        else:
+            fit = -1.0
+            collisions = -1
+            cores = used.cores + self._cores
+            disk = used.disk_mb + self._disk
+            dim = ""  # inlined corral.fit.exceeded_dimension (same order)
+            if cap.max_allocs and used.allocs + 1 > cap.max_allocs:
+                dim = "max allocation exceeded"
+            elif cores > cap.cores:
+                dim = "cores"
+            elif cpu > cap.cpu:
+                dim = "cpu"
+            elif mem > cap.memory_mb:
+                dim = "memory"
+            elif disk > cap.disk_mb:
+                dim = "disk"
         victims: list[pb.Allocation] = []
         if dim:
+            if memo is None or memo[0] is not proposed or memo[1] != self._ask_key:
+                self._fit_memo[node.id] = (proposed, self._ask_key, dim, -1.0, -1)
             ask = Usage(ask_cpu, self._cores, self._mem, self._disk, 1)
             found = self._preempt(cap, proposed, ask) if self.evict else None
             if not found:
@@ -384,50 +412,76 @@ class Ranker:
                 cpu -= vr.cpu + vr.cores * cap.mhz_per_core
                 mem -= vr.memory_mb
 
-        # fit score over the free share of cpu and memory after placing
-        free_cpu = 1.0 - cpu / cap.cpu if cap.cpu > 0 else 0.0
-        free_mem = 1.0 - mem / cap.memory_mb if cap.memory_mb > 0 else 0.0
-        if self.spread_algorithm:
-            fit = (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem)) - 2.0
-        else:
-            fit = 20.0 - (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem))
-        fit = min(max(fit, 0.0), BINPACK_MAX_FIT_SCORE) / BINPACK_MAX_FIT_SCORE
+        if victims or fit < 0.0:
+            # fit score over the free share of cpu and memory after placing
+            free_cpu = 1.0 - cpu / cap.cpu if cap.cpu > 0 else 0.0
+            free_mem = 1.0 - mem / cap.memory_mb if cap.memory_mb > 0 else 0.0
+            if self.spread_algorithm:
+                fit = (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem)) - 2.0
+            else:
+                fit = 20.0 - (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem))
+            fit = min(max(fit, 0.0), BINPACK_MAX_FIT_SCORE) / BINPACK_MAX_FIT_SCORE
+            collisions = -1
+        return self._score(node, proposed, fit, collisions, devices, victims)
+
+    def _score(
+        self,
+        node: pb.Node,
+        proposed: list[pb.Allocation],
+        fit: float,
+        collisions: int,
+        devices: dict[str, list[pb.AllocatedDevice]] | None,
+        victims: list[pb.Allocation],
+    ) -> RankedNode:
+        """The node's scores given its fit (and collisions, -1 = not
+        counted yet); records them in the context's top scores."""
+        tg = self.tg
+        job = self.job
+        assert tg is not None and job is not None
         scores = {"binpack": fit}
         total = fit
         if self.generic:
-            # the metric also lists the scorers that had nothing to say
-            meta = {
-                "binpack": fit,
-                "job-anti-affinity": 0.0,
-                "node-reschedule-penalty": 0.0,
-                "node-affinity": 0.0,
-            }
-            collisions = 0
-            jid, tgn = job.id, tg.name
-            for a in proposed:
-                if a.job_id == jid and a.task_group == tgn:
-                    collisions += 1
+            if collisions < 0:
+                collisions = 0
+                jid, tgn = job.id, tg.name
+                for a in proposed:
+                    if a.job_id == jid and a.task_group == tgn:
+                        collisions += 1
+                if not victims:
+                    self._fit_memo[node.id] = (proposed, self._ask_key, "", fit, collisions)
             if collisions:
                 s = -(collisions + 1) / max(tg.count, 1)
-                scores["job-anti-affinity"] = meta["job-anti-affinity"] = s
+                scores["job-anti-affinity"] = s
                 total += s
             if node.id in self.penalty_node_ids:
-                scores["node-reschedule-penalty"] = meta["node-reschedule-penalty"] = -1.0
+                scores["node-reschedule-penalty"] = -1.0
                 total -= 1.0
             if self.affinities:
                 s = affinity_score(self.affinities, node)
-                scores["node-affinity"] = meta["node-affinity"] = s
+                scores["node-affinity"] = s
                 total += s
             spread = self.spread
             if spread is not None and spread.active:
                 s = spread.score(node)
                 if s != 0.0:
-                    scores[SPREAD_SCORER] = meta[SPREAD_SCORER] = s
+                    scores[SPREAD_SCORER] = s
                     total += s
+            final = total / len(scores)
+            ctx = self.ctx
+            if ctx.keeps_score(final):
+                # the metric also lists the scorers that had nothing to say
+                # (built only for the few nodes that enter the top scores)
+                meta = {
+                    "binpack": fit,
+                    "job-anti-affinity": 0.0,
+                    "node-reschedule-penalty": 0.0,
+                    "node-affinity": 0.0,
+                }
+                meta.update(scores)
+                ctx.record_node_scores(node.id, meta, final)
         else:
-            meta = dict(scores)
-        final = total / len(scores)
-        ctx.record_node_scores(node.id, meta, final)
+            final = total / len(scores)
+            self.ctx.record_node_scores(node.id, dict(scores), final)
         return RankedNode(
             node,
             final,

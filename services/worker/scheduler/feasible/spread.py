@@ -29,6 +29,11 @@ from services.worker.scheduler.feasible.property_set import PropertySet
 IMPLICIT_TARGET = "*"
 SCORER_NAME = "allocation-spread"
 
+# how a cached per-value boost is used (see `SpreadScorer.score`)
+_FIXED = 0  # add it
+_TARGETED = 1  # add it; it may lower the lowest boost seen
+_LOWEST = 2  # a value with no desired share: add the lowest boost seen
+
 
 @dataclass(slots=True)
 class _SpreadInfo:
@@ -48,6 +53,8 @@ class SpreadScorer:
         self._sum_weights: dict[str, int] = {}
         self.lowest_boost = -1.0
         self.active: list[PropertySet] = []
+        # per active spread: value -> (boost, kind), for the current select
+        self._boosts: list[dict[str, tuple[float, int]]] = []
 
     def set_job(self, job: pb.Job) -> None:
         self.job = job
@@ -82,6 +89,7 @@ class SpreadScorer:
             for ps in sets:
                 ps.populate_proposed()
         self.active = sets
+        self._boosts = [{} for _ in sets]
 
     def _compute_info(self, job: pb.Job, tg: pb.TaskGroup) -> None:
         infos: dict[str, _SpreadInfo] = {}
@@ -102,41 +110,60 @@ class SpreadScorer:
         self._sum_weights[tg.name] = sum_w
 
     def score(self, node: pb.Node) -> float:
-        """The node's summed spread boost (0 when there is nothing to say)."""
-        tg = self.tg
-        assert tg is not None
-        infos = self._info[tg.name]
-        sum_w = self._sum_weights[tg.name] or 1
+        """The node's summed spread boost (0 when there is nothing to say).
+
+        Within one select the counts do not change, so each spread's boost
+        is computed once per property value and reused for every node with
+        that value (`_boosts`, emptied by `set_task_group`); only the
+        "lowest boost seen" of zero-share values is read live, since it
+        depends on the order nodes were scored in."""
         total = 0.0
-        for ps in self.active:
-            value, err, used = ps.used_count(node)
-            used += 1
-            if err:
+        boosts = self._boosts
+        nid = node.id
+        for i, ps in enumerate(self.active):
+            keys = ps.node_keys
+            key = keys[nid] if nid in keys else ps.node_key(node)
+            if key is None:
                 total -= 1.0
                 continue
-            info = infos.get(ps.attribute)
-            if info is None:
-                continue
-            if not info.desired:
-                total += even_spread_boost(ps, node, current=used - 1)
-                continue
-            desired = info.desired.get(value)
-            if desired is None:
-                desired = info.desired.get(IMPLICIT_TARGET)
-                if desired is None:
-                    total -= 1.0
-                    continue
-            if desired == 0:
+            cache = boosts[i]
+            hit = cache.get(key)
+            if hit is None:
+                hit = self._value_boost(ps, key)
+                cache[key] = hit
+            b, kind = hit
+            if kind == _LOWEST:
                 total += self.lowest_boost
                 continue
-            boost = (desired - used) / desired * (info.weight / sum_w)
-            total += boost
-            if boost < self.lowest_boost:
-                self.lowest_boost = boost
+            total += b
+            if kind == _TARGETED and b < self.lowest_boost:
+                self.lowest_boost = b
         return total
 
+    def _value_boost(self, ps: PropertySet, key: str) -> tuple[float, int]:
+        """(boost, kind) of one spread for nodes whose value is `key`."""
+        tg = self.tg
+        assert tg is not None
+        info = self._info[tg.name].get(ps.attribute)
+        if info is None:
+            return 0.0, _FIXED
+        used = ps.combined_use().get(key, 0) + 1
+        if not info.desired:
+            return even_spread_boost(ps, None, current=used - 1), _FIXED
+        desired = info.desired.get(key)
+        if desired is None:
+            desired = info.desired.get(IMPLICIT_TARGET)
+            if desired is None:
+                return -1.0, _FIXED
+        if desired == 0:
+            return 0.0, _LOWEST
+        sum_w = self._sum_weights[tg.name] or 1
+        return (desired - used) / desired * (info.weight / sum_w), _TARGETED
 
-def even_spread_boost(ps: PropertySet, node: pb.Node, *, current: int | None = None) -> float:
+
+def even_spread_boost(
+    ps: PropertySet, node: pb.Node | None, *, current: int | None = None
+) -> float:
     """Boost for spreading evenly over a property's values. `current` is
     the node's value's use count when the caller already looked it up
     (the property resolved without error), saving a second lookup per node
@@ -145,6 +172,7 @@ def even_spread_boost(ps: PropertySet, node: pb.Node, *, current: int | None = N
     if not combined:
         return 0.0  # nothing placed yet: every node is as good
     if current is None:
+        assert node is not None, "a node or its value's use count"
         _, err, current = ps.used_count(node)
         if err:
             return -1.0

@@ -123,12 +123,21 @@ class _BaseStack:
         ctx = self.ctx
         checker = self.checker
         ranker = self.ranker
+        # a node of a class already known to fail is filtered, and one of a
+        # class known to pass needs no other check when the group has no
+        # distinct_* constraints: `checker.feasible` inlined for both
+        memo = checker.class_memo
+        plain = checker.plain
         while src.seen < n:
             node = nodes[src.offset]
             src.offset = src.offset + 1 if src.offset + 1 < n else 0
             src.seen += 1
-            ctx.metrics.nodes_evaluated += 1
-            if not checker.feasible(node):
+            ctx.visits += 1  # ctx.evaluate_node(), inlined
+            reason = memo.get(node.computed_class or ctx.computed_class(node))
+            if reason:
+                ctx.filter_node(node, reason)
+                continue
+            if (reason is None or not plain) and not checker.feasible(node):
                 continue
             option = ranker.rank(node)
             if option is not None:

@@ -1,0 +1,68 @@
+"""The gateway's ASGI application: Nomad's `/v1` routes (each module of
+`services/gateway/routes/` exports `ROUTES`), Nomad's error handling, and
+whatever else mounts beside them (the web UI at `/ui`)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from services.gateway import http
+from services.gateway.backend import Backend
+from services.gateway.config import GatewaySettings
+from services.gateway.metrics import HttpMetrics
+from services.gateway.routes import (
+    acl,
+    agent,
+    allocs,
+    deployments,
+    evals,
+    events,
+    jobs,
+    nodes,
+    operator,
+    parse,
+    unserved,
+)
+from services.gateway.ui import routes as ui
+
+#: the route modules (each exports ROUTES; add yours here). Order among
+#: them does not matter: their paths do not overlap, and the two catch-alls
+#: (the bare /v1/job/{id}, then any other /v1 path: 501 for Nomad endpoints
+#: we do not serve, 405 for a wrong method, else 404) come after all of them.
+ROUTE_MODULES: list[ModuleType] = [
+    agent,
+    jobs,
+    allocs,
+    evals,
+    nodes,
+    operator,
+    deployments,
+    acl,
+    events,
+    parse,
+    ui,
+]
+
+
+def routes() -> list[BaseRoute]:
+    out: list[BaseRoute] = []
+    for module in ROUTE_MODULES:
+        out.extend(module.ROUTES)
+    return [*out, *jobs.FALLBACK, *unserved.ROUTES]
+
+
+def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
+    """The application; `backend` and `settings` are on `app.state` for the
+    handlers (`http.backend_of(request)`)."""
+    app = Starlette(
+        routes=routes(),
+        exception_handlers=http.EXCEPTION_HANDLERS,
+        middleware=[Middleware(HttpMetrics)],
+    )
+    app.state.backend = backend
+    app.state.settings = settings
+    return app

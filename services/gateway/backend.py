@@ -1,0 +1,170 @@
+"""The gateway's side of the public gRPC API: one channel to the state
+service (every public service it serves) and leader-following channels to
+the broker and planner for their queue statistics.
+
+The gateway is a *user* of the cluster, never a server: its channels carry
+no server token (it is dropped from the settings even when the environment
+has one) and, with TLS, it should hold a `cli` certificate, so every call is
+judged by the ACL token of the HTTP request that caused it. That token
+(`X-Nomad-Token`, or `Authorization: Bearer`) travels per call as
+`x-corral-token` metadata (`Backend.metadata`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pydantic import SecretStr
+
+from corral import security
+from corral.acl import TOKEN_METADATA_KEY
+from corral.rpc import LeaderChannel
+from corral.settings import SecuritySettings
+from corral.v1 import (
+    acl_pb2_grpc,
+    alloc_pb2_grpc,
+    deployment_pb2_grpc,
+    eval_pb2,
+    eval_pb2_grpc,
+    event_pb2_grpc,
+    job_pb2_grpc,
+    node_pb2_grpc,
+    operator_pb2,
+    operator_pb2_grpc,
+    periodic_pb2_grpc,
+    plan_pb2,
+    plan_pb2_grpc,
+)
+
+#: unary calls fail after this long rather than hang; blocking queries add
+#: their wait to it
+DEFAULT_TIMEOUT = 30.0
+#: the agents' ClientAlloc (logs) and big job lists
+_OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+
+Metadata = Sequence[tuple[str, str]]
+
+
+def user_security(settings: SecuritySettings) -> SecuritySettings:
+    """`settings` without the server token: the gateway calls as a user."""
+    return settings.model_copy(update={"server_token": SecretStr("")})
+
+
+def token_metadata(token: str) -> list[tuple[str, str]]:
+    """The call metadata that carries a request's ACL token (none: empty)."""
+    return [(TOKEN_METADATA_KEY, token)] if token else []
+
+
+def _split(addresses: str) -> list[str]:
+    return [a.strip() for a in addresses.split(",") if a.strip()]
+
+
+class Backend:
+    """Stubs of the public services over long-lived channels. Create it
+    inside the running event loop (grpc.aio binds channels to the loop)."""
+
+    def __init__(
+        self,
+        state_addr: str,
+        *,
+        broker_addr: str = "",
+        planner_addr: str = "",
+        security_settings: SecuritySettings | None = None,
+    ) -> None:
+        self.security = user_security(security_settings or security.current())
+        self.state_addr = state_addr
+        self.channel = security.dial(state_addr, settings=self.security, options=_OPTIONS)
+        self.jobs = job_pb2_grpc.JobStub(self.channel)
+        self.allocs = alloc_pb2_grpc.AllocStub(self.channel)
+        self.evals = eval_pb2_grpc.EvalsStub(self.channel)
+        self.nodes = node_pb2_grpc.NodeStub(self.channel)
+        self.deployments = deployment_pb2_grpc.DeploymentStub(self.channel)
+        self.acl = acl_pb2_grpc.ACLStub(self.channel)
+        self.events = event_pb2_grpc.EventStub(self.channel)
+        self.operator = operator_pb2_grpc.OperatorStub(self.channel)
+        self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
+        self._broker_addr = broker_addr
+        self._planner_addr = planner_addr
+        self._leaders: dict[str, LeaderChannel] = {}
+        self._agents: dict[str, grpc.aio.Channel] = {}
+
+    async def healthy(self, timeout: float = 5.0) -> str:
+        """'' when the state service answers its gRPC health check as
+        SERVING, else why not (the gateway's /v1/agent/health)."""
+        try:
+            reply = await self._health.Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout, wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as exc:
+            return f"state service {self.state_addr}: {exc.code().name.lower()}"
+        if reply.status != health_pb2.HealthCheckResponse.SERVING:
+            return f"state service {self.state_addr} is not serving"
+        return ""
+
+    # -- the agents (task logs) --------------------------------------------
+
+    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
+        """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
+        ch = self._agents.get(address)
+        if ch is None:
+            ch = self._agents[address] = security.dial(
+                address, peer="client", settings=self.security, options=_OPTIONS
+            )
+        return alloc_pb2_grpc.ClientAllocStub(ch)
+
+    # -- the singleton roles' statistics -----------------------------------
+
+    async def _leader(self, role: str, configured: str, metadata: Metadata) -> LeaderChannel | None:
+        if role in self._leaders:
+            return self._leaders[role]
+        addresses = _split(configured)
+        if not addresses:
+            # not configured: ask the state who is registered in that role
+            resp = await self.operator.Members(
+                operator_pb2.MembersRequest(role=role), metadata=metadata, timeout=10
+            )
+            members = sorted(resp.members, key=lambda m: not m.leader)
+            addresses = [m.address for m in members if m.address]
+        if not addresses:
+            return None
+        ch = self._leaders[role] = LeaderChannel(
+            addresses, retry_budget=5.0, settings=self.security
+        )
+        return ch
+
+    async def broker_stats(self, metadata: Metadata) -> eval_pb2.BrokerStats | None:
+        """Eval.Stats from the broker leader (needs operator:read); None
+        when no broker is known."""
+        ch = await self._leader("broker", self._broker_addr, metadata)
+        if ch is None:
+            return None
+        stats: eval_pb2.BrokerStats = await ch.call(
+            lambda c: functools.partial(eval_pb2_grpc.EvalStub(c).Stats, metadata=metadata),
+            eval_pb2.BrokerStatsRequest(),
+            timeout=10,
+        )
+        return stats
+
+    async def plan_stats(self, metadata: Metadata) -> plan_pb2.PlanStats | None:
+        """Plan.Stats from the planner leader (needs operator:read)."""
+        ch = await self._leader("planner", self._planner_addr, metadata)
+        if ch is None:
+            return None
+        stats: plan_pb2.PlanStats = await ch.call(
+            lambda c: functools.partial(plan_pb2_grpc.PlanStub(c).Stats, metadata=metadata),
+            plan_pb2.PlanStatsRequest(),
+            timeout=10,
+        )
+        return stats
+
+    async def close(self) -> None:
+        await self.channel.close()
+        for leader in self._leaders.values():
+            await leader.close()
+        for ch in self._agents.values():
+            await ch.close()
+        self._leaders.clear()
+        self._agents.clear()

@@ -1,0 +1,49 @@
+"""Gateway settings and their defaults (docs/http-api.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from corral.settings import Option, ProcessSettings, StateAddr
+
+
+class GatewaySettings(ProcessSettings):
+    """An HTTP gateway process: stateless, any number of them behind a load
+    balancer; each one is only a client of the public gRPC API."""
+
+    ROLE: ClassVar[str] = "gateway"
+
+    listen: str = Field(
+        "127.0.0.1:4647",
+        description="HTTP listen host:port of Nomad's /v1 API and the UI (port 0: any free "
+        "port); with the TLS files set it serves HTTPS with the same certificates",
+    )
+    http_cert_file: str = Field(
+        "",
+        description="certificate (PEM) the HTTPS listener presents (default: the TLS "
+        "cert_file); it must allow server auth, e.g. a `client` role certificate",
+    )
+    http_key_file: str = Field("", description="its private key (default: the TLS key_file)")
+    http_verify_clients: bool = Field(
+        False,
+        description="with TLS, require HTTPS clients to present a certificate the CA signed "
+        "(default: optional; the ACL token decides what a caller may do)",
+    )
+    state_addr: StateAddr
+    broker_addr: Annotated[str, Option(env="CORRAL_BROKER_ADDR")] = Field(
+        "",
+        description="broker host:port[,host:port] for eval broker stats (empty: the "
+        "registered members, from Operator.Members)",
+    )
+    planner_addr: Annotated[str, Option(env="CORRAL_PLANNER_ADDR")] = Field(
+        "",
+        description="planner host:port[,host:port] for plan queue stats (empty: the "
+        "registered members, from Operator.Members)",
+    )
+    ui_trace_url: str = Field(
+        "",
+        description="the web UI links an eval's trace id here: a URL with {trace_id} in it, "
+        "e.g. http://localhost:16686/trace/{trace_id} for Jaeger (empty: the id is shown only)",
+    )

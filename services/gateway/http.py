@@ -1,0 +1,384 @@
+"""What every `/v1` endpoint shares: reading Nomad's query parameters,
+answering with Nomad's headers, and turning failures into Nomad's error
+shape (a status code and a one-line plain-text body, never a traceback).
+
+Nomad's conventions, as its HTTP API documents them:
+
+* blocking queries: `?index=N&wait=5m` (Go durations; Nomad caps the wait
+  at 10 minutes) answer once the index moved past N or the wait expired;
+* every read answers `X-Nomad-Index`, `X-Nomad-KnownLeader` and
+  `X-Nomad-LastContact`; a paginated list adds `X-Nomad-NextToken`;
+* the ACL token comes as `X-Nomad-Token`, or `Authorization: Bearer`, or
+  (for clients that cannot set headers) `?token=`;
+* errors are plain text with the status code (400, 403 "Permission denied",
+  404, 405 "Invalid method", 500).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from cli.jobspec.duration import parse_duration
+from corral.access import MAX_PUBLIC_REQUEST_BYTES
+from corral.errors import bounded_message
+from corral.v1 import query_pb2
+from services.gateway import filter as bexpr
+from services.gateway.backend import DEFAULT_TIMEOUT, Backend, token_metadata
+
+log = logging.getLogger(__name__)
+
+#: Nomad's own cap on a blocking query's wait
+MAX_WAIT_MS = 10 * 60 * 1000
+#: a list page larger than this is refused (Nomad has no cap; ours keeps a
+#: single answer bounded)
+MAX_PER_PAGE = 10_000
+
+
+UINT64_MAX = 2**64 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+class NomadError(Exception):
+    """An HTTP error with Nomad's plain-text body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def bad_request(message: str) -> NomadError:
+    return NomadError(400, message)
+
+
+def not_found(message: str) -> NomadError:
+    return NomadError(404, message)
+
+
+def unserved(what: str) -> NomadError:
+    """A Nomad endpoint Corral documents as not served (docs/http-api.md)."""
+    return NomadError(501, f"{what} is not served by Corral's gateway (see docs/http-api.md)")
+
+
+def token_of(request: Request) -> str:
+    """The ACL secret the request carries ('' for none)."""
+    token = request.headers.get("x-nomad-token", "").strip()
+    if token:
+        return token
+    auth = request.headers.get("authorization", "").strip()
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.query_params.get("token", "").strip()
+
+
+def _int_param(request: Request, name: str, default: int = 0) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"Invalid {name} value: {raw!r} is not an integer") from None
+    if value < 0:
+        raise bad_request(f"Invalid {name} value: {raw!r} is negative")
+    if value > INT64_MAX:
+        raise bad_request(f"Invalid {name} value: {raw!r} is too large")
+    return value
+
+
+def _bool_param(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return False
+    if raw == "":
+        return True  # `?stale` alone, as Nomad
+    lowered = raw.lower()
+    if lowered in ("1", "true", "t", "yes"):
+        return True
+    if lowered in ("0", "false", "f", "no"):
+        return False
+    raise bad_request(f"Invalid {name} value: {raw!r} is not a boolean")
+
+
+def bool_param(request: Request, name: str) -> bool:
+    """A boolean query parameter (`true`/`false`/`1`/`0`; present alone = true)."""
+    return _bool_param(request, name)
+
+
+def int_param(request: Request, name: str, default: int = 0) -> int:
+    """A non-negative integer query parameter."""
+    return _int_param(request, name, default)
+
+
+def whole(value: Any, name: str, *, low: int = 0, high: int = UINT64_MAX, default: int = 0) -> int:
+    """A whole number from a JSON body within [low, high] (a proto field's
+    range), else Nomad's 400 naming the field; null or absent is `default`."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise bad_request(f"{name} must be a whole number, got {value!r}")
+        value = int(value)
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be between {low} and {high}, got {value}")
+    return int(value)
+
+
+def parse_wait(raw: str) -> int:
+    """Nomad's `wait` (a Go duration such as "5m") in milliseconds, capped
+    at Nomad's 10 minutes."""
+    try:
+        ns = parse_duration(raw)
+    except ValueError:
+        raise bad_request(f"Invalid wait time: {raw!r}") from None
+    if ns < 0:
+        raise bad_request(f"Invalid wait time: {raw!r}")
+    return min(ns // 1_000_000, MAX_WAIT_MS)
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """Nomad's query parameters of a read (api.QueryOptions)."""
+
+    index: int = 0
+    wait_ms: int = 0
+    namespace: str = "default"
+    region: str = ""
+    prefix: str = ""
+    per_page: int = 0
+    next_token: str = ""
+    filter: str = ""
+    stale: bool = False
+    reverse: bool = False
+    token: str = ""
+
+    @classmethod
+    def from_request(cls, request: Request) -> QueryOptions:
+        q = request.query_params
+        wait = q.get("wait", "")
+        per_page = _int_param(request, "per_page")
+        if per_page > MAX_PER_PAGE:
+            raise bad_request(f"Invalid per_page value: at most {MAX_PER_PAGE}")
+        return cls(
+            index=_int_param(request, "index"),
+            wait_ms=parse_wait(wait) if wait else 0,
+            namespace=q.get("namespace", "") or "default",
+            region=q.get("region", ""),
+            prefix=q.get("prefix", ""),
+            per_page=per_page,
+            next_token=q.get("next_token", ""),
+            filter=q.get("filter", ""),
+            stale=_bool_param(request, "stale"),
+            reverse=_bool_param(request, "reverse"),
+            token=token_of(request),
+        )
+
+    @property
+    def metadata(self) -> list[tuple[str, str]]:
+        """gRPC call metadata carrying the request's token."""
+        return token_metadata(self.token)
+
+    @property
+    def blocking(self) -> bool:
+        return self.index > 0
+
+    @property
+    def timeout(self) -> float:
+        """The gRPC deadline of the read: the wait plus the normal timeout."""
+        wait = (self.wait_ms or 300_000) if self.blocking else 0
+        return DEFAULT_TIMEOUT + wait / 1000
+
+    def proto(self, *, paginate: bool = True) -> query_pb2.QueryOptions:
+        """Our QueryOptions: the gRPC API's own blocking query and pages.
+        Nomad's `index=N` means "answer when the index is > N", which is our
+        min_index exactly."""
+        return query_pb2.QueryOptions(
+            min_index=self.index,
+            wait_ms=self.wait_ms if self.blocking else 0,
+            prefix=self.prefix,
+            per_page=self.per_page if paginate else 0,
+            next_token=self.next_token if paginate else "",
+            namespace=self.namespace,
+        )
+
+
+def metadata_of(request: Request) -> list[tuple[str, str]]:
+    """gRPC call metadata for a write (only the token)."""
+    return token_metadata(token_of(request))
+
+
+def respond(
+    request: Request,
+    body: Any,
+    *,
+    index: int | None = None,
+    next_token: str = "",
+    status: int = 200,
+) -> Response:
+    """Nomad's JSON answer with its query-meta headers."""
+    headers = {"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"}
+    if index is not None:
+        headers["X-Nomad-Index"] = str(max(index, 1))
+    if next_token:
+        headers["X-Nomad-NextToken"] = next_token
+    if request.query_params.get("pretty") is not None:
+        text = json.dumps(body, indent=4) + "\n"
+        return Response(text, status_code=status, headers=headers, media_type="application/json")
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body; bad JSON is Nomad's 400, a body larger than
+    the public API takes (corral.access.MAX_PUBLIC_REQUEST_BYTES) 413, read
+    no further than that."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_PUBLIC_REQUEST_BYTES:
+        raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_PUBLIC_REQUEST_BYTES:
+            raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"Failed to decode request body: {exc}") from None
+
+
+# -- errors ----------------------------------------------------------------
+
+_GRPC_TO_HTTP = {
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.UNAUTHENTICATED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return bounded_message(line, 1000)
+
+
+def grpc_error_response(exc: grpc.aio.AioRpcError) -> PlainTextResponse:
+    """Nomad's error for a failed gRPC call. Permission errors answer Nomad's
+    exact "Permission denied" text (clients match on it)."""
+    code = exc.code()
+    status = _GRPC_TO_HTTP.get(code, 500)
+    details = _one_line(exc.details() or "")
+    if status == 403:
+        message = "Permission denied"
+    elif status == 500:
+        log.warning("gRPC call failed: %s %s", code.name, details)
+        message = f"internal error ({code.name}): {details}" if details else "internal error"
+    elif status == 503:
+        message = f"No cluster leader or the state service is unreachable: {details}"
+    else:
+        message = details or code.name.lower().replace("_", " ")
+    return PlainTextResponse(message, status_code=status)
+
+
+async def handle_grpc_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, grpc.aio.AioRpcError)
+    return grpc_error_response(exc)
+
+
+async def handle_nomad_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, NomadError)
+    return PlainTextResponse(_one_line(exc.message), status_code=exc.status)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's routing errors in Nomad's words: an unknown path is 404,
+    a known path with the wrong method 405 "Invalid method"."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return PlainTextResponse("Invalid method", status_code=405)
+    if exc.status_code == 404:
+        return PlainTextResponse(f"Invalid URL path: {request.url.path}", status_code=404)
+    return PlainTextResponse(_one_line(str(exc.detail)), status_code=exc.status_code)
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """Anything else: logged here, a one-line 500 to the caller."""
+    log.exception("unhandled error serving %s %s", request.method, request.url.path)
+    return PlainTextResponse(f"internal error: {type(exc).__name__}", status_code=500)
+
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    grpc.aio.AioRpcError: handle_grpc_error,
+    NomadError: handle_nomad_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}
+
+
+def backend_of(request: Request) -> Backend:
+    """The app's gRPC backend."""
+    backend: Backend = request.app.state.backend
+    return backend
+
+
+# -- lists -----------------------------------------------------------------
+
+#: a list read: given our QueryOptions, the Nomad JSON items and the meta
+ListCall = Callable[[query_pb2.QueryOptions], Awaitable[tuple[list[dict[str, Any]], Any]]]
+
+
+def apply_filter(expression: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nomad's `filter` expression over the items' Nomad JSON
+    (services/gateway/filter.py); a bad expression is Nomad's 400."""
+    try:
+        return bexpr.apply(expression, items)
+    except bexpr.FilterError as exc:
+        raise bad_request(f"failed to read filter expression: {exc}") from None
+
+
+def local_page(
+    q: QueryOptions, items: list[dict[str, Any]], key: str = "ID"
+) -> tuple[list[dict[str, Any]], str]:
+    """One page of `items` as the state pages (sorted by `key`, the next
+    token being the first key of the next page)."""
+    items = sorted(items, key=lambda i: str(i.get(key, "")))
+    if q.next_token:
+        items = [i for i in items if str(i.get(key, "")) >= q.next_token]
+    if q.per_page and len(items) > q.per_page:
+        return items[: q.per_page], str(items[q.per_page].get(key, ""))
+    return items, ""
+
+
+async def listing(request: Request, q: QueryOptions, call: ListCall, key: str = "ID") -> Response:
+    """A list endpoint's answer: the state pages it, unless a filter is
+    given; then the whole list is read, filtered here, then paged (Nomad
+    filters before it pages)."""
+    if not q.filter:
+        items, meta = await call(q.proto())
+        return respond(request, items, index=meta.index, next_token=meta.next_token)
+    items, meta = await call(q.proto(paginate=False))
+    page, token = local_page(q, apply_filter(q.filter, items), key)
+    return respond(request, page, index=meta.index, next_token=token)

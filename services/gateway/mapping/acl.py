@@ -1,0 +1,135 @@
+"""ACL tokens and policies: proto → Nomad's JSON (api/acl.go's `ACLToken`,
+`ACLTokenListStub`, `ACLPolicy`, `ACLPolicyListStub`) and Nomad's request
+bodies → our requests.
+
+A secret id appears only where our API hands one out (bootstrap, token
+create) and in /v1/acl/token/self, which echoes the caller's own secret as
+Nomad does; everywhere else `SecretID` is empty (the state keeps only a hash
+of it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cli.jobspec.duration import parse_duration
+from corral.v1 import acl_pb2
+from services.gateway.mapping.common import rfc3339
+
+
+def field(body: dict[str, Any], name: str, default: Any = None) -> Any:
+    """`body[name]`, matching the key without regard to case as Go's JSON
+    decoding does (clients send `Unhealthyallocationids`, `secretid`...)."""
+    if name in body:
+        return body[name]
+    lowered = name.lower()
+    for key, value in body.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return default
+
+
+def policy_stub(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
+    return {
+        "Name": p.name,
+        "Description": p.description,
+        "CreateIndex": p.create_index,
+        "ModifyIndex": p.modify_index,
+    }
+
+
+def policy(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
+    return {**policy_stub(p), "Rules": p.rules, "JobACL": None}
+
+
+def token_stub(t: acl_pb2.ACLToken) -> dict[str, Any]:
+    return {
+        "AccessorID": t.accessor_id,
+        "Name": t.name,
+        "Type": t.type,
+        "Policies": list(t.policies) or None,
+        "Roles": None,
+        "Global": t.is_global,
+        "CreateTime": rfc3339(t.create_time),
+        "ExpirationTime": rfc3339(t.expiration_time) if t.expiration_time else None,
+        "CreateIndex": t.create_index,
+        "ModifyIndex": t.modify_index,
+    }
+
+
+def token(t: acl_pb2.ACLToken, secret_id: str | None = None) -> dict[str, Any]:
+    """The full token; `secret_id` overrides the (usually empty) one in `t`."""
+    ttl = t.expiration_time - t.create_time if t.expiration_time else 0
+    return {
+        **token_stub(t),
+        "SecretID": t.secret_id if secret_id is None else secret_id,
+        "ExpirationTTL": ttl,
+    }
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} must be a list of strings")
+    return value
+
+
+def _string(value: Any, name: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string")
+    return value
+
+
+def policy_from_body(name: str, body: dict[str, Any]) -> acl_pb2.ACLPolicy:
+    """POST /v1/acl/policy/:name's body; a `Name` in it must match the path."""
+    named = _string(field(body, "Name"), "Name")
+    if named and named != name:
+        raise ValueError(f"policy name in the body ({named!r}) does not match the URL ({name!r})")
+    return acl_pb2.ACLPolicy(
+        name=name,
+        description=_string(field(body, "Description"), "Description"),
+        rules=_string(field(body, "Rules"), "Rules"),
+    )
+
+
+def _ttl(value: Any) -> int:
+    """`ExpirationTTL`: nanoseconds, or a duration string ("1h")."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise ValueError("ExpirationTTL must be a duration")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise ValueError(f"ExpirationTTL: {exc}") from None
+    raise ValueError("ExpirationTTL must be a duration")
+
+
+def create_token_request(body: dict[str, Any]) -> acl_pb2.ACLCreateTokenRequest:
+    """POST /v1/acl/token's body (Nomad's `ACLToken` without ids)."""
+    if _string(field(body, "AccessorID"), "AccessorID"):
+        raise ValueError("AccessorID must be empty when creating a token")
+    global_ = field(body, "Global", False)
+    if not isinstance(global_, bool):
+        raise ValueError("Global must be true or false")
+    roles = field(body, "Roles")
+    if roles:
+        raise ValueError("ACL roles are not supported by Corral; name policies instead")
+    return acl_pb2.ACLCreateTokenRequest(
+        name=_string(field(body, "Name"), "Name"),
+        type=_string(field(body, "Type"), "Type") or "client",
+        policies=_strings(field(body, "Policies"), "Policies"),
+        is_global=global_,
+        expiration_ttl=_ttl(field(body, "ExpirationTTL")),
+    )
+
+
+def bootstrap_request(body: dict[str, Any] | None) -> acl_pb2.ACLBootstrapRequest:
+    """`{"BootstrapSecret": "<uuid>"}` chooses the management secret."""
+    secret = _string(field(body or {}, "BootstrapSecret"), "BootstrapSecret")
+    return acl_pb2.ACLBootstrapRequest(secret_id=secret)

@@ -1,0 +1,208 @@
+"""Jobs: our Job / JobListStub / JobSummary protos as Nomad's api.Job,
+api.JobListStub and api.JobSummary, and Nomad's job JSON as our Job (through
+the CLI's own parser of Nomad's JSON, cli/jobspec/json.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cli.jobspec import json as jobspec_json
+from cli.jobspec.errors import JobspecError
+from corral.v1 import job_pb2
+from corral.v1 import structs_pb2 as pb
+from services.gateway.mapping.common import rfc3339, to_nomad
+from services.gateway.mapping.evals import evaluation
+
+#: the one region a Corral cluster is (Nomad's default region's name)
+REGION = "global"
+
+
+class JobInputError(ValueError):
+    """A submitted job Nomad's JSON parser refused; the message names the field."""
+
+
+def _periodic(p: pb.PeriodicConfig) -> dict[str, Any]:
+    return {
+        "Enabled": p.enabled,
+        "Spec": p.spec,
+        "Specs": list(p.crons) or None,
+        "SpecType": "cron",
+        "ProhibitOverlap": p.prohibit_overlap,
+        "TimeZone": p.time_zone or "UTC",
+    }
+
+
+def job(msg: pb.Job) -> dict[str, Any]:
+    """A job as Nomad's api.Job."""
+    out = to_nomad(
+        msg,
+        {
+            "periodic": lambda p: _periodic(p) if msg.HasField("periodic") else None,
+        },
+    )
+    out["Region"] = REGION
+    out["Multiregion"] = None
+    out["Dispatched"] = msg.dispatched
+    return out
+
+
+def summary(msg: pb.JobSummary) -> dict[str, Any]:
+    """api.JobSummary (Children: dispatched/periodic children are not counted)."""
+    return {
+        "JobID": msg.job_id,
+        "Namespace": msg.namespace,
+        "Summary": {name: to_nomad(tg) for name, tg in msg.summary.items()},
+        "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+        "CreateIndex": msg.create_index,
+        "ModifyIndex": msg.modify_index,
+    }
+
+
+def stub(msg: job_pb2.JobListStub) -> dict[str, Any]:
+    """A job list entry as Nomad's api.JobListStub."""
+    return {
+        "ID": msg.id,
+        "ParentID": msg.parent_id,
+        "Name": msg.name,
+        "Namespace": msg.namespace,
+        "Datacenters": list(msg.datacenters) or None,
+        "Multiregion": None,
+        "Type": msg.type,
+        "Priority": msg.priority,
+        "Periodic": msg.periodic,
+        "ParameterizedJob": msg.parameterized,
+        "Stop": msg.stop,
+        "Status": msg.status,
+        "StatusDescription": "",
+        "JobSummary": {
+            "JobID": msg.id,
+            "Namespace": msg.namespace,
+            "Summary": {name: to_nomad(tg) for name, tg in msg.summary.items()},
+            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+            "CreateIndex": msg.create_index,
+            "ModifyIndex": msg.modify_index,
+        },
+        "CreateIndex": msg.create_index,
+        "ModifyIndex": msg.modify_index,
+        "JobModifyIndex": msg.job_modify_index,
+        "SubmitTime": msg.submit_time,
+        "Version": msg.version,
+        "NodePool": msg.node_pool,
+        "Meta": dict(msg.meta) or None,
+    }
+
+
+def register_response(resp: job_pb2.JobRegisterResponse) -> dict[str, Any]:
+    """api.JobRegisterResponse."""
+    return {
+        "EvalID": resp.eval_id,
+        "EvalCreateIndex": resp.eval_create_index,
+        "JobModifyIndex": resp.job_modify_index,
+        "Warnings": resp.warnings,
+        "Index": resp.index,
+        "LastContact": 0,
+        "KnownLeader": True,
+    }
+
+
+def deregister_response(resp: job_pb2.JobDeregisterResponse) -> dict[str, Any]:
+    """api.JobDeregisterResponse."""
+    return {
+        "EvalID": resp.eval_id,
+        "EvalCreateIndex": resp.eval_create_index,
+        "JobModifyIndex": resp.job_modify_index,
+        "Index": resp.index,
+        "LastContact": 0,
+        "KnownLeader": True,
+    }
+
+
+def from_nomad(data: Any) -> pb.Job:
+    """Nomad's api.Job JSON as our Job, with Nomad's defaults applied and
+    validated (raises JobInputError naming the field)."""
+    if not isinstance(data, dict):
+        raise JobInputError("Job must be a JSON object")
+    try:
+        return jobspec_json.from_nomad(data, "job")
+    except JobspecError as exc:
+        what = f"{exc.field}: {exc.problem}" if exc.field else exc.problem
+        raise JobInputError(what) from None
+
+
+def _field_diff(d: job_pb2.FieldDiff) -> dict[str, Any]:
+    return {"Type": d.type, "Name": d.name, "Old": d.old, "New": d.new, "Annotations": None}
+
+
+def _object_diff(d: job_pb2.ObjectDiff) -> dict[str, Any]:
+    return {
+        "Type": d.type,
+        "Name": d.name,
+        "Fields": [_field_diff(f) for f in d.fields] or None,
+        "Objects": [_object_diff(o) for o in d.objects] or None,
+    }
+
+
+def diff(d: job_pb2.JobDiff) -> dict[str, Any]:
+    """api.JobDiff (task diffs are folded into the group's objects)."""
+    return {
+        "Type": d.type,
+        "ID": d.id,
+        "Fields": [_field_diff(f) for f in d.fields] or None,
+        "Objects": [_object_diff(o) for o in d.objects] or None,
+        "TaskGroups": [
+            {
+                "Type": tg.type,
+                "Name": tg.name,
+                "Fields": [_field_diff(f) for f in tg.fields] or None,
+                "Objects": [_object_diff(o) for o in tg.objects] or None,
+                "Tasks": None,
+                "Updates": dict(tg.updates) or None,
+            }
+            for tg in d.task_groups
+        ]
+        or None,
+    }
+
+
+def plan_response(resp: job_pb2.JobPlanResponse) -> dict[str, Any]:
+    """api.JobPlanResponse."""
+    return {
+        "JobModifyIndex": resp.job_modify_index,
+        "CreatedEvals": [evaluation(e) for e in resp.created_evals] or None,
+        "Diff": diff(resp.diff) if resp.HasField("diff") else None,
+        "Annotations": to_nomad(resp.annotations) if resp.HasField("annotations") else None,
+        "FailedTGAllocs": {k: to_nomad(v) for k, v in resp.failed_tg_allocs.items()} or None,
+        "NextPeriodicLaunch": rfc3339(resp.next_periodic_launch),
+        "Warnings": resp.warnings,
+    }
+
+
+def scale_status(msg: pb.Job, allocs: list[pb.Allocation]) -> dict[str, Any]:
+    """api.JobScaleStatusResponse from the job and its live allocations."""
+    groups: dict[str, dict[str, Any]] = {}
+    for tg in msg.task_groups:
+        groups[tg.name] = {
+            "Desired": tg.count,
+            "Placed": 0,
+            "Running": 0,
+            "Healthy": 0,
+            "Unhealthy": 0,
+            "Events": None,
+        }
+    for a in allocs:
+        g = groups.get(a.task_group)
+        if g is None or a.desired_status != "run":
+            continue
+        g["Placed"] += 1
+        if a.client_status == "running":
+            g["Running"] += 1
+        if a.HasField("deployment_status") and a.deployment_status.HasField("healthy"):
+            g["Healthy" if a.deployment_status.healthy else "Unhealthy"] += 1
+    return {
+        "JobID": msg.id,
+        "Namespace": msg.namespace,
+        "JobModifyIndex": msg.job_modify_index,
+        "JobCreateIndex": msg.create_index,
+        "JobStopped": msg.stop,
+        "TaskGroups": groups,
+    }

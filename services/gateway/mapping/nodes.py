@@ -1,0 +1,100 @@
+"""Client nodes as Nomad's api.Node and api.NodeListStub. The node's secret
+(and its hash) never leave the gateway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.v1 import node_pb2
+from corral.v1 import structs_pb2 as pb
+from services.gateway.mapping.common import ZERO_TIME, rfc3339, to_nomad
+
+
+def _drain_strategy(msg: pb.Node) -> dict[str, Any] | None:
+    if not msg.HasField("drain_strategy"):
+        return None
+    ds = msg.drain_strategy
+    return {
+        "Deadline": ds.deadline,
+        "IgnoreSystemJobs": ds.ignore_system_jobs,
+        "ForceDeadline": rfc3339(ds.force_deadline),
+        "StartedAt": rfc3339(ds.started_at),
+    }
+
+
+def _resources(msg: pb.Node) -> dict[str, Any]:
+    r = msg.node_resources
+    return {
+        "Cpu": {"CpuShares": r.cpu, "TotalCpuCores": r.total_cores, "ReservableCpuCores": None},
+        "Memory": {"MemoryMB": r.memory_mb},
+        "Disk": {"DiskMB": r.disk_mb},
+        "Networks": None,
+        "Devices": [to_nomad(d) for d in r.devices] or None,
+        "MinDynamicPort": r.min_dynamic_port,
+        "MaxDynamicPort": r.max_dynamic_port,
+    }
+
+
+def _reserved(msg: pb.Node) -> dict[str, Any]:
+    r = msg.reserved_resources
+    return {
+        "Cpu": {"CpuShares": r.cpu, "ReservedCpuCores": None},
+        "Memory": {"MemoryMB": r.memory_mb},
+        "Disk": {"DiskMB": r.disk_mb},
+        "Networks": {"ReservedHostPorts": r.reserved_host_ports},
+    }
+
+
+def node(msg: pb.Node) -> dict[str, Any]:
+    """api.Node."""
+    out = to_nomad(
+        msg,
+        {
+            "events": lambda evs: [to_nomad(e, {"timestamp": rfc3339}) for e in evs] or None,
+        },
+    )
+    for secret in ("SecretID", "SecretHash"):
+        out.pop(secret, None)
+    out["DrainStrategy"] = _drain_strategy(msg)
+    out["NodeResources"] = _resources(msg)
+    out["ReservedResources"] = _reserved(msg)
+    out["SchedulingEligibility"] = msg.scheduling_eligibility
+    out["StatusUpdatedAt"] = msg.status_updated_at // 1_000_000_000
+    out["HTTPAddr"] = msg.http_addr
+    out["TLSEnabled"] = False
+    return out
+
+
+def stub(msg: node_pb2.NodeListStub) -> dict[str, Any]:
+    """api.NodeListStub (the list carries no resources or attributes:
+    Nomad's `?resources=true` is answered without them)."""
+    return {
+        "Address": msg.address.rpartition(":")[0] if ":" in msg.address else msg.address,
+        "ID": msg.id,
+        "Attributes": None,
+        "Datacenter": msg.datacenter,
+        "Name": msg.name,
+        "NodeClass": msg.node_class,
+        "NodePool": msg.node_pool,
+        "Version": "",
+        "Drain": msg.drain,
+        "SchedulingEligibility": msg.scheduling_eligibility,
+        "Status": msg.status,
+        "StatusDescription": "",
+        "Drivers": {
+            name: {
+                "Detected": d.detected,
+                "Healthy": d.healthy,
+                "HealthDescription": "",
+                "Attributes": None,
+                "UpdateTime": ZERO_TIME,
+            }
+            for name, d in msg.drivers.items()
+        }
+        or None,
+        "NodeResources": None,
+        "ReservedResources": None,
+        "LastDrain": None,
+        "CreateIndex": msg.create_index,
+        "ModifyIndex": msg.modify_index,
+    }

@@ -1,0 +1,188 @@
+"""/v1/acl/*: bootstrap, policies and tokens (Nomad's
+command/agent/acl_endpoint.go semantics) over the ACL service.
+
+The state decides every permission (management token for all of it but
+token/self); the gateway only carries the request's token. Secrets: the
+bootstrap and token-create answers carry the new secret, /v1/acl/token/self
+echoes the caller's own; nothing else can, since the state keeps hashes only.
+No secret is ever logged here (the gateway logs no bodies).
+
+Not served (501, docs/http-api.md): updating a token in place
+(POST /v1/acl/token/:accessor; create a new one and delete the old), roles,
+auth methods, binding rules, one-time tokens and login."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from corral.v1 import acl_pb2, query_pb2
+from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.http import (
+    NomadError,
+    QueryOptions,
+    backend_of,
+    bad_request,
+    json_body,
+    listing,
+    metadata_of,
+    respond,
+    token_of,
+    unserved,
+)
+from services.gateway.mapping import acl as acl_map
+
+
+def _written(index: int) -> Response:
+    """A write Nomad answers with no body, only its index."""
+    return Response(
+        status_code=200,
+        headers={
+            "X-Nomad-Index": str(max(index, 1)),
+            "X-Nomad-KnownLeader": "true",
+            "X-Nomad-LastContact": "0",
+        },
+    )
+
+
+async def _object_body(request: Request, *, required: bool = True) -> dict[str, Any]:
+    body = await json_body(request)
+    if body is None and not required:
+        return {}
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
+
+
+# -- bootstrap ---------------------------------------------------------------
+
+
+async def bootstrap(request: Request) -> Response:
+    body = await _object_body(request, required=False)
+    try:
+        message = acl_map.bootstrap_request(body)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    resp = await backend_of(request).acl.Bootstrap(
+        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    return respond(request, acl_map.token(resp.token), index=resp.index)
+
+
+# -- policies ------------------------------------------------------------------
+
+
+async def policies(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+
+    async def fetch(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend_of(request).acl.ListPolicies(
+            acl_pb2.ACLListPoliciesRequest(query=query), metadata=q.metadata, timeout=q.timeout
+        )
+        return [acl_map.policy_stub(p) for p in resp.policies], resp.meta
+
+    return await listing(request, q, fetch, key="Name")
+
+
+async def policy(request: Request) -> Response:
+    name: str = request.path_params["name"]
+    backend = backend_of(request)
+    if request.method == "GET":
+        q = QueryOptions.from_request(request)
+        resp = await backend.acl.GetPolicy(
+            acl_pb2.ACLGetPolicyRequest(name=name, query=q.proto(paginate=False)),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return respond(request, acl_map.policy(resp.policy), index=resp.meta.index)
+    if request.method == "DELETE":
+        written = await backend.acl.DeletePolicies(
+            acl_pb2.ACLDeletePoliciesRequest(names=[name]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+        return _written(written.index)
+    body = await _object_body(request)
+    try:
+        message = acl_map.policy_from_body(name, body)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    written = await backend.acl.UpsertPolicies(
+        acl_pb2.ACLUpsertPoliciesRequest(policies=[message]),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return _written(written.index)
+
+
+# -- tokens --------------------------------------------------------------------
+
+
+async def tokens(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+
+    async def fetch(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend_of(request).acl.ListTokens(
+            acl_pb2.ACLListTokensRequest(query=query), metadata=q.metadata, timeout=q.timeout
+        )
+        return [acl_map.token_stub(t) for t in resp.tokens], resp.meta
+
+    return await listing(request, q, fetch, key="AccessorID")
+
+
+async def create_token(request: Request) -> Response:
+    body = await _object_body(request)
+    try:
+        message = acl_map.create_token_request(body)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    resp = await backend_of(request).acl.CreateToken(
+        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    return respond(request, acl_map.token(resp.token), index=resp.index)
+
+
+async def token_self(request: Request) -> Response:
+    resp = await backend_of(request).acl.TokenSelf(
+        acl_pb2.ACLTokenSelfRequest(), metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    # The caller's own secret, as Nomad answers it (the anonymous token has none).
+    secret = token_of(request) if resp.token.accessor_id != "anonymous" else ""
+    return respond(request, acl_map.token(resp.token, secret_id=secret), index=resp.index)
+
+
+async def token(request: Request) -> Response:
+    accessor: str = request.path_params["accessor_id"]
+    if accessor == "self":  # /v1/acl/token/self is GET only
+        raise NomadError(405, "Invalid method")
+    backend = backend_of(request)
+    if request.method == "GET":
+        q = QueryOptions.from_request(request)
+        resp = await backend.acl.GetToken(
+            acl_pb2.ACLGetTokenRequest(accessor_id=accessor, query=q.proto(paginate=False)),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return respond(request, acl_map.token(resp.token), index=resp.index)
+    if request.method == "DELETE":
+        written = await backend.acl.DeleteTokens(
+            acl_pb2.ACLDeleteTokensRequest(accessor_ids=[accessor]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+        return _written(written.index)
+    raise unserved("Updating an ACL token in place (create a new token, then delete this one)")
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/v1/acl/bootstrap", bootstrap, methods=["PUT", "POST"]),
+    Route("/v1/acl/policies", policies, methods=["GET"]),
+    Route("/v1/acl/policy/{name}", policy, methods=["GET", "PUT", "POST", "DELETE"]),
+    Route("/v1/acl/tokens", tokens, methods=["GET"]),
+    Route("/v1/acl/token", create_token, methods=["PUT", "POST"]),
+    Route("/v1/acl/token/self", token_self, methods=["GET"]),
+    Route("/v1/acl/token/{accessor_id}", token, methods=["GET", "PUT", "POST", "DELETE"]),
+]

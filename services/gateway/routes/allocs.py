@@ -1,0 +1,170 @@
+"""/v1/allocations, /v1/allocation/:id, /v1/allocation/:id/stop and the
+task logs at /v1/client/fs/logs/:alloc (read from the alloc's agent)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
+from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.http import (
+    NomadError,
+    QueryOptions,
+    backend_of,
+    bad_request,
+    bool_param,
+    int_param,
+    listing,
+    metadata_of,
+    respond,
+)
+from services.gateway.mapping import allocs as alloc_map
+from services.gateway.mapping import jobs as job_map
+
+
+async def allocations(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    p = request.query_params
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.allocs.List(
+            alloc_pb2.AllocListRequest(
+                query=query,
+                job_id=p.get("job", ""),
+                node_id=p.get("node", ""),
+                client_status=p.get("client_status", ""),
+            ),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return [alloc_map.stub(a) for a in resp.allocs], resp.meta
+
+    return await listing(request, q, call)
+
+
+async def allocation(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    backend = backend_of(request)
+    resp = await backend.allocs.Get(
+        alloc_pb2.AllocGetRequest(
+            alloc_id=request.path_params["alloc_id"], query=q.proto(paginate=False)
+        ),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    a = resp.alloc
+    job = None
+    # Nomad embeds the alloc's job version; ours is read from the versions
+    # (absent once the job was purged)
+    try:
+        versions = await backend.jobs.Versions(
+            job_pb2.JobVersionsRequest(
+                job_id=a.job_id, query=query_pb2.QueryOptions(namespace=a.namespace)
+            ),
+            metadata=q.metadata,
+            timeout=DEFAULT_TIMEOUT,
+        )
+        found = next((v for v in versions.versions if v.version == a.job_version), None)
+        job = job_map.job(found) if found is not None else None
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
+            raise
+    return respond(request, alloc_map.alloc(a, job), index=resp.meta.index)
+
+
+async def allocation_stop(request: Request) -> Response:
+    resp = await backend_of(request).allocs.Stop(
+        alloc_pb2.AllocStopRequest(
+            alloc_id=request.path_params["alloc_id"],
+            no_shutdown_delay=bool_param(request, "no_shutdown_delay"),
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, {"EvalID": resp.eval_id, "Index": resp.index}, index=resp.index)
+
+
+async def logs(request: Request) -> Response:
+    """Nomad's log streaming: JSON frames {"Data": base64, "File", "Offset"}
+    one after another, or the raw bytes with `plain=true`."""
+    p = request.query_params
+    task = p.get("task", "")
+    if not task:
+        raise bad_request("must include task name")
+    kind = p.get("type", "stdout")
+    if kind not in ("stdout", "stderr"):
+        raise bad_request("must include a type of stdout or stderr")
+    origin = p.get("origin", "start") or "start"
+    if origin not in ("start", "end"):
+        raise bad_request("origin must be start or end")
+    follow = bool_param(request, "follow")
+    plain = bool_param(request, "plain")
+    offset = int_param(request, "offset")
+    backend = backend_of(request)
+    md = metadata_of(request)
+    got = await backend.allocs.Get(
+        alloc_pb2.AllocGetRequest(alloc_id=request.path_params["alloc_id"]),
+        metadata=md,
+        timeout=DEFAULT_TIMEOUT,
+    )
+    alloc = got.alloc
+    if not alloc.node_id:
+        raise NomadError(404, "allocation is not placed on a node")
+    node = await backend.nodes.Get(
+        node_pb2.NodeGetRequest(node_id=alloc.node_id), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    if not node.node.http_addr:
+        raise NomadError(404, f"node {alloc.node_id} has no address to read logs from")
+    logs_call: Any = backend.client_alloc(node.node.http_addr).Logs
+    stream = logs_call(
+        alloc_pb2.AllocLogsRequest(
+            alloc_id=alloc.id, task=task, type=kind, follow=follow, offset=offset, origin=origin
+        ),
+        metadata=md,
+        timeout=None if follow else DEFAULT_TIMEOUT,
+    )
+    it = stream.__aiter__()
+    # the first chunk (or the error) before the answer starts: a bad task
+    # name is a 4xx, not a broken stream
+    try:
+        first: alloc_pb2.AllocLogsChunk | None = await it.__anext__()
+    except StopAsyncIteration:
+        first = None
+    file = f"alloc/logs/{task}.{kind}.0"
+
+    def frame(chunk: alloc_pb2.AllocLogsChunk) -> bytes:
+        if plain:
+            return chunk.data
+        body = {"Data": base64.b64encode(chunk.data).decode(), "File": file, "Offset": chunk.offset}
+        return json.dumps(body).encode()
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                yield frame(first)
+            async for chunk in it:
+                yield frame(chunk)
+        except grpc.aio.AioRpcError:
+            return  # the agent went away mid-stream: end the body
+        finally:
+            stream.cancel()
+
+    media = "text/plain; charset=utf-8" if plain else "application/json"
+    return StreamingResponse(body(), media_type=media)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/v1/allocations", allocations, methods=["GET"]),
+    Route("/v1/allocation/{alloc_id}/stop", allocation_stop, methods=["PUT", "POST"]),
+    Route("/v1/allocation/{alloc_id}", allocation, methods=["GET"]),
+    Route("/v1/client/fs/logs/{alloc_id}", logs, methods=["GET"]),
+]

@@ -1,0 +1,66 @@
+"""/v1/evaluations and /v1/evaluation/:id (+ /allocations)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from corral.v1 import eval_pb2, query_pb2
+from services.gateway.http import QueryOptions, backend_of, bool_param, listing, respond
+from services.gateway.mapping import allocs as alloc_map
+from services.gateway.mapping import evals as eval_map
+
+
+async def evaluations(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    p = request.query_params
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.evals.List(
+            eval_pb2.EvalListRequest(
+                query=query, job_id=p.get("job", ""), status=p.get("status", "")
+            ),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return [eval_map.evaluation(e) for e in resp.evals], resp.meta
+
+    return await listing(request, q, call)
+
+
+async def _get(request: Request, *, related: bool) -> eval_pb2.EvalGetResponse:
+    q = QueryOptions.from_request(request)
+    resp: eval_pb2.EvalGetResponse = await backend_of(request).evals.Get(
+        eval_pb2.EvalGetRequest(
+            eval_id=request.path_params["eval_id"],
+            query=q.proto(paginate=False),
+            include_related=related,
+        ),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return resp
+
+
+async def evaluation(request: Request) -> Response:
+    resp = await _get(request, related=bool_param(request, "related"))
+    body = eval_map.evaluation(resp.eval)
+    if resp.related:
+        body["RelatedEvals"] = [eval_map.stub(e) for e in resp.related]
+    return respond(request, body, index=resp.meta.index)
+
+
+async def evaluation_allocations(request: Request) -> Response:
+    resp = await _get(request, related=True)  # the eval's allocs come with its relations
+    return respond(request, [alloc_map.stub(a) for a in resp.allocs], index=resp.meta.index)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/v1/evaluations", evaluations, methods=["GET"]),
+    Route("/v1/evaluation/{eval_id}/allocations", evaluation_allocations, methods=["GET"]),
+    Route("/v1/evaluation/{eval_id}", evaluation, methods=["GET"]),
+]

@@ -1,0 +1,362 @@
+"""/v1/jobs and /v1/job/:id/... (Nomad's command/agent/job_endpoint.go
+semantics): list, register, read, update, deregister, plan, the job's
+allocations, evaluations, versions, summary, scale, dispatch and periodic
+force.
+
+Job ids may hold slashes (a periodic job's children are `<id>/periodic-<t>`),
+so `/v1/job/{id}/<action>` routes take the id as a path and `FALLBACK`
+(appended by app.py after every module's routes) serves the bare
+`/v1/job/{id}`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from corral.v1 import job_pb2, periodic_pb2, query_pb2
+from corral.v1 import structs_pb2 as pb
+from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.http import (
+    INT32_MAX,
+    NomadError,
+    QueryOptions,
+    backend_of,
+    bad_request,
+    bool_param,
+    json_body,
+    listing,
+    metadata_of,
+    respond,
+    unserved,
+    whole,
+)
+from services.gateway.mapping import allocs as alloc_map
+from services.gateway.mapping import evals as eval_map
+from services.gateway.mapping import jobs as job_map
+from services.gateway.mapping.jobs import JobInputError
+
+#: the actions under /v1/job/{id}/ (a DELETE of `/v1/job/x/summary` is a
+#: wrong method, not the deregistration of a job named "x/summary")
+JOB_ACTIONS = frozenset(
+    {
+        "plan",
+        "allocations",
+        "evaluations",
+        "versions",
+        "summary",
+        "scale",
+        "dispatch",
+        "periodic/force",
+        "evaluate",
+        "revert",
+        "stable",
+        "deployments",
+        "deployment",
+        "services",
+        "submission",
+        "action",
+        "actions",
+    }
+)
+
+
+def _namespace(request: Request) -> str:
+    return request.query_params.get("namespace", "") or "default"
+
+
+def _job_arg(body: Any) -> Any:
+    if not isinstance(body, dict):
+        raise bad_request("Job must be specified")
+    job = body.get("Job")
+    if job is None:
+        raise bad_request("Job must be specified")
+    return job
+
+
+def _parse_job(request: Request, data: Any) -> pb.Job:
+    try:
+        job = job_map.from_nomad(data)
+    except JobInputError as exc:
+        raise bad_request(str(exc)) from None
+    if not (isinstance(data, dict) and data.get("Namespace")):
+        job.namespace = _namespace(request)
+    return job
+
+
+async def _register(request: Request, path_id: str | None) -> Response:
+    body = await json_body(request)
+    data = _job_arg(body)
+    if path_id is not None and isinstance(data, dict) and data.get("ID") not in (None, path_id):
+        raise bad_request("Job ID does not match name")
+    job = _parse_job(request, data)
+    enforce = bool(body.get("EnforceIndex"))
+    modify_index = whole(body.get("JobModifyIndex"), "JobModifyIndex")
+    priority = whole(body.get("EvalPriority"), "EvalPriority", high=INT32_MAX)
+    resp = await backend_of(request).jobs.Register(
+        job_pb2.JobRegisterRequest(
+            job=job, enforce_index=enforce, job_modify_index=modify_index, eval_priority=priority
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.register_response(resp), index=resp.index)
+
+
+# -- /v1/jobs --------------------------------------------------------------
+
+
+async def jobs_list_or_register(request: Request) -> Response:
+    if request.method in ("PUT", "POST"):
+        return await _register(request, None)
+    q = QueryOptions.from_request(request)
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.jobs.List(
+            job_pb2.JobListRequest(query=query), metadata=q.metadata, timeout=q.timeout
+        )
+        return [job_map.stub(j) for j in resp.jobs], resp.meta
+
+    return await listing(request, q, call)
+
+
+# -- /v1/job/{id} ----------------------------------------------------------
+
+
+def _job_id(request: Request) -> str:
+    job_id: str = request.path_params["job_id"]
+    if not job_id:
+        raise NomadError(404, "Missing job ID")
+    return job_id
+
+
+async def job(request: Request) -> Response:
+    job_id = _job_id(request)
+    head, _, tail = job_id.rpartition("/")
+    if head and (tail in JOB_ACTIONS or job_id.endswith("/periodic/force")):
+        # an action of a job: served with another method, or not at all
+        from services.gateway.routes.unserved import wrong_method
+
+        if wrong_method(request, skip=FALLBACK[0]):
+            raise NomadError(405, "Invalid method")
+        raise unserved(f"{request.method} /v1/job/:id/{tail}")
+    if request.method == "GET":
+        q = QueryOptions.from_request(request)
+        resp = await backend_of(request).jobs.Get(
+            job_pb2.JobGetRequest(job_id=job_id, query=q.proto()),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return respond(request, job_map.job(resp.job), index=resp.meta.index)
+    if request.method in ("PUT", "POST"):
+        return await _register(request, job_id)
+    # DELETE: deregister (purge removes it and its versions)
+    dereg = await backend_of(request).jobs.Deregister(
+        job_pb2.JobDeregisterRequest(
+            job_id=job_id, namespace=_namespace(request), purge=bool_param(request, "purge")
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.deregister_response(dereg), index=dereg.index)
+
+
+async def job_allocations(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).jobs.Allocations(
+        job_pb2.JobGetRequest(
+            job_id=_job_id(request), query=q.proto(), all=bool_param(request, "all")
+        ),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, [alloc_map.stub(a) for a in resp.allocs], index=resp.meta.index)
+
+
+async def job_evaluations(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).jobs.Evaluations(
+        job_pb2.JobGetRequest(job_id=_job_id(request), query=q.proto(), all=True),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, [eval_map.evaluation(e) for e in resp.evals], index=resp.meta.index)
+
+
+async def job_versions(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    diffs = bool_param(request, "diffs")
+    resp = await backend_of(request).jobs.Versions(
+        job_pb2.JobVersionsRequest(job_id=_job_id(request), query=q.proto(), diffs=diffs),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    body = {
+        "Versions": [job_map.job(v) for v in resp.versions],
+        "Diffs": [job_map.diff(d) for d in resp.diffs] if diffs else None,
+        "Index": resp.meta.index,
+        "KnownLeader": True,
+        "LastContact": 0,
+    }
+    return respond(request, body, index=resp.meta.index)
+
+
+async def job_summary(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).jobs.Summary(
+        job_pb2.JobGetRequest(job_id=_job_id(request), query=q.proto()),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, job_map.summary(resp.summary), index=resp.meta.index)
+
+
+async def job_plan(request: Request) -> Response:
+    job_id = _job_id(request)
+    body = await json_body(request)
+    data = _job_arg(body)
+    if isinstance(data, dict) and data.get("ID") not in (None, job_id):
+        raise bad_request("Job ID does not match")
+    job = _parse_job(request, data)
+    resp = await backend_of(request).jobs.Plan(
+        job_pb2.JobPlanRequest(job=job, diff=bool(body.get("Diff"))),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.plan_response(resp), index=resp.index)
+
+
+async def job_scale(request: Request) -> Response:
+    job_id = _job_id(request)
+    backend = backend_of(request)
+    if request.method == "GET":
+        q = QueryOptions.from_request(request)
+        got = await backend.jobs.Get(
+            job_pb2.JobGetRequest(job_id=job_id, query=q.proto()),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        allocs = await backend.jobs.Allocations(
+            job_pb2.JobGetRequest(
+                job_id=job_id, query=query_pb2.QueryOptions(namespace=q.namespace), all=False
+            ),
+            metadata=q.metadata,
+            timeout=DEFAULT_TIMEOUT,
+        )
+        return respond(
+            request, job_map.scale_status(got.job, list(allocs.allocs)), index=got.meta.index
+        )
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("Scaling request must be a JSON object")
+    target = body.get("Target") or {}
+    group = target.get("Group") if isinstance(target, dict) else None
+    if not group:
+        raise bad_request("missing task group name")
+    if body.get("Count") is None:
+        raise bad_request("Count must be set (scaling events without a count are not served)")
+    count = whole(body.get("Count"), "Count", high=INT32_MAX)
+    resp = await backend.jobs.Scale(
+        job_pb2.JobScaleRequest(
+            job_id=job_id,
+            namespace=_namespace(request),
+            group=str(group),
+            count=count,
+            message=str(body.get("Message") or ""),
+            enforce_index=bool(body.get("EnforceIndex")),
+            job_modify_index=whole(body.get("JobModifyIndex"), "JobModifyIndex"),
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.register_response(resp), index=resp.index)
+
+
+async def job_dispatch(request: Request) -> Response:
+    body = await json_body(request) or {}
+    if not isinstance(body, dict):
+        raise bad_request("Dispatch request must be a JSON object")
+    payload = body.get("Payload") or ""
+    try:
+        raw = base64.b64decode(payload, validate=True) if payload else b""
+    except (binascii.Error, TypeError):
+        raise bad_request("Payload must be base64") from None
+    meta = body.get("Meta") or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise bad_request("Meta must be an object of strings")
+    resp = await backend_of(request).jobs.Dispatch(
+        job_pb2.JobDispatchRequest(
+            job_id=_job_id(request),
+            namespace=_namespace(request),
+            payload=raw,
+            meta=meta,
+            id_prefix_template=str(body.get("IdPrefixTemplate") or ""),
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    out = {
+        "DispatchedJobID": resp.dispatched_job_id,
+        "EvalID": resp.eval_id,
+        "EvalCreateIndex": resp.eval_create_index,
+        "JobCreateIndex": resp.job_create_index,
+        "Index": resp.index,
+    }
+    return respond(request, out, index=resp.index)
+
+
+async def job_periodic_force(request: Request) -> Response:
+    resp = await backend_of(request).periodic.Force(
+        periodic_pb2.PeriodicForceRequest(job_id=_job_id(request), namespace=_namespace(request)),
+        metadata=metadata_of(request),
+        timeout=60,
+    )
+    out = {"EvalID": resp.eval_id, "EvalCreateIndex": resp.eval_create_index, "Index": resp.index}
+    return respond(request, out, index=resp.index)
+
+
+async def job_revert(request: Request) -> Response:
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("revert request must be a JSON object")
+    if body.get("JobVersion") is None:
+        raise bad_request("JobVersion must be set")
+    version = whole(body.get("JobVersion"), "JobVersion")
+    prior_given = body.get("EnforcePriorVersion") is not None
+    prior = whole(body.get("EnforcePriorVersion"), "EnforcePriorVersion")
+    resp = await backend_of(request).jobs.Revert(
+        job_pb2.JobRevertRequest(
+            job_id=_job_id(request),
+            namespace=_namespace(request),
+            version=version,
+            enforce_prior_version=prior_given,
+            prior_version=prior,
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.register_response(resp), index=resp.index)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/v1/job/{job_id:path}/revert", job_revert, methods=["PUT", "POST"]),
+    Route("/v1/jobs", jobs_list_or_register, methods=["GET", "PUT", "POST"]),
+    Route("/v1/job/{job_id:path}/plan", job_plan, methods=["PUT", "POST"]),
+    Route("/v1/job/{job_id:path}/allocations", job_allocations, methods=["GET"]),
+    Route("/v1/job/{job_id:path}/evaluations", job_evaluations, methods=["GET"]),
+    Route("/v1/job/{job_id:path}/versions", job_versions, methods=["GET"]),
+    Route("/v1/job/{job_id:path}/summary", job_summary, methods=["GET"]),
+    Route("/v1/job/{job_id:path}/scale", job_scale, methods=["GET", "PUT", "POST"]),
+    Route("/v1/job/{job_id:path}/dispatch", job_dispatch, methods=["PUT", "POST"]),
+    Route("/v1/job/{job_id:path}/periodic/force", job_periodic_force, methods=["PUT", "POST"]),
+]
+
+#: the bare /v1/job/{id}; app.py puts it after every module's routes
+FALLBACK: list[BaseRoute] = [
+    Route("/v1/job/{job_id:path}", job, methods=["GET", "PUT", "POST", "DELETE"]),
+]

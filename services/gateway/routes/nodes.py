@@ -1,0 +1,170 @@
+"""/v1/nodes, /v1/node/:id, its drain, eligibility and allocations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from corral.v1 import node_pb2, query_pb2
+from corral.v1 import structs_pb2 as pb
+from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.http import (
+    INT64_MAX,
+    NomadError,
+    QueryOptions,
+    backend_of,
+    bad_request,
+    bool_param,
+    json_body,
+    listing,
+    metadata_of,
+    respond,
+    unserved,
+    whole,
+)
+from services.gateway.mapping import allocs as alloc_map
+from services.gateway.mapping import nodes as node_map
+
+
+async def nodes(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    backend = backend_of(request)
+
+    async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend.nodes.List(
+            node_pb2.NodeListRequest(query=query, status=request.query_params.get("status", "")),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return [node_map.stub(n) for n in resp.nodes], resp.meta
+
+    return await listing(request, q, call)
+
+
+async def node(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).nodes.Get(
+        node_pb2.NodeGetRequest(node_id=request.path_params["node_id"], query=q.proto()),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, node_map.node(resp.node), index=resp.meta.index)
+
+
+async def node_allocations(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).nodes.Allocations(
+        node_pb2.NodeGetRequest(node_id=request.path_params["node_id"], query=q.proto(), all=True),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, [alloc_map.alloc(a) for a in resp.allocs], index=resp.meta.index)
+
+
+#: `nomad node drain -enable`'s default deadline
+DEFAULT_DRAIN_DEADLINE = 3600 * 1_000_000_000
+
+
+def _update_response(resp: node_pb2.NodeUpdateResponse) -> dict[str, Any]:
+    return {
+        "EvalIDs": list(resp.eval_ids) or None,
+        "EvalCreateIndex": resp.eval_create_index,
+        "NodeModifyIndex": resp.node_modify_index,
+        "Index": resp.index,
+        "LastContact": 0,
+        "KnownLeader": True,
+    }
+
+
+def _drain_strategy(data: Any) -> pb.DrainStrategy | None:
+    """Nomad's DrainSpec/DrainStrategy: Deadline ns (-1 = force now, 0 = no
+    deadline), IgnoreSystemJobs; null = stop draining."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise bad_request("DrainSpec must be an object")
+    spec = data.get("DrainSpec", data)
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise bad_request("DrainSpec must be an object")
+    deadline = whole(spec.get("Deadline"), "Deadline", low=-1, high=INT64_MAX)
+    ignore = spec.get("IgnoreSystemJobs", False)
+    if not isinstance(ignore, bool):
+        raise bad_request("IgnoreSystemJobs must be true or false")
+    return pb.DrainStrategy(deadline=deadline, ignore_system_jobs=ignore)
+
+
+async def node_drain(request: Request) -> Response:
+    body = await json_body(request)
+    if body is not None and not isinstance(body, dict):
+        raise bad_request("drain request must be a JSON object")
+    body = body or {}
+    if not body and "enable" in request.query_params:
+        # Nomad's pre-0.8 form (`?enable=true`, still what some clients
+        # send): a drain with Nomad's default one-hour deadline, or none
+        enable = bool_param(request, "enable")
+        body = {"DrainSpec": {"Deadline": DEFAULT_DRAIN_DEADLINE} if enable else None}
+    strategy = _drain_strategy(body.get("DrainSpec"))
+    meta = body.get("Meta") or {}
+    req = node_pb2.NodeUpdateDrainRequest(
+        node_id=request.path_params["node_id"],
+        mark_eligible=bool(body.get("MarkEligible")),
+        meta_message=str(meta.get("message", "")) if isinstance(meta, dict) else "",
+    )
+    if strategy is not None:
+        req.drain_strategy.CopyFrom(strategy)
+    resp = await backend_of(request).nodes.UpdateDrain(
+        req, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    return respond(request, _update_response(resp), index=resp.index)
+
+
+async def node_eligibility(request: Request) -> Response:
+    body = await json_body(request)
+    if not isinstance(body, dict):
+        raise bad_request("eligibility request must be a JSON object")
+    eligibility = body.get("Eligibility")
+    if eligibility not in ("eligible", "ineligible"):
+        raise bad_request(f"invalid scheduling eligibility {eligibility!r}")
+    resp = await backend_of(request).nodes.UpdateEligibility(
+        node_pb2.NodeUpdateEligibilityRequest(
+            node_id=request.path_params["node_id"], eligibility=eligibility
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, _update_response(resp), index=resp.index)
+
+
+async def node_pools(request: Request) -> Response:
+    raise unserved(f"{request.method} /v1/node/pools")
+
+
+async def node_action(request: Request) -> Response:
+    """Nomad's other node actions (purge, evaluate, meta): not served."""
+    from services.gateway.routes.unserved import wrong_method
+
+    if wrong_method(request, skip=NODE_ACTION):
+        raise NomadError(405, "Invalid method")
+    raise unserved(f"{request.method} /v1/node/:id/{request.path_params['action']}")
+
+
+NODE_ACTION = Route(
+    "/v1/node/{node_id}/{action:path}", node_action, methods=["GET", "PUT", "POST", "DELETE"]
+)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/v1/nodes", nodes, methods=["GET"]),
+    Route("/v1/node/pools", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
+    Route("/v1/node/pool/{rest:path}", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
+    Route("/v1/node/{node_id}/allocations", node_allocations, methods=["GET"]),
+    Route("/v1/node/{node_id}/drain", node_drain, methods=["PUT", "POST"]),
+    Route("/v1/node/{node_id}/eligibility", node_eligibility, methods=["PUT", "POST"]),
+    Route("/v1/node/{node_id}", node, methods=["GET"]),
+    NODE_ACTION,
+]

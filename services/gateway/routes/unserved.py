@@ -1,0 +1,62 @@
+"""The end of the route list: Nomad endpoints Corral does not serve answer
+501 with a pointer to docs/http-api.md; a known path with the wrong method
+405 "Invalid method"; any other /v1 path 404, as Nomad."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match, Route
+
+from services.gateway.http import NomadError, unserved
+
+#: path prefixes of Nomad's API that Corral documents as not served
+UNSERVED_PREFIXES: tuple[str, ...] = (
+    "/v1/agent/",
+    "/v1/client/",
+    "/v1/metrics",
+    "/v1/namespace",
+    "/v1/node/pool",
+    "/v1/operator/",
+    "/v1/plugin",
+    "/v1/quota",
+    "/v1/recommendation",
+    "/v1/scaling/",
+    "/v1/search",
+    "/v1/sentinel",
+    "/v1/service",
+    "/v1/system/",
+    "/v1/var",
+    "/v1/volume",
+    "/v1/acl/",
+    "/v1/jobs/",
+)
+
+
+def wrong_method(request: Request, *, skip: BaseRoute | None = None) -> bool:
+    """Whether another route serves this path with other methods."""
+    for route in request.app.router.routes:
+        if route is skip:
+            continue
+        match, _ = route.matches(request.scope)
+        if match is Match.PARTIAL:
+            return True
+    return False
+
+
+async def catch_all(request: Request) -> Response:
+    if wrong_method(request, skip=CATCH_ALL):
+        raise NomadError(405, "Invalid method")
+    path = request.url.path
+    if path.startswith(UNSERVED_PREFIXES):
+        raise unserved(f"{request.method} {path}")
+    raise NomadError(404, f"Invalid URL path: {path}")
+
+
+CATCH_ALL = Route(
+    "/v1/{rest:path}",
+    catch_all,
+    methods=["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"],
+)
+
+ROUTES: list[BaseRoute] = [CATCH_ALL]

@@ -1,0 +1,1101 @@
+// Corral's web UI: reads the gateway's /v1 API (Nomad's shapes) from the
+// browser and stays live from /v1/event/stream (NDJSON), falling back to
+// blocking queries (?index=) where the stream is not served. No build step,
+// no dependency: the pages are server-rendered shells this script fills in.
+"use strict";
+
+const UI = document.body.dataset.ui || "/ui";
+const PAGE = document.body.dataset.page;
+const TOKEN_KEY = "corral.token";
+
+// ------------------------------------------------------------------ API
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// The highest X-Nomad-Index any read answered: the event stream starts
+// there, so a change committed between a page's first read and the stream's
+// start is not missed (a few events seen twice only refresh twice).
+let SEEN_INDEX = 0;
+
+// Every long-lived request (event stream, blocking query, log stream) is
+// aborted when the page goes away: Chromium otherwise keeps their
+// connections, and six of them exhaust the per-host limit so the next page
+// waits for one to time out.
+const PAGE_ABORT = new AbortController();
+window.addEventListener("pagehide", () => PAGE_ABORT.abort());
+window.addEventListener("beforeunload", () => PAGE_ABORT.abort());
+
+function token() {
+  return localStorage.getItem(TOKEN_KEY) || "";
+}
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  const t = token();
+  if (t) h["X-Nomad-Token"] = t;
+  return h;
+}
+
+async function api(path, opts) {
+  opts = opts || {};
+  const init = { method: opts.method || "GET", headers: headers(opts.headers), signal: opts.signal };
+  if (opts.body !== undefined) {
+    init.body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  const resp = await fetch(path, init);
+  const text = await resp.text();
+  if (!resp.ok) {
+    throw new ApiError(resp.status, (text || resp.statusText).trim());
+  }
+  const index = Number(resp.headers.get("X-Nomad-Index") || 0);
+  if (init.method === "GET" && index > SEEN_INDEX) SEEN_INDEX = index;
+  let body = null;
+  if (text) {
+    try {
+      body = JSON.parse(text);
+    } catch (e) {
+      body = text;
+    }
+  }
+  return { body: body, index: index };
+}
+
+async function get(path) {
+  return (await api(path)).body;
+}
+
+function q(params) {
+  const s = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== "") s.append(k, v);
+  }
+  const out = s.toString();
+  return out ? "?" + out : "";
+}
+
+// ------------------------------------------------------------------ DOM
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function $(id) {
+  return document.getElementById(id);
+}
+
+function fill(tableId, rows, empty) {
+  const tbody = $(tableId).querySelector("tbody");
+  const cols = $(tableId).querySelectorAll("thead th").length;
+  tbody.replaceChildren(
+    ...(rows.length ? rows : [h("tr", { class: "empty" }, h("td", { colspan: cols }, empty || "none"))])
+  );
+}
+
+function meta(dlId, pairs) {
+  $(dlId).replaceChildren(...pairs.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+}
+
+function badge(status) {
+  return h("span", { class: "badge s-" + String(status || "unknown").replace(/[^a-z-]/gi, "") }, status || "—");
+}
+
+function link(path, text) {
+  return h("a", { href: UI + path }, text);
+}
+
+function short(id) {
+  return (id || "").slice(0, 8);
+}
+
+function nsq(ns) {
+  return ns && ns !== "default" ? "?namespace=" + encodeURIComponent(ns) : "";
+}
+
+function jobLink(id, ns) {
+  return link("/jobs/" + encodeURIComponent(id) + nsq(ns), id);
+}
+
+function allocLink(id) {
+  return link("/allocations/" + encodeURIComponent(id), short(id));
+}
+
+function evalLink(id) {
+  return link("/evaluations/" + encodeURIComponent(id), short(id));
+}
+
+function nodeLink(id, text) {
+  return link("/nodes/" + encodeURIComponent(id), text || short(id));
+}
+
+// Nomad's times are int64 Unix nanoseconds, or RFC 3339 strings where its
+// struct holds a Go time.Time (Go's zero time = unset): milliseconds or null.
+function millis(t) {
+  if (!t) return null;
+  if (typeof t === "string") {
+    if (t.startsWith("0001-01-01")) return null;
+    const ms = Date.parse(t);
+    return isNaN(ms) ? null : ms;
+  }
+  return Number(t) / 1e6;
+}
+
+function fmtTime(t) {
+  const ms = millis(t);
+  if (ms === null) return "—";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC").replace("Z", " UTC");
+}
+
+function ago(t) {
+  const ms = millis(t);
+  if (ms === null) return "—";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  return Math.round(s / 3600) + " h ago";
+}
+
+function flash(message, kind) {
+  const el = $("flash");
+  el.textContent = message;
+  el.className = "flash " + (kind || "error");
+  el.hidden = false;
+}
+
+function clearFlash() {
+  $("flash").hidden = true;
+}
+
+// An action's failure, 403 included, is shown as the gateway said it.
+async function act(what, fn) {
+  clearFlash();
+  try {
+    const out = await fn();
+    flash(what + ": done", "ok");
+    return out;
+  } catch (e) {
+    flash(what + " refused (" + (e.status || "error") + "): " + e.message);
+    return null;
+  }
+}
+
+function pageError(e) {
+  flash(e.status ? e.status + ": " + e.message : String(e));
+}
+
+// ------------------------------------------------------------------ ACL
+
+// What the token may do, from /ui/api/capabilities (the gateway compiles the
+// token's policies with Corral's own ACL code); elements marked
+// data-needs="<capability>" are hidden when it is not granted.
+let CAPS = null;
+
+async function loadCapabilities(namespace) {
+  const status = $("token-status");
+  try {
+    CAPS = await get(UI + "/api/capabilities" + q({ namespace: namespace || "default" }));
+    if (!CAPS.Enabled) status.textContent = "ACLs off";
+    else if (CAPS.Management) status.textContent = "management token";
+    else if (CAPS.AccessorID === "anonymous") status.textContent = "anonymous";
+    else status.textContent = "token: " + ((CAPS.Policies || []).join(", ") || "no policies");
+  } catch (e) {
+    CAPS = { Enabled: true, Capabilities: {} };
+    status.textContent = e.status === 403 ? "token refused: " + e.message : "";
+  }
+  for (const el of document.querySelectorAll("[data-needs]")) {
+    el.hidden = !allowed(el.dataset.needs);
+  }
+}
+
+function allowed(cap) {
+  return !CAPS || !CAPS.Enabled || CAPS.Management || Boolean((CAPS.Capabilities || {})[cap]);
+}
+
+function setupToken() {
+  const input = $("token-input");
+  input.value = token();
+  $("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    localStorage.setItem(TOKEN_KEY, input.value.trim());
+    location.reload();
+  });
+  $("token-clear").addEventListener("click", () => {
+    localStorage.removeItem(TOKEN_KEY);
+    location.reload();
+  });
+}
+
+// ------------------------------------------------------------------ live
+
+// Refresh at most once per animation burst however many events arrive.
+function debounced(fn, ms) {
+  let timer = null;
+  let running = false;
+  let again = false;
+  const run = async () => {
+    timer = null;
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      await fn();
+    } catch (e) {
+      pageError(e);
+    } finally {
+      running = false;
+      if (again) {
+        again = false;
+        schedule();
+      }
+    }
+  };
+  const schedule = () => {
+    if (timer === null) timer = setTimeout(run, ms);
+  };
+  return schedule;
+}
+
+function setLive(state, text) {
+  const el = $("live");
+  el.dataset.live = state;
+  el.textContent = text;
+}
+
+// Follow /v1/event/stream for `topics` ("Job:*", "Allocation:<job>" ...),
+// calling onEvents with each non-empty batch; where the stream is not served,
+// long-poll `fallback` (a list path) with blocking queries instead.
+async function follow(topics, onEvents, fallback) {
+  let index = SEEN_INDEX;
+  for (;;) {
+    try {
+      const params = new URLSearchParams();
+      for (const t of topics) params.append("topic", t);
+      // Nomad's index=N streams from N on: start after what is shown
+      if (index) params.append("index", index + 1);
+      const resp = await fetch("/v1/event/stream?" + params.toString(), {
+        headers: headers(),
+        signal: PAGE_ABORT.signal,
+      });
+      if (!resp.ok) {
+        const text = (await resp.text()).trim();
+        if (resp.status === 404 || resp.status === 405 || resp.status === 501) {
+          return poll(fallback, onEvents);
+        }
+        throw new ApiError(resp.status, text);
+      }
+      setLive("stream", "live · event stream");
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let nl;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl).trim();
+          buf = buf.slice(nl + 1);
+          if (!line) continue;
+          const msg = JSON.parse(line);
+          if (msg.Index) index = msg.Index;
+          if (msg.Events && msg.Events.length) onEvents(msg.Events);
+        }
+      }
+      setLive("reconnecting", "stream ended · reconnecting");
+    } catch (e) {
+      if (PAGE_ABORT.signal.aborted) return;
+      setLive("error", "event stream: " + (e.message || e) + " · retrying");
+    }
+    await pause(2000);
+  }
+}
+
+function pause(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// Nomad-style blocking queries: each answer past `index` is a change.
+async function poll(path, onEvents) {
+  if (!path) {
+    setLive("off", "not live");
+    return;
+  }
+  setLive("poll", "live · blocking queries");
+  let index = 0;
+  for (;;) {
+    const started = Date.now();
+    try {
+      const sep = path.includes("?") ? "&" : "?";
+      const res = await api(path + sep + "index=" + index + "&wait=30s", { signal: PAGE_ABORT.signal });
+      if (res.index !== index) {
+        // the first answer is news only if it is past what the page read
+        if (index || res.index > SEEN_INDEX) onEvents([]);
+        index = res.index;
+      }
+    } catch (e) {
+      if (PAGE_ABORT.signal.aborted) return;
+      setLive("error", "blocking query: " + e.message + " · retrying");
+      await pause(2000);
+    }
+    // a gateway that does not block answers at once: do not spin
+    if (Date.now() - started < 500) await pause(1000);
+  }
+}
+
+// ------------------------------------------------------------------ pages
+
+const PAGES = {};
+
+// -------- overview
+
+PAGES.overview = async function () {
+  const WINDOW_S = 10;
+  // Placements: allocations created (an Allocation event at the alloc's
+  // own CreateIndex) in the last WINDOW_S seconds. Where only blocking
+  // queries are served, allocations new to the list count instead.
+  const placed = []; // ms of each placement
+  const known = new Set(); // alloc ids already seen
+  let listed = false;
+  const place = (id) => {
+    if (known.has(id)) return;
+    known.add(id);
+    placed.push(Date.now());
+  };
+  const rate = () => {
+    const cut = Date.now() - WINDOW_S * 1000;
+    while (placed.length && placed[0] < cut) placed.shift();
+    $("placements-rate").textContent = (placed.length / WINDOW_S).toFixed(1);
+  };
+  $("placements-window").textContent = WINDOW_S;
+
+  const stats = async () => {
+    try {
+      const s = await get(UI + "/api/overview");
+      $("stats-error").hidden = true;
+      const b = s.Broker;
+      if (b) {
+        const rows = [
+          ["ready", b.TotalReady],
+          ["unacked", b.TotalUnacked],
+          ["blocked", b.TotalBlocked],
+          ["delayed", b.DelayedEvals],
+          ["waiting", b.TotalWaiting],
+          ["failed", b.TotalFailed],
+        ];
+        for (const [sched, v] of Object.entries(b.ByScheduler || {})) {
+          rows.push([sched + " ready/unacked", v.Ready + " / " + v.Unacked]);
+        }
+        meta("broker", rows);
+      } else meta("broker", [["", s.BrokerError || "no broker address configured"]]);
+      const p = s.Plan;
+      if (p) {
+        meta("planner", [
+          ["queue depth", p.QueueDepth],
+          ["plans applied", p.PlansApplied],
+          ["partial plans", p.PlansPartial],
+          ["commits", p.Commits],
+        ]);
+      } else meta("planner", [["", s.PlanError || "no planner address configured"]]);
+    } catch (e) {
+      $("stats-error").hidden = false;
+      $("stats-error").textContent = "cluster stats: " + e.message;
+    }
+  };
+  const cluster = async () => {
+    const [jobs, nodes, allocs] = await Promise.all([
+      get("/v1/jobs?namespace=*"),
+      get("/v1/nodes"),
+      get("/v1/allocations?namespace=*"),
+    ]);
+    for (const a of allocs) {
+      if (listed) place(a.ID);
+      else known.add(a.ID);
+    }
+    listed = true;
+    rate();
+    const running = allocs.filter((a) => a.ClientStatus === "running").length;
+    meta("cluster", [
+      ["jobs", jobs.length],
+      ["nodes ready", nodes.filter((n) => n.Status === "ready").length + " of " + nodes.length],
+      ["allocations running", running + " of " + allocs.length],
+    ]);
+  };
+  await Promise.all([stats(), cluster()]);
+  setInterval(stats, 2000);
+  setInterval(rate, 1000);
+  const refresh = debounced(cluster, 250);
+  follow(
+    ["Allocation:*", "Node:*", "Job:*"],
+    (events) => {
+      for (const ev of events) {
+        const a = ev.Payload && ev.Payload.Allocation;
+        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index) place(a.ID);
+      }
+      rate();
+      refresh();
+    },
+    "/v1/allocations?namespace=*"
+  );
+};
+
+// -------- jobs
+
+function groupCounts(summary) {
+  const total = { Queued: 0, Starting: 0, Running: 0, Failed: 0, Complete: 0, Lost: 0 };
+  for (const g of Object.values((summary && summary.Summary) || {})) {
+    for (const k of Object.keys(total)) total[k] += g[k] || 0;
+  }
+  return total;
+}
+
+PAGES.jobs = async function () {
+  const load = async () => {
+    const jobs = await get("/v1/jobs?namespace=*");
+    fill(
+      "jobs",
+      jobs.map((j) => {
+        const c = groupCounts(j.JobSummary);
+        return h(
+          "tr",
+          { "data-job": j.ID },
+          h("td", {}, jobLink(j.ID, j.Namespace)),
+          h("td", {}, j.Namespace),
+          h("td", {}, j.Type),
+          h("td", {}, j.Priority),
+          h("td", {}, badge(j.Status)),
+          h("td", {}, Object.keys((j.JobSummary && j.JobSummary.Summary) || {}).length),
+          h("td", { class: "counts" }, countsText(c))
+        );
+      }),
+      "no jobs yet"
+    );
+  };
+  await load();
+  setupRegister();
+  follow(["Job:*"], debounced(load, 250), "/v1/jobs?namespace=*");
+};
+
+function countsText(c) {
+  const parts = [];
+  for (const k of ["Running", "Starting", "Queued", "Failed", "Complete", "Lost"]) {
+    if (c[k]) parts.push(c[k] + " " + k.toLowerCase());
+  }
+  return parts.join(", ") || "—";
+}
+
+function setupRegister() {
+  $("register-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const format = document.querySelector("input[name=format]:checked").value;
+    const text = $("jobspec").value;
+    const out = $("register-result");
+    out.textContent = "submitting…";
+    const result = await act("Run job", async () => {
+      let job;
+      if (format === "hcl") {
+        job = (await api("/v1/jobs/parse", { method: "POST", body: { JobHCL: text, Canonicalize: true } })).body;
+      } else {
+        let parsed;
+        try {
+          parsed = JSON.parse(text);
+        } catch (e) {
+          throw new ApiError(400, "the job is not valid JSON: " + e.message);
+        }
+        job = parsed.Job || parsed;
+      }
+      const res = (await api("/v1/jobs", { method: "POST", body: { Job: job } })).body;
+      return { job: job, res: res };
+    });
+    if (result) {
+      out.textContent = "";
+      out.append("registered ", jobLink(result.job.ID, result.job.Namespace), " · eval ", evalLink(result.res.EvalID));
+    } else out.textContent = "";
+  });
+}
+
+PAGES.job = async function () {
+  const id = document.body.dataset.job;
+  const ns = document.body.dataset.namespace || "default";
+  const base = "/v1/job/" + encodeURIComponent(id);
+  const nsp = "namespace=" + encodeURIComponent(ns);
+  await loadCapabilities(ns);
+
+  const load = async () => {
+    const [job, summary, allocs, evals, deployments, versions] = await Promise.all([
+      get(base + "?" + nsp),
+      get(base + "/summary?" + nsp).catch(() => null),
+      get(base + "/allocations?" + nsp),
+      get(base + "/evaluations?" + nsp),
+      get(base + "/deployments?" + nsp).catch(() => []),
+      get(base + "/versions?diffs=true&" + nsp).catch(() => null),
+    ]);
+    meta("job-meta", [
+      ["Status", badge(job.Stop ? "stopped" : job.Status)],
+      ["Type", job.Type],
+      ["Namespace", job.Namespace],
+      ["Priority", job.Priority],
+      ["Version", job.Version],
+      ["Datacenters", (job.Datacenters || []).join(", ")],
+      ["Submitted", fmtTime(job.SubmitTime)],
+    ]);
+    const sums = (summary && summary.Summary) || {};
+    fill(
+      "groups",
+      (job.TaskGroups || []).map((g) => {
+        const s = sums[g.Name] || {};
+        return h(
+          "tr",
+          { "data-group": g.Name },
+          h("td", {}, g.Name),
+          h("td", {}, g.Count),
+          ...["Queued", "Starting", "Running", "Failed", "Complete", "Lost"].map((k) =>
+            h("td", { class: "num", "data-count": k.toLowerCase() }, s[k] || 0)
+          )
+        );
+      })
+    );
+    allocs.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
+    fill(
+      "allocs",
+      allocs.map((a) =>
+        h(
+          "tr",
+          { "data-alloc": a.ID, "data-status": a.ClientStatus },
+          h("td", {}, allocLink(a.ID)),
+          h("td", {}, a.TaskGroup),
+          h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
+          h("td", {}, a.JobVersion),
+          h("td", {}, a.DesiredStatus),
+          h("td", {}, badge(a.ClientStatus)),
+          h("td", {}, ago(a.ModifyTime))
+        )
+      ),
+      "no allocations"
+    );
+    fill(
+      "deployments",
+      (deployments || []).map((d) => deploymentRow(d, load)),
+      "no deployments"
+    );
+    evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
+    fill(
+      "evals",
+      evals.map((e) =>
+        h(
+          "tr",
+          { "data-eval": e.ID },
+          h("td", {}, evalLink(e.ID)),
+          h("td", {}, e.TriggeredBy),
+          h("td", {}, badge(e.Status)),
+          h("td", {}, fmtTime(e.CreateTime))
+        )
+      ),
+      "no evaluations"
+    );
+    renderVersions(versions);
+  };
+  await load();
+  follow(
+    ["Job:" + id, "Allocation:" + id, "Evaluation:" + id, "Deployment:" + id],
+    debounced(load, 200),
+    base + "/allocations?" + nsp
+  );
+};
+
+function deploymentRow(d, reload) {
+  const groups = Object.entries(d.TaskGroups || {}).map(
+    ([name, g]) =>
+      name + ": " + (g.HealthyAllocs || 0) + "/" + (g.DesiredTotal || 0) + " healthy" +
+      (g.DesiredCanaries ? ", " + (g.PlacedCanaries || []).length + "/" + g.DesiredCanaries + " canaries" + (g.Promoted ? " promoted" : "") : "")
+  );
+  const waiting = Object.values(d.TaskGroups || {}).filter((g) => g.DesiredCanaries > 0 && !g.Promoted);
+  // as the state refuses a promotion until every canary is placed and
+  // healthy, the button shows from then on (before: what it waits for)
+  const ready = waiting.every(
+    (g) => (g.PlacedCanaries || []).length >= g.DesiredCanaries && (g.HealthyAllocs || 0) >= g.DesiredCanaries
+  );
+  const promote =
+    d.Status === "running" && waiting.length && !ready
+      ? h("span", { class: "muted" }, "canaries not yet healthy")
+      : d.Status === "running" && waiting.length && allowed("submit-job")
+      ? h(
+          "button",
+          {
+            type: "button",
+            class: "promote",
+            onclick: async () => {
+              await act("Promote", () =>
+                api("/v1/deployment/promote/" + encodeURIComponent(d.ID), {
+                  method: "POST",
+                  body: { DeploymentID: d.ID, All: true },
+                })
+              );
+              reload();
+            },
+          },
+          "Promote"
+        )
+      : "";
+  return h(
+    "tr",
+    { "data-deployment": d.ID },
+    h("td", {}, short(d.ID)),
+    h("td", {}, d.JobVersion),
+    h("td", {}, badge(d.Status), d.StatusDescription ? h("div", { class: "muted" }, d.StatusDescription) : ""),
+    h("td", {}, groups.join("; ")),
+    h("td", {}, promote)
+  );
+}
+
+// Versions newest first, each with its diff against the one before: the
+// gateway's Diffs when it sends them, else computed here field by field.
+function renderVersions(data) {
+  const box = $("versions");
+  if (!data) {
+    box.replaceChildren(h("p", { class: "muted" }, "versions unavailable"));
+    return;
+  }
+  const versions = (data.Versions || []).slice().sort((a, b) => b.Version - a.Version);
+  box.replaceChildren(
+    ...versions.map((v, i) => {
+      const prev = versions[i + 1];
+      const lines = prev ? diffLines(prev, v) : [];
+      return h(
+        "details",
+        { class: "version", open: i === 0 ? true : undefined, "data-version": v.Version },
+        h("summary", {}, "Version " + v.Version, " · ", fmtTime(v.SubmitTime), v.Stable ? " · stable" : "", prev ? " · " + lines.length + " change(s)" : " · first version"),
+        prev
+          ? h("pre", { class: "diff" }, ...lines.map((l) => h("span", { class: l[0] === "+" ? "add" : l[0] === "-" ? "del" : "mod" }, l + "\n")))
+          : ""
+      );
+    })
+  );
+}
+
+const VOLATILE = new Set(["Version", "ModifyIndex", "JobModifyIndex", "SubmitTime", "Stable", "CreateIndex", "Status", "StatusDescription"]);
+
+function diffLines(a, b, path, out) {
+  out = out || [];
+  path = path || "";
+  const keys = new Set([...Object.keys(a || {}), ...Object.keys(b || {})]);
+  for (const k of [...keys].sort()) {
+    if (!path && VOLATILE.has(k)) continue;
+    const x = a ? a[k] : undefined;
+    const y = b ? b[k] : undefined;
+    const p = path ? path + "." + k : k;
+    if (isObj(x) && isObj(y)) diffLines(x, y, p, out);
+    else if (Array.isArray(x) && Array.isArray(y) && x.length === y.length && x.every(isObj)) {
+      x.forEach((xi, i) => diffLines(xi, y[i], p + "[" + (xi && xi.Name ? xi.Name : i) + "]", out));
+    } else if (JSON.stringify(x) !== JSON.stringify(y)) {
+      if (x === undefined || x === null) out.push("+ " + p + ": " + JSON.stringify(y));
+      else if (y === undefined || y === null) out.push("- " + p + ": " + JSON.stringify(x));
+      else out.push("~ " + p + ": " + JSON.stringify(x) + " → " + JSON.stringify(y));
+    }
+  }
+  return out;
+}
+
+function isObj(v) {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+// -------- allocation
+
+PAGES.alloc = async function () {
+  const id = document.body.dataset.alloc;
+  let logsTask = null;
+  let logsAbort = null;
+  const load = async () => {
+    const a = await get("/v1/allocation/" + encodeURIComponent(id));
+    $("title").textContent = "Allocation " + a.Name;
+    if (CAPS === null) await loadCapabilities(a.Namespace);
+    meta("alloc-meta", [
+      ["ID", a.ID],
+      ["Job", jobLink(a.JobID, a.Namespace)],
+      ["Group", a.TaskGroup],
+      ["Node", nodeLink(a.NodeID, a.NodeName || short(a.NodeID))],
+      ["Eval", evalLink(a.EvalID)],
+      ["Desired", a.DesiredStatus],
+      ["Status", badge(a.ClientStatus)],
+      ["Description", a.ClientDescription || "—"],
+    ]);
+    const states = a.TaskStates || {};
+    const names = Object.keys(states).sort();
+    $("tasks").replaceChildren(
+      ...(names.length
+        ? names.map((name) => {
+            const s = states[name];
+            return h(
+              "section",
+              { class: "task", "data-task": name },
+              h("h3", {}, name, " ", badge(s.State), s.Failed ? badge("failed") : "", s.Restarts ? h("span", { class: "muted" }, " " + s.Restarts + " restart(s)") : ""),
+              h(
+                "table",
+                { class: "list" },
+                h("thead", {}, h("tr", {}, h("th", {}, "Time"), h("th", {}, "Type"), h("th", {}, "Message"))),
+                h(
+                  "tbody",
+                  {},
+                  ...(s.Events || [])
+                    .slice()
+                    .reverse()
+                    .map((e) => h("tr", {}, h("td", {}, fmtTime(e.Time)), h("td", {}, e.Type), h("td", {}, e.DisplayMessage || e.Message || "")))
+                )
+              )
+            );
+          })
+        : [h("p", { class: "muted" }, "no task has reported yet")])
+    );
+    const sel = $("logs-task");
+    const current = sel.value;
+    const taskNames = names.length ? names : Object.keys(a.TaskResources || {}).sort();
+    if (sel.options.length !== taskNames.length) {
+      sel.replaceChildren(...taskNames.map((n) => h("option", { value: n }, n)));
+      if (current) sel.value = current;
+    }
+    if (logsTask === null && taskNames.length && allowed("read-logs")) startLogs();
+  };
+  const startLogs = () => {
+    if (logsAbort) logsAbort.abort();
+    logsTask = $("logs-task").value;
+    logsAbort = new AbortController();
+    PAGE_ABORT.signal.addEventListener("abort", () => logsAbort.abort());
+    streamLogs(id, logsTask, $("logs-type").value, logsAbort.signal);
+  };
+  $("logs-task").addEventListener("change", startLogs);
+  $("logs-type").addEventListener("change", startLogs);
+  await load();
+  follow(["Allocation:*"], debounced(load, 200), "/v1/allocation/" + encodeURIComponent(id));
+};
+
+// Live logs: /v1/client/fs/logs with follow=true&plain=true, appended as they
+// arrive; a dropped stream resumes from the bytes already shown.
+async function streamLogs(allocId, task, type, signal) {
+  const pre = $("logs");
+  const status = $("logs-status");
+  pre.textContent = "";
+  let offset = 0;
+  const decoder = new TextDecoder();
+  while (!signal.aborted) {
+    try {
+      const path =
+        "/v1/client/fs/logs/" + encodeURIComponent(allocId) +
+        q({ task: task, type: type, follow: "true", plain: "true", origin: "start", offset: offset });
+      const resp = await fetch(path, { headers: headers(), signal: signal });
+      if (!resp.ok) {
+        status.textContent = resp.status + ": " + (await resp.text()).trim();
+        if (resp.status === 403 || resp.status === 400) return;
+      } else {
+        status.textContent = "following";
+        const reader = resp.body.getReader();
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          offset += value.length;
+          const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+          pre.append(decoder.decode(value, { stream: true }));
+          if (atBottom) pre.scrollTop = pre.scrollHeight;
+        }
+        status.textContent = "log stream ended · reconnecting";
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+      status.textContent = "logs: " + (e.message || e) + " · retrying";
+    }
+    await pause(2000);
+  }
+}
+
+// -------- evaluations
+
+PAGES.evals = async function () {
+  const load = async () => {
+    const evals = await get("/v1/evaluations?namespace=*&per_page=200");
+    evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
+    fill(
+      "evals",
+      evals.map((e) =>
+        h(
+          "tr",
+          { "data-eval": e.ID },
+          h("td", {}, evalLink(e.ID)),
+          h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
+          h("td", {}, e.Type),
+          h("td", {}, e.TriggeredBy),
+          h("td", {}, e.Priority),
+          h("td", {}, badge(e.Status)),
+          h("td", {}, fmtTime(e.CreateTime))
+        )
+      ),
+      "no evaluations"
+    );
+  };
+  await load();
+  follow(["Evaluation:*"], debounced(load, 250), "/v1/evaluations?namespace=*");
+};
+
+PAGES.eval = async function () {
+  const id = document.body.dataset.eval;
+  const load = async () => {
+    const [ev, allocs, j] = await Promise.all([
+      get("/v1/evaluation/" + encodeURIComponent(id)),
+      // related=true: the gateway's skeleton fills the allocs only with it
+      get("/v1/evaluation/" + encodeURIComponent(id) + "/allocations?related=true"),
+      get(UI + "/api/evaluation/" + encodeURIComponent(id) + "/journey"),
+    ]);
+    meta("eval-meta", [
+      ["ID", ev.ID],
+      ["Job", ev.JobID ? jobLink(ev.JobID, ev.Namespace) : "—"],
+      ["Type", ev.Type],
+      ["Triggered by", ev.TriggeredBy],
+      ["Status", badge(ev.Status)],
+      ["Description", ev.StatusDescription || "—"],
+      ["Node", ev.NodeID ? nodeLink(ev.NodeID) : "—"],
+      ["Previous / next / blocked", [ev.PreviousEval, ev.NextEval, ev.BlockedEval].filter(Boolean).map((x) => evalLink(x)).flatMap((x) => [x, " "])],
+    ]);
+    renderJourney(j);
+    fill(
+      "allocs",
+      allocs.map((a) =>
+        h(
+          "tr",
+          { "data-alloc": a.ID },
+          h("td", {}, allocLink(a.ID)),
+          h("td", {}, a.TaskGroup),
+          h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
+          h("td", {}, badge(a.ClientStatus)),
+          h("td", {}, fmtTime(a.CreateTime))
+        )
+      ),
+      "none"
+    );
+  };
+  await load();
+  follow(["Evaluation:*", "Allocation:*"], debounced(load, 300), "/v1/evaluation/" + encodeURIComponent(id) + "/allocations");
+};
+
+function renderJourney(j) {
+  const stages = j.Stages || [];
+  const t0 = stages.length && stages[0].Time ? stages[0].Time : null;
+  $("timeline").replaceChildren(
+    ...stages.map((s) =>
+      h(
+        "li",
+        { class: s.Time ? "done" : "unknown", "data-stage": s.Name },
+        h("span", { class: "dot" }),
+        h("strong", {}, s.Name),
+        h(
+          "span",
+          { class: "when" },
+          s.Time ? fmtTime(s.Time) + (t0 && s.Time !== t0 ? " (+" + ((s.Time - t0) / 1e6).toFixed(1) + " ms)" : "") : "—"
+        ),
+        h("span", { class: "index" }, s.Index ? "index " + s.Index : ""),
+        s.Note ? h("span", { class: "note muted" }, s.Note) : ""
+      )
+    )
+  );
+  const trace = $("trace");
+  trace.replaceChildren();
+  if (j.TraceID) {
+    trace.append("Trace ", j.TraceURL ? h("a", { href: j.TraceURL, id: "trace-link" }, j.TraceID) : h("code", { id: "trace-id" }, j.TraceID));
+  } else trace.append("no trace context was recorded for this eval");
+}
+
+// -------- nodes
+
+PAGES.nodes = async function () {
+  const load = async () => {
+    const nodes = await get("/v1/nodes");
+    nodes.sort((a, b) => a.Name.localeCompare(b.Name));
+    fill(
+      "nodes",
+      nodes.map((n) =>
+        h(
+          "tr",
+          { "data-node": n.ID },
+          h("td", {}, nodeLink(n.ID)),
+          h("td", {}, n.Name),
+          h("td", {}, n.Datacenter),
+          h("td", {}, n.NodeClass || "—"),
+          h("td", {}, badge(n.Status)),
+          h("td", {}, n.SchedulingEligibility),
+          h("td", {}, n.Drain ? badge("draining") : "no")
+        )
+      ),
+      "no nodes registered"
+    );
+  };
+  await load();
+  follow(["Node:*"], debounced(load, 250), "/v1/nodes");
+};
+
+function allocUsage(a) {
+  // Nomad's AllocatedResources (per task) or the older Resources total
+  let cpu = 0;
+  let mem = 0;
+  let disk = 0;
+  const ar = a.AllocatedResources;
+  if (ar && ar.Tasks) {
+    for (const t of Object.values(ar.Tasks)) {
+      cpu += (t.Cpu && t.Cpu.CpuShares) || 0;
+      mem += (t.Memory && t.Memory.MemoryMB) || 0;
+    }
+    disk = (ar.Shared && ar.Shared.DiskMB) || 0;
+  } else if (a.Resources) {
+    cpu = a.Resources.CPU || 0;
+    mem = a.Resources.MemoryMB || 0;
+    disk = a.Resources.DiskMB || 0;
+  }
+  return { cpu: cpu, mem: mem, disk: disk };
+}
+
+function nodeTotals(n) {
+  const nr = n.NodeResources;
+  const rr = n.ReservedResources;
+  if (nr) {
+    return {
+      total: { cpu: (nr.Cpu && nr.Cpu.CpuShares) || 0, mem: (nr.Memory && nr.Memory.MemoryMB) || 0, disk: (nr.Disk && nr.Disk.DiskMB) || 0 },
+      reserved: {
+        cpu: (rr && rr.Cpu && rr.Cpu.CpuShares) || 0,
+        mem: (rr && rr.Memory && rr.Memory.MemoryMB) || 0,
+        disk: (rr && rr.Disk && rr.Disk.DiskMB) || 0,
+      },
+    };
+  }
+  const r = n.Resources || {};
+  const v = n.Reserved || {};
+  return {
+    total: { cpu: r.CPU || 0, mem: r.MemoryMB || 0, disk: r.DiskMB || 0 },
+    reserved: { cpu: v.CPU || 0, mem: v.MemoryMB || 0, disk: v.DiskMB || 0 },
+  };
+}
+
+PAGES.node = async function () {
+  const id = document.body.dataset.node;
+  await loadCapabilities("default");
+  const base = "/v1/node/" + encodeURIComponent(id);
+  const load = async () => {
+    const [n, allocs] = await Promise.all([get(base), get(base + "/allocations")]);
+    $("title").textContent = "Node " + n.Name;
+    meta("node-meta", [
+      ["ID", n.ID],
+      ["Datacenter", n.Datacenter],
+      ["Class", n.NodeClass || "—"],
+      ["Address", n.HTTPAddr || "—"],
+      ["Status", badge(n.Status)],
+      ["Eligibility", h("span", { id: "eligibility" }, n.SchedulingEligibility)],
+      ["Drain", h("span", { id: "drain" }, n.Drain ? "draining" : "no")],
+    ]);
+    const live = allocs.filter((a) => a.DesiredStatus === "run" && !["complete", "failed", "lost"].includes(a.ClientStatus));
+    const used = { cpu: 0, mem: 0, disk: 0 };
+    for (const a of live) {
+      const u = allocUsage(a);
+      used.cpu += u.cpu;
+      used.mem += u.mem;
+      used.disk += u.disk;
+    }
+    const t = nodeTotals(n);
+    fill(
+      "resources",
+      [
+        ["CPU", "cpu", "MHz"],
+        ["Memory", "mem", "MiB"],
+        ["Disk", "disk", "MiB"],
+      ].map(([label, k, unit]) => {
+        const avail = Math.max(t.total[k] - t.reserved[k], 0);
+        const free = avail - used[k];
+        const pct = avail ? Math.min(100, Math.round((100 * used[k]) / avail)) : 0;
+        return h(
+          "tr",
+          { "data-resource": k },
+          h("td", {}, label),
+          h("td", { class: "num" }, t.total[k] + " " + unit),
+          h("td", { class: "num" }, t.reserved[k] + " " + unit),
+          h("td", { class: "num used" }, used[k] + " " + unit),
+          h("td", { class: "num free" }, free + " " + unit),
+          h("td", { class: "bar" }, h("span", { style: "width:" + pct + "%" }), h("em", {}, pct + "%"))
+        );
+      })
+    );
+    allocs.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
+    fill(
+      "allocs",
+      allocs.map((a) => {
+        const u = allocUsage(a);
+        return h(
+          "tr",
+          { "data-alloc": a.ID },
+          h("td", {}, allocLink(a.ID)),
+          h("td", {}, jobLink(a.JobID, a.Namespace)),
+          h("td", {}, a.TaskGroup),
+          h("td", {}, a.DesiredStatus),
+          h("td", {}, badge(a.ClientStatus)),
+          h("td", { class: "num" }, u.cpu),
+          h("td", { class: "num" }, u.mem)
+        );
+      }),
+      "no allocations"
+    );
+    const drain = $("drain-toggle");
+    drain.textContent = n.Drain ? "Stop drain" : "Drain";
+    drain.onclick = () =>
+      act(n.Drain ? "Stop drain" : "Drain", () =>
+        api(base + "/drain", {
+          method: "POST",
+          body: n.Drain
+            ? { DrainSpec: null, MarkEligible: true }
+            : { DrainSpec: { Deadline: 3600 * 1e9, IgnoreSystemJobs: false }, MarkEligible: false },
+        })
+      ).then(load);
+    const elig = $("eligibility-toggle");
+    const eligible = n.SchedulingEligibility === "eligible";
+    elig.textContent = eligible ? "Mark ineligible" : "Mark eligible";
+    elig.onclick = () =>
+      act(eligible ? "Mark ineligible" : "Mark eligible", () =>
+        api(base + "/eligibility", { method: "POST", body: { Eligibility: eligible ? "ineligible" : "eligible" } })
+      ).then(load);
+  };
+  await load();
+  follow(["Node:" + id, "Allocation:*"], debounced(load, 250), base);
+};
+
+// ------------------------------------------------------------------ start
+
+async function start() {
+  setupToken();
+  const ownCaps = ["job", "node"].includes(PAGE) || PAGE === "alloc";
+  if (!ownCaps) await loadCapabilities("default");
+  const page = PAGES[PAGE];
+  if (!page) {
+    setLive("off", "");
+    return;
+  }
+  try {
+    await page();
+    document.body.dataset.ready = "true";
+  } catch (e) {
+    pageError(e);
+    setLive("error", e.status === 403 ? "not live: this token may not read this page (see the token box)" : "not live");
+    document.body.dataset.ready = "error";
+  }
+}
+
+start();
