@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 
 #: the roles in the order of their metrics ports
-ROLES = ("state", "broker", "planner", "worker", "agent")
+ROLES = ("state", "broker", "planner", "worker", "agent", "gateway")
 DEFAULT_METRICS_PORT = 9646
 SCRAPE_FILE = "prometheus.yml"
 RULES_DIR = Path(__file__).resolve().parents[1] / "deploy" / "observability" / "rules"

@@ -9,6 +9,12 @@ the retained change log (OUT_OF_RANGE) it re-bootstraps.
 `wait_for_index` is event-driven — it wakes when the feed applies the index
 (the "potential optimization" the seed's waitForIndex mentions), it never
 sleeps in a loop — and returns an immutable snapshot that is O(1) to take.
+
+A replica asks for a view of the feed (`corral/feed_view.py`): by default
+every topic with allocs less their placement metrics, which no replica
+reads; the broker's asks for fewer topics and a status view of allocs. Its
+snapshot and its subscription ask for the same view, so it holds the same
+whether it bootstrapped or resumed.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from collections.abc import Callable
 import grpc
 from prometheus_client import Gauge
 
-from corral import security
+from corral import feed_view, security
+from corral.feed_view import FeedView
 from corral.store import StateSnapshot, StateStore
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -49,9 +56,11 @@ class Replica:
         name: str = "replica",
         reconnect_backoff: float = 0.1,
         max_backoff: float = 1.0,
+        view: FeedView | None = None,
     ) -> None:
         self.state_addr = state_addr
         self.name = name
+        self.view = view or FeedView.of(alloc_view=feed_view.SCHEDULING)
         # a replica's readers never look at placement metrics: keep allocs lean
         self._store = StateStore(lean=True)
         self._advanced = asyncio.Event()
@@ -168,7 +177,12 @@ class Replica:
         }
         config = pb.SchedulerConfiguration()
         first = True
-        chunks = stub.Snapshot(state_pb2.SnapshotRequest(chunk_size=2000), wait_for_ready=True)
+        request = state_pb2.SnapshotRequest(
+            chunk_size=2000,
+            topics=sorted(self.view.topics),
+            alloc_view=self.view.alloc_view,  # type: ignore[arg-type]
+        )
+        chunks = stub.Snapshot(request, wait_for_ready=True)
         async for chunk in chunks:
             if first:
                 index = chunk.index
@@ -198,9 +212,12 @@ class Replica:
         broken_at: float | None = None
         while not self._stopping.is_set():
             try:
-                stream = stub.Subscribe(
-                    state_pb2.SubscribeRequest(from_index=self._store.index), wait_for_ready=True
+                request = state_pb2.SubscribeRequest(
+                    from_index=self._store.index,
+                    topics=sorted(self.view.topics),
+                    alloc_view=self.view.alloc_view,  # type: ignore[arg-type]
                 )
+                stream = stub.Subscribe(request, wait_for_ready=True)
                 async for batch in stream:
                     if broken_at is not None:
                         self._resumed(broken_at)

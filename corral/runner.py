@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from corral import security, telemetry
+from corral import event_loop, security, telemetry
 from corral.acl_resolve import RemoteResolver
 from corral.errors import ConfigError
 from corral.leader import LeaderElection
@@ -155,7 +155,7 @@ def run(settings: P, build: Build[P]) -> int:
     """Serve until stopped; settings it cannot start with end the process
     with status 2 and one log line, no traceback."""
     try:
-        return asyncio.run(serve(settings, build))
+        return event_loop.run(serve(settings, build), settings.event_loop)
     except ConfigError as exc:
         log.error("%s cannot start: %s", settings.ROLE, exc)
         return 2

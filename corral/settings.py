@@ -268,6 +268,9 @@ class ProcessSettings(Settings):
     log_format: Annotated[Literal["json", "text"], Option(env="CORRAL_LOG_FORMAT")] = Field(
         "json", description="log lines as JSON or plain text"
     )
+    event_loop: Annotated[Literal["uvloop", "asyncio"], Option(env="CORRAL_EVENT_LOOP")] = Field(
+        "uvloop", description="the process's asyncio event loop: uvloop (less CPU) or asyncio's own"
+    )
 
 
 class ServerSettings(ProcessSettings):

@@ -345,6 +345,43 @@ def agent() -> list[Panel]:
     ]
 
 
+def gateway() -> list[Panel]:
+    requests = of_role("rate(corral_http_requests_total[5m])", "gateway")
+    errors = of_role('rate(corral_http_requests_total{code=~"5.."}[5m])', "gateway")
+    latency = of_role(
+        'rate(corral_http_request_seconds_bucket{route!~".*stream.*"}[5m])', "gateway"
+    )
+    client = of_role("rate(grpc_client_handled_total[5m])", "gateway")
+    return [
+        Panel(
+            "HTTP requests per second by route",
+            (q(f"sum by (route) ({requests})", "{{route}}"),),
+            "reqps",
+        ),
+        Panel(
+            "HTTP answers per second by status code",
+            (q(f"sum by (code) ({requests})", "{{code}}"),),
+            "reqps",
+        ),
+        Panel(
+            "HTTP 5xx per second by route",
+            (q(f"sum by (route, code) ({errors})", "{{route}} {{code}}"),),
+            "reqps",
+        ),
+        Panel(
+            "HTTP latency p99 by route",
+            (q(f"histogram_quantile(0.99, sum by (le, route) ({latency}))", "{{route}}"),),
+            "s",
+            "Blocking queries count their whole wait; the event stream is left out.",
+        ),
+        Panel(
+            "Calls to the state, broker and planner per second by status",
+            (q(f"sum by (grpc_service, grpc_code) ({client})", "{{grpc_service}} {{grpc_code}}"),),
+            "reqps",
+        ),
+    ]
+
+
 DASHBOARDS = {
     "corral-pipeline": ("Corral / Pipeline overview", pipeline),
     "corral-nodes": ("Corral / Nodes", nodes),
@@ -353,6 +390,7 @@ DASHBOARDS = {
     "corral-planner": ("Corral / Planner", planner),
     "corral-worker": ("Corral / Worker", worker),
     "corral-agent": ("Corral / Agent", agent),
+    "corral-gateway": ("Corral / Gateway (HTTP API)", gateway),
 }
 
 

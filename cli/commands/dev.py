@@ -101,8 +101,8 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=(
-            "first of the roles' /metrics ports: state, broker, planner, worker, agent "
-            f"(default {dev_metrics.DEFAULT_METRICS_PORT}..+4; any free ones with -port 0; "
+            "first of the roles' /metrics ports: state, broker, planner, worker, agent, gateway "
+            f"(default {dev_metrics.DEFAULT_METRICS_PORT}..+5; any free ones with -port 0; "
             "0 = any free ones)"
         ),
     )

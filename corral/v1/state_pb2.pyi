@@ -12,6 +12,7 @@ from corral.v1 import structs_pb2 as _structs_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -22,6 +23,41 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _AllocView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AllocViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AllocView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ALLOC_VIEW_FULL: _AllocView.ValueType  # 0
+    """every field"""
+    ALLOC_VIEW_SCHEDULING: _AllocView.ValueType  # 1
+    """all but the placement metrics (every replica)"""
+    ALLOC_VIEW_STATUS: _AllocView.ValueType  # 2
+    """also without resources, task resources and states, alloc states, the
+    reschedule tracker, the desired transition, preemptions and
+    descriptions: ids, job, node, eval, statuses, deployment health and
+    indexes stay (all the broker reads)
+    """
+
+class AllocView(_AllocView, metaclass=_AllocViewEnumTypeWrapper):
+    """What a replica keeps of each alloc (State.Snapshot, State.Subscribe):
+    the state process projects every alloc once per batch for all the
+    subscribers of one view, and they parse and hold only that.
+    """
+
+ALLOC_VIEW_FULL: AllocView.ValueType  # 0
+"""every field"""
+ALLOC_VIEW_SCHEDULING: AllocView.ValueType  # 1
+"""all but the placement metrics (every replica)"""
+ALLOC_VIEW_STATUS: AllocView.ValueType  # 2
+"""also without resources, task resources and states, alloc states, the
+reschedule tracker, the desired transition, preemptions and
+descriptions: ids, job, node, eval, statuses, deployment health and
+indexes stay (all the broker reads)
+"""
+Global___AllocView: _TypeAlias = AllocView  # noqa: Y015
 
 @_typing.final
 class GetIndexRequest(_message.Message):
@@ -66,16 +102,28 @@ class SnapshotRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CHUNK_SIZE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    ALLOC_VIEW_FIELD_NUMBER: _builtins.int
     chunk_size: _builtins.int
     """objects per chunk, default 1000"""
+    alloc_view: Global___AllocView.ValueType
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The same view as the subscriber's SubscribeRequest, so a replica that
+        bootstraps holds exactly what one that resumed would: only the tables
+        of these topics (empty = all), allocs as alloc_view.
+        """
+
     def __init__(
         self,
         *,
         chunk_size: _builtins.int = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        alloc_view: Global___AllocView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_size", b"chunk_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_view", b"alloc_view", "chunk_size", b"chunk_size", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -176,21 +224,27 @@ class SubscribeRequest(_message.Message):
 
     FROM_INDEX_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ALLOC_VIEW_FIELD_NUMBER: _builtins.int
     from_index: _builtins.int
     """deliver batches with index > from_index"""
+    alloc_view: Global___AllocView.ValueType
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """empty = all"""
+        """Only events of these topics (empty = all). Every batch is still
+        delivered, with no events when none matches, so the subscriber's index
+        follows the state's.
+        """
 
     def __init__(
         self,
         *,
         from_index: _builtins.int = ...,
         topics: _abc.Iterable[_builtins.str] | None = ...,
+        alloc_view: Global___AllocView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_index", b"from_index", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_view", b"alloc_view", "from_index", b"from_index", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,14 +11,14 @@ from corral import structs
 from corral.leader import LeaderElection
 from corral.process import new_member_id
 from corral.server import GrpcServer
-from corral.v1 import state_pb2, state_pb2_grpc
+from corral.v1 import state_pb2
 from services.state import handlers, metrics
 from services.state.app_context import StateContext
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
 from services.state.feed import ChangeFeed
 from services.state.handlers import acl, node
-from services.state.handlers.state import StateServicer
+from services.state.handlers.state import StateServicer, add_state_servicer
 from services.state.heartbeat import Drainer, Heartbeats
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class StateApp:
     async def start(self) -> str:
         await self.feed.start()
         self.server.add(
-            state_pb2_grpc.add_StateServicer_to_server,
+            add_state_servicer,
             StateServicer(self.ctx),
             state_pb2.DESCRIPTOR.services_by_name["State"].full_name,
         )

@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 
 import psycopg
 
 from corral.errors import OutOfRange, Unavailable
+from corral.feed_view import FeedView
 from corral.store import StateSnapshot, StateStore
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import NOTIFY_CHANNEL, Database
@@ -36,6 +37,8 @@ VISIBLE_TIMEOUT_S = 30.0
 RING_BYTES = 4 * 2**20
 #: and of its length, whatever the batches' size
 RING_SIZE = 8192
+#: bound of the encoded batches kept for subscribers of the same view
+ENCODED_BYTES = 8 * 2**20
 
 
 class ChangeFeed:
@@ -59,6 +62,9 @@ class ChangeFeed:
         # blocking client queries wait per node: a write wakes only the nodes
         # whose allocs it touched, not every waiting client
         self._node_waiters: dict[str, asyncio.Event] = {}
+        # each batch serialized once per view, for all its subscribers
+        self._encoded: OrderedDict[tuple[FeedView, int], bytes] = OrderedDict()
+        self._encoded_bytes = 0
         db.on_commit = self.committed
 
     @property
@@ -237,6 +243,27 @@ class ChangeFeed:
         there): subscribers older than that must re-bootstrap."""
         while self._ring and self._ring[0].index <= index:
             self._drop_oldest()
+
+    def encoded(self, batch: pb.ChangeBatch, view: FeedView) -> bytes:
+        """`batch` as `view`'s subscribers receive it, serialized.
+
+        Subscribers of one view (every worker, the planners; the brokers)
+        follow the head together, so the bytes are kept for the ones after
+        the first: a batch is projected and serialized once per view rather
+        than once per stream. Bounded by bytes, oldest dropped first; a
+        change-log index always holds the same batch, so a cached encoding
+        never goes stale."""
+        key = (view, batch.index)
+        data = self._encoded.get(key)
+        if data is not None:
+            return data
+        data = view.batch(batch).SerializeToString()
+        self._encoded[key] = data
+        self._encoded_bytes += len(data)
+        while len(self._encoded) > 1 and self._encoded_bytes > ENCODED_BYTES:
+            _, old = self._encoded.popitem(last=False)
+            self._encoded_bytes -= len(old)
+        return data
 
     def _signal_advance(self) -> None:
         ev = self._advanced

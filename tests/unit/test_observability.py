@@ -182,6 +182,7 @@ def test_dev_scrape_config_names_every_role(tmp_path: Path) -> None:
         ("planner", "127.0.0.1:9648"),
         ("worker", "127.0.0.1:9649"),
         ("agent", "127.0.0.1:9650"),
+        ("gateway", "127.0.0.1:9651"),
     }
     assert config["rule_files"] == [f"{OBS / 'rules'}/*.yml"]
     assert dev_metrics.base_port(None, 0) == 0

@@ -59,9 +59,10 @@ _TABLES: list[tuple[str, str, type]] = [
 
 
 async def stream_dump(
-    db: Database, chunk_size: int = 1000
+    db: Database, chunk_size: int = 1000, tables: set[str] | None = None
 ) -> AsyncIterator[tuple[str, list[object] | Dump]]:
-    """Yield ("header", Dump-with-index) first, then (table, objects) chunks."""
+    """Yield ("header", Dump-with-index) first, then (table, objects) chunks
+    of every table, or only of `tables` (a filtered replica's)."""
     async with db.read(repeatable=True) as conn:
         cur = await conn.execute("SELECT value FROM index_counter WHERE id = 1")
         index_row = await cur.fetchone()
@@ -75,6 +76,8 @@ async def stream_dump(
             head.scheduler_config = pb.SchedulerConfiguration.FromString(cfg[0])
         yield "header", head
         for name, query, cls in _TABLES:
+            if tables is not None and name not in tables:
+                continue
             async with conn.cursor(name=f"snapshot_{name}") as scur:
                 await scur.execute(query)
                 while True:

@@ -12,10 +12,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
+
 from corral import structs, telemetry
 from corral.errors import InvalidArgument
+from corral.feed_view import FeedView, check_topics
 from corral.v1 import state_pb2, state_pb2_grpc
-from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.app_context import StateContext
 from services.state.db.database import WriteTx
@@ -30,6 +32,49 @@ log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.state")
 
 MEMBER_TTL_MS = 10_000
+
+
+def _view(topics: Any, alloc_view: int) -> FeedView:
+    unknown = check_topics(topics)
+    if unknown:
+        raise InvalidArgument("topics", f"unknown topic(s): {', '.join(unknown)}")
+    if alloc_view not in state_pb2.AllocView.values():
+        raise InvalidArgument("alloc_view", f"unknown alloc view {alloc_view}")
+    return FeedView.of(topics, alloc_view)
+
+
+def _passthrough(data: bytes) -> bytes:
+    return data
+
+
+def add_state_servicer(servicer: StateServicer, server: grpc.aio.Server) -> None:
+    """`add_StateServicer_to_server`, but `Subscribe` sends the bytes its
+    handler yields as they are: they are a `ChangeBatch` the feed
+    serialized once for every subscriber of its view."""
+
+    class Capture:
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+        def add_generic_rpc_handlers(self, _: object) -> None:
+            pass
+
+        def add_registered_method_handlers(
+            self, _: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+        ) -> None:
+            self.handlers = handlers
+
+    capture = Capture()
+    state_pb2_grpc.add_StateServicer_to_server(servicer, capture)  # type: ignore[arg-type]
+    handlers = dict(capture.handlers)
+    sub = handlers["Subscribe"]
+    handlers["Subscribe"] = grpc.unary_stream_rpc_method_handler(
+        servicer.Subscribe,
+        request_deserializer=sub.request_deserializer,
+        response_serializer=_passthrough,
+    )
+    name = state_pb2.DESCRIPTOR.services_by_name["State"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 class StateServicer(state_pb2_grpc.StateServicer):
@@ -50,36 +95,37 @@ class StateServicer(state_pb2_grpc.StateServicer):
         size = request.chunk_size or 1000
         if size > 100_000:
             raise InvalidArgument("chunk_size", "must be at most 100000")
-        async for name, part in stream_dump(self.ctx.db, chunk_size=size):
+        view = _view(request.topics, request.alloc_view)
+        tables = view.snapshot_tables()
+        async for name, part in stream_dump(self.ctx.db, chunk_size=size, tables=tables):
             if isinstance(part, Dump):
-                yield state_pb2.SnapshotChunk(
+                head = state_pb2.SnapshotChunk(
                     index=part.index,
                     table_indexes=[
                         state_pb2.TableIndex(table=t, index=i)
-                        for t, i in part.table_indexes.items()
+                        for t, i in view.table_indexes(part.table_indexes).items()
                     ],
-                    scheduler_config=part.scheduler_config,
                 )
+                if view.wants(structs.Topic.OPERATOR):
+                    head.scheduler_config.CopyFrom(part.scheduler_config)
+                yield head
             else:
                 chunk = state_pb2.SnapshotChunk()
+                if name == "allocs":
+                    part = list(view.allocs(part))  # type: ignore[arg-type]
                 getattr(chunk, name).extend(part)
                 yield chunk
         yield state_pb2.SnapshotChunk(done=True)
 
-    async def Subscribe(
+    async def Subscribe(  # type: ignore[override]  # serialized batches, see above
         self, request: state_pb2.SubscribeRequest, context: Context
-    ) -> AsyncIterator[pb.ChangeBatch]:
-        topics = set(request.topics)
-        unknown = topics - set(structs.Topic.ALL)
-        if unknown:
-            raise InvalidArgument("topics", f"unknown topic(s): {', '.join(sorted(unknown))}")
-        async for batch in self.ctx.feed.subscribe(request.from_index, self.ctx.shutting_down):
-            if topics:
-                filtered = pb.ChangeBatch(index=batch.index, time=batch.time)
-                filtered.events.extend(e for e in batch.events if e.topic in topics)
-                yield filtered
-            else:
-                yield batch
+    ) -> AsyncIterator[bytes]:
+        """Yields each batch already serialized (`add_state_servicer`): the
+        feed encodes a batch once for every subscriber of the same view."""
+        view = _view(request.topics, request.alloc_view)
+        feed = self.ctx.feed
+        async for batch in feed.subscribe(request.from_index, self.ctx.shutting_down):
+            yield feed.encoded(batch, view)
 
     async def UpsertEvals(
         self, request: state_pb2.UpsertEvalsRequest, context: Context

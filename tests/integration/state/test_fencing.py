@@ -9,7 +9,7 @@ here is checked with the census: same index, same rows."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 import pytest
@@ -142,20 +142,22 @@ async def test_eval_and_deployment_writes_need_the_broker_leader(
     changed = copy_msg(dep)
     changed.status_description = "rewritten"
 
-    def calls(leader_id: str) -> list[Awaitable[object]]:
+    def calls(leader_id: str) -> list[Callable[[], Awaitable[object]]]:
+        # lazily: a grpc.aio stub starts its call when called, and the leader's
+        # SetDeploymentStatus must not race the UpsertDeployments before it
         return [
-            state_stub.UpsertEvals(
+            lambda: state_stub.UpsertEvals(
                 state_pb2.UpsertEvalsRequest(evals=[pending_eval(job.id)], leader_id=leader_id)
             ),
-            state_stub.UpdateAllocDesiredTransitions(
+            lambda: state_stub.UpdateAllocDesiredTransitions(
                 state_pb2.UpdateAllocDesiredTransitionsRequest(
                     transitions=transitions, leader_id=leader_id
                 )
             ),
-            state_stub.UpsertDeployments(
+            lambda: state_stub.UpsertDeployments(
                 state_pb2.UpsertDeploymentsRequest(deployments=[changed], leader_id=leader_id)
             ),
-            state_stub.SetDeploymentStatus(
+            lambda: state_stub.SetDeploymentStatus(
                 state_pb2.SetDeploymentStatusRequest(
                     deployment_id=dep.id, status="failed", leader_id=leader_id
                 )
@@ -164,14 +166,14 @@ async def test_eval_and_deployment_writes_need_the_broker_leader(
 
     before = await census(state_app.db)
     for call in calls(""):
-        await refused(call, grpc.StatusCode.FAILED_PRECONDITION, "leader_id is required")
+        await refused(call(), grpc.StatusCode.FAILED_PRECONDITION, "leader_id is required")
     for call in calls(STALE):
-        await refused(call, grpc.StatusCode.FAILED_PRECONDITION, "is not the broker leader")
+        await refused(call(), grpc.StatusCode.FAILED_PRECONDITION, "is not the broker leader")
     assert await census(state_app.db) == before
 
     # the leader's own writes go through
     for call in calls(broker_leader)[:3]:
-        await call
+        await call()
     snap = await state_app.feed.wait_for_index(await state_app.db.latest_index(), 10)
     stored = snap.alloc_by_id(alloc.id)
     assert stored is not None and stored.desired_transition.migrate
