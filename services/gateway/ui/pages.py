@@ -6,6 +6,7 @@ path parameters travel to the script as data attributes."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.requests import Request
@@ -54,60 +55,39 @@ async def jobs(request: Request) -> Response:
     return _render(request, "jobs.html", page="jobs", section="jobs", title="Jobs")
 
 
-async def job(request: Request) -> Response:
-    job_id = request.path_params["job_id"]
-    return _render(
-        request,
-        "job.html",
-        page="job",
-        section="jobs",
-        title=f"Job {job_id}",
-        params={"job": job_id, "namespace": _namespace(request)},
-    )
+def _object_page(
+    template: str, section: str, label: str, param: str, key: str
+) -> Callable[[Request], Awaitable[Response]]:
+    """The handler of a page that shows one object, named by the path
+    parameter `param` (its id, shortened to 8 characters in the title as the
+    CLI does; a job keeps its whole id) and handed to the script as `key`."""
+    page = template.removesuffix(".html")
+
+    async def handler(request: Request) -> Response:
+        object_id = request.path_params[param]
+        params = {key: object_id}
+        if page == "job":
+            params["namespace"] = _namespace(request)
+        shown = object_id if page == "job" else object_id[:8]
+        return _render(
+            request, template, page=page, section=section, title=f"{label} {shown}", params=params
+        )
+
+    return handler
 
 
-async def alloc(request: Request) -> Response:
-    alloc_id = request.path_params["alloc_id"]
-    return _render(
-        request,
-        "alloc.html",
-        page="alloc",
-        section="jobs",
-        title=f"Allocation {alloc_id[:8]}",
-        params={"alloc": alloc_id},
-    )
+job = _object_page("job.html", "jobs", "Job", "job_id", "job")
+alloc = _object_page("alloc.html", "jobs", "Allocation", "alloc_id", "alloc")
+eval_page = _object_page("eval.html", "evaluations", "Evaluation", "eval_id", "eval")
+node = _object_page("node.html", "nodes", "Node", "node_id", "node")
 
 
 async def evals(request: Request) -> Response:
     return _render(request, "evals.html", page="evals", section="evaluations", title="Evaluations")
 
 
-async def eval_page(request: Request) -> Response:
-    eval_id = request.path_params["eval_id"]
-    return _render(
-        request,
-        "eval.html",
-        page="eval",
-        section="evaluations",
-        title=f"Evaluation {eval_id[:8]}",
-        params={"eval": eval_id},
-    )
-
-
 async def nodes(request: Request) -> Response:
     return _render(request, "nodes.html", page="nodes", section="nodes", title="Nodes")
-
-
-async def node(request: Request) -> Response:
-    node_id = request.path_params["node_id"]
-    return _render(
-        request,
-        "node.html",
-        page="node",
-        section="nodes",
-        title=f"Node {node_id[:8]}",
-        params={"node": node_id},
-    )
 
 
 async def not_found(request: Request) -> Response:
