@@ -43,7 +43,6 @@ REPLICA_INDEX = Gauge("corral_replica_index", "Newest index applied by the repli
 REPLICA_LAG = Gauge(
     "corral_replica_lag_seconds", "Seconds between a batch's commit and its apply", ["replica"]
 )
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
 class Replica:
@@ -121,8 +120,8 @@ class Replica:
         self._channel = security.dial(
             self.state_addr,
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", security.MAX_MESSAGE_BYTES),
             ],
         )
         stub = state_pb2_grpc.StateStub(self._channel)

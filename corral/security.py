@@ -33,6 +33,11 @@ from corral.settings import SecuritySettings, Settings
 #: call metadata carrying the server token (plaintext development clusters)
 SERVER_TOKEN_METADATA_KEY = "corral-server-token"
 
+#: the largest message between servers: gRPC's 4 MiB default is too small for
+#: snapshots of thousands of nodes and 10,000-alloc plans. Users' and nodes'
+#: requests are bounded apart (`corral.access.MAX_PUBLIC_REQUEST_BYTES`).
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
 ChannelOptions = Sequence[tuple[str, Any]]
 
 

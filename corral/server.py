@@ -30,11 +30,10 @@ from corral.errors import LEADER_METADATA_KEY, CorralError, NotLeader
 
 log = logging.getLogger(__name__)
 
-# gRPC's 4 MiB default is too small for snapshots of thousands of nodes and
-# 10,000-alloc plans (servers' messages); a role that receives no such thing
-# passes a smaller `max_receive_bytes`, and users' and nodes' requests are
-# bounded by `corral.access.MAX_PUBLIC_REQUEST_BYTES` whatever the role.
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# a role that receives no large server message passes a smaller
+# `max_receive_bytes`; users' and nodes' requests are bounded by
+# `corral.access.MAX_PUBLIC_REQUEST_BYTES` whatever the role.
+MAX_MESSAGE_BYTES = security.MAX_MESSAGE_BYTES
 
 AddServicer = Callable[[Any, grpc.aio.Server], None]
 Context = Any  # grpc.aio.ServicerContext; its stubs are too strict to wrap handlers

@@ -90,7 +90,6 @@ LIVE_ON_DOWN_NODE = "alloc_live_on_down_node"
 #: default bound on how long an eval may stay pending in a quiet cluster
 STUCK_AFTER_S = 90.0
 
-_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 _SECOND_NS = 1_000_000_000
 _PLACEABLE = (JobType.SERVICE, JobType.BATCH)
 
@@ -431,7 +430,7 @@ async def fetch_snapshot(state_addr: str) -> StateSnapshot:
     tables: dict[str, int] = {}
     config = pb.SchedulerConfiguration()
     first = True
-    options = [("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)]
+    options = [("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES)]
     async with security.dial(state_addr, options=options) as channel:
         stub = state_pb2_grpc.StateStub(channel)
         async for chunk in stub.Snapshot(state_pb2.SnapshotRequest(chunk_size=2000)):

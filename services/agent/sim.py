@@ -300,7 +300,8 @@ class Simulator:
         self.settings = settings
         self.stats = SimStats()
         self.channel = security.dial(
-            settings.state_addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+            settings.state_addr,
+            options=[("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES)],
         )
         self.stub = node_pb2_grpc.NodeStub(self.channel)
         secrets = load_secrets(settings.data_dir)

@@ -9,8 +9,6 @@ from typing import Protocol
 from corral import security
 from corral.v1 import state_pb2, state_pb2_grpc
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-
 
 class PlanWriter(Protocol):
     async def apply_plans(
@@ -33,8 +31,8 @@ class StateClient:
         self._channel = security.dial(
             state_addr,
             options=[
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", security.MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES),
             ],
         )
         self._stub = state_pb2_grpc.StateStub(self._channel)

@@ -16,8 +16,6 @@ import grpc
 from corral import security
 from corral.errors import leader_from_error
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-
 
 class LeaderClient:
     def __init__(
@@ -39,8 +37,8 @@ class LeaderClient:
             channel = security.dial(
                 address,
                 options=[
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", security.MAX_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES),
                 ],
             )
             self._channels[address] = channel
