@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 
 from corral import acl, rpc_metrics, security, tls
 from corral.access import Guard, Resolver
-from corral.errors import LEADER_METADATA_KEY, CorralError, NotLeader
+from corral.errors import LEADER_METADATA_KEY, CorralError, NotLeader, bounded_message
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,21 @@ log = logging.getLogger(__name__)
 # `max_receive_bytes`; users' and nodes' requests are bounded by
 # `corral.access.MAX_PUBLIC_REQUEST_BYTES` whatever the role.
 MAX_MESSAGE_BYTES = security.MAX_MESSAGE_BYTES
+
+#: a relayed call's answer (the broker writing a worker's eval to the state)
+#: that keeps its status: the server that answered judged the request or
+#: asks for a retry; it is no fault of the relaying one, so not INTERNAL.
+RELAYED_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.UNAVAILABLE,
+    }
+)
 
 AddServicer = Callable[[Any, grpc.aio.Server], None]
 Context = Any  # grpc.aio.ServicerContext; its stubs are too strict to wrap handlers
@@ -88,6 +103,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if md:
                     context.set_trailing_metadata(md)
                 await context.abort(code, msg)
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in RELAYED_CODES:
+                await context.abort(exc.code(), bounded_message(exc.details() or ""))
             log.exception("unhandled error in %s", method, exc_info=exc)
             await context.abort(
                 grpc.StatusCode.INTERNAL, f"internal error in {method} (details in the server log)"
