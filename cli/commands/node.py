@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 import grpc
 
@@ -219,8 +218,6 @@ def cmd_drain(args: argparse.Namespace, ctx: Context) -> int:
             pb.DrainStrategy(
                 deadline=deadline,
                 ignore_system_jobs=args.ignore_system,
-                force_deadline=time.time_ns() + deadline if deadline > 0 else 0,
-                started_at=time.time_ns(),
             )
         )
     else:

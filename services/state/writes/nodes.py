@@ -412,9 +412,13 @@ async def set_drain(
     if strategy is not None:
         node.drain = True
         node.drain_strategy.CopyFrom(strategy)
+        # the server's clock decides both: a caller's started_at or
+        # force_deadline (one in the past would force the drain at once) is
+        # not taken
         node.drain_strategy.started_at = tx.now
-        if strategy.deadline > 0:
-            node.drain_strategy.force_deadline = tx.now + strategy.deadline
+        node.drain_strategy.force_deadline = (
+            tx.now + strategy.deadline if strategy.deadline > 0 else 0
+        )
         node.scheduling_eligibility = Eligibility.INELIGIBLE
         _event(node, "Node drain strategy set", tx.now)
     else:

@@ -352,3 +352,26 @@ async def test_a_down_node_brought_back_by_a_heartbeat_records_reregistered(
     stored = app.feed.snapshot().node_by_id(node.id)
     assert stored is not None and stored.status == "ready"
     assert stored.events[-1].message == "Node reregistered by heartbeat"
+
+
+async def test_drain_times_are_the_servers_not_the_callers(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    node = await register_ready(app, nodes)
+    before = time.time_ns()
+    # a force deadline in the past would force the drain at once
+    sent = pb.DrainStrategy(deadline=0, force_deadline=1, started_at=1)
+    resp = await nodes.UpdateDrain(
+        node_pb2.NodeUpdateDrainRequest(node_id=node.id, drain_strategy=sent)
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    stored = app.feed.snapshot().nodes[node.id].drain_strategy
+    assert stored.force_deadline == 0 and stored.started_at >= before
+    sent = pb.DrainStrategy(deadline=3600 * 10**9, force_deadline=1, started_at=1)
+    resp = await nodes.UpdateDrain(
+        node_pb2.NodeUpdateDrainRequest(node_id=node.id, drain_strategy=sent)
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    stored = app.feed.snapshot().nodes[node.id].drain_strategy
+    assert stored.force_deadline == stored.started_at + 3600 * 10**9
+    assert stored.started_at >= before
