@@ -61,4 +61,6 @@ def cmd_gc(args: argparse.Namespace, ctx: Context) -> int:
             "(is a worker with the _core scheduler running?)"
         )
     ctx.out.write(f"Garbage collection complete\nEvaluation ID: {resp.eval_id}\n")
+    if resp.expired_acl_tokens:
+        ctx.out.write(f"Expired ACL tokens deleted: {resp.expired_acl_tokens}\n")
     return 0

@@ -51,19 +51,23 @@ class SystemGCResponse(_message.Message):
 
     EVAL_ID_FIELD_NUMBER: _builtins.int
     COMPLETE_FIELD_NUMBER: _builtins.int
+    EXPIRED_ACL_TOKENS_FIELD_NUMBER: _builtins.int
     eval_id: _builtins.str
     """the force-gc core eval (core evals are not stored)"""
     complete: _builtins.bool
     """a worker finished the pass (false when detached or timed out)"""
+    expired_acl_tokens: _builtins.int
+    """expired ACL tokens the state deleted before the pass"""
     def __init__(
         self,
         *,
         eval_id: _builtins.str = ...,
         complete: _builtins.bool = ...,
+        expired_acl_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "eval_id", b"eval_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "eval_id", b"eval_id", "expired_acl_tokens", b"expired_acl_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

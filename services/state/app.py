@@ -20,6 +20,7 @@ from services.state.feed import ChangeFeed
 from services.state.handlers import acl, node
 from services.state.handlers.state import StateServicer, add_state_servicer
 from services.state.heartbeat import Drainer, Heartbeats
+from services.state.token_gc import TokenGC
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class StateApp:
         self.server.guard.resolver = self.ctx.acl
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
+        self.token_gc = TokenGC(self.ctx, settings.acl)
         self.election: LeaderElection | None = None
         self._term: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -75,12 +77,14 @@ class StateApp:
         return metrics.LeaderView(self.feed.snapshot(), self.heartbeats.active)
 
     async def _on_elected(self) -> None:
-        """Heartbeat timers and the drainer run on the leader only."""
+        """Heartbeat timers, the drainer and the expired token GC run on the
+        leader only."""
         await self.feed.wait_for_index(await self.db.latest_index(), 30)
         self.heartbeats.start_term()
         self._term = [
             asyncio.create_task(self.heartbeats.run(), name="heartbeats"),
             asyncio.create_task(self.drainer.run(), name="drainer"),
+            asyncio.create_task(self.token_gc.run(), name="token-gc"),
         ]
         log.info("state leader: tracking %d node heartbeats", len(self.feed.snapshot().nodes))
 

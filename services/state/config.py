@@ -37,7 +37,8 @@ class HeartbeatSettings(SettingsGroup):
 
 class ACLSettings(SettingsGroup):
     """Bounds on the lifetime of ACL tokens created with a TTL (Nomad's
-    `acl.token_min_expiration_ttl` / `token_max_expiration_ttl`)."""
+    `acl.token_min_expiration_ttl` / `token_max_expiration_ttl`), and when
+    expired ones are deleted."""
 
     ENV_PREFIX: ClassVar[str | None] = "CORRAL_ACL_"
     FLAG_PREFIX: ClassVar[str | None] = "--acl-"
@@ -47,6 +48,17 @@ class ACLSettings(SettingsGroup):
     )
     token_max_expiration_ttl: float = Field(
         86_400.0, gt=0, description="longest TTL (s) a token may be created with"
+    )
+    token_gc_threshold: float = Field(
+        3600.0,
+        ge=0,
+        description=(
+            "an expired token is deleted this long (s) after it expired (Nomad's "
+            "acl_token_gc_threshold); `corral system gc` deletes every expired one"
+        ),
+    )
+    token_gc_interval: float = Field(
+        300.0, gt=0, description="how often (s) the state leader deletes expired tokens"
     )
 
     @model_validator(mode="after")

@@ -5,7 +5,8 @@ collection must be enqueued there (Nomad's System.GarbageCollect does it on
 its leader). Users only know the state service's address: this servicer
 finds the brokers in the member registry and relays the call to the
 leader's internal `CoreGC.Force`, following a standby's `corral-leader`
-answer, as `Periodic.Force` does.
+answer, as `Periodic.Force` does. Expired ACL tokens, which only the state
+holds, it deletes itself first (services/state/token_gc.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from corral.server import GrpcServer
 from corral.v1 import state_pb2, system_pb2, system_pb2_grpc
 from services.state.app_context import StateContext
 from services.state.handlers.periodic import RELAY_BUDGET_S, _Relayed
+from services.state.token_gc import collect_expired
 
 Context = Any
 #: the broker's defaults (services/broker/core_timers.py), checked here too
@@ -45,6 +47,7 @@ class SystemServicer(system_pb2_grpc.SystemServicer):
     ) -> system_pb2.SystemGCResponse:
         if request.timeout_ms > MAX_WAIT_MS:
             raise InvalidArgument("timeout_ms", f"at most {MAX_WAIT_MS} ms may be waited")
+        expired = await collect_expired(self.ctx, 0)
         addresses = await self._broker_addresses()
         if not addresses:
             raise Unavailable("no broker is running: garbage collection is run by its leader")
@@ -58,6 +61,7 @@ class SystemServicer(system_pb2_grpc.SystemServicer):
             raise _Relayed(exc.code(), exc.details() or "garbage collection failed") from None
         finally:
             await channel.close()
+        resp.expired_acl_tokens = len(expired)
         return resp
 
 

@@ -254,3 +254,20 @@ async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
     for a in sorted(deleted):
         tx.event(Topic.ACL_TOKEN, "ACLTokenDeleted", a, deleted=True)
     await _touch(tx, TOKENS_TABLE)
+
+
+async def delete_expired_tokens(tx: WriteTx, expired_before_ns: int) -> list[str]:
+    """Delete every token that expired before `expired_before_ns` (Unix ns);
+    their accessor ids. An expired token already answers PERMISSION_DENIED;
+    this keeps the table from growing with them (Nomad's expired token GC)."""
+    cur = await tx.conn.execute(
+        "DELETE FROM acl_tokens WHERE expiration_time IS NOT NULL AND expiration_time < %s "
+        "RETURNING accessor_id",
+        (from_ns(expired_before_ns),),
+    )
+    deleted = sorted(r[0] for r in await cur.fetchall())
+    for a in deleted:
+        tx.event(Topic.ACL_TOKEN, "ACLTokenDeleted", a, deleted=True)
+    if deleted:
+        await _touch(tx, TOKENS_TABLE)
+    return deleted

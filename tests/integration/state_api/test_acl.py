@@ -24,6 +24,7 @@ from corral.v1 import (
 )
 from services.state.acl import DatabaseResolver
 from services.state.app import StateApp
+from services.state.token_gc import collect_expired
 from tests.callers import user_channel
 from tests.integration.state_api.settings import state_settings
 
@@ -607,3 +608,33 @@ async def test_acl_changes_stay_out_of_the_event_stream(
             break
     finally:
         events.cancel()
+
+
+async def test_expired_tokens_are_deleted_after_the_threshold(
+    stub: acl_pb2_grpc.ACLAsyncStub, state_app: StateApp, pg_dsn: str, policies: list[str]
+) -> None:
+    hour = 3600 * 10**9
+    old, recent, valid = [
+        await _create(stub, policies=["readers"], expiration_ttl=hour) for _ in range(3)
+    ]
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        for token, ago in ((old, "2 hours"), (recent, "10 seconds")):
+            await conn.execute(
+                "UPDATE acl_tokens SET expiration_time = now() - %s::interval "
+                "WHERE accessor_id = %s",
+                (ago, token.accessor_id),
+            )
+    deleted = await collect_expired(state_app.ctx, hour)  # the default threshold
+    assert old.accessor_id in deleted
+    assert {recent.accessor_id, valid.accessor_id}.isdisjoint(deleted)
+    deleted = await collect_expired(state_app.ctx, 0)  # `corral system gc`
+    assert recent.accessor_id in deleted and valid.accessor_id not in deleted
+    for token in (old, recent):
+        code, _ = await _code(
+            stub.GetToken(acl_pb2.ACLGetTokenRequest(accessor_id=token.accessor_id))
+        )
+        assert code == grpc.StatusCode.NOT_FOUND
+    # nothing left to delete: no write, the index stays
+    index = await state_app.db.latest_index()
+    assert await collect_expired(state_app.ctx, 0) == []
+    assert await state_app.db.latest_index() == index
