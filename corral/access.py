@@ -289,8 +289,10 @@ class Guard:
             # job's child, promoting canaries) holds every capability, as in Nomad
             return acl.MANAGEMENT
         assert self.resolver is not None  # check_startable
-        found = await self.resolver.resolve(acl.token_from_metadata(context.invocation_metadata()))
+        secret = acl.token_from_metadata(context.invocation_metadata())
+        found = await self.resolver.resolve(secret)
         _check_acl(rule, found, request)
+        acl.CURRENT_TOKEN.set(secret)
         return found
 
     def _check_transport(self, rule: Rule, context: Any) -> bool:

@@ -448,3 +448,10 @@ DENY_ALL = ACL()
 
 #: the ACL of the call being served (see the module docstring)
 CURRENT: contextvars.ContextVar[ACL] = contextvars.ContextVar("corral_acl", default=MANAGEMENT)
+#: the secret `CURRENT` was resolved from; None when it was not resolved from
+#: a token (ACLs off, a server caller, an anonymous rule). A call that lasts
+#: (Event.Stream) resolves it again, to notice a token deleted, expired or
+#: given other policies while it runs.
+CURRENT_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "corral_acl_token", default=None
+)

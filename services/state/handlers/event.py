@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from corral import access, structs
+from corral import access, acl, structs
 from corral.acl import ACL
 from corral.errors import InvalidArgument
 from corral.server import GrpcServer
@@ -33,8 +33,8 @@ def _object_keys(ev: pb.Event) -> tuple[str, ...]:
 def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
     """What the caller may see of the stream (Nomad's rules): node events
     with node:read, operator events with operator:read, the rest with
-    read-job in the event's namespace. Decided on the ACL the stream
-    started with."""
+    read-job in the event's namespace. Decided on the caller's ACL as of
+    the last ACL write (`recheck` in `Stream`)."""
     if acl.is_management:
         return lambda ev: True
 
@@ -62,6 +62,19 @@ class EventServicer(event_pb2_grpc.EventServicer):
             filters.setdefault(t.topic, set()).add(t.key or "*")
         namespace = request.namespace
         may_see = _visible_to(access.current_acl())
+        secret = acl.CURRENT_TOKEN.get()
+
+        async def recheck(acl_changed: bool) -> None:
+            """Resolve the caller's token again (after an ACL write, and at
+            each heartbeat for its expiry): a deleted or expired token ends
+            the stream with PERMISSION_DENIED, new policies apply from here
+            on (Nomad closes such subscriptions too)."""
+            nonlocal may_see
+            if secret is None:
+                return
+            if acl_changed:
+                self.ctx.acl.invalidate()  # do not wait for the cache's own follower
+            may_see = _visible_to(await self.ctx.acl.resolve(secret))
 
         def wanted(ev: pb.Event) -> bool:
             if ev.topic not in structs.Topic.ALL:  # ACL changes are not for the stream
@@ -96,12 +109,15 @@ class EventServicer(event_pb2_grpc.EventServicer):
                 try:
                     batch = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
                 except TimeoutError:
+                    await recheck(acl_changed=False)
                     yield event_pb2.EventStreamResponse(index=self.ctx.feed.index, heartbeat=True)
                     continue
                 if batch is None:
                     if task.done() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]
                     return
+                if any(e.topic in structs.Topic.ACL for e in batch.events):
+                    await recheck(acl_changed=True)
                 events = [e for e in batch.events if wanted(e)]
                 if events:
                     yield event_pb2.EventStreamResponse(index=batch.index, events=events)

@@ -4,6 +4,7 @@ and TokenSelf, and the management gate of each RPC."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 
@@ -638,3 +639,40 @@ async def test_expired_tokens_are_deleted_after_the_threshold(
     index = await state_app.db.latest_index()
     assert await collect_expired(state_app.ctx, 0) == []
     assert await state_app.db.latest_index() == index
+
+
+async def test_a_deleted_token_ends_its_event_stream(
+    stub: acl_pb2_grpc.ACLAsyncStub, channel: grpc.aio.Channel, state_app: StateApp
+) -> None:
+    await stub.UpsertPolicies(
+        acl_pb2.ACLUpsertPoliciesRequest(
+            policies=[acl_pb2.ACLPolicy(name="ops-readers", rules='operator { policy = "read" }')]
+        )
+    )
+    token = await _create(stub, policies=["ops-readers"])
+    ops = operator_pb2_grpc.OperatorStub(channel)
+    cfg = (
+        await ops.SchedulerGetConfiguration(operator_pb2.SchedulerGetConfigurationRequest())
+    ).config
+    start = await _index(state_app)
+    first = await ops.SchedulerSetConfiguration(
+        operator_pb2.SchedulerSetConfigurationRequest(config=cfg)
+    )
+    async with user_channel(state_app.server.bound_address, token.secret_id) as ch:
+        events = event_pb2_grpc.EventStub(ch).Stream(event_pb2.EventStreamRequest(from_index=start))
+        try:
+            async for resp in events:  # open, and delivering what the token may read
+                if not resp.heartbeat:
+                    assert resp.index == first.index
+                    break
+            await stub.DeleteTokens(
+                acl_pb2.ACLDeleteTokensRequest(accessor_ids=[token.accessor_id])
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async with asyncio.timeout(30):  # heartbeats every 10 s recheck too
+                    async for resp in events:
+                        assert resp.heartbeat, "nothing after the deletion is delivered"
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "ACL token not found" in (err.value.details() or "")
+        finally:
+            events.cancel()
