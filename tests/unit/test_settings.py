@@ -15,6 +15,7 @@ from corral.settings import Settings, load, settings_of
 from services.agent.config import AgentSettings
 from services.agent.sim import SimSettings
 from services.broker.config import BrokerProcessSettings
+from services.gateway.config import GatewaySettings
 from services.planner.config import PlannerProcessSettings
 from services.state.config import StateSettings
 from services.worker.config import WorkerSettings
@@ -189,6 +190,18 @@ HISTORICAL: dict[type[Settings], list[tuple[str, str]]] = {
     SimSettings: [
         ("--state-addr", "CORRAL_STATE_ADDR"),
         ("--ready-file", "CORRAL_SIM_READY_FILE"),
+    ],
+    GatewaySettings: [
+        ("--listen", "CORRAL_GATEWAY_LISTEN"),
+        ("--metrics-listen", "CORRAL_GATEWAY_METRICS_LISTEN"),
+        ("--ready-file", "CORRAL_GATEWAY_READY_FILE"),
+        ("--state-addr", "CORRAL_STATE_ADDR"),
+        ("--broker-addr", "CORRAL_BROKER_ADDR"),
+        ("--planner-addr", "CORRAL_PLANNER_ADDR"),
+        ("--http-cert-file", "CORRAL_GATEWAY_HTTP_CERT_FILE"),
+        ("--http-key-file", "CORRAL_GATEWAY_HTTP_KEY_FILE"),
+        ("--http-verify-clients", "CORRAL_GATEWAY_HTTP_VERIFY_CLIENTS"),
+        ("--ui-trace-url", "CORRAL_GATEWAY_UI_TRACE_URL"),
     ],
 }
 FLAGS_ONLY: dict[type[Settings], list[str]] = {
