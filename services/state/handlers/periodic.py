@@ -32,24 +32,27 @@ class _Relayed(CorralError):
         self.code = code
 
 
+async def broker_addresses(ctx: StateContext) -> list[str]:
+    """The brokers in the member registry, the last known leader first: where
+    a call relayed to the broker leader starts looking."""
+    members = [
+        state_pb2.Member.FromString(payload)
+        for payload, _age in await ctx.db.members(role="broker", max_age_s=30)
+    ]
+    members.sort(key=lambda m: not m.leader)
+    return [m.address for m in members if m.address]
+
+
 class PeriodicServicer(periodic_pb2_grpc.PeriodicServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
-
-    async def _broker_addresses(self) -> list[str]:
-        members = [
-            state_pb2.Member.FromString(payload)
-            for payload, _age in await self.ctx.db.members(role="broker", max_age_s=30)
-        ]
-        members.sort(key=lambda m: not m.leader)  # the last known leader first
-        return [m.address for m in members if m.address]
 
     async def Force(
         self, request: periodic_pb2.PeriodicForceRequest, context: Context
     ) -> periodic_pb2.PeriodicForceResponse:
         if not request.job_id:
             raise InvalidArgument("job_id", "is required")
-        addresses = await self._broker_addresses()
+        addresses = await broker_addresses(self.ctx)
         if not addresses:
             raise Unavailable("no broker is running: periodic launches happen on its leader")
         channel = LeaderChannel(addresses, retry_budget=RELAY_BUDGET_S)

@@ -18,9 +18,9 @@ import grpc
 from corral.errors import InvalidArgument, Unavailable
 from corral.rpc import LeaderChannel
 from corral.server import GrpcServer
-from corral.v1 import state_pb2, system_pb2, system_pb2_grpc
+from corral.v1 import system_pb2, system_pb2_grpc
 from services.state.app_context import StateContext
-from services.state.handlers.periodic import RELAY_BUDGET_S, _Relayed
+from services.state.handlers.periodic import RELAY_BUDGET_S, _Relayed, broker_addresses
 from services.state.token_gc import collect_expired
 
 Context = Any
@@ -34,21 +34,13 @@ class SystemServicer(system_pb2_grpc.SystemServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
 
-    async def _broker_addresses(self) -> list[str]:
-        members = [
-            state_pb2.Member.FromString(payload)
-            for payload, _age in await self.ctx.db.members(role="broker", max_age_s=30)
-        ]
-        members.sort(key=lambda m: not m.leader)  # the last known leader first
-        return [m.address for m in members if m.address]
-
     async def GarbageCollect(
         self, request: system_pb2.SystemGCRequest, context: Context
     ) -> system_pb2.SystemGCResponse:
         if request.timeout_ms > MAX_WAIT_MS:
             raise InvalidArgument("timeout_ms", f"at most {MAX_WAIT_MS} ms may be waited")
         expired = await collect_expired(self.ctx, 0)
-        addresses = await self._broker_addresses()
+        addresses = await broker_addresses(self.ctx)
         if not addresses:
             raise Unavailable("no broker is running: garbage collection is run by its leader")
         wait_s = 0.0 if request.detach else (request.timeout_ms or DEFAULT_WAIT_MS) / 1000
