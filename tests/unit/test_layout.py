@@ -1,7 +1,7 @@
 """The layout rules a newcomer relies on, checked on the source
-(ARCHITECTURE.md §7): roles never import each other, production code never
-imports the test support in `corral.testing`, and the scheduler package has
-no import circle."""
+(ARCHITECTURE.md §7): roles never import each other nor the CLI,
+production code never imports the test support in `corral.testing`, and
+no package has an import circle."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ("state", "broker", "planner", "worker", "agent")
+ROLES = ("state", "broker", "planner", "worker", "agent", "gateway")
+#: the packages the circle check covers
+PACKAGES = ("corral", "services", "cli")
 
 
 def _module(path: Path) -> str:
@@ -18,34 +20,60 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path) -> Iterator[str]:
-    """Modules imported when `path` runs (imports under `if TYPE_CHECKING:`
-    are for the type checker only and are skipped)."""
-    tree = ast.parse(path.read_text())
+def _imports(path: Path, *, type_checking: bool = False) -> Iterator[str]:
+    """Modules `path` imports (see `_imports_in`)."""
+    me = _module(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    return _imports_in(path.read_text(), package, type_checking=type_checking)
+
+
+def _imports_in(source: str, package: str, *, type_checking: bool = False) -> Iterator[str]:
+    """Modules `source` (a module of `package`) imports, relative imports
+    resolved: `from a import b` names `a.b` as well as `a`. Imports under
+    `if TYPE_CHECKING:` are for the type checker only and are skipped unless
+    `type_checking`; function-level imports count."""
+    tree = ast.parse(source)
     skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    if not type_checking:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            yield from (f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            yield base
+            yield from (f"{base}.{a.name}" for a in node.names)
+
+
+def _runtime_imports(path: Path) -> Iterator[str]:
+    """Modules imported when `path` runs."""
+    return _imports(path)
 
 
 def _sources(*folders: str) -> list[Path]:
     return [p for f in folders for p in sorted((ROOT / f).rglob("*.py"))]
 
 
-def test_roles_never_import_each_other() -> None:
+def test_roles_never_import_each_other_nor_the_cli() -> None:
     for role in ROLES:
-        others = tuple(f"services.{r}" for r in ROLES if r != role)
+        others = (*(f"services.{r}" for r in ROLES if r != role), "cli")
         for path in _sources(f"services/{role}"):
-            bad = [m for m in _runtime_imports(path) if m.startswith(others)]
-            assert not bad, f"{_module(path)} imports another role: {bad}"
+            bad = [m for m in _imports(path, type_checking=True) if m.startswith(others)]
+            assert not bad, f"{_module(path)} imports another role or the CLI: {bad}"
+
+
+def test_every_role_is_a_package_the_test_knows() -> None:
+    roles = {p.name for p in (ROOT / "services").iterdir() if (p / "__main__.py").exists()}
+    assert roles == set(ROLES)
 
 
 def test_production_code_never_imports_test_support() -> None:
@@ -56,30 +84,79 @@ def test_production_code_never_imports_test_support() -> None:
         assert not bad, f"{_module(path)} imports test support: {bad}"
 
 
-def test_scheduler_package_has_no_import_circle() -> None:
-    package = "services.worker.scheduler"
-    paths = _sources("services/worker/scheduler")
+def import_graph(*folders: str) -> dict[str, set[str]]:
+    """Module → the modules of `folders` it imports, any way (top level,
+    in a function or for the type checker). Importing `a.b.c` runs the
+    packages `a` and `a.b` first, so it depends on them too: a package
+    module that imports a module importing its siblings is a circle."""
+    paths = _sources(*folders)
     modules = {_module(p) for p in paths}
-    graph = {
-        _module(p): {m for m in _runtime_imports(p) if m in modules and m != _module(p)}
-        for p in paths
-    }
-    assert f"{package}.feasible.checker" in graph and f"{package}.factory" in graph
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        me = _module(path)
+        deps: set[str] = set()
+        for name in _imports(path, type_checking=True):
+            parts = name.split(".")
+            deps.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        graph[me] = {d for d in deps if d in modules and d != me}
+    return graph
 
-    def cycle_from(start: str, seen: tuple[str, ...]) -> tuple[str, ...] | None:
-        for nxt in sorted(graph.get(start, ())):
-            if nxt in seen:
-                return (*seen[seen.index(nxt) :], nxt)
-            found = cycle_from(nxt, (*seen, nxt))
-            if found:
-                return found
-        return None
 
-    for module in sorted(graph):
-        if module.endswith("__init__") or module == package:
-            continue
-        cycle = cycle_from(module, (module,))
-        assert cycle is None, "import circle: " + " -> ".join(cycle or ())
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_anywhere() -> None:
+    graph = import_graph(*PACKAGES)
+    assert "services.worker.scheduler.feasible.checker" in graph and "cli.main" in graph
+    assert circles(graph) == []
+
+
+def test_the_circle_check_sees_deferred_and_type_checking_imports() -> None:
+    """The check is not blind to the ways circles used to hide."""
+    assert circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg.pool import Pool\n"
+        "def later():\n"
+        "    from . import sibling\n"
+        "    from ..other import thing\n"
+    )
+    seen = set(_imports_in(source, "top.pkg", type_checking=True))
+    assert {"pkg.pool", "top.pkg.sibling", "top.other.thing"} <= seen
+    assert "pkg.pool" not in set(_imports_in(source, "top.pkg"))
 
 
 def test_every_proto_service_is_served_from_a_handlers_module() -> None:
