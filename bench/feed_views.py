@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 import grpc
 
+from corral.domain import topics
 from corral.domain.store import StateStore
-from corral.domain.structs import Topic, new_id
+from corral.domain.structs import new_id
 from corral.runtime import event_loop, feed_view
 from corral.runtime.feed_view import FeedView
 from corral.testing import mock
@@ -56,7 +57,7 @@ def w2_batch(index: int) -> pb.ChangeBatch:
             meta.scores["node-reschedule-penalty"] = 0.0
         batch.events.add(
             index=index,
-            topic=Topic.ALLOCATION,
+            topic=topics.ALLOCATION.name,
             type="PlanResult",
             key=a.id,
             namespace=a.namespace,
@@ -64,7 +65,7 @@ def w2_batch(index: int) -> pb.ChangeBatch:
         )
     batch.events.add(
         index=index,
-        topic=Topic.EVALUATION,
+        topic=topics.EVALUATION.name,
         type="PlanResult",
         key=new_id(),
         evaluation=mock.eval_for(j),

@@ -13,7 +13,8 @@ from typing import Any
 
 import psycopg
 
-from corral.domain.structs import ClientStatus, Topic
+from corral.domain import topics
+from corral.domain.structs import ClientStatus
 from corral.v1 import structs_pb2 as pb
 
 
@@ -225,7 +226,7 @@ def running_commits(
     for created, payload in rows:
         batch = pb.ChangeBatch.FromString(payload)
         for ev in batch.events:
-            if ev.topic != Topic.ALLOCATION or not ev.HasField("allocation"):
+            if ev.topic != topics.ALLOCATION.name or not ev.HasField("allocation"):
                 continue
             a = ev.allocation
             if (

@@ -20,21 +20,12 @@ from typing import Any
 
 from immutables import Map
 
-from corral.domain.structs import DEFAULT_NAMESPACE, Topic
+from corral.domain import topics
+from corral.domain.structs import DEFAULT_NAMESPACE
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 
 JobKey = tuple[str, str]
-
-#: table name for each event topic, as used by table indexes
-TOPIC_TABLE = {
-    Topic.JOB: "jobs",
-    Topic.EVALUATION: "evals",
-    Topic.ALLOCATION: "allocs",
-    Topic.NODE: "nodes",
-    Topic.DEPLOYMENT: "deployments",
-    Topic.OPERATOR: "scheduler_config",
-    Topic.JOB_SUMMARY: "job_summary",
-}
 
 _EMPTY: Map[Any, Any] = Map()
 
@@ -290,24 +281,23 @@ class StateStore:
         """A snapshot from whole tables (a State.Snapshot stream, or a test)."""
         store = StateStore(lean=lean)
         batch = pb.ChangeBatch(index=index)
-        for j in job_versions:
-            batch.events.add(topic=Topic.JOB, type="JobVersion", job=j)
-        for j in jobs:
-            batch.events.add(topic=Topic.JOB, type="JobRegistered", job=j)
-        for n in nodes:
-            batch.events.add(topic=Topic.NODE, type="NodeRegistration", node=n)
-        for a in allocs:
-            batch.events.add(topic=Topic.ALLOCATION, type="AllocationUpdated", allocation=a)
-        for e in evals:
-            batch.events.add(topic=Topic.EVALUATION, type="EvaluationUpdated", evaluation=e)
-        for d in deployments:
-            batch.events.add(topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", deployment=d)
-        for s in job_summaries:
-            batch.events.add(topic=Topic.JOB_SUMMARY, type="JobSummary", job_summary=s)
-        if scheduler_config is not None:
-            batch.events.add(
-                topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=scheduler_config
-            )
+        contents: list[tuple[topics.Topic, str, Iterable[Any]]] = [
+            (topics.JOB, EventType.JOB_VERSION, job_versions),
+            (topics.JOB, EventType.JOB_REGISTERED, jobs),
+            (topics.NODE, EventType.NODE_REGISTRATION, nodes),
+            (topics.ALLOCATION, EventType.ALLOCATION_UPDATED, allocs),
+            (topics.EVALUATION, EventType.EVALUATION_UPDATED, evals),
+            (topics.DEPLOYMENT, EventType.DEPLOYMENT_STATUS_UPDATE, deployments),
+            (topics.JOB_SUMMARY, EventType.JOB_SUMMARY, job_summaries),
+            (
+                topics.OPERATOR,
+                EventType.SCHEDULER_CONFIG,
+                [scheduler_config] if scheduler_config is not None else [],
+            ),
+        ]
+        for topic, type_, objs in contents:
+            for obj in objs:
+                batch.events.add(topic=topic.name, type=type_, **{topic.payload: obj})
         store.apply(batch, stamp_tables=False)
         snap = store.snapshot()
         tables = Map(table_indexes or {})
@@ -343,9 +333,9 @@ class StateStore:
         touched: set[str] = set()
 
         for ev in batch.events:
-            kind = ev.WhichOneof("payload")
+            kind = topics.of(ev)
             touched.add(ev.topic)
-            if kind == "job":
+            if kind is topics.JOB:
                 job = ev.job
                 key = _jk(job.namespace, job.id)
                 if ev.deleted:
@@ -355,7 +345,7 @@ class StateStore:
                         job_versions = job_versions.delete(key)
                     continue
                 job_versions = _set_nested(job_versions, key, job.version, job)
-                if ev.type != "JobVersion":
+                if ev.type != EventType.JOB_VERSION:
                     cur = jobs.get(key)
                     if (
                         cur is None
@@ -363,7 +353,7 @@ class StateStore:
                         or cur.create_index != job.create_index
                     ):
                         jobs[key] = job
-            elif kind == "allocation":
+            elif kind is topics.ALLOCATION:
                 a = ev.allocation
                 jkey = _jk(a.namespace, a.job_id)
                 old = allocs.get(a.id)
@@ -384,17 +374,25 @@ class StateStore:
                 by_job.set(jkey, a.id, a)
                 by_node.set(a.node_id, a.id, a)
                 by_eval.set(a.eval_id, a.id, a)
-            elif kind == "evaluation":
-                e = ev.evaluation
-                jkey = _jk(e.namespace, e.job_id)
+            elif kind is topics.EVALUATION or kind is topics.DEPLOYMENT:
+                # kept by id, indexed by job
+                if kind is topics.EVALUATION:
+                    o: Any = ev.evaluation
+                    by_id: Any = evals
+                    by_job_of = evals_by_job
+                else:
+                    o = ev.deployment
+                    by_id = deployments
+                    by_job_of = deps_by_job
+                jkey = _jk(o.namespace, o.job_id)
                 if ev.deleted:
-                    if e.id in evals:
-                        del evals[e.id]
-                        evals_by_job.delete(jkey, e.id)
+                    if o.id in by_id:
+                        del by_id[o.id]
+                        by_job_of.delete(jkey, o.id)
                     continue
-                evals[e.id] = e
-                evals_by_job.set(jkey, e.id, e)
-            elif kind == "node":
+                by_id[o.id] = o
+                by_job_of.set(jkey, o.id, o)
+            elif kind is topics.NODE:
                 n = ev.node
                 old_node = nodes.get(n.id)
                 if old_node is not None and (ev.deleted or old_node.datacenter != n.datacenter):
@@ -405,17 +403,7 @@ class StateStore:
                     continue
                 nodes[n.id] = n
                 by_dc.set(n.datacenter, n.id, n)
-            elif kind == "deployment":
-                d = ev.deployment
-                jkey = _jk(d.namespace, d.job_id)
-                if ev.deleted:
-                    if d.id in deployments:
-                        del deployments[d.id]
-                        deps_by_job.delete(jkey, d.id)
-                    continue
-                deployments[d.id] = d
-                deps_by_job.set(jkey, d.id, d)
-            elif kind == "job_summary":
+            elif kind is topics.JOB_SUMMARY:
                 js = ev.job_summary
                 key = _jk(js.namespace, js.job_id)
                 if ev.deleted:
@@ -423,15 +411,15 @@ class StateStore:
                         del summaries[key]
                     continue
                 summaries[key] = js
-            elif kind == "scheduler_config":
+            elif kind is topics.OPERATOR:
                 sched_config = ev.scheduler_config
 
         table_indexes = s.table_indexes
         if stamp_tables and batch.index:
             tm = table_indexes.mutate()
             for topic in touched:
-                table = TOPIC_TABLE.get(topic)
-                if table is not None:
+                table = topics.index_of(topic)
+                if table:
                     tm[table] = batch.index
             table_indexes = tm.finish()
 

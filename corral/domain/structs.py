@@ -157,25 +157,6 @@ class DeploymentStatus:
     ACTIVE = frozenset((RUNNING, PAUSED, PENDING, INITIALIZING, BLOCKED))
 
 
-class Topic:
-    JOB = "Job"
-    EVALUATION = "Evaluation"
-    ALLOCATION = "Allocation"
-    NODE = "Node"
-    DEPLOYMENT = "Deployment"
-    OPERATOR = "Operator"
-    JOB_SUMMARY = "JobSummary"
-
-    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY)
-
-    # ACL writes are in the change log (key only: a policy name or a token's
-    # accessor id, never a secret) so every state process can drop cached
-    # tokens; they are not in ALL, so Event.Stream never offers them.
-    ACL_POLICY = "ACLPolicy"
-    ACL_TOKEN = "ACLToken"
-    ACL = (ACL_POLICY, ACL_TOKEN)
-
-
 #: every constraint/affinity operand Nomad knows
 CONSTRAINT_OPERANDS = (
     "=",

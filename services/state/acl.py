@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from corral.domain import topics
 from corral.domain.errors import PermissionDenied
-from corral.domain.structs import Topic
 from corral.security import acl
 from corral.security.acl_resolve import (
     ANONYMOUS_ACCESSOR,
@@ -226,7 +226,7 @@ class DatabaseResolver:
         while not stop.is_set():
             try:
                 async for batch in feed.subscribe(feed.index, stop):
-                    if any(ev.topic in Topic.ACL for ev in batch.events):
+                    if any(ev.topic in topics.ACL_NAMES for ev in batch.events):
                         self.invalidate()
             except asyncio.CancelledError:
                 raise

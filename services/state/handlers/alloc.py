@@ -6,6 +6,7 @@ from typing import Any
 
 from corral.domain.errors import NotFound
 from corral.domain.structs import Trigger, copy_msg
+from corral.domain.topics import EventType
 from corral.runtime.server import GrpcServer
 from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
@@ -71,7 +72,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
             alloc = copy_msg(alloc)
             alloc.desired_transition.migrate = True
             alloc.desired_transition.no_shutdown_delay = request.no_shutdown_delay
-            tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+            tx.put_alloc(alloc, EventType.ALLOCATION_UPDATE_DESIRED_STATUS)
             ev = new_eval(job, Trigger.ALLOC_STOP)
             tx.put_eval(ev)
         return alloc_pb2.AllocStopResponse(eval_id=ev.id, index=tx.index)

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from corral.domain import periodic, structs
+from corral.domain import periodic, structs, topics
 from corral.domain.errors import InvalidArgument, NotFound, Unavailable
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
@@ -283,7 +283,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Summary(
         self, request: job_pb2.JobGetRequest, context: Context
     ) -> job_pb2.JobSummaryResponse:
-        tables = ("jobs", "allocs", "job_summary")
+        tables = (topics.JOB.index, topics.ALLOCATION.index, topics.JOB_SUMMARY.index)
         snap = await query.snapshot_for(self.ctx, request.query, tables)
         job = self._job(snap, request.job_id, request.query.namespace)
         return job_pb2.JobSummaryResponse(
