@@ -159,6 +159,66 @@ def test_the_circle_check_sees_deferred_and_type_checking_imports() -> None:
     assert "pkg.pool" not in set(_imports_in(source, "top.pkg"))
 
 
+#: words that are topic names but mean something else where they stand:
+#: (module, word) -> what it is there
+NOT_TOPICS = {
+    ("services.gateway.ui.pages", "Job"): "a page title",
+    ("services.gateway.ui.pages", "Allocation"): "a page title",
+    ("services.gateway.ui.pages", "Evaluation"): "a page title",
+    ("services.gateway.ui.pages", "Node"): "a page title",
+    ("cli.commands.alloc", "Node"): "a column heading",
+}
+
+
+def _json_key(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
+    """`node` names a key of Nomad's JSON (which uses the same words as
+    the topics): a dict display's key, a subscript, `x.get("Job")`, or
+    `"Job" in x`."""
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Dict):
+        return any(k is node for k in parent.keys)
+    if isinstance(parent, ast.Subscript):
+        return parent.slice is node
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute):
+        return parent.func.attr == "get" and bool(parent.args) and parent.args[0] is node
+    if isinstance(parent, ast.Compare):
+        return parent.left is node and all(isinstance(o, ast.In | ast.NotIn) for o in parent.ops)
+    return False
+
+
+def test_no_module_spells_a_topic_by_hand() -> None:
+    """Topic names live in the topic registry (corral/domain/topics.py);
+    everything else reads them from there, so adding or renaming a topic is
+    one change."""
+    from corral.domain import topics
+
+    names = {t.name for t in topics.ALL}
+    registry = ROOT / "corral" / "domain" / "topics.py"
+    found = []
+    for path in _sources("corral", "services", "cli", "bench", "scripts"):
+        if path == registry or path.is_relative_to(ROOT / "corral" / "v1"):
+            continue
+        tree = ast.parse(path.read_text())
+        parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        module = _module(path)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and node.value in names):
+                continue
+            if _json_key(node, parents) or (module, node.value) in NOT_TOPICS:
+                continue
+            found.append(f"{module}:{node.lineno} {node.value!r}")
+    assert not found, "topic names spelled by hand: " + ", ".join(found)
+
+
+def test_only_the_topic_registry_reads_which_payload_an_event_carries() -> None:
+    """Code that handles changes dispatches on `topics.of(event)`, not on
+    the payload field's name."""
+    registry = ROOT / "corral" / "domain" / "topics.py"
+    for path in _sources("corral", "services", "cli", "bench", "scripts"):
+        if path != registry and not path.is_relative_to(ROOT / "corral" / "v1"):
+            assert 'WhichOneof("payload")' not in path.read_text(), _module(path)
+
+
 def test_every_proto_service_is_served_from_a_handlers_module() -> None:
     """A newcomer finds the code of `corral.v1.<Service>/<Rpc>` in the
     `handlers` module of the role that serves it."""
