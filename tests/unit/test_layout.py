@@ -219,6 +219,29 @@ def test_only_the_topic_registry_reads_which_payload_an_event_carries() -> None:
             assert 'WhichOneof("payload")' not in path.read_text(), _module(path)
 
 
+def test_every_role_starts_through_the_runner() -> None:
+    """Each role's `__main__` hands its service to the one runner
+    (corral/runtime/runner.py), which starts it, reports it ready and stops
+    it; only the runtime's bootstraps start servers: gRPC in `server.py`,
+    HTTP (uvicorn) in `http_server.py`. The gateway is the runner's HTTP
+    flavour."""
+    for role in ROLES:
+        source = (ROOT / "services" / role / "__main__.py").read_text()
+        assert "runner.main(" in source or "runner.run(" in source, role
+    http = ROOT / "corral" / "runtime" / "http_server.py"
+    grpc_server = ROOT / "corral" / "runtime" / "server.py"
+    for path in _sources("corral", "services", "cli"):
+        if path != http:
+            assert "uvicorn" not in set(_imports(path, type_checking=True)), _module(path)
+        if path != grpc_server:
+            assert "grpc.aio.server(" not in path.read_text(), _module(path)
+
+    from corral.runtime.runner import HttpRole
+    from services.gateway.__main__ import GatewayProcess
+
+    assert issubclass(GatewayProcess, HttpRole)
+
+
 def test_every_proto_service_is_served_from_a_handlers_module() -> None:
     """A newcomer finds the code of `corral.v1.<Service>/<Rpc>` in the
     `handlers` module of the role that serves it."""
