@@ -288,9 +288,7 @@ class HttpSettings(ProcessSettings):
     """A role that serves HTTP (corral/runtime/http_server.py): with the TLS
     files set it serves HTTPS with the same certificates, or its own."""
 
-    listen: str = Field(
-        "127.0.0.1:0", description="HTTP listen host:port (port 0: any free port)"
-    )
+    listen: str = Field("127.0.0.1:0", description="HTTP listen host:port (port 0: any free port)")
     http_cert_file: str = Field(
         "",
         description="certificate (PEM) the HTTPS listener presents (default: the TLS "
