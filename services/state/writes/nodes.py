@@ -29,6 +29,7 @@ from services.state.writes.deployments import follow_health
 from services.state.writes.jobs import new_eval, refresh_job_status
 
 NODE_REREGISTERED = "Node reregistered by heartbeat"
+NODE_HEARTBEAT_MISSED = "Node heartbeat missed"
 
 
 def validate_node(node: pb.Node) -> None:
@@ -162,7 +163,9 @@ async def update_status(
 ) -> tuple[pb.Node, list[pb.Evaluation], bool]:
     """Apply a status change; returns (node, evals, written). A node's own
     heartbeat passes its `secret_id` (checked); the state's heartbeat timers
-    pass None."""
+    pass None and the node event they record (`reason`: "Node heartbeat
+    missed"). A client that reports itself down records none, as in Nomad,
+    where only the heartbeat timer's request carries an event."""
     stored = await tx.get_node(node_id)
     if stored is None:
         raise NotFound(f"node {node_id} not found")
@@ -184,7 +187,8 @@ async def update_status(
     node.status_updated_at = tx.now
     if new in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
         node.last_missed_heartbeat_index = tx.index
-        _event(node, reason or "Node heartbeat missed", tx.now)
+        if reason:
+            _event(node, reason, tx.now)
     else:
         if new == NodeStatus.READY:
             node.last_missed_heartbeat_index = 0
@@ -219,7 +223,7 @@ async def miss_heartbeat(tx: WriteTx, node_id: str) -> tuple[pb.Node, list[pb.Ev
     new = (
         NodeStatus.DISCONNECTED if may_disconnect(node, allocs, groups, tx.now) else NodeStatus.DOWN
     )
-    return await update_status(tx, node_id, new, reason="Node heartbeat missed")
+    return await update_status(tx, node_id, new, reason=NODE_HEARTBEAT_MISSED)
 
 
 def may_disconnect(

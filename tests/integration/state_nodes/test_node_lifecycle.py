@@ -331,6 +331,29 @@ async def test_reconnected_allocs_cancel_their_disconnect_timeout_eval(
     assert "reconnect" in triggers
 
 
+async def test_a_client_reporting_itself_down_records_no_missed_heartbeat(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Nomad's TestClientEndpoint_UpdateStatus_HeartbeatRecovery: only the
+    heartbeat timer records "Node heartbeat missed"; a node's own
+    UpdateStatus(down) records nothing, and coming back from down records
+    "Node reregistered by heartbeat"."""
+    node = await register_ready(app, nodes)
+    for status in ("down", "initializing"):
+        resp = await nodes.UpdateStatus(
+            node_pb2.NodeUpdateStatusRequest(
+                node_id=node.id, status=status, secret_id=node.secret_id
+            )
+        )
+        await app.feed.wait_for_index(resp.index, 10)
+    stored = app.feed.snapshot().node_by_id(node.id)
+    assert stored is not None and stored.modify_index == resp.index
+    assert [e.message for e in stored.events] == [
+        "Node registered",
+        "Node reregistered by heartbeat",
+    ]
+
+
 async def test_a_down_node_brought_back_by_a_heartbeat_records_reregistered(
     app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
 ) -> None:
