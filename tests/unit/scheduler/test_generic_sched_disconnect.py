@@ -347,3 +347,73 @@ def test_failed_originals_with_running_replacements_are_stopped_without_new_copi
     live = live_allocs(h, job)
     assert sorted(x.id for x in live) == sorted(r.id for r in replacements)
     assert sorted(x.name for x in live) == sorted(o.name for o in originals)
+
+
+def test_failed_originals_after_the_heartbeat_eval_keep_their_replacements():
+    """Issue 33 (TestReconciler_Disconnected_Client,
+    stop-original-failed-on-reconnect) in the order a real client brings:
+    the heartbeat makes the node initializing and its node-update eval runs
+    before the client has reported its allocs, which are still unknown.
+    That eval leaves them and their running replacements alone (it cannot
+    know whether they still run); when they come back failed they are
+    stopped, the replacements kept and nothing placed: 4 allocs."""
+    h = Harness()
+    nodes = [mock.node() for _ in range(3)]
+    h.upsert_nodes(*nodes)
+    job = mock.job(count=2)
+    tg = job.task_groups[0]
+    tg.disconnect.lost_after = LOST_AFTER
+    tg.reschedule_policy.CopyFrom(
+        pb.ReschedulePolicy(delay=0, delay_function="constant", unlimited=True)
+    )
+    job = register(h, job)
+    originals = [mock.alloc(job, nodes[0], index=i) for i in range(2)]
+    for o in originals:
+        # the best possible score: best_score would keep them over the replacements
+        o.metrics.score_meta_data.add(node_id=nodes[0].id, norm_score=1.0)
+    h.upsert_allocs(*originals)
+    set_node(h, nodes[0], NodeStatus.DISCONNECTED)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    replacements = [x for x in live_allocs(h, job) if x.node_id != nodes[0].id]
+    assert len(replacements) == 2
+    for r in replacements:
+        client_update(h, r.id, ClientStatus.RUNNING)
+
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    n = len(h.plans)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert len(h.plans) == n, "nothing decided before the client reports"
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+    for o in originals:
+        client_update(h, o.id, ClientStatus.FAILED)
+    run(h, job, Trigger.RECONNECT)
+    plan = h.last_plan()
+    assert not planned(plan)
+    assert sorted((s.alloc_id, s.client_status, s.desired_description) for s in stops(plan)) == (
+        sorted((o.id, ClientStatus.FAILED, util.ALLOC_RESCHEDULED) for o in originals)
+    )
+    set_node(h, nodes[0], NodeStatus.READY)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert sorted(x.id for x in live_allocs(h, job)) == sorted(r.id for r in replacements)
+    assert len(h.snapshot().allocs_by_job(job.namespace, job.id)) == 4
+
+
+def test_running_original_reported_after_the_heartbeat_eval_is_reconnected():
+    """The same order with the original still running: the heartbeat's
+    eval leaves the pair alone, the client's report decides it."""
+    h, nodes, job, a = setup()
+    rep = disconnect(h, nodes, job, a)
+    client_update(h, rep.id, ClientStatus.RUNNING)
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    n = len(h.plans)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert len(h.plans) == n
+    assert len(live_allocs(h, job)) == 2
+
+    client_update(h, a.id, ClientStatus.RUNNING)
+    run(h, job, Trigger.RECONNECT)
+    assert [(s.alloc_id, s.desired_description) for s in stops(h.last_plan())] == [
+        (rep.id, util.ALLOC_RECONNECTED)
+    ]
+    assert [x.id for x in live_allocs(h, job)] == [a.id]
