@@ -30,8 +30,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 import grpc
 import pytest
 
-from corral import security
-from corral.structs import MINUTE, SECOND, new_id
+from corral.domain.structs import MINUTE, SECOND, new_id
+from corral.security import transport
 from corral.testing import mock
 from corral.testing.invariants import check_settled, check_snapshot, errors, fetch_snapshot
 from corral.v1 import (
@@ -148,7 +148,7 @@ class Client:
 
 @pytest.fixture
 async def api(cluster: Cluster) -> AsyncIterator[grpc.aio.Channel]:
-    async with security.dial(cluster.state_addr) as ch:
+    async with transport.dial(cluster.state_addr) as ch:
         yield ch
 
 
