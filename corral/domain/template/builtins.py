@@ -162,7 +162,15 @@ def html_escape(s: str) -> str:
     return "".join(out)
 
 
-_JS = {"\\": "\\\\", "'": "\\'", '"': '\\"', "<": "\\u003C", ">": "\\u003E", "&": "\\u0026", "=": "\\u003D"}
+_JS = {
+    "\\": "\\\\",
+    "'": "\\'",
+    '"': '\\"',
+    "<": "\\u003C",
+    ">": "\\u003E",
+    "&": "\\u0026",
+    "=": "\\u003D",
+}
 
 
 def js_escape(s: str) -> str:
@@ -267,10 +275,11 @@ def _eq(arg1: Any, *arg2: Any) -> bool:
 def _eq_other(a: Any, b: Any) -> bool:
     if a is MISSING or b is MISSING:
         return (a is MISSING) == (b is MISSING)
-    if type(a) is not type(b) and not (
-        isinstance(a, list | tuple) and isinstance(b, list | tuple)
-    ):
-        raise FuncError(f"non-comparable types {gofmt.sprint([a])}: {type_name(a)}, {type_name(b)}: {gofmt.sprint([b])}")
+    if type(a) is not type(b) and not (isinstance(a, list | tuple) and isinstance(b, list | tuple)):
+        raise FuncError(
+            f"non-comparable types {gofmt.sprint([a])}: {type_name(a)}, "
+            f"{type_name(b)}: {gofmt.sprint([b])}"
+        )
     if isinstance(a, list | tuple | dict):
         raise FuncError(f"non-comparable type {gofmt.sprint([b])}: {type_name(b)}")
     if isinstance(a, GoStruct) and not a.go_pointer:
@@ -296,7 +305,9 @@ def _lt(arg1: Any, arg2: Any) -> bool:
             return bool(arg1 < 0 or int(arg1) < int(arg2))
         if k1 == UINT and k2 == INT:
             return bool(arg2 >= 0 and int(arg1) < int(arg2))
-        raise FuncError(f"incompatible types for comparison: {type_name(arg1)} and {type_name(arg2)}")
+        raise FuncError(
+            f"incompatible types for comparison: {type_name(arg1)} and {type_name(arg2)}"
+        )
     if k1 in (BOOL, COMPLEX):
         raise FuncError("invalid type for comparison")
     if k1 == STRING:

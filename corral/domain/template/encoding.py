@@ -18,7 +18,15 @@ MAX_DEPTH = 100
 
 # ---------------------------------------------------------------- JSON
 
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+}
 _HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 
 
@@ -29,9 +37,7 @@ def _json_string(s: str, escape_html: bool) -> str:
             out.append(_JSON_ESCAPES[ch])
         elif escape_html and ch in _HTML_ESCAPES:
             out.append(_HTML_ESCAPES[ch])
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        elif ch in "\u2028\u2029":
+        elif ord(ch) < 0x20 or ch in "\u2028\u2029":
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
@@ -186,7 +192,9 @@ def _float_representer(dumper: yaml.SafeDumper, data: float) -> yaml.ScalarNode:
     # yaml.v2 writes floats as strconv 'g' -1: 1, 2.5, 1e+06
     if math.isfinite(data) and data == int(data) and abs(data) < 1e21:
         return dumper.represent_int(int(data))
-    text = {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}.get(format_float(data), format_float(data))
+    text = {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}.get(
+        format_float(data), format_float(data)
+    )
     return dumper.represent_scalar("tag:yaml.org,2002:float", text)
 
 
@@ -221,7 +229,7 @@ def parse_yaml(text: str) -> Any:
     except yaml.YAMLError as exc:
         raise FuncError(f"yaml: {exc}".replace("\n", " ")) from None
     except RecursionError:
-        raise FuncError(f"yaml: nesting deeper than the parser allows") from None
+        raise FuncError("yaml: nesting deeper than the parser allows") from None
 
 
 # ---------------------------------------------------------------- time
@@ -303,7 +311,12 @@ def go_time_format(t: dt.datetime, layout: str) -> str:
         if tok.startswith(("Z", "-")):
             z = tok.startswith("Z")
             body = tok[1:]
-            return offset(":" if ":" in body else "", z, body.count("0") >= 6 or body.count(":") == 2, body == "07")
+            return offset(
+                ":" if ":" in body else "",
+                z,
+                body.count("0") >= 6 or body.count(":") == 2,
+                body == "07",
+            )
         if tok[0] in ".,":
             digits = len(tok) - 1
             nanos = f"{t.microsecond * 1000:09d}"[:digits]

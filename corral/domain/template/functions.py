@@ -91,8 +91,7 @@ def _must_env(ex: Executor, name: str) -> str:
 
 
 def _env_or_default(ex: Executor, name: str, default: str) -> str:
-    env = _ctx(ex).env
-    return env[name] if name in env else default
+    return _ctx(ex).env.get(name, default)
 
 
 def resolve_sandboxed(sandbox: str | None, path: str) -> str:
@@ -280,9 +279,7 @@ def _to_unescaped_json(ex: Executor, value: Any) -> str:
 
 
 def _to_unescaped_json_pretty(ex: Executor, value: Any) -> str:
-    return encoding.to_json(
-        value, indent="  ", escape_html=False, max_len=ex.limits.max_value_len
-    )
+    return encoding.to_json(value, indent="  ", escape_html=False, max_len=ex.limits.max_value_len)
 
 
 def _to_yaml(ex: Executor, value: Any) -> str:
@@ -300,7 +297,9 @@ def from_json(s: str) -> Any:
 
 
 def _bad_constant(name: str) -> Any:
-    raise json.JSONDecodeError(f"invalid character '{name[0]}' looking for beginning of value", name, 0)
+    raise json.JSONDecodeError(
+        f"invalid character '{name[0]}' looking for beginning of value", name, 0
+    )
 
 
 def _json_error(exc: json.JSONDecodeError) -> str:
@@ -434,7 +433,10 @@ def go_title(s: str) -> str:
 
 
 def go_trim_space(s: str) -> str:
-    return s.strip(" \t\n\r\v\f\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+    return s.strip(
+        " \t\n\r\v\f\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+        "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+    )
 
 
 def _indent(spaces: int, s: str) -> str:
@@ -529,9 +531,7 @@ def _timestamp(ex: Executor, *args: str) -> str:
         if args[0] == "unix":
             return str(int(now.timestamp()))
         return encoding.go_time_format(now, args[0])
-    raise FuncError(
-        f"timestamp: wrong number of arguments, expected 0 or 1, but got {len(args)}"
-    )
+    raise FuncError(f"timestamp: wrong number of arguments, expected 0 or 1, but got {len(args)}")
 
 
 def _sha256_hex(s: str) -> str:
@@ -567,7 +567,11 @@ def _in(container: Any, needle: Any) -> bool:
         if item is None:
             continue
         if isinstance(item, int) and not isinstance(item, bool):
-            if isinstance(needle, int) and not isinstance(needle, bool) and int(needle) == int(item):
+            if (
+                isinstance(needle, int)
+                and not isinstance(needle, bool)
+                and int(needle) == int(item)
+            ):
                 return True
         elif isinstance(item, float):
             if isinstance(needle, float) and needle == item:
@@ -592,7 +596,9 @@ def _contains_some(ret_true: bool, invert: bool) -> Callable[[Any, Any], bool]:
 
 
 def _tags_of(item: Any) -> list[str]:
-    tags = item.go_field("Tags") if isinstance(item, GoStruct) and "Tags" in item.go_fields else None
+    tags = (
+        item.go_field("Tags") if isinstance(item, GoStruct) and "Tags" in item.go_fields else None
+    )
     return list(tags or [])
 
 
@@ -690,8 +696,8 @@ def _merge(dst: dict[str, Any], src: dict[str, Any], override: bool) -> dict[str
 
 
 def _is_empty(v: Any) -> bool:
-    return v is None or v is MISSING or v in ("", 0, False) or (
-        isinstance(v, list | dict) and not v
+    return (
+        v is None or v is MISSING or v in ("", 0, False) or (isinstance(v, list | dict) and not v)
     )
 
 
@@ -735,7 +741,9 @@ def _num_kind(v: Any) -> str | None:
     return None
 
 
-def _math(name: str, op: Callable[[Any, Any], Any], floats: bool = True) -> Callable[[Any, Any], Any]:
+def _math(
+    name: str, op: Callable[[Any, Any], Any], floats: bool = True
+) -> Callable[[Any, Any], Any]:
     def fn(b: Any, a: Any) -> Any:
         from corral.domain.template.gofmt import quote, sprint
 
@@ -812,7 +820,12 @@ def sockaddr_function(ex: Executor, *args: str) -> str:
 S, A, V = "string", "any", "value"
 
 
-def _f(fn: Callable[..., Any], params: tuple[str, ...] = (), variadic: str | None = None, ex: bool = False) -> GoFunction:
+def _f(
+    fn: Callable[..., Any],
+    params: tuple[str, ...] = (),
+    variadic: str | None = None,
+    ex: bool = False,
+) -> GoFunction:
     return GoFunction(fn, Signature(params, variadic), needs_exec=ex)
 
 
@@ -895,9 +908,8 @@ CONSUL_TEMPLATE_FUNCS: dict[str, GoFunction] = {
 _CONSUL = "it reads Consul, which Corral does not have"
 _VAULT = "it reads Vault, which Corral does not have"
 REFUSED: dict[str, str] = {
-    **{
-        name: _CONSUL
-        for name in (
+    **dict.fromkeys(
+        (
             "datacenters",
             "exportedServices",
             "importedServices",
@@ -918,10 +930,11 @@ REFUSED: dict[str, str] = {
             "caRoots",
             "caLeaf",
             "byMeta",
-        )
-    },
-    **{name: _VAULT for name in ("secret", "secrets", "pkiCert")},
+        ),
+        _CONSUL,
+    ),
+    **dict.fromkeys(("secret", "secrets", "pkiCert"), _VAULT),
     "scratch": "",
     "toTOML": "",
-    **{name: "" for name in ("spew_dump", "spew_sdump", "spew_printf", "spew_sprintf")},
+    **dict.fromkeys(("spew_dump", "spew_sdump", "spew_printf", "spew_sprintf"), ""),
 }

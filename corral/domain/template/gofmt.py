@@ -27,7 +27,6 @@ from corral.domain.template.values import (
 MAX_WIDTH = 1_000_000
 
 
-
 class TooLong(Exception):
     """The printed text would exceed the caller's `max_len`."""
 
@@ -57,7 +56,15 @@ def quote(s: str, ascii_only: bool = False, quote_char: str = '"') -> str:
     return "".join(out)
 
 
-_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 
 
 def _quote_rune(ch: str, quote_char: str, ascii_only: bool) -> str:
@@ -530,7 +537,7 @@ def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
                 break
             i += 1
 
-        def arg_index(idx: int) -> tuple[int, int, bool]:
+        def arg_index(idx: int, argnum: int) -> tuple[int, int, bool]:
             # [n] argument index
             nonlocal reordered
             if idx < end and fmt[idx] == "[":
@@ -547,14 +554,16 @@ def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
                 return n - 1, close + 1, True
             return argnum, idx, True
 
-        argnum, i, ok = arg_index(i)
+        argnum, i, ok = arg_index(i, argnum)
         if not ok:
             good_argnum = False
         # width
         if i < end and fmt[i] == "*":
             i += 1
-            if argnum < len(args) and isinstance(args[argnum], int) and not isinstance(
-                args[argnum], bool
+            if (
+                argnum < len(args)
+                and isinstance(args[argnum], int)
+                and not isinstance(args[argnum], bool)
             ):
                 w = int(args[argnum])
                 if abs(w) > MAX_WIDTH:
@@ -568,24 +577,24 @@ def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
             else:
                 p.write("%!(BADWIDTH)")
             argnum += 1
-            reordered_after = False
-            del reordered_after
         else:
-            w, i, too_large = _parse_num(fmt, i)
+            parsed_w, i, too_large = _parse_num(fmt, i)
             if too_large:
                 p.write("%!(NOVERB)")
                 break
-            f.width = w
+            f.width = parsed_w
         # precision
         if i < end and fmt[i] == ".":
             i += 1
-            argnum, i, ok = arg_index(i)
+            argnum, i, ok = arg_index(i, argnum)
             if not ok:
                 good_argnum = False
             if i < end and fmt[i] == "*":
                 i += 1
-                if argnum < len(args) and isinstance(args[argnum], int) and not isinstance(
-                    args[argnum], bool
+                if (
+                    argnum < len(args)
+                    and isinstance(args[argnum], int)
+                    and not isinstance(args[argnum], bool)
                 ):
                     pr = int(args[argnum])
                     if pr < 0 or pr > MAX_WIDTH:
@@ -597,12 +606,12 @@ def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
                     p.write("%!(BADPREC)")
                 argnum += 1
             else:
-                pr, i, too_large = _parse_num(fmt, i)
+                parsed_p, i, too_large = _parse_num(fmt, i)
                 if too_large:
                     p.write("%!(NOVERB)")
                     break
-                f.prec = pr if pr is not None else 0
-        argnum, i, ok = arg_index(i)
+                f.prec = parsed_p if parsed_p is not None else 0
+        argnum, i, ok = arg_index(i, argnum)
         if not ok:
             good_argnum = False
         if i >= end:

@@ -333,15 +333,15 @@ class NomadVarItems(GoMap):
         "Keys": Method(lambda self: GoList(sorted(self), "[]string")),
         "Values": Method(lambda self: GoList([self[k].Value for k in sorted(self)], "[]string")),
         "Tuples": Method(
-            lambda self: GoList([_Tuple(k, self[k].Value) for k in sorted(self)], "[]struct { K string; V string }")
+            lambda self: GoList(
+                [_Tuple(k, self[k].Value) for k in sorted(self)], "[]struct { K string; V string }"
+            )
         ),
         "Metadata": Method(
             lambda self: p.metadata() if (p := self._first_parent()) is not None else None
         ),
         "Parent": Method(lambda self: self._first_parent()),
-        "ItemsMap": Method(
-            lambda self: {k: v.Value for k, v in self.items()} if self else None
-        ),
+        "ItemsMap": Method(lambda self: {k: v.Value for k, v in self.items()} if self else None),
     }
 
 
@@ -450,7 +450,7 @@ class MemoryData:
         self.registrations.append((namespace, service))
 
     def remove_service(self, service_id: str) -> None:
-        self.registrations = [(ns, s) for ns, s in self.registrations if s.ID != service_id]
+        self.registrations = [(ns, s) for ns, s in self.registrations if service_id != s.ID]
 
     def _check(self, query: Any) -> bool:
         if query in self.denied:

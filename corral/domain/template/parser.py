@@ -292,7 +292,14 @@ class _Parser:
                     if not isinstance(nxt, EndNode):
                         self.errorf(f"expected end; found {nxt}")
             return self._node(
-                cls(pipe.pos, line=pipe.line, pipe=pipe, list=lst, else_list=else_list, keyword=context)
+                cls(
+                    pipe.pos,
+                    line=pipe.line,
+                    pipe=pipe,
+                    list=lst,
+                    else_list=else_list,
+                    keyword=context,
+                )
             )
         finally:
             del self.vars[mark:]
@@ -557,10 +564,11 @@ class _Parser:
             n.float_value = float(uval)
         else:
             try:
-                f = _parse_float(text)
+                parsed: float | None = _parse_float(text)
             except ValueError:
-                f = None
-            if f is not None:
+                parsed = None
+            if parsed is not None:
+                f = parsed
                 if not any(c in text for c in ".eEpP"):
                     raise ValueError(f"integer overflow: {_q(text)}")
                 n.is_float = True

@@ -14,6 +14,8 @@ import psutil
 
 from corral.domain.template.exec import FuncError
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
 # go-sockaddr's private ranges: RFC 1918, RFC 6598 (shared), RFC 6890 bits.
 _PRIVATE = [
     ipaddress.ip_network(n)
@@ -21,9 +23,9 @@ _PRIVATE = [
 ]
 
 
-def _addresses(family: int | None = socket.AF_INET) -> list[tuple[str, ipaddress._BaseAddress]]:
+def _addresses(family: int | None = socket.AF_INET) -> list[tuple[str, IPAddress]]:
     stats = psutil.net_if_stats()
-    out: list[tuple[str, ipaddress._BaseAddress]] = []
+    out: list[tuple[str, IPAddress]] = []
     for name, addrs in sorted(psutil.net_if_addrs().items()):
         st = stats.get(name)
         if st is not None and not st.isup:
@@ -41,7 +43,7 @@ def _addresses(family: int | None = socket.AF_INET) -> list[tuple[str, ipaddress
     return out
 
 
-def _is_private(ip: ipaddress._BaseAddress) -> bool:
+def _is_private(ip: IPAddress) -> bool:
     return any(ip in net for net in _PRIVATE if net.version == ip.version)
 
 

@@ -253,7 +253,7 @@ def _regex_replace_all_literal(regex: str, s: str, repl: str) -> str:
 
 
 def _regex_split(regex: str, s: str, n: int) -> list[str]:
-    parts = compile_re2(regex).split(s)
+    parts = [str(x) for x in compile_re2(regex).split(s)]
     return parts if n < 0 else parts[:n]
 
 
@@ -400,24 +400,29 @@ def _kind_is(target: str, v: Any) -> bool:
     return target == kind_name(v)
 
 
-S, A, I = "string", "any", "int"
+S, A, INT = "string", "any", "int"
 
 
-def _f(fn: Callable[..., Any], params: tuple[str, ...] = (), variadic: str | None = None, ex: bool = False) -> GoFunction:
+def _f(
+    fn: Callable[..., Any],
+    params: tuple[str, ...] = (),
+    variadic: str | None = None,
+    ex: bool = False,
+) -> GoFunction:
     return GoFunction(fn, Signature(params, variadic), needs_exec=ex)
 
 
 SPRIG: dict[str, GoFunction] = {
     # strings
-    "abbrev": _f(_abbrev, (I, S)),
-    "trunc": _f(_trunc, (I, S)),
+    "abbrev": _f(_abbrev, (INT, S)),
+    "trunc": _f(_trunc, (INT, S)),
     "trim": _f(lambda s: s.strip(" \t\n\r\v\f"), (S,)),
     "upper": _f(str.upper, (S,)),
     "lower": _f(str.lower, (S,)),
     "title": _f(go_title, (S,)),
     "untitle": _f(lambda s: " ".join(w[:1].lower() + w[1:] for w in s.split(" ")), (S,)),
-    "substr": _f(_substr, (I, I, S)),
-    "repeat": _f(_repeat, (I, S), ex=True),
+    "substr": _f(_substr, (INT, INT, S)),
+    "repeat": _f(_repeat, (INT, S), ex=True),
     "trimall": _f(lambda a, b: b.strip(a), (S, S)),
     "trimAll": _f(lambda a, b: b.strip(a), (S, S)),
     "trimSuffix": _f(lambda a, b: b[: -len(a)] if a and b.endswith(a) else b, (S, S)),
@@ -434,10 +439,10 @@ SPRIG: dict[str, GoFunction] = {
     "quote": _f(lambda *a: " ".join(gofmt.quote(strval(x)) for x in a if x is not None), (), A),
     "squote": _f(lambda *a: " ".join("'" + strval(x) + "'" for x in a if x is not None), (), A),
     "cat": _f(lambda *a: " ".join(strval(x) for x in a if x is not None), (), A),
-    "indent": _f(_indent, (I, S), ex=True),
-    "nindent": _f(_nindent, (I, S), ex=True),
+    "indent": _f(_indent, (INT, S), ex=True),
+    "nindent": _f(_nindent, (INT, S), ex=True),
     "replace": _f(lambda old, new, src: src.replace(old, new), (S, S, S)),
-    "plural": _f(lambda one, many, count: one if count == 1 else many, (S, S, I)),
+    "plural": _f(lambda one, many, count: one if count == 1 else many, (S, S, INT)),
     "sha1sum": _f(lambda s: hashlib.sha1(s.encode(), usedforsecurity=False).hexdigest(), (S,)),
     "sha256sum": _f(lambda s: hashlib.sha256(s.encode()).hexdigest(), (S,)),
     "sha512sum": _f(lambda s: hashlib.sha512(s.encode()).hexdigest(), (S,)),
@@ -449,10 +454,12 @@ SPRIG: dict[str, GoFunction] = {
     "float64": _f(to_float64, (A,)),
     "split": _f(_sprig_split, (S, S)),
     "splitList": _f(_split_list, (S, S), ex=True),
-    "splitn": _f(_splitn, (S, I, S)),
-    "toStrings": _f(lambda v: GoList([strval(x) for x in _as_list("toStrings", v)], "[]string"), (A,)),
-    "until": _f(_until, (I,), ex=True),
-    "untilStep": _f(_until_step, (I, I, I), ex=True),
+    "splitn": _f(_splitn, (S, INT, S)),
+    "toStrings": _f(
+        lambda v: GoList([strval(x) for x in _as_list("toStrings", v)], "[]string"), (A,)
+    ),
+    "until": _f(_until, (INT,), ex=True),
+    "untilStep": _f(_until_step, (INT, INT, INT), ex=True),
     # math
     "add1": _f(lambda v: Int64(to_int64(v) + 1), (A,)),
     "add": _f(lambda *vs: Int64(sum(to_int64(v) for v in vs)), (), A),
@@ -470,7 +477,7 @@ SPRIG: dict[str, GoFunction] = {
     "subf": _f(lambda a, *vs: to_float64(a) - sum(map(to_float64, vs)), (A,), A),
     "ceil": _f(lambda v: float(__import__("math").ceil(to_float64(v))), (A,)),
     "floor": _f(lambda v: float(__import__("math").floor(to_float64(v))), (A,)),
-    "round": _f(_round, (A, I), A),
+    "round": _f(_round, (A, INT), A),
     # lists and dicts
     "join": _f(_join, (S, A), ex=True),
     "sortAlpha": _f(lambda v: sorted(strval(x) for x in _as_list("sortAlpha", v)), (A,)),
@@ -501,7 +508,7 @@ SPRIG: dict[str, GoFunction] = {
     "has": _f(_has, (A, A)),
     "concat": _f(lambda *ls: [x for lst in ls for x in _as_list("concat", lst)], (), A),
     "dig": _f(_dig, (), A),
-    "chunk": _f(_chunk, (I, A), ex=True),
+    "chunk": _f(_chunk, (INT, A), ex=True),
     "compact": _f(lambda lst: [x for x in _as_list("compact", lst) if not empty(x)], (A,)),
     # defaults and flow
     "default": _f(_dfault, (A,), A),
@@ -524,7 +531,9 @@ SPRIG: dict[str, GoFunction] = {
     "kindIs": _f(_kind_is, (S, A)),
     "deepEqual": _f(lambda a, b: a == b, (A, A)),
     # paths
-    "base": _f(lambda p: posixpath.basename(p.rstrip("/")) or ("/" if p.startswith("/") else "."), (S,)),
+    "base": _f(
+        lambda p: posixpath.basename(p.rstrip("/")) or ("/" if p.startswith("/") else "."), (S,)
+    ),
     "dir": _f(lambda p: posixpath.dirname(p) or ".", (S,)),
     "clean": _f(lambda p: posixpath.normpath(p) if p else ".", (S,)),
     "ext": _f(lambda p: posixpath.splitext(p)[1], (S,)),
@@ -537,16 +546,16 @@ SPRIG: dict[str, GoFunction] = {
     # regex (RE2, as Go's regexp)
     "regexMatch": _f(lambda r, s: compile_re2(r).search(s) is not None, (S, S)),
     "mustRegexMatch": _f(lambda r, s: compile_re2(r).search(s) is not None, (S, S)),
-    "regexFindAll": _f(_regex_find_all, (S, S, I)),
-    "mustRegexFindAll": _f(_regex_find_all, (S, S, I)),
+    "regexFindAll": _f(_regex_find_all, (S, S, INT)),
+    "mustRegexFindAll": _f(_regex_find_all, (S, S, INT)),
     "regexFind": _f(_regex_find, (S, S)),
     "mustRegexFind": _f(_regex_find, (S, S)),
     "regexReplaceAll": _f(_regex_replace_all, (S, S, S)),
     "mustRegexReplaceAll": _f(_regex_replace_all, (S, S, S)),
     "regexReplaceAllLiteral": _f(_regex_replace_all_literal, (S, S, S)),
     "mustRegexReplaceAllLiteral": _f(_regex_replace_all_literal, (S, S, S)),
-    "regexSplit": _f(_regex_split, (S, S, I)),
-    "mustRegexSplit": _f(_regex_split, (S, S, I)),
+    "regexSplit": _f(_regex_split, (S, S, INT)),
+    "mustRegexSplit": _f(_regex_split, (S, S, INT)),
     "regexQuoteMeta": _f(_regex_quote_meta, (S,)),
 }
 
@@ -566,16 +575,69 @@ def _product(vs: list[Any]) -> int:
 
 
 # Sprig's hermetic functions Corral does not implement (refused by name).
-NOT_IMPLEMENTED = (
-    "ago duration durationRound mustDateModify must_date_modify mustToDate toDate unixEpoch "
-    "shuffle wrap wrapWith seq toDecimal randInt mulf divf mustCompact ternary_ deepCopy "
-    "mustDeepCopy mustToPrettyJson mustToRawJson osBase osClean osDir osExt osIsAbs "
-    "mustMerge mustMergeOverwrite mustAppend mustPush mustPrepend mustFirst mustRest mustLast "
-    "mustInitial mustReverse mustUniq mustWithout mustHas slice mustSlice mustChunk bcrypt "
-    "htpasswd derivePassword buildCustomCert genCA genCAWithKey genSelfSignedCert "
-    "genSelfSignedCertWithKey genSignedCert genSignedCertWithKey encryptAES decryptAES "
-    "semver semverCompare urlParse urlJoin hello getHostByName"
-).split()
+NOT_IMPLEMENTED = [
+    "ago",
+    "duration",
+    "durationRound",
+    "mustDateModify",
+    "must_date_modify",
+    "mustToDate",
+    "toDate",
+    "unixEpoch",
+    "shuffle",
+    "wrap",
+    "wrapWith",
+    "seq",
+    "toDecimal",
+    "randInt",
+    "mulf",
+    "divf",
+    "mustCompact",
+    "ternary_",
+    "deepCopy",
+    "mustDeepCopy",
+    "mustToPrettyJson",
+    "mustToRawJson",
+    "osBase",
+    "osClean",
+    "osDir",
+    "osExt",
+    "osIsAbs",
+    "mustMerge",
+    "mustMergeOverwrite",
+    "mustAppend",
+    "mustPush",
+    "mustPrepend",
+    "mustFirst",
+    "mustRest",
+    "mustLast",
+    "mustInitial",
+    "mustReverse",
+    "mustUniq",
+    "mustWithout",
+    "mustHas",
+    "slice",
+    "mustSlice",
+    "mustChunk",
+    "bcrypt",
+    "htpasswd",
+    "derivePassword",
+    "buildCustomCert",
+    "genCA",
+    "genCAWithKey",
+    "genSelfSignedCert",
+    "genSelfSignedCertWithKey",
+    "genSignedCert",
+    "genSignedCertWithKey",
+    "encryptAES",
+    "decryptAES",
+    "semver",
+    "semverCompare",
+    "urlParse",
+    "urlJoin",
+    "hello",
+    "getHostByName",
+]
 
 
 def sprig_funcs() -> dict[str, GoFunction]:

@@ -41,7 +41,8 @@ class Template:
         limit = self.limits.max_value_len
         if len(text) > limit:
             raise TemplateError(
-                f"template: {name}: the template has {len(text)} characters, more than the limit of {limit}"
+                f"template: {name}: the template has {len(text)} characters, "
+                f"more than the limit of {limit}"
             )
 
         def has_function(fn: str) -> bool:

@@ -231,9 +231,11 @@ def basic_kind(value: Any) -> int:
 
 def is_nillable(value: Any) -> bool:
     """Values of Go kinds that can be nil (maps, slices, pointers, ...)."""
-    return value is None or isinstance(
-        value, list | tuple | dict | GoChan | GoFunc | bytes
-    ) or (isinstance(value, GoStruct) and value.go_pointer)
+    return (
+        value is None
+        or isinstance(value, list | tuple | dict | GoChan | GoFunc | bytes)
+        or (isinstance(value, GoStruct) and value.go_pointer)
+    )
 
 
 def kind_name(value: Any) -> str:

@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - one template case per line reads better than wrapped strings
 """Go's text/template language: cases written from the behaviour Go's
 exec_test.go and parse_test.go pin (our own cases, not copies)."""
 
@@ -47,7 +48,7 @@ DATA = {
         ('{{"x" | printf "%s-%s" "y"}}', "y-x"),
         ("{{.List | len}}", "3"),
         ('{{(printf "%d" 3) | len}}', "1"),
-        ("{{(index .Nested \"Inner\").Deep}}", "x"),
+        ('{{(index .Nested "Inner").Deep}}', "x"),
         # variables
         ("{{$x := .Name}}{{$x}}", "corral"),
         ("{{$x := 1}}{{if true}}{{$x = 2}}{{end}}{{$x}}", "2"),
@@ -71,8 +72,8 @@ DATA = {
         ("{{range $k, $v := .Map}}{{$k}}{{$v}}{{end}}", "a1b2c3"),
         ("{{range .NoList}}x{{else}}none{{end}}", "none"),
         ("{{range .Absent}}x{{else}}none{{end}}", "none"),
-        ("{{range .List}}{{if eq . \"b\"}}{{continue}}{{end}}{{.}}{{end}}", "ac"),
-        ("{{range .List}}{{if eq . \"b\"}}{{break}}{{end}}{{.}}{{end}}", "a"),
+        ('{{range .List}}{{if eq . "b"}}{{continue}}{{end}}{{.}}{{end}}', "ac"),
+        ('{{range .List}}{{if eq . "b"}}{{break}}{{end}}{{.}}{{end}}', "a"),
         ("{{range 3}}{{.}}{{end}}", "012"),
         ("{{$i := 0}}{{range $i = .List}}{{end}}{{$i}}", "c"),
         ("{{range .Ints}}{{.}}{{end}}", "312"),
@@ -88,17 +89,26 @@ DATA = {
         ("{{-3}}", "-3"),
         ("{{.Name\n}}", "corral"),
         # builtins
-        ("{{and 1 0 2}} {{and 1 2}} {{or 0 \"\" 3}} {{or 0 false}} {{not .On}}", "0 2 3 false false"),
-        ("{{len .List}} {{len .Map}} {{len \"héllo\"}}", "3 3 6"),
-        ('{{index .List 1}} {{index .Map "b"}} {{index .Map "zz"}} {{index .Nested "Inner" "Deep"}}', "b 2 <no value> x"),
+        ('{{and 1 0 2}} {{and 1 2}} {{or 0 "" 3}} {{or 0 false}} {{not .On}}', "0 2 3 false false"),
+        ('{{len .List}} {{len .Map}} {{len "héllo"}}', "3 3 6"),
+        (
+            '{{index .List 1}} {{index .Map "b"}} {{index .Map "zz"}} {{index .Nested "Inner" "Deep"}}',
+            "b 2 <no value> x",
+        ),
         ('{{slice "abcdef" 1 3}} {{slice .List 1}} {{slice .List}}', "bc [b c] [a b c]"),
-        ('{{print 1 2 "a" "b" 3}}|{{println "x" 1}}|{{printf "%05.1f|%-4s|%x" 3.14159 "ab" 255}}', "1 2ab3|x 1\n|003.1|ab  |ff"),
+        (
+            '{{print 1 2 "a" "b" 3}}|{{println "x" 1}}|{{printf "%05.1f|%-4s|%x" 3.14159 "ab" 255}}',
+            "1 2ab3|x 1\n|003.1|ab  |ff",
+        ),
         ('{{html "<a href=\\"x\\">&\'"}}', "&lt;a href=&#34;x&#34;&gt;&amp;&#39;"),
         ('{{js "it\'s <b>=&"}}', "it\\'s \\u003Cb\\u003E\\u003D\\u0026"),
         ('{{urlquery "a b&c=d/é"}}', "a+b%26c%3Dd%2F%C3%A9"),
         ("{{call .Fn 1 2}}", "3"),
         # comparisons
-        ("{{eq 1 1}} {{eq 1 2 3 1}} {{ne \"a\" \"b\"}} {{lt 1 2}} {{le 2 2}} {{gt 3 2}} {{ge 1 2}}", "true true true true true true false"),
+        (
+            '{{eq 1 1}} {{eq 1 2 3 1}} {{ne "a" "b"}} {{lt 1 2}} {{le 2 2}} {{gt 3 2}} {{ge 1 2}}',
+            "true true true true true true false",
+        ),
         ('{{lt "a" "b"}} {{eq .Absent "x"}} {{eq .Nil .Absent}}', "true false true"),
         ("{{eq .Port 8080}}", "true"),
     ],
@@ -113,7 +123,7 @@ def test_uint_and_int_compare_across_signs() -> None:
 
 
 def test_int64_results_print_and_compare_like_ints() -> None:
-    assert run("{{.I}} {{eq .I 5}} {{printf \"%T\" .I}}", {"I": Int64(5)}) == "5 true int64"
+    assert run('{{.I}} {{eq .I 5}} {{printf "%T" .I}}', {"I": Int64(5)}) == "5 true int64"
 
 
 @pytest.mark.parametrize(
@@ -138,15 +148,18 @@ def test_int64_results_print_and_compare_like_ints() -> None:
         ("{{.X", "template: t:1: unclosed action"),
         ('{{"abc}}', "template: t:1: unterminated quoted string"),
         ("{{/* x }}", "template: t:1: unclosed comment"),
-        ("{{ /* x */ }}", "template: t:1: unexpected \"/\" in command"),
+        ("{{ /* x */ }}", 'template: t:1: unexpected "/" in command'),
         ("{{(1}}", "template: t:1: unclosed left paren"),
         ("{{1)}}", "template: t:1: unexpected right paren"),
         ("{{1 ~ 2}}", 'template: t:1: unexpected "~" in operand'),
-        ('{{define "a"}}x{{end}}{{define "a"}}y{{end}}', 'template: t:1: template: multiple definition of template "a"'),
+        (
+            '{{define "a"}}x{{end}}{{define "a"}}y{{end}}',
+            'template: t:1: template: multiple definition of template "a"',
+        ),
         ("{{if .X}}{{else}}{{else}}{{end}}", "template: t:1: expected end; found {{else}}"),
-        ('{{template .X}}', "template: t:1: unexpected \".X\" in template clause"),
+        ("{{template .X}}", 'template: t:1: unexpected ".X" in template clause'),
         ("{{true.X}}", 'template: t:1: unexpected . after term "true"'),
-        ("{{.X \u00e9}}", "template: t:1: function \"é\" not defined"),
+        ("{{.X \u00e9}}", 'template: t:1: function "é" not defined'),
         ("{{.X\u2603}}", "template: t:1: bad character U+2603 '☃'"),
     ],
 )
@@ -157,27 +170,103 @@ def test_parse_errors(text: str, want: str) -> None:
 @pytest.mark.parametrize(
     ("text", "data", "want"),
     [
-        ("{{.a.b}}", {"a": None}, 'template: t:1:4: executing "t" at <.a.b>: nil pointer evaluating interface {}.b'),
-        ("x\n  {{.A.B}}", {"A": "s"}, 'template: t:2:6: executing "t" at <.A.B>: can\'t evaluate field B in type string'),
-        ("{{eq 1 1.0}}", {}, 'template: t:1:2: executing "t" at <eq 1 1.0>: error calling eq: incompatible types for comparison: int and float64'),
-        ("{{lt true false}}", {}, 'template: t:1:2: executing "t" at <lt true false>: error calling lt: invalid type for comparison'),
-        ("{{index .L 5}}", {"L": [1]}, 'template: t:1:2: executing "t" at <index .L 5>: error calling index: index out of range: 5'),
-        ("{{index 3 0}}", {}, 'template: t:1:2: executing "t" at <index 3 0>: error calling index: can\'t index item of type int'),
-        ("{{len 3}}", {}, 'template: t:1:2: executing "t" at <len 3>: error calling len: len of type int'),
-        ("{{.A 1}}", {"A": 2}, 'template: t:1:2: executing "t" at <.A>: A is not a method but has arguments'),
+        (
+            "{{.a.b}}",
+            {"a": None},
+            'template: t:1:4: executing "t" at <.a.b>: nil pointer evaluating interface {}.b',
+        ),
+        (
+            "x\n  {{.A.B}}",
+            {"A": "s"},
+            'template: t:2:6: executing "t" at <.A.B>: can\'t evaluate field B in type string',
+        ),
+        (
+            "{{eq 1 1.0}}",
+            {},
+            'template: t:1:2: executing "t" at <eq 1 1.0>: error calling eq: incompatible types for comparison: int and float64',
+        ),
+        (
+            "{{lt true false}}",
+            {},
+            'template: t:1:2: executing "t" at <lt true false>: error calling lt: invalid type for comparison',
+        ),
+        (
+            "{{index .L 5}}",
+            {"L": [1]},
+            'template: t:1:2: executing "t" at <index .L 5>: error calling index: index out of range: 5',
+        ),
+        (
+            "{{index 3 0}}",
+            {},
+            'template: t:1:2: executing "t" at <index 3 0>: error calling index: can\'t index item of type int',
+        ),
+        (
+            "{{len 3}}",
+            {},
+            'template: t:1:2: executing "t" at <len 3>: error calling len: len of type int',
+        ),
+        (
+            "{{.A 1}}",
+            {"A": 2},
+            'template: t:1:2: executing "t" at <.A>: A is not a method but has arguments',
+        ),
         ("{{nil}}", {}, 'template: t:1:2: executing "t" at <nil>: nil is not a command'),
-        ('{{template "nope"}}', {}, 'template: t:1:11: executing "t" at <{{template "nope"}}>: template "nope" not defined'),
-        ("{{range .}}{{end}}", "str", 'template: t:1:8: executing "t" at <.>: range can\'t iterate over str'),
-        ("{{range $i, $e := 3}}{{end}}", {}, 'template: t:1:18: executing "t" at <3>: can\'t use 3 to iterate over more than one variable'),
+        (
+            '{{template "nope"}}',
+            {},
+            'template: t:1:11: executing "t" at <{{template "nope"}}>: template "nope" not defined',
+        ),
+        (
+            "{{range .}}{{end}}",
+            "str",
+            'template: t:1:8: executing "t" at <.>: range can\'t iterate over str',
+        ),
+        (
+            "{{range $i, $e := 3}}{{end}}",
+            {},
+            'template: t:1:18: executing "t" at <3>: can\'t use 3 to iterate over more than one variable',
+        ),
         ("{{printf 3}}", {}, 'template: t:1:9: executing "t" at <3>: expected string; found 3'),
-        ("{{printf .X}}", {"X": 3}, 'template: t:1:9: executing "t" at <.X>: wrong type for value; expected string; got int'),
-        ("{{printf .Missing}}", {}, 'template: t:1:9: executing "t" at <.Missing>: invalid value; expected string'),
-        ("{{not}}", {}, 'template: t:1:2: executing "t" at <not>: wrong number of args for not: want 1 got 0'),
-        ("{{eq 1}}", {}, 'template: t:1:2: executing "t" at <eq 1>: error calling eq: missing argument for comparison'),
-        ("{{1 2}}", {}, 'template: t:1:2: executing "t" at <1>: can\'t give argument to non-function 1'),
-        ('{{define "T"}}{{.X.Y}}{{end}}{{template "T" .}}', {"X": 1}, 'template: t:1:18: executing "T" at <.X.Y>: can\'t evaluate field Y in type int'),
-        ("{{call .F}}", {"F": 1}, 'template: t:1:2: executing "t" at <call .F>: error calling call: non-function .F of type int'),
-        ("{{slice \"ab\" 2 1}}", {}, 'template: t:1:2: executing "t" at <slice "ab" 2 1>: error calling slice: invalid slice index: 2 > 1'),
+        (
+            "{{printf .X}}",
+            {"X": 3},
+            'template: t:1:9: executing "t" at <.X>: wrong type for value; expected string; got int',
+        ),
+        (
+            "{{printf .Missing}}",
+            {},
+            'template: t:1:9: executing "t" at <.Missing>: invalid value; expected string',
+        ),
+        (
+            "{{not}}",
+            {},
+            'template: t:1:2: executing "t" at <not>: wrong number of args for not: want 1 got 0',
+        ),
+        (
+            "{{eq 1}}",
+            {},
+            'template: t:1:2: executing "t" at <eq 1>: error calling eq: missing argument for comparison',
+        ),
+        (
+            "{{1 2}}",
+            {},
+            'template: t:1:2: executing "t" at <1>: can\'t give argument to non-function 1',
+        ),
+        (
+            '{{define "T"}}{{.X.Y}}{{end}}{{template "T" .}}',
+            {"X": 1},
+            'template: t:1:18: executing "T" at <.X.Y>: can\'t evaluate field Y in type int',
+        ),
+        (
+            "{{call .F}}",
+            {"F": 1},
+            'template: t:1:2: executing "t" at <call .F>: error calling call: non-function .F of type int',
+        ),
+        (
+            '{{slice "ab" 2 1}}',
+            {},
+            'template: t:1:2: executing "t" at <slice "ab" 2 1>: error calling slice: invalid slice index: 2 > 1',
+        ),
     ],
 )
 def test_exec_errors(text: str, data: object, want: str) -> None:
@@ -217,7 +306,9 @@ class TestMissingKey:
 
 class TestDelimiters:
     def test_custom_delimiters(self) -> None:
-        out = run("[[ .Name ]] {{ .Name }} [[- /* c */ -]] !", DATA, left_delim="[[", right_delim="]]")
+        out = run(
+            "[[ .Name ]] {{ .Name }} [[- /* c */ -]] !", DATA, left_delim="[[", right_delim="]]"
+        )
         assert out == "corral {{ .Name }}!"
 
     def test_single_char_and_long_delimiters(self) -> None:
