@@ -134,12 +134,12 @@ def _slice(item: Any, *indexes: Any) -> Any:
     return type(item)(out) if isinstance(item, tuple) else out
 
 
-def _eval_args(args: tuple[Any, ...]) -> str:
+def _eval_args(ex: Executor, args: tuple[Any, ...]) -> str:
     """Go's evalArgs: Sprint of the arguments, nil printed as <no value>."""
     if len(args) == 1 and isinstance(args[0], str):
         return args[0]
     printable = ["<no value>" if a is None or a is MISSING else a for a in args]
-    return gofmt.sprint(printable)
+    return _limited(ex, gofmt.sprint, tuple(printable))
 
 
 def html_escape(s: str) -> str:
@@ -187,16 +187,16 @@ def js_escape(s: str) -> str:
     return "".join(out)
 
 
-def _html(*args: Any) -> str:
-    return html_escape(_eval_args(args))
+def _html(ex: Executor, *args: Any) -> str:
+    return html_escape(_eval_args(ex, args))
 
 
-def _js(*args: Any) -> str:
-    return js_escape(_eval_args(args))
+def _js(ex: Executor, *args: Any) -> str:
+    return js_escape(_eval_args(ex, args))
 
 
-def _urlquery(*args: Any) -> str:
-    return urllib.parse.quote_plus(_eval_args(args), safe="")
+def _urlquery(ex: Executor, *args: Any) -> str:
+    return urllib.parse.quote_plus(_eval_args(ex, args), safe="")
 
 
 def _print(ex: Executor, *args: Any) -> str:
@@ -342,9 +342,9 @@ BUILTINS: dict[str, GoFunction] = {
     "print": GoFunction(_print, Signature((), "any"), needs_exec=True),
     "printf": GoFunction(_printf, Signature(("string",), "any"), needs_exec=True),
     "println": GoFunction(_println, Signature((), "any"), needs_exec=True),
-    "html": GoFunction(_html, Signature((), "any")),
-    "js": GoFunction(_js, Signature((), "any")),
-    "urlquery": GoFunction(_urlquery, Signature((), "any")),
+    "html": GoFunction(_html, Signature((), "any"), needs_exec=True),
+    "js": GoFunction(_js, Signature((), "any"), needs_exec=True),
+    "urlquery": GoFunction(_urlquery, Signature((), "any"), needs_exec=True),
     "call": GoFunction(_call, Signature((V,), V)),
     "eq": GoFunction(_eq, Signature((V,), V)),
     "ne": GoFunction(_ne, Signature((V, V))),

@@ -154,8 +154,14 @@ def check_json_depth(text: str, limit: int = MAX_DEPTH) -> None:
 # ---------------------------------------------------------------- YAML
 
 
-def _plain(v: Any, depth: int = 0) -> Any:
-    """A template value as plain Python data for the YAML emitter."""
+def _plain(v: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """A template value as plain Python data for the YAML emitter; `budget`
+    (characters left) stops a structure whose output would be too large
+    (shared references count each time they would be written)."""
+    if budget is not None:
+        budget[0] -= len(v) + 4 if isinstance(v, str) else 4
+        if budget[0] < 0:
+            raise FuncError("yaml: result exceeds the limit")
     if depth > MAX_DEPTH:
         raise FuncError(f"yaml: nesting deeper than {MAX_DEPTH} levels")
     if v is MISSING:
@@ -163,13 +169,13 @@ def _plain(v: Any, depth: int = 0) -> Any:
     if isinstance(v, GoStruct):
         custom = getattr(v, "go_json", None)
         if custom is not None:
-            return _plain(custom(), depth + 1)
+            return _plain(custom(), depth + 1, budget)
         # yaml.v2 names struct fields in lower case
-        return {name.lower(): _plain(v.go_field(name), depth + 1) for name in v.go_fields}
+        return {name.lower(): _plain(v.go_field(name), depth + 1, budget) for name in v.go_fields}
     if isinstance(v, dict):
-        return {k: _plain(v[k], depth + 1) for k in sorted_keys(v)}
+        return {k: _plain(v[k], depth + 1, budget) for k in sorted_keys(v)}
     if isinstance(v, list | tuple):
-        return [_plain(x, depth + 1) for x in v]
+        return [_plain(x, depth + 1, budget) for x in v]
     if isinstance(v, bool):
         return v
     if isinstance(v, int):
@@ -203,7 +209,7 @@ _Dumper.add_representer(float, _float_representer)
 
 
 def to_yaml(value: Any, max_len: int) -> str:
-    plain = _plain(value)
+    plain = _plain(value, 0, [max_len])
     text = yaml.dump(
         plain,
         Dumper=_Dumper,

@@ -72,7 +72,8 @@ class Limits:
     max_steps: int = 1_000_000  # actions, commands, range iterations, calls
     max_template_depth: int = 100  # nested {{template}} / executeTemplate
     max_nesting: int = 50  # nested control structures and parentheses (parse)
-    max_value_len: int = 4 * 1024 * 1024  # chars of a string / items of a list
+    max_value_len: int = 4 * 1024 * 1024  # characters of one string value
+    max_items: int = 100_000  # items of one list or map a function returns
 
 
 class FuncError(Exception):
@@ -159,9 +160,13 @@ class Executor:
             )
 
     def check_size(self, value: Any, what: str) -> Any:
-        limit = self.limits.max_value_len
-        if isinstance(value, str | list | tuple | dict | bytes) and len(value) > limit:
-            self.errorf(f"{what} exceeds the limit of {limit} characters or items", LimitExceeded)
+        if isinstance(value, str | bytes) and len(value) > self.limits.max_value_len:
+            self.errorf(
+                f"{what} exceeds the limit of {self.limits.max_value_len} characters",
+                LimitExceeded,
+            )
+        if isinstance(value, list | tuple | dict) and len(value) > self.limits.max_items:
+            self.errorf(f"{what} exceeds the limit of {self.limits.max_items} items", LimitExceeded)
         return value
 
     def fmt(self, value: Any) -> str:
@@ -169,7 +174,7 @@ class Executor:
         try:
             return gofmt.sprint_limited([value], 200)
         except gofmt.TooLong:
-            return gofmt.sprint_limited([value], 10_000)[:200] + "..."
+            return f"({type_name(value)} too long to print)"
 
     # ------------------------------------------------------------ output
 

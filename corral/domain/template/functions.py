@@ -389,7 +389,7 @@ def _split(ex: Executor, sep: str, s: str) -> GoList:
     s = s.strip()
     if s == "":
         return GoList([], "[]string")
-    return GoList(go_split(s, sep, ex.limits.max_value_len), "[]string")
+    return GoList(go_split(s, sep, ex.limits.max_items), "[]string")
 
 
 def go_split(s: str, sep: str, limit: int) -> list[str]:

@@ -502,6 +502,13 @@ def _parse_num(fmt: str, i: int) -> tuple[int | None, int, bool]:
     return n, i, False
 
 
+def _star_arg(args: Sequence[Any], argnum: int) -> int | None:
+    """The int argument a `*` width or precision takes, None if it is not one."""
+    if argnum < len(args) and isinstance(args[argnum], int) and not isinstance(args[argnum], bool):
+        return int(args[argnum])
+    return None
+
+
 def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
     """fmt.Sprintf with Go's verbs, flags, widths, precisions, `*` and
     `[n]` argument indexes, and its error notations (%!d(string=x),
@@ -560,22 +567,13 @@ def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
         # width
         if i < end and fmt[i] == "*":
             i += 1
-            if (
-                argnum < len(args)
-                and isinstance(args[argnum], int)
-                and not isinstance(args[argnum], bool)
-            ):
-                w = int(args[argnum])
-                if abs(w) > MAX_WIDTH:
-                    p.write("%!(BADWIDTH)")
-                    w = 0
-                elif w < 0:
-                    f.minus = True
-                    f.zero = False
-                    w = -w
-                f.width = w
-            else:
+            w = _star_arg(args, argnum)
+            if w is None or abs(w) > MAX_WIDTH:
                 p.write("%!(BADWIDTH)")
+            elif w < 0:
+                f.minus, f.zero, f.width = True, False, -w
+            else:
+                f.width = w
             argnum += 1
         else:
             parsed_w, i, too_large = _parse_num(fmt, i)
@@ -591,19 +589,11 @@ def sprintf(fmt: str, args: Sequence[Any], max_len: int | None = None) -> str:
                 good_argnum = False
             if i < end and fmt[i] == "*":
                 i += 1
-                if (
-                    argnum < len(args)
-                    and isinstance(args[argnum], int)
-                    and not isinstance(args[argnum], bool)
-                ):
-                    pr = int(args[argnum])
-                    if pr < 0 or pr > MAX_WIDTH:
-                        p.write("%!(BADPREC)")
-                        f.prec = None
-                    else:
-                        f.prec = pr
-                else:
+                pr = _star_arg(args, argnum)
+                if pr is None or pr < 0 or pr > MAX_WIDTH:
                     p.write("%!(BADPREC)")
+                else:
+                    f.prec = pr
                 argnum += 1
             else:
                 parsed_p, i, too_large = _parse_num(fmt, i)

@@ -410,20 +410,7 @@ class Lexer:
         return self.input.startswith(self.right[0], self.pos)
 
     def lex_char(self) -> None:
-        while True:
-            ch = self.next()
-            if ch == "\\":
-                nxt = self.next()
-                if nxt not in ("", "\n"):
-                    continue
-                self.errorf("unterminated character constant")
-                return
-            if ch in ("", "\n"):
-                self.errorf("unterminated character constant")
-                return
-            if ch == "'":
-                break
-        self.emit(T.CHAR_CONSTANT)
+        self._lex_quoted("'", "unterminated character constant", T.CHAR_CONSTANT)
 
     def lex_number(self) -> None:
         if not self.scan_number():
@@ -465,20 +452,25 @@ class Lexer:
         return True
 
     def lex_quote(self) -> None:
+        self._lex_quoted('"', "unterminated quoted string", T.STRING)
+
+    def _lex_quoted(self, quote: str, unterminated: str, typ: T) -> None:
+        """A '...' or "..." literal (escapes checked by the parser); the
+        opening quote is already read."""
         while True:
             ch = self.next()
             if ch == "\\":
                 nxt = self.next()
                 if nxt not in ("", "\n"):
                     continue
-                self.errorf("unterminated quoted string")
+                self.errorf(unterminated)
                 return
             if ch in ("", "\n"):
-                self.errorf("unterminated quoted string")
+                self.errorf(unterminated)
                 return
-            if ch == '"':
+            if ch == quote:
                 break
-        self.emit(T.STRING)
+        self.emit(typ)
 
     def lex_raw_quote(self) -> None:
         while True:

@@ -215,9 +215,33 @@ class NanoTime(GoStruct):
     }
 
 
+def _set_metadata(
+    obj: Any,
+    namespace: str,
+    path: str,
+    create_index: int,
+    modify_index: int,
+    create_time: int,
+    modify_time: int,
+) -> None:
+    """The metadata fields a variable and its NomadVarMeta share."""
+    obj.Namespace = namespace
+    obj.Path = path
+    obj.CreateIndex = Uint64(create_index)
+    obj.ModifyIndex = Uint64(modify_index)
+    obj.CreateTime = NanoTime(create_time)
+    obj.ModifyTime = NanoTime(modify_time)
+
+
 class NomadVarMeta(GoStruct):
     go_type = "*dependency.NomadVarMeta"
     go_fields = ("Namespace", "Path", "CreateIndex", "ModifyIndex", "CreateTime", "ModifyTime")
+    Namespace: str
+    Path: str
+    CreateIndex: Uint64
+    ModifyIndex: Uint64
+    CreateTime: NanoTime
+    ModifyTime: NanoTime
 
     def __init__(
         self,
@@ -228,12 +252,7 @@ class NomadVarMeta(GoStruct):
         create_time: int = 0,
         modify_time: int = 0,
     ) -> None:
-        self.Namespace = namespace
-        self.Path = path
-        self.CreateIndex = Uint64(create_index)
-        self.ModifyIndex = Uint64(modify_index)
-        self.CreateTime = NanoTime(create_time)
-        self.ModifyTime = NanoTime(modify_time)
+        _set_metadata(self, namespace, path, create_index, modify_index, create_time, modify_time)
 
     go_methods: ClassVar[Mapping[str, Method]] = {"String": Method(lambda self: self.Path)}
 
@@ -251,6 +270,12 @@ class NomadVariable(GoStruct):
         "ModifyTime",
         "Items",
     )
+    Namespace: str
+    Path: str
+    CreateIndex: Uint64
+    ModifyIndex: Uint64
+    CreateTime: NanoTime
+    ModifyTime: NanoTime
 
     def __init__(
         self,
@@ -263,12 +288,7 @@ class NomadVariable(GoStruct):
         create_time: int = 0,
         modify_time: int = 0,
     ) -> None:
-        self.Namespace = namespace
-        self.Path = path
-        self.CreateIndex = Uint64(create_index)
-        self.ModifyIndex = Uint64(modify_index)
-        self.CreateTime = NanoTime(create_time)
-        self.ModifyTime = NanoTime(modify_time)
+        _set_metadata(self, namespace, path, create_index, modify_index, create_time, modify_time)
         self.Items = NomadVarItems({k: NomadVarItem(k, str(v), self) for k, v in items.items()})
 
     def metadata(self) -> NomadVarMeta:

@@ -38,6 +38,11 @@ def _limit(ex: Executor, n: int, what: str) -> None:
         raise FuncError(f"{what} exceeds the limit of {ex.limits.max_value_len}")
 
 
+def _limit_items(ex: Executor, n: int, what: str) -> None:
+    if n > ex.limits.max_items:
+        raise FuncError(f"{what} exceeds the limit of {ex.limits.max_items} items")
+
+
 def strval(v: Any) -> str:
     if isinstance(v, str):
         return v
@@ -197,7 +202,7 @@ def _until_step(ex: Executor, start: int, stop: int, step: int) -> list[int]:
     if step == 0 or (step > 0 and start >= stop) or (step < 0 and start <= stop):
         return []
     n = (abs(stop - start) + abs(step) - 1) // abs(step)
-    _limit(ex, n, "until result")
+    _limit_items(ex, n, "until result")
     return list(range(start, stop, step))
 
 
@@ -206,7 +211,7 @@ def _sprig_split(sep: str, orig: str) -> dict[str, str]:
 
 
 def _split_list(ex: Executor, sep: str, orig: str) -> GoList:
-    return GoList(go_split(orig, sep, ex.limits.max_value_len), "[]string")
+    return GoList(go_split(orig, sep, ex.limits.max_items), "[]string")
 
 
 def _splitn(sep: str, n: int, orig: str) -> dict[str, str]:
@@ -392,6 +397,12 @@ def _chunk(ex: Executor, size: int, items: Any) -> list[list[Any]]:
     return [lst[i : i + size] for i in range(0, len(lst), size)]
 
 
+def _concat(ex: Executor, *lists: Any) -> list[Any]:
+    items = [_as_list("concat", lst) for lst in lists]
+    _limit_items(ex, sum(len(x) for x in items), "concat result")
+    return [x for lst in items for x in lst]
+
+
 def _type_is(target: str, v: Any) -> bool:
     return target == type_name(v)
 
@@ -506,7 +517,7 @@ SPRIG: dict[str, GoFunction] = {
     "uniq": _f(_uniq, (A,)),
     "without": _f(_without, (A,), A),
     "has": _f(_has, (A, A)),
-    "concat": _f(lambda *ls: [x for lst in ls for x in _as_list("concat", lst)], (), A),
+    "concat": _f(_concat, (), A, ex=True),
     "dig": _f(_dig, (), A),
     "chunk": _f(_chunk, (INT, A), ex=True),
     "compact": _f(lambda lst: [x for x in _as_list("compact", lst) if not empty(x)], (A,)),

@@ -18,7 +18,12 @@ from corral.domain.template import (
 )
 
 SMALL = Limits(
-    max_output=10_000, max_steps=50_000, max_template_depth=20, max_nesting=20, max_value_len=10_000
+    max_output=10_000,
+    max_steps=50_000,
+    max_template_depth=20,
+    max_nesting=20,
+    max_value_len=10_000,
+    max_items=1_000,
 )
 
 
@@ -50,7 +55,17 @@ def render(text: str, limits: Limits = SMALL) -> str:
         ),
         ('{{ "x" | sprig_repeat 100000000 }}', "exceeds the limit of 10000"),
         ('{{ printf "%1000000d" 1 }}', "exceeds the limit of 10000"),
-        ("{{ sprig_until 100000000 }}", "exceeds the limit of 10000"),
+        ("{{ sprig_until 100000000 }}", "exceeds the limit of 1000 items"),
+        (
+            '{{ $s := printf "%9000d" 1 }}{{ html (sprig_list $s $s $s $s) }}',
+            "exceeds the limit of 10000",
+        ),
+        (
+            '{{ $s := printf "%900d" 1 }}{{ $l := sprig_list $s $s $s $s $s $s $s $s $s $s $s $s }}{{ toYAML (sprig_list $l $l $l) }}',
+            "yaml: result exceeds the limit",
+        ),
+        ("{{ $l := sprig_until 900 }}{{ sprig_concat $l $l }}", "exceeds the limit of 1000 items"),
+        ('{{ split "," (printf "%5000s" "" | replaceAll " " ",") }}', "more than 1000 parts"),
         ('{{ split "" (printf "%9000d" 1) | len }}', ""),
         ("{{" + "(" * 30 + "1" + ")" * 30 + "}}", "max expression depth exceeded"),
         ("{{ if 1 }}" * 30 + "{{ end }}" * 30, "max expression depth exceeded"),
