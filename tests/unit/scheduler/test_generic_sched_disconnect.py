@@ -308,10 +308,12 @@ def test_reconnect_while_initializing_after_a_job_update_keeps_the_newer_replace
     assert h.last_eval().status == EvalStatus.COMPLETE
 
 
-def test_failed_originals_with_running_replacements_are_stopped_without_new_copies():
-    """Two allocs of a node come back failed while their replacements run:
-    both originals are stopped (client failed) and nothing is placed, so
-    each name runs exactly once."""
+def two_replaced() -> tuple[
+    Harness, list[pb.Node], pb.Job, list[pb.Allocation], list[pb.Allocation]
+]:
+    """Two originals on node 0 (placed with the best possible score, so
+    best_score would keep them) whose node disconnected: unknown, each
+    replaced at once by an alloc now running elsewhere."""
     h = Harness()
     nodes = [mock.node() for _ in range(3)]
     h.upsert_nodes(*nodes)
@@ -323,6 +325,8 @@ def test_failed_originals_with_running_replacements_are_stopped_without_new_copi
     )
     job = register(h, job)
     originals = [mock.alloc(job, nodes[0], index=i) for i in range(2)]
+    for o in originals:
+        o.metrics.score_meta_data.add(node_id=nodes[0].id, norm_score=1.0)
     h.upsert_allocs(*originals)
     set_node(h, nodes[0], NodeStatus.DISCONNECTED)
     run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
@@ -330,6 +334,14 @@ def test_failed_originals_with_running_replacements_are_stopped_without_new_copi
     assert len(replacements) == 2
     for r in replacements:
         client_update(h, r.id, ClientStatus.RUNNING)
+    return h, nodes, job, originals, replacements
+
+
+def test_failed_originals_with_running_replacements_are_stopped_without_new_copies():
+    """Two allocs of a node come back failed while their replacements run:
+    both originals are stopped (client failed) and nothing is placed, so
+    each name runs exactly once."""
+    h, nodes, job, originals, replacements = two_replaced()
 
     set_node(h, nodes[0], NodeStatus.INITIALIZING)
     for o in originals:
@@ -357,27 +369,7 @@ def test_failed_originals_after_the_heartbeat_eval_keep_their_replacements():
     That eval leaves them and their running replacements alone (it cannot
     know whether they still run); when they come back failed they are
     stopped, the replacements kept and nothing placed: 4 allocs."""
-    h = Harness()
-    nodes = [mock.node() for _ in range(3)]
-    h.upsert_nodes(*nodes)
-    job = mock.job(count=2)
-    tg = job.task_groups[0]
-    tg.disconnect.lost_after = LOST_AFTER
-    tg.reschedule_policy.CopyFrom(
-        pb.ReschedulePolicy(delay=0, delay_function="constant", unlimited=True)
-    )
-    job = register(h, job)
-    originals = [mock.alloc(job, nodes[0], index=i) for i in range(2)]
-    for o in originals:
-        # the best possible score: best_score would keep them over the replacements
-        o.metrics.score_meta_data.add(node_id=nodes[0].id, norm_score=1.0)
-    h.upsert_allocs(*originals)
-    set_node(h, nodes[0], NodeStatus.DISCONNECTED)
-    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
-    replacements = [x for x in live_allocs(h, job) if x.node_id != nodes[0].id]
-    assert len(replacements) == 2
-    for r in replacements:
-        client_update(h, r.id, ClientStatus.RUNNING)
+    h, nodes, job, originals, replacements = two_replaced()
 
     set_node(h, nodes[0], NodeStatus.INITIALIZING)
     n = len(h.plans)
