@@ -1,36 +1,31 @@
-"""Nomad-style HCL job files → `pb.Job`.
+"""Nomad HCL job files → `pb.Job`.
 
-python-hcl2 parses the file twice over one syntax tree: once into plain data
-(`serialize`) and once walked here for the line of every block and argument,
+The file is parsed and evaluated as Nomad's jobspec2 does (`language/`:
+variables, locals, expressions, functions, dynamic blocks) into plain data
+with the line of every block and argument, then read here block by block,
 so any problem can be reported as `file:line: field: problem`. Every block
 reader consumes the arguments it knows; whatever is left over is reported as
 unknown (a typo) or unsupported (a Nomad feature Corral does not have), never
-silently ignored. Expressions are not evaluated: `${NOMAD_*}`, `${attr.*}` and
-`${meta.*}` inside strings pass through for the client and scheduler to
-interpolate, but a variable or arithmetic where a literal is expected is an
-error."""
+silently ignored. Variables Nomad leaves for run time (`${NOMAD_*}`,
+`${attr.*}`, `${meta.*}`, `${node.*}`, any name that is not `var`, `local`
+or an iterator) come out of evaluation as their `${...}` text and pass
+through for the client and scheduler to interpolate."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import hcl2
-from hcl2 import SerializationOptions
-from lark import Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
-
 from corral.domain.jobspec import defaults, validate
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
+from corral.domain.jobspec.language.errors import HclError
+from corral.domain.jobspec.language.variables import VarInputs
 from corral.domain.structs import CONSTRAINT_SHORTHANDS
 from corral.v1 import structs_pb2 as pb
-
-BLOCK = "__is_block__"
-_OPTIONS = SerializationOptions(
-    strip_string_quotes=True, explicit_blocks=True, with_comments=False, preserve_heredocs=False
-)
 
 # Nomad stanzas Corral does not implement: reported as unsupported rather
 # than unknown, so a user from Nomad knows the file is fine but the feature
@@ -67,56 +62,6 @@ UNSUPPORTED = frozenset(
 )
 
 Path = tuple[Any, ...]
-
-
-# --------------------------------------------------------------- source map
-
-
-def _first_line(node: Tree[Any] | Token) -> int | None:
-    if isinstance(node, Token):
-        return node.line
-    for child in node.children:
-        line = _first_line(child)
-        if line is not None:
-            return line
-    return None
-
-
-def _identifier(node: Tree[Any]) -> str:
-    for child in node.children:
-        if isinstance(child, Tree) and child.data == "identifier":
-            tok = child.children[0]
-            return str(tok)
-    return ""
-
-
-def index_lines(tree: Tree[Any]) -> dict[Path, int]:
-    """Line of every block and argument, keyed by path: a block is
-    (type, ordinal among same-type blocks of its parent), an argument is
-    its name, matching the order `serialize` lists blocks in."""
-    lines: dict[Path, int] = {}
-
-    def body(node: Tree[Any], path: Path) -> None:
-        counts: dict[str, int] = {}
-        for child in node.children:
-            if not isinstance(child, Tree):
-                continue
-            if child.data == "block":
-                name = _identifier(child)
-                ordinal = counts.get(name, 0)
-                counts[name] = ordinal + 1
-                here = (*path, (name, ordinal))
-                lines[here] = _first_line(child) or 0
-                for part in child.children:
-                    if isinstance(part, Tree) and part.data == "body":
-                        body(part, here)
-            elif child.data == "attribute":
-                lines[(*path, _identifier(child))] = _first_line(child) or 0
-            elif child.data == "body":
-                body(child, path)
-
-    body(tree, ())
-    return lines
 
 
 @dataclass
@@ -231,8 +176,8 @@ class Body:
         if _is_expression(value):
             raise self.fail(
                 name,
-                f"expected {what}, got the expression {value!r} "
-                "(variables and functions are not supported; write a literal)",
+                f"expected {what}, got {value!r} (a variable known only at run time "
+                "cannot be used here)",
             )
 
     # -- typed readers (None when absent)
@@ -767,40 +712,47 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
 # --------------------------------------------------------------- entry point
 
 
-def _syntax_error(filename: str, exc: LarkError) -> JobspecError:
-    line = getattr(exc, "line", None)
-    if isinstance(exc, UnexpectedEOF) or (line is not None and line < 0):
-        return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
-    if isinstance(exc, UnexpectedCharacters):
-        char = getattr(exc, "char", "")
-        return JobspecError(filename, line, "", f"syntax error: unexpected character {char!r}")
-    if isinstance(exc, UnexpectedInput):
-        token = getattr(exc, "token", None)
-        if token is not None and getattr(token, "type", "") == "$END":
-            return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
-        text = str(token) if token is not None else ""
-        if not text.strip() or getattr(token, "type", "").startswith("NL"):
-            shown = "end of line (a value is missing?)"
-        else:
-            shown = repr(text.strip().splitlines()[0])
-        return JobspecError(filename, line, "", f"syntax error: unexpected {shown}")
-    return JobspecError(filename, line, "", f"syntax error: {exc}")
+@dataclass
+class Parsed:
+    """A parsed job and what Nomad keeps of its submission."""
+
+    job: pb.Job
+    decoded: Decoded
 
 
-def parse(text: str, filename: str = "<stdin>") -> pb.Job:
+def parse(
+    text: str,
+    filename: str = "<stdin>",
+    inputs: VarInputs | None = None,
+    *,
+    allow_fs: bool = True,
+) -> pb.Job:
     """Parse, apply Nomad's defaults and validate one HCL job file."""
+    return parse_file(text, filename, inputs, allow_fs=allow_fs).job
+
+
+def parse_file(
+    text: str,
+    filename: str = "<stdin>",
+    inputs: VarInputs | None = None,
+    *,
+    allow_fs: bool = True,
+    basedir: str | None = None,
+) -> Parsed:
+    """`parse` that also returns the evaluated variables (for the job's
+    submission) and warnings. `allow_fs` enables file(), fileset() and the
+    other filesystem functions (the CLI: relative to `basedir`, by default
+    the job file's directory; the HTTP API: off, as in Nomad)."""
+    if basedir is None:
+        basedir = os.path.dirname(filename) if filename not in ("<stdin>", "-") else "."
     try:
-        tree = hcl2.parses_to_tree(text)
-        data = hcl2.serialize(hcl2.transform(tree), serialization_options=_OPTIONS)
-    except LarkError as exc:
-        raise _syntax_error(filename, exc) from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise JobspecError(filename, None, "", f"cannot read the file as HCL: {exc}") from None
-    src = Source(filename, index_lines(tree))
-    top = Body(data, (), "", "", src)
-    if "variable" in top.data or "locals" in top.data:
-        name = "variable" if "variable" in top.data else "locals"
-        raise top.fail(name, "HCL variables are not supported by Corral; write literal values")
+        decoded = decode(text, filename, inputs, basedir=basedir or ".", allow_fs=allow_fs)
+    except HclError as exc:
+        raise JobspecError(exc.filename, exc.line, exc.field, exc.message) from None
+    except RecursionError:
+        raise JobspecError(filename, None, "", "the file is nested too deeply") from None
+    src = Source(filename, decoded.lines)
+    top = Body(decoded.data, (), "", "", src)
     jobs = top.blocks("job", "", labeled=True)
     if not jobs:
         raise JobspecError(
@@ -820,4 +772,4 @@ def parse(text: str, filename: str = "<stdin>") -> pb.Job:
     except validate.FieldProblem as problem:
         line, display = src.origin_of(problem.path)
         raise JobspecError(filename, line, display, problem.problem) from None
-    return job
+    return Parsed(job, decoded)

@@ -353,7 +353,12 @@ def test_env_as_argument_map():
         (minimal("", "cuont = 2"), 4, 'job "j" > group "g" > cuont', "unknown argument"),
         (minimal("priority = 500"), 2, 'job "j" > priority', "between 1 and 100"),
         (minimal('type = "cron"'), 2, 'job "j" > type', "unknown value 'cron'"),
-        (minimal("", "count = var.n"), 4, 'job "j" > group "g" > count', "variables"),
+        (
+            minimal("", "count = var.n"),
+            4,
+            'job "j" > group "g" > count',
+            'unknown variable var.n: no `variable "n"` block declares it',
+        ),
         (minimal("", 'count = "many"'), 4, 'job "j" > group "g" > count', "whole number"),
         (
             minimal("", 'restart {\n delay = "5 minutes"\n }'),
@@ -456,12 +461,12 @@ def test_raw_exec_needs_a_command():
     ("text", "line", "problem"),
     [
         ('job "j" {\n  group "g" {\n    count = \n  }\n}\n', 3, "syntax error"),
-        ('job "j" {\n  group "g" {\n', None, "end of file"),
+        ('job "j" {\n  group "g" {\n', 3, "end of file"),
         ("", None, "no job found"),
         ('job "a" {\n}\njob "b" {\n}\n', 3, "only one job"),
         ('job {\n  group "g" {}\n}\n', 1, "needs a label"),
         ('job "j" {\n}\n', 1, "at least one group"),
-        ('variable "x" {}\njob "j" {}\n', 1, "variables are not supported"),
+        ('variable "x" {}\njob "j" {}\n', 1, 'variable "x" has no value'),
     ],
 )
 def test_file_level_errors(text, line, problem):
