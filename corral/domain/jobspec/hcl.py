@@ -52,12 +52,19 @@ UNSUPPORTED = frozenset(
         "schedule",
         "numa",
         "kind",
-        "shutdown_delay",
         "max_kill_timeout",
         "vault_token",
         "consul_token",
         "ui",
         "sidecar_task",
+        # arguments of Nomad's api structs Corral does not act on
+        "secrets",
+        "iops",
+        "ignore_collision",
+        "cidr",
+        "ip",
+        "device",
+        "reserved_ports",
     }
 )
 
@@ -293,9 +300,11 @@ class Body:
 
     # -- blocks
 
-    def blocks(self, name: str, proto: str, *, labeled: bool) -> list[tuple[str | None, Body]]:
+    def blocks(
+        self, name: str, proto: str, *, labeled: bool, offset: int = 0
+    ) -> list[tuple[str | None, Body]]:
         """Every `name` block, as (label, body); `proto` is the repeated proto
-        field they become (`{proto}[i]` is recorded as their origin)."""
+        field they become (`{proto}[offset + i]` is recorded as their origin)."""
         if name not in self.data:
             return []
         value = self.data[name]
@@ -321,7 +330,7 @@ class Body:
             display = f'{name} "{label}"' if label is not None else name
             if self.display:
                 display = f"{self.display} > {display}"
-            ppath = f"{proto}[{i}]" if proto else self.proto
+            ppath = f"{proto}[{offset + i}]" if proto else self.proto
             self.src.origins[ppath] = (self.src.lines.get(path), display)
             out.append((label, Body(inner, path, display, ppath, self.src)))
         return out
@@ -342,9 +351,9 @@ class Body:
         for name in self.data:
             if name in self.used:
                 continue
-            if name in UNSUPPORTED:
-                raise self.fail(name, f"the {name} block is not supported by Corral")
             kind = "block" if _is_block_list(self.data[name]) else "argument"
+            if name in UNSUPPORTED:
+                raise self.fail(name, f"the {name} {kind} is not supported by Corral")
             raise self.fail(name, f"unknown {kind} {name!r}")
 
 
@@ -388,6 +397,7 @@ RESTART = [
     ("interval", "dur", "interval"),
     ("delay", "dur", "delay"),
     ("mode", "str", "mode"),
+    ("render_templates", "bool", "render_templates"),
 ]
 RESCHEDULE = [
     ("attempts", "int", "attempts"),
@@ -508,11 +518,20 @@ def _network(body: Body, out: Any) -> None:
     for _, nb in body.blocks("network", f"{body.proto}.networks", labeled=False):
         net = out.add()
         net.mode = nb.string("mode") or "host"
-        if net.mode not in ("host", "bridge", "none"):
+        if net.mode not in ("host", "bridge", "none") and not (
+            net.mode.startswith("cni/") and len(net.mode) > 4
+        ):
             raise nb.fail(
-                "mode", f'unknown network mode {net.mode!r} (expected "host" or "bridge")'
+                "mode",
+                f'unknown network mode {net.mode!r} (expected "host", "bridge", "none" '
+                'or "cni/<network>")',
             )
         net.mbits = nb.integer("mbits") or 0
+        net.hostname = nb.string("hostname") or ""
+        cni = nb.block("cni", f"{nb.proto}.cni_args")
+        if cni is not None:
+            net.cni_args.update(cni.string_map("args") or {})
+            cni.done()
         _ports(nb, net)
         if "dns" in nb.data:
             raise nb.fail("dns", "the dns block is not supported by Corral")
@@ -527,7 +546,8 @@ def _resources(body: Body, task: pb.Task) -> None:
     r.cpu = rb.integer("cpu", "cpu") or 0
     r.cores = rb.integer("cores", "cores") or 0
     r.memory_mb = rb.integer("memory", "memory_mb") or 0
-    r.memory_max_mb = rb.integer("memory_max", "memory_max_mb") or 0
+    # -1 is Nomad's "no limit" (MemoryNoLimit)
+    r.memory_max_mb = rb.integer("memory_max", "memory_max_mb", minimum=-1) or 0
     r.disk_mb = rb.integer("disk", "disk_mb") or 0
     _network(rb, r.networks)
     for label, db in rb.blocks("device", f"{rb.proto}.devices", labeled=True):
@@ -562,6 +582,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
         task.kill_timeout = kill_timeout
         body.src.explicit[f"{body.proto}.kill_timeout"] = set()
     task.kill_signal = body.string("kill_signal") or ""
+    task.shutdown_delay = body.duration("shutdown_delay") or 0
     task.leader = bool(body.boolean("leader"))
     _policy(body, "restart", task.restart_policy, f"{body.proto}.restart_policy", RESTART)
     dp = body.block("dispatch_payload", f"{body.proto}.dispatch_payload")
@@ -627,6 +648,8 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
         db.done()
     prevent = body.boolean("prevent_reschedule_on_lost")
     tg.prevent_reschedule_on_lost = bool(prevent)
+    tg.shutdown_delay = body.duration("shutdown_delay") or 0
+    tg.max_run_duration = body.duration("max_run_duration") or 0
     for tlabel, tb in body.blocks("task", f"{body.proto}.tasks", labeled=True):
         _task(tlabel or "", tb, tg.tasks.add())
     body.done()
@@ -682,7 +705,16 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
         job.parameterized.meta_required.extend(parm.strings("meta_required") or [])
         job.parameterized.meta_optional.extend(parm.strings("meta_optional") or [])
         parm.done()
-    for glabel, gb in body.blocks("group", "job.task_groups", labeled=True):
+    # A task written directly in the job becomes a group of its own, named
+    # after the task and placed before the groups (Nomad's jobspec2).
+    alone = body.blocks("task", "job.task_groups", labeled=True)
+    groups = body.blocks("group", "job.task_groups", labeled=True, offset=len(alone))
+    for tlabel, tb in alone:
+        tg = job.task_groups.add(name=tlabel or "")
+        tb.proto = f"{tb.proto}.tasks[0]"
+        body.src.origins[tb.proto] = body.src.origins[tb.proto.rsplit(".", 1)[0]]
+        _task(tlabel or "", tb, tg.tasks.add())
+    for glabel, gb in groups:
         tg = job.task_groups.add()
         _group(glabel or "", gb, tg)
         gpath = gb.proto
