@@ -516,13 +516,13 @@ job "j" {
       config {
         text = <<EOT
 hello
-EOT   
+EOT%s
       }
     }
   }
 }
 """
-    job = parse_job(text, "fix.hcl")
+    job = parse_job(text % "   ", "fix.hcl")  # the closing marker has trailing spaces
     # a task directly under the job is a group of its own, first (Nomad's jobspec2)
     assert [tg.name for tg in job.task_groups] == ["solo", "g"]
     solo = job.task_groups[0].tasks[0]
