@@ -64,8 +64,57 @@ Global___Port: _TypeAlias = Port  # noqa: Y015
 class NetworkResource(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    MODE_FIELD_NUMBER: _builtins.int
+    MBITS_FIELD_NUMBER: _builtins.int
+    RESERVED_PORTS_FIELD_NUMBER: _builtins.int
+    DYNAMIC_PORTS_FIELD_NUMBER: _builtins.int
+    HOSTNAME_FIELD_NUMBER: _builtins.int
+    CNI_FIELD_NUMBER: _builtins.int
+    mode: _builtins.str
+    """"host" (default), "bridge", "none", "cni/<name>" """
+    mbits: _builtins.int
+    hostname: _builtins.str
+    """The hostname of the group's network namespace (bridge and CNI modes);
+    stored and returned, not acted upon by Corral's client yet.
+    """
+    @_builtins.property
+    def reserved_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
+        """static ports"""
+
+    @_builtins.property
+    def dynamic_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
+        """ports picked from the node's dynamic range"""
+
+    @_builtins.property
+    def cni(self) -> Global___CNIConfig:
+        """The `cni` block of a `cni/<name>` mode; stored and returned, not acted
+        upon by Corral's client yet.
+        """
+
+    def __init__(
+        self,
+        *,
+        mode: _builtins.str = ...,
+        mbits: _builtins.int = ...,
+        reserved_ports: _abc.Iterable[Global___Port] | None = ...,
+        dynamic_ports: _abc.Iterable[Global___Port] | None = ...,
+        hostname: _builtins.str = ...,
+        cni: Global___CNIConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cni", b"cni"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cni", b"cni", "dynamic_ports", b"dynamic_ports", "hostname", b"hostname", "mbits", b"mbits", "mode", b"mode", "reserved_ports", b"reserved_ports"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NetworkResource: _TypeAlias = NetworkResource  # noqa: Y015
+
+@_typing.final
+class CNIConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
     @_typing.final
-    class CniArgsEntry(_message.Message):
+    class ArgsEntry(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         KEY_FIELD_NUMBER: _builtins.int
@@ -84,50 +133,23 @@ class NetworkResource(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-    MODE_FIELD_NUMBER: _builtins.int
-    MBITS_FIELD_NUMBER: _builtins.int
-    RESERVED_PORTS_FIELD_NUMBER: _builtins.int
-    DYNAMIC_PORTS_FIELD_NUMBER: _builtins.int
-    HOSTNAME_FIELD_NUMBER: _builtins.int
-    CNI_ARGS_FIELD_NUMBER: _builtins.int
-    mode: _builtins.str
-    """"host" (default), "bridge", "none", "cni/<name>" """
-    mbits: _builtins.int
-    hostname: _builtins.str
-    """The hostname of the group's network namespace (bridge and CNI modes);
-    stored and returned, not acted upon by Corral's client yet.
-    """
+    ARGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def reserved_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
-        """static ports"""
-
-    @_builtins.property
-    def dynamic_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
-        """ports picked from the node's dynamic range"""
-
-    @_builtins.property
-    def cni_args(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Arguments for the CNI plugins of a `cni/<name>` mode (the `cni` block);
-        stored and returned, not acted upon by Corral's client yet.
-        """
+    def args(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """arguments passed to the CNI plugins"""
 
     def __init__(
         self,
         *,
-        mode: _builtins.str = ...,
-        mbits: _builtins.int = ...,
-        reserved_ports: _abc.Iterable[Global___Port] | None = ...,
-        dynamic_ports: _abc.Iterable[Global___Port] | None = ...,
-        hostname: _builtins.str = ...,
-        cni_args: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        args: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cni_args", b"cni_args", "dynamic_ports", b"dynamic_ports", "hostname", b"hostname", "mbits", b"mbits", "mode", b"mode", "reserved_ports", b"reserved_ports"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___NetworkResource: _TypeAlias = NetworkResource  # noqa: Y015
+Global___CNIConfig: _TypeAlias = CNIConfig  # noqa: Y015
 
 @_typing.final
 class RequestedDevice(_message.Message):
@@ -970,6 +992,7 @@ class Job(_message.Message):
     PARENT_ID_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    UI_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     """default "default" """
@@ -1012,6 +1035,10 @@ class Job(_message.Message):
     def parameterized(self) -> Global___ParameterizedConfig: ...
     @_builtins.property
     def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def ui(self) -> Global___JobUIConfig:
+        """the `ui` block"""
+
     def __init__(
         self,
         *,
@@ -1043,14 +1070,64 @@ class Job(_message.Message):
         parent_id: _builtins.str = ...,
         dispatched: _builtins.bool = ...,
         payload: _builtins.bytes = ...,
+        ui: Global___JobUIConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "update", b"update", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobUILink(_message.Message):
+    """The job's page in the web UI (Nomad 1.8's `ui` block): a Markdown
+    description and links; stored and returned through the API.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    url: _builtins.str
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUILink: _TypeAlias = JobUILink  # noqa: Y015
+
+@_typing.final
+class JobUIConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    description: _builtins.str
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobUILink]: ...
+    def __init__(
+        self,
+        *,
+        description: _builtins.str = ...,
+        links: _abc.Iterable[Global___JobUILink] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "links", b"links"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUIConfig: _TypeAlias = JobUIConfig  # noqa: Y015
 
 @_typing.final
 class TaskGroupSummary(_message.Message):

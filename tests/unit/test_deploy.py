@@ -180,7 +180,13 @@ def test_every_role_has_a_workload_with_probes_and_a_real_module() -> None:
         if role in LEADER_ROLES:
             # ready = leader: the exec probe checks corral.runtime.leader with the pod's certificate
             command = ready["exec"]["command"]
-            assert command == ["python", "-m", "corral.runtime.probe", f"localhost:{port}", LEADER_SERVICE]
+            assert command == [
+                "python",
+                "-m",
+                "corral.runtime.probe",
+                f"localhost:{port}",
+                LEADER_SERVICE,
+            ]
             assert importlib.util.find_spec("corral.runtime.probe") is not None
             assert ready["timeoutSeconds"] < ready["periodSeconds"]
         else:

@@ -55,7 +55,6 @@ UNSUPPORTED = frozenset(
         "max_kill_timeout",
         "vault_token",
         "consul_token",
-        "ui",
         "sidecar_task",
         # arguments of Nomad's api structs Corral does not act on
         "secrets",
@@ -528,9 +527,10 @@ def _network(body: Body, out: Any) -> None:
             )
         net.mbits = nb.integer("mbits") or 0
         net.hostname = nb.string("hostname") or ""
-        cni = nb.block("cni", f"{nb.proto}.cni_args")
+        cni = nb.block("cni", f"{nb.proto}.cni")
         if cni is not None:
-            net.cni_args.update(cni.string_map("args") or {})
+            net.cni.args.update(cni.string_map("args") or {})
+            net.cni.SetInParent()
             cni.done()
         _ports(nb, net)
         if "dns" in nb.data:
@@ -699,6 +699,14 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
         job.periodic.enabled = True if enabled is None else enabled
         body.src.explicit["job.periodic.enabled"] = set()
         pbody.done()
+    ui = body.block("ui", "job.ui")
+    if ui is not None:
+        job.ui.description = ui.string("description") or ""
+        for _, lb in ui.blocks("link", "job.ui.links", labeled=False):
+            job.ui.links.add(label=lb.string("label") or "", url=lb.string("url") or "")
+            lb.done()
+        job.ui.SetInParent()
+        ui.done()
     parm = body.block("parameterized", "job.parameterized")
     if parm is not None:
         job.parameterized.payload = parm.string("payload") or "optional"

@@ -532,7 +532,7 @@ EOT%s
     assert tg.shutdown_delay == 10 * S and tg.max_run_duration == H
     net = tg.networks[0]
     assert net.mode == "cni/mynet" and net.hostname == "${NOMAD_ALLOC_ID}"
-    assert dict(net.cni_args) == {"IgnoreUnknown": "true"}
+    assert dict(net.cni.args) == {"IgnoreUnknown": "true"}
     assert tg.restart_policy.render_templates is True
     assert tg.tasks[0].config.fields["text"].string_value == "hello\n"
 
