@@ -137,7 +137,7 @@ def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     job = corral_json(dev, "job", "inspect", "greeter")["job"]
-    assert job["taskGroups"][0]["count"] == 2
+    assert job["task_groups"][0]["count"] == 2
     assert job["meta"] == {"team": "platform", "env": "staging", "greetings": "2"}
     wait_for("two greeters", lambda: statuses(dev, "greeter") == ["running"] * 2)
     bad = corral(dev, "job", "run", "-var", "env=qa", str(EXAMPLES / "variables.nomad.hcl"))
