@@ -952,28 +952,23 @@ def _fs(basedir: str, allow: bool) -> dict[str, Function]:
         p = Path(os.path.expanduser(_s(path, "path")))
         return p if p.is_absolute() else Path(basedir) / p
 
-    def file(path: Any) -> str:
-        target = resolve(path)
+    def read(path: Any) -> bytes:
         try:
-            data = target.read_bytes()
+            data = resolve(path).read_bytes()
         except OSError as exc:
             raise FunctionError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
         if len(data) > MAX_STRING:
             raise FunctionError(f"{str(path)!r} is larger than {MAX_STRING} bytes")
+        return data
+
+    def file(path: Any) -> str:
         try:
-            return data.decode("utf-8")
+            return read(path).decode("utf-8")
         except UnicodeDecodeError:
             raise FunctionError(f"{str(path)!r} is not UTF-8 text (use filebase64)") from None
 
     def filebase64(path: Any) -> str:
-        target = resolve(path)
-        try:
-            data = target.read_bytes()
-        except OSError as exc:
-            raise FunctionError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-        if len(data) > MAX_STRING:
-            raise FunctionError(f"{str(path)!r} is larger than {MAX_STRING} bytes")
-        return base64.b64encode(data).decode()
+        return base64.b64encode(read(path)).decode()
 
     def fileexists(path: Any) -> bool:
         target = resolve(path)

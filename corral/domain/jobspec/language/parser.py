@@ -468,8 +468,8 @@ class _Parser:
         self.nl.pop()
         return n.ObjectCons(start, self.pos, items)
 
-    def for_expr(self, start: int, close: str) -> n.ForExpr:
-        self.pos += 3  # "for"
+    def for_intro(self) -> tuple[str | None, str]:
+        """`for [key,] value in` (after the word `for`): the variable names."""
         self.skip()
         first = self.ident("a variable name after 'for'")
         self.skip()
@@ -480,9 +480,15 @@ class _Parser:
             self.skip()
             key_var, value_var = first, self.ident("a second variable name")
             self.skip()
-        if not self.peek("in") or _IDENT.match(self.s, self.pos).group(0) != "in":  # type: ignore[union-attr]
-            raise self.err(f"expected 'in' in the for expression, found {self.describe()}")
-        self.pos += 2
+        m = _IDENT.match(self.s, self.pos)
+        if not m or m.group(0) != "in":
+            raise self.err(f"expected 'in' after the for variables, found {self.describe()}")
+        self.pos = m.end()
+        return key_var, value_var
+
+    def for_expr(self, start: int, close: str) -> n.ForExpr:
+        self.pos += 3  # "for"
+        key_var, value_var = self.for_intro()
         collection = self.expression()
         self.expect(":", "':' in the for expression")
         first_expr = self.expression()
@@ -646,20 +652,8 @@ class _Parser:
             elif word in ("else", "endif", "endfor"):
                 token = _Tok(word, start, start)
             elif word == "for":
-                self.skip()
-                first = self.ident("a variable name after 'for'")
-                self.skip()
-                key_var: str | None = None
-                value_var = first
-                if self.peek(","):
-                    self.pos += 1
-                    self.skip()
-                    key_var, value_var = first, self.ident("a second variable name")
-                    self.skip()
-                if self.ident("'in'") != "in":
-                    raise self.err("expected 'in' in the for directive")
-                token = _Tok("for", start, start, expr=self.expression())
-                token.for_vars = (key_var, value_var)
+                for_vars = self.for_intro()
+                token = _Tok("for", start, start, expr=self.expression(), for_vars=for_vars)
             else:
                 raise self.err(f"unknown template directive %{{{word}}}", start)
         self.skip()
