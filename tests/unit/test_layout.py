@@ -167,6 +167,7 @@ NOT_TOPICS = {
     ("services.gateway.ui.pages", "Evaluation"): "a page title",
     ("services.gateway.ui.pages", "Node"): "a page title",
     ("cli.commands.alloc", "Node"): "a column heading",
+    ("corral.domain.template.nomad", "Node"): "a field of consul-template's NomadService",
 }
 
 
