@@ -27,6 +27,7 @@ from corral.security import acl
 from corral.security.acl_resolve import (
     ANONYMOUS_ACCESSOR,
     NOT_FOUND,
+    CachingResolver,
     Resolved,
     TokenCache,
     acl_from_response,
@@ -176,7 +177,7 @@ async def lookup(
     return resp
 
 
-class DatabaseResolver:
+class DatabaseResolver(CachingResolver):
     """The state role's `Resolver`: tokens from the database, each answer
     (and each miss) kept for `ttl` seconds at most."""
 
@@ -189,36 +190,22 @@ class DatabaseResolver:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
+        super().__init__(TokenCache(ttl, ttl, max_entries=max_entries, clock=clock), wall_clock)
         self.db = db
-        self.cache = TokenCache(ttl, ttl, max_entries=max_entries, clock=clock)
-        self._wall = wall_clock
         #: database lookups made (tests read it)
         self.lookups = 0
 
-    async def resolve(self, secret_id: str) -> acl.ACL:
-        return (await self.resolve_token(secret_id)).acl
-
-    async def resolve_token(self, secret_id: str) -> Resolved:
-        key = acl.secret_hash(secret_id)
-        hit = self.cache.get(key)
-        if isinstance(hit, str):
-            raise PermissionDenied(hit)
-        if hit is None:
-            self.lookups += 1
-            generation = self.cache.generation
-            try:
-                resp = await lookup(self.db, secret_id, self._wall())
-            except PermissionDenied as exc:
-                self.cache.put(key, exc.message, generation)
-                raise
-            hit = Resolved(resp, acl_from_response(resp))
-            self.cache.put(key, hit, generation)
-        check_expiry(hit.expiration_time, self._wall())
-        return hit
-
-    def invalidate(self) -> None:
-        """Forget every cached answer (an ACL table was written)."""
-        self.cache.clear()
+    async def _fetch(self, key: str, secret_id: str) -> Resolved:
+        self.lookups += 1
+        generation = self.cache.generation
+        try:
+            resp = await lookup(self.db, secret_id, self._wall())
+        except PermissionDenied as exc:
+            self.cache.put(key, exc.message, generation)
+            raise
+        resolved = Resolved(resp, acl_from_response(resp))
+        self.cache.put(key, resolved, generation)
+        return resolved
 
     async def follow(self, feed: ChangeFeed, stop: asyncio.Event) -> None:
         """Invalidate on every ACL write any state process commits, until
