@@ -13,6 +13,7 @@ from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
+from services.worker.scheduler.eval_scheduler import EvalScheduler
 from services.worker.scheduler.interfaces import Planner, SchedulerError
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import AllocNameIndex, next_delay, reschedule_policy
@@ -26,7 +27,7 @@ MAX_SERVICE_ATTEMPTS = 5
 MAX_BATCH_ATTEMPTS = 2
 
 
-class GenericScheduler:
+class GenericScheduler(EvalScheduler):
     """Schedules one service or batch evaluation."""
 
     def __init__(
@@ -38,23 +39,10 @@ class GenericScheduler:
         batch: bool,
         max_placements: int | None = None,
     ) -> None:
-        self.snap = snapshot
-        #: placements one eval may materialise (services/worker/scheduler/limits.py)
-        self.max_placements = limits.max_placements() if max_placements is None else max_placements
-        self.planner = planner
-        self.log = log
+        super().__init__(snapshot, planner, log, max_placements=max_placements)
         self.batch = batch
-        self.eval = pb.Evaluation()
-        self.job: pb.Job | None = None
-        self.plan = pb.Plan()
-        self.plan_result: pb.PlanResult | None = None
+        self.attempts = MAX_BATCH_ATTEMPTS if batch else MAX_SERVICE_ATTEMPTS
         self.blocked: pb.Evaluation | None = None
-        self.next_eval: pb.Evaluation | None = None
-        self.failed_tg_allocs: dict[str, pb.AllocMetric] = {}
-        self.queued: dict[str, int] = {}
-        self.followups: list[pb.Evaluation] = []
-        self.annotations: pb.PlanAnnotations | None = None
-        self.placer: Placer | None = None
         self.rolling_limited = False
         #: the deployment new and updated allocs of the current version join
         self.deployment_id = ""
@@ -65,29 +53,18 @@ class GenericScheduler:
     # ------------------------------------------------------------ driver
 
     def process(self, ev: pb.Evaluation) -> None:
-        self.eval = structs.copy_msg(ev)
-        if ev.triggered_by not in Trigger.ALL or ev.triggered_by == Trigger.SCHEDULED:
-            self._set_status(
-                EvalStatus.FAILED,
-                f"scheduler cannot handle '{ev.triggered_by}' evaluation reason",
-            )
-            return
-        problem = self._over_limit()
-        if problem:
-            self.log.warning(problem, extra={"eval_id": ev.id, "job_id": ev.job_id})
-            self._set_status(EvalStatus.FAILED, problem)
-            return
-        limit = MAX_BATCH_ATTEMPTS if self.batch else MAX_SERVICE_ATTEMPTS
-        try:
-            util.retry_max(limit, self._attempt, lambda: util.progress_made(self.plan_result))
-        except util.SetStatusError as err:
-            self._create_blocked_eval(plan_failure=True)
-            self._set_status(err.eval_status, str(err))
+        if not self._run(ev):
             return
         if structs.is_blocked_eval(self.eval) and self.failed_tg_allocs:
             self._reblock()
             return
         self._set_status(EvalStatus.COMPLETE, "")
+
+    def _can_handle(self, trigger: str) -> bool:
+        return trigger in Trigger.ALL and trigger != Trigger.SCHEDULED
+
+    def _attempts_ran_out(self) -> None:
+        self._create_blocked_eval(plan_failure=True)
 
     def _over_limit(self) -> str:
         """Why this eval would materialise too many placements, or ''. Checked

@@ -22,6 +22,7 @@ from corral.domain.structs import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
+from services.worker.scheduler.eval_scheduler import EvalScheduler
 from services.worker.scheduler.interfaces import Planner
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import disconnect_timeout
@@ -49,7 +50,7 @@ _SYSTEM_TRIGGERS = frozenset(
 )
 
 
-class SystemScheduler:
+class SystemScheduler(EvalScheduler):
     """Schedules one system or sysbatch evaluation."""
 
     def __init__(
@@ -61,28 +62,15 @@ class SystemScheduler:
         sysbatch: bool,
         max_placements: int | None = None,
     ) -> None:
-        self.snap = snapshot
-        #: placements one eval may materialise (services/worker/scheduler/limits.py)
-        self.max_placements = limits.max_placements() if max_placements is None else max_placements
-        self.planner = planner
-        self.log = log
+        super().__init__(snapshot, planner, log, max_placements=max_placements)
         self.sysbatch = sysbatch
-        self.eval = pb.Evaluation()
-        self.job: pb.Job | None = None
-        self.plan = pb.Plan()
-        self.plan_result: pb.PlanResult | None = None
+        self.attempts = MAX_SYSBATCH_ATTEMPTS if sysbatch else MAX_SYSTEM_ATTEMPTS
         self.nodes: list[pb.Node] = []
         self.nodes_by_dc: dict[str, int] = {}
         self.not_ready: set[str] = set()
         self.limit_reached = False
-        self.next_eval: pb.Evaluation | None = None
         self.rolling_eval: pb.Evaluation | None = None
-        self.failed_tg_allocs: dict[str, pb.AllocMetric] = {}
-        self.queued: dict[str, int] = {}
-        self.annotations: pb.PlanAnnotations | None = None
-        self.placer: Placer | None = None
         self.blocked: list[pb.Evaluation] = []
-        self.followups: list[pb.Evaluation] = []
 
     def _can_handle(self, trigger: str) -> bool:
         if trigger in _SYSTEM_TRIGGERS:
@@ -102,25 +90,8 @@ class SystemScheduler:
         )
 
     def process(self, ev: pb.Evaluation) -> None:
-        self.eval = structs.copy_msg(ev)
-        if not self._can_handle(ev.triggered_by):
-            self._set_status(
-                EvalStatus.FAILED,
-                f"scheduler cannot handle '{ev.triggered_by}' evaluation reason",
-            )
-            return
-        problem = self._over_limit()
-        if problem:
-            self.log.warning(problem, extra={"eval_id": ev.id, "job_id": ev.job_id})
-            self._set_status(EvalStatus.FAILED, problem)
-            return
-        limit = MAX_SYSBATCH_ATTEMPTS if self.sysbatch else MAX_SYSTEM_ATTEMPTS
-        try:
-            util.retry_max(limit, self._attempt, lambda: util.progress_made(self.plan_result))
-        except util.SetStatusError as err:
-            self._set_status(err.eval_status, str(err))
-            return
-        self._set_status(EvalStatus.COMPLETE, "")
+        if self._run(ev):
+            self._set_status(EvalStatus.COMPLETE, "")
 
     def _over_limit(self) -> str:
         """Why this eval would materialise too many placements (the job's
