@@ -11,8 +11,9 @@ the run itself:
    out (an attempt that made progress resets the count); when they run out
    the eval ends with the error's status.
 
-Each scheduler says how many attempts it has, what it handles and counts,
-and how an attempt goes.
+Each scheduler says how many attempts it has (its batch variant: batch
+jobs for the generic scheduler, sysbatch for the system one), what it
+handles and counts, what more it keeps (`_start`) and how an attempt goes.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ class EvalScheduler:
     """The skeleton of a scheduler of one job's evals (see the module
     docstring); `process` runs the eval."""
 
-    #: attempts before the eval ends with the planner's error
-    attempts = 1
+    #: attempts before the eval ends with the planner's error, for the
+    #: scheduler's jobs and for its batch variant's
+    max_attempts = 1
+    batch_attempts = 1
 
     def __init__(
         self,
@@ -41,8 +44,11 @@ class EvalScheduler:
         planner: Planner,
         log: logging.Logger,
         *,
+        batch: bool,
         max_placements: int | None = None,
     ) -> None:
+        self.batch = batch
+        self.attempts = self.batch_attempts if batch else self.max_attempts
         self.snap = snapshot
         #: placements one eval may materialise (services/worker/scheduler/limits.py)
         self.max_placements = limits.max_placements() if max_placements is None else max_placements
@@ -58,8 +64,12 @@ class EvalScheduler:
         self.followups: list[pb.Evaluation] = []
         self.annotations: pb.PlanAnnotations | None = None
         self.placer: Placer | None = None
+        self._start()
 
     # -- what a scheduler fills in
+
+    def _start(self) -> None:
+        """Set up what else the scheduler keeps (called by the constructor)."""
 
     def _can_handle(self, trigger: str) -> bool:
         raise NotImplementedError

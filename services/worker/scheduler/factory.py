@@ -34,9 +34,9 @@ def new_scheduler(
     if sched_type == JobType.BATCH:
         return GenericScheduler(snapshot, planner, logger, batch=True)
     if sched_type == JobType.SYSTEM:
-        return SystemScheduler(snapshot, planner, logger, sysbatch=False)
+        return SystemScheduler(snapshot, planner, logger, batch=False)
     if sched_type == JobType.SYSBATCH:
-        return SystemScheduler(snapshot, planner, logger, sysbatch=True)
+        return SystemScheduler(snapshot, planner, logger, batch=True)
     if sched_type == JobType.CORE:
         return CoreScheduler(snapshot, planner, logger, gc_config)
     raise SchedulerError(f"unknown scheduler type {sched_type!r}")

@@ -6,15 +6,12 @@ and retry on fresher state when the planner rejects part of it.
 
 from __future__ import annotations
 
-import logging
-
 from corral.domain import deployments, structs
-from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
 from services.worker.scheduler.eval_scheduler import EvalScheduler
-from services.worker.scheduler.interfaces import Planner, SchedulerError
+from services.worker.scheduler.interfaces import SchedulerError
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import AllocNameIndex, next_delay, reschedule_policy
 from services.worker.scheduler.reconcile.reconciler import (
@@ -30,18 +27,10 @@ MAX_BATCH_ATTEMPTS = 2
 class GenericScheduler(EvalScheduler):
     """Schedules one service or batch evaluation."""
 
-    def __init__(
-        self,
-        snapshot: StateSnapshot,
-        planner: Planner,
-        log: logging.Logger,
-        *,
-        batch: bool,
-        max_placements: int | None = None,
-    ) -> None:
-        super().__init__(snapshot, planner, log, max_placements=max_placements)
-        self.batch = batch
-        self.attempts = MAX_BATCH_ATTEMPTS if batch else MAX_SERVICE_ATTEMPTS
+    max_attempts = MAX_SERVICE_ATTEMPTS
+    batch_attempts = MAX_BATCH_ATTEMPTS
+
+    def _start(self) -> None:
         self.blocked: pb.Evaluation | None = None
         self.rolling_limited = False
         #: the deployment new and updated allocs of the current version join

@@ -11,10 +11,7 @@ roll `max_parallel` at a time, the rest continuing after `stagger` in a
 
 from __future__ import annotations
 
-import logging
-
 from corral.domain import structs
-from corral.domain.store import StateSnapshot
 from corral.domain.structs import (
     ClientStatus,
     EvalStatus,
@@ -23,7 +20,6 @@ from corral.domain.structs import (
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
 from services.worker.scheduler.eval_scheduler import EvalScheduler
-from services.worker.scheduler.interfaces import Planner
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import disconnect_timeout
 from services.worker.scheduler.reconcile.node import AllocTuple, diff_system_allocs
@@ -53,24 +49,21 @@ _SYSTEM_TRIGGERS = frozenset(
 class SystemScheduler(EvalScheduler):
     """Schedules one system or sysbatch evaluation."""
 
-    def __init__(
-        self,
-        snapshot: StateSnapshot,
-        planner: Planner,
-        log: logging.Logger,
-        *,
-        sysbatch: bool,
-        max_placements: int | None = None,
-    ) -> None:
-        super().__init__(snapshot, planner, log, max_placements=max_placements)
-        self.sysbatch = sysbatch
-        self.attempts = MAX_SYSBATCH_ATTEMPTS if sysbatch else MAX_SYSTEM_ATTEMPTS
+    max_attempts = MAX_SYSTEM_ATTEMPTS
+    batch_attempts = MAX_SYSBATCH_ATTEMPTS
+
+    def _start(self) -> None:
         self.nodes: list[pb.Node] = []
         self.nodes_by_dc: dict[str, int] = {}
         self.not_ready: set[str] = set()
         self.limit_reached = False
         self.rolling_eval: pb.Evaluation | None = None
         self.blocked: list[pb.Evaluation] = []
+
+    @property
+    def sysbatch(self) -> bool:
+        """The sysbatch variant (the base's batch variant)."""
+        return self.batch
 
     def _can_handle(self, trigger: str) -> bool:
         if trigger in _SYSTEM_TRIGGERS:
