@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
@@ -212,6 +212,40 @@ def copy_msg(msg: M) -> M:
     out = type(msg)()
     out.CopyFrom(msg)
     return out
+
+
+_SHARED_FIELDS: dict[tuple[type[Message], type[Message]], tuple[str, ...]] = {}
+
+
+def _shared_fields(target: type[Message], source: type[Message]) -> tuple[str, ...]:
+    """The scalar fields (single or repeated, without explicit presence)
+    that `target` and `source` both have, by name and type."""
+    theirs = {f.name: f for f in source.DESCRIPTOR.fields}
+    names = []
+    for f in target.DESCRIPTOR.fields:
+        other = theirs.get(f.name)
+        if (
+            other is not None
+            and f.message_type is None
+            and other.message_type is None
+            and f.type == other.type
+            and f.is_repeated == other.is_repeated
+            and not f.has_presence
+        ):
+            names.append(f.name)
+    return tuple(names)
+
+
+def project(target: type[M], source: Message, **values: Any) -> M:
+    """A `target` (a list stub, a summary) holding the scalar fields it
+    shares with `source` by name and type, and `values` (which win, and
+    give what it holds under other names or computed)."""
+    key = (target, type(source))
+    names = _SHARED_FIELDS.get(key)
+    if names is None:
+        names = _SHARED_FIELDS[key] = _shared_fields(target, type(source))
+    copied = {n: getattr(source, n) for n in names if n not in values}
+    return target(**copied, **values)
 
 
 def new_id() -> str:

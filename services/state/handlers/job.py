@@ -61,24 +61,11 @@ def summarize(snap: StateSnapshot, job: pb.Job) -> pb.JobSummary:
 
 
 def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
-    stub = job_pb2.JobListStub(
-        id=job.id,
-        namespace=job.namespace,
-        name=job.name,
-        type=job.type,
-        priority=job.priority,
-        status=job.status,
-        stop=job.stop,
-        version=job.version,
-        submit_time=job.submit_time,
-        create_index=job.create_index,
-        modify_index=job.modify_index,
-        job_modify_index=job.job_modify_index,
-        parent_id=job.parent_id,
+    stub = structs.project(
+        job_pb2.JobListStub,
+        job,
         periodic=job.HasField("periodic") and job.periodic.enabled,
         parameterized=job.HasField("parameterized"),
-        datacenters=job.datacenters,
-        node_pool=job.node_pool,
         meta=job.meta,
     )
     for tg, s in summarize(snap, job).summary.items():

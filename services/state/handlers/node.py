@@ -34,18 +34,10 @@ LeaderAddress = Callable[[], Awaitable[str]]
 
 
 def _stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
-    stub = node_pb2.NodeListStub(
-        id=n.id,
-        name=n.name,
-        datacenter=n.datacenter,
-        node_pool=n.node_pool,
-        node_class=n.node_class,
-        status=n.status,
-        scheduling_eligibility=n.scheduling_eligibility,
-        drain=n.drain,
+    stub = structs.project(
+        node_pb2.NodeListStub,
+        n,
         address=n.http_addr,
-        create_index=n.create_index,
-        modify_index=n.modify_index,
         running_allocs=sum(1 for a in snap.allocs_by_node(n.id) if not structs.alloc_terminal(a)),
     )
     for name, d in n.drivers.items():
