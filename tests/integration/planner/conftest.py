@@ -26,6 +26,22 @@ from services.planner.config import PlannerSettings
 from services.planner.plan_queue import PlanQueue
 from services.planner.state_client import StateClient
 from services.state.app import StateApp
+from tests.cluster import Cluster
+
+
+@pytest.fixture(scope="module")
+async def cluster(
+    pg_dsn: str, state_addr: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Cluster]:
+    """A broker process around the in-process state service; a test starts
+    its planner processes in it."""
+    c = Cluster(pg_dsn, tmp_path_factory.mktemp("planner-procs"), state_address=state_addr)
+    await c.start_async("broker")
+    try:
+        yield c
+    finally:
+        for name in reversed(list(c.procs)):
+            await c.stop_async(name)
 
 
 async def seed(

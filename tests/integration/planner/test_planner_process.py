@@ -29,20 +29,6 @@ from tests.integration.planner.conftest import seed
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-async def cluster(
-    pg_dsn: str, state_addr: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Cluster]:
-    """Broker and planner processes around the in-process state service."""
-    c = Cluster(pg_dsn, tmp_path_factory.mktemp("planner-procs"), state_address=state_addr)
-    await c.start_async("broker")
-    try:
-        yield c
-    finally:
-        for name in reversed(list(c.procs)):
-            await c.stop_async(name)
-
-
 @pytest.fixture
 async def channels() -> AsyncIterator[dict[str, grpc.aio.Channel]]:
     opened: dict[str, grpc.aio.Channel] = {}
