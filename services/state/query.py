@@ -114,21 +114,23 @@ def listing(
     job_id: str,
     of_job: Callable[[str, str], list[L]],
     others: Callable[[], list[L]],
-    keep: Callable[[L], bool],
+    **equal: str,
 ) -> list[L]:
     """The objects a List shows: of `job_id` when the request names one
     (its index `of_job(namespace, job_id)` when the namespace is one, else
     `others()`), in the query's namespace, their id starting with its
-    prefix, and passing the request's own filters (`keep`)."""
+    prefix, and equal to the request's other filters that are given
+    (`equal`: field name -> value, '' for not given)."""
     if job_id and query.namespace != "*":
         candidates = of_job(query.namespace or "default", job_id)
     else:
         candidates = others()
+    wanted = [(name, value) for name, value in equal.items() if value]
     return [
         o
         for o in candidates
         if namespace_matches(query, o.namespace)
         and (not job_id or o.job_id == job_id)
         and o.id.startswith(query.prefix)
-        and keep(o)
+        and all(getattr(o, name) == value for name, value in wanted)
     ]

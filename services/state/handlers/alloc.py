@@ -26,16 +26,14 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
         self, request: alloc_pb2.AllocListRequest, context: Context
     ) -> alloc_pb2.AllocListResponse:
         snap = await query.snapshot_for(self.ctx, request.query, TABLES)
-        node_id, client_status = request.node_id, request.client_status
+        node_id = request.node_id
         allocs = query.listing(
             request.query,
             request.job_id,
             snap.allocs_by_job,
             lambda: snap.allocs_by_node(node_id) if node_id else list(snap.allocs.values()),
-            lambda a: (
-                (not node_id or a.node_id == node_id)
-                and (not client_status or a.client_status == client_status)
-            ),
+            node_id=node_id,
+            client_status=request.client_status,
         )
         page, token = query.paginate(allocs, lambda a: a.id, request.query)
         return alloc_pb2.AllocListResponse(allocs=page, meta=query.meta(snap, TABLES, token))

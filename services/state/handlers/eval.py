@@ -22,16 +22,13 @@ class EvalsServicer(eval_pb2_grpc.EvalsServicer):
         self, request: eval_pb2.EvalListRequest, context: Context
     ) -> eval_pb2.EvalListResponse:
         snap = await query.snapshot_for(self.ctx, request.query, TABLES)
-        status, triggered_by = request.status, request.triggered_by
         evals = query.listing(
             request.query,
             request.job_id,
             snap.evals_by_job,
             lambda: list(snap.evals.values()),
-            lambda e: (
-                (not status or e.status == status)
-                and (not triggered_by or e.triggered_by == triggered_by)
-            ),
+            status=request.status,
+            triggered_by=request.triggered_by,
         )
         # Nomad lists evals in creation order; the token is the sort key
         page, token = query.paginate(
