@@ -72,6 +72,10 @@ def _none(_obj: Any) -> tuple[str, ...]:
     return ()
 
 
+def _id(obj: Any) -> str:
+    return str(obj.id)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Topic:
     """One topic of the change feed (see the module docstring)."""
@@ -81,7 +85,7 @@ class Topic:
     index: str
     tables: tuple[str, ...]
     types: tuple[str, ...]
-    key: Callable[[Any], str]
+    key: Callable[[Any], str] = _id
     namespaced: bool = True
     streamed: bool = True
     #: "namespace" (read-job in the event's namespace), "node" (node:read)
@@ -89,8 +93,14 @@ class Topic:
     read_rule: str = "namespace"
     match_keys: Callable[[Any], tuple[str, ...]] = _none
     filter_keys: Callable[[Any], tuple[str, ...]] = _none
+    #: the object's key in Nomad's event payload ("": the topic's name)
     nomad_payload: str = ""
     aliases: tuple[str, ...] = ()
+
+    @property
+    def payload_key(self) -> str:
+        """The object's key in Nomad's event payload (`{"Job": {...}}`)."""
+        return self.nomad_payload or self.name
 
     def event(self, obj: Any, type_: str, *, deleted: bool = False, index: int = 0) -> pb.Event:
         """The change record of `obj`: a message of this topic's payload, or
@@ -121,8 +131,6 @@ JOB = Topic(
         EventType.JOB_STATUS_UPDATED,
         EventType.JOB_STABILITY_UPDATED,
     ),
-    key=lambda j: j.id,
-    nomad_payload="Job",
     aliases=("job",),
 )
 EVALUATION = Topic(
@@ -131,10 +139,8 @@ EVALUATION = Topic(
     index="evals",
     tables=("evals",),
     types=(EventType.EVALUATION_UPDATED, EventType.EVALUATION_DELETED, EventType.PLAN_RESULT),
-    key=lambda e: e.id,
     match_keys=lambda e: (e.job_id,),
     filter_keys=lambda e: (e.job_id, e.deployment_id),
-    nomad_payload="Evaluation",
     aliases=("Eval", "eval", "evaluation"),
 )
 ALLOCATION = Topic(
@@ -148,10 +154,8 @@ ALLOCATION = Topic(
         EventType.ALLOCATION_DELETED,
         EventType.PLAN_RESULT,
     ),
-    key=lambda a: a.id,
     match_keys=lambda a: (a.job_id, a.node_id),
     filter_keys=lambda a: (a.job_id, a.deployment_id),
-    nomad_payload="Allocation",
     aliases=("Alloc", "alloc", "allocation"),
 )
 NODE = Topic(
@@ -167,10 +171,8 @@ NODE = Topic(
         EventType.NODE_ELIGIBILITY,
         EventType.NODE_DRAIN,
     ),
-    key=lambda n: n.id,
     namespaced=False,
     read_rule="node",
-    nomad_payload="Node",
     aliases=("node",),
 )
 DEPLOYMENT = Topic(
@@ -183,9 +185,7 @@ DEPLOYMENT = Topic(
         EventType.DEPLOYMENT_DELETED,
         EventType.PLAN_RESULT,
     ),
-    key=lambda d: d.id,
     filter_keys=lambda d: (d.job_id,),
-    nomad_payload="Deployment",
     aliases=("deployment",),
 )
 OPERATOR = Topic(
@@ -209,7 +209,6 @@ JOB_SUMMARY = Topic(
     tables=("job_summaries",),
     types=(EventType.JOB_SUMMARY,),
     key=lambda s: s.job_id,
-    nomad_payload="JobSummary",
 )
 # ACL writes are in the change log (key only: a policy name or a token's
 # accessor id, never a secret) so every state process can drop cached

@@ -50,7 +50,7 @@ def event(ev: pb.Event) -> dict[str, Any]:
     payload: dict[str, Any] = {}
     filter_keys: list[str] | None = None
     if t is not None and obj is not None:
-        payload[t.nomad_payload] = _MAPPINGS[t](obj)
+        payload[t.payload_key] = _MAPPINGS[t](obj)
         filter_keys = list(t.filter_keys(obj)) or None
     return {
         "Topic": ev.topic,
