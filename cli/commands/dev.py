@@ -379,7 +379,7 @@ def _run_roles(
             ],
             {
                 "CORRAL_AGENT_DATA_DIR": str(agent_dir),
-                "CORRAL_AGENT_DRIVERS": "raw_exec,mock",
+                "CORRAL_AGENT_DRIVERS": "exec,raw_exec,mock",
                 "CORRAL_AGENT_NODE_NAME": socket.gethostname(),
             },
         )

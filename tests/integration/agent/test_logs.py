@@ -13,23 +13,29 @@ import pytest
 
 from corral import security
 from corral.server import GrpcServer
+from corral.testing import mock
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from services.agent.allocdir import AllocDir
+from services.agent.drivers import MockDriver
 from services.agent.handlers import ClientAllocServicer
+from services.agent.runner import AllocRunner
 
 ALLOC = "0b7e1c9a-5d2f-4c4e-9a55-2f4d8e6b1a00"
 
 
 @pytest.fixture
 async def logs(tmp_path: Path) -> AsyncIterator[alloc_pb2_grpc.ClientAllocAsyncStub]:
-    task_dir = tmp_path / "allocs" / ALLOC / "web"
-    task_dir.mkdir(parents=True)
-    (task_dir / "stdout.log").write_bytes(b"0123456789")
+    job = mock.job()
+    alloc = mock.alloc(job, mock.node())
+    alloc.id = ALLOC
+    runner = AllocRunner(alloc, job, {"mock": MockDriver()}, tmp_path, lambda r: None)
+    log = AllocDir.of(tmp_path, ALLOC).task("web").log_path("stdout")
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"0123456789")
     server = GrpcServer("127.0.0.1:0", name="agent")
     server.add(
         alloc_pb2_grpc.add_ClientAllocServicer_to_server,
-        ClientAllocServicer(
-            tmp_path, server.shutting_down, lambda a: "default" if a == ALLOC else None
-        ),
+        ClientAllocServicer(tmp_path, server.shutting_down, {ALLOC: runner}.get),
         alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
     )
     await server.start()
