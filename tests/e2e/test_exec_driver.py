@@ -27,7 +27,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import pytest
 from corral import security
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
+from tests.cgroup_parent import new_parent, remove_parent, v1_available
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -47,8 +47,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="the exec driver needs root"),
     pytest.mark.skipif(
-        not (CGROUP / "memory" / "cgroup.procs").exists(),
-        reason="these tests read cgroup v1 hierarchies (this machine's and CI's)",
+        not v1_available(), reason="these tests read cgroup v1 hierarchies (as here and in CI)"
     ),
 ]
 
@@ -98,19 +97,9 @@ class Dev:
         return path.read_text() if path.exists() else ""
 
 
-def _remove_cgroups(parent: str) -> None:
-    for controller in ("cpu", "cpuacct", "cpuset", "memory"):
-        top = CGROUP / controller / parent
-        if not top.exists():
-            continue
-        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            d.rmdir()
-        top.rmdir()
-
-
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    parent = f"corral-e2e-{uuid.uuid4().hex[:8]}"
+    parent = new_parent("e2e")
     env = {
         **os.environ,
         "CORRAL_AGENT_CGROUP_PARENT": parent,
@@ -123,7 +112,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         yield d
     finally:
         stop_dev(started)
-        _remove_cgroups(parent)
+        remove_parent(parent)
 
 
 def _node(d: Dev) -> pb.Node | None:

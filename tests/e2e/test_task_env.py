@@ -83,7 +83,7 @@ def corral(c: Cluster, *args: str, stdin: str | None = None) -> subprocess.Compl
 
 
 def task_output(tmp_path: Path, alloc: pb.Allocation, task: str) -> str:
-    path = tmp_path / "agent0" / "allocs" / alloc.id / task / "stdout.log"
+    path = tmp_path / "agent0" / "allocs" / alloc.id / "alloc" / "logs" / f"{task}.stdout.0"
     return path.read_text() if path.exists() else ""
 
 
