@@ -12,8 +12,12 @@ import pytest
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir
+from services.agent.cgroups import CgroupManager, Detected, Mounts, Version
+from services.agent.cpuset import Compute
 from services.agent.drivers import (
     DriverError,
+    ExecDriver,
+    ExecSettings,
     ExitResult,
     MockDriver,
     RawExecDriver,
@@ -143,3 +147,16 @@ async def test_alloc_runner_reports_complete_and_failed(tmp_path: Path) -> None:
 
     missing = AllocRunner(mock.alloc(job, mock.node()), job, {}, tmp_path, lambda r: None)
     assert missing.client_status() == ("failed", "driver 'mock' is not available on this node")
+
+
+def test_exec_is_offered_only_where_it_works() -> None:
+    off = CgroupManager(
+        Detected(Version.OFF, Mounts(), reason="the agent is not root"), Compute(2000, 1)
+    )
+    not_root = ExecDriver(ExecSettings(), off, is_root=False).fingerprint()
+    assert (not_root.detected, not_root.healthy) == (False, False)
+    assert not_root.health_description == "Driver must run as root"
+    no_cgroups = ExecDriver(ExecSettings(), off, is_root=True).fingerprint()
+    assert (no_cgroups.detected, no_cgroups.healthy) == (True, False)
+    assert "Failed to discover cgroup mount point" in no_cgroups.health_description
+    assert "driver.exec" not in no_cgroups.attributes

@@ -164,3 +164,30 @@ async def test_the_process_gets_resolved_config_env_and_payload(tmp_path: Path) 
     assert (alloc_dir / task.name / "local/in/payload.txt").read_bytes() == b"payload bytes\n"
     out = (alloc_dir / "alloc/logs" / f"{task.name}.stdout.0").read_text()
     assert out == "arg=1 item=1 rack=r12 meta=task\npayload bytes\n"
+
+
+def test_memory_max_limit_comes_from_what_the_scheduler_allocated(tmp_path: Path) -> None:
+    j = job()
+    task = j.task_groups[0].tasks[0]
+    task.resources.memory_max_mb = 512  # asked for; granted only with oversubscription
+    a = alloc(j)
+    granted = taskenv.build(
+        a,
+        j,
+        task,
+        node(),
+        dirs=dirs(tmp_path),
+        home=str(tmp_path),
+        resources=pb.Resources(cpu=250, memory_mb=128, memory_max_mb=512),
+    ).env
+    assert granted["NOMAD_MEMORY_LIMIT"] == "128" and granted["NOMAD_MEMORY_MAX_LIMIT"] == "512"
+    refused = taskenv.build(
+        a,
+        j,
+        task,
+        node(),
+        dirs=dirs(tmp_path),
+        home=str(tmp_path),
+        resources=pb.Resources(cpu=250, memory_mb=128),
+    ).env
+    assert "NOMAD_MEMORY_MAX_LIMIT" not in refused
