@@ -24,7 +24,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from corral import security
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.cgroup_parent import new_parent, remove_parent, v1_available
-from tests.devprocess import DevProcess, start_dev, stop_dev
+from tests.devprocess import DevProcess, cli, start_dev, stop_dev
 from tests.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,15 +60,7 @@ class Dev:
         self.metrics = f"http://{dev.info['roles']['agent']['metrics']}/metrics"
 
     def corral(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cli", *args, "-address", self.address],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            input=stdin,
-            check=False,
-        )
+        return cli(self.address, *args, stdin=stdin)
 
     def run(self, hcl: str) -> None:
         done = self.corral("job", "run", "-detach", "-", stdin=hcl)
