@@ -215,7 +215,9 @@ def task_resources(a: pb.Allocation, task: str, usage: Usage, detailed: bool, ou
     heading("Task Resources:", out)
     cpu_header = f"CPU ({r.cores} cores)" if r.cores else "CPU"
     rows = [(f"{cpu} MHz", memory, fmt_bytes(a.resources.disk_mb * 1024 * 1024))]
-    if r.memory_max_mb and r.memory_max_mb != r.memory_mb:
+    if r.memory_max_mb < 0:
+        rows.append(("", "Max: no limit", ""))
+    elif r.memory_max_mb and r.memory_max_mb != r.memory_mb:
         rows.append(("", f"Max: {fmt_bytes(r.memory_max_mb * 1024 * 1024)}", ""))
     table((cpu_header, "Memory", "Disk"), rows, out)
     if reading is None or not detailed:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import sys
 
-from corral import runner, security
-from corral.acl_resolve import RemoteResolver
-from corral.errors import Unavailable
-from corral.server import GrpcServer
+from corral.domain.errors import Unavailable
+from corral.runtime import runner
+from corral.runtime.server import GrpcServer
+from corral.security import transport
+from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
@@ -31,7 +32,7 @@ class AgentProcess:
         self.settings = settings
         # the agent receives log and stats requests only, and resolves their
         # tokens through the state
-        self.acl_channel = security.dial(settings.state_addr)
+        self.acl_channel = transport.dial(settings.state_addr)
         self.server = GrpcServer(
             settings.listen,
             name="agent",

@@ -146,8 +146,9 @@ def detect(
 @dataclass(frozen=True)
 class Limits:
     """What a task is held to. `memory_bytes` is the hard limit (memory, or
-    memory_max where oversubscription is on); `memory_soft_bytes` the
-    reservation when a higher max is set; `cores` reserved cores (0: share)."""
+    memory_max where oversubscription is on; 0: none); `memory_soft_bytes`
+    the reservation when a higher max is set; `cores` reserved cores (0:
+    the share partition)."""
 
     memory_bytes: int = 0
     memory_soft_bytes: int = 0

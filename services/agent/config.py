@@ -8,8 +8,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
-from corral import driver_config
-from corral.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
+from corral.domain import driver_config
+from corral.runtime.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
 from services.agent.drivers.exec import DEFAULT_CHROOT_ENV, ExecSettings
 
 DRIVERS = ("exec", "raw_exec", "mock")

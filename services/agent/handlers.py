@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from corral import access
-from corral.errors import InvalidArgument, NotFound
+from corral.domain.errors import InvalidArgument, NotFound
+from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir

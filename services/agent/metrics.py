@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY, Counter, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from corral.structs import ClientStatus
+from corral.domain.structs import ClientStatus
 from corral.v1 import structs_pb2 as pb
 
 TASK_STARTS = Counter(

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 
 DEFAULT_REGION = "global"
@@ -133,7 +133,7 @@ def build(
         "NOMAD_CPU_LIMIT": str(r.cpu),
         "NOMAD_MEMORY_LIMIT": str(r.memory_mb),
     }
-    if r.memory_max_mb:
+    if r.memory_max_mb > 0:
         runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(r.memory_max_mb)
     if job.parent_id:
         runtime["NOMAD_JOB_PARENT_ID"] = job.parent_id

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.cgroup_parent import new_parent, remove_parent, v1_available
@@ -67,7 +67,7 @@ class Dev:
         assert done.returncode == 0, done.stdout + done.stderr
 
     def allocs(self, job_id: str) -> list[pb.Allocation]:
-        with security.dial_sync(self.address) as ch:
+        with transport.dial_sync(self.address) as ch:
             resp = job_pb2_grpc.JobStub(ch).Allocations(
                 job_pb2.JobGetRequest(job_id=job_id, all=True), timeout=30
             )
@@ -107,7 +107,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
 
 
 def _node(d: Dev) -> pb.Node | None:
-    with security.dial_sync(d.address) as ch:
+    with transport.dial_sync(d.address) as ch:
         nodes = node_pb2_grpc.NodeStub(ch).List(node_pb2.NodeListRequest(), timeout=30).nodes
         if not nodes or nodes[0].status != "ready":
             return None
@@ -168,7 +168,7 @@ def probe_job() -> pb.Job:
 
 
 def test_two_tasks_have_their_own_pids_hostnames_and_roots(dev: Dev) -> None:
-    with security.dial_sync(dev.address) as ch:
+    with transport.dial_sync(dev.address) as ch:
         job_pb2_grpc.JobStub(ch).Register(job_pb2.JobRegisterRequest(job=probe_job()), timeout=30)
     allocs = wait_for("both probes to finish", lambda: _complete(dev, "iso", 2), timeout=90)
     assert all(a.client_status == "complete" for a in allocs), [
@@ -361,7 +361,7 @@ def test_usage_through_grpc_http_cli_and_metrics(dev: Dev, busy: dict[str, pb.Al
     assert node is not None and node.http_addr
 
     def grpc_usage() -> pb.AllocResourceUsage | None:
-        with security.dial_sync(node.http_addr) as ch:
+        with transport.dial_sync(node.http_addr) as ch:
             usage = (
                 alloc_pb2_grpc.ClientAllocStub(ch)
                 .Stats(alloc_pb2.AllocStatsRequest(alloc_id=spin.id), timeout=30)

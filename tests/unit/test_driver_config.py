@@ -1,12 +1,12 @@
 """The exec and raw_exec driver configs as the parser and the agent check
-them (corral/driver_config.py), and the exec driver's capability sets."""
+them (corral/domain/driver_config.py), and the exec driver's capability sets."""
 
 from __future__ import annotations
 
 import pytest
 
-from corral import driver_config
-from corral.driver_config import CapabilityError, problems, task_capabilities
+from corral.domain import driver_config
+from corral.domain.driver_config import CapabilityError, problems, task_capabilities
 
 
 def test_a_good_exec_config_has_no_problems() -> None:

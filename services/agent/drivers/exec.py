@@ -19,8 +19,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from corral import driver_config
-from corral.driver_config import CapabilityError
+from corral.domain import driver_config
+from corral.domain.driver_config import CapabilityError
 from corral.v1 import structs_pb2 as pb
 from services.agent import allocdir
 from services.agent.cgroups import CgroupManager

@@ -1,8 +1,9 @@
 """A task's allocated resources as cgroup limits (Nomad's executor): the
 hard memory limit is `memory`, or `memory_max` where the scheduler
 configuration enables oversubscription (then `memory` is the soft
-reservation); `cpu` MHz are the CPU shares (reserved cores count at the
-node's MHz per core); `cores` become a cpuset of the task's own."""
+reservation; `memory_max = -1` leaves no hard limit at all); `cpu` MHz are
+the CPU shares (reserved cores count at the node's MHz per core); `cores`
+become a cpuset of the task's own."""
 
 from __future__ import annotations
 
@@ -13,9 +14,16 @@ from services.agent.drivers.base import DriverError, TaskConfig, TaskResources
 MIB = 1024 * 1024
 
 
+#: memory_max that lifts the hard limit (Nomad's MemoryNoLimit)
+MEMORY_NO_LIMIT = -1
+
+
 def task_limits(res: TaskResources, compute: Compute) -> Limits:
-    hard_mb = max(res.memory_max_mb, res.memory_mb)
-    soft_mb = res.memory_mb if res.memory_max_mb > res.memory_mb else 0
+    if res.memory_max_mb == MEMORY_NO_LIMIT:
+        hard_mb, soft_mb = 0, res.memory_mb
+    else:
+        hard_mb = max(res.memory_max_mb, res.memory_mb)
+        soft_mb = res.memory_mb if res.memory_max_mb > res.memory_mb else 0
     mhz = res.cpu_mhz + res.cores * compute.mhz_per_core
     return Limits(
         memory_bytes=hard_mb * MIB,

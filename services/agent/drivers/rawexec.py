@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 
-from corral import driver_config
+from corral.domain import driver_config
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import CgroupManager
 from services.agent.drivers.base import DriverError, TaskConfig

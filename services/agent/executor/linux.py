@@ -10,7 +10,7 @@ import ctypes.util
 import os
 import platform
 
-from corral import driver_config
+from corral.domain import driver_config
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral import driver_config
+from corral.domain import driver_config
 from services.agent.allocdir import AllocDir
 from services.agent.cgroups import CgroupManager, detect
 from services.agent.cpuset import Compute, parse_cpus

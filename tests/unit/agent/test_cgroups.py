@@ -14,6 +14,8 @@ import pytest
 from services.agent import cgroups
 from services.agent.cgroups import CgroupManager, Detected, Limits, Mounts, Version, detect
 from services.agent.cpuset import Compute, CorePartition, NotEnoughCores, format_cpus, parse_cpus
+from services.agent.drivers import TaskResources
+from services.agent.drivers.limits import task_limits
 
 HYBRID = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw
@@ -157,3 +159,16 @@ def test_v2_backend_writes_limits_and_reads_usage(tmp_path: Path) -> None:
     _empty(parent / "reserve" / "alloc2.db")
     manager.remove(pinned)
     assert (parent / "share" / "cpuset.cpus").read_text() == "0-3"
+
+
+def test_task_limits_from_allocated_resources() -> None:
+    compute = Compute(total_mhz=4000, cores=2)
+    plain = task_limits(TaskResources(cpu_mhz=300, memory_mb=64), compute)
+    assert (plain.memory_bytes, plain.memory_soft_bytes, plain.cpu_shares) == (64 << 20, 0, 300)
+    oversub = task_limits(TaskResources(cpu_mhz=300, memory_mb=64, memory_max_mb=128), compute)
+    assert (oversub.memory_bytes, oversub.memory_soft_bytes) == (128 << 20, 64 << 20)
+    # memory_max = -1: no hard limit, memory is the soft one (Nomad's MemoryNoLimit)
+    unlimited = task_limits(TaskResources(cpu_mhz=300, memory_mb=64, memory_max_mb=-1), compute)
+    assert (unlimited.memory_bytes, unlimited.memory_soft_bytes) == (0, 64 << 20)
+    cores = task_limits(TaskResources(cores=1, memory_mb=16), compute)
+    assert (cores.cpu_shares, cores.cores) == (2000, 1)  # a core's MHz as shares
