@@ -114,8 +114,12 @@ class TaskRunner:
         )
         self.restarts = RestartTracker(policy, job.type in (JobType.BATCH, JobType.SYSBATCH))
 
-    def _event(self, kind: str, message: str = "", **kw: object) -> None:
-        self.state.events.add(type=kind, time=time.time_ns(), display_message=message, **kw)  # type: ignore[arg-type]
+    def _event(
+        self, kind: str, display: str = "", details: dict[str, str] | None = None, **kw: object
+    ) -> None:
+        """A task event (the last ten are kept); `display` is what people read."""
+        event = self.state.events.add(type=kind, time=time.time_ns(), display_message=display, **kw)  # type: ignore[arg-type]
+        event.details.update(details or {})
         del self.state.events[:-10]
         self.on_change()
 
@@ -253,24 +257,21 @@ class TaskRunner:
         message = "OOM Killed" if result.oom_killed else result.error
         if message:
             parts.append(f'Exit Message: "{message}"')
-        event = self.state.events.add(
-            type="Terminated",
-            time=time.time_ns(),
-            message=message,
-            display_message=", ".join(parts),
-            exit_code=result.exit_code,
-            signal=result.signal,
-        )
-        event.details["oom_killed"] = str(result.oom_killed).lower()
         if result.oom_killed:
             metrics.OOM_KILLED.labels(
-                self.alloc.namespace or "default",
+                self.alloc.namespace or structs.DEFAULT_NAMESPACE,
                 self.alloc.job_id,
                 self.alloc.task_group,
                 self.task.name,
             ).inc()
-        del self.state.events[:-10]
-        self.on_change()
+        self._event(
+            "Terminated",
+            ", ".join(parts),
+            {"oom_killed": str(result.oom_killed).lower()},
+            message=message,
+            exit_code=result.exit_code,
+            signal=result.signal,
+        )
 
     def sample_usage(self) -> pb.TaskResourceUsage | None:
         """A fresh reading of the running task's resources (None when it is
