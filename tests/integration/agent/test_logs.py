@@ -1,7 +1,8 @@
-"""ClientAlloc.Logs over a real gRPC server (port 0) on a task's files:
+"""ClientAlloc over a real gRPC server (port 0): Logs on a task's files —
 positions and origins, and bad ones refused with INVALID_ARGUMENT naming
 the field (the fuzz test found a negative offset, or -2**63 from the end,
-answered INTERNAL: a negative seek, an int64 overflow)."""
+answered INTERNAL: a negative seek, an int64 overflow) — and Stats'
+NOT_FOUND answers."""
 
 from __future__ import annotations
 
@@ -77,3 +78,21 @@ async def test_bad_positions_are_invalid_arguments(
         await _read(logs, **kw)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     assert (err.value.details() or "").startswith(problem), err.value.details()
+
+
+async def test_stats_of_an_alloc_this_node_does_not_run_or_a_missing_task(
+    logs: alloc_pb2_grpc.ClientAllocAsyncStub,
+) -> None:
+    usage = await logs.Stats(alloc_pb2.AllocStatsRequest(alloc_id=ALLOC))
+    assert dict(usage.usage.tasks) == {}  # its task is not running: nothing measured
+    for request, problem in (
+        (
+            alloc_pb2.AllocStatsRequest(alloc_id="elsewhere"),
+            "alloc 'elsewhere' is not on this node",
+        ),
+        (alloc_pb2.AllocStatsRequest(alloc_id=ALLOC, task="db"), "task 'db' not found"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await logs.Stats(request)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert (err.value.details() or "").startswith(problem), err.value.details()
