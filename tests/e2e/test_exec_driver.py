@@ -124,7 +124,13 @@ def _complete(d: Dev, job_id: str, n: int) -> list[pb.Allocation] | None:
 
 
 def _running(d: Dev, job_id: str, n: int) -> list[pb.Allocation] | None:
-    allocs = [a for a in d.allocs(job_id) if a.client_status == "running"]
+    """n allocs with every task running (an alloc is "running" from its first)."""
+    allocs = [
+        a
+        for a in d.allocs(job_id)
+        if a.client_status == "running"
+        and all(t.state == "running" for t in a.task_states.values())
+    ]
     return allocs if len(allocs) >= n else None
 
 
@@ -351,6 +357,7 @@ def test_cpu_shares_split_a_busy_core_by_cpu(dev: Dev, busy: dict[str, pb.Alloca
 
     delta = wait_for("three CPU-seconds of spinning", spent, timeout=180, interval=0.5)
     ratio = delta["heavy"] / max(1, delta["light"])
+    print(f"cpu.shares 300:100 split the core {delta} (ratio {ratio:.2f})")
     # shares 300:100 -> 3:1; loosely: the heavier task clearly gets more
     assert ratio > 2.0, delta
 
