@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from services.agent.executor import launch, linux
-from services.agent.executor.spec import ExitRecord, LaunchSpec
+from services.agent.executor.spec import EXIT_FILE, ExitRecord, LaunchSpec
 
 
 def _answer(**reply: object) -> None:
@@ -55,7 +55,7 @@ def _oom_kills(paths: list[str]) -> int:
 
 def run(spec: LaunchSpec) -> int:
     state_dir = Path(spec.state_dir)
-    (state_dir / "exit.json").unlink(missing_ok=True)
+    (state_dir / EXIT_FILE).unlink(missing_ok=True)
     stdout = os.open(spec.stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     stderr = os.open(spec.stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
