@@ -27,12 +27,12 @@ from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.agent import drivers as task_drivers
 from services.agent import metrics
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
 from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
-from services.agent.drivers import Driver
+from services.agent.drivers.base import Driver
+from services.agent.drivers.build import build as build_drivers
 from services.agent.runner import AllocRunner
 from services.agent.stats import HostStats
 
@@ -131,7 +131,7 @@ class Agent:
         self.settings = settings
         self.compute = host_compute()
         self.cgroups = setup_cgroups(settings, self.compute)
-        self.drivers = task_drivers.build(settings.drivers, self.cgroups, settings.exec_settings())
+        self.drivers = build_drivers(settings.drivers, self.cgroups, settings.exec_settings())
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.host_stats = HostStats(settings.data_dir, self.compute)
         self.node.id, self.node.secret_id = self._identity()

@@ -28,7 +28,7 @@ from services.agent.allocdir import (
     AllocDir,
 )
 from services.agent.cpuset import Compute
-from services.agent.drivers import (
+from services.agent.drivers.base import (
     Driver,
     DriverError,
     ExitResult,
