@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.domain import deployments, topics
 from corral.domain.store import StateSnapshot
@@ -208,15 +209,16 @@ def merge_on_snapshot(
     )
 
 
-def plan_events(writes: PlanWrites) -> list[pb.Event]:
+def plan_events(writes: PlanWrites, into: Any = None) -> list[pb.Event]:
     """The changes `writes` records, in the order the state writes them:
     every alloc, deployment and the eval's bump as a `PlanResult` event
-    (Nomad's type for everything its plan apply writes)."""
+    (Nomad's type for everything its plan apply writes). With `into` (a
+    batch's events) they are built there."""
     result = topics.EventType.PLAN_RESULT
-    out = [topics.ALLOCATION.event(a, result) for a in writes.allocs.values()]
-    out += [topics.DEPLOYMENT.event(d, result) for d in writes.deployments.values()]
+    out = [topics.ALLOCATION.event(a, result, into=into) for a in writes.allocs.values()]
+    out += [topics.DEPLOYMENT.event(d, result, into=into) for d in writes.deployments.values()]
     if writes.eval is not None:
-        out.append(topics.EVALUATION.event(writes.eval, result))
+        out.append(topics.EVALUATION.event(writes.eval, result, into=into))
     return out
 
 

@@ -102,12 +102,22 @@ class Topic:
         """The object's key in Nomad's event payload (`{"Job": {...}}`)."""
         return self.nomad_payload or self.name
 
-    def event(self, obj: Any, type_: str, *, deleted: bool = False, index: int = 0) -> pb.Event:
+    def event(
+        self,
+        obj: Any,
+        type_: str,
+        *,
+        deleted: bool = False,
+        index: int = 0,
+        into: Any = None,
+    ) -> pb.Event:
         """The change record of `obj`: a message of this topic's payload, or
-        for a key-only topic the key itself."""
+        for a key-only topic the key itself. With `into` (a batch's events)
+        it is added there, built in place (adding a built event copies it)."""
+        make = pb.Event if into is None else into.add
         if not self.payload:
-            return pb.Event(index=index, topic=self.name, type=type_, key=obj, deleted=deleted)
-        return pb.Event(
+            return make(index=index, topic=self.name, type=type_, key=obj, deleted=deleted)  # type: ignore[no-any-return]
+        return make(  # type: ignore[no-any-return]
             index=index,
             topic=self.name,
             type=type_,

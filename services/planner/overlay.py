@@ -36,7 +36,9 @@ def plan_change_batch(snap: StateSnapshot, plan: state_pb2.AppliedPlan, now: int
     indexes are 0 too, the commit index being unknown yet). The eval's
     modify-index bump is left to the commit: evaluating plans never reads it."""
     writes = merge_on_snapshot(plan, snap, ev=None, index=0, now=now)
-    return pb.ChangeBatch(events=plan_events(writes))
+    batch = pb.ChangeBatch()
+    plan_events(writes, into=batch.events)
+    return batch
 
 
 @dataclass(eq=False, slots=True)
