@@ -168,6 +168,7 @@ NOT_TOPICS = {
     ("services.gateway.ui.pages", "Node"): "a page title",
     ("cli.commands.alloc", "Node"): "a column heading",
     ("corral.domain.template.nomad", "Node"): "a field of consul-template's NomadService",
+    ("services.gateway.mapping.jobs", "JobSummary"): "a field of Nomad's api.JobListStub",
 }
 
 
