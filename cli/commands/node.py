@@ -117,7 +117,10 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     node = resolve_node(ctx, args.node)
     allocs = list(
-        ctx.client.nodes.Allocations(node_pb2.NodeGetRequest(node_id=node.id), timeout=30).allocs
+        # every alloc the node ran, completed and failed ones too, as Nomad's
+        ctx.client.nodes.Allocations(
+            node_pb2.NodeGetRequest(node_id=node.id, all=True), timeout=30
+        ).allocs
     )
     if args.json:
         data = to_dict(node)
@@ -148,7 +151,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
                 ),
             ),
             ("Resources", f"cpu {r.cpu} MHz, memory {r.memory_mb} MiB, disk {r.disk_mb} MiB"),
-            ("Last Heartbeat", fmt_ago(node.status_updated_at)),
+            ("Status Changed", fmt_ago(node.status_updated_at)),
         ],
         ctx.out,
     )
