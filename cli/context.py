@@ -113,6 +113,17 @@ def _security(args: argparse.Namespace) -> transport.SecuritySettings:
         raise UsageError(f"{where}: {first['msg']}") from None
 
 
+def read_input(path: str, what: str) -> str:
+    """A file the command reads, or standard input for `-`."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {what} {path!r}: {exc}") from None
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("-json", "--json", dest="json", action="store_true", help="print JSON")
 

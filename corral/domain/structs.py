@@ -21,6 +21,8 @@ from corral.v1 import structs_pb2 as pb
 
 DEFAULT_NAMESPACE = "default"
 DEFAULT_NODE_POOL = "default"
+#: the built-in pool every node is in (Nomad's NodePoolAll)
+ALL_NODE_POOL = "all"
 DEFAULT_PRIORITY = 50
 MIN_PRIORITY = 1
 MAX_PRIORITY = 100
@@ -165,8 +167,17 @@ class Topic:
     DEPLOYMENT = "Deployment"
     OPERATOR = "Operator"
     JOB_SUMMARY = "JobSummary"
+    NODE_POOL = "NodePool"
 
-    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY)
+    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY, NODE_POOL)
+
+    # Namespaces, scaling policies and scaling events are in the change log
+    # (every replica and state process keeps them) but, as in Nomad, not
+    # offered by Event.Stream: they are not in ALL.
+    NAMESPACE = "Namespace"
+    SCALING_POLICY = "ScalingPolicy"
+    SCALING_EVENT = "ScalingEvent"
+    INTERNAL = (NAMESPACE, SCALING_POLICY, SCALING_EVENT)
 
     # ACL writes are in the change log (key only: a policy name or a token's
     # accessor id, never a secret) so every state process can drop cached

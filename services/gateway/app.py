@@ -22,9 +22,12 @@ from services.gateway.routes import (
     evals,
     events,
     jobs,
+    namespaces,
+    node_pools,
     nodes,
     operator,
     parse,
+    scaling,
     unserved,
 )
 from services.gateway.ui import routes as ui
@@ -44,6 +47,9 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    namespaces,
+    node_pools,
+    scaling,
     ui,
 ]
 
