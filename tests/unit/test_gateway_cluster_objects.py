@@ -163,3 +163,34 @@ def test_bad_scale_requests(body: dict[str, Any], message: str) -> None:
 def test_the_served_prefixes_are_not_in_the_501_list() -> None:
     for path in ("/v1/namespaces", "/v1/namespace/x", "/v1/node/pools", "/v1/scaling/policies"):
         assert not path.startswith(unserved.UNSERVED_PREFIXES), path
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "endpoint"),
+    [
+        ("GET", "/v1/node/pools", "pools"),
+        ("POST", "/v1/node/pools", "pools"),
+        ("GET", "/v1/node/pool/gpu", "pool"),
+        ("GET", "/v1/node/pool/gpu/nodes", "pool"),
+        ("DELETE", "/v1/node/pool/gpu", "pool"),
+        ("GET", "/v1/namespaces", "namespaces"),
+        ("POST", "/v1/namespace", "create"),
+        ("DELETE", "/v1/namespace/team", "namespace"),
+        ("GET", "/v1/scaling/policies", "policies"),
+        ("GET", "/v1/scaling/policy/abc", "policy"),
+        ("GET", "/v1/job/web/scale", "job_scale"),
+        ("GET", "/v1/node/abc", "node"),
+    ],
+)
+def test_routes_reach_their_endpoints(method: str, path: str, endpoint: str) -> None:
+    from starlette.routing import Match
+
+    from services.gateway.app import routes
+
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    for route in routes():
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            assert route.endpoint.__name__ == endpoint, route  # type: ignore[attr-defined]
+            return
+    raise AssertionError(f"no route for {method} {path}")
