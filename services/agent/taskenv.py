@@ -118,7 +118,7 @@ def build(
         "NOMAD_CPU_LIMIT": str(task.resources.cpu),
         "NOMAD_MEMORY_LIMIT": str(task.resources.memory_mb),
     }
-    if task.resources.memory_max_mb:
+    if task.resources.memory_max_mb > 0:
         runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(task.resources.memory_max_mb)
     if job.parent_id:
         runtime["NOMAD_JOB_PARENT_ID"] = job.parent_id

@@ -178,9 +178,15 @@ def test_every_role_has_a_workload_with_probes_and_a_real_module() -> None:
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
         ready = container["readinessProbe"]
         if role in LEADER_ROLES:
-            # ready = leader: the exec probe checks corral.runtime.leader with the pod's certificate
+            # ready = leader: the exec probe checks corral.leader with the pod's certificate
             command = ready["exec"]["command"]
-            assert command == ["python", "-m", "corral.runtime.probe", f"localhost:{port}", LEADER_SERVICE]
+            assert command == [
+                "python",
+                "-m",
+                "corral.runtime.probe",
+                f"localhost:{port}",
+                LEADER_SERVICE,
+            ]
             assert importlib.util.find_spec("corral.runtime.probe") is not None
             assert ready["timeoutSeconds"] < ready["periodSeconds"]
         else:
