@@ -10,7 +10,7 @@ import os
 import grpc
 
 from cli.commands import group, not_found
-from cli.context import CliError, Context, common, read_input
+from cli.context import CliError, Context, by_prefix, common, read_input
 from cli.output import heading, kv, print_json, table
 from corral.domain import object_specs
 from corral.v1 import namespace_pb2, query_pb2
@@ -136,17 +136,7 @@ def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _resolve(ctx: Context, name: str) -> pb.Namespace:
-    """Nomad's prefix lookup: an exact name, else the one name it prefixes."""
-    found = _list(ctx, name)
-    exact = [n for n in found if n.name == name]
-    if exact:
-        return exact[0]
-    if not found:
-        raise CliError(f'Namespace "{name}" matched no namespaces')
-    if len(found) > 1:
-        shown = ", ".join(n.name for n in found)
-        raise CliError(f"Prefix matched multiple namespaces: {shown}")
-    return found[0]
+    return by_prefix(_list(ctx, name), name, lambda n: n.name, "namespace")
 
 
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:

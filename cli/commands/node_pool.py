@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from cli.context import CliError, Context, common, read_input
+from cli.context import CliError, Context, all_pages, by_prefix, common, read_input
 from cli.output import heading, kv, print_json, table
 from corral.domain import object_specs
 from corral.v1 import job_pb2, node_pb2, node_pool_pb2, query_pb2
@@ -82,16 +82,7 @@ def _write_list(ctx: Context, pools: list[pb.NodePool]) -> None:
 
 
 def _resolve(ctx: Context, name: str) -> pb.NodePool:
-    """Nomad's prefix lookup: an exact name, else the one name it prefixes."""
-    found = _list(ctx, name)
-    exact = [p for p in found if p.name == name]
-    if exact:
-        return exact[0]
-    if not found:
-        raise CliError(f'No node pool with prefix "{name}" found')
-    if len(found) > 1:
-        raise CliError("Prefix matched multiple node pools: " + ", ".join(p.name for p in found))
-    return found[0]
+    return by_prefix(_list(ctx, name), name, lambda p: p.name, "node pool")
 
 
 def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
@@ -138,19 +129,17 @@ def cmd_nodes(args: argparse.Namespace, ctx: Context) -> int:
     from cli.commands.node import write_node_list
 
     pool = _resolve(ctx, args.pool)
-    nodes: list[node_pb2.NodeListStub] = []
-    token = ""
-    while True:
+
+    def page(token: str) -> tuple[list[node_pb2.NodeListStub], str]:
         resp = ctx.client.node_pools.ListNodes(
             node_pool_pb2.NodePoolGetRequest(
                 name=pool.name, query=query_pb2.QueryOptions(next_token=token, per_page=1000)
             ),
             timeout=30,
         )
-        nodes.extend(resp.nodes)
-        token = resp.meta.next_token
-        if not token:
-            break
+        return list(resp.nodes), resp.meta.next_token
+
+    nodes = all_pages(page)
     if args.json:
         print_json(nodes, ctx.out)
     elif not nodes:
@@ -164,9 +153,8 @@ def cmd_jobs(args: argparse.Namespace, ctx: Context) -> int:
     from cli.commands.job import write_job_list
 
     pool = _resolve(ctx, args.pool)
-    jobs: list[job_pb2.JobListStub] = []
-    token = ""
-    while True:
+
+    def page(token: str) -> tuple[list[job_pb2.JobListStub], str]:
         resp = ctx.client.node_pools.ListJobs(
             node_pool_pb2.NodePoolGetRequest(
                 name=pool.name,
@@ -176,10 +164,9 @@ def cmd_jobs(args: argparse.Namespace, ctx: Context) -> int:
             ),
             timeout=30,
         )
-        jobs.extend(resp.jobs)
-        token = resp.meta.next_token
-        if not token:
-            break
+        return list(resp.jobs), resp.meta.next_token
+
+    jobs = all_pages(page)
     if args.json:
         print_json(jobs, ctx.out)
     elif not jobs:

@@ -10,7 +10,7 @@ import json
 from google.protobuf import json_format
 
 from cli.commands import group
-from cli.context import CliError, Context, common
+from cli.context import Context, by_prefix, common
 from cli.output import kv, print_json, short, table
 from corral.v1 import query_pb2, scaling_pb2
 
@@ -82,17 +82,10 @@ def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_info(args: argparse.Namespace, ctx: Context) -> int:
     found = _list(ctx, args.namespace or "*", prefix=args.policy_id)
-    exact = [p for p in found if p.id == args.policy_id]
-    if exact:
-        found = exact
-    if not found:
-        raise CliError(f'No scaling policy with prefix "{args.policy_id}" found')
-    if len(found) > 1:
-        ids = ", ".join(short(p.id, args.verbose) for p in found)
-        raise CliError(f"Prefix matched multiple scaling policies: {ids}")
+    stub = by_prefix(found, args.policy_id, lambda p: p.id, "scaling policy")
     resp = ctx.client.scaling.GetPolicy(
         scaling_pb2.ScalingPolicyGetRequest(
-            id=found[0].id, query=query_pb2.QueryOptions(namespace=args.namespace)
+            id=stub.id, query=query_pb2.QueryOptions(namespace=args.namespace)
         ),
         timeout=30,
     )

@@ -115,9 +115,8 @@ def _is_blocks(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, dict) and _BLOCK in v for v in value)
 
 
-def _body(data: dict[str, Any], key: str, allowed: dict[str, str]) -> dict[str, Any] | None:
-    """One unlabeled block `key { ... }` (or `key = { ... }`), its arguments
-    renamed to Nomad's JSON names by `allowed`."""
+def _one_block(data: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """`key { ... }` (once) or `key = { ... }`, without the block marker."""
     if key not in data:
         return None
     value = data[key]
@@ -127,28 +126,18 @@ def _body(data: dict[str, Any], key: str, allowed: dict[str, str]) -> dict[str, 
         value = value[0]
     if not isinstance(value, dict):
         raise ValueError(f"{key}: expected a block")
-    out: dict[str, Any] = {}
-    for k, v in value.items():
-        if k == _BLOCK:
-            continue
-        if k not in allowed:
-            raise ValueError(f"{key}.{k}: unknown field (expected {', '.join(allowed)})")
-        out[allowed[k]] = v
-    return out
-
-
-def _plain_map(data: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """`meta { k = "v" }` or `meta = { k = "v" }` as a plain map."""
-    if key not in data:
-        return None
-    value = data[key]
-    if _is_blocks(value):
-        if len(value) != 1:
-            raise ValueError(f"{key}: may appear only once")
-        value = value[0]
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected a map")
     return {k: v for k, v in value.items() if k != _BLOCK}
+
+
+def _body(data: dict[str, Any], key: str, allowed: dict[str, str]) -> dict[str, Any] | None:
+    """One block's arguments renamed to Nomad's JSON names by `allowed`."""
+    body = _one_block(data, key)
+    if body is None:
+        return None
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ValueError(f"{key}.{unknown[0]}: unknown field (expected {', '.join(allowed)})")
+    return {allowed[k]: v for k, v in body.items()}
 
 
 def _check_keys(data: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
@@ -180,11 +169,11 @@ def namespace_from_hcl(text: str) -> pb.Namespace:
         "Name": data.get("name"),
         "Description": data.get("description"),
         "Quota": data.get("quota"),
-        "Meta": _plain_map(data, "meta"),
-        "VaultConfiguration": _plain_map(data, "vault"),
-        "ConsulConfiguration": _plain_map(data, "consul"),
-        "RequiredExtraClaims": _plain_map(data, "required_extra_claims"),
-        "OptionalExtraClaims": _plain_map(data, "optional_extra_claims"),
+        "Meta": _one_block(data, "meta"),
+        "VaultConfiguration": _one_block(data, "vault"),
+        "ConsulConfiguration": _one_block(data, "consul"),
+        "RequiredExtraClaims": _one_block(data, "required_extra_claims"),
+        "OptionalExtraClaims": _one_block(data, "optional_extra_claims"),
         "Capabilities": _body(
             data,
             "capabilities",
@@ -223,7 +212,7 @@ def node_pool_from_hcl(text: str) -> pb.NodePool:
     body: dict[str, Any] = {
         "Name": name,
         "Description": inner.get("description"),
-        "Meta": _plain_map(inner, "meta"),
+        "Meta": _one_block(inner, "meta"),
         "NodeIdentityTTL": inner.get("node_identity_ttl"),
         "SchedulerConfiguration": _body(
             inner,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from corral.domain.structs import copy_msg, new_id
+from corral.domain.structs import INDEX_FIELDS, new_id, same_except
 from corral.v1 import structs_pb2 as pb
 
 HORIZONTAL = "horizontal"
@@ -137,19 +137,7 @@ def assign_ids(job: pb.Job, known: dict[PolicyKey, str]) -> None:
 
 def same_spec(a: pb.ScalingPolicy, b: pb.ScalingPolicy) -> bool:
     """Equal but for indexes (Nomad's ScalingPolicy.Diff)."""
-
-    def spec(p: pb.ScalingPolicy) -> bytes:
-        c = copy_msg(p)
-        c.create_index = 0
-        c.modify_index = 0
-        return c.SerializeToString(deterministic=True)
-
-    return spec(a) == spec(b)
-
-
-def stored(p: pb.ScalingPolicy) -> pb.ScalingPolicy:
-    """The policy as a stored object: a copy of the job's, ids and target set."""
-    return copy_msg(p)
+    return same_except(a, b, INDEX_FIELDS)
 
 
 def count_problem(tg: pb.TaskGroup, count: int) -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from corral.domain import namespaces
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import DEFAULT_NAMESPACE, copy_msg
+from corral.domain.structs import DEFAULT_NAMESPACE, INDEX_FIELDS, copy_msg, same_except
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
@@ -54,16 +54,9 @@ async def upsert_namespaces(tx: WriteTx, items: Sequence[pb.Namespace]) -> None:
         current = await tx.get_namespace(ns.name)
         ns.create_index = current.create_index if current is not None else 0
         ns.modify_index = 0
-        if current is not None and _same(current, ns):
+        if current is not None and same_except(current, ns, INDEX_FIELDS):
             continue
         tx.put_namespace(ns)
-
-
-def _same(a: pb.Namespace, b: pb.Namespace) -> bool:
-    x, y = copy_msg(a), copy_msg(b)
-    for m in (x, y):
-        m.create_index = m.modify_index = 0
-    return x.SerializeToString(deterministic=True) == y.SerializeToString(deterministic=True)
 
 
 #: (name, check) of what keeps a namespace from being deleted: the check

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from corral.domain import node_pools
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import copy_msg
+from corral.domain.structs import INDEX_FIELDS, copy_msg, same_except
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
@@ -46,16 +46,9 @@ async def upsert_node_pools(tx: WriteTx, items: Sequence[pb.NodePool]) -> None:
         current = await tx.get_node_pool(pool.name)
         pool.create_index = current.create_index if current is not None else 0
         pool.modify_index = 0
-        if current is not None and _same(current, pool):
+        if current is not None and same_except(current, pool, INDEX_FIELDS):
             continue
         tx.put_node_pool(pool)
-
-
-def _same(a: pb.NodePool, b: pb.NodePool) -> bool:
-    x, y = copy_msg(a), copy_msg(b)
-    for m in (x, y):
-        m.create_index = m.modify_index = 0
-    return x.SerializeToString(deterministic=True) == y.SerializeToString(deterministic=True)
 
 
 async def delete_node_pools(tx: WriteTx, names: Sequence[str]) -> None:
