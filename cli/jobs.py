@@ -1,7 +1,7 @@
-"""What the `job` commands share (cli/commands/job.py and
-job_periodic.py): finding a job by id or prefix, listing jobs page by page,
-and following a registration to its end (the eval, the placements, the
-deployment) unless `-detach`."""
+"""What the commands about jobs share (cli/commands/job.py,
+job_periodic.py, node_pool.py): finding a job by id or prefix, listing jobs
+page by page and as Nomad's table, and following a registration to its end
+(the eval, the placements, the deployment) unless `-detach`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from cli.commands import not_found
 from cli.context import CliError, Context
 from cli.deployment_monitor import wait_and_monitor
 from cli.monitor import monitor_eval, monitor_placements
+from cli.output import fmt_time, table
 from corral.v1 import job_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 
@@ -92,3 +93,30 @@ def after_register(
         ctx.client, job_id, namespace, version, ctx.out, verbose=getattr(args, "verbose", False)
     )
     return code if verdict is None else verdict
+
+
+def job_status(status: str, stop: bool) -> str:
+    """A job's status as the job commands show it."""
+    return f"{status} (stopped)" if stop and status != "dead" else status
+
+
+def write_job_list(ctx: Context, jobs: list[job_pb2.JobListStub]) -> None:
+    """Nomad's job list table (with a Namespace column when several show)."""
+    several = len({j.namespace for j in jobs}) > 1
+    headers: list[str] = ["ID", "Namespace", "Type", "Priority", "Status", "Submit Date"]
+    rows: list[list[object]] = [
+        [
+            j.id,
+            j.namespace,
+            j.type,
+            j.priority,
+            job_status(j.status, j.stop),
+            fmt_time(j.submit_time),
+        ]
+        for j in jobs
+    ]
+    if not several:
+        headers.pop(1)
+        for r in rows:
+            r.pop(1)
+    table(headers, rows, ctx.out)

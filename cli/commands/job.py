@@ -16,7 +16,7 @@ from cli.context import CliError, Context, common, grpc_message
 from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
 from cli.deployment_monitor import group_rows
 from cli.diff_output import write_job_diff
-from cli.jobs import after_register, list_jobs, resolve_job
+from cli.jobs import after_register, job_status, list_jobs, resolve_job, write_job_list
 from cli.monitor import monitor_eval, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
@@ -284,20 +284,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         elif not jobs:
             ctx.out.write("No running jobs\n")
         else:
-            table(
-                ("ID", "Type", "Priority", "Status", "Submit Date"),
-                [
-                    (
-                        j.id,
-                        j.type,
-                        j.priority,
-                        _job_status(j.status, j.stop),
-                        fmt_time(j.submit_time),
-                    )
-                    for j in jobs
-                ],
-                ctx.out,
-            )
+            write_job_list(ctx, jobs)
         return 0
     job = resolve_job(ctx, args.job, args.namespace)
     get = job_pb2.JobGetRequest(
@@ -334,7 +321,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
             ("Datacenters", join(job.datacenters)),
             ("Namespace", job.namespace),
             ("Node Pool", job.node_pool),
-            ("Status", _job_status(job.status, job.stop)),
+            ("Status", job_status(job.status, job.stop)),
             ("Periodic", str(job.HasField("periodic") and job.periodic.enabled).lower()),
             ("Parameterized", str(job.HasField("parameterized")).lower()),
             ("Version", job.version),
@@ -399,7 +386,7 @@ def _parameterized(ctx: Context, job: pb.Job) -> None:
         return
     table(
         ("ID", "Status"),
-        [(j.id, _job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
+        [(j.id, job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
         ctx.out,
     )
 
@@ -433,10 +420,6 @@ def _d(m: object) -> dict[str, object]:
     from cli.output import to_dict
 
     return to_dict(m)  # type: ignore[arg-type]
-
-
-def _job_status(status: str, stop: bool) -> str:
-    return f"{status} (stopped)" if stop and status != "dead" else status
 
 
 def _alloc_table(ctx: Context, allocs: list[pb.Allocation], verbose: bool) -> None:

@@ -51,6 +51,10 @@ class StateSnapshot:
     evals: Map[str, pb.Evaluation] = _EMPTY
     deployments: Map[str, pb.Deployment] = _EMPTY
     scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
+    namespaces: Map[str, pb.Namespace] = _EMPTY
+    node_pools: Map[str, pb.NodePool] = _EMPTY
+    scaling_policies: Map[str, pb.ScalingPolicy] = _EMPTY
+    scaling_events: Map[JobKey, pb.JobScalingEvents] = _EMPTY
     table_indexes: Map[str, int] = _EMPTY  # table -> last index that wrote it
     # secondary indexes
     allocs_by_job_map: Map[JobKey, Map[str, pb.Allocation]] = _EMPTY
@@ -59,6 +63,7 @@ class StateSnapshot:
     nodes_by_dc_map: Map[str, Map[str, pb.Node]] = _EMPTY
     evals_by_job_map: Map[JobKey, Map[str, pb.Evaluation]] = _EMPTY
     deployments_by_job_map: Map[JobKey, Map[str, pb.Deployment]] = _EMPTY
+    scaling_policies_by_job_map: Map[JobKey, Map[str, pb.ScalingPolicy]] = _EMPTY
 
     # ------------------------------------------------------------ jobs
 
@@ -163,6 +168,30 @@ class StateSnapshot:
             if best is None or d.create_index > best.create_index:
                 best = d
         return best
+
+    # ------------------------------------------------------------ namespaces, node pools
+
+    def namespace_by_name(self, name: str) -> pb.Namespace | None:
+        ns: pb.Namespace | None = self.namespaces.get(name or DEFAULT_NAMESPACE)
+        return ns
+
+    def node_pool_by_name(self, name: str) -> pb.NodePool | None:
+        pool: pb.NodePool | None = self.node_pools.get(name)
+        return pool
+
+    # ------------------------------------------------------------ scaling
+
+    def scaling_policy_by_id(self, policy_id: str) -> pb.ScalingPolicy | None:
+        p: pb.ScalingPolicy | None = self.scaling_policies.get(policy_id)
+        return p
+
+    def scaling_policies_by_job(self, namespace: str, job_id: str) -> list[pb.ScalingPolicy]:
+        m = self.scaling_policies_by_job_map.get(_jk(namespace, job_id))
+        return list(m.values()) if m is not None else []
+
+    def scaling_events_by_job(self, namespace: str, job_id: str) -> pb.JobScalingEvents | None:
+        e: pb.JobScalingEvents | None = self.scaling_events.get(_jk(namespace, job_id))
+        return e
 
     # ------------------------------------------------------------ indexes
 
@@ -275,6 +304,10 @@ class StateStore:
         deployments: Iterable[pb.Deployment] = (),
         job_summaries: Iterable[pb.JobSummary] = (),
         scheduler_config: pb.SchedulerConfiguration | None = None,
+        namespaces: Iterable[pb.Namespace] = (),
+        node_pools: Iterable[pb.NodePool] = (),
+        scaling_policies: Iterable[pb.ScalingPolicy] = (),
+        scaling_events: Iterable[pb.JobScalingEvents] = (),
         table_indexes: dict[str, int] | None = None,
         lean: bool = False,
     ) -> StateSnapshot:
@@ -294,6 +327,10 @@ class StateStore:
                 EventType.SCHEDULER_CONFIG,
                 [scheduler_config] if scheduler_config is not None else [],
             ),
+            (topics.NAMESPACE, EventType.NAMESPACE_UPSERTED, namespaces),
+            (topics.NODE_POOL, EventType.NODE_POOL_UPSERTED, node_pools),
+            (topics.SCALING_POLICY, EventType.SCALING_POLICY_UPSERTED, scaling_policies),
+            (topics.SCALING_EVENT, EventType.SCALING_EVENT_RECORDED, scaling_events),
         ]
         for topic, type_, objs in contents:
             for obj in objs:
@@ -324,6 +361,11 @@ class StateStore:
         evals = s.evals.mutate()
         deployments = s.deployments.mutate()
         sched_config = s.scheduler_config
+        namespaces = s.namespaces
+        node_pools = s.node_pools
+        policies = s.scaling_policies
+        scaling_events = s.scaling_events
+        policies_by_job = _NestedChanges()
         by_job = _NestedChanges()
         by_node = _NestedChanges()
         by_eval = _NestedChanges()
@@ -413,6 +455,10 @@ class StateStore:
                 summaries[key] = js
             elif kind is topics.OPERATOR:
                 sched_config = ev.scheduler_config
+            elif kind is not None:
+                namespaces, node_pools, policies, scaling_events = _apply_object(
+                    ev, kind, namespaces, node_pools, policies, scaling_events, policies_by_job
+                )
 
         table_indexes = s.table_indexes
         if stamp_tables and batch.index:
@@ -433,6 +479,10 @@ class StateStore:
             evals=evals.finish(),
             deployments=deployments.finish(),
             scheduler_config=sched_config,
+            namespaces=namespaces,
+            node_pools=node_pools,
+            scaling_policies=policies,
+            scaling_events=scaling_events,
             table_indexes=table_indexes,
             allocs_by_job_map=by_job.apply(s.allocs_by_job_map),
             allocs_by_node_map=by_node.apply(s.allocs_by_node_map),
@@ -440,5 +490,46 @@ class StateStore:
             nodes_by_dc_map=by_dc.apply(s.nodes_by_dc_map),
             evals_by_job_map=evals_by_job.apply(s.evals_by_job_map),
             deployments_by_job_map=deps_by_job.apply(s.deployments_by_job_map),
+            scaling_policies_by_job_map=policies_by_job.apply(s.scaling_policies_by_job_map),
         )
         return self._snap
+
+
+def _put(m: Map[Any, Any], key: Any, value: Any, deleted: bool) -> Map[Any, Any]:
+    if deleted:
+        return m.delete(key) if key in m else m
+    return m.set(key, value)
+
+
+def _apply_object(
+    ev: pb.Event,
+    kind: topics.Topic,
+    namespaces: Map[str, pb.Namespace],
+    node_pools: Map[str, pb.NodePool],
+    policies: Map[str, pb.ScalingPolicy],
+    scaling_events: Map[JobKey, pb.JobScalingEvents],
+    policies_by_job: _NestedChanges,
+) -> tuple[
+    Map[str, pb.Namespace],
+    Map[str, pb.NodePool],
+    Map[str, pb.ScalingPolicy],
+    Map[JobKey, pb.JobScalingEvents],
+]:
+    """The rarely written objects (namespaces, node pools, scaling policies
+    and events): one immutable-map update each, no batch-wide mutation."""
+    if kind is topics.NAMESPACE:
+        namespaces = _put(namespaces, ev.namespace_object.name, ev.namespace_object, ev.deleted)
+    elif kind is topics.NODE_POOL:
+        node_pools = _put(node_pools, ev.node_pool.name, ev.node_pool, ev.deleted)
+    elif kind is topics.SCALING_POLICY:
+        p = ev.scaling_policy
+        policies = _put(policies, p.id, p, ev.deleted)
+        jkey = _jk(p.target.get("Namespace", ""), p.target.get("Job", ""))
+        if ev.deleted:
+            policies_by_job.delete(jkey, p.id)
+        else:
+            policies_by_job.set(jkey, p.id, p)
+    elif kind is topics.SCALING_EVENT:
+        se = ev.job_scaling_events
+        scaling_events = _put(scaling_events, _jk(se.namespace, se.job_id), se, ev.deleted)
+    return namespaces, node_pools, policies, scaling_events

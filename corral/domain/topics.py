@@ -12,7 +12,7 @@ to know of a topic is here, and only here:
   query's index, `StateSnapshot.table_index`); `tables`: the snapshot
   tables that hold its objects (`State.Snapshot`, a replica's feed view);
 * `types`: the event types it records (`Event.type`), `key`: the event key
-  of an object, `namespaced`: whether its events carry a namespace;
+  of an object, `namespace`: the namespace its events carry ('' for none);
 * for users: whether `Event.Stream` offers it (`streamed`), which ACL rule
   lets a caller see its events (`read_rule`), the ids besides the key that
   a `Topic:key` subscription matches (`match_keys`), Nomad's `FilterKeys`
@@ -62,6 +62,14 @@ class EventType:
     #: every object a committed plan writes; the broker knows by it that an
     #: eval event is a plan's modify-index bump, not a new submission
     PLAN_RESULT = "PlanResult"
+    NAMESPACE_UPSERTED = "NamespaceUpserted"
+    NAMESPACE_DELETED = "NamespaceDeleted"
+    NODE_POOL_UPSERTED = "NodePoolUpserted"
+    NODE_POOL_DELETED = "NodePoolDeleted"
+    SCALING_POLICY_UPSERTED = "ScalingPolicyUpserted"
+    SCALING_POLICY_DELETED = "ScalingPolicyDeleted"
+    SCALING_EVENT_RECORDED = "ScalingEventRecorded"
+    SCALING_EVENTS_DELETED = "ScalingEventsDeleted"
     ACL_POLICY_UPSERTED = "ACLPolicyUpserted"
     ACL_POLICY_DELETED = "ACLPolicyDeleted"
     ACL_TOKEN_UPSERTED = "ACLTokenUpserted"
@@ -76,6 +84,18 @@ def _id(obj: Any) -> str:
     return str(obj.id)
 
 
+def _name(obj: Any) -> str:
+    return str(obj.name)
+
+
+def _namespace(obj: Any) -> str:
+    return str(obj.namespace)
+
+
+def _no_namespace(_obj: Any) -> str:
+    return ""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Topic:
     """One topic of the change feed (see the module docstring)."""
@@ -86,10 +106,10 @@ class Topic:
     tables: tuple[str, ...]
     types: tuple[str, ...]
     key: Callable[[Any], str] = _id
-    namespaced: bool = True
+    namespace: Callable[[Any], str] = _namespace
     streamed: bool = True
-    #: "namespace" (read-job in the event's namespace), "node" (node:read)
-    #: or "operator" (operator:read)
+    #: "namespace" (read-job in the event's namespace), "node" (node:read),
+    #: "operator" (operator:read) or "management" (a management token only)
     read_rule: str = "namespace"
     match_keys: Callable[[Any], tuple[str, ...]] = _none
     filter_keys: Callable[[Any], tuple[str, ...]] = _none
@@ -122,7 +142,7 @@ class Topic:
             topic=self.name,
             type=type_,
             key=self.key(obj),
-            namespace=obj.namespace if self.namespaced else "",
+            namespace=self.namespace(obj),
             deleted=deleted,
             **{self.payload: obj},
         )
@@ -181,7 +201,7 @@ NODE = Topic(
         EventType.NODE_ELIGIBILITY,
         EventType.NODE_DRAIN,
     ),
-    namespaced=False,
+    namespace=_no_namespace,
     read_rule="node",
     aliases=("node",),
 )
@@ -206,7 +226,7 @@ OPERATOR = Topic(
     tables=(),
     types=(EventType.SCHEDULER_CONFIG, EventType.SCHEDULER_CONFIG_UPDATED),
     key=lambda _c: "scheduler",
-    namespaced=False,
+    namespace=_no_namespace,
     read_rule="operator",
     nomad_payload="SchedulerConfig",
     aliases=("operator",),
@@ -220,6 +240,48 @@ JOB_SUMMARY = Topic(
     types=(EventType.JOB_SUMMARY,),
     key=lambda s: s.job_id,
 )
+NODE_POOL = Topic(
+    name="NodePool",
+    payload="node_pool",
+    index="node_pools",
+    tables=("node_pools",),
+    types=(EventType.NODE_POOL_UPSERTED, EventType.NODE_POOL_DELETED),
+    key=_name,
+    namespace=_no_namespace,
+    # Nomad cannot filter them by a pool rule either
+    read_rule="management",
+)
+# Namespaces, scaling policies and scaling events are in the change log
+# (every replica and state process keeps them) but, as in Nomad, not
+# offered by Event.Stream.
+NAMESPACE = Topic(
+    name="Namespace",
+    payload="namespace_object",
+    index="namespaces",
+    tables=("namespaces",),
+    types=(EventType.NAMESPACE_UPSERTED, EventType.NAMESPACE_DELETED),
+    key=_name,
+    namespace=_name,  # a namespace's events are in the namespace itself
+    streamed=False,
+)
+SCALING_POLICY = Topic(
+    name="ScalingPolicy",
+    payload="scaling_policy",
+    index="scaling_policy",
+    tables=("scaling_policies",),
+    types=(EventType.SCALING_POLICY_UPSERTED, EventType.SCALING_POLICY_DELETED),
+    namespace=lambda p: str(p.target.get("Namespace", "")),
+    streamed=False,
+)
+SCALING_EVENT = Topic(
+    name="ScalingEvent",
+    payload="job_scaling_events",
+    index="scaling_event",
+    tables=("scaling_events",),
+    types=(EventType.SCALING_EVENT_RECORDED, EventType.SCALING_EVENTS_DELETED),
+    key=lambda se: str(se.job_id),
+    streamed=False,
+)
 # ACL writes are in the change log (key only: a policy name or a token's
 # accessor id, never a secret) so every state process can drop cached
 # tokens; Event.Stream never offers them.
@@ -230,7 +292,7 @@ ACL_POLICY = Topic(
     tables=(),
     types=(EventType.ACL_POLICY_UPSERTED, EventType.ACL_POLICY_DELETED),
     key=str,
-    namespaced=False,
+    namespace=_no_namespace,
     streamed=False,
 )
 ACL_TOKEN = Topic(
@@ -240,7 +302,7 @@ ACL_TOKEN = Topic(
     tables=(),
     types=(EventType.ACL_TOKEN_UPSERTED, EventType.ACL_TOKEN_DELETED),
     key=str,
-    namespaced=False,
+    namespace=_no_namespace,
     streamed=False,
 )
 
@@ -253,6 +315,10 @@ ALL: tuple[Topic, ...] = (
     DEPLOYMENT,
     OPERATOR,
     JOB_SUMMARY,
+    NODE_POOL,
+    NAMESPACE,
+    SCALING_POLICY,
+    SCALING_EVENT,
     ACL_POLICY,
     ACL_TOKEN,
 )
@@ -261,6 +327,8 @@ STREAMED: tuple[Topic, ...] = tuple(t for t in ALL if t.streamed)
 #: their names, and "*" (every topic) for the stream's filters
 STREAMED_NAMES: tuple[str, ...] = tuple(t.name for t in STREAMED)
 ANY = "*"
+#: the topics a replica may follow (every one that carries an object)
+FOLLOWED_NAMES: tuple[str, ...] = tuple(t.name for t in ALL if t.payload)
 #: the names of the ACL topics (a change to them re-resolves tokens)
 ACL_NAMES = frozenset((ACL_POLICY.name, ACL_TOKEN.name))
 

@@ -151,4 +151,4 @@ BROKER_STATUS_VIEW = FeedView.of(
 
 def check_topics(names: Iterable[str]) -> list[str]:
     """Topics a subscriber may not name (not feed topics)."""
-    return sorted(set(names) - set(topics.STREAMED_NAMES))
+    return sorted(set(names) - set(topics.FOLLOWED_NAMES))

@@ -159,39 +159,47 @@ def test_the_circle_check_sees_deferred_and_type_checking_imports() -> None:
     assert "pkg.pool" not in set(_imports_in(source, "top.pkg"))
 
 
-#: words that are topic names but mean something else where they stand:
-#: (module, word) -> what it is there
-NOT_TOPICS = {
-    ("services.gateway.ui.pages", "Job"): "a page title",
-    ("services.gateway.ui.pages", "Allocation"): "a page title",
-    ("services.gateway.ui.pages", "Evaluation"): "a page title",
-    ("services.gateway.ui.pages", "Node"): "a page title",
-    ("cli.commands.alloc", "Node"): "a column heading",
-    ("corral.domain.template.nomad", "Node"): "a field of consul-template's NomadService",
-    ("services.gateway.mapping.jobs", "JobSummary"): "a field of Nomad's api.JobListStub",
-}
+def _topicish(node: ast.AST) -> bool:
+    """Source that is about topics: a name or attribute with "topic" in it
+    (`ev.topic`, `TOPICS`, `parse_topic`)."""
+    return any(
+        "topic" in (n.id if isinstance(n, ast.Name) else n.attr).lower()
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name | ast.Attribute)
+    )
 
 
-def _json_key(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
-    """`node` names a key of Nomad's JSON (which uses the same words as
-    the topics): a dict display's key, a subscript, `x.get("Job")`, or
-    `"Job" in x`."""
+def _spells_a_topic(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
+    """`node` (a topic's name) is used as a topic: an event's or a filter's
+    `topic=`, compared with or looked up in something about topics, handed
+    to a function about topics, collected into something named for topics,
+    or given as the value of a mapping (the CLI's aliases were one)."""
+    child: ast.AST = node
     parent = parents.get(id(node))
-    if isinstance(parent, ast.Dict):
-        return any(k is node for k in parent.keys)
-    if isinstance(parent, ast.Subscript):
-        return parent.slice is node
-    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute):
-        return parent.func.attr == "get" and bool(parent.args) and parent.args[0] is node
-    if isinstance(parent, ast.Compare):
-        return parent.left is node and all(isinstance(o, ast.In | ast.NotIn) for o in parent.ops)
+    while parent is not None:
+        if isinstance(parent, ast.keyword):
+            return parent.arg is not None and "topic" in parent.arg.lower()
+        if isinstance(parent, ast.Compare | ast.Subscript):
+            return _topicish(parent)
+        if isinstance(parent, ast.Call):
+            return _topicish(parent.func)
+        if isinstance(parent, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            return any(_topicish(t) for t in targets)
+        if isinstance(parent, ast.Dict):
+            if any(v is child for v in parent.values):
+                return True
+        elif not isinstance(parent, ast.Tuple | ast.List | ast.Set | ast.Starred):
+            return False
+        child, parent = parent, parents.get(id(parent))
     return False
 
 
 def test_no_module_spells_a_topic_by_hand() -> None:
     """Topic names live in the topic registry (corral/domain/topics.py);
     everything else reads them from there, so adding or renaming a topic is
-    one change."""
+    one change. (The words themselves stay free for what else they name:
+    Nomad's JSON keys, headings, a scaling target's keys.)"""
     from corral.domain import topics
 
     names = {t.name for t in topics.ALL}
@@ -202,14 +210,33 @@ def test_no_module_spells_a_topic_by_hand() -> None:
             continue
         tree = ast.parse(path.read_text())
         parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
-        module = _module(path)
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Constant) and node.value in names):
-                continue
-            if _json_key(node, parents) or (module, node.value) in NOT_TOPICS:
-                continue
-            found.append(f"{module}:{node.lineno} {node.value!r}")
+        constants = [n for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+        for node in constants:
+            if node.value in names and _spells_a_topic(node, parents):
+                found.append(f"{_module(path)}:{node.lineno} {node.value!r}")
     assert not found, "topic names spelled by hand: " + ", ".join(found)
+
+
+def test_the_topic_spelling_check_sees_the_ways_topics_were_spelled() -> None:
+    source = (
+        'E = pb.Event(topic="Node")\n'
+        'F = ev.topic == "Deployment"\n'
+        'TOPICS = ("Job", "*")\n'
+        'ALIASES = {"eval": "Evaluation"}\n'
+        'T = parse_topic("Allocation")\n'
+        'OK = {"Job": job, "Node": n}, data.get("Job"), ("Node", "final score")\n'
+    )
+    tree = ast.parse(source)
+    parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    spelled = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and n.value in {"Job", "Node", "Deployment", "Evaluation", "Allocation"}
+        and _spells_a_topic(n, parents)
+    ]
+    assert sorted(spelled) == ["Allocation", "Deployment", "Evaluation", "Job", "Node"]
 
 
 def test_only_the_topic_registry_reads_which_payload_an_event_carries() -> None:

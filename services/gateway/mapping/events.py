@@ -25,6 +25,7 @@ _MAPPINGS: dict[topics.Topic, Callable[[Any], dict[str, Any]]] = {
     topics.DEPLOYMENT: deployments.deployment,
     topics.OPERATOR: operator.scheduler_config,
     topics.JOB_SUMMARY: jobs.summary,
+    topics.NODE_POOL: nodes.node_pool,
 }
 
 #: the topics a client may ask for (Nomad's names), and "*"

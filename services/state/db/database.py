@@ -33,7 +33,12 @@ from sqlalchemy import Table
 
 from corral.domain import topics
 from corral.domain.errors import CorralError, InvalidArgument, Unavailable
-from corral.domain.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus
+from corral.domain.structs import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_NODE_POOL,
+    ClientStatus,
+    DesiredStatus,
+)
 from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
@@ -127,7 +132,7 @@ def _id(o: Any) -> str:
     return str(o.id)
 
 
-_JOBS = _table(m.Job, _job_key)
+_JOBS = _table(m.Job, _job_key, node_pool=lambda j: j.node_pool or DEFAULT_NODE_POOL)
 _JOB_VERSIONS = _table(
     m.JobVersion,
     lambda j: (*_job_key(j), j.version),
@@ -140,6 +145,15 @@ _EVALS = _table(m.Eval, _id, timed=True)
 _DEPLOYMENTS = _table(m.Deployment, _id, timed=True)
 _SCHED_CONFIG = _table(m.SchedulerConfig, lambda _c: 1, id=lambda _c: 1)
 _LAUNCHES = _table(m.PeriodicLaunch, lambda p: (_ns(p.namespace), p.job_id))
+_NAMESPACES = _table(m.Namespace, lambda ns: ns.name)
+_NODE_POOLS = _table(m.NodePool, lambda pool: pool.name)
+_POLICIES = _table(
+    m.ScalingPolicy,
+    _id,
+    namespace=lambda p: _ns(p.target.get("Namespace", "")),
+    job_id=lambda p: p.target.get("Job", ""),
+)
+_SCALING_EVENTS = _table(m.ScalingEvents, lambda se: (_ns(se.namespace), se.job_id))
 
 #: every table a transaction writes, in the order the commit writes them
 _TABLES: dict[str, _Table] = {
@@ -154,6 +168,10 @@ _TABLES: dict[str, _Table] = {
         _DEPLOYMENTS,
         _SCHED_CONFIG,
         _LAUNCHES,
+        _NAMESPACES,
+        _NODE_POOLS,
+        _POLICIES,
+        _SCALING_EVENTS,
     )
 }
 #: the table of the objects of each topic `WriteTx.put` writes
@@ -162,6 +180,9 @@ _TOPIC_TABLES: dict[topics.Topic, _Table] = {
     topics.EVALUATION: _EVALS,
     topics.DEPLOYMENT: _DEPLOYMENTS,
     topics.JOB_SUMMARY: _SUMMARIES,
+    topics.NAMESPACE: _NAMESPACES,
+    topics.NODE_POOL: _NODE_POOLS,
+    topics.SCALING_POLICY: _POLICIES,
 }
 
 
@@ -347,7 +368,42 @@ class WriteTx:
         event: it is always written beside the job put that caused it."""
         self._put(_LAUNCHES, launch, index)
 
+    def put_namespace(self, ns: pb.Namespace) -> None:
+        self.put(topics.NAMESPACE, ns, EventType.NAMESPACE_UPSERTED)
+
+    def put_node_pool(self, pool: pb.NodePool) -> None:
+        self.put(topics.NODE_POOL, pool, EventType.NODE_POOL_UPSERTED)
+
+    def put_scaling_policy(self, p: pb.ScalingPolicy) -> None:
+        self.put(topics.SCALING_POLICY, p, EventType.SCALING_POLICY_UPSERTED)
+
+    def put_scaling_events(self, se: pb.JobScalingEvents) -> None:
+        """A job's scaling events (no create index: a row that only moves)."""
+        se.modify_index = self.index
+        self._pending.put(_SCALING_EVENTS, se)
+        self._change(topics.SCALING_EVENT, se, EventType.SCALING_EVENT_RECORDED, None)
+
     # ------------------------------------------------------------ deletes
+
+    def delete_namespace(self, ns: pb.Namespace) -> None:
+        self._pending.delete(_NAMESPACES.name, ns.name, ns.name)
+        self._change(topics.NAMESPACE, ns, EventType.NAMESPACE_DELETED, None, deleted=True)
+
+    def delete_node_pool(self, pool: pb.NodePool) -> None:
+        self._pending.delete(_NODE_POOLS.name, pool.name, pool.name)
+        self._change(topics.NODE_POOL, pool, EventType.NODE_POOL_DELETED, None, deleted=True)
+
+    def delete_scaling_policy(self, p: pb.ScalingPolicy, *, index: int | None = None) -> None:
+        self._delete_object(
+            _POLICIES, topics.SCALING_POLICY, p, EventType.SCALING_POLICY_DELETED, index
+        )
+
+    def delete_scaling_events(self, se: pb.JobScalingEvents, *, index: int | None = None) -> None:
+        key = _SCALING_EVENTS.key(se)
+        self._pending.delete(_SCALING_EVENTS.name, key, key)
+        self._change(
+            topics.SCALING_EVENT, se, EventType.SCALING_EVENTS_DELETED, index, deleted=True
+        )
 
     def delete_job(self, job: pb.Job, *, index: int | None = None) -> None:
         """Purge a job and all its versions and its summary."""
@@ -448,6 +504,103 @@ class WriteTx:
         sql = "SELECT payload FROM scheduler_config WHERE id = 1"
         cfg = await self._one("scheduler_config", 1, sql, (), pb.SchedulerConfiguration)
         return cfg if cfg is not None else pb.SchedulerConfiguration()
+
+    async def _whole(self, table: str, cls: type[Any]) -> dict[str, Any]:
+        """Every row of a small table keyed by name, read once per
+        transaction (namespaces and node pools are few, and a batch of
+        registrations asks for them again and again), with this
+        transaction's own puts and deletes over it."""
+        memo_key = ("whole", table)
+        committed: dict[str, Any] | None = self.memo.get(memo_key)
+        if committed is None:
+            rows = await self._fetch(f"SELECT name, payload FROM {table}")
+            committed = {str(r[0]): cls.FromString(r[1]) for r in rows}
+            self.memo[memo_key] = committed
+        out = dict(committed)
+        for name, obj in self._pending.objects.get(table, {}).items():
+            if obj is None:
+                out.pop(name, None)
+            else:
+                out[name] = obj
+        return out
+
+    async def get_namespace(self, name: str) -> pb.Namespace | None:
+        ns: pb.Namespace | None = (await self._whole("namespaces", pb.Namespace)).get(
+            name or DEFAULT_NAMESPACE
+        )
+        return ns
+
+    async def get_node_pool(self, name: str) -> pb.NodePool | None:
+        pool: pb.NodePool | None = (await self._whole("node_pools", pb.NodePool)).get(name)
+        return pool
+
+    async def namespaces_with_default_pool(self, pool: str) -> list[str]:
+        """Namespaces whose node_pool_config names `pool` as the default."""
+        found = await self._whole("namespaces", pb.Namespace)
+        return sorted(n for n, ns in found.items() if ns.node_pool_config.default == pool)
+
+    async def scaling_policies_by_job(self, namespace: str, job_id: str) -> list[pb.ScalingPolicy]:
+        ns = _ns(namespace)
+        return await self._by(
+            "scaling_policies",
+            "namespace = %s AND job_id = %s",
+            (ns, job_id),
+            pb.ScalingPolicy,
+            lambda p: _ns(p.target.get("Namespace", "")) == ns and p.target.get("Job") == job_id,
+        )
+
+    async def get_scaling_events(self, namespace: str, job_id: str) -> pb.JobScalingEvents | None:
+        key = (_ns(namespace), job_id)
+        sql = "SELECT payload FROM scaling_events WHERE namespace = %s AND job_id = %s"
+        se: pb.JobScalingEvents | None = await self._one(
+            "scaling_events", key, sql, key, pb.JobScalingEvents
+        )
+        return se
+
+    async def first_live_job(
+        self, *, namespace: str | None = None, node_pool: str | None = None
+    ) -> tuple[str, str] | None:
+        """(namespace, id) of a job that is not dead, in `namespace` or in
+        `node_pool`, or None: what keeps either from being deleted."""
+        where, params = (
+            ("namespace = %s", (namespace,))
+            if namespace is not None
+            else (
+                "node_pool = %s",
+                (node_pool,),
+            )
+        )
+        pending = self._pending.objects.get("jobs", {})
+        for key, job in pending.items():
+            if job is None or job.status == "dead":
+                continue
+            if (namespace is not None and key[0] == namespace) or (
+                node_pool is not None and (job.node_pool or DEFAULT_NODE_POOL) == node_pool
+            ):
+                return key  # type: ignore[no-any-return]
+        rows = await self._fetch(
+            f"SELECT namespace, id FROM jobs WHERE {where} AND status != 'dead' "
+            "AND NOT ((namespace, id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))) LIMIT 1",
+            (*params, [k[0] for k in pending], [k[1] for k in pending]),
+        )
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    async def count_live_allocs_in_namespace(self, namespace: str) -> int:
+        """Allocs of `namespace` the client has not finished (Nomad refuses
+        to delete a namespace that has any)."""
+        rows = await self._fetch(
+            "SELECT count(*) FROM allocs WHERE namespace = %s AND NOT (client_status = ANY(%s))",
+            (namespace, _CLIENT_TERMINAL),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def first_node_in_pool(self, pool: str) -> str | None:
+        """The id of a node in `pool`, or None."""
+        for node_id, node in self._pending.objects.get("nodes", {}).items():
+            if node is not None and (node.node_pool or DEFAULT_NODE_POOL) == pool:
+                return str(node_id)
+        rows = await self._fetch("SELECT id FROM nodes WHERE node_pool = %s LIMIT 1", (pool,))
+        return str(rows[0][0]) if rows else None
 
     async def _many(self, table: str, ids: Sequence[str], cls: type[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -590,6 +743,16 @@ class WriteTx:
     async def allocs_by_node(self, node_id: str) -> list[pb.Allocation]:
         return await self._by(
             "allocs", "node_id = %s", (node_id,), pb.Allocation, lambda a: a.node_id == node_id
+        )
+
+    async def deployments_by_job(self, namespace: str, job_id: str) -> list[pb.Deployment]:
+        ns = _ns(namespace)
+        return await self._by(
+            "deployments",
+            "namespace = %s AND job_id = %s",
+            (ns, job_id),
+            pb.Deployment,
+            lambda d: _ns(d.namespace) == ns and d.job_id == job_id,
         )
 
     async def evals_by_job(self, namespace: str, job_id: str) -> list[pb.Evaluation]:

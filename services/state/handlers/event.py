@@ -32,14 +32,18 @@ def _object_keys(topic: topics.Topic, ev: pb.Event) -> tuple[str, ...]:
 def _visible_to(acl: ACL) -> Callable[[topics.Topic, pb.Event], bool]:
     """What the caller may see of the stream (Nomad's rules, the topic's
     `read_rule`): node events with node:read, operator events with
-    operator:read, the rest with read-job in the event's namespace. Decided
-    on the caller's ACL as of the last ACL write (`recheck` in `Stream`)."""
+    operator:read, node pool events with a management token only (Nomad
+    cannot filter them by pool rule either), the rest with read-job in the
+    event's namespace. Decided on the caller's ACL as of the last ACL write
+    (`recheck` in `Stream`)."""
     if acl.is_management:
         return lambda topic, ev: True
 
     def visible(topic: topics.Topic, ev: pb.Event) -> bool:
         if topic.read_rule == "namespace":
             return acl.allows_namespace(ev.namespace or DEFAULT_NAMESPACE, access.READ_JOB)
+        if topic.read_rule == "management":
+            return False  # a management token saw everything above
         return acl.allows(topic.read_rule, "read")
 
     return visible
