@@ -34,6 +34,8 @@ TOPIC_TABLE = {
     Topic.DEPLOYMENT: "deployments",
     Topic.OPERATOR: "scheduler_config",
     Topic.JOB_SUMMARY: "job_summary",
+    Topic.VARIABLE: "variables",
+    Topic.ROOT_KEY: "root_keys",
 }
 
 _EMPTY: Map[Any, Any] = Map()

@@ -165,8 +165,15 @@ class Topic:
     DEPLOYMENT = "Deployment"
     OPERATOR = "Operator"
     JOB_SUMMARY = "JobSummary"
+    #: Nomad Variables: metadata only (never items), type "VariableUpdated"
+    #: (`deleted` for a delete), shown per path to callers who may list it
+    VARIABLE = "Variable"
 
-    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY)
+    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY, VARIABLE)
+
+    # Root key writes (key only: a key id) tell every state process to look
+    # at the keyring again; not in ALL, so Event.Stream never offers them.
+    ROOT_KEY = "RootKey"
 
     # ACL writes are in the change log (key only: a policy name or a token's
     # accessor id, never a secret) so every state process can drop cached

@@ -8,6 +8,9 @@ A policy holds rules (docs/security.md has examples):
     namespace "prod-*" {              # a label may hold `*` globs; none means "default"
       policy       = "read"           # deny | read | write | scale (shorthands)
       capabilities = ["submit-job"]   # fine-grained, merged with the shorthand
+      variables {                     # Nomad Variables, per path (globs too)
+        path "project/*" { capabilities = ["read", "list"] }
+      }
     }
     node     { policy = "read" }      # deny | read | write
     agent    { policy = "read" }
@@ -22,7 +25,13 @@ How Nomad decides, and so do we:
   for node/agent/operator the most privilege, unless one says `deny`;
 * a namespace is checked against exactly one rule: the exact label if there
   is one, else the matching glob closest to the name (fewest characters
-  matched by `*`; ties go to the label that sorts first).
+  matched by `*`; ties go to the label that sorts first);
+* a variable (namespace, path) against exactly one `variables` path rule
+  the same way, over "<namespace label>\0<path>": the exact pair, else the
+  implicit rule of a workload identity (read and list on its job's
+  `nomad/jobs/...` paths), else the closest glob. `read` implies `list`;
+  `deny` wins over anything merged with it. Namespace capabilities (and a
+  namespace `deny`) say nothing about variables, as in Nomad.
 
 `CURRENT` holds the ACL of the call being served. The lead's access
 interceptor (`corral.security.access`) sets it per RPC from the caller's token;
@@ -34,7 +43,6 @@ cluster with ACLs off does.
 from __future__ import annotations
 
 import contextvars
-import fnmatch
 import hashlib
 import re
 import uuid
@@ -56,7 +64,7 @@ WRITE = "write"
 SCALE = "scale"
 
 #: Nomad's namespace capabilities that mean something for Corral (no CSI
-#: volumes, no Sentinel, no variables here)
+#: volumes, no Sentinel; variables have rules of their own)
 NAMESPACE_CAPABILITIES: frozenset[str] = frozenset(
     {
         "deny",
@@ -106,8 +114,20 @@ SCOPES: tuple[str, ...] = ("node", "agent", "operator")
 SCOPE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
 _RANK = {"": 0, READ: 1, WRITE: 2}
 
+#: Nomad's capabilities of a `variables` path rule
+VARIABLE_LIST = "list"
+VARIABLE_READ = "read"
+VARIABLE_WRITE = "write"
+VARIABLE_DESTROY = "destroy"
+VARIABLE_CAPABILITIES: frozenset[str] = frozenset(
+    {VARIABLE_LIST, VARIABLE_READ, VARIABLE_WRITE, VARIABLE_DESTROY, DENY}
+)
+#: what a workload identity may do on its own job's variables (Nomad's
+#: workloadVariablesCapabilitySet)
+WORKLOAD_VARIABLE_CAPABILITIES = frozenset({VARIABLE_READ, VARIABLE_LIST})
+
 #: Nomad rule blocks Corral has nothing for: named as unsupported, not unknown
-_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "node_pool", "variables"})
+_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "node_pool"})
 
 DEFAULT_NAMESPACE = "default"
 MAX_POLICY_CHARS = 64 * 1024
@@ -127,6 +147,31 @@ _HCL = SerializationOptions(
     strip_string_quotes=True, explicit_blocks=True, with_comments=False, preserve_heredocs=False
 )
 _BLOCK = "__is_block__"
+
+
+def glob_match(pattern: str, name: str) -> bool:
+    """Whether `name` matches `pattern`, where only `*` is special and
+    matches any run of characters (Nomad's go-glob). Linear-ish: no
+    backtracking regex, whatever the pattern (STYLE.md)."""
+    p = n = 0
+    star = -1
+    mark = 0
+    while n < len(name):
+        if p < len(pattern) and pattern[p] == "*":
+            star, mark = p, n
+            p += 1
+        elif p < len(pattern) and pattern[p] == name[n]:
+            p += 1
+            n += 1
+        elif star >= 0:
+            p = star + 1
+            mark += 1
+            n = mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
 
 
 # ----------------------------------------------------------------- secrets
@@ -167,21 +212,47 @@ def token_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> s
 # ----------------------------------------------------------------- policies
 
 
+#: a variables rule's key: (namespace label, path spec)
+VariableKey = tuple[str, str]
+
+
 @dataclass(frozen=True)
 class PolicyRules:
     """One parsed policy: capabilities per namespace label (shorthands
-    already expanded) and the node/agent/operator dispositions ('' where
-    the policy has no such rule). `name` is the stored policy's name when
-    a resolver knows it (parsing alone does not)."""
+    already expanded), per (namespace label, variables path), and the
+    node/agent/operator dispositions ('' where the policy has no such
+    rule). `name` is the stored policy's name when a resolver knows it
+    (parsing alone does not)."""
 
     namespaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
     node: str = ""
     agent: str = ""
     operator: str = ""
     name: str = ""
+    variables: Mapping[VariableKey, frozenset[str]] = field(default_factory=dict)
 
     def scope(self, scope: str) -> str:
         return str(getattr(self, scope))
+
+
+@dataclass(frozen=True)
+class WorkloadClaim:
+    """Who a workload identity speaks for (Nomad's ACLClaim): the implicit
+    policy of a task's JWT."""
+
+    namespace: str
+    job_id: str
+    group: str
+    task: str
+    alloc_id: str = ""
+    identity: str = "default"
+
+    def variable_paths(self) -> frozenset[str]:
+        """The paths it may read and list (Nomad's nomad/acl.go)."""
+        base = f"nomad/jobs/{self.job_id}"
+        return frozenset(
+            {"nomad/jobs", base, f"{base}/{self.group}", f"{base}/{self.group}/{self.task}"}
+        )
 
 
 def _syntax_error(exc: LarkError, field_: str) -> InvalidArgument:
@@ -228,10 +299,67 @@ def _check_keys(body: dict[str, Any], allowed: tuple[str, ...], where: str) -> N
         raise InvalidArgument(f"{where}.{key}", f"unknown field (expected {' or '.join(allowed)})")
 
 
-def _namespace_rule(body: Any, where: str) -> frozenset[str]:
+def _variables_rule(value: Any, where: str) -> dict[str, frozenset[str]]:
+    """`variables { path "<spec>" { capabilities = [...] } }` of one
+    namespace rule: capabilities per path spec (Nomad's
+    VariablesPolicy; `read` adds `list`, `deny` is all a path keeps)."""
+    blocks = _blocks(value, where)
+    if len(blocks) > 1:
+        raise InvalidArgument(where, "only one variables block is allowed per namespace rule")
+    body = blocks[0]
+    if not body.get(_BLOCK):
+        raise InvalidArgument(where, "takes no label")
+    _check_keys(body, ("path",), where)
+    if "path" not in body:
+        raise InvalidArgument(where, "needs at least one path rule")
+    out: dict[str, frozenset[str]] = {}
+    for block in _blocks(body["path"], f"{where}.path"):
+        if block.get(_BLOCK) or len(block) != 1:
+            raise InvalidArgument(f"{where}.path", "needs exactly one label: the path")
+        ((spec, rule),) = block.items()
+        at = f'{where}.path "{spec}"'
+        if not spec:
+            raise InvalidArgument(at, "the path must not be empty")
+        if spec.startswith("/"):
+            raise InvalidArgument(at, "the path cannot start with a leading '/'")
+        if len(spec) > MAX_LABEL_CHARS:
+            raise InvalidArgument(at, f"the path is longer than {MAX_LABEL_CHARS} characters")
+        if spec in out:
+            raise InvalidArgument(at, "is defined twice")
+        if not isinstance(rule, dict) or not rule.get(_BLOCK):
+            raise InvalidArgument(at, "must be a block")
+        _check_keys(rule, ("capabilities",), at)
+        listed = rule.get("capabilities")
+        if not isinstance(listed, list):
+            raise InvalidArgument(f"{at}.capabilities", "is required: a list of strings")
+        caps: set[str] = set()
+        for i, cap in enumerate(listed):
+            if not isinstance(cap, str) or cap not in VARIABLE_CAPABILITIES:
+                raise InvalidArgument(
+                    f"{at}.capabilities[{i}]",
+                    f"unknown variables capability {cap!r} "
+                    f"(expected one of {', '.join(sorted(VARIABLE_CAPABILITIES))})",
+                )
+            caps.add(cap)
+        out[spec] = _expand_variable_capabilities(caps)
+    return out
+
+
+def _expand_variable_capabilities(caps: set[str] | frozenset[str]) -> frozenset[str]:
+    if DENY in caps:
+        return frozenset({DENY})
+    if VARIABLE_READ in caps:
+        return frozenset(caps | {VARIABLE_LIST})
+    return frozenset(caps)
+
+
+def _namespace_rule(body: Any, where: str) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
     if not isinstance(body, dict) or not body.get(_BLOCK):
         raise InvalidArgument(where, "must be a block with at most one label")
-    _check_keys(body, ("policy", "capabilities"), where)
+    _check_keys(body, ("policy", "capabilities", "variables"), where)
+    variables = (
+        _variables_rule(body["variables"], f"{where}.variables") if "variables" in body else {}
+    )
     policy = _string(body, "policy", where)
     caps: set[str] = set()
     if policy is not None:
@@ -255,9 +383,9 @@ def _namespace_rule(body: Any, where: str) -> frozenset[str]:
                     f"(expected one of {', '.join(sorted(NAMESPACE_CAPABILITIES))})",
                 )
             caps.add(cap)
-    if policy is None and "capabilities" not in body:
-        raise InvalidArgument(where, "needs a policy or capabilities")
-    return frozenset({DENY}) if DENY in caps else frozenset(caps)
+    if policy is None and "capabilities" not in body and not variables:
+        raise InvalidArgument(where, "needs a policy, capabilities or variables")
+    return (frozenset({DENY}) if DENY in caps else frozenset(caps)), variables
 
 
 def _label(label: str, where: str) -> str:
@@ -290,6 +418,7 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
         raise InvalidArgument(field, "the policy has no rules")
 
     namespaces: dict[str, frozenset[str]] = {}
+    variables: dict[VariableKey, frozenset[str]] = {}
     scopes: dict[str, str] = {}
     for key, value in data.items():
         where = f"{field}: {key}"
@@ -305,7 +434,9 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
                 _label(label, at)
                 if label in namespaces:
                     raise InvalidArgument(at, "is defined twice")
-                namespaces[label] = _namespace_rule(body, at)
+                namespaces[label], paths = _namespace_rule(body, at)
+                for spec, caps in paths.items():
+                    variables[(label, spec)] = caps
         elif key in SCOPES:
             blocks = _blocks(value, where)
             if len(blocks) > 1:
@@ -334,6 +465,7 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
         node=scopes.get("node", ""),
         agent=scopes.get("agent", ""),
         operator=scopes.get("operator", ""),
+        variables=variables,
     )
 
 
@@ -353,6 +485,8 @@ class ACL:
         agent: str = "",
         operator: str = "",
         policies: Iterable[str] = (),
+        variables: Mapping[VariableKey, frozenset[str]] | None = None,
+        workload: WorkloadClaim | None = None,
     ) -> None:
         self.is_management = management
         self._exact: dict[str, frozenset[str]] = {}
@@ -362,14 +496,39 @@ class ACL:
                 self._globs.append((label, len(label.replace("*", "")), caps))
             else:
                 self._exact[label] = caps
+        # variables rules keyed as Nomad's: "<namespace label>\0<path spec>"
+        self._var_exact: dict[str, frozenset[str]] = {}
+        self._var_globs: list[tuple[str, int, frozenset[str]]] = []
+        for (label, spec), caps in sorted((variables or {}).items()):
+            key = f"{label}\x00{spec}"
+            if "*" in key:
+                self._var_globs.append((key, len(key.replace("*", "")), caps))
+            else:
+                self._var_exact[key] = caps
         self._scopes = {"node": node, "agent": agent, "operator": operator}
         #: names of the policies this ACL was compiled from
         self.policies = frozenset(policies)
+        #: set when the caller is a task's workload identity
+        self.workload = workload
 
     def __repr__(self) -> str:
         if self.is_management:
             return "ACL(management)"
+        if self.workload is not None:
+            return f"ACL(workload={self.workload.namespace}/{self.workload.job_id})"
         return f"ACL(policies={sorted(self.policies)})"
+
+    @staticmethod
+    def _closest(globs: list[tuple[str, int, frozenset[str]]], name: str) -> frozenset[str] | None:
+        """The matching glob closest to `name`: fewest characters matched
+        by `*`, ties to the label that sorts first."""
+        best: tuple[int, str, frozenset[str]] | None = None
+        for label, literal, caps in globs:
+            if glob_match(label, name):
+                candidate = (len(name) - literal, label, caps)
+                if best is None or candidate[:2] < best[:2]:
+                    best = candidate
+        return best[2] if best is not None else None
 
     def namespace_capabilities(self, namespace: str) -> frozenset[str]:
         """The capabilities of the one rule that applies to `namespace`."""
@@ -377,13 +536,58 @@ class ACL:
         exact = self._exact.get(namespace)
         if exact is not None:
             return exact
-        best: tuple[int, str, frozenset[str]] | None = None
-        for label, literal, caps in self._globs:
-            if fnmatch.fnmatchcase(namespace, label):
-                candidate = (len(namespace) - literal, label, caps)
-                if best is None or candidate[:2] < best[:2]:
-                    best = candidate
-        return best[2] if best is not None else frozenset()
+        return self._closest(self._globs, namespace) or frozenset()
+
+    def variable_capabilities(self, namespace: str, path: str) -> frozenset[str]:
+        """The capabilities of the one variables rule that applies to the
+        variable at `path` in `namespace` (see the module doc)."""
+        namespace = namespace or DEFAULT_NAMESPACE
+        key = f"{namespace}\x00{path}"
+        exact = self._var_exact.get(key)
+        if exact is not None:
+            return exact
+        claim = self.workload
+        if claim is not None and namespace == claim.namespace and path in claim.variable_paths():
+            return WORKLOAD_VARIABLE_CAPABILITIES
+        return self._closest(self._var_globs, key) or frozenset()
+
+    def allows_variable(self, namespace: str, path: str, capability: str) -> bool:
+        """Whether `capability` (read, write, list, destroy) is granted on
+        the variable at `path` in `namespace` ('' = default)."""
+        if capability not in VARIABLE_CAPABILITIES or capability == DENY:
+            raise ValueError(f"unknown variables capability {capability!r}")
+        if self.is_management:
+            return True
+        caps = self.variable_capabilities(namespace, path)
+        return DENY not in caps and capability in caps
+
+    def may_search_variables(self, namespace: str) -> bool:
+        """Whether any variables rule could apply in `namespace` ("*" =
+        any namespace): Nomad's AllowVariableSearch, the loose check before
+        each variable is filtered by its own path."""
+        if self.is_management:
+            return True
+        if self.workload is not None and namespace in ("*", self.workload.namespace):
+            return True
+        if namespace == "*":
+            return bool(self._var_exact or self._var_globs)
+        prefix = f"{namespace}\x00"
+        return any(k.startswith(prefix) for k in self._var_exact) or any(
+            glob_match(label.split("\x00", 1)[0], namespace) for label, _, _ in self._var_globs
+        )
+
+    def allows_service_read(self, namespace: str) -> bool:
+        """Whether services of `namespace` may be read: `read-job` there, or
+        a workload identity of that namespace (Nomad lets every workload
+        identity read services; Corral keeps it to its own namespace)."""
+        if self.is_management:
+            return True
+        if (
+            self.workload is not None
+            and (namespace or DEFAULT_NAMESPACE) == self.workload.namespace
+        ):
+            return True
+        return self.allows_namespace(namespace, "read-job")
 
     def allows_namespace(self, namespace: str, capability: str) -> bool:
         """Whether `capability` is granted in `namespace` ('' = default)."""
@@ -421,9 +625,11 @@ def _merge_scope(a: str, b: str) -> str:
     return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
 
 
-def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
-    """One ACL from a token's policies: their union, where `deny` wins."""
+def compile_acl(policies: Iterable[PolicyRules], *, workload: WorkloadClaim | None = None) -> ACL:
+    """One ACL from a token's policies: their union, where `deny` wins;
+    with `workload`, the implicit policy of a workload identity too."""
     namespaces: dict[str, frozenset[str]] = {}
+    variables: dict[VariableKey, frozenset[str]] = {}
     scopes = dict.fromkeys(SCOPES, "")
     names: list[str] = []
     for p in policies:
@@ -432,6 +638,8 @@ def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
         for label, caps in p.namespaces.items():
             merged = namespaces.get(label, frozenset()) | caps
             namespaces[label] = frozenset({DENY}) if DENY in merged else merged
+        for key, caps in p.variables.items():
+            variables[key] = _expand_variable_capabilities(variables.get(key, frozenset()) | caps)
         for scope in SCOPES:
             scopes[scope] = _merge_scope(scopes[scope], p.scope(scope))
     return ACL(
@@ -440,6 +648,8 @@ def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
         agent=scopes["agent"],
         operator=scopes["operator"],
         policies=names,
+        variables=variables,
+        workload=workload,
     )
 
 

@@ -1,8 +1,8 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, and `periodic` and `system`, which relay
-to the broker leader) and the internal `State` service (`state`) the other roles
-call."""
+`operator`, `deployment`, `acl`, `variables`, `keyring`, and `periodic` and
+`system`, which relay to the broker leader) and the internal `State` service
+(`state`) the other roles call."""
 
 from __future__ import annotations
 
@@ -14,14 +14,27 @@ from services.state.handlers import (
     eval,
     event,
     job,
+    keyring,
     operator,
     periodic,
     system,
+    variables,
 )
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer but `Node` (it needs the heartbeats) and
     `ACL` (it needs the ACL settings) to the server."""
-    for module in (job, alloc, eval, event, operator, deployment, periodic, system):
+    for module in (
+        job,
+        alloc,
+        eval,
+        event,
+        operator,
+        deployment,
+        periodic,
+        system,
+        variables,
+        keyring,
+    ):
         module.register(server, ctx)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from corral.domain import periodic, structs
+from corral.domain import identity, periodic, structs
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
@@ -137,6 +137,9 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+            found = identity.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
     validate.durations(job, "job")
 
