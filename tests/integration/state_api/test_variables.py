@@ -178,17 +178,17 @@ async def test_valid_reserved_paths(stub: variables_pb2_grpc.VariablesAsyncStub)
 
 async def test_bad_requests(stub: variables_pb2_grpc.VariablesAsyncStub) -> None:
     cases = [
-        (dict(op="set", variable=var("e")), "empty variables"),
-        (dict(op="set", variable=var("big", {"k": "v" * 65536})), "64KiB"),
-        (dict(op="bogus", variable=var("e", {"a": "b"})), "op"),
-        (dict(op="set", variable=var("e", {"a": "b"}), namespace="*"), "wildcard"),
+        ({"op": "set", "variable": var("e")}, "empty variables"),
+        ({"op": "set", "variable": var("big", {"k": "v" * 65536})}, "64KiB"),
+        ({"op": "bogus", "variable": var("e", {"a": "b"})}, "op"),
+        ({"op": "set", "variable": var("e", {"a": "b"}), "namespace": "*"}, "wildcard"),
         (
-            dict(op="set", variable=var("e", {"a": "b"}, lock=pb.VariableLock(ttl=10**10))),
+            {"op": "set", "variable": var("e", {"a": "b"}, lock=pb.VariableLock(ttl=10**10))},
             "lock definition",
         ),
-        (dict(op="lock-release", variable=var("e")), "missing lock"),
+        ({"op": "lock-release", "variable": var("e")}, "missing lock"),
         (
-            dict(op="lock-acquire", variable=var("e", lock=pb.VariableLock(ttl=10**9))),
+            {"op": "lock-acquire", "variable": var("e", lock=pb.VariableLock(ttl=10**9))},
             "TTL must be between",
         ),
     ]
@@ -207,7 +207,9 @@ async def test_namespaces(stub: variables_pb2_grpc.VariablesAsyncStub) -> None:
     assert (await read(stub, "ns/shared", "prod")).variable.items["where"] == "prod"
     assert (await read(stub, "ns/shared")).variable.items["where"] == "default"
     everywhere = await stub.List(
-        variables_pb2.VariablesListRequest(query=query_pb2.QueryOptions(namespace="*", prefix="ns/"))
+        variables_pb2.VariablesListRequest(
+            query=query_pb2.QueryOptions(namespace="*", prefix="ns/")
+        )
     )
     assert [(v.namespace, v.path) for v in everywhere.variables] == [
         ("default", "ns/shared"),
@@ -412,7 +414,9 @@ async def test_rotation_keeps_old_variables_readable(
     await state_app.keyring_leader.rekey()
 
     async def rekeyed() -> bool:
-        cur = await db.execute("SELECT count(*) FROM variables WHERE key_id <> %s", (full.key.key_id,))
+        cur = await db.execute(
+            "SELECT count(*) FROM variables WHERE key_id <> %s", (full.key.key_id,)
+        )
         row = await cur.fetchone()
         return row is not None and row[0] == 0
 
