@@ -22,10 +22,12 @@ from services.gateway.routes import (
     evals,
     events,
     jobs,
+    keyring,
     nodes,
     operator,
     parse,
     unserved,
+    variables,
 )
 from services.gateway.ui import routes as ui
 
@@ -44,6 +46,8 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    variables,
+    keyring,
     ui,
 ]
 

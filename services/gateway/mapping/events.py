@@ -12,7 +12,7 @@ from typing import Any
 from corral.domain.structs import Topic
 from corral.v1 import event_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator
+from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator, variables
 
 #: our payload field → (Nomad's payload key, the mapping of that object)
 _PAYLOADS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
@@ -57,7 +57,9 @@ def event(ev: pb.Event) -> dict[str, Any]:
     """One Nomad event."""
     which = ev.WhichOneof("payload")
     payload: dict[str, Any] = {}
-    if which is not None:
+    if which == "variable":  # Nomad's VariableEvent
+        payload = {"Metadata": variables.metadata(ev.variable), "Deleted": ev.deleted}
+    elif which is not None:
         key, mapping = _PAYLOADS[which]
         payload[key] = mapping(getattr(ev, which))
     return {
