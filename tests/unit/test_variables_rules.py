@@ -13,11 +13,11 @@ import jwt
 import pytest
 
 from corral.domain import identity as task_ids
+from corral.domain.variables import items_size, path_problem
 from corral.security import acl
 from corral.security import identity as wid
 from corral.security import keyring as kr
 from corral.v1 import structs_pb2 as pb
-from services.state.writes.variables import items_size, path_problem
 
 POLICY = """
 namespace "default" {

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.domain import variables
 from corral.domain.structs import Topic
 from corral.v1 import event_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator, variables
+from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator
 
 #: our payload field → (Nomad's payload key, the mapping of that object)
 _PAYLOADS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {

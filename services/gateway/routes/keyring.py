@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from corral.domain import variables as var_map
 from corral.security import keyring as kr
 from corral.v1 import keyring_pb2
 from services.gateway.backend import DEFAULT_TIMEOUT
@@ -26,7 +27,6 @@ from services.gateway.http import (
     metadata_of,
     respond,
 )
-from services.gateway.mapping import variables as var_map
 
 JWKS_PATH = "/.well-known/jwks.json"
 #: the shortest a JWKS may be cached (Nomad's jwksMinMaxAge)

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from corral.domain import variables as var_map
 from corral.v1 import structs_pb2 as pb
 from corral.v1 import variables_pb2
 from services.gateway.backend import DEFAULT_TIMEOUT
@@ -37,7 +38,6 @@ from services.gateway.http import (
     metadata_of,
     respond,
 )
-from services.gateway.mapping import variables as var_map
 
 LOCK_OPS = ("lock-acquire", "lock-release", "lock-renew")
 #: what the state says when a lock is not the caller's (Nomad answers 409)

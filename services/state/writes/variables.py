@@ -14,13 +14,22 @@ else. Nothing is written then, and no index is taken.
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import Topic
+from corral.domain.variables import (
+    DEFAULT_LOCK_DELAY,
+    DEFAULT_LOCK_TTL,
+    MAX_LOCK_TTL,
+    MAX_VARIABLE_SIZE,
+    MIN_LOCK_TTL,
+    SECOND,
+    items_size,
+    path_problem,
+)
 from corral.security import keyring as kr
 from corral.v1 import structs_pb2 as pb
 from corral.v1 import variables_pb2
@@ -42,63 +51,20 @@ RESULT_OK = "ok"
 RESULT_CONFLICT = "conflict"
 RESULT_REDACTED = "conflict-redacted"
 
-SECOND = 1_000_000_000
-#: Nomad's maxVariableSize: keys and values of one variable together, bytes
-MAX_VARIABLE_SIZE = 65536
-#: Nomad's lock TTL bounds and defaults
-MIN_LOCK_TTL = 10 * SECOND
-MAX_LOCK_TTL = 24 * 3600 * SECOND
-DEFAULT_LOCK_TTL = 15 * SECOND
-DEFAULT_LOCK_DELAY = 15 * SECOND
 MAX_LOCK_DELAY = 24 * 3600 * SECOND
 MAX_LOCK_ID = 64
 #: a lock not renewed within this many TTLs is lost (Nomad's grace)
 LOCK_GRACE_FACTOR = 2
-
-_PATH = re.compile(r"^[a-zA-Z0-9\-_~/]{1,128}$")
 
 LOCKED = "attempting to modify locked variable"
 NO_LOCK = "variable doesn't hold a lock"
 NO_VARIABLE = "variable doesn't exist"
 
 
-def path_problem(path: str) -> str | None:
-    """Nomad's ValidatePath: what is wrong with a variable path, or None."""
-    if not path:
-        return "variable requires path"
-    if not _PATH.match(path):
-        return f"invalid path {path[:200]!r}"
-    parts = path.split("/")
-    if parts[0] != "nomad":
-        return None
-    if len(parts) == 1:
-        return (
-            '"nomad" is a reserved top-level directory path, but you may write variables to '
-            '"nomad/jobs", "nomad/job-templates", "nomad/sentinel", or below'
-        )
-    if parts[1] in ("jobs", "sentinel"):
-        return None
-    if parts[1] == "job-templates" and len(parts) == 3:
-        return None
-    if parts[1] == "job-templates":
-        return (
-            '"nomad/job-templates" is a reserved directory path, but you may write variables '
-            'at the level below it, for example, "nomad/job-templates/template-name"'
-        )
-    return (
-        'only paths at "nomad/jobs" or "nomad/job-templates" and below are valid paths under '
-        'the top-level "nomad" directory'
-    )
-
-
 def check_path(path: str, field_: str = "path") -> None:
     problem = path_problem(path)
     if problem is not None:
         raise InvalidArgument(field_, problem)
-
-
-def items_size(items: dict[str, str]) -> int:
-    return sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,63 @@
-"""Variables and the keyring in Nomad's JSON: api.Variable (its metadata,
-`Items`, and `Lock` only when there is one, with Go duration strings),
-api.VariableMetadata, api.RootKeyMeta, and a variable from a request body.
+"""Nomad Variables in the domain: what a valid path is (Nomad's
+ValidatePath), the bounds on a variable and its lock, and a variable as
+Nomad's API JSON (api.Variable, api.VariableMetadata, api.RootKeyMeta),
+which the HTTP gateway answers and the CLI prints.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from corral.domain.jobspec.duration import format_duration, parse_duration
 from corral.v1 import structs_pb2 as pb
+
+SECOND = 1_000_000_000
+#: Nomad's maxVariableSize: keys and values of one variable together, bytes
+MAX_VARIABLE_SIZE = 65536
+#: Nomad's lock TTL bounds and defaults
+MIN_LOCK_TTL = 10 * SECOND
+MAX_LOCK_TTL = 24 * 3600 * SECOND
+DEFAULT_LOCK_TTL = 15 * SECOND
+DEFAULT_LOCK_DELAY = 15 * SECOND
+
+_PATH = re.compile(r"^[a-zA-Z0-9\-_~/]{1,128}$")
+
+
+def path_problem(path: str) -> str | None:
+    """Nomad's ValidatePath: what is wrong with a variable path, or None."""
+    if not path:
+        return "variable requires path"
+    if not _PATH.match(path):
+        return f"invalid path {path[:200]!r}"
+    parts = path.split("/")
+    if parts[0] != "nomad":
+        return None
+    if len(parts) == 1:
+        return (
+            '"nomad" is a reserved top-level directory path, but you may write variables to '
+            '"nomad/jobs", "nomad/job-templates", "nomad/sentinel", or below'
+        )
+    if parts[1] in ("jobs", "sentinel"):
+        return None
+    if parts[1] == "job-templates" and len(parts) == 3:
+        return None
+    if parts[1] == "job-templates":
+        return (
+            '"nomad/job-templates" is a reserved directory path, but you may write variables '
+            'at the level below it, for example, "nomad/job-templates/template-name"'
+        )
+    return (
+        'only paths at "nomad/jobs" or "nomad/job-templates" and below are valid paths under '
+        'the top-level "nomad" directory'
+    )
+
+
+def items_size(items: dict[str, str]) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in items.items())
+
+
+# ------------------------------------------------------------ Nomad's JSON
 
 
 class VariableInputError(ValueError):
