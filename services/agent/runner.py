@@ -23,6 +23,7 @@ from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv
 from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config
 from services.agent.health import HealthWatch
+from services.agent.identity import IdentityError, Signer, TaskIdentities
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.agent")
@@ -65,6 +66,7 @@ class TaskRunner:
         alloc_dir: Path,
         on_change: Callable[[], None],
         node: pb.Node,
+        sign: Signer | None = None,
     ) -> None:
         self.alloc = alloc
         self.job = job
@@ -72,6 +74,10 @@ class TaskRunner:
         self.node = node
         self.driver = driver
         self.dir = alloc_dir / task.name
+        #: the task's workload identities, when it exposes any
+        self.identities = (
+            TaskIdentities(sign, alloc.id, task, self.dir) if sign is not None else None
+        )
         self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
@@ -126,6 +132,7 @@ class TaskRunner:
     async def run(self) -> None:
         self._event("Received", "Task received by client")
         (self.dir / "local").mkdir(parents=True, exist_ok=True)
+        (self.dir / "secrets").mkdir(mode=0o700, exist_ok=True)  # Nomad's secrets dir
         (self.dir.parent / "alloc").mkdir(parents=True, exist_ok=True)
         self._event("Task Setup", "Building Task Directory")
         try:
@@ -136,15 +143,24 @@ class TaskRunner:
             )
             self.state.failed = True
             self._killing = True
+        renewing: asyncio.Task[None] | None = None
         while not self._killing:
             try:
                 env = self.task_env()
+                if self.identities is not None and self.identities.wanted:
+                    env.env.update(await self.identities.setup())
+                    if renewing is None:
+                        renewing = asyncio.create_task(self.identities.renew())
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
                     span.set_attribute("driver", self.task.driver)
                     self._handle = await self.driver.start(
                         self.resolved_task(env), env.env, self.dir
                     )
+            except IdentityError as exc:
+                self.started.set()
+                result = ExitResult(exit_code=-1, error=str(exc))
+                self._event("Setup Failure", f"workload identity: {exc}", fails_task=True)
             except Exception as exc:
                 self.started.set()
                 result = ExitResult(exit_code=-1, error=str(exc))
@@ -185,6 +201,10 @@ class TaskRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait_killed(), delay)
         self.started.set()
+        if renewing is not None:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
         self.state.state = TaskStateName.DEAD
         self.state.finished_at = time.time_ns()
         self.on_change()
@@ -214,9 +234,11 @@ class AllocRunner:
         on_change: Callable[[AllocRunner], None],
         *,
         node: pb.Node | None = None,
+        sign: Signer | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
-        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
+        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs;
+        `sign` gets the tasks' workload identities from the state."""
         self.alloc = alloc
         self.job = job
         self.dir = data_dir / "allocs" / alloc.id
@@ -250,6 +272,7 @@ class AllocRunner:
                     self.dir,
                     lambda: self.on_change(self),
                     node if node is not None else pb.Node(id=alloc.node_id),
+                    sign,
                 )
             )
         self._task: asyncio.Task[None] | None = None

@@ -108,6 +108,7 @@ def build(
         "NOMAD_ALLOC_INDEX": str(structs.alloc_name_index(alloc.name)),
         "NOMAD_ALLOC_DIR": str(alloc_dir),
         "NOMAD_TASK_DIR": str(task_dir / "local"),
+        "NOMAD_SECRETS_DIR": str(task_dir / "secrets"),
         "NOMAD_TASK_NAME": task.name,
         "NOMAD_GROUP_NAME": alloc.task_group,
         "NOMAD_JOB_ID": job.id,
