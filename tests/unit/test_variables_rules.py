@@ -288,3 +288,80 @@ def test_task_identities_are_checked() -> None:
     )
     twice = pb.Task(name="t", identities=[pb.WorkloadIdentity(name="x")] * 2)
     assert task_ids.problems(twice) is not None
+
+
+IDENTITY_JOB = """
+job "web" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      identity {
+        env  = true
+        file = true
+      }
+      identity {
+        name = "vault"
+        aud  = ["vault.io"]
+        ttl  = "1h"
+        file = true
+        %s
+      }
+    }
+  }
+}
+"""
+
+
+def test_identity_blocks_in_hcl() -> None:
+    from corral.domain.jobspec import JobspecError, hcl
+
+    task = hcl.parse(IDENTITY_JOB % "", "web.nomad.hcl").task_groups[0].tasks[0]
+    assert task.identity.env and task.identity.file
+    assert list(task.identity.audience) == ["nomadproject.io"]
+    (named,) = task.identities
+    assert (named.name, list(named.audience), named.ttl, named.file) == (
+        "vault",
+        ["vault.io"],
+        3600 * 10**9,
+        True,
+    )
+    for extra, message in (
+        ('change_mode = "restart"', "is not supported by Corral"),
+        ('extra_claims = ["x"]', "identity extra_claims is not supported by Corral"),
+        ('filepath = "/etc/passwd"', "relative path inside the task directory"),
+        ("bogus = 1", "unknown argument 'bogus'"),
+    ):
+        with pytest.raises(JobspecError) as err:
+            hcl.parse(IDENTITY_JOB % extra, "web.nomad.hcl")
+        assert message in str(err.value), extra
+        assert "web.nomad.hcl:" in str(err.value)
+
+
+def test_identity_blocks_in_nomads_json() -> None:
+    from corral.domain.jobspec import JobspecError
+    from corral.domain.jobspec.json import from_nomad
+
+    job = {
+        "ID": "web",
+        "TaskGroups": [
+            {
+                "Name": "g",
+                "Tasks": [
+                    {
+                        "Name": "t",
+                        "Driver": "raw_exec",
+                        "Config": {"command": "/bin/true"},
+                        "Identity": {"Env": True, "File": False, "Name": "default"},
+                        "Identities": [{"Name": "aws", "Audience": ["sts"], "TTL": 60 * 10**9}],
+                    }
+                ],
+            }
+        ],
+    }
+    task = from_nomad(job).task_groups[0].tasks[0]
+    assert task.identity.env and list(task.identity.audience) == ["nomadproject.io"]
+    assert task.identities[0].name == "aws" and task.identities[0].ttl == 60 * 10**9
+    job["TaskGroups"][0]["Tasks"][0]["Identities"][0]["ExtraClaims"] = ["x"]  # type: ignore[index]
+    with pytest.raises(JobspecError, match="not supported by Corral"):
+        from_nomad(job)

@@ -649,6 +649,9 @@ def _identities(body: Body, task: pb.Task) -> None:
         wid.ttl = ib.duration("ttl") or 0
         wid.change_mode = ib.string("change_mode") or ""
         wid.change_signal = ib.string("change_signal") or ""
+        for name in ("extra_claims", "service_name"):
+            if name in ib.data:
+                raise ib.fail(name, f"identity {name} is not supported by Corral")
         ib.done()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import psycopg
@@ -38,7 +39,7 @@ async def keys(channel: grpc.aio.Channel) -> keyring_pb2_grpc.KeyringAsyncStub:
 
 
 @pytest.fixture
-async def db(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[object, ...]]]:
+async def db(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
     conn = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
     try:
         yield conn
@@ -46,8 +47,8 @@ async def db(pg_dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[object,
         await conn.close()
 
 
-def var(path: str, items: dict[str, str] | None = None, **meta: object) -> pb.Variable:
-    v = pb.Variable(metadata=pb.VariableMetadata(path=path, **meta))  # type: ignore[arg-type]
+def var(path: str, items: dict[str, str] | None = None, **meta: Any) -> pb.Variable:
+    v = pb.Variable(metadata=pb.VariableMetadata(path=path, **meta))
     v.items.update(items or {})
     return v
 
@@ -59,7 +60,7 @@ async def put(
     *,
     op: str = "set",
     namespace: str = "",
-    **meta: object,
+    **meta: Any,
 ) -> variables_pb2.VariablesApplyResponse:
     return await stub.Apply(
         variables_pb2.VariablesApplyRequest(
@@ -177,7 +178,7 @@ async def test_valid_reserved_paths(stub: variables_pb2_grpc.VariablesAsyncStub)
 
 
 async def test_bad_requests(stub: variables_pb2_grpc.VariablesAsyncStub) -> None:
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"op": "set", "variable": var("e")}, "empty variables"),
         ({"op": "set", "variable": var("big", {"k": "v" * 65536})}, "64KiB"),
         ({"op": "bogus", "variable": var("e", {"a": "b"})}, "op"),
@@ -260,7 +261,7 @@ async def test_blocking_read(stub: variables_pb2_grpc.VariablesAsyncStub) -> Non
 
 async def test_items_are_ciphertext_on_disk(
     stub: variables_pb2_grpc.VariablesAsyncStub,
-    db: psycopg.AsyncConnection[tuple[object, ...]],
+    db: psycopg.AsyncConnection[tuple[Any, ...]],
 ) -> None:
     secret = "correct-horse-battery-staple"
     await put(stub, "disk/secret", {"password": secret, "user": "svc-account"})
@@ -270,23 +271,23 @@ async def test_items_are_ciphertext_on_disk(
     row = await cur.fetchone()
     assert row is not None
     key_id, data = row
-    raw = bytes(data)  # type: ignore[arg-type]
+    raw = bytes(data)
     assert secret.encode() not in raw and b"svc-account" not in raw and b"password" not in raw
     # nor anywhere else in the database: the change log holds metadata only
     cur = await db.execute("SELECT payload FROM change_log")
-    assert not any(secret.encode() in bytes(r[0]) for r in await cur.fetchall())  # type: ignore[arg-type]
+    assert not any(secret.encode() in bytes(r[0]) for r in await cur.fetchall())
     # the key's material is wrapped too
     cur = await db.execute(
         "SELECT wrapped_key, wrapped_rsa_key FROM root_keys WHERE key_id = %s", (key_id,)
     )
     wrapped = await cur.fetchone()
-    assert wrapped is not None and all(len(bytes(w)) > 28 for w in wrapped)  # type: ignore[arg-type]
+    assert wrapped is not None and all(len(bytes(w)) > 28 for w in wrapped)
 
 
 async def test_lock_lifecycle(
     stub: variables_pb2_grpc.VariablesAsyncStub,
     state_app: StateApp,
-    db: psycopg.AsyncConnection[tuple[object, ...]],
+    db: psycopg.AsyncConnection[tuple[Any, ...]],
 ) -> None:
     acquired = await stub.Apply(
         variables_pb2.VariablesApplyRequest(
@@ -344,7 +345,7 @@ async def test_lock_lifecycle(
 async def test_lock_expires_after_ttl_and_delay(
     stub: variables_pb2_grpc.VariablesAsyncStub,
     state_app: StateApp,
-    db: psycopg.AsyncConnection[tuple[object, ...]],
+    db: psycopg.AsyncConnection[tuple[Any, ...]],
 ) -> None:
     acquired = await stub.Apply(
         variables_pb2.VariablesApplyRequest(
@@ -384,7 +385,7 @@ async def test_lock_expires_after_ttl_and_delay(
 async def test_rotation_keeps_old_variables_readable(
     stub: variables_pb2_grpc.VariablesAsyncStub,
     keys: keyring_pb2_grpc.KeyringAsyncStub,
-    db: psycopg.AsyncConnection[tuple[object, ...]],
+    db: psycopg.AsyncConnection[tuple[Any, ...]],
     state_app: StateApp,
 ) -> None:
     before = await put(stub, "rot/old", {"v": "under the old key"})
@@ -483,7 +484,7 @@ async def test_variable_events(
 
 async def test_decrypt_refuses_a_moved_ciphertext(
     stub: variables_pb2_grpc.VariablesAsyncStub,
-    db: psycopg.AsyncConnection[tuple[object, ...]],
+    db: psycopg.AsyncConnection[tuple[Any, ...]],
 ) -> None:
     """A blob copied to another path does not decrypt there (the namespace
     and path are bound into the AES-GCM associated data)."""

@@ -113,9 +113,9 @@ async def world(state_app: StateApp) -> AsyncIterator[World]:
     async with state_app.db.write() as tx:
         allocs = []
         for job_id in ("web", "db"):
-            job = await tx.get_job("default", job_id)
-            assert job is not None
-            alloc = mock.alloc(job, node)
+            stored = await tx.get_job("default", job_id)
+            assert stored is not None
+            alloc = mock.alloc(stored, node)
             alloc.client_status = "running"
             tx.put_alloc(alloc, "AllocationUpdated")
             allocs.append(alloc)
@@ -127,10 +127,10 @@ async def world(state_app: StateApp) -> AsyncIterator[World]:
             variables_pb2.VariablesApplyRequest(op="set", variable=_var(path, {"k": path}))
         )
     group = w.web_alloc.task_group
-    task = mock.job().task_groups[0].tasks[0].name
+    task_name = mock.job().task_groups[0].tasks[0].name
     await vars_.Apply(
         variables_pb2.VariablesApplyRequest(
-            op="set", variable=_var(f"nomad/jobs/web/{group}/{task}", {"k": "task"})
+            op="set", variable=_var(f"nomad/jobs/web/{group}/{task_name}", {"k": "task"})
         )
     )
     try:
