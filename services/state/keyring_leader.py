@@ -2,7 +2,6 @@
 leader: initializeKeyring, the core scheduler's root-key rotation and
 variables rekey, and the variable lock TTL timers):
 
-* the keyring's first root key, as soon as the leader is elected;
 * a prepublished key becomes active at its publish time;
 * the active key is replaced when it is `rotation_threshold` old: its
   successor is prepublished at half that age, so verifiers fetch its public
@@ -15,6 +14,11 @@ variables rekey, and the variable lock TTL timers):
 Everything is decided in write transactions on rows read in them, so a
 deposed leader running one more pass does no harm, and a new leader picks
 up where the old one stopped (lock leases are on the database's clock).
+
+The keyring's first key is made when it is first needed (a variable
+write, a workload identity, a rotation), not when a leader is elected as
+Nomad's: a cluster that never uses Variables never writes one, and a
+state's start moves no index.
 """
 
 from __future__ import annotations
@@ -38,16 +42,6 @@ class KeyringLeader:
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
         self.settings = ctx.keyring.settings
-
-    async def initialize(self) -> None:
-        """The first root key, if the keyring has none."""
-        material = await asyncio.to_thread(key_writes.new_material)
-        async with self.ctx.write() as tx:
-            made = await key_writes.initialize(tx, self.ctx.keyring.kek, material)
-        if made is not None:
-            self.ctx.keyring.remember(made)
-            self.ctx.keyring.written(tx)
-            log.info("keyring initialized with root key %s", made.key_id)
 
     async def rotate_if_due(self) -> None:
         """Activate a prepublished key whose time came; prepublish the active
@@ -105,15 +99,6 @@ class KeyringLeader:
         if not self.ctx.keyring.configured:
             log.warning("no --keyring-kek-file: Variables and workload identities are off")
             return
-        while True:
-            try:
-                await self.initialize()
-                break
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("keyring initialization failed; retrying")
-                await asyncio.sleep(5.0)
         while True:
             try:
                 await self.rotate_if_due()

@@ -7,7 +7,6 @@ working when it expires or its alloc ends."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -35,6 +34,7 @@ from corral.v1 import (
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
 from tests.callers import user_channel
+from tests.wait import until
 
 ACL_ENABLED = True
 
@@ -394,10 +394,11 @@ async def test_an_expired_identity_is_refused(world: World) -> None:
     token = await _token(world, world.web_alloc, "short")  # 1 s TTL
     stub = world.variables(token)
     assert await _code(_read(stub, "nomad/jobs/web")) == OK
-    deadline = time.time() + 10
-    while time.time() < deadline and await _code(_read(stub, "nomad/jobs/web")) == OK:
-        time.sleep(0.1)
-    assert await _code(_read(stub, "nomad/jobs/web")) == DENIED
+
+    async def expired() -> bool:
+        return await _code(_read(stub, "nomad/jobs/web")) == DENIED
+
+    await until(expired, timeout=15, what="the 1 s identity refused")
     resolved = await _code(
         acl_pb2_grpc.ACLStub(world.channel()).ResolveToken(
             acl_pb2.ACLResolveTokenRequest(secret_id=token)
