@@ -9,7 +9,8 @@ as Nomad puts them there:
 * `filepath` puts the file elsewhere in the task directory.
 
 Files are created mode 0600 (never chmod after writing), owned by the
-task's `user` when the agent runs as root. An identity with a TTL is
+user the task runs as (its `user`, or the exec driver's `nobody`) when the
+agent runs as root. An identity with a TTL is
 signed again when a third of it is left and its file rewritten (its
 environment variable cannot change in a running process: Nomad warns the
 same). Only identities a task exposes are signed; the default identity of
@@ -96,11 +97,15 @@ class TaskIdentities:
     """The identities of one task: fetched and written before each start
     (`setup`), renewed while it runs (`renew`)."""
 
-    def __init__(self, sign: Signer, alloc_id: str, task: pb.Task, task_dir: Path) -> None:
+    def __init__(
+        self, sign: Signer, alloc_id: str, task: pb.Task, task_dir: Path, *, owner: str = ""
+    ) -> None:
+        """`owner` is the user the task runs as (its files are that user's)."""
         self._sign = sign
         self.alloc_id = alloc_id
         self.task = task
         self.task_dir = task_dir
+        self.owner = owner
         self.wanted = exposed(task)
         #: identity name -> expiry (Unix s; 0 = none) of what was written
         self.expires: dict[str, float] = {}
@@ -124,7 +129,7 @@ class TaskIdentities:
 
     def _write(self, wid: pb.WorkloadIdentity, token: str) -> None:
         if wid.file:
-            write_secret(file_path(wid, self.task_dir), token, self.task.user)
+            write_secret(file_path(wid, self.task_dir), token, self.owner)
 
     async def setup(self) -> dict[str, str]:
         """Fetch every exposed identity, write their files; the environment
