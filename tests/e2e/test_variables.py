@@ -44,7 +44,7 @@ def get(path):
         headers={"X-Nomad-Token": os.environ["NOMAD_TOKEN"]},
     )
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=60) as r:
             return {"status": r.status, "items": json.loads(r.read()).get("Items")}
     except urllib.error.HTTPError as e:
         return {"status": e.code}
@@ -208,10 +208,15 @@ def test_a_task_reads_its_own_jobs_variables_only(dev: DevProcess, tmp_path: Pat
         allocs = n.job.get_allocations("web")
         return [a for a in allocs if a["ClientStatus"] in ("complete", "failed")]
 
-    done = wait_for("the web task finished", finished, timeout=120)
+    done = wait_for("the web task finished", finished, timeout=180)
     alloc_id = done[0]["ID"]
-    assert done[0]["ClientStatus"] == "complete", done[0]
-    task_dir = Path(dev.info["data_dir"]) / "agent" / "allocs" / alloc_id / "reader"
+    alloc_dir = Path(dev.info["data_dir"]) / "agent" / "allocs" / alloc_id
+    stderr = alloc_dir / "alloc" / "logs" / "reader.stderr.0"
+    assert done[0]["ClientStatus"] == "complete", (
+        done[0]["TaskStates"],
+        stderr.read_text() if stderr.exists() else "",
+    )
+    task_dir = alloc_dir / "reader"
     result = json.loads((task_dir / "local" / "result.json").read_text())
     assert result["own"] == {"status": 200, "items": {"password": "web-secret"}}
     assert result["other"] == {"status": 403}
