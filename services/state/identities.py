@@ -28,6 +28,7 @@ from contextlib import AbstractAsyncContextManager
 from corral.domain import identity as task_ids
 from corral.domain import structs
 from corral.domain.errors import PermissionDenied
+from corral.domain.store import StateSnapshot
 from corral.security import identity
 from corral.v1 import acl_pb2, node_pb2
 from corral.v1 import structs_pb2 as pb
@@ -48,6 +49,16 @@ def workload_job_id(job: pb.Job) -> str:
     parent (Nomad's GetIDforWorkloadIdentity), so its variables are the
     parent's."""
     return job.parent_id or job.id
+
+
+def _alloc_and_job(
+    snap: StateSnapshot, alloc_id: str
+) -> tuple[pb.Allocation | None, pb.Job | None]:
+    """An alloc and the job version it runs, if both are in the state."""
+    alloc: pb.Allocation | None = snap.allocs.get(alloc_id)
+    if alloc is None:
+        return None, None
+    return alloc, snap.job_by_version(alloc.namespace, alloc.job_id, alloc.job_version)
 
 
 class Identities:
@@ -82,12 +93,7 @@ class Identities:
         now = int(self._clock())
         out = node_pb2.NodeSignIdentitiesResponse()
         for r in requests:
-            alloc = snap.allocs.get(r.alloc_id)
-            job = (
-                snap.job_by_version(alloc.namespace, alloc.job_id, alloc.job_version)
-                if alloc is not None
-                else None
-            )
+            alloc, job = _alloc_and_job(snap, r.alloc_id)
             if (
                 alloc is None
                 or job is None
@@ -171,13 +177,7 @@ class Identities:
         """Refuse a workload whose alloc is gone, terminal on its client, or
         not the claimed job's; its task group otherwise. Run on every use:
         a default identity never expires, its alloc ending is what ends it."""
-        snap = self.feed.snapshot()
-        alloc = snap.allocs.get(claim.alloc_id)
-        job = (
-            snap.job_by_version(alloc.namespace, alloc.job_id, alloc.job_version)
-            if alloc is not None
-            else None
-        )
+        alloc, job = _alloc_and_job(self.feed.snapshot(), claim.alloc_id)
         if (
             alloc is None
             or job is None

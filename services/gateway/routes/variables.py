@@ -16,6 +16,8 @@ Nomad's. The namespace is the body's `Namespace`, else `?namespace=`.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -52,13 +54,18 @@ def _headers(index: int) -> dict[str, str]:
     }
 
 
-def _lock_conflict(exc: grpc.aio.AioRpcError) -> NomadError | None:
-    details = exc.details() or ""
-    if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and any(
-        c in details for c in _LOCK_CONFLICTS
-    ):
-        return NomadError(409, details)
-    return None
+@contextlib.contextmanager
+def _lock_conflicts() -> Iterator[None]:
+    """A lock that is not the caller's answers 409, as Nomad's."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        details = exc.details() or ""
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and any(
+            c in details for c in _LOCK_CONFLICTS
+        ):
+            raise NomadError(409, details) from None
+        raise
 
 
 # -- list ----------------------------------------------------------------------
@@ -133,17 +140,12 @@ async def _body(request: Request, path: str) -> tuple[pb.Variable, str]:
 async def _apply(
     request: Request, op: str, v: pb.Variable, namespace: str
 ) -> variables_pb2.VariablesApplyResponse:
-    try:
+    with _lock_conflicts():
         resp: variables_pb2.VariablesApplyResponse = await backend_of(request).variables.Apply(
             variables_pb2.VariablesApplyRequest(op=op, variable=v, namespace=namespace),
             metadata=metadata_of(request),
             timeout=DEFAULT_TIMEOUT,
         )
-    except grpc.aio.AioRpcError as exc:
-        conflict = _lock_conflict(exc)
-        if conflict is not None:
-            raise conflict from None
-        raise
     return resp
 
 
@@ -166,7 +168,7 @@ async def write(request: Request) -> Response:
         raise bad_request("CAS can't be used with lock operations")
     v, namespace = await _body(request, path)
     if lock_op == "lock-renew":
-        try:
+        with _lock_conflicts():
             renewed = await backend_of(request).variables.RenewLock(
                 variables_pb2.VariablesRenewLockRequest(
                     namespace=namespace, path=path, lock_id=v.metadata.lock.id
@@ -174,11 +176,6 @@ async def write(request: Request) -> Response:
                 metadata=metadata_of(request),
                 timeout=DEFAULT_TIMEOUT,
             )
-        except grpc.aio.AioRpcError as exc:
-            conflict = _lock_conflict(exc)
-            if conflict is not None:
-                raise conflict from None
-            raise
         return respond(request, var_map.metadata(renewed.variable), index=renewed.index)
     if lock_op:
         return _answer(request, await _apply(request, lock_op, v, namespace))
