@@ -103,10 +103,13 @@ class VariablesServicer(variables_pb2_grpc.VariablesServicer):
         loop = asyncio.get_running_loop()
         wait = q.wait_ms / 1000 if q.wait_ms > 0 else query.DEFAULT_WAIT_S
         deadline = loop.time() + min(wait, query.MAX_WAIT_S)
+        seen = -1  # the variables table's index at the last read of the row
         while True:
-            snap = self.ctx.feed.snapshot()
-            var = await stored.get(self.ctx.db, namespace, request.path)
-            index = var.modify_index if var is not None else query.table_index(snap, TABLES)
+            table = query.table_index(self.ctx.feed.snapshot(), TABLES)
+            if table != seen:  # read the row again only once a variable changed
+                seen = table
+                var = await stored.get(self.ctx.db, namespace, request.path)
+                index = var.modify_index if var is not None else table
             if not q.min_index or index > q.min_index:
                 break
             remaining = deadline - loop.time()
