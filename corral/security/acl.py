@@ -561,21 +561,6 @@ class ACL:
         caps = self.variable_capabilities(namespace, path)
         return DENY not in caps and capability in caps
 
-    def may_search_variables(self, namespace: str) -> bool:
-        """Whether any variables rule could apply in `namespace` ("*" =
-        any namespace): Nomad's AllowVariableSearch, the loose check before
-        each variable is filtered by its own path."""
-        if self.is_management:
-            return True
-        if self.workload is not None and namespace in ("*", self.workload.namespace):
-            return True
-        if namespace == "*":
-            return bool(self._var_exact or self._var_globs)
-        prefix = f"{namespace}\x00"
-        return any(k.startswith(prefix) for k in self._var_exact) or any(
-            glob_match(label.split("\x00", 1)[0], namespace) for label, _, _ in self._var_globs
-        )
-
     def allows_service_read(self, namespace: str) -> bool:
         """Whether services of `namespace` may be read: `read-job` there, or
         a workload identity of that namespace (Nomad lets every workload

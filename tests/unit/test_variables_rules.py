@@ -107,16 +107,7 @@ def test_a_workload_reads_its_own_job_paths() -> None:
     for path in ("nomad/jobs/db", "nomad/jobs/web/other", "nomad/jobs/web/g/x", "nomad/jobs/webx"):
         assert not a.allows_variable("default", path, "read"), path
     assert a.allows_service_read("default") and not a.allows_service_read("prod")
-    assert a.may_search_variables("default") and not a.may_search_variables("prod")
     assert not a.allows_namespace("default", "read-job")
-
-
-def test_may_search_variables() -> None:
-    a = compiled(POLICY)
-    assert a.may_search_variables("default")
-    assert a.may_search_variables("prod-1")
-    assert a.may_search_variables("anything")  # the "*" label
-    assert not compiled('node { policy = "read" }').may_search_variables("*")
 
 
 @pytest.mark.parametrize(
