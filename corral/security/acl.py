@@ -12,6 +12,10 @@ A policy holds rules (docs/security.md has examples):
         path "project/*" { capabilities = ["read", "list"] }
       }
     }
+    node_pool "gpu-*" {               # a label is required; `*` globs allowed
+      policy       = "write"          # deny | read | write (write also deletes)
+      capabilities = ["read"]         # read | write | delete | deny
+    }
     node     { policy = "read" }      # deny | read | write
     agent    { policy = "read" }
     operator { policy = "write" }
@@ -23,9 +27,9 @@ How Nomad decides, and so do we:
 * the policies of a token are merged: per namespace label the union of the
   capabilities, unless one says `deny`, which then is all that label holds;
   for node/agent/operator the most privilege, unless one says `deny`;
-* a namespace is checked against exactly one rule: the exact label if there
-  is one, else the matching glob closest to the name (fewest characters
-  matched by `*`; ties go to the label that sorts first);
+* a namespace (and a node pool) is checked against exactly one rule: the
+  exact label if there is one, else the matching glob closest to the name
+  (fewest characters matched by `*`; ties go to the label that sorts first);
 * a variable (namespace, path) against exactly one `variables` path rule
   the same way, over "<namespace label>\0<path>": the exact pair, else the
   implicit rule of a workload identity (read and list on its job's
@@ -64,7 +68,7 @@ WRITE = "write"
 SCALE = "scale"
 
 #: Nomad's namespace capabilities that mean something for Corral (no CSI
-#: volumes, no Sentinel; variables have rules of their own)
+#: volumes, no Sentinel, no variables here)
 NAMESPACE_CAPABILITIES: frozenset[str] = frozenset(
     {
         "deny",
@@ -109,6 +113,18 @@ _SHORTHANDS: dict[str, frozenset[str]] = {
 }
 NAMESPACE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE, SCALE)
 
+#: Nomad's node_pool capabilities, and what each `policy = ...` stands for
+NODE_POOL_READ, NODE_POOL_WRITE, NODE_POOL_DELETE = "read", "write", "delete"
+NODE_POOL_CAPABILITIES: frozenset[str] = frozenset(
+    {DENY, NODE_POOL_READ, NODE_POOL_WRITE, NODE_POOL_DELETE}
+)
+_NODE_POOL_SHORTHANDS: dict[str, frozenset[str]] = {
+    DENY: frozenset({DENY}),
+    READ: frozenset({NODE_POOL_READ}),
+    WRITE: frozenset({NODE_POOL_READ, NODE_POOL_WRITE, NODE_POOL_DELETE}),
+}
+NODE_POOL_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
+
 #: the rules without a label, and the dispositions they take
 SCOPES: tuple[str, ...] = ("node", "agent", "operator")
 SCOPE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
@@ -127,7 +143,7 @@ VARIABLE_CAPABILITIES: frozenset[str] = frozenset(
 WORKLOAD_VARIABLE_CAPABILITIES = frozenset({VARIABLE_READ, VARIABLE_LIST})
 
 #: Nomad rule blocks Corral has nothing for: named as unsupported, not unknown
-_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "node_pool"})
+_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin"})
 
 DEFAULT_NAMESPACE = "default"
 MAX_POLICY_CHARS = 64 * 1024
@@ -151,8 +167,8 @@ _BLOCK = "__is_block__"
 
 def glob_match(pattern: str, name: str) -> bool:
     """Whether `name` matches `pattern`, where only `*` is special and
-    matches any run of characters (Nomad's go-glob). Linear-ish: no
-    backtracking regex, whatever the pattern (STYLE.md)."""
+    matches any run of characters (Nomad's go-glob). No backtracking
+    regex, whatever the pattern (STYLE.md)."""
     p = n = 0
     star = -1
     mark = 0
@@ -219,12 +235,13 @@ VariableKey = tuple[str, str]
 @dataclass(frozen=True)
 class PolicyRules:
     """One parsed policy: capabilities per namespace label (shorthands
-    already expanded), per (namespace label, variables path), and the
-    node/agent/operator dispositions ('' where the policy has no such
-    rule). `name` is the stored policy's name when a resolver knows it
-    (parsing alone does not)."""
+    already expanded), per node pool label, per (namespace label, variables
+    path), and the node/agent/operator dispositions ('' where the policy
+    has no such rule). `name` is the stored policy's name when a resolver
+    knows it (parsing alone does not)."""
 
     namespaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    node_pools: Mapping[str, frozenset[str]] = field(default_factory=dict)
     node: str = ""
     agent: str = ""
     operator: str = ""
@@ -354,21 +371,38 @@ def _expand_variable_capabilities(caps: set[str] | frozenset[str]) -> frozenset[
 
 
 def _namespace_rule(body: Any, where: str) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """A namespace rule's capabilities and its variables path rules."""
     if not isinstance(body, dict) or not body.get(_BLOCK):
         raise InvalidArgument(where, "must be a block with at most one label")
-    _check_keys(body, ("policy", "capabilities", "variables"), where)
-    variables = (
-        _variables_rule(body["variables"], f"{where}.variables") if "variables" in body else {}
-    )
+    if "variables" not in body:
+        if "policy" not in body and "capabilities" not in body:
+            _check_keys(body, ("policy", "capabilities", "variables"), where)
+            raise InvalidArgument(where, "needs a policy, capabilities or variables")
+        return _labeled_rule(body, where, _SHORTHANDS, NAMESPACE_CAPABILITIES), {}
+    variables = _variables_rule(body["variables"], f"{where}.variables")
+    rest = {k: v for k, v in body.items() if k != "variables"}
+    if "policy" not in rest and "capabilities" not in rest:
+        _check_keys(rest, ("policy", "capabilities", "variables"), where)
+        return frozenset(), variables
+    return _labeled_rule(rest, where, _SHORTHANDS, NAMESPACE_CAPABILITIES), variables
+
+
+def _labeled_rule(
+    body: Any, where: str, shorthands: Mapping[str, frozenset[str]], known: frozenset[str]
+) -> frozenset[str]:
+    """The capabilities of one `namespace "x"` or `node_pool "x"` rule."""
+    if not isinstance(body, dict) or not body.get(_BLOCK):
+        raise InvalidArgument(where, "must be a block with at most one label")
+    _check_keys(body, ("policy", "capabilities"), where)
     policy = _string(body, "policy", where)
     caps: set[str] = set()
     if policy is not None:
-        if policy not in _SHORTHANDS:
+        if policy not in shorthands:
             raise InvalidArgument(
                 f"{where}.policy",
-                f"unknown policy {policy!r} (expected one of {', '.join(NAMESPACE_POLICIES)})",
+                f"unknown policy {policy!r} (expected one of {', '.join(shorthands)})",
             )
-        caps |= _SHORTHANDS[policy]
+        caps |= shorthands[policy]
     if "capabilities" in body:
         listed = body["capabilities"]
         if not isinstance(listed, list):
@@ -376,16 +410,15 @@ def _namespace_rule(body: Any, where: str) -> tuple[frozenset[str], dict[str, fr
         for i, cap in enumerate(listed):
             if not isinstance(cap, str):
                 raise InvalidArgument(f"{where}.capabilities[{i}]", "must be a string")
-            if cap not in NAMESPACE_CAPABILITIES:
+            if cap not in known:
                 raise InvalidArgument(
                     f"{where}.capabilities[{i}]",
-                    f"unknown capability {cap!r} "
-                    f"(expected one of {', '.join(sorted(NAMESPACE_CAPABILITIES))})",
+                    f"unknown capability {cap!r} (expected one of {', '.join(sorted(known))})",
                 )
             caps.add(cap)
-    if policy is None and "capabilities" not in body and not variables:
-        raise InvalidArgument(where, "needs a policy, capabilities or variables")
-    return (frozenset({DENY}) if DENY in caps else frozenset(caps)), variables
+    if policy is None and "capabilities" not in body:
+        raise InvalidArgument(where, "needs a policy or capabilities")
+    return frozenset({DENY}) if DENY in caps else frozenset(caps)
 
 
 def _label(label: str, where: str) -> str:
@@ -418,6 +451,7 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
         raise InvalidArgument(field, "the policy has no rules")
 
     namespaces: dict[str, frozenset[str]] = {}
+    pools: dict[str, frozenset[str]] = {}
     variables: dict[VariableKey, frozenset[str]] = {}
     scopes: dict[str, str] = {}
     for key, value in data.items():
@@ -437,6 +471,20 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
                 namespaces[label], paths = _namespace_rule(body, at)
                 for spec, caps in paths.items():
                     variables[(label, spec)] = caps
+        elif key == "node_pool":
+            for block in _blocks(value, where):
+                if block.get(_BLOCK) or len(block) != 1:
+                    raise InvalidArgument(
+                        where, 'needs exactly one label: node_pool "name" { ... }'
+                    )
+                ((label, body),) = block.items()
+                at = f'{field}: node_pool "{label}"'
+                _label(label, at)
+                if label in pools:
+                    raise InvalidArgument(at, "is defined twice")
+                pools[label] = _labeled_rule(
+                    body, at, _NODE_POOL_SHORTHANDS, NODE_POOL_CAPABILITIES
+                )
         elif key in SCOPES:
             blocks = _blocks(value, where)
             if len(blocks) > 1:
@@ -458,10 +506,11 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
             raise InvalidArgument(where, "Nomad's rule is not supported by Corral")
         else:
             raise InvalidArgument(
-                where, "unknown rule (expected namespace, node, agent or operator)"
+                where, "unknown rule (expected namespace, node_pool, node, agent or operator)"
             )
     return PolicyRules(
         namespaces=namespaces,
+        node_pools=pools,
         node=scopes.get("node", ""),
         agent=scopes.get("agent", ""),
         operator=scopes.get("operator", ""),
@@ -470,6 +519,38 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
 
 
 # ---------------------------------------------------------------------- ACL
+
+
+class _LabeledRules:
+    """Capabilities by label (namespace or node pool names, variables'
+    "<namespace>\0<path>", `*` globs), and the one rule that applies to a
+    name: its exact label, else the matching glob closest to it."""
+
+    def __init__(self, rules: Mapping[str, frozenset[str]]) -> None:
+        self._exact: dict[str, frozenset[str]] = {}
+        self._globs: list[tuple[str, int, frozenset[str]]] = []
+        for label, caps in sorted(rules.items()):
+            if "*" in label:
+                self._globs.append((label, len(label.replace("*", "")), caps))
+            else:
+                self._exact[label] = caps
+
+    def exact(self, name: str) -> frozenset[str] | None:
+        return self._exact.get(name)
+
+    def closest(self, name: str) -> frozenset[str]:
+        """The matching glob closest to `name` (only `*` is special)."""
+        best: tuple[int, str, frozenset[str]] | None = None
+        for label, literal, caps in self._globs:
+            if glob_match(label, name):
+                candidate = (len(name) - literal, label, caps)
+                if best is None or candidate[:2] < best[:2]:
+                    best = candidate
+        return best[2] if best is not None else frozenset()
+
+    def of(self, name: str) -> frozenset[str]:
+        exact = self._exact.get(name)
+        return exact if exact is not None else self.closest(name)
 
 
 class ACL:
@@ -481,6 +562,7 @@ class ACL:
         *,
         management: bool = False,
         namespaces: Mapping[str, frozenset[str]] | None = None,
+        node_pools: Mapping[str, frozenset[str]] | None = None,
         node: str = "",
         agent: str = "",
         operator: str = "",
@@ -489,22 +571,11 @@ class ACL:
         workload: WorkloadClaim | None = None,
     ) -> None:
         self.is_management = management
-        self._exact: dict[str, frozenset[str]] = {}
-        self._globs: list[tuple[str, int, frozenset[str]]] = []
-        for label, caps in sorted((namespaces or {}).items()):
-            if "*" in label:
-                self._globs.append((label, len(label.replace("*", "")), caps))
-            else:
-                self._exact[label] = caps
-        # variables rules keyed as Nomad's: "<namespace label>\0<path spec>"
-        self._var_exact: dict[str, frozenset[str]] = {}
-        self._var_globs: list[tuple[str, int, frozenset[str]]] = []
-        for (label, spec), caps in sorted((variables or {}).items()):
-            key = f"{label}\x00{spec}"
-            if "*" in key:
-                self._var_globs.append((key, len(key.replace("*", "")), caps))
-            else:
-                self._var_exact[key] = caps
+        self._namespaces = _LabeledRules(namespaces or {})
+        self._node_pools = _LabeledRules(node_pools or {})
+        self._variables = _LabeledRules(
+            {f"{label}\x00{spec}": caps for (label, spec), caps in (variables or {}).items()}
+        )
         self._scopes = {"node": node, "agent": agent, "operator": operator}
         #: names of the policies this ACL was compiled from
         self.policies = frozenset(policies)
@@ -518,38 +589,18 @@ class ACL:
             return f"ACL(workload={self.workload.namespace}/{self.workload.job_id})"
         return f"ACL(policies={sorted(self.policies)})"
 
-    @staticmethod
-    def _closest(globs: list[tuple[str, int, frozenset[str]]], name: str) -> frozenset[str] | None:
-        """The matching glob closest to `name`: fewest characters matched
-        by `*`, ties to the label that sorts first."""
-        best: tuple[int, str, frozenset[str]] | None = None
-        for label, literal, caps in globs:
-            if glob_match(label, name):
-                candidate = (len(name) - literal, label, caps)
-                if best is None or candidate[:2] < best[:2]:
-                    best = candidate
-        return best[2] if best is not None else None
-
-    def namespace_capabilities(self, namespace: str) -> frozenset[str]:
-        """The capabilities of the one rule that applies to `namespace`."""
-        namespace = namespace or DEFAULT_NAMESPACE
-        exact = self._exact.get(namespace)
-        if exact is not None:
-            return exact
-        return self._closest(self._globs, namespace) or frozenset()
-
     def variable_capabilities(self, namespace: str, path: str) -> frozenset[str]:
         """The capabilities of the one variables rule that applies to the
         variable at `path` in `namespace` (see the module doc)."""
         namespace = namespace or DEFAULT_NAMESPACE
         key = f"{namespace}\x00{path}"
-        exact = self._var_exact.get(key)
+        exact = self._variables.exact(key)
         if exact is not None:
             return exact
         claim = self.workload
         if claim is not None and namespace == claim.namespace and path in claim.variable_paths():
             return WORKLOAD_VARIABLE_CAPABILITIES
-        return self._closest(self._var_globs, key) or frozenset()
+        return self._variables.closest(key)
 
     def allows_variable(self, namespace: str, path: str, capability: str) -> bool:
         """Whether `capability` (read, write, list, destroy) is granted on
@@ -567,12 +618,24 @@ class ACL:
         identity read services; Corral keeps it to its own namespace)."""
         if self.is_management:
             return True
-        if (
-            self.workload is not None
-            and (namespace or DEFAULT_NAMESPACE) == self.workload.namespace
-        ):
+        workload = self.workload
+        if workload is not None and (namespace or DEFAULT_NAMESPACE) == workload.namespace:
             return True
         return self.allows_namespace(namespace, "read-job")
+
+    def namespace_capabilities(self, namespace: str) -> frozenset[str]:
+        """The capabilities of the one rule that applies to `namespace`."""
+        return self._namespaces.of(namespace or DEFAULT_NAMESPACE)
+
+    def allows_node_pool(self, pool: str, capability: str) -> bool:
+        """Whether the node_pool rules grant `capability` (read, write or
+        delete) on `pool` (Nomad's AllowNodePoolOperation)."""
+        if capability not in NODE_POOL_CAPABILITIES or capability == DENY:
+            raise ValueError(f"unknown node pool capability {capability!r}")
+        if self.is_management:
+            return True
+        caps = self._node_pools.of(pool)
+        return DENY not in caps and capability in caps
 
     def allows_namespace(self, namespace: str, capability: str) -> bool:
         """Whether `capability` is granted in `namespace` ('' = default)."""
@@ -614,21 +677,24 @@ def compile_acl(policies: Iterable[PolicyRules], *, workload: WorkloadClaim | No
     """One ACL from a token's policies: their union, where `deny` wins;
     with `workload`, the implicit policy of a workload identity too."""
     namespaces: dict[str, frozenset[str]] = {}
+    pools: dict[str, frozenset[str]] = {}
     variables: dict[VariableKey, frozenset[str]] = {}
     scopes = dict.fromkeys(SCOPES, "")
     names: list[str] = []
     for p in policies:
         if p.name:
             names.append(p.name)
-        for label, caps in p.namespaces.items():
-            merged = namespaces.get(label, frozenset()) | caps
-            namespaces[label] = frozenset({DENY}) if DENY in merged else merged
+        for rules, merged_into in ((p.namespaces, namespaces), (p.node_pools, pools)):
+            for label, caps in rules.items():
+                merged = merged_into.get(label, frozenset()) | caps
+                merged_into[label] = frozenset({DENY}) if DENY in merged else merged
         for key, caps in p.variables.items():
             variables[key] = _expand_variable_capabilities(variables.get(key, frozenset()) | caps)
         for scope in SCOPES:
             scopes[scope] = _merge_scope(scopes[scope], p.scope(scope))
     return ACL(
         namespaces=namespaces,
+        node_pools=pools,
         node=scopes["node"],
         agent=scopes["agent"],
         operator=scopes["operator"],

@@ -1,8 +1,9 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, `variables`, `keyring`, and `periodic` and
-`system`, which relay to the broker leader) and the internal `State` service
-(`state`) the other roles call."""
+`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`,
+`variables`, `keyring`, and `periodic` and `system`, which relay to the
+broker leader) and the internal `State` service (`state`) the other roles
+call."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from services.state.handlers import (
     event,
     job,
     keyring,
+    namespace,
+    node_pool,
     operator,
     periodic,
+    scaling,
     system,
     variables,
 )
@@ -34,6 +38,9 @@ def register(server: GrpcServer, ctx: StateContext) -> None:
         deployment,
         periodic,
         system,
+        namespace,
+        node_pool,
+        scaling,
         variables,
         keyring,
     ):

@@ -178,6 +178,8 @@ def _cas_conflict(r: Request, cur: StoredVariable | None) -> Outcome | None:
 
 
 async def apply(tx: WriteTx, keyring: Keyring, r: Request) -> Outcome:
+    if r.op in (OP_SET, OP_CAS, OP_LOCK_ACQUIRE) and await tx.get_namespace(r.namespace) is None:
+        raise InvalidArgument("namespace", f"nonexistent namespace {r.namespace!r}")
     cur = await get(tx.conn, r.namespace, r.path)
     if r.op in (OP_SET, OP_CAS):
         if r.op == OP_CAS:

@@ -19,6 +19,8 @@ from corral.v1 import (
     event_pb2_grpc,
     keyring_pb2,
     keyring_pb2_grpc,
+    namespace_pb2,
+    namespace_pb2_grpc,
     query_pb2,
     variables_pb2,
     variables_pb2_grpc,
@@ -202,7 +204,17 @@ async def test_bad_requests(stub: variables_pb2_grpc.VariablesAsyncStub) -> None
     assert (await put(stub, "big", {"k": "v" * (65536 - 1)})).result == "ok"
 
 
-async def test_namespaces(stub: variables_pb2_grpc.VariablesAsyncStub) -> None:
+async def test_namespaces(
+    stub: variables_pb2_grpc.VariablesAsyncStub, channel: grpc.aio.Channel
+) -> None:
+    namespaces = namespace_pb2_grpc.NamespaceStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await put(stub, "ns/shared", {"where": "prod"}, namespace="prod")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "nonexistent namespace 'prod'" in (err.value.details() or "")
+    await namespaces.Upsert(
+        namespace_pb2.NamespaceUpsertRequest(namespaces=[pb.Namespace(name="prod")])
+    )
     await put(stub, "ns/shared", {"where": "default"})
     await put(stub, "ns/shared", {"where": "prod"}, namespace="prod")
     assert (await read(stub, "ns/shared", "prod")).variable.items["where"] == "prod"
@@ -219,6 +231,17 @@ async def test_namespaces(stub: variables_pb2_grpc.VariablesAsyncStub) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await read(stub, "ns/shared", "*")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # a namespace holding variables is not deleted, as Nomad's
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await namespaces.Delete(namespace_pb2.NamespaceDeleteRequest(names=["prod"]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "contains at least one variable" in (err.value.details() or "")
+    await stub.Apply(
+        variables_pb2.VariablesApplyRequest(
+            op="delete", variable=var("ns/shared"), namespace="prod"
+        )
+    )
+    await namespaces.Delete(namespace_pb2.NamespaceDeleteRequest(names=["prod"]))
 
 
 async def test_list_pages(stub: variables_pb2_grpc.VariablesAsyncStub) -> None:
