@@ -9,8 +9,8 @@ import argparse
 import socket
 import ssl
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from pydantic import ValidationError
@@ -113,6 +113,47 @@ def _security(args: argparse.Namespace) -> transport.SecuritySettings:
         first = exc.errors()[0]
         where = "-" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "TLS flags"
         raise UsageError(f"{where}: {first['msg']}") from None
+
+
+T = TypeVar("T")
+
+
+def by_prefix(items: Sequence[T], name: str, key: Callable[[T], str], what: str) -> T:
+    """Nomad's lookup of a named object: the exact name, else the one name
+    `name` prefixes (`items` are those the server listed for the prefix)."""
+    exact = [i for i in items if key(i) == name]
+    if exact:
+        return exact[0]
+    if not items:
+        raise CliError(f'No {what} with prefix "{name}" found')
+    if len(items) > 1:
+        raise CliError(
+            f'Prefix "{name}" matched more than one {what}: ' + ", ".join(key(i) for i in items)
+        )
+    return items[0]
+
+
+def all_pages(fetch: Callable[[str], tuple[Sequence[T], str]]) -> list[T]:
+    """Every item of a paged list: `fetch(next_token)` answers one page and
+    the token of the next ('' after the last)."""
+    out: list[T] = []
+    token = ""
+    while True:
+        items, token = fetch(token)
+        out.extend(items)
+        if not token:
+            return out
+
+
+def read_input(path: str, what: str) -> str:
+    """A file the command reads, or standard input for `-`."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {what} {path!r}: {exc}") from None
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
