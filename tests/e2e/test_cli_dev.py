@@ -149,7 +149,7 @@ def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
     assert source.returncode == 0, source.stderr
     assert source.stdout == (EXAMPLES / "variables.nomad.hcl").read_text()
     assert "corral job run -var count=2 -var env=staging" in source.stderr
-    assert "-var 'greetings=[\"hi\", \"hey\"]' -" in source.stderr
+    assert '-var \'greetings=["hi", "hey"]\' -' in source.stderr
     url = f"{dev.info['http_addr']}/v1/job/greeter/submission?version={job['version']}"
     with urllib.request.urlopen(url, timeout=30) as answer:
         sub = json.load(answer)

@@ -413,6 +413,12 @@ def test_job_submission_round_trip_as_nomads_client_sends_it() -> None:
         "JobModifyIndex": 40,
     }
     assert job_map.submission_from_nomad(None) is None
-    for bad in ("text", {"Source": 3}, {"VariableFlags": {"a": 1}}, {"VariableFlags": []}):
+    bad_inputs: list[Any] = [
+        "text",
+        {"Source": 3},
+        {"VariableFlags": {"a": 1}},
+        {"VariableFlags": []},
+    ]
+    for bad in bad_inputs:
         with pytest.raises(job_map.JobInputError):
             job_map.submission_from_nomad(bad)

@@ -34,7 +34,8 @@ async def _get(
     req = job_pb2.JobSubmissionRequest(job_id=job_id, query=query_pb2.QueryOptions())
     if version is not None:
         req.version = version
-    return (await stub.GetSubmission(req)).submission
+    resp: job_pb2.JobSubmissionResponse = await stub.GetSubmission(req)  # type: ignore[misc]
+    return resp.submission
 
 
 async def test_a_version_keeps_the_file_it_was_registered_with(channel: grpc.aio.Channel) -> None:
