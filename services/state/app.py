@@ -37,6 +37,7 @@ class StateApp:
         self.ctx = StateContext(
             db=self.db,
             feed=self.feed,
+            job_max_source_size=settings.job_max_source_size,
             shutting_down=self.server.shutting_down,
             keyring_settings=settings.keyring,
             region=settings.security.region,

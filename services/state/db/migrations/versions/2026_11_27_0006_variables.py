@@ -2,7 +2,7 @@
 keys (their material wrapped by the state role's key-encryption key).
 
 Revision ID: 0006
-Revises: 0004 (the lead re-chains it after 0005 when that lands)
+Revises: 0005
 Create Date: 2026-11-26
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
