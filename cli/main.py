@@ -34,6 +34,7 @@ from cli.commands import (
     state,
     system,
     tls,
+    var,
     version,
 )
 from cli.context import (
@@ -65,6 +66,7 @@ def build_parser() -> Parser:
         scaling,
         eval,
         alloc,
+        var,
         operator,
         acl,
         event,
@@ -88,10 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args_list or args_list[0] in ("-h", "--help", "help"):
             parser.print_help()
             return EXIT_OK if args_list else EXIT_ERROR
+        args_list, child = var.split_child(args_list)
         args, unknown = parser.parse_known_args(args_list)
         if unknown and not getattr(args, "passthrough", False):
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
         args.rest = unknown
+        args.child = child
         handler: Handler | None = getattr(args, "func", None)
         if handler is None:
             # `corral job` alone: the group's help

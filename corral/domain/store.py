@@ -38,6 +38,8 @@ TOPIC_TABLE = {
     Topic.NAMESPACE: "namespaces",
     Topic.SCALING_POLICY: "scaling_policy",
     Topic.SCALING_EVENT: "scaling_event",
+    Topic.VARIABLE: "variables",
+    Topic.ROOT_KEY: "root_keys",
 }
 
 _EMPTY: Map[Any, Any] = Map()

@@ -180,6 +180,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Node/UpdateStatus": NODE,
     "/corral.v1.Node/UpdateAlloc": NODE,
     "/corral.v1.Node/GetClientAllocs": NODE,
+    "/corral.v1.Node/SignIdentities": NODE,
     "/corral.v1.Node/Deregister": scope("node", "write"),
     "/corral.v1.Node/UpdateDrain": scope("node", "write"),
     "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
@@ -216,6 +217,18 @@ RULES: dict[str, Rule] = {
     # list-jobs and read-job, in the policy's namespace
     "/corral.v1.Scaling/ListPolicies": PER_OBJECT,
     "/corral.v1.Scaling/GetPolicy": PER_OBJECT,
+    # Variables: each path against the caller's variables rules (or the
+    # implicit policy of a workload identity)
+    "/corral.v1.Variables/List": PER_OBJECT,
+    "/corral.v1.Variables/Read": PER_OBJECT,
+    "/corral.v1.Variables/Apply": PER_OBJECT,
+    "/corral.v1.Variables/RenewLock": PER_OBJECT,
+    # the keyring (Nomad's keyring-read/rotate/delete come with operator read/write)
+    "/corral.v1.Keyring/List": scope("operator", "read"),
+    "/corral.v1.Keyring/Rotate": scope("operator", "write"),
+    "/corral.v1.Keyring/Delete": scope("operator", "write"),
+    "/corral.v1.Keyring/ListPublic": OPEN,
+    "/corral.v1.Keyring/GetConfig": OPEN,
     # ACLs themselves
     "/corral.v1.ACL/Bootstrap": OPEN,
     "/corral.v1.ACL/ResolveToken": OPEN,

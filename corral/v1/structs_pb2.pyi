@@ -1224,6 +1224,8 @@ class Task(_message.Message):
     DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
     SCALING_POLICIES_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    IDENTITIES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -1262,6 +1264,20 @@ class Task(_message.Message):
         for an external autoscaler; Corral itself never resizes a task.
         """
 
+    @_builtins.property
+    def identity(self) -> Global___WorkloadIdentity:
+        """The task's default workload identity (an `identity` block without a
+        name): whether its JWT reaches the task as NOMAD_TOKEN and/or
+        secrets/nomad_token. Every task has a default identity; this only says
+        how it is exposed.
+        """
+
+    @_builtins.property
+    def identities(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadIdentity]:
+        """Named identities (`identity { name = "..." }`), each with its own
+        audience and TTL.
+        """
+
     def __init__(
         self,
         *,
@@ -1281,14 +1297,70 @@ class Task(_message.Message):
         dispatch_payload: Global___DispatchPayloadConfig | None = ...,
         shutdown_delay: _builtins.int = ...,
         scaling_policies: _abc.Iterable[Global___ScalingPolicy] | None = ...,
+        identity: Global___WorkloadIdentity | None = ...,
+        identities: _abc.Iterable[Global___WorkloadIdentity] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class WorkloadIdentity(_message.Message):
+    """A workload identity of a task (Nomad's `identity` block): a JWT the
+    servers sign for each (alloc, task, identity), see docs/variables.md.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    AUDIENCE_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    FILEPATH_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    CHANGE_MODE_FIELD_NUMBER: _builtins.int
+    CHANGE_SIGNAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"default", or letters, digits, '-' and '_' (at most 128)"""
+    env: _builtins.bool
+    """NOMAD_TOKEN (default) / NOMAD_TOKEN_<name> in the task's environment"""
+    file: _builtins.bool
+    """secrets/nomad_token (default) / secrets/nomad_<name>.jwt, mode 0600"""
+    filepath: _builtins.str
+    """the file's path relative to the task directory instead (needs file)"""
+    ttl: _builtins.int
+    """ns; named identities only; 0 = valid while the alloc runs"""
+    change_mode: _builtins.str
+    """"" or "noop" (restart and signal are not supported by Corral)"""
+    change_signal: _builtins.str
+    """must be empty (see change_mode)"""
+    @_builtins.property
+    def audience(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the JWT's `aud`; the default identity's is "nomadproject.io" """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        audience: _abc.Iterable[_builtins.str] | None = ...,
+        env: _builtins.bool = ...,
+        file: _builtins.bool = ...,
+        filepath: _builtins.str = ...,
+        ttl: _builtins.int = ...,
+        change_mode: _builtins.str = ...,
+        change_signal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audience", b"audience", "change_mode", b"change_mode", "change_signal", b"change_signal", "env", b"env", "file", b"file", "filepath", b"filepath", "name", b"name", "ttl", b"ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadIdentity: _TypeAlias = WorkloadIdentity  # noqa: Y015
 
 @_typing.final
 class TaskGroup(_message.Message):
@@ -4060,6 +4132,7 @@ class Event(_message.Message):
     NODE_POOL_FIELD_NUMBER: _builtins.int
     SCALING_POLICY_FIELD_NUMBER: _builtins.int
     JOB_SCALING_EVENTS_FIELD_NUMBER: _builtins.int
+    VARIABLE_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     topic: _builtins.str
     """"Job", "Evaluation", "Allocation", "Node", "NodePool", "Deployment", "Operator" """
@@ -4094,6 +4167,10 @@ class Event(_message.Message):
     def scaling_policy(self) -> Global___ScalingPolicy: ...
     @_builtins.property
     def job_scaling_events(self) -> Global___JobScalingEvents: ...
+    @_builtins.property
+    def variable(self) -> Global___VariableMetadata:
+        """topic "Variable": metadata only, never items"""
+
     def __init__(
         self,
         *,
@@ -4114,16 +4191,233 @@ class Event(_message.Message):
         node_pool: Global___NodePool | None = ...,
         scaling_policy: Global___ScalingPolicy | None = ...,
         job_scaling_events: Global___JobScalingEvents | None = ...,
+        variable: Global___VariableMetadata | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "variable", b"variable"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type", "variable", b"variable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary", "namespace_object", "node_pool", "scaling_policy", "job_scaling_events"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary", "namespace_object", "node_pool", "scaling_policy", "job_scaling_events", "variable"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class VariableLock(_message.Message):
+    """---------------------------------------------------------------- variables
+
+    A variable's lock (Nomad 1.7 variable locks): held by whoever acquired
+    it with this id until released, or until it is not renewed within twice
+    its TTL; then it stays blocked for lock_delay before it is removed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    LOCK_DELAY_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """the holder's proof, set by the servers on acquire"""
+    ttl: _builtins.int
+    """ns, 10 s .. 24 h (default 15 s)"""
+    lock_delay: _builtins.int
+    """ns (default 15 s)"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        ttl: _builtins.int = ...,
+        lock_delay: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "lock_delay", b"lock_delay", "ttl", b"ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VariableLock: _TypeAlias = VariableLock  # noqa: Y015
+
+@_typing.final
+class VariableMetadata(_message.Message):
+    """What can be said of a variable without decrypting it (Nomad's
+    VariableMetadata): lists, events and conflicts carry this.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    LOCK_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    MODIFY_TIME_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    path: _builtins.str
+    """[a-zA-Z0-9-_~/], 1..128 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    """the check-and-set index"""
+    create_time: _builtins.int
+    """Unix ns"""
+    modify_time: _builtins.int
+    """Unix ns"""
+    @_builtins.property
+    def lock(self) -> Global___VariableLock:
+        """shown to management tokens and the lock's holder only"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        path: _builtins.str = ...,
+        lock: Global___VariableLock | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+        create_time: _builtins.int = ...,
+        modify_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lock", b"lock"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "create_time", b"create_time", "lock", b"lock", "modify_index", b"modify_index", "modify_time", b"modify_time", "namespace", b"namespace", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VariableMetadata: _TypeAlias = VariableMetadata  # noqa: Y015
+
+@_typing.final
+class Variable(_message.Message):
+    """A variable with its items in clear (Nomad's VariableDecrypted): only in
+    answers to callers who may read it, never stored (the state keeps the
+    items AES-GCM encrypted, docs/variables.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ItemsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    METADATA_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def metadata(self) -> Global___VariableMetadata: ...
+    @_builtins.property
+    def items(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """at most 64 KiB of keys and values together"""
+
+    def __init__(
+        self,
+        *,
+        metadata: Global___VariableMetadata | None = ...,
+        items: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Variable: _TypeAlias = Variable  # noqa: Y015
+
+@_typing.final
+class RootKeyMeta(_message.Message):
+    """A root key of the keyring without its material (Nomad's RootKeyMeta)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PUBLISH_TIME_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """a UUID"""
+    algorithm: _builtins.str
+    """"aes256-gcm" """
+    create_time: _builtins.int
+    """Unix ns"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    state: _builtins.str
+    """"active", "inactive", "rekeying", "prepublished" or "deprecated" """
+    publish_time: _builtins.int
+    """Unix ns a prepublished key becomes active; 0 otherwise"""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        algorithm: _builtins.str = ...,
+        create_time: _builtins.int = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+        state: _builtins.str = ...,
+        publish_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "create_index", b"create_index", "create_time", b"create_time", "key_id", b"key_id", "modify_index", b"modify_index", "publish_time", b"publish_time", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RootKeyMeta: _TypeAlias = RootKeyMeta  # noqa: Y015
+
+@_typing.final
+class KeyringPublicKey(_message.Message):
+    """A key that verifies workload identities (JWKS)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    PUBLIC_KEY_FIELD_NUMBER: _builtins.int
+    USE_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """the JWT header's `kid`"""
+    algorithm: _builtins.str
+    """"RS256" """
+    public_key: _builtins.bytes
+    """DER SubjectPublicKeyInfo"""
+    use: _builtins.str
+    """"sig" """
+    create_time: _builtins.int
+    """Unix ns"""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        algorithm: _builtins.str = ...,
+        public_key: _builtins.bytes = ...,
+        use: _builtins.str = ...,
+        create_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "create_time", b"create_time", "key_id", b"key_id", "public_key", b"public_key", "use", b"use"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyringPublicKey: _TypeAlias = KeyringPublicKey  # noqa: Y015
 
 @_typing.final
 class ChangeBatch(_message.Message):

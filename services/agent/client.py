@@ -18,6 +18,7 @@ import platform
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 
 import grpc
 import psutil
@@ -329,7 +330,13 @@ class Agent:
                     log.warning("alloc %s: job version %d unknown", alloc.id, alloc.job_version)
                     continue
                 runner = AllocRunner(
-                    alloc, job, self.drivers, self.settings.data_dir, self._mark, node=self.node
+                    alloc,
+                    job,
+                    self.drivers,
+                    self.settings.data_dir,
+                    self._mark,
+                    node=self.node,
+                    sign=self.sign_identities,
                 )
                 self.runners[alloc.id] = runner
                 log.info(
@@ -346,6 +353,23 @@ class Agent:
         for alloc_id in gone:  # garbage collected on the server
             runner = self.runners.pop(alloc_id)
             await runner.stop()
+
+    async def sign_identities(
+        self, alloc_id: str, task: str, names: Sequence[str]
+    ) -> node_pb2.NodeSignIdentitiesResponse:
+        """Workload identities of one of our tasks, signed by the state."""
+        resp: node_pb2.NodeSignIdentitiesResponse = await self.stub.SignIdentities(
+            node_pb2.NodeSignIdentitiesRequest(
+                node_id=self.node.id,
+                secret_id=self.node.secret_id,
+                identities=[
+                    node_pb2.WorkloadIdentityRequest(alloc_id=alloc_id, task=task, identity=n)
+                    for n in names
+                ],
+            ),
+            timeout=30,
+        )
+        return resp
 
     def _mark(self, runner: AllocRunner) -> None:
         self._dirty.add(runner.alloc.id)

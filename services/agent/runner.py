@@ -37,7 +37,9 @@ from services.agent.drivers import (
     TaskResources,
     task_config,
 )
+from services.agent.drivers.exec import DEFAULT_USER as EXEC_DEFAULT_USER
 from services.agent.health import HealthWatch
+from services.agent.identity import IdentityError, Signer, TaskIdentities
 from services.agent.stats import TaskStats, alloc_usage
 
 #: drivers whose tasks see their directories at the root of their own file
@@ -87,6 +89,7 @@ class TaskRunner:
         node: pb.Node,
         *,
         state_dir: Path,
+        sign: Signer | None = None,
     ) -> None:
         """`state_dir` is where the task's executor keeps its files."""
         self.alloc = alloc
@@ -98,6 +101,14 @@ class TaskRunner:
         self.task_dir = alloc_dir.task(task.name)
         self.dir = self.task_dir.dir
         self.state_dir = state_dir
+        #: the task's workload identities, when it exposes any; their files
+        #: belong to the user the task runs as
+        owner = task.user or (EXEC_DEFAULT_USER if task.driver == "exec" else "")
+        self.identities = (
+            TaskIdentities(sign, alloc.id, task, self.dir, owner=owner)
+            if sign is not None
+            else None
+        )
         self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
@@ -191,13 +202,22 @@ class TaskRunner:
             self.write_payload()
         except (OSError, ValueError) as exc:
             self._setup_failed(f"failed to write the dispatch payload: {exc}")
+        renewing: asyncio.Task[None] | None = None
         while not self._killing:
             try:
                 env = self.task_env()
+                if self.identities is not None and self.identities.wanted:
+                    env.env.update(await self.identities.setup())
+                    if renewing is None:
+                        renewing = asyncio.create_task(self.identities.renew())
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
                     span.set_attribute("driver", self.task.driver)
                     self._handle = await self.driver.start(self.task_config(env))
+            except IdentityError as exc:
+                self.started.set()
+                result = ExitResult(exit_code=-1, error=str(exc))
+                self._event("Setup Failure", f"workload identity: {exc}", fails_task=True)
             except Exception as exc:
                 self.started.set()
                 if not isinstance(exc, DriverError | OSError | ValueError):
@@ -237,6 +257,10 @@ class TaskRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait_killed(), delay)
         self.started.set()
+        if renewing is not None:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
         self.state.state = TaskStateName.DEAD
         self.state.finished_at = time.time_ns()
         self.on_change()
@@ -307,9 +331,11 @@ class AllocRunner:
         on_change: Callable[[AllocRunner], None],
         *,
         node: pb.Node | None = None,
+        sign: Signer | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
-        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
+        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs;
+        `sign` gets the tasks' workload identities from the state."""
         self.alloc = alloc
         self.job = job
         self.alloc_dir = AllocDir.of(data_dir, alloc.id)
@@ -345,6 +371,7 @@ class AllocRunner:
                     lambda: self.on_change(self),
                     node if node is not None else pb.Node(id=alloc.node_id),
                     state_dir=data_dir / "executor" / f"{alloc.id}.{task.name}",
+                    sign=sign,
                 )
             )
         self._task: asyncio.Task[None] | None = None

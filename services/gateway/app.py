@@ -22,6 +22,7 @@ from services.gateway.routes import (
     evals,
     events,
     jobs,
+    keyring,
     namespaces,
     node_pools,
     nodes,
@@ -29,6 +30,7 @@ from services.gateway.routes import (
     parse,
     scaling,
     unserved,
+    variables,
 )
 from services.gateway.ui import routes as ui
 
@@ -52,6 +54,8 @@ ROUTE_MODULES: list[ModuleType] = [
     parse,
     namespaces,
     scaling,
+    variables,
+    keyring,
     ui,
 ]
 

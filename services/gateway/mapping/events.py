@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.domain import variables
 from corral.domain.structs import Topic
 from corral.v1 import event_pb2
 from corral.v1 import structs_pb2 as pb
@@ -58,7 +59,9 @@ def event(ev: pb.Event) -> dict[str, Any]:
     """One Nomad event."""
     which = ev.WhichOneof("payload")
     payload: dict[str, Any] = {}
-    if which is not None:
+    if which == "variable":  # Nomad's VariableEvent
+        payload = {"Metadata": variables.metadata(ev.variable), "Deleted": ev.deleted}
+    elif which is not None:
         key, mapping = _PAYLOADS[which]
         payload[key] = mapping(getattr(ev, which))
     return {

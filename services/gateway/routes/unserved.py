@@ -23,7 +23,6 @@ UNSERVED_PREFIXES: tuple[str, ...] = (
     "/v1/sentinel",
     "/v1/service",
     "/v1/system/",
-    "/v1/var",
     "/v1/volume",
     "/v1/acl/",
     "/v1/jobs/",

@@ -1145,6 +1145,12 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
+    async def bookkeeping(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement outside the indexed writes, committed at once: for
+        bookkeeping no reader waits on (a variable lock's lease), never for
+        state a write must decide on. No index, no change-log row."""
+        return await self._query(sql, params)
+
     async def get_node(self, node_id: str) -> pb.Node | None:
         """One node straight from the table (no index taken), with its
         secret's hash: for the state's own checks, never for a reader."""

@@ -1,8 +1,8 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`, and
-`periodic` and `system`, which relay
-to the broker leader) and the internal `State` service (`state`) the other roles
+`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`,
+`variables`, `keyring`, and `periodic` and `system`, which relay to the
+broker leader) and the internal `State` service (`state`) the other roles
 call."""
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from services.state.handlers import (
     eval,
     event,
     job,
+    keyring,
     namespace,
     node_pool,
     operator,
     periodic,
     scaling,
     system,
+    variables,
 )
 
 
@@ -39,5 +41,7 @@ def register(server: GrpcServer, ctx: StateContext) -> None:
         namespace,
         node_pool,
         scaling,
+        variables,
+        keyring,
     ):
         module.register(server, ctx)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from google.protobuf.struct_pb2 import Struct
 
-from corral.domain import namespaces, node_pools, periodic, scaling, structs
+from corral.domain import identity, namespaces, node_pools, periodic, scaling, structs
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import (
@@ -147,6 +147,9 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+            found = identity.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
     found = scaling.problem(job)
     if found is not None:

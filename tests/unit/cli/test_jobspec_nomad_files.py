@@ -27,7 +27,7 @@ INIT_EXAMPLES = {
     "command/asset/connect-short.nomad.hcl",
 }
 #: blocks and arguments other issues own (services, templates, volumes, the
-#: client's task features, identities, scaling, ...): set aside to find the
+#: client's task features, scaling, ...): set aside to find the
 #: files only this parser's language would still refuse
 OTHER_ISSUES = frozenset(
     {
@@ -39,7 +39,6 @@ OTHER_ISSUES = frozenset(
         "volume_mount",
         "lifecycle",
         "logs",
-        "identity",
         "vault",
         "consul",
         "csi_plugin",
@@ -50,8 +49,8 @@ OTHER_ISSUES = frozenset(
     }
 )
 #: accepted as they are (55 before HCL2 evaluation and issue 27's arguments,
-#: 66 before the scaling block)
-EXPECTED_ACCEPTED = 71
+#: 66 before the scaling and identity blocks)
+EXPECTED_ACCEPTED = 78
 #: files in the mirror's e2e tree that hold a volume specification, not a job
 NOT_JOBS = 2
 #: Consul Connect gateway groups: their only content is a `service` (the
