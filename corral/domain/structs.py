@@ -165,8 +165,9 @@ class Topic:
     DEPLOYMENT = "Deployment"
     OPERATOR = "Operator"
     JOB_SUMMARY = "JobSummary"
+    SERVICE = "Service"  # service registrations (Nomad's TopicService)
 
-    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY)
+    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY, SERVICE)
 
     # ACL writes are in the change log (key only: a policy name or a token's
     # accessor id, never a secret) so every state process can drop cached

@@ -174,6 +174,7 @@ class Replica:
             "evals": [],
             "deployments": [],
             "job_summaries": [],
+            "service_registrations": [],
         }
         config = pb.SchedulerConfiguration()
         first = True

@@ -70,23 +70,37 @@ class AllocServicer(metaclass=_abc_1.ABCMeta):
 def add_AllocServicer_to_server(servicer: AllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class ClientAllocStub:
-    """Served by each client agent (Node.http_addr): task logs of its allocs."""
+    """Served by each client agent (Node.http_addr): task logs of its allocs
+    and the results of their service checks.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ClientAllocAsyncStub: ...
     Logs: _grpc.UnaryStreamMultiCallable[_alloc_pb2.AllocLogsRequest, _alloc_pb2.AllocLogsChunk]
+    Checks: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocChecksRequest, _alloc_pb2.AllocChecksResponse]
+    """The latest result of every Nomad-provider check of the alloc (Nomad's
+    /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+    """
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
-    """Served by each client agent (Node.http_addr): task logs of its allocs."""
+    """Served by each client agent (Node.http_addr): task logs of its allocs
+    and the results of their service checks.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Logs: _aio.UnaryStreamMultiCallable[_alloc_pb2.AllocLogsRequest, _alloc_pb2.AllocLogsChunk]  # type: ignore[assignment]
+    Checks: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocChecksRequest, _alloc_pb2.AllocChecksResponse]  # type: ignore[assignment]
+    """The latest result of every Nomad-provider check of the alloc (Nomad's
+    /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+    """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
-    """Served by each client agent (Node.http_addr): task logs of its allocs."""
+    """Served by each client agent (Node.http_addr): task logs of its allocs
+    and the results of their service checks.
+    """
 
     @_abc_1.abstractmethod
     def Logs(
@@ -94,5 +108,15 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
         request: _alloc_pb2.AllocLogsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_alloc_pb2.AllocLogsChunk], _abc.AsyncIterator[_alloc_pb2.AllocLogsChunk]]: ...
+
+    @_abc_1.abstractmethod
+    def Checks(
+        self,
+        request: _alloc_pb2.AllocChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocChecksResponse, _abc.Awaitable[_alloc_pb2.AllocChecksResponse]]:
+        """The latest result of every Nomad-provider check of the alloc (Nomad's
+        /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+        """
 
 def add_ClientAllocServicer_to_server(servicer: ClientAllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

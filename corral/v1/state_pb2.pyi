@@ -136,7 +136,7 @@ class TableIndex(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
     table: _builtins.str
-    """"jobs", "nodes", "allocs", "evals", "deployments", "job_summary", "scheduler_config" """
+    """"jobs", "nodes", "allocs", "evals", "deployments", "job_summary", "scheduler_config", "service_registrations" """
     index: _builtins.int
     def __init__(
         self,
@@ -171,6 +171,7 @@ class SnapshotChunk(_message.Message):
     SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
     JOB_VERSIONS_FIELD_NUMBER: _builtins.int
     DONE_FIELD_NUMBER: _builtins.int
+    SERVICE_REGISTRATIONS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     done: _builtins.bool
     @_builtins.property
@@ -195,6 +196,8 @@ class SnapshotChunk(_message.Message):
     def job_versions(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Job]:
         """older versions still referenced by allocs"""
 
+    @_builtins.property
+    def service_registrations(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.ServiceRegistration]: ...
     def __init__(
         self,
         *,
@@ -209,10 +212,11 @@ class SnapshotChunk(_message.Message):
         scheduler_config: _structs_pb2.SchedulerConfiguration | None = ...,
         job_versions: _abc.Iterable[_structs_pb2.Job] | None = ...,
         done: _builtins.bool = ...,
+        service_registrations: _abc.Iterable[_structs_pb2.ServiceRegistration] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scheduler_config", b"scheduler_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "deployments", b"deployments", "done", b"done", "evals", b"evals", "index", b"index", "job_summaries", b"job_summaries", "job_versions", b"job_versions", "jobs", b"jobs", "nodes", b"nodes", "scheduler_config", b"scheduler_config", "table_indexes", b"table_indexes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "deployments", b"deployments", "done", b"done", "evals", b"evals", "index", b"index", "job_summaries", b"job_summaries", "job_versions", b"job_versions", "jobs", b"jobs", "nodes", b"nodes", "scheduler_config", b"scheduler_config", "service_registrations", b"service_registrations", "table_indexes", b"table_indexes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

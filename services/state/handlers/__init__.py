@@ -1,8 +1,8 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, and `periodic` and `system`, which relay
-to the broker leader) and the internal `State` service (`state`) the other roles
-call."""
+`operator`, `deployment`, `acl`, `service` for the service catalog, and
+`periodic` and `system`, which relay to the broker leader) and the internal
+`State` service (`state`) the other roles call."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from services.state.handlers import (
     job,
     operator,
     periodic,
+    service,
     system,
 )
 
@@ -23,5 +24,5 @@ from services.state.handlers import (
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer but `Node` (it needs the heartbeats) and
     `ACL` (it needs the ACL settings) to the server."""
-    for module in (job, alloc, eval, event, operator, deployment, periodic, system):
+    for module in (job, alloc, eval, event, operator, deployment, periodic, system, service):
         module.register(server, ctx)
