@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.domain import services
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
 
@@ -139,6 +140,7 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit
                 )
+    services.canonicalize(job)
 
 
 def _policy(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
@@ -32,8 +33,6 @@ from corral.v1 import structs_pb2 as pb
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "service",
-        "check",
         "template",
         "artifact",
         "vault",
@@ -589,6 +588,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     if dp is not None:
         task.dispatch_payload.file = dp.string("file") or ""
         dp.done()
+    service_blocks.read(body, task.services)
     body.done()
 
 
@@ -650,6 +650,7 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     tg.prevent_reschedule_on_lost = bool(prevent)
     tg.shutdown_delay = body.duration("shutdown_delay") or 0
     tg.max_run_duration = body.duration("max_run_duration") or 0
+    service_blocks.read(body, tg.services)
     for tlabel, tb in body.blocks("task", f"{body.proto}.tasks", labeled=True):
         _task(tlabel or "", tb, tg.tasks.add())
     body.done()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.domain import periodic
+from corral.domain import periodic, services
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
@@ -185,6 +185,9 @@ def check(job: pb.Job) -> None:
                     raise FieldProblem(f"{tp}.dispatch_payload.file", problem)
         if sum(1 for t in tg.tasks if t.leader) > 1:
             raise FieldProblem(gp, "only one task may be the leader")
+    found = services.problem(job)
+    if found is not None:
+        raise FieldProblem(*found)
 
 
 def _restart(rp: pb.RestartPolicy, path: str) -> None:
