@@ -1,5 +1,6 @@
 """`python -m services.agent` — a client node: runs allocations with the
-raw_exec and mock drivers and serves their logs.
+raw_exec and mock drivers, registers and checks their services, and serves
+their logs and check results.
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers raw_exec,mock]
@@ -15,6 +16,7 @@ from corral.runtime.server import GrpcServer
 from corral.security import transport
 from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
 from services.agent.handlers import ClientAllocServicer
@@ -44,7 +46,9 @@ class AgentProcess:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.server.add(
             alloc_pb2_grpc.add_ClientAllocServicer_to_server,
-            ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc_namespace),
+            ClientAllocServicer(
+                data_dir, self.server.shutting_down, self._alloc_namespace, self._alloc_checks
+            ),
             alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
         )
         await self.server.start()
@@ -59,6 +63,12 @@ class AgentProcess:
     def _alloc_namespace(self, alloc_id: str) -> str | None:
         runner_ = self.agent.runners.get(alloc_id) if self.agent is not None else None
         return runner_.alloc.namespace if runner_ is not None else None
+
+    def _alloc_checks(self, alloc_id: str) -> list[pb.CheckResult]:
+        runner_ = self.agent.runners.get(alloc_id) if self.agent is not None else None
+        if runner_ is None or runner_.services is None:
+            return []
+        return runner_.services.results()
 
     async def stop(self) -> None:
         if self.agent is not None:

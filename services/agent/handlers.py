@@ -1,5 +1,6 @@
-"""`ClientAlloc.Logs`, served by the agent: a task's stdout/stderr file,
-from the start or the end, optionally followed."""
+"""`ClientAlloc`, served by the agent: a task's stdout/stderr file (from the
+start or the end, optionally followed), and the latest results of an
+alloc's service checks."""
 
 from __future__ import annotations
 
@@ -11,23 +12,38 @@ from typing import Any
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from corral.v1 import structs_pb2 as pb
 
 CHUNK = 64 * 1024
 
 
 class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
     """`namespace_of` names the namespace of an alloc this agent runs (None
-    for one it does not): reading its logs takes read-logs there."""
+    for one it does not): reading its logs takes read-logs there, its
+    check results (`checks_of`) read-job."""
 
     def __init__(
         self,
         data_dir: Path,
         stopping: asyncio.Event,
         namespace_of: Callable[[str], str | None],
+        checks_of: Callable[[str], list[pb.CheckResult]] = lambda alloc_id: [],
     ) -> None:
         self.data_dir = data_dir
         self.stopping = stopping
         self.namespace_of = namespace_of
+        self.checks_of = checks_of
+
+    async def Checks(
+        self, request: alloc_pb2.AllocChecksRequest, context: Any
+    ) -> alloc_pb2.AllocChecksResponse:
+        """Nomad's /v1/client/allocation/:id/checks: the alloc's checks as
+        this client last ran them (none once the alloc stopped)."""
+        namespace = self.namespace_of(request.alloc_id) if request.alloc_id else None
+        if namespace is None:
+            raise NotFound(f"alloc {request.alloc_id!r} is not running on this node")
+        access.require_namespace(namespace, access.READ_JOB)
+        return alloc_pb2.AllocChecksResponse(results=self.checks_of(request.alloc_id))
 
     async def Logs(
         self, request: alloc_pb2.AllocLogsRequest, context: Any
