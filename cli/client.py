@@ -25,6 +25,7 @@ from corral.v1 import (
     job_pb2_grpc,
     node_pb2_grpc,
     operator_pb2_grpc,
+    service_pb2_grpc,
     worker_pb2_grpc,
 )
 
@@ -107,6 +108,10 @@ class Client:
     @property
     def operator(self) -> operator_pb2_grpc.OperatorStub:
         return operator_pb2_grpc.OperatorStub(self.channel())
+
+    @property
+    def services(self) -> service_pb2_grpc.ServiceRegistrationStub:
+        return service_pb2_grpc.ServiceRegistrationStub(self.channel())
 
     def worker(self, address: str) -> worker_pb2_grpc.WorkerStub:
         return worker_pb2_grpc.WorkerStub(self.channel(address))

@@ -25,6 +25,7 @@ from services.gateway.routes import (
     nodes,
     operator,
     parse,
+    services,
     unserved,
 )
 from services.gateway.ui import routes as ui
@@ -44,6 +45,7 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    services,
     ui,
 ]
 

@@ -36,6 +36,7 @@ from corral.v1 import (
     periodic_pb2_grpc,
     plan_pb2,
     plan_pb2_grpc,
+    service_pb2_grpc,
 )
 
 #: unary calls fail after this long rather than hang; blocking queries add
@@ -85,6 +86,7 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self.services = service_pb2_grpc.ServiceRegistrationStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr

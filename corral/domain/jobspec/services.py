@@ -251,12 +251,17 @@ def _json_services(owner: dict[str, Any], path: str) -> None:
                 check.pop(key, None)
             header = check.get("Header")
             if isinstance(header, dict):
-                check["Header"] = {
-                    k: {"Values": v if isinstance(v, list) else [v]} for k, v in header.items()
-                }
+                check["Header"] = {k: _header_values(v) for k, v in header.items()}
             own = check.get("CheckRestart")
             if isinstance(shared, dict) or isinstance(own, dict):
                 check["CheckRestart"] = _json_check_restart(shared, own)
+
+
+def _header_values(value: Any) -> Any:
+    """Nomad's `[values]` (or one value) as our message; ours passes."""
+    if isinstance(value, dict):
+        return value
+    return {"Values": value if isinstance(value, list) else [value]}
 
 
 def _json_check_restart(shared: Any, own: Any) -> dict[str, Any]:

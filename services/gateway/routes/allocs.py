@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
+from corral.v1 import alloc_pb2, alloc_pb2_grpc, job_pb2, node_pb2, query_pb2
+from corral.v1 import structs_pb2 as pb
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -93,6 +94,27 @@ async def allocation_stop(request: Request) -> Response:
     return respond(request, {"EvalID": resp.eval_id, "Index": resp.index}, index=resp.index)
 
 
+async def alloc_agent(
+    request: Request, alloc_id: str, what: str
+) -> tuple[pb.Allocation, alloc_pb2_grpc.ClientAllocStub]:
+    """The alloc (id or prefix) and the ClientAlloc service of the agent
+    running it (Nomad forwards /v1/client/... to the alloc's node)."""
+    backend = backend_of(request)
+    md = metadata_of(request)
+    got = await backend.allocs.Get(
+        alloc_pb2.AllocGetRequest(alloc_id=alloc_id), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    alloc = got.alloc
+    if not alloc.node_id:
+        raise NomadError(404, "allocation is not placed on a node")
+    node = await backend.nodes.Get(
+        node_pb2.NodeGetRequest(node_id=alloc.node_id), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    if not node.node.http_addr:
+        raise NomadError(404, f"node {alloc.node_id} has no address to {what} from")
+    return alloc, backend.client_alloc(node.node.http_addr)
+
+
 async def logs(request: Request) -> Response:
     """Nomad's log streaming: JSON frames {"Data": base64, "File", "Offset"}
     one after another, or the raw bytes with `plain=true`."""
@@ -109,22 +131,9 @@ async def logs(request: Request) -> Response:
     follow = bool_param(request, "follow")
     plain = bool_param(request, "plain")
     offset = int_param(request, "offset")
-    backend = backend_of(request)
     md = metadata_of(request)
-    got = await backend.allocs.Get(
-        alloc_pb2.AllocGetRequest(alloc_id=request.path_params["alloc_id"]),
-        metadata=md,
-        timeout=DEFAULT_TIMEOUT,
-    )
-    alloc = got.alloc
-    if not alloc.node_id:
-        raise NomadError(404, "allocation is not placed on a node")
-    node = await backend.nodes.Get(
-        node_pb2.NodeGetRequest(node_id=alloc.node_id), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    if not node.node.http_addr:
-        raise NomadError(404, f"node {alloc.node_id} has no address to read logs from")
-    logs_call: Any = backend.client_alloc(node.node.http_addr).Logs
+    alloc, agent = await alloc_agent(request, request.path_params["alloc_id"], "read logs")
+    logs_call: Any = agent.Logs
     stream = logs_call(
         alloc_pb2.AllocLogsRequest(
             alloc_id=alloc.id, task=task, type=kind, follow=follow, offset=offset, origin=origin

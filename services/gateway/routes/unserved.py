@@ -24,7 +24,6 @@ UNSERVED_PREFIXES: tuple[str, ...] = (
     "/v1/scaling/",
     "/v1/search",
     "/v1/sentinel",
-    "/v1/service",
     "/v1/system/",
     "/v1/var",
     "/v1/volume",
