@@ -538,3 +538,71 @@ def test_drain_a_node_from_its_page(dev: DevProcess, driver: Any) -> None:
         lambda d: d.find_element(By.ID, "eligibility").text == "eligible",
     )
     assert_not_reloaded(driver)
+
+
+SERVICE_JOB = """
+job "ui-web" {
+  datacenters = ["dc1"]
+
+  group "g" {
+    network {
+      port "http" {}
+    }
+
+    service {
+      name     = "ui-web"
+      port     = "http"
+      provider = "nomad"
+      tags     = ["front"]
+
+      check {
+        type     = "http"
+        path     = "/"
+        interval = "1s"
+        timeout  = "1s"
+      }
+    }
+
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = "python3"
+        args    = ["-m", "http.server", "${NOMAD_PORT_http}"]
+      }
+      resources {
+        cpu    = 20
+        memory = 64
+      }
+    }
+  }
+}
+"""
+
+
+def test_services_show_with_their_checks(dev: DevProcess, driver: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    run_job(dev, tmp_path, "ui-web.nomad.hcl", SERVICE_JOB)
+    ui = http_base(dev) + "/ui"
+    open_page(driver, ui + "/jobs/ui-web")
+    mark_no_reload(driver)
+    cell = "#services tr[data-service='ui-web'] td.checks"
+    wait_until(
+        driver,
+        "the service's check passing on the job page",
+        lambda d: any(e.text == "1 passing" for e in d.find_elements(By.CSS_SELECTOR, cell)),
+        timeout=90,
+    )
+    assert_not_reloaded(driver)
+    screenshot(driver, "job-services")
+    driver.find_element(By.CSS_SELECTOR, "#services tr[data-service='ui-web'] a").click()
+    wait_until(
+        driver,
+        "the alloc page's check",
+        present("#checks tr[data-status='success']"),
+    )
+    assert "ui-web" in driver.find_element(By.ID, "services").text
+    screenshot(driver, "alloc-checks")
+    open_page(driver, ui + "/services")
+    wait_until(driver, "ui-web listed", present("#services tr[data-service='ui-web'] a"))
+    screenshot(driver, "services")
