@@ -6,6 +6,7 @@ the sync that keeps the catalog told (retrying what the state refused)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +24,9 @@ from services.agent import taskenv
 from services.agent.alloc_services import AllocServices, resolve_address
 from services.agent.check_watch import CheckWatcher, watch_for
 from services.agent.checks import Checker, CheckRunner, CheckTarget
+from services.agent.drivers import MockDriver
 from services.agent.health import HealthJudge
+from services.agent.runner import AllocRunner
 from services.agent.service_sync import ServiceSync
 from tests.wait import until
 
@@ -334,3 +337,56 @@ def test_check_restart_timing() -> None:
     assert restarted == [("web", 'healthcheck: check "alive" unhealthy')]
     assert watcher.watches == {}  # re-armed when the task runs again
     assert watch_for("c2", pb.ServiceCheck(interval=SECOND), "web") is None
+
+
+# ------------------------------------------------------------------ an alloc stopping
+
+
+async def test_a_stopping_alloc_deregisters_then_waits_its_shutdown_delays(
+    tmp_path: Path, catalog: tuple[FakeCatalog, ServiceSync]
+) -> None:
+    fake, sync = catalog
+    job = job_with_services()
+    tg = job.task_groups[0]
+    tg.shutdown_delay = SECOND // 5
+    tg.tasks[0].shutdown_delay = SECOND // 5
+    tg.tasks[0].config.Clear()
+    tg.tasks[0].config.update({"run_for": "0"})
+    alloc = placed(job, mock.node())
+    checker = Checker()
+    runner = AllocRunner(
+        alloc,
+        job,
+        {"mock": MockDriver()},
+        tmp_path,
+        lambda r: None,
+        node=mock.node(),
+        sync=sync,
+        checker=checker,
+    )
+    runner.start()
+    try:
+        await until(lambda: len(fake.registered) == 2, what="group and task services")
+        task = runner.tasks[0]
+        await runner.stop()
+        assert fake.registered == {}
+        kinds = [e.type for e in task.state.events]
+        # deregistered, waited, then killed
+        assert kinds.index("Waiting for shutdown delay") < kinds.index("Killing")
+        assert task.state.state == TaskStateName.DEAD
+    finally:
+        await checker.close()
+
+
+async def test_no_shutdown_delay_skips_it(tmp_path: Path) -> None:
+    job = job_with_services()
+    job.task_groups[0].tasks[0].shutdown_delay = 60 * SECOND
+    job.task_groups[0].tasks[0].config.Clear()
+    job.task_groups[0].tasks[0].config.update({"run_for": "0"})
+    alloc = placed(job, mock.node())
+    alloc.desired_transition.no_shutdown_delay = True
+    runner = AllocRunner(alloc, job, {"mock": MockDriver()}, tmp_path, lambda r: None)
+    runner.start()
+    await until(lambda: runner.tasks[0].state.state == TaskStateName.RUNNING, what="running")
+    await asyncio.wait_for(runner.stop(), 10)
+    assert "Skipping shutdown delay" in [e.type for e in runner.tasks[0].state.events]
