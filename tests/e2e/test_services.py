@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -382,5 +382,5 @@ async def _down(c: Cluster) -> Any:
     return node if node is not None and node.status == NodeStatus.DOWN else None
 
 
-async def _gone(instances: Callable[[], Any]) -> bool:
-    return await instances() == []
+async def _gone(instances: Callable[[], Awaitable[list[pb.ServiceRegistration]]]) -> bool:
+    return not await instances()
