@@ -150,8 +150,8 @@ class Dev:
         assert resp.status_code == 200, resp.text
         return resp.json()
 
-    def corral(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "CORRAL_TOKEN": self.token}
+    def corral(self, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CORRAL_TOKEN": self.token if token is None else token}
         env.pop("CORRAL_SERVER_TOKEN", None)
         return subprocess.run(
             [sys.executable, "-m", "cli", *args, "-address", self.dev.info["address"]],
@@ -291,17 +291,7 @@ def test_a_token_without_read_job_is_refused(dev: Dev) -> None:
         refused = dev.get(path, token=token)
         assert (refused.status_code, refused.text) == (403, "Permission denied"), path
     assert dev.get("/v1/services", token=token, namespace="*").json() == []
-    env = {**os.environ, "CORRAL_TOKEN": token}
-    env.pop("CORRAL_SERVER_TOKEN", None)
-    denied = subprocess.run(
-        [sys.executable, "-m", "cli", "service", "list", "-address", dev.dev.info["address"]],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    denied = dev.corral("service", "list", token=token)
     assert denied.returncode == 1 and "Permission denied" in denied.stderr
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
+from tests.e2e.test_services import WEB
 from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
 from tests.wait import wait_for
 
@@ -540,43 +541,8 @@ def test_drain_a_node_from_its_page(dev: DevProcess, driver: Any) -> None:
     assert_not_reloaded(driver)
 
 
-SERVICE_JOB = """
-job "ui-web" {
-  datacenters = ["dc1"]
-
-  group "g" {
-    network {
-      port "http" {}
-    }
-
-    service {
-      name     = "ui-web"
-      port     = "http"
-      provider = "nomad"
-      tags     = ["front"]
-
-      check {
-        type     = "http"
-        path     = "/"
-        interval = "1s"
-        timeout  = "1s"
-      }
-    }
-
-    task "server" {
-      driver = "raw_exec"
-      config {
-        command = "python3"
-        args    = ["-m", "http.server", "${NOMAD_PORT_http}"]
-      }
-      resources {
-        cpu    = 20
-        memory = 64
-      }
-    }
-  }
-}
-"""
+#: the services e2e's job, renamed (a python http.server with an http check)
+SERVICE_JOB = WEB.replace("CHECK_PATH", "/").replace('"web"', '"ui-web"')
 
 
 def test_services_show_with_their_checks(dev: DevProcess, driver: Any, tmp_path: Path) -> None:

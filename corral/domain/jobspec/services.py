@@ -19,9 +19,11 @@ from corral.v1 import structs_pb2 as pb
 if TYPE_CHECKING:  # hcl.py imports this module
     from corral.domain.jobspec.hcl import Body
 
-#: service arguments and blocks only Consul acts on (HCL name: what to call it)
+#: service arguments and blocks only Consul acts on (HCL name: what to call
+#: it); Nomad's JSON names them in PascalCase (`_json_name`)
 CONSUL_SERVICE_FIELDS = {
     "connect": "the connect block (Consul service mesh)",
+    "enable_tag_override": "enable_tag_override",
     "tagged_addresses": "tagged_addresses",
     "weights": "the weights block (Consul DNS weights)",
     "identity": "a service identity (a Consul service token)",
@@ -75,11 +77,23 @@ def read(body: Body, out: Any) -> None:
         _service(sb, out.add())
 
 
+def _zero(value: Any) -> bool:
+    """Nomad's zero value of a field: it asks for nothing."""
+    return value in (None, "", False, 0, [], {})
+
+
+def _json_name(hcl: str) -> str:
+    """A field's name in Nomad's API JSON (`tls_server_name` → `TLSServerName`)."""
+    return "".join(_ACRONYMS.get(part, part.capitalize()) for part in hcl.split("_"))
+
+
+_ACRONYMS = {"tls": "TLS", "grpc": "GRPC"}
+
+
 def _consul_fields(body: Body, fields: dict[str, str]) -> None:
     for name, what in fields.items():
         if name in body.data:
-            value = body.data[name]
-            if value in (False, 0, "", None, [], {}):  # Nomad's zero value: means nothing
+            if _zero(body.data[name]):
                 body.used.add(name)
                 continue
             raise body.fail(name, services.consul_only(what))
@@ -94,8 +108,6 @@ def _service(sb: Body, service: pb.Service) -> None:
             raise sb.src.error(sb.path, sb.display, found)
         raise sb.fail("provider", found)
     _consul_fields(sb, CONSUL_SERVICE_FIELDS)
-    if sb.boolean("enable_tag_override"):
-        raise sb.fail("enable_tag_override", services.consul_only("enable_tag_override"))
     cluster = sb.string("cluster")
     if cluster not in (None, "", "default"):
         raise sb.fail("cluster", services.consul_only("a Consul cluster"))
@@ -200,43 +212,12 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-_JSON_CONSUL_SERVICE = {
-    "Connect": "the connect block (Consul service mesh)",
-    "TaggedAddresses": "tagged_addresses",
-    "Weights": "the weights block (Consul DNS weights)",
-    "Identity": "a service identity (a Consul service token)",
-    "Kind": "kind (Consul gateways)",
-    "Namespace": "a service namespace (a Consul namespace)",
-    "EnableTagOverride": "enable_tag_override",
-}
-_JSON_CONSUL_CHECK = {
-    "SuccessBeforePassing": "success_before_passing",
-    "FailuresBeforeCritical": "failures_before_critical",
-    "FailuresBeforeWarning": "failures_before_warning",
-    "TLSServerName": "tls_server_name",
-    "Expose": "expose (Consul service mesh)",
-    "GRPCService": "a gRPC check",
-    "GRPCUseTLS": "a gRPC check",
-    "Command": "a script check",
-    "Args": "a script check",
-    "Notes": "notes",
-    "Advertise": "advertise",
-}
-
-
-def _empty(value: Any) -> bool:
-    return value in (None, "", False, 0, [], {})
-
-
 def _json_services(owner: dict[str, Any], path: str) -> None:
     for i, service in enumerate(_list(owner.get("Services"))):
         if not isinstance(service, dict):
             continue
         sp = f"{path}[{i}]"
-        for key, what in _JSON_CONSUL_SERVICE.items():
-            if not _empty(service.get(key)):
-                raise validate.FieldProblem(f"{sp}.{key}", services.consul_only(what))
-            service.pop(key, None)
+        _json_consul_fields(service, CONSUL_SERVICE_FIELDS, sp)
         if service.get("Cluster") not in (None, "", "default"):
             raise validate.FieldProblem(f"{sp}.Cluster", services.consul_only("a Consul cluster"))
         service.pop("Cluster", None)
@@ -245,16 +226,21 @@ def _json_services(owner: dict[str, Any], path: str) -> None:
             if not isinstance(check, dict):
                 continue
             cp = f"{sp}.checks[{ci}]"
-            for key, what in _JSON_CONSUL_CHECK.items():
-                if not _empty(check.get(key)):
-                    raise validate.FieldProblem(f"{cp}.{key}", services.consul_only(what))
-                check.pop(key, None)
+            _json_consul_fields(check, CONSUL_CHECK_FIELDS, cp)
             header = check.get("Header")
             if isinstance(header, dict):
                 check["Header"] = {k: _header_values(v) for k, v in header.items()}
             own = check.get("CheckRestart")
             if isinstance(shared, dict) or isinstance(own, dict):
                 check["CheckRestart"] = _json_check_restart(shared, own)
+
+
+def _json_consul_fields(data: dict[str, Any], fields: dict[str, str], path: str) -> None:
+    for name, what in fields.items():
+        key = _json_name(name)
+        if not _zero(data.get(key)):
+            raise validate.FieldProblem(f"{path}.{key}", services.consul_only(what))
+        data.pop(key, None)
 
 
 def _header_values(value: Any) -> Any:
