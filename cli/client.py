@@ -23,8 +23,11 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    namespace_pb2_grpc,
     node_pb2_grpc,
+    node_pool_pb2_grpc,
     operator_pb2_grpc,
+    scaling_pb2_grpc,
     service_pb2_grpc,
     worker_pb2_grpc,
 )
@@ -112,6 +115,18 @@ class Client:
     @property
     def services(self) -> service_pb2_grpc.ServiceRegistrationStub:
         return service_pb2_grpc.ServiceRegistrationStub(self.channel())
+
+    @property
+    def namespaces(self) -> namespace_pb2_grpc.NamespaceStub:
+        return namespace_pb2_grpc.NamespaceStub(self.channel())
+
+    @property
+    def node_pools(self) -> node_pool_pb2_grpc.NodePoolStub:
+        return node_pool_pb2_grpc.NodePoolStub(self.channel())
+
+    @property
+    def scaling(self) -> scaling_pb2_grpc.ScalingStub:
+        return scaling_pb2_grpc.ScalingStub(self.channel())
 
     def worker(self, address: str) -> worker_pb2_grpc.WorkerStub:
         return worker_pb2_grpc.WorkerStub(self.channel(address))

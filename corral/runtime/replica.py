@@ -175,6 +175,10 @@ class Replica:
             "deployments": [],
             "job_summaries": [],
             "service_registrations": [],
+            "namespaces": [],
+            "node_pools": [],
+            "scaling_policies": [],
+            "scaling_events": [],
         }
         config = pb.SchedulerConfiguration()
         first = True

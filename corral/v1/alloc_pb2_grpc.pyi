@@ -70,8 +70,8 @@ class AllocServicer(metaclass=_abc_1.ABCMeta):
 def add_AllocServicer_to_server(servicer: AllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class ClientAllocStub:
-    """Served by each client agent (Node.http_addr): task logs of its allocs
-    and the results of their service checks.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     @_typing.overload
@@ -83,11 +83,17 @@ class ClientAllocStub:
     """The latest result of every Nomad-provider check of the alloc (Nomad's
     /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
     """
+    Stats: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocStatsRequest, _alloc_pb2.AllocStatsResponse]
+    """Resource usage of an alloc's tasks, summed and per task, from their
+    cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+    namespace. NOT_FOUND for an alloc this node does not run, or a task it
+    does not have.
+    """
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
-    """Served by each client agent (Node.http_addr): task logs of its allocs
-    and the results of their service checks.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -96,10 +102,16 @@ class ClientAllocAsyncStub(ClientAllocStub):
     """The latest result of every Nomad-provider check of the alloc (Nomad's
     /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
     """
+    Stats: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocStatsRequest, _alloc_pb2.AllocStatsResponse]  # type: ignore[assignment]
+    """Resource usage of an alloc's tasks, summed and per task, from their
+    cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+    namespace. NOT_FOUND for an alloc this node does not run, or a task it
+    does not have.
+    """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
-    """Served by each client agent (Node.http_addr): task logs of its allocs
-    and the results of their service checks.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     @_abc_1.abstractmethod
@@ -117,6 +129,18 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_alloc_pb2.AllocChecksResponse, _abc.Awaitable[_alloc_pb2.AllocChecksResponse]]:
         """The latest result of every Nomad-provider check of the alloc (Nomad's
         /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+        """
+
+    @_abc_1.abstractmethod
+    def Stats(
+        self,
+        request: _alloc_pb2.AllocStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocStatsResponse, _abc.Awaitable[_alloc_pb2.AllocStatsResponse]]:
+        """Resource usage of an alloc's tasks, summed and per task, from their
+        cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+        namespace. NOT_FOUND for an alloc this node does not run, or a task it
+        does not have.
         """
 
 def add_ClientAllocServicer_to_server(servicer: ClientAllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,6 +24,7 @@ _PAYLOADS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "scheduler_config": ("SchedulerConfig", operator.scheduler_config),
     "job_summary": ("JobSummary", jobs.summary),
     "service_registration": ("Service", services.registration),
+    "node_pool": ("NodePool", nodes.node_pool),
 }
 
 #: the topics a client may ask for (Nomad's names), and "*"

@@ -126,8 +126,8 @@ async def alloc_services(request: Request) -> Response:
 async def alloc_checks(request: Request) -> Response:
     """Nomad's client endpoint: check id → its latest result, as the
     alloc's client last ran it (nothing for an alloc that stopped)."""
-    alloc, agent = await alloc_agent(request, request.path_params["alloc_id"], "read checks")
-    checks_call: Any = agent.Checks  # the async stub (Backend.client_alloc)
+    alloc, address = await alloc_agent(request)
+    checks_call: Any = backend_of(request).client_alloc(address).Checks  # the async stub
     resp = await checks_call(
         alloc_pb2.AllocChecksRequest(alloc_id=alloc.id),
         metadata=metadata_of(request),

@@ -32,6 +32,10 @@ class Dump:
     job_summaries: list[pb.JobSummary] = field(default_factory=list)
     service_registrations: list[pb.ServiceRegistration] = field(default_factory=list)
     scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
+    namespaces: list[pb.Namespace] = field(default_factory=list)
+    node_pools: list[pb.NodePool] = field(default_factory=list)
+    scaling_policies: list[pb.ScalingPolicy] = field(default_factory=list)
+    scaling_events: list[pb.JobScalingEvents] = field(default_factory=list)
 
     def to_snapshot(self) -> StateSnapshot:
         return StateStore.build(
@@ -45,6 +49,10 @@ class Dump:
             job_summaries=self.job_summaries,
             service_registrations=self.service_registrations,
             scheduler_config=self.scheduler_config,
+            namespaces=self.namespaces,
+            node_pools=self.node_pools,
+            scaling_policies=self.scaling_policies,
+            scaling_events=self.scaling_events,
             table_indexes=self.table_indexes,
         )
 
@@ -62,6 +70,10 @@ _TABLES: list[tuple[str, str, type]] = [
         "SELECT payload FROM service_registrations",
         pb.ServiceRegistration,
     ),
+    ("namespaces", "SELECT payload FROM namespaces", pb.Namespace),
+    ("node_pools", "SELECT payload FROM node_pools", pb.NodePool),
+    ("scaling_policies", "SELECT payload FROM scaling_policies", pb.ScalingPolicy),
+    ("scaling_events", "SELECT payload FROM scaling_events", pb.JobScalingEvents),
 ]
 
 

@@ -1,8 +1,9 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, `service` for the service catalog, and
-`periodic` and `system`, which relay to the broker leader) and the internal
-`State` service (`state`) the other roles call."""
+`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`,
+`service` for the service catalog, and `periodic` and `system`, which relay
+to the broker leader) and the internal `State` service (`state`) the other roles
+call."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from services.state.handlers import (
     eval,
     event,
     job,
+    namespace,
+    node_pool,
     operator,
     periodic,
+    scaling,
     service,
     system,
 )
@@ -24,5 +28,18 @@ from services.state.handlers import (
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer but `Node` (it needs the heartbeats) and
     `ACL` (it needs the ACL settings) to the server."""
-    for module in (job, alloc, eval, event, operator, deployment, periodic, system, service):
+    for module in (
+        job,
+        alloc,
+        eval,
+        event,
+        operator,
+        deployment,
+        periodic,
+        system,
+        namespace,
+        node_pool,
+        scaling,
+        service,
+    ):
         module.register(server, ctx)

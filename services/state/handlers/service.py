@@ -132,7 +132,7 @@ class ServiceRegistrationServicer(service_pb2_grpc.ServiceRegistrationServicer):
     ) -> state_pb2.WriteResponse:
         namespace = request.namespace or DEFAULT_NAMESPACE
         writes.validate_id(request.id, "id")
-        access.require_any(namespace, access.SUBMIT_JOB, access.DELETE_SERVICE)
+        access.require_any_capability(namespace, (access.SUBMIT_JOB, access.DELETE_SERVICE))
         async with self.ctx.write() as tx:
             await writes.delete_by_id(tx, namespace, request.id)
         return state_pb2.WriteResponse(index=tx.index)

@@ -69,6 +69,10 @@ def placed(job: pb.Job, node: pb.Node) -> pb.Allocation:
     return alloc
 
 
+def _dirs(tmp: Path) -> taskenv.TaskDirs:
+    return taskenv.TaskDirs(str(tmp / "alloc"), str(tmp / "local"), str(tmp / "secrets"))
+
+
 class FakeCatalog:
     """The state's side of ServiceSync: records calls, refuses on demand."""
 
@@ -119,7 +123,7 @@ def test_tasks_see_nomads_port_variables(tmp_path: Path) -> None:
     alloc = placed(job, node)
     alloc.resources.networks[0].dynamic_ports[0].to = 8080
     env = taskenv.build(
-        alloc, job, job.task_groups[0].tasks[0], node, alloc_dir=tmp_path, task_dir=tmp_path
+        alloc, job, job.task_groups[0].tasks[0], node, dirs=_dirs(tmp_path), home=str(tmp_path)
     ).env
     assert env["NOMAD_PORT_http"] == "8080" and env["NOMAD_HOST_PORT_http"] == "23456"
     assert env["NOMAD_ADDR_http"] == "192.168.0.100:23456"
@@ -149,7 +153,7 @@ async def test_an_alloc_registers_its_group_and_task_services(
 
     def env_of(task: str) -> taskenv.TaskEnv:
         t = job.task_groups[0].tasks[0] if task else pb.Task()
-        return taskenv.build(alloc, job, t, node, alloc_dir=tmp_path, task_dir=tmp_path)
+        return taskenv.build(alloc, job, t, node, dirs=_dirs(tmp_path), home=str(tmp_path))
 
     checker = Checker()
     svc = AllocServices(

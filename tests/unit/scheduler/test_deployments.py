@@ -6,7 +6,13 @@ or unhealthy, and what a newer version, a pause or a failure change
 from __future__ import annotations
 
 from corral.domain import structs
-from corral.domain.deployments import DESC_NEWER_JOB, DESC_STOPPED_JOB
+from corral.domain.deployments import (
+    DESC_AUTO_PROMOTION,
+    DESC_NEEDS_PROMOTION,
+    DESC_NEWER_JOB,
+    DESC_RUNNING,
+    DESC_STOPPED_JOB,
+)
 from corral.domain.structs import SECOND, DeploymentStatus, Trigger
 from corral.testing import mock
 from corral.testing.harness import Harness
@@ -265,6 +271,30 @@ def test_canaries_run_beside_the_old_allocs_until_promoted() -> None:
     assert len(live) == 4 and all(a.job_version == job.version for a in live)
 
 
+def test_a_deployment_says_what_it_waits_for() -> None:
+    """Nomad's reconciler: a job's first version has nothing to canary (no
+    desired canaries, nothing to promote); a destructive update with
+    canaries requires a promotion, automatic with auto_promote."""
+    for auto_promote, waiting in ((False, DESC_NEEDS_PROMOTION), (True, DESC_AUTO_PROMOTION)):
+        h = _cluster()
+        job = _job(count=2)
+        job.update.canary = 1
+        job.update.auto_promote = auto_promote
+        job = _register(h, job)
+        _run(h, job)
+        first = _deployment(h, job)
+        assert first.task_groups["web"].desired_canaries == 0
+        assert first.status_description == DESC_RUNNING
+        for a in _live(h, job):
+            h.set_alloc_health(a.id, True)
+
+        job = _new_version(h, job, "2")
+        _run(h, job)
+        second = _deployment(h, job)
+        assert second.id != first.id and second.task_groups["web"].desired_canaries == 1
+        assert second.status_description == waiting
+
+
 def test_replacing_an_alloc_of_the_deployed_version_starts_no_deployment() -> None:
     h = _cluster()
     spec = _job(count=3)
@@ -304,3 +334,67 @@ def test_an_update_that_cannot_be_placed_is_still_held_to_its_progress_deadline(
     state = d.task_groups["web"]
     assert state.placed_allocs == 0 and state.require_progress_by > 0
     assert all(a.job_version != job.version for a in _live(h, job))  # the old ones stay
+
+
+def test_the_eval_names_the_deployment_its_plan_creates() -> None:
+    """Nomad's TestServiceSched_JobModify_Rolling: 10 allocs of a version
+    without deployment, then a destructive update with max_parallel 4: one
+    plan with 4 stops and 4 placements creates the deployment, and the eval
+    is completed naming it (setStatus's DeploymentID)."""
+    h = _cluster(10)
+    job = mock.job(count=10)
+    job = _register(h, job)
+    _run(h, job)
+    assert not h.last_eval().deployment_id  # no update block, no deployment
+    plans = len(h.plans)
+    job.task_groups[0].update.CopyFrom(
+        pb.UpdateStrategy(
+            max_parallel=4,
+            health_check="checks",
+            min_healthy_time=10 * SECOND,
+            healthy_deadline=600 * SECOND,
+        )
+    )
+    job.task_groups[0].tasks[0].config.update({"command": "/bin/other"})
+    job = _register(h, job)
+    _run(h, job)
+    assert len(h.plans) == plans + 1
+    plan = h.last_plan()
+    assert sum(len(u.stops) for u in plan.node_update.values()) == 4
+    assert sum(len(a.allocs) for a in plan.node_allocation.values()) == 4
+    assert plan.HasField("deployment")
+    assert plan.deployment.task_groups["web"].desired_total == 10
+    ev = h.last_eval()
+    assert ev.status == "complete"
+    assert ev.deployment_id == plan.deployment.id
+
+    # the deployment watcher's eval that rolls the next batch names it too
+    for a in _live(h, job):
+        if a.deployment_id:
+            h.set_alloc_health(a.id, True)
+    _run(h, job, Trigger.DEPLOYMENT_WATCHER)
+    assert h.last_eval().deployment_id == plan.deployment.id
+
+
+def test_a_batch_eval_names_no_deployment() -> None:
+    h = _cluster(2)
+    job = _register(h, mock.batch_job(count=2))
+    _run(h, job)
+    assert h.last_eval().status == "complete" and not h.last_eval().deployment_id
+
+
+def test_a_promotion_or_resume_words_what_is_still_awaited() -> None:
+    """The state rewrites a running deployment's description on promote and
+    resume from what its groups still wait for (one group promoted of two
+    leaves the other awaiting)."""
+    from corral.domain.deployments import running_description
+
+    d = pb.Deployment()
+    d.task_groups["a"].CopyFrom(pb.DeploymentState(desired_canaries=1, promoted=True))
+    d.task_groups["b"].CopyFrom(pb.DeploymentState(desired_canaries=1, auto_promote=True))
+    assert running_description(d) == DESC_AUTO_PROMOTION
+    d.task_groups["c"].CopyFrom(pb.DeploymentState(desired_canaries=2))
+    assert running_description(d) == DESC_NEEDS_PROMOTION
+    for g in ("b", "c"):
+        d.task_groups[g].promoted = True
+    assert running_description(d) == DESC_RUNNING
