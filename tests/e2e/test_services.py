@@ -273,6 +273,13 @@ def test_check_restart_restarts_the_task(dev: Dev) -> None:
 
 def test_a_token_without_read_job_is_refused(dev: Dev) -> None:
     wait_for("web registered", lambda: dev.ok("/v1/service/web"), 60)
+    ns = requests.post(
+        dev.url + "/v1/namespace",
+        json={"Name": "other"},
+        headers={"X-Nomad-Token": dev.token},
+        timeout=30,
+    )
+    assert ns.status_code == 200, ns.text
     policy = {"Name": "other-reader", "Rules": 'namespace "other" { policy = "read" }'}
     made = requests.post(
         dev.url + "/v1/acl/policy/other-reader",
