@@ -546,28 +546,29 @@ SERVICE_JOB = WEB.replace("CHECK_PATH", "/").replace('"web"', '"ui-web"')
 
 
 def test_services_show_with_their_checks(dev: DevProcess, driver: Any, tmp_path: Path) -> None:
-    from selenium.webdriver.common.by import By
-
     run_job(dev, tmp_path, "ui-web.nomad.hcl", SERVICE_JOB)
     ui = http_base(dev) + "/ui"
     open_page(driver, ui + "/jobs/ui-web")
     mark_no_reload(driver)
-    cell = "#services tr[data-service='ui-web'] td.checks"
+
+    def texts(css: str) -> Callable[[Any], list[str]]:
+        # read in the page: the tables are re-rendered every few seconds,
+        # so an element found here could be stale by the time it is read
+        script = "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)"
+        return lambda d: list(d.execute_script(script, css))
+
+    checks = texts("#services tr[data-service='ui-web'] td.checks")
     wait_until(
         driver,
         "the service's check passing on the job page",
-        lambda d: any(e.text == "1 passing" for e in d.find_elements(By.CSS_SELECTOR, cell)),
+        lambda d: "1 passing" in checks(d),
         timeout=90,
     )
     assert_not_reloaded(driver)
     screenshot(driver, "job-services")
-    driver.find_element(By.CSS_SELECTOR, "#services tr[data-service='ui-web'] a").click()
-    wait_until(
-        driver,
-        "the alloc page's check",
-        present("#checks tr[data-status='success']"),
-    )
-    assert "ui-web" in driver.find_element(By.ID, "services").text
+    click(driver, "#services tr[data-service='ui-web'] a", "the instance's alloc")
+    wait_until(driver, "the alloc page's check", present("#checks tr[data-status='success']"))
+    assert any("ui-web" in t for t in texts("#services")(driver))
     screenshot(driver, "alloc-checks")
     open_page(driver, ui + "/services")
     wait_until(driver, "ui-web listed", present("#services tr[data-service='ui-web'] a"))
