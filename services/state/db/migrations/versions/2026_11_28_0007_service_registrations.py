@@ -2,7 +2,7 @@
 client agents register (Nomad's native service discovery).
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0005
 Create Date: 2026-11-28
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
