@@ -313,3 +313,18 @@ def test_ids() -> None:
     assert services.check_id("a1", "g", one) == services.check_id("a1", "g", one)
     assert services.check_id("a1", "g", one) != services.check_id("a1", "g", other)
     assert services.check_id("a1", "g", one) != services.check_id("a2", "g", one)
+
+
+def test_a_job_read_through_the_api_registers_again_unchanged() -> None:
+    """GET /v1/job/:id then PUT it back (what Nomad clients do): the
+    services survive Nomad's JSON shape both ways (headers as lists)."""
+    from corral.domain.jobspec import json as jobspec_json
+    from services.gateway.mapping import jobs as job_map
+
+    job = parse(JOB)
+    as_nomad = json.loads(json.dumps(job_map.job(job)))
+    check = as_nomad["TaskGroups"][0]["Services"][0]["Checks"][0]
+    assert check["Header"] == {"X-Probe": ["corral", "yes"]} and check["TLSSkipVerify"] is True
+    again = jobspec_json.from_nomad(as_nomad)
+    assert list(again.task_groups[0].services) == list(job.task_groups[0].services)
+    assert list(again.task_groups[0].tasks[0].services) == list(job.task_groups[0].tasks[0].services)
