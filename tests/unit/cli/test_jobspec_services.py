@@ -326,5 +326,6 @@ def test_a_job_read_through_the_api_registers_again_unchanged() -> None:
     check = as_nomad["TaskGroups"][0]["Services"][0]["Checks"][0]
     assert check["Header"] == {"X-Probe": ["corral", "yes"]} and check["TLSSkipVerify"] is True
     again = jobspec_json.from_nomad(as_nomad)
-    assert list(again.task_groups[0].services) == list(job.task_groups[0].services)
-    assert list(again.task_groups[0].tasks[0].services) == list(job.task_groups[0].tasks[0].services)
+    before, after = job.task_groups[0], again.task_groups[0]
+    assert list(after.services) == list(before.services)
+    assert list(after.tasks[0].services) == list(before.tasks[0].services)
