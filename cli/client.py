@@ -29,6 +29,7 @@ from corral.v1 import (
     node_pool_pb2_grpc,
     operator_pb2_grpc,
     scaling_pb2_grpc,
+    service_pb2_grpc,
     variables_pb2_grpc,
     worker_pb2_grpc,
 )
@@ -112,6 +113,10 @@ class Client:
     @property
     def operator(self) -> operator_pb2_grpc.OperatorStub:
         return operator_pb2_grpc.OperatorStub(self.channel())
+
+    @property
+    def services(self) -> service_pb2_grpc.ServiceRegistrationStub:
+        return service_pb2_grpc.ServiceRegistrationStub(self.channel())
 
     @property
     def namespaces(self) -> namespace_pb2_grpc.NamespaceStub:

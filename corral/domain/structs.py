@@ -171,6 +171,7 @@ class Topic:
     #: Nomad Variables: metadata only (never items), type "VariableUpdated"
     #: (`deleted` for a delete), shown per path to callers who may list it
     VARIABLE = "Variable"
+    SERVICE = "Service"  # service registrations (Nomad's TopicService)
 
     ALL = (
         JOB,
@@ -182,6 +183,7 @@ class Topic:
         JOB_SUMMARY,
         NODE_POOL,
         VARIABLE,
+        SERVICE,
     )
 
     # Namespaces, scaling policies and scaling events are in the change log

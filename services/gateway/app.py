@@ -29,6 +29,7 @@ from services.gateway.routes import (
     operator,
     parse,
     scaling,
+    services,
     unserved,
     variables,
 )
@@ -52,6 +53,7 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    services,
     namespaces,
     scaling,
     variables,

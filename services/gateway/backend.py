@@ -40,6 +40,7 @@ from corral.v1 import (
     plan_pb2,
     plan_pb2_grpc,
     scaling_pb2_grpc,
+    service_pb2_grpc,
     variables_pb2_grpc,
 )
 
@@ -90,6 +91,7 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self.services = service_pb2_grpc.ServiceRegistrationStub(self.channel)
         self.namespaces = namespace_pb2_grpc.NamespaceStub(self.channel)
         self.node_pools = node_pool_pb2_grpc.NodePoolStub(self.channel)
         self.scaling = scaling_pb2_grpc.ScalingStub(self.channel)

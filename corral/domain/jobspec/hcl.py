@@ -20,6 +20,7 @@ from typing import Any
 
 from corral.domain import scaling
 from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
@@ -33,8 +34,6 @@ from corral.v1 import structs_pb2 as pb
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "service",
-        "check",
         "template",
         "artifact",
         "vault",
@@ -588,6 +587,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     if dp is not None:
         task.dispatch_payload.file = dp.string("file") or ""
         dp.done()
+    service_blocks.read(body, task.services)
     _task_scaling(body, task)
     _identities(body, task)
     body.done()
@@ -680,6 +680,7 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     tg.prevent_reschedule_on_lost = bool(prevent)
     tg.shutdown_delay = body.duration("shutdown_delay") or 0
     tg.max_run_duration = body.duration("max_run_duration") or 0
+    service_blocks.read(body, tg.services)
     sb = body.block("scaling", f"{body.proto}.scaling")
     if sb is not None:
         _scaling_policy(sb, tg.scaling)

@@ -21,7 +21,6 @@ UNSERVED_PREFIXES: tuple[str, ...] = (
     "/v1/recommendation",
     "/v1/search",
     "/v1/sentinel",
-    "/v1/service",
     "/v1/system/",
     "/v1/volume",
     "/v1/acl/",

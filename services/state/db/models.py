@@ -175,6 +175,34 @@ class Deployment(Base):
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class ServiceRegistration(Base):
+    """One instance of a service (Nomad's service_registrations table),
+    keyed as Nomad keys it: by namespace and id. Written by the client
+    running it; removed by the state when its alloc becomes client-terminal
+    or its node goes down (services/state/writes/services.py)."""
+
+    __tablename__ = "service_registrations"
+    __table_args__ = (
+        Index(None, "namespace", "service_name"),
+        Index(None, "alloc_id"),
+        Index(None, "node_id"),
+        Index(None, "namespace", "job_id"),
+    )
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    service_name: Mapped[str] = mapped_column(String(256), nullable=False)
+    node_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    datacenter: Mapped[str] = mapped_column(String(128), nullable=False)
+    job_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    alloc_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    tags: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    address: Mapped[str] = mapped_column(String(256), nullable=False)
+    port: Mapped[int] = mapped_column(Integer, nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class SchedulerConfig(Base):
     __tablename__ = "scheduler_config"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -1,9 +1,9 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
 `operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`,
-`variables`, `keyring`, and `periodic` and `system`, which relay to the
-broker leader) and the internal `State` service (`state`) the other roles
-call."""
+`variables`, `keyring`, `service` for the service catalog, and `periodic` and
+`system`, which relay to the broker leader) and the internal `State` service
+(`state`) the other roles call."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from services.state.handlers import (
     operator,
     periodic,
     scaling,
+    service,
     system,
     variables,
 )
@@ -43,5 +44,6 @@ def register(server: GrpcServer, ctx: StateContext) -> None:
         scaling,
         variables,
         keyring,
+        service,
     ):
         module.register(server, ctx)

@@ -28,6 +28,8 @@ def _object_keys(ev: pb.Event) -> tuple[str, ...]:
         return (ev.key, ev.evaluation.job_id)
     if kind == "allocation":
         return (ev.key, ev.allocation.job_id, ev.allocation.node_id)
+    if kind == "service_registration":  # Nomad's FilterKeys: the job and the service name
+        return (ev.key, ev.service_registration.job_id, ev.service_registration.service_name)
     return (ev.key,)
 
 
