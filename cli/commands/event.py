@@ -104,4 +104,9 @@ def _detail(ev: pb.Event) -> str:
         return f"  status={n.status} eligibility={n.scheduling_eligibility}"
     if topic is topics.DEPLOYMENT:
         return f"  job={ev.deployment.job_id} status={ev.deployment.status}"
+    if topic is topics.VARIABLE:
+        v = ev.variable
+        return f"  namespace={v.namespace} modify_index={v.modify_index}" + (
+            " deleted" if ev.deleted else ""
+        )
     return ""

@@ -62,6 +62,12 @@ class EventType:
     #: every object a committed plan writes; the broker knows by it that an
     #: eval event is a plan's modify-index bump, not a new submission
     PLAN_RESULT = "PlanResult"
+    SERVICE_REGISTRATION = "ServiceRegistration"
+    SERVICE_DEREGISTRATION = "ServiceDeregistration"
+    VARIABLE_UPDATED = "VariableUpdated"
+    ROOT_KEY_UPSERTED = "RootKeyUpserted"
+    ROOT_KEY_DELETED = "RootKeyDeleted"
+    VARIABLES_REKEYED = "VariablesRekeyed"
     NAMESPACE_UPSERTED = "NamespaceUpserted"
     NAMESPACE_DELETED = "NamespaceDeleted"
     NODE_POOL_UPSERTED = "NodePoolUpserted"
@@ -109,7 +115,8 @@ class Topic:
     namespace: Callable[[Any], str] = _namespace
     streamed: bool = True
     #: "namespace" (read-job in the event's namespace), "node" (node:read),
-    #: "operator" (operator:read) or "management" (a management token only)
+    #: "operator" (operator:read), "variable" (`list` on the variable's path,
+    #: the event's key) or "management" (a management token only)
     read_rule: str = "namespace"
     match_keys: Callable[[Any], tuple[str, ...]] = _none
     filter_keys: Callable[[Any], tuple[str, ...]] = _none
@@ -251,6 +258,26 @@ NODE_POOL = Topic(
     # Nomad cannot filter them by a pool rule either
     read_rule="management",
 )
+SERVICE = Topic(
+    name="Service",  # Nomad's TopicService: service registrations
+    payload="service_registration",
+    index="service_registrations",
+    tables=("service_registrations",),
+    types=(EventType.SERVICE_REGISTRATION, EventType.SERVICE_DEREGISTRATION),
+    match_keys=lambda r: (r.job_id, r.service_name),
+    filter_keys=lambda r: (r.job_id, r.service_name),
+)
+VARIABLE = Topic(
+    name="Variable",
+    # metadata only, never the items; a delete is `deleted`
+    payload="variable",
+    index="variables",
+    # no replica keeps variables: the state reads them from its database
+    tables=(),
+    types=(EventType.VARIABLE_UPDATED,),
+    key=lambda meta: str(meta.path),
+    read_rule="variable",
+)
 # Namespaces, scaling policies and scaling events are in the change log
 # (every replica and state process keeps them) but, as in Nomad, not
 # offered by Event.Stream.
@@ -280,6 +307,18 @@ SCALING_EVENT = Topic(
     tables=("scaling_events",),
     types=(EventType.SCALING_EVENT_RECORDED, EventType.SCALING_EVENTS_DELETED),
     key=lambda se: str(se.job_id),
+    streamed=False,
+)
+# Root key writes (key only: a key id) tell every state process to look at
+# the keyring again; Event.Stream never offers them.
+ROOT_KEY = Topic(
+    name="RootKey",
+    payload="",
+    index="root_keys",
+    tables=(),
+    types=(EventType.ROOT_KEY_UPSERTED, EventType.ROOT_KEY_DELETED, EventType.VARIABLES_REKEYED),
+    key=str,
+    namespace=_no_namespace,
     streamed=False,
 )
 # ACL writes are in the change log (key only: a policy name or a token's
@@ -316,9 +355,12 @@ ALL: tuple[Topic, ...] = (
     OPERATOR,
     JOB_SUMMARY,
     NODE_POOL,
+    VARIABLE,
+    SERVICE,
     NAMESPACE,
     SCALING_POLICY,
     SCALING_EVENT,
+    ROOT_KEY,
     ACL_POLICY,
     ACL_TOKEN,
 )

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.domain import topics
+from corral.domain import topics, variables
 from corral.v1 import event_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator
+from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator, services
 
 #: the mapping of each streamed topic's object to Nomad's JSON
 _MAPPINGS: dict[topics.Topic, Callable[[Any], dict[str, Any]]] = {
@@ -25,6 +25,7 @@ _MAPPINGS: dict[topics.Topic, Callable[[Any], dict[str, Any]]] = {
     topics.DEPLOYMENT: deployments.deployment,
     topics.OPERATOR: operator.scheduler_config,
     topics.JOB_SUMMARY: jobs.summary,
+    topics.SERVICE: services.registration,
     topics.NODE_POOL: nodes.node_pool,
 }
 
@@ -50,8 +51,11 @@ def event(ev: pb.Event) -> dict[str, Any]:
     obj = topics.payload(ev)
     payload: dict[str, Any] = {}
     filter_keys: list[str] | None = None
-    if t is not None and obj is not None:
+    if t is topics.VARIABLE:  # Nomad's VariableEvent
+        payload = {"Metadata": variables.metadata(ev.variable), "Deleted": ev.deleted}
+    elif t is not None and obj is not None:
         payload[t.payload_key] = _MAPPINGS[t](obj)
+    if t is not None and obj is not None:
         filter_keys = list(t.filter_keys(obj)) or None
     return {
         "Topic": ev.topic,

@@ -38,6 +38,7 @@ from corral.domain.structs import (
     DEFAULT_NODE_POOL,
     ClientStatus,
     DesiredStatus,
+    NodeStatus,
 )
 from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
@@ -47,6 +48,9 @@ from services.state.node_identity import redact, seal
 
 NOTIFY_CHANNEL = "corral_changes"
 _SERVER_TERMINAL = [DesiredStatus.STOP, DesiredStatus.EVICT]
+#: the submissions kept per job: those of its newest versions (Nomad keeps
+#: as many as it tracks job versions, JobTrackedVersions)
+SUBMISSIONS_KEPT = 6
 _CLIENT_TERMINAL = list(ClientStatus.TERMINAL)
 
 
@@ -94,6 +98,8 @@ class _Table:
     row: Callable[[Any], Row]
     #: a put stamps the object's create and modify times
     timed: bool
+    #: rows go one upsert each (an array column: unnest would flatten it)
+    row_by_row: bool
     #: the upsert of one row, and of many (one array per column)
     upsert: str
     bulk: str
@@ -108,6 +114,7 @@ def _table(
     key: Callable[[Any], Any],
     *,
     timed: bool = False,
+    row_by_row: bool = False,
     **columns: Callable[[Any], Any],
 ) -> _Table:
     """The `_Table` of an ORM model: a column is filled by `columns[name]`,
@@ -121,7 +128,7 @@ def _table(
         return tuple([get(obj) for get in getters])  # a list first: faster than a generator
 
     keys = [c.name for c in t.primary_key.columns]
-    return _Table(t, keys, key, row, timed, *_upsert_sql(t, keys))
+    return _Table(t, keys, key, row, timed, row_by_row, *_upsert_sql(t, keys))
 
 
 def _job_key(o: Any) -> tuple[str, str]:
@@ -154,6 +161,16 @@ _POLICIES = _table(
     job_id=lambda p: p.target.get("Job", ""),
 )
 _SCALING_EVENTS = _table(m.ScalingEvents, lambda se: (_ns(se.namespace), se.job_id))
+# an array column (tags): one upsert per row (unnest would flatten it)
+_SERVICES = _table(
+    m.ServiceRegistration,
+    lambda r: (_ns(r.namespace), r.id),
+    row_by_row=True,
+    tags=lambda r: list(r.tags),
+)
+_SUBMISSIONS = _table(
+    m.JobSubmission, lambda s: (_ns(s.namespace), s.job_id, s.version), id=attrgetter("job_id")
+)
 
 #: every table a transaction writes, in the order the commit writes them
 _TABLES: dict[str, _Table] = {
@@ -168,11 +185,27 @@ _TABLES: dict[str, _Table] = {
         _DEPLOYMENTS,
         _SCHED_CONFIG,
         _LAUNCHES,
+        _SERVICES,
         _NAMESPACES,
         _NODE_POOLS,
         _POLICIES,
         _SCALING_EVENTS,
+        _SUBMISSIONS,
     )
+}
+#: deletes of many rows of a table by one condition, run before its upserts:
+#: (pending delete kind, statement taking that delete's parameters)
+_RANGE_DELETES: dict[str, tuple[tuple[str, str], ...]] = {
+    "job_versions": (
+        ("job_versions_all", "DELETE FROM job_versions WHERE namespace = %s AND id = %s"),
+    ),
+    "job_submissions": (
+        ("job_submissions_all", "DELETE FROM job_submissions WHERE namespace = %s AND id = %s"),
+        (
+            "job_submissions_before",
+            "DELETE FROM job_submissions WHERE namespace = %s AND id = %s AND version < %s",
+        ),
+    ),
 }
 #: the table of the objects of each topic `WriteTx.put` writes
 _TOPIC_TABLES: dict[topics.Topic, _Table] = {
@@ -183,6 +216,7 @@ _TOPIC_TABLES: dict[topics.Topic, _Table] = {
     topics.NAMESPACE: _NAMESPACES,
     topics.NODE_POOL: _NODE_POOLS,
     topics.SCALING_POLICY: _POLICIES,
+    topics.SERVICE: _SERVICES,
 }
 
 
@@ -239,6 +273,11 @@ class WriteTx:
         self._read_cache: dict[str, dict[Any, Any]] = {}
         self.committed = True  # false once rolled back for recording no change
         self.batches: list[pb.ChangeBatch] = []  # what the commit appended to the change log
+        # allocs that became client-terminal and nodes that went down in
+        # this transaction (by id, the index that did it): their service
+        # registrations are removed at commit (`_drop_gone_services`)
+        self._services_gone_allocs: dict[str, int] = {}
+        self._services_gone_nodes: dict[str, int] = {}
 
     @property
     def change_count(self) -> int:
@@ -285,6 +324,8 @@ class WriteTx:
         which) and record the change."""
         self._put(_TOPIC_TABLES[topic], obj, index)
         self._change(topic, obj, event_type, index)
+        if topic is topics.ALLOCATION:
+            self._alloc_written(obj, index)
 
     def put_change(self, ev: pb.Event, *, index: int | None = None) -> None:
         """Upsert the alloc, eval or deployment a change record carries and
@@ -294,6 +335,14 @@ class WriteTx:
         assert topic is not None
         self._put(_TOPIC_TABLES[topic], topics.payload(ev), index)
         self.record(ev, index=index)
+        if topic is topics.ALLOCATION:
+            self._alloc_written(ev.allocation, index)
+
+    def _alloc_written(self, alloc: pb.Allocation, index: int | None) -> None:
+        """An alloc the client finished loses its service registrations at
+        commit (`_drop_gone_services`)."""
+        if alloc.client_status in _CLIENT_TERMINAL:
+            self._services_gone_allocs[alloc.id] = index or self.index
 
     def put_job(
         self,
@@ -329,6 +378,8 @@ class WriteTx:
         seal(node)
         self._put(_NODES, node, index)
         redact(self._change(topics.NODE, node, event_type, index).node)
+        if node.status == NodeStatus.DOWN:
+            self._services_gone_nodes[node.id] = index or self.index
 
     def put_alloc(
         self,
@@ -362,6 +413,18 @@ class WriteTx:
     ) -> None:
         self._put(_SCHED_CONFIG, cfg, index)
         self._change(topics.OPERATOR, cfg, EventType.SCHEDULER_CONFIG_UPDATED, index)
+
+    def put_service_registration(
+        self,
+        reg: pb.ServiceRegistration,
+        event_type: str = EventType.SERVICE_REGISTRATION,
+        *,
+        index: int | None = None,
+    ) -> None:
+        """Upsert one instance of a service (Nomad's ServiceRegistration
+        event). Stamps create/modify index; keep the stored create_index on
+        an update."""
+        self.put(topics.SERVICE, reg, event_type, index=index)
 
     def put_periodic_launch(self, launch: pb.PeriodicLaunch, *, index: int | None = None) -> None:
         """Record a periodic job's last launch. It is bookkeeping, not an
@@ -410,8 +473,19 @@ class WriteTx:
         key = _job_key(job)
         self._pending.delete("jobs", key, key)
         self._pending.delete("job_versions_all", key, key)
+        self._pending.delete("job_submissions_all", key, key)
         self._pending.delete("job_summaries", key, key)
         self._change(topics.JOB, job, EventType.JOB_DEREGISTERED, index, deleted=True)
+
+    def put_job_submission(self, sub: pb.JobSubmission) -> None:
+        """Keep the file a job version was submitted with (bookkeeping
+        beside the version: no event), and forget those of versions more
+        than SUBMISSIONS_KEPT behind it."""
+        key = (_ns(sub.namespace), sub.job_id)
+        self._pending.put(_SUBMISSIONS, sub)
+        oldest_kept = sub.version - SUBMISSIONS_KEPT + 1
+        if oldest_kept > 0:
+            self._pending.delete("job_submissions_before", key, (*key, oldest_kept))
 
     def delete_periodic_launch(self, namespace: str, job_id: str) -> None:
         key = (_ns(namespace), job_id)
@@ -420,17 +494,25 @@ class WriteTx:
     def _delete_object(
         self, table: _Table, topic: topics.Topic, obj: Any, event_type: str, index: int | None
     ) -> pb.Event:
-        """Delete an object kept by its id and record the change."""
-        self._pending.delete(table.name, obj.id, obj.id)
+        """Delete an object kept by its key and record the change."""
+        key = table.key(obj)
+        self._pending.delete(table.name, key, key)
         return self._change(topic, obj, event_type, index, deleted=True)
+
+    def delete_service_registration(
+        self, reg: pb.ServiceRegistration, *, index: int | None = None
+    ) -> None:
+        self._delete_object(_SERVICES, topics.SERVICE, reg, EventType.SERVICE_DEREGISTRATION, index)
 
     def delete_alloc(self, alloc: pb.Allocation, *, index: int | None = None) -> None:
         self._delete_object(_ALLOCS, topics.ALLOCATION, alloc, EventType.ALLOCATION_DELETED, index)
+        self._services_gone_allocs[alloc.id] = index or self.index
 
     def delete_eval(self, ev: pb.Evaluation, *, index: int | None = None) -> None:
         self._delete_object(_EVALS, topics.EVALUATION, ev, EventType.EVALUATION_DELETED, index)
 
     def delete_node(self, node: pb.Node, *, index: int | None = None) -> None:
+        self._services_gone_nodes[node.id] = index or self.index
         deleted = self._delete_object(
             _NODES, topics.NODE, node, EventType.NODE_DEREGISTRATION, index
         )
@@ -474,6 +556,18 @@ class WriteTx:
         sql = "SELECT payload FROM job_summaries WHERE namespace = %s AND job_id = %s"
         s: pb.JobSummary | None = await self._one("job_summaries", key, sql, key, pb.JobSummary)
         return s
+
+    async def get_job_submission(
+        self, namespace: str, job_id: str, version: int
+    ) -> pb.JobSubmission | None:
+        key = (_ns(namespace), job_id, version)
+        sql = (
+            "SELECT payload FROM job_submissions WHERE namespace = %s AND id = %s AND version = %s"
+        )
+        sub: pb.JobSubmission | None = await self._one(
+            "job_submissions", key, sql, key, pb.JobSubmission
+        )
+        return sub
 
     async def get_periodic_launch(self, namespace: str, job_id: str) -> pb.PeriodicLaunch | None:
         key = (_ns(namespace), job_id)
@@ -663,6 +757,51 @@ class WriteTx:
             for k in keys:
                 cache[k] = found_jobs.get(k)
 
+    async def get_service_registration(
+        self, namespace: str, reg_id: str
+    ) -> pb.ServiceRegistration | None:
+        key = (_ns(namespace), reg_id)
+        sql = "SELECT payload FROM service_registrations WHERE namespace = %s AND id = %s"
+        reg: pb.ServiceRegistration | None = await self._one(
+            "service_registrations", key, sql, key, pb.ServiceRegistration
+        )
+        return reg
+
+    async def service_registrations_where(
+        self, *, alloc_ids: Sequence[str] = (), node_ids: Sequence[str] = ()
+    ) -> dict[tuple[str, str], pb.ServiceRegistration]:
+        """Registrations of these allocs or nodes, by (namespace, id), with
+        this transaction's own puts and deletes merged in."""
+        allocs, nodes = set(alloc_ids), set(node_ids)
+        out: dict[tuple[str, str], pb.ServiceRegistration] = {}
+        if allocs or nodes:
+            rows = await self._fetch(
+                "SELECT namespace, id, payload FROM service_registrations "
+                "WHERE alloc_id = ANY(%s) OR node_id = ANY(%s)",
+                (sorted(allocs), sorted(nodes)),
+            )
+            out = {(r[0], r[1]): pb.ServiceRegistration.FromString(r[2]) for r in rows}
+        for key, obj in self._pending.objects.get("service_registrations", {}).items():
+            if obj is None:
+                out.pop(key, None)
+            elif obj.alloc_id in allocs or obj.node_id in nodes:
+                out[key] = obj
+        return out
+
+    async def _drop_gone_services(self) -> None:
+        """Nomad's deregisterServicesForTerminalAllocs and its node-down
+        cleanup: the registrations of allocs this transaction made
+        client-terminal (or deleted), and of nodes it marked down (or
+        deleted), go with them, at the same index. Costs a query only when
+        such an alloc or node is in the transaction."""
+        allocs, nodes = self._services_gone_allocs, self._services_gone_nodes
+        if not allocs and not nodes:
+            return
+        gone = await self.service_registrations_where(alloc_ids=list(allocs), node_ids=list(nodes))
+        for reg in gone.values():
+            at = allocs.get(reg.alloc_id) or nodes.get(reg.node_id)
+            self.delete_service_registration(reg, index=at)
+
     async def get_allocs(self, alloc_ids: Sequence[str]) -> dict[str, pb.Allocation]:
         return await self._many("allocs", alloc_ids, pb.Allocation)
 
@@ -797,22 +936,21 @@ class WriteTx:
     async def _flush(self) -> None:
         """Queue every write of the transaction; with the connection in
         pipeline mode they go to the server together with the COMMIT."""
+        await self._drop_gone_services()
         p = self._pending
         for name, table in _TABLES.items():
             dels = p.deletes.get(name)
             if dels:
                 await self._delete(name, table.keys, list(dels.values()))
-            if name == "job_versions":
-                for ns, job_id in (p.deletes.get("job_versions_all") or {}).values():
-                    await self.conn.execute(
-                        "DELETE FROM job_versions WHERE namespace = %s AND id = %s", (ns, job_id)
-                    )
+            for kind, sql in _RANGE_DELETES.get(name, ()):
+                for where in (p.deletes.get(kind) or {}).values():
+                    await self.conn.execute(sql, where)
             rows = p.rows.get(name)
             if not rows:
                 continue
-            if len(rows) == 1:
-                (row,) = rows.values()
-                await self.conn.execute(table.upsert, row)
+            if len(rows) == 1 or table.row_by_row:
+                for row in rows.values():
+                    await self.conn.execute(table.upsert, row)
             else:
                 # one statement for any number of rows: a column array each
                 await self.conn.execute(
@@ -946,6 +1084,12 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
+    async def bookkeeping(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement outside the indexed writes, committed at once: for
+        bookkeeping no reader waits on (a variable lock's lease), never for
+        state a write must decide on. No index, no change-log row."""
+        return await self._query(sql, params)
+
     async def get_node(self, node_id: str) -> pb.Node | None:
         """One node straight from the table (no index taken), with its
         secret's hash: for the state's own checks, never for a reader."""
@@ -1006,6 +1150,17 @@ class Database:
             "last_seen = now()",
             (member_id, role, address, payload),
         )
+
+    async def job_submission(
+        self, namespace: str, job_id: str, version: int
+    ) -> pb.JobSubmission | None:
+        """The stored submission of one job version (read from the
+        database: submissions are not part of the replicated state)."""
+        rows = await self._query(
+            "SELECT payload FROM job_submissions WHERE namespace = %s AND id = %s AND version = %s",
+            (_ns(namespace), job_id, version),
+        )
+        return pb.JobSubmission.FromString(bytes(rows[0][0])) if rows else None
 
     async def members(self, role: str = "", max_age_s: float = 60.0) -> list[tuple[bytes, float]]:
         """Members seen in the last max_age_s seconds: (payload, age seconds)."""

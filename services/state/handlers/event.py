@@ -13,7 +13,7 @@ from corral.domain.errors import InvalidArgument
 from corral.domain.structs import DEFAULT_NAMESPACE
 from corral.runtime.server import GrpcServer
 from corral.security import access, acl
-from corral.security.acl import ACL
+from corral.security.acl import ACL, VARIABLE_LIST
 from corral.v1 import event_pb2, event_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext
@@ -24,7 +24,8 @@ HEARTBEAT_S = 10.0
 
 def _object_keys(topic: topics.Topic, ev: pb.Event) -> tuple[str, ...]:
     """Keys an event matches: its own id, plus its topic's match keys (the
-    job id of evals and allocs, the node id of allocs)."""
+    job id of evals and allocs, the node id of allocs, the job id and the
+    service name of service registrations)."""
     obj = topics.payload(ev)
     return (ev.key, *topic.match_keys(obj)) if obj is not None else (ev.key,)
 
@@ -33,15 +34,19 @@ def _visible_to(acl: ACL) -> Callable[[topics.Topic, pb.Event], bool]:
     """What the caller may see of the stream (Nomad's rules, the topic's
     `read_rule`): node events with node:read, operator events with
     operator:read, node pool events with a management token only (Nomad
-    cannot filter them by pool rule either), the rest with read-job in the
-    event's namespace. Decided on the caller's ACL as of the last ACL write
+    cannot filter them by pool rule either), variable events with `list` on
+    the variable's path, the rest with read-job in the event's namespace.
+    Decided on the caller's ACL as of the last ACL write
     (`recheck` in `Stream`)."""
     if acl.is_management:
         return lambda topic, ev: True
 
     def visible(topic: topics.Topic, ev: pb.Event) -> bool:
+        namespace = ev.namespace or DEFAULT_NAMESPACE
         if topic.read_rule == "namespace":
-            return acl.allows_namespace(ev.namespace or DEFAULT_NAMESPACE, access.READ_JOB)
+            return acl.allows_namespace(namespace, access.READ_JOB)
+        if topic.read_rule == "variable":
+            return acl.allows_variable(namespace, ev.key, VARIABLE_LIST)
         if topic.read_rule == "management":
             return False  # a management token saw everything above
         return acl.allows(topic.read_rule, "read")
