@@ -19,9 +19,15 @@ from typing import Any
 import hcl2
 from hcl2 import SerializationOptions
 from lark import Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from lark.exceptions import (
+    LarkError,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    VisitError,
+)
 
-from cli.jobspec import defaults, validate
+from cli.jobspec import defaults, limits, validate
 from cli.jobspec.duration import parse_duration
 from cli.jobspec.errors import JobspecError
 from corral.structs import CONSTRAINT_SHORTHANDS
@@ -782,20 +788,44 @@ def _syntax_error(filename: str, exc: LarkError) -> JobspecError:
         if not text.strip() or getattr(token, "type", "").startswith("NL"):
             shown = "end of line (a value is missing?)"
         else:
-            shown = repr(text.strip().splitlines()[0])
+            first = text.strip().splitlines()[0]
+            shown = repr(first if len(first) <= 40 else first[:40] + "...")
         return JobspecError(filename, line, "", f"syntax error: unexpected {shown}")
-    return JobspecError(filename, line, "", f"syntax error: {exc}")
+    return JobspecError(filename, line, "", "syntax error")
 
 
 def parse(text: str, filename: str = "<stdin>") -> pb.Job:
-    """Parse, apply Nomad's defaults and validate one HCL job file."""
+    """Parse, apply Nomad's defaults and validate one HCL job file, within
+    the limits of `limits.py` (size, nesting, CPU time)."""
+    limits.check_size(text, filename)
+    return limits.cpu_budget(lambda: _parse(text, filename), filename)
+
+
+def _read(text: str, filename: str) -> tuple[Tree[Any], Any]:
+    """The syntax tree and its plain data. The parser itself does not
+    recurse; the transformer does, so the depth is checked in between."""
     try:
         tree = hcl2.parses_to_tree(text)
+        limits.check_hcl_depth(tree)
         data = hcl2.serialize(hcl2.transform(tree), serialization_options=_OPTIONS)
+    except limits.NestingError as exc:
+        raise JobspecError(filename, None, "", str(exc)) from None
+    except VisitError as exc:
+        # an error inside the transformer: never its internals
+        if isinstance(exc.orig_exc, RecursionError):
+            raise JobspecError(filename, None, "", str(limits.NestingError())) from None
+        raise JobspecError(filename, None, "", "cannot read the file as HCL") from None
     except LarkError as exc:
         raise _syntax_error(filename, exc) from None
+    except RecursionError:  # a nesting the depth count does not see: same answer
+        raise JobspecError(filename, None, "", str(limits.NestingError())) from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
         raise JobspecError(filename, None, "", f"cannot read the file as HCL: {exc}") from None
+    return tree, data
+
+
+def _parse(text: str, filename: str) -> pb.Job:
+    tree, data = _read(text, filename)
     src = Source(filename, index_lines(tree))
     top = Body(data, (), "", "", src)
     if "variable" in top.data or "locals" in top.data:
