@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from corral import security, structs
+from corral import access, security, structs
 from corral.errors import InvalidArgument, NotFound
 from corral.server import GrpcServer
 from corral.structs import NodeStatus
@@ -271,6 +271,10 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         allocs = snap.allocs_by_node(node_id)
         if not request.all:
             allocs = [a for a in allocs if not structs.alloc_terminal(a)]
+        # node:read shows the node, not every namespace's work on it: as
+        # Nomad's Node.GetAllocs, only allocs of namespaces the caller may
+        # read-job in (the access rule checked node:read)
+        allocs = [a for a in allocs if access.may_read_namespace(a.namespace)]
         allocs.sort(key=lambda a: (a.create_index, a.id))
         return node_pb2.NodeAllocationsResponse(allocs=allocs, meta=query.meta(snap, tables))
 
