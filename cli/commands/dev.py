@@ -43,7 +43,7 @@ from cli.supervisor import (
 )
 
 if TYPE_CHECKING:
-    from corral.pgserver import EmbeddedPostgres
+    from corral.devtools.pgserver import EmbeddedPostgres
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
@@ -203,7 +203,7 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                 _say("Starting embedded PostgreSQL")
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    from corral.pgserver import EmbeddedPostgres
+                    from corral.devtools.pgserver import EmbeddedPostgres
 
                     pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
                     # A signal in the middle of start() would leave a server we

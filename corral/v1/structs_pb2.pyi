@@ -68,9 +68,15 @@ class NetworkResource(_message.Message):
     MBITS_FIELD_NUMBER: _builtins.int
     RESERVED_PORTS_FIELD_NUMBER: _builtins.int
     DYNAMIC_PORTS_FIELD_NUMBER: _builtins.int
+    HOSTNAME_FIELD_NUMBER: _builtins.int
+    CNI_FIELD_NUMBER: _builtins.int
     mode: _builtins.str
-    """"host" (default) or "bridge" """
+    """"host" (default), "bridge", "none", "cni/<name>" """
     mbits: _builtins.int
+    hostname: _builtins.str
+    """The hostname of the group's network namespace (bridge and CNI modes);
+    stored and returned, not acted upon by Corral's client yet.
+    """
     @_builtins.property
     def reserved_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
         """static ports"""
@@ -79,6 +85,12 @@ class NetworkResource(_message.Message):
     def dynamic_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
         """ports picked from the node's dynamic range"""
 
+    @_builtins.property
+    def cni(self) -> Global___CNIConfig:
+        """The `cni` block of a `cni/<name>` mode; stored and returned, not acted
+        upon by Corral's client yet.
+        """
+
     def __init__(
         self,
         *,
@@ -86,14 +98,58 @@ class NetworkResource(_message.Message):
         mbits: _builtins.int = ...,
         reserved_ports: _abc.Iterable[Global___Port] | None = ...,
         dynamic_ports: _abc.Iterable[Global___Port] | None = ...,
+        hostname: _builtins.str = ...,
+        cni: Global___CNIConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cni", b"cni"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dynamic_ports", b"dynamic_ports", "mbits", b"mbits", "mode", b"mode", "reserved_ports", b"reserved_ports"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cni", b"cni", "dynamic_ports", b"dynamic_ports", "hostname", b"hostname", "mbits", b"mbits", "mode", b"mode", "reserved_ports", b"reserved_ports"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NetworkResource: _TypeAlias = NetworkResource  # noqa: Y015
+
+@_typing.final
+class CNIConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ArgsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ARGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def args(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """arguments passed to the CNI plugins"""
+
+    def __init__(
+        self,
+        *,
+        args: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CNIConfig: _TypeAlias = CNIConfig  # noqa: Y015
 
 @_typing.final
 class RequestedDevice(_message.Message):
@@ -173,7 +229,7 @@ class Resources(_message.Message):
     """reserved whole cores"""
     memory_mb: _builtins.int
     memory_max_mb: _builtins.int
-    """oversubscription ceiling; 0 = memory_mb"""
+    """oversubscription ceiling; 0 = memory_mb; -1 = no limit"""
     disk_mb: _builtins.int
     @_builtins.property
     def networks(self) -> _containers.RepeatedCompositeFieldContainer[Global___NetworkResource]: ...
@@ -426,11 +482,16 @@ class RestartPolicy(_message.Message):
     INTERVAL_FIELD_NUMBER: _builtins.int
     DELAY_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    RENDER_TEMPLATES_FIELD_NUMBER: _builtins.int
     attempts: _builtins.int
     interval: _builtins.int
     delay: _builtins.int
     mode: _builtins.str
     """"fail" or "delay" """
+    render_templates: _builtins.bool
+    """Re-render templates on restart (Nomad 1.9); stored and returned: Corral
+    has no template block yet.
+    """
     def __init__(
         self,
         *,
@@ -438,10 +499,11 @@ class RestartPolicy(_message.Message):
         interval: _builtins.int = ...,
         delay: _builtins.int = ...,
         mode: _builtins.str = ...,
+        render_templates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "delay", b"delay", "interval", b"interval", "mode", b"mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "delay", b"delay", "interval", b"interval", "mode", b"mode", "render_templates", b"render_templates"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -701,6 +763,7 @@ class Task(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     RESTART_POLICY_FIELD_NUMBER: _builtins.int
     DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -708,6 +771,10 @@ class Task(_message.Message):
     kill_timeout: _builtins.int
     kill_signal: _builtins.str
     leader: _builtins.bool
+    shutdown_delay: _builtins.int
+    """Time between deregistering the task's services and killing it (ns);
+    stored and returned (the client acts on it once services exist).
+    """
     @_builtins.property
     def config(self) -> _struct_pb2.Struct:
         """driver configuration"""
@@ -745,10 +812,11 @@ class Task(_message.Message):
         leader: _builtins.bool = ...,
         restart_policy: Global___RestartPolicy | None = ...,
         dispatch_payload: Global___DispatchPayloadConfig | None = ...,
+        shutdown_delay: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -795,11 +863,21 @@ class TaskGroup(_message.Message):
     STOP_AFTER_CLIENT_DISCONNECT_FIELD_NUMBER: _builtins.int
     DISCONNECT_FIELD_NUMBER: _builtins.int
     PREVENT_RESCHEDULE_ON_LOST_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
+    MAX_RUN_DURATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     max_client_disconnect: _builtins.int
     stop_after_client_disconnect: _builtins.int
     prevent_reschedule_on_lost: _builtins.bool
+    shutdown_delay: _builtins.int
+    """Time between deregistering the group's services and stopping its tasks
+    (ns); stored and returned (the client acts on it once services exist).
+    """
+    max_run_duration: _builtins.int
+    """The longest an allocation of this group may run before it is stopped
+    (ns, 0 = no limit; Nomad 1.11); stored and returned, not enforced yet.
+    """
     @_builtins.property
     def constraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Constraint]: ...
     @_builtins.property
@@ -844,10 +922,12 @@ class TaskGroup(_message.Message):
         stop_after_client_disconnect: _builtins.int | None = ...,
         disconnect: Global___DisconnectStrategy | None = ...,
         prevent_reschedule_on_lost: _builtins.bool = ...,
+        shutdown_delay: _builtins.int = ...,
+        max_run_duration: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_client_disconnect: _TypeAlias = _typing.Literal["max_client_disconnect"]  # noqa: Y015
     _WhichOneofArgType__max_client_disconnect: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect"]  # noqa: Y015
@@ -912,6 +992,7 @@ class Job(_message.Message):
     PARENT_ID_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    UI_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     """default "default" """
@@ -954,6 +1035,10 @@ class Job(_message.Message):
     def parameterized(self) -> Global___ParameterizedConfig: ...
     @_builtins.property
     def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def ui(self) -> Global___JobUIConfig:
+        """the `ui` block"""
+
     def __init__(
         self,
         *,
@@ -985,14 +1070,64 @@ class Job(_message.Message):
         parent_id: _builtins.str = ...,
         dispatched: _builtins.bool = ...,
         payload: _builtins.bytes = ...,
+        ui: Global___JobUIConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "update", b"update", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobUILink(_message.Message):
+    """The job's page in the web UI (Nomad 1.8's `ui` block): a Markdown
+    description and links; stored and returned through the API.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    url: _builtins.str
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUILink: _TypeAlias = JobUILink  # noqa: Y015
+
+@_typing.final
+class JobUIConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    description: _builtins.str
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobUILink]: ...
+    def __init__(
+        self,
+        *,
+        description: _builtins.str = ...,
+        links: _abc.Iterable[Global___JobUILink] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "links", b"links"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUIConfig: _TypeAlias = JobUIConfig  # noqa: Y015
 
 @_typing.final
 class TaskGroupSummary(_message.Message):

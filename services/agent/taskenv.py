@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 
 DEFAULT_REGION = "global"
@@ -118,7 +118,7 @@ def build(
         "NOMAD_CPU_LIMIT": str(task.resources.cpu),
         "NOMAD_MEMORY_LIMIT": str(task.resources.memory_mb),
     }
-    if task.resources.memory_max_mb:
+    if task.resources.memory_max_mb > 0:
         runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(task.resources.memory_max_mb)
     if job.parent_id:
         runtime["NOMAD_JOB_PARENT_ID"] = job.parent_id

@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from corral import acl
-from corral.acl_resolve import ACLDisabled, Resolved
-from corral.errors import PermissionDenied
+from corral.domain.errors import PermissionDenied
+from corral.security import acl
+from corral.security.acl_resolve import ACLDisabled, Resolved
 from services.gateway.http import NomadError, backend_of, token_of
 
 Endpoint = Callable[[Request], Awaitable[Response]]

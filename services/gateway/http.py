@@ -27,10 +27,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from cli.jobspec import limits
-from cli.jobspec.duration import parse_duration
-from corral.access import MAX_PUBLIC_REQUEST_BYTES
-from corral.errors import CorralError, PermissionDenied, Unavailable, bounded_message
+from corral.domain.errors import CorralError, PermissionDenied, Unavailable, bounded_message
+from corral.domain.jobspec import limits
+from corral.domain.jobspec.duration import parse_duration
+from corral.security.access import MAX_PUBLIC_REQUEST_BYTES
 from corral.v1 import query_pb2
 from services.gateway import filter as bexpr
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend, token_metadata
@@ -242,10 +242,10 @@ def respond(
 
 async def json_body(request: Request) -> Any:
     """The request's JSON body; bad JSON is Nomad's 400, and so is JSON
-    nested deeper than a job may be (cli/jobspec/limits.py: the decoder
-    recurses per level), a body larger than the public API takes
-    (corral.access.MAX_PUBLIC_REQUEST_BYTES) 413, read no further than
-    that."""
+    nested deeper than a job may be (corral/domain/jobspec/limits.py: the
+    decoder recurses per level), a body larger than the public API takes
+    (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) 413, read no further
+    than that."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_PUBLIC_REQUEST_BYTES:
         raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")

@@ -1,7 +1,9 @@
 """HCL job files parsed for /v1/jobs/parse, in a worker process.
 
-python-hcl2 is pure Python: a job file near the size limit can take a minute
-of CPU and a gigabyte of memory (cli/jobspec/limits.py). Parsed in the
+The jobspec language is pure Python: a job file near the size limit can take
+a minute of CPU and a gigabyte of memory, and its functions and for
+expressions can cost far more than its size suggests
+(corral/domain/jobspec/limits.py). Parsed in the
 gateway's own process, even within its CPU budget it would hold the GIL the
 event loop needs for every other request. So parses run in a pool of worker
 processes (pebble's ProcessPool, started with `spawn` so that no gRPC or
@@ -26,8 +28,9 @@ from typing import Final
 
 from pebble import ProcessExpired, ProcessPool
 
-from cli.jobspec import hcl, limits
-from cli.jobspec.errors import JobspecError
+from corral.domain.jobspec import hcl, limits
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.language.variables import VarInputs
 from corral.v1 import structs_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -48,12 +51,15 @@ class ParserBusy(Exception):
 Problem = tuple[int | None, str, str]
 
 
-def parse_in_worker(text: str, filename: str) -> tuple[bytes, Problem | None]:
+def parse_in_worker(text: str, filename: str, variables: str) -> tuple[bytes, Problem | None]:
     """What the worker runs: (the job serialized, None) or (b'', what is
     wrong). Plain values cross the process boundary (a JobspecError does
-    not pickle back into the same shape)."""
+    not pickle back into the same shape). `variables` is a var file's text;
+    as Nomad's HTTP API, no filesystem functions, and values for variables
+    the file does not declare are ignored."""
+    inputs = VarInputs(content=variables, strict=False)
     try:
-        job = hcl.parse(text, filename)
+        job = hcl.parse(text, filename, inputs, allow_fs=False)
     except JobspecError as exc:
         return b"", (exc.line, exc.field, exc.problem)
     except MemoryError:
@@ -83,16 +89,17 @@ class JobFileParser:
             )
         return self._pool
 
-    async def parse_hcl(self, text: str, filename: str) -> pb.Job:
-        """The job of an HCL file; JobspecError for a bad file or a limit
-        hit, ParserBusy when too many parses are under way."""
+    async def parse_hcl(self, text: str, filename: str, variables: str = "") -> pb.Job:
+        """The job of an HCL file (`variables`: a var file's text); a
+        JobspecError for a bad file or a limit hit, ParserBusy when too many
+        parses are under way."""
         limits.check_size(text, filename)  # before anything crosses to the worker
         if self._pending >= self._slots:
             raise ParserBusy(f"{self._pending} job files are being parsed; retry shortly")
         self._pending += 1
         try:
             future = self._started().schedule(
-                parse_in_worker, args=(text, filename), timeout=self._wall
+                parse_in_worker, args=(text, filename, variables), timeout=self._wall
             )
             try:
                 data, problem = await asyncio.wrap_future(future)

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from corral import access
-from corral.errors import InvalidArgument
-from corral.replica import Replica
-from corral.structs import JobType
+from corral.domain.errors import InvalidArgument
+from corral.domain.structs import JobType
+from corral.runtime.replica import Replica
+from corral.security import access
 from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
 from services.worker.config import MAX_SCHEDULERS, WorkerSettings
 from services.worker.worker import Worker

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
-from corral import acl
+from corral.security import acl
 from services.gateway import app, authz
 from services.gateway.routes import agent, parse
 

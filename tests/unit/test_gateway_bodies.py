@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from cli.jobspec import limits
-from corral.access import MAX_PUBLIC_REQUEST_BYTES
+from corral.domain.jobspec import limits
+from corral.security.access import MAX_PUBLIC_REQUEST_BYTES
 from services.gateway import http
 
 

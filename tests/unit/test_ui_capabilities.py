@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from corral import acl, acl_resolve
+from corral.security import acl, acl_resolve
 from corral.v1 import acl_pb2
 from services.gateway.ui import api
 

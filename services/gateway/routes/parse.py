@@ -3,14 +3,17 @@
 As Nomad's, it needs `parse-job` or `submit-job` (or `read-job`) in the
 request's namespace: the gateway decides it (no RPC is involved), with the
 token resolved and compiled as the servers do (services/gateway/authz.py).
-The CLI's own HCL parser reads the file, within its limits of size, nesting
-and CPU time (cli/jobspec/limits.py), in the gateway's parse worker process
+The CLI's own HCL parser reads the file (corral/domain/jobspec/hcl.py),
+within its limits of size, nesting and CPU time
+(corral/domain/jobspec/limits.py), in the gateway's parse worker process
 (services/gateway/jobfiles.py), and the gateway's job mapping writes it out,
 so what this answers registers unchanged through /v1/jobs. Differences from
 Nomad (docs/http-api.md): the job always comes back canonicalized (our
 parser applies Nomad's defaults as it validates; `Canonicalize: false`
-changes nothing), and HCL variables are refused as `corral job run` refuses
-them."""
+changes nothing). `Variables` is a var file's text (HCL or JSON) giving the
+job's input variables their values; as in Nomad, filesystem functions
+(file(), fileset(), ...) are disabled here and a value for an undeclared
+variable is ignored."""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from cli.jobspec import limits
-from cli.jobspec.errors import JobspecError
+from corral.domain.jobspec import limits
+from corral.domain.jobspec.errors import JobspecError
 from services.gateway.authz import ApiRoute, Need
 from services.gateway.http import NomadError, bad_request, json_body, respond
 from services.gateway.jobfiles import JobFileParser, ParserBusy
@@ -43,11 +46,17 @@ async def parse(request: Request) -> Response:
     canonicalize = field(body, "Canonicalize", False)
     if not isinstance(canonicalize, bool):
         raise bad_request("Canonicalize must be true or false")
-    if field(body, "Variables"):
-        raise bad_request("HCL variables are not supported by Corral; write literal values")
+    variables = field(body, "Variables", "") or ""
+    if not isinstance(variables, str):
+        raise bad_request("Variables must be a string (the text of a var file)")
+    if len(variables.encode("utf-8", errors="replace")) > limits.MAX_JOBSPEC_BYTES:
+        raise NomadError(
+            413,
+            f"Variables is larger than {limits.MAX_JOBSPEC_BYTES} bytes (the jobspec size limit)",
+        )
     parser: JobFileParser = request.app.state.jobfiles
     try:
-        job = await parser.parse_hcl(text, _FILENAME)
+        job = await parser.parse_hcl(text, _FILENAME, variables)
     except JobspecError as exc:
         raise bad_request(f"error parsing: {exc}") from None
     except ParserBusy as exc:

@@ -34,8 +34,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from starlette.routing import Mount, Route
 
-from corral.access import Caller
-from corral.acl import TOKEN_METADATA_KEY
+from corral.security.access import Caller
+from corral.security.acl import TOKEN_METADATA_KEY
 from corral.v1 import event_pb2, event_pb2_grpc
 from services.gateway import app, authz
 from tests.e2e.gateway_security.conftest import READER_POLICY, Cluster

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from corral import acl
+from corral.security import acl
 from services.gateway import authz
 from tests.e2e.gateway_security.conftest import Cluster
 from tests.e2e.gateway_security.samples import Sample, routes

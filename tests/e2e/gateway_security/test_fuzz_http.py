@@ -43,7 +43,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.jobspec import limits
+from corral.domain.jobspec import limits
 from services.gateway import authz
 from tests.e2e.gateway_security.conftest import READER_POLICY, REQUEST_TIMEOUT, Cluster
 from tests.e2e.gateway_security.samples import Sample, routes

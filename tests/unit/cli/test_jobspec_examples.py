@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from cli.jobspec import load_job
+from corral.domain.jobspec import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 S = 1_000_000_000
@@ -21,6 +21,7 @@ def test_every_example_is_covered():
         "mock.nomad.hcl",
         "sysbatch.nomad.hcl",
         "system.nomad.hcl",
+        "variables.nomad.hcl",
     ]
 
 
@@ -34,6 +35,7 @@ def test_every_example_is_covered():
         ("sysbatch.nomad.hcl", "inventory", "sysbatch", {"inventory": 1}),
         ("disconnect.nomad.hcl", "sticky", "service", {"cache": 2}),
         ("mock.nomad.hcl", "mock", "service", {"web": 3}),
+        ("variables.nomad.hcl", "greeter", "service", {"greeter": 1}),
     ],
 )
 def test_example_parses(name, job_id, job_type, groups):

@@ -1,7 +1,7 @@
 """Issue 26, findings 2 and 4 in the parser: a job file too large, nested too
 deeply or too slow to parse is one JobspecError naming the limit, never a
 RecursionError, in the HCL and the JSON front end, in the main thread (where
-the CPU timer works) and in another one (the gateway's threads)."""
+the CPU timer works) and in another one."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from cli.jobspec import JobspecError, hcl, limits, parse_job
-from cli.jobspec import json as jobspec_json
+from corral.domain.jobspec import JobspecError, hcl, limits, parse_job
+from corral.domain.jobspec import json as jobspec_json
+from corral.domain.jobspec.language.parser import MAX_DEPTH
 
 LIMIT = limits.MAX_NESTING_DEPTH
 JOB = 'job "x" {\n  group "g" {\n    task "t" {\n      driver = "mock"\n%s\n    }\n  }\n}\n'
@@ -23,15 +24,16 @@ def in_meta(expression: str) -> str:
     return JOB % f"      meta {{\n        a = {expression}\n      }}"
 
 
-#: constructs that nest one level per repetition: (opening, inner, closing)
+#: constructs that nest one level per repetition
 NESTERS: dict[str, Callable[[int], str]] = {
     "lists": lambda n: "[" * n + '"x"' + "]" * n,
     "maps": lambda n: "{a = " * n + '"x"' + "}" * n,
     "parentheses": lambda n: "(" * n + '"x"' + ")" * n,
     "interpolations": lambda n: '"${' * n + "x" + '}"' * n,
-    "function calls": lambda n: "f(" * n + "1" + ")" * n,
+    "function calls": lambda n: "upper(" * n + '"x"' + ")" * n,
     "operators": lambda n: "1" + " + 1" * n,
     "conditionals": lambda n: "true ? 1 : " * n + "1",
+    "negations": lambda n: "!" * n + "true",
     "attribute access": lambda n: "x" + ".a" * n,
 }
 
@@ -43,39 +45,41 @@ def error_of(fn: Callable[[], object]) -> str:
 
 
 @pytest.mark.parametrize("kind", sorted(NESTERS))
-def test_hcl_nesting_past_the_limit_names_it(kind: str) -> None:
-    text = in_meta(NESTERS[kind](LIMIT))  # four levels above it: over
-    message = error_of(lambda: hcl.parse(text, "deep.nomad.hcl"))
-    assert f"nested more than {LIMIT} levels deep" in message
-    assert "Recursion" not in message
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 20_000])
+def test_hcl_nested_past_the_parser_bound_names_a_limit(kind: str, depth: int) -> None:
+    """Past the parser's bound, in any construct, a file is one
+    JobspecError naming a limit (or, for what nests by iteration rather
+    than recursion, it reads): never a RecursionError."""
+    text = in_meta(NESTERS[kind](depth))
+    try:
+        hcl.parse(text, "deep.nomad.hcl")
+    except JobspecError as exc:
+        message = str(exc)
+        assert "Recursion" not in message and "recursion" not in message, message
+        if "nested" in message:
+            assert "levels deep" in message, message
 
 
-@pytest.mark.parametrize("kind", ["lists", "maps", "interpolations", "parentheses"])
-def test_hcl_nesting_within_the_limit_reads_in_any_thread(kind: str) -> None:
-    """Four levels (job, group, task, meta) plus LIMIT - 4 of the construct:
-    exactly at the limit, it reads (meta values must be strings, so what is
-    refused is the value's type, not its depth), also in a thread whose
-    stack is not the main one's."""
-    text = in_meta(NESTERS[kind](LIMIT - 4))
-    problems: list[str] = []
+def test_a_task_config_nested_past_the_value_limit_names_it() -> None:
+    """A task's config becomes a protobuf Struct, three messages a level:
+    past MAX_VALUE_DEPTH it is refused naming the field and the limit (the
+    state could not decode the job inside its change feed); at it, it
+    reads."""
+    limit = limits.MAX_VALUE_DEPTH
 
-    def parse() -> None:
-        try:
-            hcl.parse(text, "ok.nomad.hcl")
-        except JobspecError as exc:
-            problems.append(str(exc))
+    def job(depth: int) -> str:
+        value = "{a = " * (depth - 1) + '"x"' + "}" * (depth - 1)
+        return JOB % f"      config {{\n        a = {value}\n      }}"
 
-    parse()
-    thread = threading.Thread(target=parse)
-    thread.start()
-    thread.join()
-    assert len(problems) in (0, 2)
-    assert not any("nested" in p for p in problems), problems
+    message = error_of(lambda: hcl.parse(job(limit + 1), "deep.nomad.hcl"))
+    assert "config" in message and f"nested more than {limit} levels deep" in message
+    hcl.parse(job(limit), "ok.nomad.hcl")
 
 
 def test_the_forty_kilobytes_of_brackets_of_the_issue() -> None:
     """The exact shape of finding 2: 40 KB of nested brackets (a
-    RecursionError, 500 at the gateway, before)."""
+    RecursionError, 500 at the gateway, before), in the main thread and in
+    another one (the gateway's)."""
     text = 'job "x" { meta { a = ' + "[" * 20_000 + "]" * 20_000 + " } }"
     assert "nested more than" in error_of(lambda: parse_job(text, "brackets.hcl"))
     thread_errors: list[str] = []
@@ -85,6 +89,14 @@ def test_the_forty_kilobytes_of_brackets_of_the_issue() -> None:
     thread.start()
     thread.join()
     assert thread_errors and "nested more than" in thread_errors[0]
+
+
+@pytest.mark.parametrize("function", ["jsondecode", "yamldecode"])
+def test_decoding_deep_json_or_yaml_in_a_job_names_the_limit(function: str) -> None:
+    deep = "[" * 5_000 + "]" * 5_000
+    text = in_meta(f'length({function}("{deep}"))')
+    message = error_of(lambda: hcl.parse(text, "deep.nomad.hcl"))
+    assert "nested more than" in message and "recursion" not in message, message
 
 
 @pytest.mark.parametrize(
@@ -129,11 +141,10 @@ def test_a_file_past_the_size_limit_is_refused_before_parsing() -> None:
 
 
 def test_a_parse_past_the_cpu_budget_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file within the size limit that python-hcl2 is slow on (lists of
-    lists, about 50 µs a byte): stopped once the budget is spent."""
+    """A small file whose evaluation is slow (nested for expressions build
+    millions of values): stopped once the budget is spent."""
     monkeypatch.setattr(limits, "PARSE_CPU_SECONDS", 0.2)
-    text = in_meta("[" + ",".join("[[[[[[1]]]]]]" for _ in range(20_000)) + "]")
-    assert len(text) < limits.MAX_JOBSPEC_BYTES
+    text = in_meta("length([for i in range(3000): [for j in range(3000): j]])")
     message = error_of(lambda: parse_job(text, "slow.nomad.hcl"))
     assert "parsing took more than 0.2 s of CPU time" in message
     assert "parse time limit" in message

@@ -3,8 +3,8 @@ nodes' state, what does it decide? (Nomad's reconcile_cluster_test.go.)"""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral.domain import structs
+from corral.domain.structs import SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
@@ -47,6 +47,7 @@ def reconcile(
     now: int = NOW,
     update_fn=destructive_on_change,
     job_id: str | None = None,
+    initializing: frozenset[str] = frozenset(),
 ) -> ReconcileResults:
     return AllocReconciler(
         job=job,
@@ -58,6 +59,7 @@ def reconcile(
         tainted=tainted or {},
         now=now,
         alloc_update_fn=update_fn,
+        initializing=initializing,
     ).compute()
 
 

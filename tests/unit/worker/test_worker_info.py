@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import acl
+from corral.security import acl
 from services.worker.config import WorkerSettings
 from services.worker.pool import WorkerPool
 from services.worker.worker import Worker
@@ -17,7 +17,7 @@ from services.worker.worker import Worker
 def _pool() -> WorkerPool:
     nothing: Any = None
     settings = WorkerSettings(
-        state_addr="127.0.0.1:1", broker_addrs="127.0.0.1:2", planner_addrs="127.0.0.1:3"
+        state_addr="127.0.0.1:1", broker_addrs=["127.0.0.1:2"], planner_addrs=["127.0.0.1:3"]
     )
     pool = WorkerPool(settings, nothing, nothing, nothing, nothing)
     for name, namespace in (("w-a", "team-a"), ("w-b", "team-b")):

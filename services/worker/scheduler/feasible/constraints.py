@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import re
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.versions import version_match
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from corral import deployments, structs
-from corral.structs import ClientStatus, DeploymentStatus, DesiredStatus, NodeStatus, Trigger
+from corral.domain import deployments, structs
+from corral.domain.structs import ClientStatus, DeploymentStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.reconcile.allocs import (
@@ -368,7 +368,7 @@ class AllocReconciler:
         self.result.deployment_id = d.id
 
     def _stop_all(self, group: str, allocs: AllocSet) -> None:
-        c = classify(allocs, self.tainted, self.now, self._tg_of)
+        c = classify(allocs, self.tainted, self.now, self._tg_of, self.initializing)
         stops = (
             _stops(c.untainted.values(), util.ALLOC_NOT_NEEDED)
             + _stops(c.migrate.values(), util.ALLOC_NOT_NEEDED)
@@ -411,7 +411,7 @@ class AllocReconciler:
                 allocs = difference(allocs, old)
                 desired.ignore += len(old)
 
-        c = classify(allocs, self.tainted, self.now, self._tg_of)
+        c = classify(allocs, self.tainted, self.now, self._tg_of, self.initializing)
         desired.ignore += len(c.ignore)
 
         untainted, reschedule_now, reschedule_later = self._reschedulable(c.untainted)
