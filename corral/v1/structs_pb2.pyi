@@ -704,6 +704,465 @@ class ParameterizedConfig(_message.Message):
 Global___ParameterizedConfig: _TypeAlias = ParameterizedConfig  # noqa: Y015
 
 @_typing.final
+class ScalingPolicy(_message.Message):
+    """---------------------------------------------------------------- scaling
+
+    A scaling policy (Nomad's ScalingPolicy): in a job spec the group's
+    `scaling` block or a task's `scaling "cpu"|"mem"` block; as a stored
+    object, the same with its id, target and indexes, derived from the job
+    at every registration (ids stay the same across versions).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TargetEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    MIN_FIELD_NUMBER: _builtins.int
+    MAX_FIELD_NUMBER: _builtins.int
+    ENABLED_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """stable across job versions (set by the state)"""
+    type: _builtins.str
+    """"horizontal" (group), "vertical_cpu" / "vertical_mem" (task)"""
+    min: _builtins.int
+    """default: the group's count"""
+    max: _builtins.int
+    """required"""
+    enabled: _builtins.bool
+    """default true"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def target(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """"Namespace", "Job", "Group" and, for task policies, "Task" (set by the state)"""
+
+    @_builtins.property
+    def policy(self) -> _struct_pb2.Struct:
+        """the opaque `policy` block, for the autoscaler"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        type: _builtins.str = ...,
+        target: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        policy: _struct_pb2.Struct | None = ...,
+        min: _builtins.int | None = ...,
+        max: _builtins.int | None = ...,
+        enabled: _builtins.bool | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "_max", b"_max", "_min", b"_min", "enabled", b"enabled", "max", b"max", "min", b"min", "policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "_max", b"_max", "_min", b"_min", "create_index", b"create_index", "enabled", b"enabled", "id", b"id", "max", b"max", "min", b"min", "modify_index", b"modify_index", "policy", b"policy", "target", b"target", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__enabled: _TypeAlias = _typing.Literal["enabled"]  # noqa: Y015
+    _WhichOneofArgType__enabled: _TypeAlias = _typing.Literal["_enabled", b"_enabled"]  # noqa: Y015
+    _WhichOneofReturnType__max: _TypeAlias = _typing.Literal["max"]  # noqa: Y015
+    _WhichOneofArgType__max: _TypeAlias = _typing.Literal["_max", b"_max"]  # noqa: Y015
+    _WhichOneofReturnType__min: _TypeAlias = _typing.Literal["min"]  # noqa: Y015
+    _WhichOneofArgType__min: _TypeAlias = _typing.Literal["_min", b"_min"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__enabled) -> _WhichOneofReturnType__enabled | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max) -> _WhichOneofReturnType__max | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min) -> _WhichOneofReturnType__min | None: ...
+
+Global___ScalingPolicy: _TypeAlias = ScalingPolicy  # noqa: Y015
+
+@_typing.final
+class ScalingEvent(_message.Message):
+    """One Job.Scale call, as Nomad records it (newest first per group)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    PREVIOUS_COUNT_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    EVAL_ID_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    time: _builtins.int
+    """Unix ns"""
+    count: _builtins.int
+    """the new count, when the call set one"""
+    previous_count: _builtins.int
+    message: _builtins.str
+    error: _builtins.bool
+    eval_id: _builtins.str
+    """the eval the scaling created, if any"""
+    create_index: _builtins.int
+    @_builtins.property
+    def meta(self) -> _struct_pb2.Struct: ...
+    def __init__(
+        self,
+        *,
+        time: _builtins.int = ...,
+        count: _builtins.int | None = ...,
+        previous_count: _builtins.int = ...,
+        message: _builtins.str = ...,
+        error: _builtins.bool = ...,
+        meta: _struct_pb2.Struct | None = ...,
+        eval_id: _builtins.str = ...,
+        create_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "count", b"count", "meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "count", b"count", "create_index", b"create_index", "error", b"error", "eval_id", b"eval_id", "message", b"message", "meta", b"meta", "previous_count", b"previous_count", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__count: _TypeAlias = _typing.Literal["count"]  # noqa: Y015
+    _WhichOneofArgType__count: _TypeAlias = _typing.Literal["_count", b"_count"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__count) -> _WhichOneofReturnType__count | None: ...
+
+Global___ScalingEvent: _TypeAlias = ScalingEvent  # noqa: Y015
+
+@_typing.final
+class ScalingEventList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScalingEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___ScalingEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScalingEventList: _TypeAlias = ScalingEventList  # noqa: Y015
+
+@_typing.final
+class JobScalingEvents(_message.Message):
+    """The scaling events of one job: per task group, newest first, at most 20."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ScalingEventsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___ScalingEventList: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___ScalingEventList | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    SCALING_EVENTS_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    job_id: _builtins.str
+    modify_index: _builtins.int
+    @_builtins.property
+    def scaling_events(self) -> _containers.MessageMap[_builtins.str, Global___ScalingEventList]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        scaling_events: _abc.Mapping[_builtins.str, Global___ScalingEventList] | None = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "modify_index", b"modify_index", "namespace", b"namespace", "scaling_events", b"scaling_events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobScalingEvents: _TypeAlias = JobScalingEvents  # noqa: Y015
+
+@_typing.final
+class StringList(_message.Message):
+    """---------------------------------------------------------------- namespaces and node pools
+
+    A list whose presence matters: absent means "not set", empty means "none".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StringList: _TypeAlias = StringList  # noqa: Y015
+
+@_typing.final
+class NamespaceCapabilities(_message.Message):
+    """Which task drivers and network modes jobs of a namespace may use."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENABLED_TASK_DRIVERS_FIELD_NUMBER: _builtins.int
+    DISABLED_TASK_DRIVERS_FIELD_NUMBER: _builtins.int
+    ENABLED_NETWORK_MODES_FIELD_NUMBER: _builtins.int
+    DISABLED_NETWORK_MODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def enabled_task_drivers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every driver"""
+
+    @_builtins.property
+    def disabled_task_drivers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def enabled_network_modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every mode"""
+
+    @_builtins.property
+    def disabled_network_modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        enabled_task_drivers: _abc.Iterable[_builtins.str] | None = ...,
+        disabled_task_drivers: _abc.Iterable[_builtins.str] | None = ...,
+        enabled_network_modes: _abc.Iterable[_builtins.str] | None = ...,
+        disabled_network_modes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled_network_modes", b"disabled_network_modes", "disabled_task_drivers", b"disabled_task_drivers", "enabled_network_modes", b"enabled_network_modes", "enabled_task_drivers", b"enabled_task_drivers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceCapabilities: _TypeAlias = NamespaceCapabilities  # noqa: Y015
+
+@_typing.final
+class NamespaceNodePoolConfiguration(_message.Message):
+    """Node pools the jobs of a namespace may use (Nomad 1.6's node_pool_config)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFAULT_FIELD_NUMBER: _builtins.int
+    ALLOWED_FIELD_NUMBER: _builtins.int
+    DENIED_FIELD_NUMBER: _builtins.int
+    default: _builtins.str
+    """the pool of a job that names none ("" = "default")"""
+    @_builtins.property
+    def allowed(self) -> Global___StringList:
+        """Patterns (`*` globs) of the pools jobs may use besides the default;
+        absent: every pool; empty: the default pool only. Not with denied.
+        """
+
+    @_builtins.property
+    def denied(self) -> Global___StringList:
+        """patterns of pools jobs may not use"""
+
+    def __init__(
+        self,
+        *,
+        default: _builtins.str = ...,
+        allowed: Global___StringList | None = ...,
+        denied: Global___StringList | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "denied", b"denied"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "default", b"default", "denied", b"denied"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceNodePoolConfiguration: _TypeAlias = NamespaceNodePoolConfiguration  # noqa: Y015
+
+@_typing.final
+class Namespace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    NODE_POOL_CONFIG_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """letters, digits and '-', at most 128"""
+    description: _builtins.str
+    """at most 256 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def capabilities(self) -> Global___NamespaceCapabilities: ...
+    @_builtins.property
+    def node_pool_config(self) -> Global___NamespaceNodePoolConfiguration: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        capabilities: Global___NamespaceCapabilities | None = ...,
+        node_pool_config: Global___NamespaceNodePoolConfiguration | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "node_pool_config", b"node_pool_config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "create_index", b"create_index", "description", b"description", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_pool_config", b"node_pool_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Namespace: _TypeAlias = Namespace  # noqa: Y015
+
+@_typing.final
+class NodePoolSchedulerConfiguration(_message.Message):
+    """A node pool's own scheduler settings; unset fields take the cluster's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULER_ALGORITHM_FIELD_NUMBER: _builtins.int
+    MEMORY_OVERSUBSCRIPTION_ENABLED_FIELD_NUMBER: _builtins.int
+    scheduler_algorithm: _builtins.str
+    """"binpack", "spread" or "" (the cluster's)"""
+    memory_oversubscription_enabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        scheduler_algorithm: _builtins.str = ...,
+        memory_oversubscription_enabled: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_oversubscription_enabled", b"_memory_oversubscription_enabled", "memory_oversubscription_enabled", b"memory_oversubscription_enabled"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_oversubscription_enabled", b"_memory_oversubscription_enabled", "memory_oversubscription_enabled", b"memory_oversubscription_enabled", "scheduler_algorithm", b"scheduler_algorithm"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__memory_oversubscription_enabled: _TypeAlias = _typing.Literal["memory_oversubscription_enabled"]  # noqa: Y015
+    _WhichOneofArgType__memory_oversubscription_enabled: _TypeAlias = _typing.Literal["_memory_oversubscription_enabled", b"_memory_oversubscription_enabled"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_oversubscription_enabled) -> _WhichOneofReturnType__memory_oversubscription_enabled | None: ...
+
+Global___NodePoolSchedulerConfiguration: _TypeAlias = NodePoolSchedulerConfiguration  # noqa: Y015
+
+@_typing.final
+class NodePool(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """letters, digits, '-' and '_', at most 128"""
+    description: _builtins.str
+    """at most 256 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def scheduler_config(self) -> Global___NodePoolSchedulerConfiguration: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        scheduler_config: Global___NodePoolSchedulerConfiguration | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scheduler_config", b"scheduler_config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "description", b"description", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "scheduler_config", b"scheduler_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodePool: _TypeAlias = NodePool  # noqa: Y015
+
+@_typing.final
 class Task(_message.Message):
     """---------------------------------------------------------------- jobs"""
 
@@ -764,6 +1223,7 @@ class Task(_message.Message):
     RESTART_POLICY_FIELD_NUMBER: _builtins.int
     DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
+    SCALING_POLICIES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -795,6 +1255,13 @@ class Task(_message.Message):
 
     @_builtins.property
     def dispatch_payload(self) -> Global___DispatchPayloadConfig: ...
+    @_builtins.property
+    def scaling_policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScalingPolicy]:
+        """Task-level `scaling "cpu"` / `scaling "mem"` blocks (types
+        "vertical_cpu", "vertical_mem"): stored and listed as scaling policies
+        for an external autoscaler; Corral itself never resizes a task.
+        """
+
     def __init__(
         self,
         *,
@@ -813,10 +1280,11 @@ class Task(_message.Message):
         restart_policy: Global___RestartPolicy | None = ...,
         dispatch_payload: Global___DispatchPayloadConfig | None = ...,
         shutdown_delay: _builtins.int = ...,
+        scaling_policies: _abc.Iterable[Global___ScalingPolicy] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -865,6 +1333,7 @@ class TaskGroup(_message.Message):
     PREVENT_RESCHEDULE_ON_LOST_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
     MAX_RUN_DURATION_FIELD_NUMBER: _builtins.int
+    SCALING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     max_client_disconnect: _builtins.int
@@ -902,6 +1371,12 @@ class TaskGroup(_message.Message):
     def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def disconnect(self) -> Global___DisconnectStrategy: ...
+    @_builtins.property
+    def scaling(self) -> Global___ScalingPolicy:
+        """The group's `scaling` block: the horizontal (count) policy an
+        autoscaler reads; Job.Scale keeps the count within min..max.
+        """
+
     def __init__(
         self,
         *,
@@ -924,10 +1399,11 @@ class TaskGroup(_message.Message):
         prevent_reschedule_on_lost: _builtins.bool = ...,
         shutdown_delay: _builtins.int = ...,
         max_run_duration: _builtins.int = ...,
+        scaling: Global___ScalingPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_client_disconnect: _TypeAlias = _typing.Literal["max_client_disconnect"]  # noqa: Y015
     _WhichOneofArgType__max_client_disconnect: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect"]  # noqa: Y015
@@ -2064,12 +2540,15 @@ class AllocMetric(_message.Message):
     SCORE_META_DATA_FIELD_NUMBER: _builtins.int
     ALLOCATION_TIME_FIELD_NUMBER: _builtins.int
     COALESCED_FAILURES_FIELD_NUMBER: _builtins.int
+    NODE_POOL_FIELD_NUMBER: _builtins.int
     nodes_evaluated: _builtins.int
     nodes_filtered: _builtins.int
     nodes_in_pool: _builtins.int
     nodes_exhausted: _builtins.int
     allocation_time: _builtins.int
     coalesced_failures: _builtins.int
+    node_pool: _builtins.str
+    """the job's node pool the nodes were taken from"""
     @_builtins.property
     def nodes_available(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """by datacenter"""
@@ -2102,10 +2581,11 @@ class AllocMetric(_message.Message):
         score_meta_data: _abc.Iterable[Global___NodeScoreMeta] | None = ...,
         allocation_time: _builtins.int = ...,
         coalesced_failures: _builtins.int = ...,
+        node_pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_time", b"allocation_time", "class_exhausted", b"class_exhausted", "class_filtered", b"class_filtered", "coalesced_failures", b"coalesced_failures", "constraint_filtered", b"constraint_filtered", "dimension_exhausted", b"dimension_exhausted", "nodes_available", b"nodes_available", "nodes_evaluated", b"nodes_evaluated", "nodes_exhausted", b"nodes_exhausted", "nodes_filtered", b"nodes_filtered", "nodes_in_pool", b"nodes_in_pool", "quota_exhausted", b"quota_exhausted", "score_meta_data", b"score_meta_data"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_time", b"allocation_time", "class_exhausted", b"class_exhausted", "class_filtered", b"class_filtered", "coalesced_failures", b"coalesced_failures", "constraint_filtered", b"constraint_filtered", "dimension_exhausted", b"dimension_exhausted", "node_pool", b"node_pool", "nodes_available", b"nodes_available", "nodes_evaluated", b"nodes_evaluated", "nodes_exhausted", b"nodes_exhausted", "nodes_filtered", b"nodes_filtered", "nodes_in_pool", b"nodes_in_pool", "quota_exhausted", b"quota_exhausted", "score_meta_data", b"score_meta_data"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3141,6 +3621,344 @@ class SchedulerConfiguration(_message.Message):
 Global___SchedulerConfiguration: _TypeAlias = SchedulerConfiguration  # noqa: Y015
 
 @_typing.final
+class MemoryStats(_message.Message):
+    """---------------------------------------------------------------- resource usage (client stats)
+
+    Memory of a task (its cgroup, or its process tree), bytes. `measured`
+    names the fields this node actually reads (Nomad's Measured): cgroup v1
+    RSS, Cache, Swap, Usage, Max Usage, Kernel Usage, Kernel Max Usage;
+    cgroup v2 RSS, Cache, Swap, Usage; a process tree RSS.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RSS_FIELD_NUMBER: _builtins.int
+    CACHE_FIELD_NUMBER: _builtins.int
+    SWAP_FIELD_NUMBER: _builtins.int
+    MAPPED_FILE_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    MAX_USAGE_FIELD_NUMBER: _builtins.int
+    KERNEL_USAGE_FIELD_NUMBER: _builtins.int
+    KERNEL_MAX_USAGE_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    rss: _builtins.int
+    cache: _builtins.int
+    swap: _builtins.int
+    mapped_file: _builtins.int
+    usage: _builtins.int
+    max_usage: _builtins.int
+    kernel_usage: _builtins.int
+    kernel_max_usage: _builtins.int
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        rss: _builtins.int = ...,
+        cache: _builtins.int = ...,
+        swap: _builtins.int = ...,
+        mapped_file: _builtins.int = ...,
+        usage: _builtins.int = ...,
+        max_usage: _builtins.int = ...,
+        kernel_usage: _builtins.int = ...,
+        kernel_max_usage: _builtins.int = ...,
+        measured: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache", b"cache", "kernel_max_usage", b"kernel_max_usage", "kernel_usage", b"kernel_usage", "mapped_file", b"mapped_file", "max_usage", b"max_usage", "measured", b"measured", "rss", b"rss", "swap", b"swap", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryStats: _TypeAlias = MemoryStats  # noqa: Y015
+
+@_typing.final
+class CpuStats(_message.Message):
+    """CPU of a task since the previous sample: percentages of one core, and
+    the same as MHz (total_ticks).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SYSTEM_MODE_FIELD_NUMBER: _builtins.int
+    USER_MODE_FIELD_NUMBER: _builtins.int
+    TOTAL_TICKS_FIELD_NUMBER: _builtins.int
+    THROTTLED_PERIODS_FIELD_NUMBER: _builtins.int
+    THROTTLED_TIME_FIELD_NUMBER: _builtins.int
+    PERCENT_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    system_mode: _builtins.float
+    user_mode: _builtins.float
+    total_ticks: _builtins.float
+    throttled_periods: _builtins.int
+    throttled_time: _builtins.int
+    """ns"""
+    percent: _builtins.float
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        system_mode: _builtins.float = ...,
+        user_mode: _builtins.float = ...,
+        total_ticks: _builtins.float = ...,
+        throttled_periods: _builtins.int = ...,
+        throttled_time: _builtins.int = ...,
+        percent: _builtins.float = ...,
+        measured: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["measured", b"measured", "percent", b"percent", "system_mode", b"system_mode", "throttled_periods", b"throttled_periods", "throttled_time", b"throttled_time", "total_ticks", b"total_ticks", "user_mode", b"user_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CpuStats: _TypeAlias = CpuStats  # noqa: Y015
+
+@_typing.final
+class ResourceUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_STATS_FIELD_NUMBER: _builtins.int
+    CPU_STATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memory_stats(self) -> Global___MemoryStats: ...
+    @_builtins.property
+    def cpu_stats(self) -> Global___CpuStats: ...
+    def __init__(
+        self,
+        *,
+        memory_stats: Global___MemoryStats | None = ...,
+        cpu_stats: Global___CpuStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cpu_stats", b"cpu_stats", "memory_stats", b"memory_stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_stats", b"cpu_stats", "memory_stats", b"memory_stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceUsage: _TypeAlias = ResourceUsage  # noqa: Y015
+
+@_typing.final
+class TaskResourceUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_USAGE_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    """when sampled, Unix ns"""
+    @_builtins.property
+    def resource_usage(self) -> Global___ResourceUsage: ...
+    def __init__(
+        self,
+        *,
+        resource_usage: Global___ResourceUsage | None = ...,
+        timestamp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskResourceUsage: _TypeAlias = TaskResourceUsage  # noqa: Y015
+
+@_typing.final
+class AllocResourceUsage(_message.Message):
+    """An alloc's usage: its tasks' summed, and each task's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TasksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TaskResourceUsage: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TaskResourceUsage | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RESOURCE_USAGE_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    """the newest task sample"""
+    @_builtins.property
+    def resource_usage(self) -> Global___ResourceUsage: ...
+    @_builtins.property
+    def tasks(self) -> _containers.MessageMap[_builtins.str, Global___TaskResourceUsage]: ...
+    def __init__(
+        self,
+        *,
+        resource_usage: Global___ResourceUsage | None = ...,
+        tasks: _abc.Mapping[_builtins.str, Global___TaskResourceUsage] | None = ...,
+        timestamp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage", "tasks", b"tasks", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocResourceUsage: _TypeAlias = AllocResourceUsage  # noqa: Y015
+
+@_typing.final
+class HostMemoryStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    available: _builtins.int
+    used: _builtins.int
+    free: _builtins.int
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        available: _builtins.int = ...,
+        used: _builtins.int = ...,
+        free: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "free", b"free", "total", b"total", "used", b"used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostMemoryStats: _TypeAlias = HostMemoryStats  # noqa: Y015
+
+@_typing.final
+class HostCPUStats(_message.Message):
+    """One core, percentages since the previous sample."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CPU_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    SYSTEM_FIELD_NUMBER: _builtins.int
+    IDLE_FIELD_NUMBER: _builtins.int
+    cpu: _builtins.str
+    """"cpu0", ..."""
+    user: _builtins.float
+    system: _builtins.float
+    idle: _builtins.float
+    def __init__(
+        self,
+        *,
+        cpu: _builtins.str = ...,
+        user: _builtins.float = ...,
+        system: _builtins.float = ...,
+        idle: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu", b"cpu", "idle", b"idle", "system", b"system", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostCPUStats: _TypeAlias = HostCPUStats  # noqa: Y015
+
+@_typing.final
+class HostDiskStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    MOUNTPOINT_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    USED_PERCENT_FIELD_NUMBER: _builtins.int
+    INODES_USED_PERCENT_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    mountpoint: _builtins.str
+    size: _builtins.int
+    used: _builtins.int
+    available: _builtins.int
+    used_percent: _builtins.float
+    inodes_used_percent: _builtins.float
+    def __init__(
+        self,
+        *,
+        device: _builtins.str = ...,
+        mountpoint: _builtins.str = ...,
+        size: _builtins.int = ...,
+        used: _builtins.int = ...,
+        available: _builtins.int = ...,
+        used_percent: _builtins.float = ...,
+        inodes_used_percent: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "device", b"device", "inodes_used_percent", b"inodes_used_percent", "mountpoint", b"mountpoint", "size", b"size", "used", b"used", "used_percent", b"used_percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostDiskStats: _TypeAlias = HostDiskStats  # noqa: Y015
+
+@_typing.final
+class HostStats(_message.Message):
+    """A client node's host (Nomad's HostStats)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CPU_FIELD_NUMBER: _builtins.int
+    DISK_STATS_FIELD_NUMBER: _builtins.int
+    ALLOC_DIR_STATS_FIELD_NUMBER: _builtins.int
+    UPTIME_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    CPU_TICKS_CONSUMED_FIELD_NUMBER: _builtins.int
+    uptime: _builtins.int
+    """seconds since boot"""
+    timestamp: _builtins.int
+    """Unix ns"""
+    cpu_ticks_consumed: _builtins.float
+    """MHz busy over all cores"""
+    @_builtins.property
+    def memory(self) -> Global___HostMemoryStats: ...
+    @_builtins.property
+    def cpu(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostCPUStats]: ...
+    @_builtins.property
+    def disk_stats(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostDiskStats]: ...
+    @_builtins.property
+    def alloc_dir_stats(self) -> Global___HostDiskStats:
+        """the file system of the agent's data dir"""
+
+    def __init__(
+        self,
+        *,
+        memory: Global___HostMemoryStats | None = ...,
+        cpu: _abc.Iterable[Global___HostCPUStats] | None = ...,
+        disk_stats: _abc.Iterable[Global___HostDiskStats] | None = ...,
+        alloc_dir_stats: Global___HostDiskStats | None = ...,
+        uptime: _builtins.int = ...,
+        timestamp: _builtins.int = ...,
+        cpu_ticks_consumed: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alloc_dir_stats", b"alloc_dir_stats", "memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_dir_stats", b"alloc_dir_stats", "cpu", b"cpu", "cpu_ticks_consumed", b"cpu_ticks_consumed", "disk_stats", b"disk_stats", "memory", b"memory", "timestamp", b"timestamp", "uptime", b"uptime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostStats: _TypeAlias = HostStats  # noqa: Y015
+
+@_typing.final
 class Event(_message.Message):
     """---------------------------------------------------------------- change feed / events
 
@@ -3163,9 +3981,13 @@ class Event(_message.Message):
     DEPLOYMENT_FIELD_NUMBER: _builtins.int
     SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
     JOB_SUMMARY_FIELD_NUMBER: _builtins.int
+    NAMESPACE_OBJECT_FIELD_NUMBER: _builtins.int
+    NODE_POOL_FIELD_NUMBER: _builtins.int
+    SCALING_POLICY_FIELD_NUMBER: _builtins.int
+    JOB_SCALING_EVENTS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     topic: _builtins.str
-    """"Job", "Evaluation", "Allocation", "Node", "Deployment", "Operator" """
+    """"Job", "Evaluation", "Allocation", "Node", "NodePool", "Deployment", "Operator" """
     type: _builtins.str
     """"JobRegistered", "EvaluationUpdated", "AllocationUpdated", "PlanResult", ..."""
     key: _builtins.str
@@ -3187,6 +4009,16 @@ class Event(_message.Message):
     def scheduler_config(self) -> Global___SchedulerConfiguration: ...
     @_builtins.property
     def job_summary(self) -> Global___JobSummary: ...
+    @_builtins.property
+    def namespace_object(self) -> Global___Namespace:
+        """"namespace" is the event's own field"""
+
+    @_builtins.property
+    def node_pool(self) -> Global___NodePool: ...
+    @_builtins.property
+    def scaling_policy(self) -> Global___ScalingPolicy: ...
+    @_builtins.property
+    def job_scaling_events(self) -> Global___JobScalingEvents: ...
     def __init__(
         self,
         *,
@@ -3203,12 +4035,16 @@ class Event(_message.Message):
         deployment: Global___Deployment | None = ...,
         scheduler_config: Global___SchedulerConfiguration | None = ...,
         job_summary: Global___JobSummary | None = ...,
+        namespace_object: Global___Namespace | None = ...,
+        node_pool: Global___NodePool | None = ...,
+        scaling_policy: Global___ScalingPolicy | None = ...,
+        job_scaling_events: Global___JobScalingEvents | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_summary", b"job_summary", "node", b"node", "payload", b"payload", "scheduler_config", b"scheduler_config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "node", b"node", "payload", b"payload", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary", "namespace_object", "node_pool", "scaling_policy", "job_scaling_events"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 

@@ -45,6 +45,11 @@ class Need:
     summary: str
     namespace: tuple[tuple[str, ...], ...] = ()
     scopes: tuple[tuple[str, str], ...] = ()
+    #: node_pool capabilities (read, write, delete) on the pool the path names
+    node_pool: tuple[str, ...] = ()
+    #: any capability at all in the namespace the path names (Nomad's
+    #: AllowNamespace: may it be seen)
+    namespace_seen: bool = False
     #: no token needed: the answer holds nothing a token guards
     open: bool = False
     #: any valid token (the answer describes the token itself)
@@ -106,6 +111,8 @@ def allows(found: acl.ACL, need: Need, namespace: str) -> bool:
     for group in need.namespace:
         if not any(found.allows_namespace(namespace, cap) for cap in group):
             return False
+    if need.namespace_seen and not found.allows_any_in_namespace(namespace):
+        return False
     return all(found.allows(name, level) for name, level in need.scopes)
 
 

@@ -31,12 +31,15 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    namespace_pb2_grpc,
     node_pb2_grpc,
+    node_pool_pb2_grpc,
     operator_pb2,
     operator_pb2_grpc,
     periodic_pb2_grpc,
     plan_pb2,
     plan_pb2_grpc,
+    scaling_pb2_grpc,
 )
 
 #: unary calls fail after this long rather than hang; blocking queries add
@@ -88,6 +91,9 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self.namespaces = namespace_pb2_grpc.NamespaceStub(self.channel)
+        self.node_pools = node_pool_pb2_grpc.NodePoolStub(self.channel)
+        self.scaling = scaling_pb2_grpc.ScalingStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         #: request tokens resolved by the state (ACL.ResolveToken) and compiled
         #: as every server compiles them, for the few routes the gateway
@@ -112,16 +118,23 @@ class Backend:
             return f"state service {self.state_addr} is not serving"
         return ""
 
-    # -- the agents (task logs) --------------------------------------------
+    # -- the agents (task logs, resource usage) -----------------------------
 
-    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
-        """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
+    def _agent(self, address: str) -> grpc.aio.Channel:
         ch = self._agents.get(address)
         if ch is None:
             ch = self._agents[address] = transport.dial(
                 address, peer="client", settings=self.security, options=_OPTIONS
             )
-        return alloc_pb2_grpc.ClientAllocStub(ch)
+        return ch
+
+    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocAsyncStub:
+        """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
+        return alloc_pb2_grpc.ClientAllocStub(self._agent(address))
+
+    def client_stats(self, address: str) -> node_pb2_grpc.ClientStatsAsyncStub:
+        """The ClientStats service of the agent at `address`."""
+        return node_pb2_grpc.ClientStatsStub(self._agent(address))
 
     # -- the singleton roles' statistics -----------------------------------
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.domain import periodic
+from google.protobuf.json_format import MessageToDict
+
+from corral.domain import driver_config, periodic, scaling
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.jobspec import limits
 from corral.domain.structs import (
@@ -24,7 +26,6 @@ from corral.domain.structs import (
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
-DRIVERS_NEEDING_COMMAND = ("raw_exec", "exec")
 HEALTH_CHECKS = ("checks", "task_states", "manual")
 RECONCILE = ("best_score", "keep_original", "keep_replacement", "longest_running")
 PAYLOAD = Payload.ALL
@@ -86,6 +87,9 @@ def check(job: pb.Job) -> None:
         _one_of(job.parameterized.payload, PAYLOAD, "job.parameterized.payload")
     if job.HasField("periodic") and job.HasField("parameterized"):
         raise FieldProblem("job.periodic", "a job cannot be both periodic and parameterized")
+    found = scaling.problem(job)
+    if found is not None:
+        raise FieldProblem(*found)
 
     groups: set[str] = set()
     for gi, tg in enumerate(job.task_groups):
@@ -166,10 +170,9 @@ def check(job: pb.Job) -> None:
                     f"nested more than {limits.MAX_VALUE_DEPTH} levels deep (the nesting limit "
                     "of a task's configuration)",
                 )
-            if task.driver in DRIVERS_NEEDING_COMMAND and not task.config.fields.get("command"):
-                raise FieldProblem(
-                    f"{tp}.config.command", f"the {task.driver} driver needs a command"
-                )
+            config = MessageToDict(task.config) if task.HasField("config") else {}
+            for key, wrong in driver_config.problems(task.driver, config):
+                raise FieldProblem(f"{tp}.config.{key}", wrong)
             r = task.resources
             for f in ("cpu", "cores", "memory_mb", "disk_mb"):
                 _not_negative(getattr(r, f), f"{tp}.resources.{f}")

@@ -1,4 +1,5 @@
-"""/v1/nodes, /v1/node/:id, its drain, eligibility and allocations."""
+"""/v1/nodes, /v1/node/:id, its drain, eligibility and allocations, and
+/v1/client/stats?node_id= (the host usage its agent serves)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from services.gateway.http import (
 )
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import nodes as node_map
+from services.gateway.mapping import stats as stats_map
 
 
 async def nodes(request: Request) -> Response:
@@ -142,10 +144,6 @@ async def node_eligibility(request: Request) -> Response:
     return respond(request, _update_response(resp), index=resp.index)
 
 
-async def node_pools(request: Request) -> Response:
-    raise unserved(f"{request.method} /v1/node/pools")
-
-
 async def node_action(request: Request) -> Response:
     """Nomad's other node actions (purge, evaluate, meta): not served."""
     from services.gateway.routes.unserved import wrong_method
@@ -169,13 +167,32 @@ NODE_ALLOCS = Need(
 )
 NODE_UPDATE = {"PUT": NODE_WRITE, "POST": NODE_WRITE}
 
+
+async def client_stats(request: Request) -> Response:
+    """Nomad's HostStats of the node named by `node_id` (the gateway is a
+    server: there is no local client to default to)."""
+    node_id = request.query_params.get("node_id", "")
+    if not node_id:
+        raise bad_request("No local Node and node_id not provided")
+    backend = backend_of(request)
+    md = metadata_of(request)
+    got = await backend.nodes.Get(
+        node_pb2.NodeGetRequest(node_id=node_id), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    if not got.node.http_addr:
+        raise NomadError(404, f"node {got.node.id} has no address to reach its agent")
+    resp = await backend.client_stats(got.node.http_addr).Stats(
+        node_pb2.ClientStatsRequest(), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    return respond(request, stats_map.host_stats(resp.stats))
+
+
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/nodes", nodes, {"GET": NODE_READ}),
-    ApiRoute("/v1/node/pools", node_pools, UNSERVED),
-    ApiRoute("/v1/node/pool/{rest:path}", node_pools, UNSERVED),
     ApiRoute("/v1/node/{node_id}/allocations", node_allocations, {"GET": NODE_ALLOCS}),
     ApiRoute("/v1/node/{node_id}/drain", node_drain, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}/eligibility", node_eligibility, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}", node, {"GET": NODE_READ}),
     NODE_ACTION,
+    ApiRoute("/v1/client/stats", client_stats, {"GET": NODE_READ}),
 ]

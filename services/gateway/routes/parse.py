@@ -23,11 +23,11 @@ from starlette.routing import BaseRoute
 
 from corral.domain.jobspec import limits
 from corral.domain.jobspec.errors import JobspecError
+from corral.domain.nomad_json import body_field as field
 from services.gateway.authz import ApiRoute, Need
 from services.gateway.http import NomadError, bad_request, json_body, respond
 from services.gateway.jobfiles import JobFileParser, ParserBusy
 from services.gateway.mapping import jobs as job_map
-from services.gateway.mapping.acl import field
 
 _FILENAME = "job.nomad.hcl"
 

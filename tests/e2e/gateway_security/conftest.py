@@ -97,9 +97,16 @@ class Objects:
     alloc_ids: list[str] = field(default_factory=list)
     eval_ids: list[str] = field(default_factory=list)
     deployment_ids: list[str] = field(default_factory=list)
+    scaling_policy_ids: list[str] = field(default_factory=list)
 
     def ids(self) -> list[str]:
-        return [self.job_id, *self.alloc_ids, *self.eval_ids, *self.deployment_ids]
+        return [
+            self.job_id,
+            *self.alloc_ids,
+            *self.eval_ids,
+            *self.deployment_ids,
+            *self.scaling_policy_ids,
+        ]
 
 
 @dataclass
@@ -150,7 +157,8 @@ class Cluster:
 
 def service_job(job_id: str, namespace: str, *, meta: dict[str, str] | None = None) -> Any:
     """A raw_exec service that logs a line and sleeps, with an update block
-    (so it has a deployment), as Nomad's API JSON."""
+    (so it has a deployment) and a scaling block (so it has a scaling
+    policy), as Nomad's API JSON."""
     script = f"echo {job_id}-says-hello; while true; do sleep 1; done"
     return {
         "Job": {
@@ -164,6 +172,7 @@ def service_job(job_id: str, namespace: str, *, meta: dict[str, str] | None = No
                 {
                     "Name": "web",
                     "Count": 1,
+                    "Scaling": {"Min": 1, "Max": 3, "Enabled": True},
                     "Update": {
                         "MaxParallel": 1,
                         "HealthCheck": "task_states",
@@ -235,6 +244,10 @@ def _collect(http: Http, token: str, objects: Objects) -> None:
     objects.deployment_ids = [
         d["ID"] for d in http.ok("GET", path + "/deployments", token=token, params=q)
     ]
+    policies = http.ok(
+        "GET", "/v1/scaling/policies", token=token, params={**q, "job": objects.job_id}
+    )
+    objects.scaling_policy_ids = [p["ID"] for p in policies]
 
 
 def _seed(dev: DevProcess) -> Cluster:
@@ -245,11 +258,25 @@ def _seed(dev: DevProcess) -> Cluster:
         lambda: [n for n in http.ok("GET", "/v1/nodes", token=mgmt) if n["Status"] == "ready"],
         timeout=90,
     )
+    for namespace in ("team-a", "team-b"):
+        http.ok(
+            "PUT",
+            f"/v1/namespace/{namespace}",
+            token=mgmt,
+            body={"Name": namespace, "Description": "issue 26's audit"},
+        )
     tag = uuid.uuid4().hex[:10]
+    marker = f"LEAK-b-{tag}"
+    for namespace, description in (("team-a", "issue 26's audit"), ("team-b", marker)):
+        http.ok(
+            "PUT",
+            f"/v1/namespace/{namespace}",
+            token=mgmt,
+            body={"Name": namespace, "Description": description},
+        )
     default = Objects("default", "gw-web")
     team_a = Objects("team-a", "team-a-web")
     team_b = Objects("team-b", f"secret-b-{tag}")
-    marker = f"LEAK-b-{tag}"
     http.ok("PUT", "/v1/jobs", token=mgmt, body=service_job(default.job_id, "default"))
     http.ok(
         "PUT",
@@ -286,6 +313,7 @@ def _seed(dev: DevProcess) -> Cluster:
     for objects in (default, team_a, team_b):
         _collect(http, mgmt, objects)
         assert objects.alloc_ids and objects.eval_ids and objects.deployment_ids, objects
+        assert objects.scaling_policy_ids, objects
     return Cluster(
         dev=dev,
         http=http,

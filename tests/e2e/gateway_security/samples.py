@@ -28,6 +28,8 @@ class Sample:
     params: dict[str, str] = field(default_factory=dict)
     body: Any = None
     stream: bool = False
+    #: the node pool the request acts on (where node_pool rules are granted)
+    pool: str = "default"
 
 
 def routes() -> Iterator[tuple[str, str, authz.Need]]:
@@ -81,6 +83,29 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             "/v1/acl/policy/gw-authz-probe", body={"Name": "gw-authz-probe", "Rules": rules}
         )
 
+    def namespace(method: str) -> Sample:
+        if method == "DELETE":
+            return Sample("/v1/namespace/no-such-namespace", namespace="no-such-namespace")
+        body = {"Name": a.namespace, "Description": "team a"} if method != "GET" else None
+        return Sample(f"/v1/namespace/{a.namespace}", namespace=a.namespace, body=body)
+
+    def pools(method: str) -> Sample:
+        if method == "GET":
+            return Sample("/v1/node/pools")
+        return Sample("/v1/node/pools", body={"Name": "gw-probe-pool"}, pool="gw-probe-pool")
+
+    def pool(method: str) -> Sample:
+        if method == "GET":
+            return Sample("/v1/node/pool/default")
+        if method == "DELETE":
+            return Sample("/v1/node/pool/gw-no-such-pool", pool="gw-no-such-pool")
+        body = {"Name": "gw-probe-pool", "Description": "probe"}
+        return Sample("/v1/node/pool/gw-probe-pool", body=body, pool="gw-probe-pool")
+
+    policies = cluster.http.ok(
+        "GET", "/v1/scaling/policies", token=cluster.management, params={"job": d.job_id}
+    )
+
     def token(method: str) -> Sample:
         if method == "GET":
             listed = cluster.http.ok("GET", "/v1/acl/tokens", token=cluster.management)
@@ -110,6 +135,19 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         # a write: on team-a's alloc (the audit ran before), granted there
         "/v1/allocation/{alloc_id}/stop": objects_path("/v1/allocation/", a, "alloc", "/stop"),
         "/v1/allocation/{alloc_id}": objects_path("/v1/allocation/", d, "alloc"),
+        "/v1/client/allocation/{alloc_id}/stats": const(
+            Sample(f"/v1/client/allocation/{d.alloc_ids[0]}/stats")
+        ),
+        "/v1/client/stats": const(Sample("/v1/client/stats", params={"node_id": cluster.node_id})),
+        "/v1/namespaces": const(Sample("/v1/namespaces")),
+        "/v1/namespace": const(Sample("/v1/namespace", body={"Name": "gw-probe-namespace"})),
+        "/v1/namespace/{name:path}": namespace,
+        "/v1/node/pools": pools,
+        "/v1/node/pool/{rest:path}": pool,
+        "/v1/scaling/policies": const(Sample("/v1/scaling/policies")),
+        "/v1/scaling/policy/{policy_id:path}": const(
+            Sample(f"/v1/scaling/policy/{policies[0]['ID']}")
+        ),
         "/v1/client/fs/logs/{alloc_id}": const(
             Sample(
                 f"/v1/client/fs/logs/{d.alloc_ids[0]}",
@@ -122,8 +160,6 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         ),
         "/v1/evaluation/{eval_id}": objects_path("/v1/evaluation/", d, "eval"),
         "/v1/nodes": const(Sample("/v1/nodes")),
-        "/v1/node/pools": const(Sample("/v1/node/pools")),
-        "/v1/node/pool/{rest:path}": const(Sample("/v1/node/pool/default")),
         "/v1/node/{node_id}/allocations": const(Sample(f"/v1/node/{cluster.node_id}/allocations")),
         "/v1/node/{node_id}/drain": const(
             Sample(f"/v1/node/{cluster.node_id}/drain", body={"DrainSpec": None})

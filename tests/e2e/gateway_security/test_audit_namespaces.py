@@ -72,6 +72,8 @@ def _id_pool(cluster: Cluster) -> list[str]:
         b.alloc_ids[0][:8],
         b.eval_ids[0],
         b.deployment_ids[0],
+        b.scaling_policy_ids[0],
+        b.namespace,
         cluster.node_id,
     ]
 
@@ -242,7 +244,8 @@ def _paths(cluster: Cluster, template: str) -> Iterator[str]:
         "eval_id": [b.eval_ids[0]],
         "deployment_id": [b.deployment_ids[0]],
         "node_id": [cluster.node_id],
-        "name": ["team-a-reader"],
+        "name": ["team-a-reader", b.namespace],
+        "policy_id": [b.scaling_policy_ids[0]],
         "accessor_id": ["self"],
         "rest": ["x"],
         "action": ["allocations"],

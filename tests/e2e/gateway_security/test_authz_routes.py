@@ -40,50 +40,80 @@ SCOPE_LEVELS = {"read": "", "write": "read"}  # what is one level short of each
 # -- tokens from needs ---------------------------------------------------------
 
 
-def _rules(namespace: str, caps: list[str], scopes: dict[str, str]) -> str:
+POOL_CAPS = sorted(acl.NODE_POOL_CAPABILITIES - {acl.DENY})
+
+
+def _listed(caps: list[str]) -> str:
+    return ", ".join(f'"{c}"' for c in sorted(set(caps)))
+
+
+def _rules(
+    namespace: str,
+    caps: list[str],
+    scopes: dict[str, str],
+    pools: dict[str, list[str]] | None = None,
+) -> str:
     lines = []
     if caps:
-        listed = ", ".join(f'"{c}"' for c in sorted(set(caps)))
-        lines.append(f'namespace "{namespace}" {{ capabilities = [{listed}] }}')
+        lines.append(f'namespace "{namespace}" {{ capabilities = [{_listed(caps)}] }}')
     else:  # a token that may do something, just nothing of the need
         lines.append('namespace "zz-unused" { policy = "read" }')
     for scope, level in sorted(scopes.items()):
         if level:
             lines.append(f'{scope} {{ policy = "{level}" }}')
+    for pool, pool_caps in sorted((pools or {}).items()):
+        if pool_caps:
+            lines.append(f'node_pool "{pool}" {{ capabilities = [{_listed(pool_caps)}] }}')
     return "\n".join(lines)
 
 
-def granting(need: authz.Need, namespace: str) -> Iterator[tuple[str, str]]:
+def granting(need: authz.Need, sample: Sample) -> Iterator[tuple[str, str]]:
     """(what, rules) of tokens holding exactly the need: the first
     alternative of each group, then each other alternative in turn."""
     scopes = dict(need.scopes)
+    pools = {sample.pool: list(need.node_pool)}
     firsts = [group[0] for group in need.namespace]
-    yield "exactly", _rules(namespace, firsts, scopes)
+    if need.namespace_seen and not firsts:
+        firsts = ["list-jobs"]  # any capability shows the namespace
+    yield "exactly", _rules(sample.namespace, firsts, scopes, pools)
     for i, group in enumerate(need.namespace):
         for other in group[1:]:
             caps = [*firsts[:i], other, *firsts[i + 1 :]]
-            yield f"with {other}", _rules(namespace, caps, scopes)
+            yield f"with {other}", _rules(sample.namespace, caps, scopes, pools)
 
 
-def denying(need: authz.Need, namespace: str) -> Iterator[tuple[str, str]]:
+def denying(need: authz.Need, sample: Sample) -> Iterator[tuple[str, str]]:
     """(what, rules) of tokens holding everything but one part of the need."""
+    namespace = sample.namespace
     scopes = dict(need.scopes)
     everything = dict.fromkeys(acl.SCOPES, "write")
+    all_pools = {sample.pool: POOL_CAPS}
+    needed = [c for group in need.namespace for c in group]
     for group in need.namespace:
         caps = [c for c in ALL_CAPS if c not in group]
-        yield f"without {'/'.join(group)}", _rules(namespace, caps, {**everything, **scopes})
+        yield (
+            f"without {'/'.join(group)}",
+            _rules(namespace, caps, {**everything, **scopes}, all_pools),
+        )
     for scope, level in need.scopes:
         short = {**everything, scope: SCOPE_LEVELS[level]}
-        caps = [c for group in need.namespace for c in group]
-        yield f"without {scope}:{level}", _rules(namespace, caps or ALL_CAPS, short)
+        yield f"without {scope}:{level}", _rules(namespace, needed or ALL_CAPS, short, all_pools)
+    for cap in need.node_pool:
+        pools = {sample.pool: [c for c in POOL_CAPS if c != cap]}
+        yield f"without node_pool {cap}", _rules(namespace, needed or ALL_CAPS, everything, pools)
+    if need.namespace_seen:
+        yield (
+            "without any capability in the namespace",
+            f'namespace "*" {{ policy = "write" }}\nnamespace "{namespace}" {{ policy = "deny" }}',
+        )
     if need.management:
-        listed = ", ".join(f'"{c}"' for c in ALL_CAPS)
         yield (
             "a client token with every capability",
             "\n".join(
                 [
                     'namespace "*" { policy = "write" }',
-                    f'namespace "{namespace}" {{ capabilities = [{listed}] }}',
+                    f'namespace "{namespace}" {{ capabilities = [{_listed(ALL_CAPS)}] }}',
+                    'node_pool "*" { policy = "write" }',
                     *(f'{s} {{ policy = "write" }}' for s in acl.SCOPES),
                 ]
             ),
@@ -169,7 +199,7 @@ def test_every_route_answers_its_need_and_only_its_need(
             refusals.append(("an unknown token", str(uuid.uuid4())))
             if not need.any_token:
                 refusals.append(("no token", None))
-                refusals += [(w, tokens.holding(r)) for w, r in denying(need, where)]
+                refusals += [(w, tokens.holding(r)) for w, r in denying(need, sample)]
         for what, token in refusals:
             status, text = _send(cluster, method, sample, token)
             checked += 1
@@ -183,7 +213,7 @@ def test_every_route_answers_its_need_and_only_its_need(
         elif need.management:
             allowed = [("the management token", cluster.management)]
         else:
-            allowed = [(w, tokens.holding(r)) for w, r in granting(need, where)]
+            allowed = [(w, tokens.holding(r)) for w, r in granting(need, sample)]
         for what, token in allowed:
             status, text = _send(cluster, method, sample, token)
             checked += 1
