@@ -267,7 +267,9 @@ def _seed(dev: DevProcess) -> Cluster:
         )
     tag = uuid.uuid4().hex[:10]
     marker = f"LEAK-b-{tag}"
-    for namespace, description in (("team-a", "issue 26's audit"), ("team-b", marker)):
+    # zz-unused: what a token of no use may read (a policy names existing namespaces)
+    made = (("team-a", "issue 26's audit"), ("team-b", marker), ("zz-unused", "nothing"))
+    for namespace, description in made:
         http.ok(
             "PUT",
             f"/v1/namespace/{namespace}",

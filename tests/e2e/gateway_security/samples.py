@@ -85,7 +85,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
 
     def namespace(method: str) -> Sample:
         if method == "DELETE":
-            return Sample("/v1/namespace/no-such-namespace", namespace="no-such-namespace")
+            return Sample("/v1/namespace/no-such-namespace")  # a management token's
         body = {"Name": a.namespace, "Description": "team a"} if method != "GET" else None
         return Sample(f"/v1/namespace/{a.namespace}", namespace=a.namespace, body=body)
 

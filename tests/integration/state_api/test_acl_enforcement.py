@@ -318,3 +318,16 @@ async def test_scale_and_periodic_force_take_nomads_alternatives(world: World) -
         assert not await _denied(stub.Force(force)), token
     reader = periodic_pb2_grpc.PeriodicStub(world.channel(world.tokens["reader"]))
     assert await _denied(reader.Force(force))
+
+
+async def test_a_refusal_on_an_object_named_by_id_does_not_say_where_it_lives(
+    world: World,
+) -> None:
+    """Found by issue 26's namespace audit: refusing an alloc named by id
+    said "read-job in namespace 'default'", telling a token of another
+    namespace where the object lives."""
+    allocs = alloc_pb2_grpc.AllocStub(world.channel(world.tokens["other-writer"]))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await allocs.Get(alloc_pb2.AllocGetRequest(alloc_id=world.alloc_id))
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "default" not in (refused.value.details() or "")
