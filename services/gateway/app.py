@@ -23,13 +23,16 @@ from services.gateway.routes import (
     evals,
     events,
     jobs,
+    keyring,
     namespaces,
     node_pools,
     nodes,
     operator,
     parse,
     scaling,
+    services,
     unserved,
+    variables,
 )
 from services.gateway.ui import routes as ui
 
@@ -51,8 +54,11 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    services,
     namespaces,
     scaling,
+    variables,
+    keyring,
     ui,
 ]
 

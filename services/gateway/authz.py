@@ -50,6 +50,8 @@ class Need:
     #: any capability at all in the namespace the path names (Nomad's
     #: AllowNamespace: may it be seen)
     namespace_seen: bool = False
+    #: capabilities of the token's `variables` rules on the variable's path
+    variables: tuple[str, ...] = ()
     #: no token needed: the answer holds nothing a token guards
     open: bool = False
     #: any valid token (the answer describes the token itself)
@@ -84,6 +86,8 @@ def scope(name: str, level: str) -> Need:
 OPEN = Need(summary="none (open)", open=True)
 #: a Nomad endpoint Corral does not serve, or no endpoint at all
 UNSERVED = Need(summary="none (answers only 404, 405 or 501)", open=True)
+#: a path under a served endpoint that is none (Nomad's 400 "invalid URI")
+INVALID = Need(summary="none (answers only 400 invalid URI)", open=True)
 ANY_TOKEN = Need(summary="any valid token (about itself)", any_token=True)
 MANAGEMENT = Need(summary="a management token", management=True)
 OWN_POLICIES = Need(
@@ -97,6 +101,15 @@ READ_JOB_OBJECT = ns("read-job", per_object=True)
 SUBMIT_JOB = ns("submit-job")
 SUBMIT_JOB_OBJECT = ns("submit-job", per_object=True)
 NODE_READ = scope("node", "read")
+#: what the gateway's reads at an alloc's agent need (logs aside): Nomad's
+#: need read-job in the alloc's namespace; Corral's find the agent with
+#: Alloc.Get and Node.Get first, so they need node:read as well
+ALLOC_AGENT_READ = Need(
+    summary="`read-job` in the alloc's namespace, and `node:read`",
+    namespace=(("read-job",),),
+    scopes=(("node", "read"),),
+    per_object=True,
+)
 NODE_WRITE = scope("node", "write")
 OPERATOR_READ = scope("operator", "read")
 OPERATOR_WRITE = scope("operator", "write")

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute
 
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.authz import READ_JOB_OBJECT, ApiRoute, Need, ns
+from services.gateway.authz import ALLOC_AGENT_READ, READ_JOB_OBJECT, ApiRoute, Need, ns
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -202,19 +202,10 @@ LOGS = Need(
     per_object=True,
 )
 
-#: Nomad's needs read-job in the alloc's namespace; Corral's finds the
-#: alloc's agent as for the logs, so it needs node:read as well
-STATS = Need(
-    summary="`read-job` in the alloc's namespace, and `node:read`",
-    namespace=(("read-job",),),
-    scopes=(("node", "read"),),
-    per_object=True,
-)
-
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/allocations", allocations, {"GET": ns("read-job", filters=True)}),
     ApiRoute("/v1/allocation/{alloc_id}/stop", allocation_stop, {"PUT": STOP, "POST": STOP}),
     ApiRoute("/v1/allocation/{alloc_id}", allocation, {"GET": READ_JOB_OBJECT}),
     ApiRoute("/v1/client/fs/logs/{alloc_id}", logs, {"GET": LOGS}),
-    ApiRoute("/v1/client/allocation/{alloc_id}/stats", allocation_stats, {"GET": STATS}),
+    ApiRoute("/v1/client/allocation/{alloc_id}/stats", allocation_stats, {"GET": ALLOC_AGENT_READ}),
 ]

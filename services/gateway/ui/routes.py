@@ -45,6 +45,7 @@ ROUTES: list[BaseRoute] = [
             ApiRoute("/allocations/{alloc_id}", pages.alloc, PAGE),
             ApiRoute("/evaluations", pages.evals, PAGE),
             ApiRoute("/evaluations/{eval_id}", pages.eval_page, PAGE),
+            ApiRoute("/services", pages.services, PAGE),
             ApiRoute("/nodes", pages.nodes, PAGE),
             ApiRoute("/nodes/{node_id}", pages.node, PAGE),
             ApiRoute("/api/overview", api.overview, {"GET": OVERVIEW}),

@@ -120,6 +120,8 @@ class Cluster:
     team_b: Objects
     #: strings only team-b's objects hold (never sent in a request)
     marker: str
+    #: the path of team-b's variable (its items hold the marker)
+    variable_path: str
     #: the index before team-b's objects were written, and after the sentinel
     index_before_b: int
     sentinel_index: int
@@ -309,6 +311,14 @@ def _seed(dev: DevProcess) -> Cluster:
             lambda o=objects: _running(http, mgmt, o),  # type: ignore[misc]
             timeout=120,
         )
+    variable_path = f"{team_b.job_id}/creds"
+    http.ok(
+        "PUT",
+        f"/v1/var/{variable_path}",
+        token=mgmt,
+        params={"namespace": "team-b"},
+        body={"Items": {"password": marker}},
+    )
     sentinel = http.ok(
         "PUT", "/v1/jobs", token=mgmt, body=batch_job("team-a-sentinel", Namespace="team-a")
     )
@@ -325,6 +335,7 @@ def _seed(dev: DevProcess) -> Cluster:
         team_a=team_a,
         team_b=team_b,
         marker=marker,
+        variable_path=variable_path,
         index_before_b=index_before_b,
         sentinel_index=int(sentinel["JobModifyIndex"]),
     )

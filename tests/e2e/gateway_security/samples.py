@@ -102,6 +102,10 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         body = {"Name": "gw-probe-pool", "Description": "probe"}
         return Sample("/v1/node/pool/gw-probe-pool", body=body, pool="gw-probe-pool")
 
+    def variable(method: str) -> Sample:
+        body = {"Items": {"k": "v"}} if method in ("PUT", "POST") else None
+        return Sample("/v1/var/gw/probe", body=body)
+
     policies = cluster.http.ok(
         "GET", "/v1/scaling/policies", token=cluster.management, params={"job": d.job_id}
     )
@@ -140,6 +144,24 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             Sample(f"/v1/client/allocation/{d.alloc_ids[0]}/stats")
         ),
         "/v1/client/stats": const(Sample("/v1/client/stats", params={"node_id": cluster.node_id})),
+        "/v1/services": const(Sample("/v1/services")),
+        "/v1/service/{name}": const(Sample("/v1/service/web")),
+        "/v1/service/{name}/{id}": const(Sample("/v1/service/web/no-such-instance")),
+        "/v1/service/{name}/{id}/{rest:path}": const(Sample("/v1/service/web/x/y")),
+        "/v1/job/{job_id:path}/services": job_path("/services"),
+        "/v1/allocation/{alloc_id}/services": objects_path(
+            "/v1/allocation/", d, "alloc", "/services"
+        ),
+        "/v1/client/allocation/{alloc_id}/checks": const(
+            Sample(f"/v1/client/allocation/{d.alloc_ids[0]}/checks")
+        ),
+        "/v1/vars": const(Sample("/v1/vars")),
+        "/v1/var/{path:path}": variable,
+        "/v1/operator/keyring/keys": const(Sample("/v1/operator/keyring/keys")),
+        "/v1/operator/keyring/rotate": const(Sample("/v1/operator/keyring/rotate")),
+        "/v1/operator/keyring/key/{key_id}": const(Sample("/v1/operator/keyring/key/no-such-key")),
+        "/.well-known/jwks.json": const(Sample("/.well-known/jwks.json")),
+        "/.well-known/openid-configuration": const(Sample("/.well-known/openid-configuration")),
         "/v1/namespaces": const(Sample("/v1/namespaces")),
         "/v1/namespace": const(Sample("/v1/namespace", body={"Name": "gw-probe-namespace"})),
         "/v1/namespace/{name:path}": namespace,

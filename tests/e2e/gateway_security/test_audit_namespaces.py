@@ -74,6 +74,7 @@ def _id_pool(cluster: Cluster) -> list[str]:
         b.deployment_ids[0],
         b.scaling_policy_ids[0],
         b.namespace,
+        cluster.variable_path,
         cluster.node_id,
     ]
 
@@ -92,7 +93,7 @@ def _id_fields(desc: Descriptor) -> list[str]:
         for f in desc.fields
         if f.type == FieldDescriptor.TYPE_STRING
         and not f.is_repeated
-        and (f.name.endswith("_id") or f.name in ("id", "key", "name", "secret_id"))
+        and (f.name.endswith("_id") or f.name in ("id", "key", "name", "path", "secret_id"))
     ]
 
 
@@ -246,10 +247,12 @@ def _paths(cluster: Cluster, template: str) -> Iterator[str]:
         "node_id": [cluster.node_id],
         "name": ["team-a-reader", b.namespace],
         "policy_id": [b.scaling_policy_ids[0]],
+        "id": [b.alloc_ids[0]],
+        "key_id": ["x"],
         "accessor_id": ["self"],
         "rest": ["x"],
         "action": ["allocations"],
-        "path": ["app.js"],
+        "path": ["app.js", cluster.variable_path],
     }
     names = []
     for part in template.split("{")[1:]:

@@ -41,6 +41,7 @@ SCOPE_LEVELS = {"read": "", "write": "read"}  # what is one level short of each
 
 
 POOL_CAPS = sorted(acl.NODE_POOL_CAPABILITIES - {acl.DENY})
+VARIABLE_CAPS = sorted(acl.VARIABLE_CAPABILITIES - {acl.DENY})
 
 
 def _listed(caps: list[str]) -> str:
@@ -52,9 +53,16 @@ def _rules(
     caps: list[str],
     scopes: dict[str, str],
     pools: dict[str, list[str]] | None = None,
+    variables: list[str] | None = None,
 ) -> str:
     lines = []
-    if caps:
+    if variables:
+        listed = _listed(variables)
+        lines.append(
+            f'namespace "{namespace}" {{\n  capabilities = [{_listed(caps)}]\n'
+            f'  variables {{\n    path "*" {{ capabilities = [{listed}] }}\n  }}\n}}'
+        )
+    elif caps:
         lines.append(f'namespace "{namespace}" {{ capabilities = [{_listed(caps)}] }}')
     else:  # a token that may do something, just nothing of the need
         lines.append('namespace "zz-unused" { policy = "read" }')
@@ -72,14 +80,15 @@ def granting(need: authz.Need, sample: Sample) -> Iterator[tuple[str, str]]:
     alternative of each group, then each other alternative in turn."""
     scopes = dict(need.scopes)
     pools = {sample.pool: list(need.node_pool)}
+    variables = list(need.variables)
     firsts = [group[0] for group in need.namespace]
     if need.namespace_seen and not firsts:
         firsts = ["list-jobs"]  # any capability shows the namespace
-    yield "exactly", _rules(sample.namespace, firsts, scopes, pools)
+    yield "exactly", _rules(sample.namespace, firsts, scopes, pools, variables)
     for i, group in enumerate(need.namespace):
         for other in group[1:]:
             caps = [*firsts[:i], other, *firsts[i + 1 :]]
-            yield f"with {other}", _rules(sample.namespace, caps, scopes, pools)
+            yield f"with {other}", _rules(sample.namespace, caps, scopes, pools, variables)
 
 
 def denying(need: authz.Need, sample: Sample) -> Iterator[tuple[str, str]]:
@@ -101,6 +110,12 @@ def denying(need: authz.Need, sample: Sample) -> Iterator[tuple[str, str]]:
     for cap in need.node_pool:
         pools = {sample.pool: [c for c in POOL_CAPS if c != cap]}
         yield f"without node_pool {cap}", _rules(namespace, needed or ALL_CAPS, everything, pools)
+    for cap in need.variables:
+        others = [c for c in VARIABLE_CAPS if c != cap]
+        yield (
+            f"without variables {cap}",
+            _rules(namespace, ALL_CAPS, everything, all_pools, others),
+        )
     if need.namespace_seen:
         yield (
             "without any capability in the namespace",
