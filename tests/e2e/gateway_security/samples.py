@@ -232,6 +232,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/ui/allocations/{alloc_id}": const(Sample(f"/ui/allocations/{d.alloc_ids[0]}")),
         "/ui/evaluations": const(Sample("/ui/evaluations")),
         "/ui/evaluations/{eval_id}": const(Sample(f"/ui/evaluations/{d.eval_ids[0]}")),
+        "/ui/services": const(Sample("/ui/services")),
         "/ui/nodes": const(Sample("/ui/nodes")),
         "/ui/nodes/{node_id}": const(Sample(f"/ui/nodes/{cluster.node_id}")),
         "/ui/api/overview": const(Sample("/ui/api/overview")),

@@ -57,7 +57,7 @@ LONG = (400, 150)
 #: how long a refused request may keep moving the state before it fails
 REPLAY_BUDGET_S = 20.0
 #: streams (the event stream, followed logs) are read this long, then left
-STREAM_READ_S = 2.0
+STREAM_READ_S = 1.0
 
 TRACEBACK = re.compile(r"Traceback|File \"[^\"]*\", line|\.py\", line")
 EXCEPTION_NAME = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b")
