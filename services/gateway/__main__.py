@@ -33,6 +33,7 @@ class GatewayProcess(runner.HttpRole):
         super().__init__(settings)
         self.gateway = settings
         self.backend: Backend | None = None
+        self.app: Any = None
         self._probe: asyncio.Task[None] | None = None
 
     def open(self) -> Any:
@@ -43,7 +44,8 @@ class GatewayProcess(runner.HttpRole):
             planner_addr=s.planner_addr,
             security_settings=s.security,
         )
-        return create_app(s, self.backend)
+        self.app = create_app(s, self.backend)
+        return self.app
 
     async def on_started(self) -> None:
         self._probe = asyncio.create_task(self._first_contact(), name="state-probe")
@@ -59,6 +61,8 @@ class GatewayProcess(runner.HttpRole):
     async def close(self) -> None:
         if self._probe is not None:
             self._probe.cancel()
+        if self.app is not None:  # the job file parsers' worker processes
+            await asyncio.to_thread(self.app.state.jobfiles.close)
         if self.backend is not None:
             await self.backend.close()
 
