@@ -9,7 +9,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from corral.domain.jobspec import hcl, json
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.variables import ENV_PREFIX, VarInputs
 from corral.v1 import structs_pb2 as pb
@@ -20,6 +19,9 @@ def parse_job(text: str, filename: str = "<stdin>", inputs: VarInputs | None = N
 
     The result has Nomad's defaults applied and has passed validation.
     `inputs` gives HCL variables their values (-var, -var-file, NOMAD_VAR_*)."""
+    # the parsers load when a job is parsed, not with every CLI command
+    from corral.domain.jobspec import hcl, json
+
     if text.lstrip().startswith("{"):
         if inputs is not None and (inputs.args or inputs.files or inputs.content):
             raise JobspecError(filename, None, "", "cannot use variables with JSON files")
