@@ -75,18 +75,19 @@ def say(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def git_rev() -> str:
+def git_rev(tree: Path = ROOT) -> str:
+    """The short commit of `tree`, `+` when it has uncommitted changes."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
+            cwd=tree,
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
+            cwd=tree,
             capture_output=True,
             text=True,
             check=False,
@@ -118,8 +119,12 @@ class Suite:
         *,
         w1l_rate: float = 0.0,
         compare: Path | None = None,
+        ledger: bool = True,
+        roles_from: Path | None = None,
     ) -> None:
         self.profile = profile
+        self.ledger = ledger  # count the ledger in the roles (bench/ledger.py)
+        self.roles_from = roles_from  # the roles' source tree (bench.ab); None: this one
         self.only = only
         self.out_dir = out_dir
         self.w1l_rate = w1l_rate  # jobs/s; used when W1 does not run first
@@ -131,7 +136,7 @@ class Suite:
         self.run: dict[str, Any] = {
             "profile": profile.name,
             "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "git_rev": git_rev(),
+            "git_rev": git_rev(roles_from or ROOT),
             "machine": machine(),
             "sizes": {k: v for k, v in vars(profile).items() if not k.startswith("_")},
             "baselines_before": None,
@@ -152,7 +157,9 @@ class Suite:
             self._pg = EmbeddedPostgres(self.tmp / "pg", delete_on_stop=True)
             self.admin_dsn = self._pg.start()
 
-    def new_database(self, label: str) -> str:
+    def new_database(self, label: str, migrate: bool = True) -> str:
+        """A fresh database; `migrate` applies this tree's migrations (a
+        cluster's own `services.state migrate` applies its tree's)."""
         from corral.devtools.pgserver import with_database
         from services.state.db.migrate import upgrade
 
@@ -161,7 +168,8 @@ class Suite:
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         dsn = with_database(self.admin_dsn, name)
-        upgrade(dsn)
+        if migrate:
+            upgrade(dsn)
         return dsn
 
     # ------------------------------------------------------------ phases
@@ -179,7 +187,14 @@ class Suite:
     def cluster(self, label: str, workers: int = 1, loops: int = 0, nodes: int = 0) -> BenchCluster:
         p = self.profile
         nodes = nodes or p.nodes
-        spec = ClusterSpec(nodes=nodes, workers=workers, loops=loops, state_args=p.heartbeat_args)
+        spec = ClusterSpec(
+            nodes=nodes,
+            workers=workers,
+            loops=loops,
+            state_args=p.heartbeat_args,
+            ledger=self.ledger,
+            code_root=self.roles_from,
+        )
         say(
             f"starting cluster {label}: {nodes} nodes, {workers} worker process(es)"
             + (f" x {loops} loops" if loops else "")
@@ -188,7 +203,7 @@ class Suite:
         cl = BenchCluster(
             spec,
             data_dir=self.tmp / label,
-            dsn=self.new_database(label),
+            dsn=self.new_database(label, migrate=False),
             postgres_pid=postmaster_pid(self.tmp / "pg"),
         )
         cl.start()
@@ -412,6 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--compare", default="", help="a previous results JSON: the summary shows old -> new"
     )
+    p.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="do not load the ledger's counters into the roles (RPC counts and plans remain)",
+    )
+    p.add_argument(
+        "--roles-from",
+        default="",
+        help="run the roles from this source tree (bench.ab: an older revision's worktree)",
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     if args.scaling:
@@ -439,7 +464,18 @@ def main(argv: list[str] | None = None) -> int:
         if not sizes or min(sizes) <= 0:
             p.error("--scaling-nodes: every size must be a positive number of nodes")
         profile = dataclasses.replace(profile, scaling_nodes=sizes)
-    suite = Suite(profile, only, Path(args.out), w1l_rate=args.w1l_rate, compare=compare)
+    roles_from = Path(args.roles_from).resolve() if args.roles_from else None
+    if roles_from is not None and not (roles_from / "services" / "state").is_dir():
+        p.error(f"--roles-from: {roles_from} holds no Corral source tree")
+    suite = Suite(
+        profile,
+        only,
+        Path(args.out),
+        w1l_rate=args.w1l_rate,
+        compare=compare,
+        ledger=not args.no_ledger,
+        roles_from=roles_from,
+    )
     return suite.execute()
 
 
