@@ -3141,6 +3141,344 @@ class SchedulerConfiguration(_message.Message):
 Global___SchedulerConfiguration: _TypeAlias = SchedulerConfiguration  # noqa: Y015
 
 @_typing.final
+class MemoryStats(_message.Message):
+    """---------------------------------------------------------------- resource usage (client stats)
+
+    Memory of a task (its cgroup, or its process tree), bytes. `measured`
+    names the fields this node actually reads (Nomad's Measured): cgroup v1
+    RSS, Cache, Swap, Usage, Max Usage, Kernel Usage, Kernel Max Usage;
+    cgroup v2 RSS, Cache, Swap, Usage; a process tree RSS.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RSS_FIELD_NUMBER: _builtins.int
+    CACHE_FIELD_NUMBER: _builtins.int
+    SWAP_FIELD_NUMBER: _builtins.int
+    MAPPED_FILE_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    MAX_USAGE_FIELD_NUMBER: _builtins.int
+    KERNEL_USAGE_FIELD_NUMBER: _builtins.int
+    KERNEL_MAX_USAGE_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    rss: _builtins.int
+    cache: _builtins.int
+    swap: _builtins.int
+    mapped_file: _builtins.int
+    usage: _builtins.int
+    max_usage: _builtins.int
+    kernel_usage: _builtins.int
+    kernel_max_usage: _builtins.int
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        rss: _builtins.int = ...,
+        cache: _builtins.int = ...,
+        swap: _builtins.int = ...,
+        mapped_file: _builtins.int = ...,
+        usage: _builtins.int = ...,
+        max_usage: _builtins.int = ...,
+        kernel_usage: _builtins.int = ...,
+        kernel_max_usage: _builtins.int = ...,
+        measured: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache", b"cache", "kernel_max_usage", b"kernel_max_usage", "kernel_usage", b"kernel_usage", "mapped_file", b"mapped_file", "max_usage", b"max_usage", "measured", b"measured", "rss", b"rss", "swap", b"swap", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryStats: _TypeAlias = MemoryStats  # noqa: Y015
+
+@_typing.final
+class CpuStats(_message.Message):
+    """CPU of a task since the previous sample: percentages of one core, and
+    the same as MHz (total_ticks).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SYSTEM_MODE_FIELD_NUMBER: _builtins.int
+    USER_MODE_FIELD_NUMBER: _builtins.int
+    TOTAL_TICKS_FIELD_NUMBER: _builtins.int
+    THROTTLED_PERIODS_FIELD_NUMBER: _builtins.int
+    THROTTLED_TIME_FIELD_NUMBER: _builtins.int
+    PERCENT_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    system_mode: _builtins.float
+    user_mode: _builtins.float
+    total_ticks: _builtins.float
+    throttled_periods: _builtins.int
+    throttled_time: _builtins.int
+    """ns"""
+    percent: _builtins.float
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        system_mode: _builtins.float = ...,
+        user_mode: _builtins.float = ...,
+        total_ticks: _builtins.float = ...,
+        throttled_periods: _builtins.int = ...,
+        throttled_time: _builtins.int = ...,
+        percent: _builtins.float = ...,
+        measured: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["measured", b"measured", "percent", b"percent", "system_mode", b"system_mode", "throttled_periods", b"throttled_periods", "throttled_time", b"throttled_time", "total_ticks", b"total_ticks", "user_mode", b"user_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CpuStats: _TypeAlias = CpuStats  # noqa: Y015
+
+@_typing.final
+class ResourceUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_STATS_FIELD_NUMBER: _builtins.int
+    CPU_STATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memory_stats(self) -> Global___MemoryStats: ...
+    @_builtins.property
+    def cpu_stats(self) -> Global___CpuStats: ...
+    def __init__(
+        self,
+        *,
+        memory_stats: Global___MemoryStats | None = ...,
+        cpu_stats: Global___CpuStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cpu_stats", b"cpu_stats", "memory_stats", b"memory_stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_stats", b"cpu_stats", "memory_stats", b"memory_stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceUsage: _TypeAlias = ResourceUsage  # noqa: Y015
+
+@_typing.final
+class TaskResourceUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_USAGE_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    """when sampled, Unix ns"""
+    @_builtins.property
+    def resource_usage(self) -> Global___ResourceUsage: ...
+    def __init__(
+        self,
+        *,
+        resource_usage: Global___ResourceUsage | None = ...,
+        timestamp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskResourceUsage: _TypeAlias = TaskResourceUsage  # noqa: Y015
+
+@_typing.final
+class AllocResourceUsage(_message.Message):
+    """An alloc's usage: its tasks' summed, and each task's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TasksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TaskResourceUsage: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TaskResourceUsage | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RESOURCE_USAGE_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    """the newest task sample"""
+    @_builtins.property
+    def resource_usage(self) -> Global___ResourceUsage: ...
+    @_builtins.property
+    def tasks(self) -> _containers.MessageMap[_builtins.str, Global___TaskResourceUsage]: ...
+    def __init__(
+        self,
+        *,
+        resource_usage: Global___ResourceUsage | None = ...,
+        tasks: _abc.Mapping[_builtins.str, Global___TaskResourceUsage] | None = ...,
+        timestamp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage", "tasks", b"tasks", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocResourceUsage: _TypeAlias = AllocResourceUsage  # noqa: Y015
+
+@_typing.final
+class HostMemoryStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    available: _builtins.int
+    used: _builtins.int
+    free: _builtins.int
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        available: _builtins.int = ...,
+        used: _builtins.int = ...,
+        free: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "free", b"free", "total", b"total", "used", b"used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostMemoryStats: _TypeAlias = HostMemoryStats  # noqa: Y015
+
+@_typing.final
+class HostCPUStats(_message.Message):
+    """One core, percentages since the previous sample."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CPU_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    SYSTEM_FIELD_NUMBER: _builtins.int
+    IDLE_FIELD_NUMBER: _builtins.int
+    cpu: _builtins.str
+    """"cpu0", ..."""
+    user: _builtins.float
+    system: _builtins.float
+    idle: _builtins.float
+    def __init__(
+        self,
+        *,
+        cpu: _builtins.str = ...,
+        user: _builtins.float = ...,
+        system: _builtins.float = ...,
+        idle: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu", b"cpu", "idle", b"idle", "system", b"system", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostCPUStats: _TypeAlias = HostCPUStats  # noqa: Y015
+
+@_typing.final
+class HostDiskStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    MOUNTPOINT_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    USED_PERCENT_FIELD_NUMBER: _builtins.int
+    INODES_USED_PERCENT_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    mountpoint: _builtins.str
+    size: _builtins.int
+    used: _builtins.int
+    available: _builtins.int
+    used_percent: _builtins.float
+    inodes_used_percent: _builtins.float
+    def __init__(
+        self,
+        *,
+        device: _builtins.str = ...,
+        mountpoint: _builtins.str = ...,
+        size: _builtins.int = ...,
+        used: _builtins.int = ...,
+        available: _builtins.int = ...,
+        used_percent: _builtins.float = ...,
+        inodes_used_percent: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "device", b"device", "inodes_used_percent", b"inodes_used_percent", "mountpoint", b"mountpoint", "size", b"size", "used", b"used", "used_percent", b"used_percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostDiskStats: _TypeAlias = HostDiskStats  # noqa: Y015
+
+@_typing.final
+class HostStats(_message.Message):
+    """A client node's host (Nomad's HostStats)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CPU_FIELD_NUMBER: _builtins.int
+    DISK_STATS_FIELD_NUMBER: _builtins.int
+    ALLOC_DIR_STATS_FIELD_NUMBER: _builtins.int
+    UPTIME_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    CPU_TICKS_CONSUMED_FIELD_NUMBER: _builtins.int
+    uptime: _builtins.int
+    """seconds since boot"""
+    timestamp: _builtins.int
+    """Unix ns"""
+    cpu_ticks_consumed: _builtins.float
+    """MHz busy over all cores"""
+    @_builtins.property
+    def memory(self) -> Global___HostMemoryStats: ...
+    @_builtins.property
+    def cpu(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostCPUStats]: ...
+    @_builtins.property
+    def disk_stats(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostDiskStats]: ...
+    @_builtins.property
+    def alloc_dir_stats(self) -> Global___HostDiskStats:
+        """the file system of the agent's data dir"""
+
+    def __init__(
+        self,
+        *,
+        memory: Global___HostMemoryStats | None = ...,
+        cpu: _abc.Iterable[Global___HostCPUStats] | None = ...,
+        disk_stats: _abc.Iterable[Global___HostDiskStats] | None = ...,
+        alloc_dir_stats: Global___HostDiskStats | None = ...,
+        uptime: _builtins.int = ...,
+        timestamp: _builtins.int = ...,
+        cpu_ticks_consumed: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alloc_dir_stats", b"alloc_dir_stats", "memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_dir_stats", b"alloc_dir_stats", "cpu", b"cpu", "cpu_ticks_consumed", b"cpu_ticks_consumed", "disk_stats", b"disk_stats", "memory", b"memory", "timestamp", b"timestamp", "uptime", b"uptime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostStats: _TypeAlias = HostStats  # noqa: Y015
+
+@_typing.final
 class Event(_message.Message):
     """---------------------------------------------------------------- change feed / events
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.domain import periodic
+from google.protobuf.json_format import MessageToDict
+
+from corral.domain import driver_config, periodic
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
@@ -23,7 +25,6 @@ from corral.domain.structs import (
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
-DRIVERS_NEEDING_COMMAND = ("raw_exec", "exec")
 HEALTH_CHECKS = ("checks", "task_states", "manual")
 RECONCILE = ("best_score", "keep_original", "keep_replacement", "longest_running")
 PAYLOAD = Payload.ALL
@@ -159,10 +160,9 @@ def check(job: pb.Job) -> None:
             tasks.add(task.name)
             if not task.driver:
                 raise FieldProblem(f"{tp}.driver", 'is required (e.g. driver = "raw_exec")')
-            if task.driver in DRIVERS_NEEDING_COMMAND and not task.config.fields.get("command"):
-                raise FieldProblem(
-                    f"{tp}.config.command", f"the {task.driver} driver needs a command"
-                )
+            config = MessageToDict(task.config) if task.HasField("config") else {}
+            for key, wrong in driver_config.problems(task.driver, config):
+                raise FieldProblem(f"{tp}.config.{key}", wrong)
             r = task.resources
             for f in ("cpu", "cores", "memory_mb", "disk_mb"):
                 _not_negative(getattr(r, f), f"{tp}.resources.{f}")

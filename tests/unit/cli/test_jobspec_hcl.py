@@ -113,7 +113,7 @@ job "web" {
     prevent_reschedule_on_lost = true
 
     task "server" {
-      driver       = "raw_exec"
+      driver       = "docker"
       user         = "nobody"
       leader       = true
       kill_timeout = "20s"
@@ -215,7 +215,7 @@ def test_every_stanza():
     assert tg.prevent_reschedule_on_lost
 
     server, sidecar = tg.tasks
-    assert (server.driver, server.user, server.leader) == ("raw_exec", "nobody", True)
+    assert (server.driver, server.user, server.leader) == ("docker", "nobody", True)
     assert (server.kill_timeout, server.kill_signal) == (20 * S, "SIGINT")
     config = MessageToDict(server.config)
     assert config["command"] == "/usr/bin/server"
