@@ -168,6 +168,10 @@ def plans(workload: Mapping[str, Any]) -> dict[str, Any]:
         "commits_per_eval": _per(float(workload.get("indexes") or 0), evals, 2),
         "planner_commits_per_eval": _per(float(workload.get("commits") or 0), evals, 2),
     }
+    placed = float(workload.get("placements") or 0)
+    if workload.get("nodes_used") is not None and placed:
+        # packing: nodes the placements went to per 1,000 of them
+        out["nodes_per_1000_allocs"] = round(float(workload["nodes_used"]) * 1000 / placed, 1)
     kinds = workload.get("commit_kinds")
     if isinstance(kinds, Mapping):
         out["commits_by_kind"] = dict(kinds)
@@ -346,6 +350,7 @@ def figures(label: str, ledger: Mapping[str, Any]) -> dict[str, float]:
     put("plan commits/eval", pl.get("plan_commits_per_eval"))
     put("planner commits/eval", pl.get("planner_commits_per_eval"))
     put("evals failed", pl.get("evals_failed"))
+    put("nodes per 1,000 allocs", pl.get("nodes_per_1000_allocs"))
     return out
 
 

@@ -97,6 +97,16 @@ def eval_latencies_ms(
     return [float(r[0]) for r in rows]
 
 
+def nodes_used(conn: psycopg.Connection[Any], job_like: str, after_index: int = 0) -> int:
+    """Distinct nodes the matching jobs' allocs created after `after_index`
+    went to (packing: fewer is tighter)."""
+    row = conn.execute(
+        "SELECT count(DISTINCT node_id) FROM allocs WHERE job_id LIKE %s AND create_index > %s",
+        (job_like, after_index),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def eval_counts(
     conn: psycopg.Connection[Any], job_like: str, after_index: int = 0
 ) -> dict[str, int]:

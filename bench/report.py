@@ -976,6 +976,7 @@ def _section_ledger(run: Mapping[str, Any]) -> list[str]:
                 _fmt(pl.get("plan_commits_per_eval"), 2),
                 _fmt(pl.get("planner_commits_per_eval"), 2),
                 _fmt(pl.get("evals_failed")),
+                _fmt(pl.get("nodes_per_1000_allocs")),
             ]
         )
     headers = [
@@ -992,6 +993,7 @@ def _section_ledger(run: Mapping[str, Any]) -> list[str]:
         "plan commits/eval",
         "planner commits/eval",
         "evals failed",
+        "nodes per 1,000 allocs",
     ]
     lines += [*_table(headers, rows), ""]
     lines += _ledger_kinds(run)

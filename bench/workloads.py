@@ -249,6 +249,7 @@ class Window:
             lat = measure.eval_latencies_ms(conn, job_like, self.start_index)
             counts = measure.eval_counts(conn, job_like, self.start_index)
             kinds = measure.commit_kinds(conn, self.start_index, end_index)
+            used = measure.nodes_used(conn, job_like, self.start_index)
         rejected = plan_after.nodes_rejected - self.plan_before.nodes_rejected
         evals = sum(counts.values())
         out.update(
@@ -271,6 +272,7 @@ class Window:
         )
         out["commits_per_eval"] = round(out["indexes"] / evals, 2) if evals else 0.0
         out["commit_kinds"] = kinds
+        out["nodes_used"] = used
         out["steady_placements_per_s"] = round(steady_rate(out["timeline"]), 1)
         cpu = sum(f["cpu_s"] for name, f in out["processes"].items() if name != "sim")
         out["cpu_ms_per_placement"] = round(cpu * 1000 / p.count, 3) if p.count else 0.0

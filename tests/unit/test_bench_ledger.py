@@ -219,6 +219,8 @@ def hand_made_deltas() -> dict[str, ledger.Scrape]:
 
 
 WORKLOAD = {
+    "placements": 100,
+    "nodes_used": 30,
     "evals": 10,
     "evals_by_status": {"complete": 9, "failed": 1},
     "plans_applied": 12,
@@ -274,6 +276,7 @@ def test_build_the_ledger_of_a_workload() -> None:
         "partial_share": 0.25,
         "commits_per_eval": 2.5,
         "planner_commits_per_eval": 0.4,
+        "nodes_per_1000_allocs": 300.0,
         "commits_by_kind": WORKLOAD["commit_kinds"],
         "plan_commits_per_eval": 1.2,
     }
@@ -297,7 +300,7 @@ def test_ledger_figures_and_the_report() -> None:
     assert f["W2 pb encodes/placement"] == 0.55 and f["W2 SQL/placement"] == 0.52
     assert ledger.method_figures("W2", lg)["W2 Plan/Submit bytes/placement"] == 240.0
 
-    run = {"profile": "quick", "workloads": {"W2": {"placements": 100, **WORKLOAD, "ledger": lg}}}
+    run = {"profile": "quick", "workloads": {"W2": {**WORKLOAD, "ledger": lg}}}
     text = report.markdown(run)
     assert "## Per-placement ledger" in text
     assert "### W2: RPCs by method" in text and "State/Subscribe" in text
