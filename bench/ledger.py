@@ -19,7 +19,8 @@ after the load, and the ledger is the difference:
   but the embedded server does not ship it);
 * **plans per eval**: the planner's plans applied and partial, its commits
   (transactions), and the indexes written per eval, from the workload's
-  own figures.
+  own figures; the worker loops' placement claims by outcome
+  (`corral_worker_placement_claims_total`: claimed, conflict, forced).
 
 The bench's own polls (`PROBE_METHODS`: broker and planner stats while it
 waits for quiet) are counted apart and left out of the totals. Everything
@@ -57,6 +58,8 @@ class Scrape:
     #: (op, type) -> [count, bytes]
     protobuf: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     sql: dict[str, float] = field(default_factory=dict)
+    #: the worker's placement claims by outcome (claimed, conflict, forced)
+    claims: dict[str, float] = field(default_factory=dict)
     probe: bool = False
 
 
@@ -87,6 +90,9 @@ def parse(text: str) -> Scrape:
             elif name == "corral_ledger_sql_statements_total":
                 stmt = labels["statement"]
                 out.sql[stmt] = out.sql.get(stmt, 0.0) + value
+            elif name == "corral_worker_placement_claims_total":
+                outcome = labels.get("outcome", "")
+                out.claims[outcome] = out.claims.get(outcome, 0.0) + value
             elif name == "corral_ledger_probe":
                 out.probe = value > 0
     return out
@@ -121,6 +127,7 @@ def diff(before: Scrape, after: Scrape) -> Scrape:
         grpc=_sub_pairs(after.grpc, before.grpc),
         protobuf=_sub_pairs(after.protobuf, before.protobuf),
         sql=_sub(after.sql, before.sql),
+        claims={k: v - before.claims.get(k, 0.0) for k, v in after.claims.items()},
         probe=after.probe,
     )
 
@@ -260,6 +267,13 @@ def build(
         "by_method": by_method,
         "plans": plans(workload),
     }
+    claims: dict[str, float] = {}
+    for d in deltas.values():
+        for outcome, n in d.claims.items():
+            claims[outcome] = claims.get(outcome, 0.0) + n
+    if claims:
+        # the worker loops' claims (services/worker/scheduler/feasible/inflight.py)
+        ledger["claims"] = {k: int(v) for k, v in sorted(claims.items())}
     if probed:
         ledger["bytes"] = {"total": bytes_total, "per_placement": _per(bytes_total, p, 1)}
         ledger["protobuf"] = _protobuf(deltas, p)
@@ -351,6 +365,7 @@ def figures(label: str, ledger: Mapping[str, Any]) -> dict[str, float]:
     put("planner commits/eval", pl.get("planner_commits_per_eval"))
     put("evals failed", pl.get("evals_failed"))
     put("nodes per 1,000 allocs", pl.get("nodes_per_1000_allocs"))
+    put("claim conflicts", (ledger.get("claims") or {}).get("conflict"))
     return out
 
 

@@ -996,6 +996,15 @@ def _section_ledger(run: Mapping[str, Any]) -> list[str]:
         "nodes per 1,000 allocs",
     ]
     lines += [*_table(headers, rows), ""]
+    claims = [
+        f"{label} {lg['claims'].get('claimed', 0):,} claimed, "
+        f"{lg['claims'].get('conflict', 0):,} conflicts (selected again), "
+        f"{lg['claims'].get('forced', 0):,} forced"
+        for label, lg in items
+        if isinstance(lg.get("claims"), dict)
+    ]
+    if claims:
+        lines += ["Worker loops' placement claims: " + "; ".join(claims) + ".", ""]
     lines += _ledger_kinds(run)
     for label, lg in items:
         methods = _top_methods(lg.get("by_method") or {})

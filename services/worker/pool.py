@@ -25,6 +25,7 @@ from corral.domain.errors import InvalidArgument
 from corral.domain.structs import JobType
 from corral.runtime.replica import Replica
 from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
+from services.worker import metrics
 from services.worker.config import MAX_SCHEDULERS, WorkerSettings
 from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.worker import Worker
@@ -66,6 +67,7 @@ class WorkerPool:
         #: their snapshot holds it: no two loops bid for the same capacity
         #: (services/worker/scheduler/feasible/inflight.py)
         self.inflight = InFlightPlacements()
+        metrics.PLACEMENT_CLAIMS.source = self.inflight
         #: this process's lease with the broker (unique per process start)
         self.lease_id = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._heartbeat: asyncio.Task[None] | None = None

@@ -167,6 +167,8 @@ grpc_server_started_total{grpc_type="unary",grpc_service="corral.v1.Plan",grpc_m
 # TYPE grpc_client_started_total counter
 grpc_client_started_total{grpc_type="unary",grpc_service="corral.v1.State",\
 grpc_method="ApplyPlans"} 3.0
+# TYPE corral_worker_placement_claims_total counter
+corral_worker_placement_claims_total{outcome="conflict"} 2.0
 # TYPE corral_ledger_probe gauge
 corral_ledger_probe 1.0
 """
@@ -176,6 +178,7 @@ def test_parse_and_diff_a_metrics_page() -> None:
     s = ledger.parse(METRICS)
     assert s.rpc_server == {"/corral.v1.Plan/Submit": 12.0, "/corral.v1.Plan/Stats": 40.0}
     assert s.rpc_client == {"/corral.v1.State/ApplyPlans": 3.0}
+    assert s.claims == {"conflict": 2.0}
     assert s.probe
     later = ledger.parse(METRICS.replace('Submit"} 12.0', 'Submit"} 20.0'))
     d = ledger.diff(s, later)
@@ -213,7 +216,11 @@ def hand_made_deltas() -> dict[str, ledger.Scrape]:
             protobuf={("decode", "T"): [10.0, 0.0]},
             sql={"SELECT pg_try_advisory_lock(%s)": 2.0},
         ),
-        "worker0": scrape(rpc_client={submit: 7.0}, protobuf={("encode", "U"): [5.0, 0.0]}),
+        "worker0": scrape(
+            rpc_client={submit: 7.0},
+            protobuf={("encode", "U"): [5.0, 0.0]},
+            claims={"claimed": 90.0, "conflict": 3.0, "forced": 0.0},
+        ),
         "worker1": scrape(rpc_client={submit: 5.0}),
     }
 
@@ -266,6 +273,7 @@ def test_build_the_ledger_of_a_workload() -> None:
         "calls": 40,
         "per_placement": 0.4,
     }
+    assert lg["claims"] == {"claimed": 90, "conflict": 3, "forced": 0}
     assert lg["plans"] == {
         "evals": 10,
         "evals_failed": 1,
@@ -305,6 +313,7 @@ def test_ledger_figures_and_the_report() -> None:
     assert "## Per-placement ledger" in text
     assert "### W2: RPCs by method" in text and "State/Subscribe" in text
     assert "### Commits by kind" in text and "### Top SQL statements" in text
+    assert "W2 90 claimed, 3 conflicts (selected again), 0 forced" in text
     old = {"profile": "quick", "workloads": {"W2": {"placements": 100, "ledger": lg}}}
     new_lg = ledger.build({"planner": scrape(rpc_server={"/corral.v1.Plan/Submit": 6.0})}, 100, {})
     new = {"profile": "quick", "workloads": {"W2": {"placements": 100, "ledger": new_lg}}}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import REGISTRY, generate_latest
+
 from corral.domain import structs
 from corral.domain.fit import Usage, allocs_fit, node_capacity
 from corral.domain.store import StateSnapshot, StateStore
@@ -15,6 +17,7 @@ from corral.domain.structs import JobType
 from corral.testing import mock
 from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
+from services.worker import metrics
 from services.worker.planner_bridge import accepted_nodes
 from services.worker.scheduler.factory import new_scheduler
 from services.worker.scheduler.feasible.context import EvalContext
@@ -136,7 +139,7 @@ def test_an_eval_alone_places_exactly_as_without_claims() -> None:
 
     registry = InFlightPlacements()
     assert placements(registry) == placements(None)
-    assert len(registry) == 30  # its own placements are claimed, for the others
+    assert registry.count() == 30  # its own placements are claimed, for the others
 
 
 # ------------------------------------------------------------------ the registry
@@ -161,9 +164,9 @@ def test_claims_are_foreign_to_other_evals_until_their_snapshot_holds_them() -> 
     assert r.foreign("n2", "b", 10) is None
 
     r.end("a")
-    assert len(r) == 2  # b's snapshot (10) still lacks them
+    assert r.count() == 2  # b's snapshot (10) still lacks them
     r.begin("b", 16)  # b refreshed past 15: nobody needs them any more
-    assert len(r) == 0
+    assert r.count() == 0
 
 
 def test_a_claim_fails_when_another_eval_claimed_on_the_node_since() -> None:
@@ -174,6 +177,14 @@ def test_a_claim_fails_when_another_eval_claimed_on_the_node_since() -> None:
     assert r.foreign("n1", "b", 0) is None  # a claimed nothing
     assert r.claim("a", "n1", None, CLAIM)  # forced
     assert r.foreign("n1", "b", 0) == CLAIM
+    assert r.outcomes == {"claimed": 1, "conflict": 1, "forced": 1}
+
+    metrics.PLACEMENT_CLAIMS.source = r
+    try:
+        text = generate_latest(REGISTRY).decode()
+    finally:
+        metrics.PLACEMENT_CLAIMS.source = None
+    assert 'corral_worker_placement_claims_total{outcome="conflict"} 1.0' in text
 
 
 def test_an_eval_ending_drops_what_it_did_not_commit() -> None:
@@ -181,7 +192,7 @@ def test_an_eval_ending_drops_what_it_did_not_commit() -> None:
     r.begin("a", 5)
     assert r.claim("a", "n1", 0, CLAIM)
     r.end("a")
-    assert r.foreign("n1", "b", 0) is None and len(r) == 0
+    assert r.foreign("n1", "b", 0) is None and r.count() == 0
 
 
 def test_an_all_at_once_plan_with_a_rejected_node_commits_nothing() -> None:

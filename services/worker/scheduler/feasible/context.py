@@ -351,7 +351,7 @@ class EvalContext:
         inflight = self.inflight
         if inflight is None:
             return None
-        version = inflight.version(node_id)
+        version = inflight.versions.get(node_id, 0)  # before the claims: see inflight.py
         hit = self._foreign.get(node_id)
         if hit is not None and hit[0] == version:
             return hit[1]

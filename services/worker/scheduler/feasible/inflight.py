@@ -39,7 +39,10 @@ the planner's rejection remains the only arbiter, as in Nomad.
 
 Writes take a lock held for a few dictionary operations; reads (one per
 node visit, the select's hot path) take none: a node's claims are an
-immutable tuple replaced on change, with a version bumped alongside.
+immutable tuple replaced on change, with a version bumped alongside. A
+reader takes the version first and the claims second, so a claim landing
+between the two makes the reader's later claim fail its version check
+rather than go unseen.
 """
 
 from __future__ import annotations
@@ -66,18 +69,23 @@ class InFlightPlacements:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_node: dict[str, tuple[_Claim, ...]] = {}
-        self._versions: dict[str, int] = {}
+        #: node id -> the version of its claims (read it, never write it:
+        #: the select's hot path reads it without a call)
+        self.versions: dict[str, int] = {}
         self._nodes_of: dict[str, set[str]] = {}  # eval id -> nodes it claimed on
         self._snapshots: dict[str, int] = {}  # running eval id -> its snapshot index
         self._newest = 0  # newest snapshot index begun: later snapshots are at least this
         self._pruned_at = -1  # the floor of the last prune
         self._counter = itertools.count(1)
+        #: claims made, refused for a stale version (the eval selected
+        #: again) and forced after too many refusals, since the start
+        self.outcomes = {"claimed": 0, "conflict": 0, "forced": 0}
 
     # ------------------------------------------------------------ reads
 
     def version(self, node_id: str) -> int:
         """Changes whenever the node's claims do (0: never had any)."""
-        return self._versions.get(node_id, 0)
+        return self.versions.get(node_id, 0)
 
     def foreign(self, node_id: str, eval_id: str, snapshot_index: int) -> Claim | None:
         """What other evals claimed on the node that a snapshot at
@@ -97,7 +105,8 @@ class InFlightPlacements:
                 n += u[4]
         return (cpu, cores, mem, disk, n) if n else None
 
-    def __len__(self) -> int:
+    def count(self) -> int:
+        """Claims held (in flight, or committed and not yet pruned)."""
         return sum(len(v) for v in self._by_node.values())
 
     # ------------------------------------------------------------ the eval's life
@@ -116,11 +125,13 @@ class InFlightPlacements:
         when another eval claimed on the node since: rank it again. A
         `seen_version` of None claims whatever happened meanwhile."""
         with self._lock:
-            if seen_version is not None and self._versions.get(node_id, 0) != seen_version:
+            if seen_version is not None and self.versions.get(node_id, 0) != seen_version:
+                self.outcomes["conflict"] += 1
                 return False
+            self.outcomes["claimed" if seen_version is not None else "forced"] += 1
             self._by_node[node_id] = (*self._by_node.get(node_id, ()), _Claim(eval_id, usage, 0))
             self._nodes_of.setdefault(eval_id, set()).add(node_id)
-            self._versions[node_id] = next(self._counter)
+            self.versions[node_id] = next(self._counter)
             return True
 
     def settle(self, eval_id: str, accepted: set[str], index: int) -> None:
@@ -164,7 +175,7 @@ class InFlightPlacements:
             self._by_node[node_id] = tuple(out)
         else:
             self._by_node.pop(node_id, None)
-        self._versions[node_id] = next(self._counter)
+        self.versions[node_id] = next(self._counter)
 
     def _prune(self) -> None:
         """Drop committed claims that every snapshot in use holds, and every
@@ -181,7 +192,7 @@ class InFlightPlacements:
                 self._by_node[node_id] = keep
             else:
                 del self._by_node[node_id]
-            self._versions[node_id] = next(self._counter)
+            self.versions[node_id] = next(self._counter)
         for eval_id in list(self._nodes_of):
             if eval_id in self._snapshots:
                 continue
