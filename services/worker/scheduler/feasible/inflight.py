@@ -47,6 +47,7 @@ rather than go unseen.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import threading
 from typing import NamedTuple
@@ -76,6 +77,7 @@ class InFlightPlacements:
         self._snapshots: dict[str, int] = {}  # running eval id -> its snapshot index
         self._newest = 0  # newest snapshot index begun: later snapshots are at least this
         self._pruned_at = -1  # the floor of the last prune
+        self._committed: list[tuple[int, str]] = []  # heap of (committed at, node id)
         self._counter = itertools.count(1)
         #: claims made, refused for a stale version (the eval selected
         #: again) and forced after too many refusals, since the start
@@ -147,11 +149,8 @@ class InFlightPlacements:
         """The eval is done: what it claimed and did not commit is dropped."""
         with self._lock:
             self._snapshots.pop(eval_id, None)
-            nodes = self._nodes_of.get(eval_id, set())
-            for node_id in nodes:
+            for node_id in self._nodes_of.pop(eval_id, set()):
                 self._settle(node_id, eval_id, 0)
-            if not any(c.eval_id == eval_id for n in nodes for c in self._by_node.get(n, ())):
-                self._nodes_of.pop(eval_id, None)
             self._prune()
 
     # ------------------------------------------------------------ bookkeeping
@@ -175,27 +174,26 @@ class InFlightPlacements:
             self._by_node[node_id] = tuple(out)
         else:
             self._by_node.pop(node_id, None)
+        if committed_at:
+            heapq.heappush(self._committed, (committed_at, node_id))
         self.versions[node_id] = next(self._counter)
 
     def _prune(self) -> None:
         """Drop committed claims that every snapshot in use holds, and every
-        later one will (snapshots only move forward); lock held."""
+        later one will (snapshots only move forward); lock held. No eval
+        counted them, so no version changes."""
         floor = min([self._newest, *self._snapshots.values()])
         if floor == self._pruned_at:
             return
         self._pruned_at = floor
-        for node_id, current in list(self._by_node.items()):
+        committed = self._committed
+        while committed and committed[0][0] <= floor:
+            _, node_id = heapq.heappop(committed)
+            current = self._by_node.get(node_id)
+            if current is None:
+                continue
             keep = tuple(c for c in current if not c.committed_at or c.committed_at > floor)
-            if len(keep) == len(current):
-                continue
-            if keep:
-                self._by_node[node_id] = keep
-            else:
+            if not keep:
                 del self._by_node[node_id]
-            self.versions[node_id] = next(self._counter)
-        for eval_id in list(self._nodes_of):
-            if eval_id in self._snapshots:
-                continue
-            nodes = self._nodes_of[eval_id]
-            if not any(c.eval_id == eval_id for n in nodes for c in self._by_node.get(n, ())):
-                del self._nodes_of[eval_id]
+            elif len(keep) != len(current):
+                self._by_node[node_id] = keep
