@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,10 +122,12 @@ class Suite:
         compare: Path | None = None,
         ledger: bool = True,
         roles_from: Path | None = None,
+        roles_python: str = "",
     ) -> None:
         self.profile = profile
         self.ledger = ledger  # count the ledger in the roles (bench/ledger.py)
         self.roles_from = roles_from  # the roles' source tree (bench.ab); None: this one
+        self.roles_python = roles_python  # and interpreter; "": this one
         self.only = only
         self.out_dir = out_dir
         self.w1l_rate = w1l_rate  # jobs/s; used when W1 does not run first
@@ -194,6 +197,7 @@ class Suite:
             state_args=p.heartbeat_args,
             ledger=self.ledger,
             code_root=self.roles_from,
+            python=self.roles_python,
         )
         say(
             f"starting cluster {label}: {nodes} nodes, {workers} worker process(es)"
@@ -400,7 +404,17 @@ def headline(result: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    """SIGTERM (bench.ab stopping a run) unwinds like an error, so the
+    clusters and the embedded PostgreSQL are stopped on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # started in the background of a non-interactive shell, SIGINT comes
+    # ignored: take Python's handler back so Ctrl-C stops a run cleanly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="1/10 scale, under 5 minutes")
     p.add_argument(
@@ -436,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         "--roles-from",
         default="",
         help="run the roles from this source tree (bench.ab: an older revision's worktree)",
+    )
+    p.add_argument(
+        "--roles-python",
+        default="",
+        help="the interpreter of the roles, for a tree whose dependencies differ (default: this)",
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
@@ -475,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         compare=compare,
         ledger=not args.no_ledger,
         roles_from=roles_from,
+        roles_python=args.roles_python,
     )
     return suite.execute()
 

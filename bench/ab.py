@@ -18,10 +18,11 @@ highest over the rounds) and the change of the medians, and writes every
 run and the summary to `<out>/ab-<time>-<old>-<new>.json`. A figure whose
 two spreads overlap did not move beyond the noise (marked `~`).
 
-The old revision must run with this checkout's packages and accept the
-flags `bench/cluster.py` gives the roles (`--metrics-listen`,
-`--log-retention`, ...): revisions from issue 17's reference run
-(f62d02d) on do.
+The old revision must accept the flags `bench/cluster.py` gives the
+roles (`--metrics-listen`, `--log-retention`, ...): revisions from issue
+17's reference run (f62d02d) on do. Its roles run with this checkout's
+packages unless `--old-python` names another virtualenv's interpreter
+(needed when the old revision depends on a package this one lacks).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +44,8 @@ from bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES = ("old", "new")
+#: one benchmark run longer than this is stopped
+RUN_TIMEOUT_S = 7200
 
 
 def say(text: str) -> None:
@@ -181,25 +185,42 @@ def markdown(rows: Sequence[Mapping[str, Any]], old: str, new: str, rounds: int)
 
 
 def bench_run(
-    side: str, tree: Path, round_no: int, out_dir: Path, bench_args: Sequence[str]
+    side: str,
+    tree: Path,
+    round_no: int,
+    out_dir: Path,
+    bench_args: Sequence[str],
+    python: str = "",
 ) -> dict[str, Any]:
-    """One `python -m bench` with the roles from `tree`; its run dict, or
-    {"error": ...} when it wrote none."""
+    """One `python -m bench` with the roles from `tree` (run by `python`);
+    its run dict, or {"error": ...} when it wrote none. Interrupted, the
+    run is stopped with SIGTERM so it stops its clusters and PostgreSQL."""
     dest = out_dir / f"{side}-{round_no}"
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "bench", *bench_args, "--roles-from", str(tree)]
-    cmd += ["--out", str(dest)]
+    cmd += ["--out", str(dest)] + (["--roles-python", python] if python else [])
     with open(dest / "bench.log", "w") as log:
-        proc = subprocess.run(
-            cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=7200
-        )
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            code = proc.wait(timeout=RUN_TIMEOUT_S)
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
     found = sorted(dest.glob("*.json"))
     if not found:
-        return {"error": f"exit {proc.returncode}, no results; see {dest / 'bench.log'}"}
+        return {"error": f"exit {code}, no results; see {dest / 'bench.log'}"}
     run: dict[str, Any] = json.loads(found[-1].read_text())
-    if proc.returncode != 0:
-        run["ab_exit"] = proc.returncode
+    if code != 0:
+        run["ab_exit"] = code
     return run
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full", action="store_true", help="the full profile (default: --quick)")
     p.add_argument("--nodes", type=int, default=0, help="simulated nodes (default: the profile's)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory")
+    p.add_argument(
+        "--old-python",
+        default="",
+        help="the interpreter of a virtualenv with the old revision's dependencies, when "
+        "they differ from this checkout's (default: this interpreter)",
+    )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    # started in the background of a non-interactive shell SIGINT comes
+    # ignored; SIGTERM unwinds too, so the worktree and the run are cleaned up
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     try:
@@ -238,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(
                     f"round {r + 1}/{args.rounds}: {side} ({old_rev if side == 'old' else new_rev})"
                 )
-                run = bench_run(side, trees[side], r, tmp / "runs", bench_args)
+                python = args.old_python if side == "old" else ""
+                run = bench_run(side, trees[side], r, tmp / "runs", bench_args, python)
                 if "error" in run:
                     errors.append(f"{side} round {r + 1}: {run['error']}")
                     say(f"  FAILED: {run['error']}")

@@ -153,6 +153,8 @@ class ClusterSpec:
     #: run the roles from this source tree (`bench.ab`: an older revision
     #: checked out elsewhere) instead of this one
     code_root: Path | None = None
+    #: and with this interpreter (its virtualenv's packages; "": this one)
+    python: str = ""
 
 
 class BenchCluster:
@@ -308,7 +310,12 @@ class BenchCluster:
         if module != "services.agent.sim":
             argv = [*argv, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
         rp = RoleProcess(
-            name, module, argv, self.logs / f"{name}.log", self.run_dir / f"{name}.json"
+            name,
+            module,
+            argv,
+            self.logs / f"{name}.log",
+            self.run_dir / f"{name}.json",
+            python=self.spec.python,
         )
         self.roles[name] = rp
         rp.start(self.env)
@@ -326,7 +333,8 @@ class BenchCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / "migrate.log", "ab") as log:
             proc = subprocess.run(
-                [sys.executable, "-m", "services.state", "migrate", "--dsn", self.dsn],
+                [self.spec.python or sys.executable]
+                + ["-m", "services.state", "migrate", "--dsn", self.dsn],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
