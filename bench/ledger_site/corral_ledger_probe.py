@@ -181,17 +181,15 @@ def wrap_server_handlers(service: str, handlers: dict[str, Any]) -> None:
     (the generated code hands the same dict to the server's fast path)."""
     for method, handler in list(handlers.items()):
         des, ser = handler.request_deserializer, handler.response_serializer
-        if getattr(des, _MARK, False) or getattr(ser, _MARK, False):
-            continue
         full = f"/{service}/{method}"
-        handlers[method] = handler._replace(
-            request_deserializer=counting_deserializer(
-                des, _counter(GRPC, ("server", "request", full))
-            ),
-            response_serializer=counting_serializer(
-                ser, _counter(GRPC, ("server", "response", full))
-            ),
-        )
+        # each side on its own: a handler rebuilt from a counted one keeps
+        # its counted deserializer and may bring a serializer of its own
+        # (the state's pass-through for Subscribe)
+        if not getattr(des, _MARK, False):
+            des = counting_deserializer(des, _counter(GRPC, ("server", "request", full)))
+        if not getattr(ser, _MARK, False):
+            ser = counting_serializer(ser, _counter(GRPC, ("server", "response", full)))
+        handlers[method] = handler._replace(request_deserializer=des, response_serializer=ser)
 
 
 def _hook_grpc(module: Any) -> None:

@@ -87,6 +87,20 @@ def test_probe_counts_server_messages_by_method_and_never_twice() -> None:
     assert wrapped.response_serializer(b"XYZ") == b"xyz"
     assert probe.GRPC[("server", "request", "/pkg.Svc/Get")] == [1, 2]
     assert probe.GRPC[("server", "response", "/pkg.Svc/Get")] == [1, 3]
+    # a handler rebuilt with the counted deserializer and a serializer of
+    # its own (the state's pass-through Subscribe) gets the serializer counted
+    rebuilt = {
+        "Get": grpc.unary_stream_rpc_method_handler(
+            lambda req, ctx: iter(()),
+            request_deserializer=wrapped.request_deserializer,
+            response_serializer=lambda b: b,
+        )
+    }
+    probe.wrap_server_handlers("pkg.Svc", rebuilt)
+    again: Any = rebuilt["Get"]
+    assert again.request_deserializer is wrapped.request_deserializer
+    assert again.response_serializer(b"pass") == b"pass"
+    assert probe.GRPC[("server", "response", "/pkg.Svc/Get")] == [2, 7]
 
 
 def test_probe_counts_sql_statements_by_text() -> None:
