@@ -434,23 +434,6 @@ def test_every_role_serves_its_metrics_and_a_scrape_config_names_them(dev: Dev) 
     assert 'corral_client_allocs{status="running"}' in _scrape(roles["agent"]["metrics"])
 
 
-# --------------------------------------------------------------- shutdown (last)
-
-
-def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
-    pids = [r["pid"] for r in dev.info["roles"].values()]
-    dev.proc.send_signal(signal.SIGINT)
-    assert dev.proc.wait(90) == 0, "".join(dev.output)
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        pytest.fail(f"process {pid} still running after corral dev stopped")
-    assert not (dev.data_dir / "dev.json").exists()
-    assert (dev.data_dir / "logs" / "state.log").exists()
-
-
 def _scrape(address: str) -> str:
     import urllib.request
 
@@ -482,3 +465,20 @@ def test_operator_members_names_the_state_leader(dev: Dev) -> None:
         return [bool(m.get("leader")) for m in members if m["role"] == "state"]
 
     wait_for("the state member marked leader", lambda: state_leaders() == [True])
+
+
+# --------------------------------------------------------------- shutdown (last)
+
+
+def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
+    pids = [r["pid"] for r in dev.info["roles"].values()]
+    dev.proc.send_signal(signal.SIGINT)
+    assert dev.proc.wait(90) == 0, "".join(dev.output)
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        pytest.fail(f"process {pid} still running after corral dev stopped")
+    assert not (dev.data_dir / "dev.json").exists()
+    assert (dev.data_dir / "logs" / "state.log").exists()
