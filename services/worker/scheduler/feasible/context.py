@@ -23,6 +23,7 @@ from corral import structs
 from corral.store import StateSnapshot
 from corral.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible.constraints import MatchCache
 
 #: number of best-scored nodes whose scores are kept in the metric
 MAX_RETAINED_NODE_SCORES = 5
@@ -158,6 +159,8 @@ class EvalContext:
         self._filtered: dict[tuple[str, str], int] = {}
         self._exhausted: dict[tuple[str, str], int] = {}
         self.eligibility = EvalEligibility()
+        #: regexp patterns and version constraints parsed for this eval
+        self.match_cache = MatchCache()
         self._base: dict[str, list[pb.Allocation]] = {}
         self._proposed: dict[str, tuple[_Fingerprint, list[pb.Allocation]]] = {}
         self._computed_class: dict[str, str] = {}

@@ -39,7 +39,11 @@ from corral.fit import (
 )
 from corral.structs import SchedulerAlgorithm
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.feasible.constraints import check_constraint, resolve_target
+from services.worker.scheduler.feasible.constraints import (
+    MatchCache,
+    check_constraint,
+    resolve_target,
+)
 from services.worker.scheduler.feasible.context import EvalContext
 from services.worker.scheduler.feasible.devices import device_matches
 from services.worker.scheduler.feasible.preemption import preempt_for_task_group
@@ -95,7 +99,7 @@ def score_fit_spread(cap: Capacity, used: Usage) -> float:
     return min(max(score, 0.0), BINPACK_MAX_FIT_SCORE)
 
 
-def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
+def affinity_score(affinities: list[pb.Affinity], node: pb.Node, cache: MatchCache) -> float:
     """Σ weights of matching affinities / Σ |weights|."""
     total_w = sum(abs(a.weight) for a in affinities)
     if total_w == 0:
@@ -104,7 +108,7 @@ def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
     for a in affinities:
         lval, lok = resolve_target(a.l_target, node)
         rval, rok = resolve_target(a.r_target, node)
-        if check_constraint(a.operand, lval, rval, lok, rok):
+        if check_constraint(a.operand, lval, rval, lok, rok, cache):
             score += a.weight
     return score / total_w
 
@@ -277,7 +281,7 @@ class Ranker:
             for req in t.resources.devices:
                 want = req.count or 1
                 for dev in devices:
-                    if not device_matches(req, dev):
+                    if not device_matches(req, dev, self.ctx.match_cache):
                         continue
                     key = (dev.vendor, dev.type, dev.name)
                     free = acct.free_instances(key)
@@ -457,7 +461,7 @@ class Ranker:
                 scores["node-reschedule-penalty"] = -1.0
                 total -= 1.0
             if self.affinities:
-                s = affinity_score(self.affinities, node)
+                s = affinity_score(self.affinities, node, self.ctx.match_cache)
                 scores["node-affinity"] = s
                 total += s
             spread = self.spread
