@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 
 from corral import certs, security
+from corral.private_files import write_private
 from corral.settings import SecuritySettings
 from corral.v1 import acl_pb2, acl_pb2_grpc
 
@@ -106,6 +107,4 @@ def bootstrap(trust: DevTrust, data_dir: Path, address: str) -> None:
     finally:
         channel.close()
     trust.token = resp.token.secret_id
-    fd = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(trust.token + "\n")
+    write_private(saved, trust.token + "\n")

@@ -41,6 +41,7 @@ from cli.supervisor import (
     shutdown_signals,
     stop_all,
 )
+from corral.private_files import private_dir, write_private
 
 if TYPE_CHECKING:
     from corral.pgserver import EmbeddedPostgres
@@ -188,8 +189,9 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
     if args.ephemeral:
         data_dir = Path(tempfile.mkdtemp(prefix="corral-dev-"))
     else:
-        data_dir = Path(args.data_dir or DEFAULT_DATA_DIR).resolve()
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # 0700: it holds dev.json (the exports, the management token), the
+        # ACL bootstrap token, the throwaway CA's key and the agent's secret
+        data_dir = private_dir(Path(args.data_dir or DEFAULT_DATA_DIR).resolve())
     logs = data_dir / "logs"
     run = data_dir / "run"
     roles: list[RoleProcess] = []
@@ -205,7 +207,9 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                     warnings.simplefilter("ignore")
                     from corral.pgserver import EmbeddedPostgres
 
-                    pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
+                    pg = EmbeddedPostgres(
+                        data_dir / "pg", delete_on_stop=args.ephemeral, private_parent=data_dir
+                    )
                     # A signal in the middle of start() would leave a server we
                     # hold no handle to; hold signals until it has returned.
                     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -365,8 +369,7 @@ def _run_roles(
         worker_env,
     )
     if not args.no_agent:
-        agent_dir = data_dir / "agent"
-        agent_dir.mkdir(parents=True, exist_ok=True)
+        agent_dir = private_dir(data_dir / "agent")
         start(
             "agent",
             [
@@ -406,7 +409,8 @@ def _run_roles(
         }
         for r in roles
     }
-    (data_dir / "dev.json").write_text(
+    write_private(
+        data_dir / "dev.json",
         json.dumps(
             {
                 "address": state.address,
@@ -419,7 +423,7 @@ def _run_roles(
                 "exports": trust.exports(),
             },
             indent=2,
-        )
+        ),
     )
     scrape = dev_metrics.write_scrape_config(
         data_dir, {r: v["metrics"] for r, v in summary.items()}

@@ -12,6 +12,7 @@ import sys
 
 from corral import runner, security
 from corral.acl_resolve import RemoteResolver
+from corral.private_files import private_dir
 from corral.server import GrpcServer
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.agent.client import Agent
@@ -39,8 +40,8 @@ class AgentProcess:
         self.agent: Agent | None = None
 
     async def start(self) -> runner.Ready:
-        data_dir = self.settings.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # the node's secret and the allocs' files: the agent's alone
+        data_dir = private_dir(self.settings.data_dir)
         self.server.add(
             alloc_pb2_grpc.add_ClientAllocServicer_to_server,
             ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc_namespace),

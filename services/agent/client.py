@@ -22,6 +22,7 @@ import grpc
 import psutil
 
 from corral import security, structs
+from corral.private_files import private_dir, write_private
 from corral.structs import DesiredStatus, NodeStatus
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -41,7 +42,7 @@ def fingerprint(
     freq = psutil.cpu_freq()
     mhz = int(freq.max or freq.current) if freq and (freq.max or freq.current) else 2000
     mem = psutil.virtual_memory().total // (1024 * 1024)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     disk = psutil.disk_usage(str(settings.data_dir)).free // (1024 * 1024)
     try:
         ip = socket.gethostbyname(socket.gethostname())
@@ -109,13 +110,14 @@ class Agent:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _identity(self) -> tuple[str, str]:
-        """The node id and secret survive restarts (data_dir/client.json)."""
-        path = self.settings.data_dir / "client.json"
+        """The node id and secret survive restarts (data_dir/client.json,
+        0600 in a 0700 directory, as Nomad's client state directory)."""
+        path = private_dir(self.settings.data_dir) / "client.json"
         if path.exists():
             data = json.loads(path.read_text())
             return str(data["node_id"]), str(data["secret_id"])
         ident = {"node_id": str(uuid.uuid4()), "secret_id": str(uuid.uuid4())}
-        path.write_text(json.dumps(ident))
+        write_private(path, json.dumps(ident))
         return ident["node_id"], ident["secret_id"]
 
     def _alloc_statuses(self) -> list[str]:
