@@ -147,13 +147,13 @@ class Suite:
     def start_pg(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from corral.pgserver import EmbeddedPostgres
+            from corral.devtools.pgserver import EmbeddedPostgres
 
             self._pg = EmbeddedPostgres(self.tmp / "pg", delete_on_stop=True)
             self.admin_dsn = self._pg.start()
 
     def new_database(self, label: str) -> str:
-        from corral.pgserver import with_database
+        from corral.devtools.pgserver import with_database
         from services.state.db.migrate import upgrade
 
         self._databases += 1

@@ -29,7 +29,7 @@ import grpc
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from corral.structs import new_id
+from corral.domain.structs import new_id
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
 
@@ -137,7 +137,7 @@ async def alloc_rows_per_second(dsn: str, k: int, seconds: float) -> float:
 
 _ECHO_SERVER = """
 import asyncio, sys
-from corral.server import GrpcServer
+from corral.runtime.server import GrpcServer
 async def main():
     s = GrpcServer("127.0.0.1:0", name="echo")
     await s.start()

@@ -64,9 +64,9 @@ import psycopg
 from bench import jobs
 from bench.cluster import BenchCluster, ClusterSpec, ProcStats, postmaster_pid
 from cli.supervisor import RoleProcess, StartError
-from corral import security
-from corral.leader import find_leader
-from corral.structs import alloc_terminal
+from corral.domain.structs import alloc_terminal
+from corral.runtime.leader import find_leader
+from corral.security import transport
 from corral.testing import invariants
 from corral.v1 import job_pb2, job_pb2_grpc
 
@@ -170,7 +170,7 @@ class ChaosCluster(BenchCluster):
     def start(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from corral.pgserver import EmbeddedPostgres
+            from corral.devtools.pgserver import EmbeddedPostgres
 
             self._pg = EmbeddedPostgres(self.data_dir / "pg", delete_on_stop=True)
             self.dsn = self._pg.start()
@@ -304,7 +304,7 @@ class Load:
 
     def stub(self) -> job_pb2_grpc.JobAsyncStub:
         if self._channel is None:
-            self._channel = security.dial(self.cluster.state_addr)
+            self._channel = transport.dial(self.cluster.state_addr)
         return job_pb2_grpc.JobStub(self._channel)  # type: ignore[return-value]
 
     async def run(self) -> None:

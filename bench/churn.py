@@ -34,7 +34,7 @@ import psutil
 
 from bench.cluster import BenchCluster, ClusterSpec
 from bench.jobs import service
-from corral import security
+from corral.security import transport
 from corral.v1 import job_pb2, job_pb2_grpc
 
 #: the roles whose memory is judged (PostgreSQL is not ours; its RSS is shared)
@@ -109,7 +109,7 @@ async def drive(
 ) -> None:
     """Register at the rate; stop each job its lifetime later, every other
     one purged; take the warm-up sample when the warm-up ends."""
-    async with security.dial(cluster.state_addr) as channel:
+    async with transport.dial(cluster.state_addr) as channel:
         jobs = job_pb2_grpc.JobStub(channel)
         live: collections.deque[tuple[float, str]] = collections.deque()
         slots = asyncio.Semaphore(IN_FLIGHT)

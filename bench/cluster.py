@@ -35,7 +35,7 @@ import psutil
 from pydantic import SecretStr
 
 from cli.supervisor import RoleProcess, StartError, stop_all
-from corral import security
+from corral.security import transport
 
 LOG_RETENTION = 5_000_000
 
@@ -161,7 +161,9 @@ class BenchCluster:
         # uses it too, for the internal reads it measures with
         token = self.env.get("CORRAL_SERVER_TOKEN") or secrets.token_urlsafe(32)
         self.env["CORRAL_SERVER_TOKEN"] = token
-        security.configure(security.current().model_copy(update={"server_token": SecretStr(token)}))
+        transport.configure(
+            transport.current().model_copy(update={"server_token": SecretStr(token)})
+        )
 
     # ------------------------------------------------------------ addresses
 
@@ -188,7 +190,7 @@ class BenchCluster:
         if not self.dsn:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                from corral.pgserver import EmbeddedPostgres
+                from corral.devtools.pgserver import EmbeddedPostgres
 
                 self._pg = EmbeddedPostgres(self.data_dir / "pg", delete_on_stop=True)
                 self.dsn = self._pg.start()

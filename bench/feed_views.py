@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 import grpc
 
-from corral import event_loop, feed_view
-from corral.feed_view import FeedView
-from corral.store import StateStore
-from corral.structs import Topic, new_id
+from corral.domain.store import StateStore
+from corral.domain.structs import Topic, new_id
+from corral.runtime import event_loop, feed_view
+from corral.runtime.feed_view import FeedView
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.store import StateSnapshot
-from corral.structs import JobType
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import JobType
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.harness import Harness
 from services.worker.scheduler.util import planned_count
 
 NODES = 5000

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from corral.structs import ClientStatus, Topic
+from corral.domain.structs import ClientStatus, Topic
 from corral.v1 import structs_pb2 as pb
 
 

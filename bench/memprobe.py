@@ -126,7 +126,7 @@ class Probe:
         return rec
 
     def experiment(self, rec: dict[str, Any]) -> None:
-        from corral.store import StateStore
+        from corral.domain.store import StateStore
 
         self.libc.malloc_trim(0)
         rec["after_trim"] = self.heap()

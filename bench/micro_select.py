@@ -27,9 +27,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from corral import structs
-from corral.store import StateStore
-from corral.structs import ClientStatus, DesiredStatus, Eligibility, JobType, NodeStatus
+from corral.domain import structs
+from corral.domain.store import StateStore
+from corral.domain.structs import ClientStatus, DesiredStatus, Eligibility, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.context import EvalContext
 from services.worker.scheduler.feasible.stack import GenericStack, SelectOptions, SystemStack

@@ -11,7 +11,7 @@ three secondary-index entries included), the registrations' divided by
 the jobs the figure per job with its eval. Allocs carry the placement
 metrics the scheduler writes on a 100-node cluster. Measured twice, each on
 a fresh store: as the state service keeps allocs (whole) and as a replica
-keeps them (`lean`: without placement metrics, see `corral.store.lean_batch`).
+keeps them (`lean`: without placement metrics, see `corral.domain.store.lean_batch`).
 RSS first, then the Python heap (tracemalloc) on another fill: protobuf
 messages live in upb arenas outside the Python heap, so RSS is the figure
 that counts, and tracemalloc shows the maps and indexes around them.
@@ -29,15 +29,15 @@ from typing import Any
 
 import psutil
 
-from corral.store import StateStore
-from corral.structs import Topic
+from corral.domain.store import StateStore
+from corral.domain.structs import Topic
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 
 
 def real_metrics() -> pb.AllocMetric:
     """The placement metrics the scheduler writes on an alloc (100 nodes)."""
-    from services.worker.scheduler.harness import Harness
+    from corral.testing.harness import Harness
 
     h = Harness()
     h.upsert_nodes(*[mock.node() for _ in range(100)])

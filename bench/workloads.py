@@ -30,7 +30,7 @@ from bench.report import (
     steady_rate,
     w1l_rates,
 )
-from corral import security
+from corral.security import transport
 from corral.testing import invariants
 from corral.v1 import (
     eval_pb2,
@@ -118,7 +118,7 @@ class Context:
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         if addr not in self._channels:
-            self._channels[addr] = security.dial(
+            self._channels[addr] = transport.dial(
                 addr, options=[("grpc.max_receive_message_length", 256 * 2**20)]
             )
         return self._channels[addr]

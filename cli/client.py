@@ -5,7 +5,7 @@ live on other processes; `worker()` and `client_alloc()` dial those.
 
 Every channel carries the ACL token (`-token`, else `$CORRAL_TOKEN`) as
 `x-corral-token` metadata on every call, and uses TLS when the TLS flags or
-variables are set (`corral.security.dial_sync`)."""
+variables are set (`corral.security.transport.dial_sync`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from corral.certs import Role
-from corral.security import SecuritySettings, current, dial_sync
+from corral.security.certs import Role
+from corral.security.transport import SecuritySettings, current, dial_sync
 from corral.v1 import (
     acl_pb2_grpc,
     alloc_pb2_grpc,

@@ -14,7 +14,7 @@ import grpc
 from pydantic import ValidationError
 
 from cli.client import Client, resolve_address, resolve_token
-from corral import security
+from corral.security import transport
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -95,9 +95,9 @@ _TLS_FLAGS = (
 )
 
 
-def _security(args: argparse.Namespace) -> security.SecuritySettings:
+def _security(args: argparse.Namespace) -> transport.SecuritySettings:
     """The environment's TLS settings, with this command's flags over them."""
-    base = security.current()
+    base = transport.current()
     given = {
         name: value
         for name in ("ca_file", "cert_file", "key_file", "region")
@@ -106,7 +106,7 @@ def _security(args: argparse.Namespace) -> security.SecuritySettings:
     if not given:
         return base
     try:
-        return security.SecuritySettings.model_validate({**base.model_dump(), **given})
+        return transport.SecuritySettings.model_validate({**base.model_dump(), **given})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "-" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "TLS flags"

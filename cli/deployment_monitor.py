@@ -15,8 +15,8 @@ import grpc
 
 from cli.client import Client
 from cli.output import fmt_time, now_stamp, short
-from corral import deployments
-from corral.structs import DeploymentStatus
+from corral.domain import deployments
+from corral.domain.structs import DeploymentStatus
 from corral.v1 import deployment_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import grpc
 
-from corral import certs, security
-from corral.private_files import write_private
-from corral.settings import SecuritySettings
+from corral.runtime.settings import SecuritySettings
+from corral.security import certs, transport
+from corral.security.private_files import write_private
 from corral.v1 import acl_pb2, acl_pb2_grpc
 
 TOKEN_FILE = "acl-bootstrap-token"
@@ -49,7 +49,7 @@ class DevTrust:
     def cli_settings(self) -> SecuritySettings:
         """What this command uses to talk to the cluster it started."""
         if self.tls is None:
-            return security.current()
+            return transport.current()
         return SecuritySettings(
             ca_file=str(self.tls.ca_file),
             cert_file=str(self.tls.cert_file("cli")),
@@ -99,7 +99,7 @@ def bootstrap(trust: DevTrust, data_dir: Path, address: str) -> None:
     if saved.exists():
         trust.token = saved.read_text().strip()
         return
-    channel = security.dial_sync(address, settings=trust.cli_settings())
+    channel = transport.dial_sync(address, settings=trust.cli_settings())
     try:
         resp = acl_pb2_grpc.ACLStub(channel).Bootstrap(acl_pb2.ACLBootstrapRequest(), timeout=30)
     except grpc.RpcError as exc:

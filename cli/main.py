@@ -45,7 +45,7 @@ from cli.context import (
     UsageError,
     grpc_message,
 )
-from cli.jobspec import JobspecError
+from corral.domain.jobspec import JobspecError
 
 
 def build_parser() -> Parser:

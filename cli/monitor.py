@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cli.client import Client
 from cli.context import CliError
 from cli.output import now_stamp, short
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
+from corral.domain.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
 from corral.v1 import eval_pb2, job_pb2, operator_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
-from corral.access import RULES
+from corral.security.access import RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"

@@ -1,5 +1,5 @@
 """Write the configuration reference in docs/operations.md from the roles'
-settings models (corral/settings.py), so every flag, environment variable,
+settings models (corral/runtime/settings.py), so every flag, environment variable,
 default and description in the docs is the one the code reads. `make proto`
 regenerates the marked section; `--check` fails when it is stale.
 """
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from corral.settings import (
+from corral.runtime.settings import (
     ProcessSettings,
     ServerSettings,
     Setting,

@@ -19,11 +19,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from corral.pgserver import EmbeddedPostgres, with_database
+from corral.devtools.pgserver import EmbeddedPostgres, with_database
 from tests.cluster import Cluster
 
 # The servers' shared secret for internal RPCs, for every process a test
-# starts and for the test's own clients (corral.security reads it lazily).
+# starts and for the test's own clients (corral.security.transport reads it lazily).
 os.environ.setdefault("CORRAL_SERVER_TOKEN", f"test-{uuid.uuid4().hex}")
 
 ROOT = Path(__file__).resolve().parent.parent

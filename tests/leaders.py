@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from corral.leader import APP_PREFIX, role_lock_id
+from corral.runtime.leader import APP_PREFIX, role_lock_id
 
 TEST_LEADER_ADDRESS = "test-leader.invalid:1"
 
@@ -17,7 +17,7 @@ TEST_LEADER_ADDRESS = "test-leader.invalid:1"
 @contextlib.contextmanager
 def hold_leadership(dsn: str, role: str, address: str = TEST_LEADER_ADDRESS) -> Iterator[str]:
     """Take `role`'s advisory lock under `address` (the way
-    `corral.leader.LeaderElection` does) until the block ends; yields the
+    `corral.runtime.leader.LeaderElection` does) until the block ends; yields the
     address to send as `leader_id`."""
     app_name = f"{APP_PREFIX}{role}:{address}"[:63]
     with psycopg.connect(dsn, autocommit=True, application_name=app_name) as conn:

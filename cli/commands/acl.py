@@ -12,8 +12,8 @@ from pathlib import Path
 
 from cli.commands import group
 from cli.context import CliError, Context, common
-from cli.jobspec.duration import parse_duration
 from cli.output import fmt_time, kv, print_json, table
+from corral.domain.jobspec.duration import parse_duration
 from corral.v1 import acl_pb2
 
 HIDDEN = "<hidden>"  # the state stores only a hash of each secret

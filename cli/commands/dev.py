@@ -41,10 +41,10 @@ from cli.supervisor import (
     shutdown_signals,
     stop_all,
 )
-from corral.private_files import private_dir, write_private
+from corral.security.private_files import private_dir, write_private
 
 if TYPE_CHECKING:
-    from corral.pgserver import EmbeddedPostgres
+    from corral.devtools.pgserver import EmbeddedPostgres
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
@@ -205,7 +205,7 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                 _say("Starting embedded PostgreSQL")
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    from corral.pgserver import EmbeddedPostgres
+                    from corral.devtools.pgserver import EmbeddedPostgres
 
                     pg = EmbeddedPostgres(
                         data_dir / "pg", delete_on_stop=args.ephemeral, private_parent=data_dir

@@ -8,7 +8,7 @@ import json
 from cli.commands import group
 from cli.context import CliError, Context, common
 from cli.output import to_dict
-from corral.structs import Topic
+from corral.domain.structs import Topic
 from corral.v1 import event_pb2
 
 TOPICS = (*Topic.ALL, "*")

@@ -16,13 +16,13 @@ from cli.context import CliError, Context, common, grpc_message
 from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
 from cli.deployment_monitor import group_rows, wait_and_monitor
 from cli.diff_output import write_job_diff
-from cli.jobspec import JobspecError, load_job
-from cli.jobspec.duration import format_duration
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
-from corral import telemetry
-from corral.structs import EvalStatus
+from corral.domain.jobspec import JobspecError, load_job
+from corral.domain.jobspec.duration import format_duration
+from corral.domain.structs import EvalStatus
+from corral.runtime import telemetry
 from corral.v1 import deployment_pb2, job_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from cli.commands import group
 from cli.context import Context, common
-from cli.jobspec.duration import format_duration
 from cli.output import fmt_time, heading, print_json, table
-from corral import periodic
+from corral.domain import periodic
+from corral.domain.jobspec.duration import format_duration
 from corral.v1 import job_pb2, periodic_pb2, periodic_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 

@@ -8,9 +8,9 @@ import grpc
 
 from cli.commands import group, not_found
 from cli.context import CliError, Context, common
-from cli.jobspec.duration import format_duration, parse_duration
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table, to_dict
-from corral.structs import Eligibility
+from corral.domain.jobspec.duration import format_duration, parse_duration
+from corral.domain.structs import Eligibility
 from corral.v1 import node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 

@@ -44,7 +44,7 @@ def cmd_migrate(args: argparse.Namespace, ctx: Context) -> int:
     if not dsn:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from corral.pgserver import EmbeddedPostgres
+            from corral.devtools.pgserver import EmbeddedPostgres
 
             Path(args.data_dir).mkdir(parents=True, exist_ok=True)
             pg = EmbeddedPostgres(Path(args.data_dir) / "pg")

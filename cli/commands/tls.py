@@ -1,7 +1,7 @@
 """`corral tls ca create` and `corral tls cert create -server|-client|-cli`:
 a private CA and identity certificates for mutual TLS, as `nomad tls` makes
 them (file names, defaults and SAN names follow Nomad's). The certificates
-come from corral/certs.py; this module only reads flags and files, writes
+come from corral/security/certs.py; this module only reads flags and files, writes
 files into the current directory and reports."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cryptography import x509
 from cli.commands import group
 from cli.context import CliError, Context, add_json
 from cli.output import print_json
-from corral import certs
+from corral.security import certs
 
 SERVER_WARNING = (
     "==> WARNING: a server certificate lets its holder act as a Corral server and\n"

@@ -55,10 +55,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corral import security
-from corral.fit import allocs_fit, node_capacity, usage_of
-from corral.store import StateSnapshot, StateStore
-from corral.structs import (
+from corral.domain.fit import allocs_fit, node_capacity, usage_of
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import (
     ClientStatus,
     DeploymentStatus,
     EvalStatus,
@@ -70,6 +69,7 @@ from corral.structs import (
     node_ready,
     total_task_resources,
 )
+from corral.security import transport
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 
@@ -430,8 +430,8 @@ async def fetch_snapshot(state_addr: str) -> StateSnapshot:
     tables: dict[str, int] = {}
     config = pb.SchedulerConfiguration()
     first = True
-    options = [("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES)]
-    async with security.dial(state_addr, options=options) as channel:
+    options = [("grpc.max_receive_message_length", transport.MAX_MESSAGE_BYTES)]
+    async with transport.dial(state_addr, options=options) as channel:
         stub = state_pb2_grpc.StateStub(channel)
         async for chunk in stub.Snapshot(state_pb2.SnapshotRequest(chunk_size=2000)):
             if first:

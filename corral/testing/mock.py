@@ -6,8 +6,8 @@ callers change what their scenario is about.
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import (
+from corral.domain import structs
+from corral.domain.structs import (
     ClientStatus,
     DesiredStatus,
     Eligibility,

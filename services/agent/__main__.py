@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import sys
 
-from corral import runner, security
-from corral.acl_resolve import RemoteResolver
-from corral.private_files import private_dir
-from corral.server import GrpcServer
+from corral.runtime import runner
+from corral.runtime.server import GrpcServer
+from corral.security import transport
+from corral.security.acl_resolve import RemoteResolver
+from corral.security.private_files import private_dir
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
@@ -29,7 +30,7 @@ class AgentProcess:
         self.settings = settings
         # the agent receives log requests only, and resolves their tokens
         # through the state
-        self.acl_channel = security.dial(settings.state_addr)
+        self.acl_channel = transport.dial(settings.state_addr)
         self.server = GrpcServer(
             settings.listen,
             name="agent",

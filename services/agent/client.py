@@ -21,9 +21,10 @@ import uuid
 import grpc
 import psutil
 
-from corral import security, structs
-from corral.private_files import private_dir, write_private
-from corral.structs import DesiredStatus, NodeStatus
+from corral.domain import structs
+from corral.domain.structs import DesiredStatus, NodeStatus
+from corral.security import transport
+from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics
@@ -130,7 +131,7 @@ class Agent:
         return node_pb2_grpc.NodeStub(self._channel)
 
     async def start(self) -> None:
-        self._channel = security.dial(self.settings.state_addr)
+        self._channel = transport.dial(self.settings.state_addr)
         await self._register()
         metrics.ALLOCS.add_source(self._alloc_statuses)
         self._tasks = [

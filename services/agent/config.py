@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, Field
 
-from corral.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
+from corral.runtime.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
 
 
 class AgentSettings(ServerSettings):

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from corral import access
-from corral.errors import InvalidArgument, NotFound
+from corral.domain.errors import InvalidArgument, NotFound
+from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 
 CHUNK = 64 * 1024

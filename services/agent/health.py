@@ -13,8 +13,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from corral import deployments
-from corral.structs import TaskStateName
+from corral.domain import deployments
+from corral.domain.structs import TaskStateName
 from corral.v1 import structs_pb2 as pb
 
 #: how often the task states are looked at while no verdict is reached

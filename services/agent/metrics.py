@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, Counter, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from corral.structs import ClientStatus
+from corral.domain.structs import ClientStatus
 
 TASK_STARTS = Counter(
     "corral_client_task_starts_total",

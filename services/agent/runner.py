@@ -15,9 +15,10 @@ from typing import Any
 
 from opentelemetry import trace
 
-from corral import structs, telemetry
-from corral.dispatch import payload_file_problem
-from corral.structs import ClientStatus, JobType, TaskStateName, copy_msg
+from corral.domain import structs
+from corral.domain.dispatch import payload_file_problem
+from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
+from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv
 from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config

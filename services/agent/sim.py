@@ -37,9 +37,11 @@ from typing import Annotated, ClassVar
 import grpc
 from pydantic import Field
 
-from corral import runner, security, structs
-from corral.private_files import private_dir, write_private
-from corral.settings import CommaList, KeyValues, Option, ProcessSettings, StateAddr
+from corral.domain import structs
+from corral.runtime import runner
+from corral.runtime.settings import CommaList, KeyValues, Option, ProcessSettings, StateAddr
+from corral.security import transport
+from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import parse_duration, task_config
@@ -292,9 +294,9 @@ class Simulator:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
         self.stats = SimStats()
-        self.channel = security.dial(
+        self.channel = transport.dial(
             settings.state_addr,
-            options=[("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES)],
+            options=[("grpc.max_receive_message_length", transport.MAX_MESSAGE_BYTES)],
         )
         self.stub = node_pb2_grpc.NodeStub(self.channel)
         secrets = load_secrets(settings.data_dir)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 
 DEFAULT_REGION = "global"

@@ -19,7 +19,8 @@ import contextlib
 import logging
 import sys
 
-from corral import runner, security
+from corral.runtime import runner
+from corral.security import transport
 from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
@@ -45,7 +46,7 @@ class BrokerProcess(runner.LeaderRole):
     def __init__(self, settings: BrokerProcessSettings) -> None:
         super().__init__(settings)
         self.timings = settings.broker
-        self.state_channel = security.dial(settings.state_addr)
+        self.state_channel = transport.dial(settings.state_addr)
         self.state = state_pb2_grpc.StateStub(self.state_channel)
         self.broker = EvalBroker(self.timings, on_cancelable=lambda: self.reaper.wake.set())
         self.blocked = BlockedEvals(on_release=lambda evs, i: self.reaper.on_release(evs, i))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.structs import JobType, Trigger, job_key
+from corral.domain.structs import JobType, Trigger, job_key
 from corral.v1 import structs_pb2 as pb
 
 JobKey = tuple[str, str]

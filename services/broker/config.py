@@ -8,8 +8,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from corral.runner import LeaderSettings
-from corral.settings import SettingsGroup
+from corral.runtime.runner import LeaderSettings
+from corral.runtime.settings import SettingsGroup
 
 
 class BrokerSettings(SettingsGroup):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from corral import structs
-from corral.structs import CORE_JOB_PRIORITY, EvalStatus, JobType, Trigger, new_id
+from corral.domain import structs
+from corral.domain.structs import CORE_JOB_PRIORITY, EvalStatus, JobType, Trigger, new_id
 from corral.v1 import structs_pb2 as pb
 from services.broker.eval_broker import EvalBroker
 

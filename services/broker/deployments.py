@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from corral import deployments, structs
-from corral.store import StateSnapshot
-from corral.structs import DeploymentStatus
+from corral.domain import deployments, structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import DeploymentStatus
 from corral.v1 import deployment_pb2, deployment_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 

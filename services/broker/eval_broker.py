@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
-from corral import telemetry
-from corral.errors import FailedPrecondition, NotFound
-from corral.structs import JobType, job_key
+from corral.domain.errors import FailedPrecondition, NotFound
+from corral.domain.structs import JobType, job_key
+from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.broker import metrics
 from services.broker.config import BrokerSettings

@@ -11,9 +11,9 @@ token, so the router leaves it alone."""
 
 from __future__ import annotations
 
-from corral.plan_results import PLAN_RESULT_EVENT
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, EvalStatus, node_ready
+from corral.domain.plan_results import PLAN_RESULT_EVENT
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, EvalStatus, node_ready
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.eval_broker import EvalBroker

@@ -17,11 +17,17 @@ from typing import Any
 from opentelemetry import trace
 from prometheus_client import Gauge
 
-from corral import telemetry
-from corral.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, NotLeader
-from corral.replica import Replica
-from corral.server import GrpcServer
-from corral.structs import EvalStatus, JobType, is_blocked_eval
+from corral.domain.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotLeader,
+)
+from corral.domain.structs import EvalStatus, JobType, is_blocked_eval
+from corral.runtime import telemetry
+from corral.runtime.replica import Replica
+from corral.runtime.server import GrpcServer
 from corral.v1 import (
     eval_pb2,
     eval_pb2_grpc,

@@ -33,11 +33,11 @@ from datetime import UTC, datetime
 
 import grpc
 
-from corral import periodic
-from corral.errors import FailedPrecondition, NotFound
-from corral.replica import Replica
-from corral.store import StateSnapshot
-from corral.structs import DEFAULT_NAMESPACE, Topic, alloc_terminal, eval_terminal
+from corral.domain import periodic
+from corral.domain.errors import FailedPrecondition, NotFound
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import DEFAULT_NAMESPACE, Topic, alloc_terminal, eval_terminal
+from corral.runtime.replica import Replica
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 

@@ -19,8 +19,8 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from corral import structs
-from corral.structs import EvalStatus, JobType, Trigger, copy_msg, new_id
+from corral.domain import structs
+from corral.domain.structs import EvalStatus, JobType, Trigger, copy_msg, new_id
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings

@@ -36,8 +36,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from corral.store import StateSnapshot
-from corral.structs import EvalStatus, JobType
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import EvalStatus, JobType
 from corral.v1 import structs_pb2 as pb
 from services.broker import metrics
 from services.broker.blocked_evals import BlockedEvals

@@ -26,8 +26,8 @@ from typing import Any
 
 import uvicorn
 
-from corral import runner
-from corral.errors import ConfigError
+from corral.domain.errors import ConfigError
+from corral.runtime import runner
 from services.gateway.app import create_app
 from services.gateway.backend import Backend, user_security
 from services.gateway.config import GatewaySettings
@@ -115,7 +115,7 @@ async def reload_certificates(
     config: uvicorn.Config, interval: float = CERT_CHECK_INTERVAL
 ) -> None:
     """Renewed certificate files take effect on the HTTPS listener without
-    a restart (as on the gRPC channels, corral/tls.py): the listener's
+    a restart (as on the gRPC channels, corral/security/tls.py): the listener's
     context loads them again, and new connections present the new chain."""
     ctx = config.ssl
     if ctx is None or not config.ssl_certfile:

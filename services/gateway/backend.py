@@ -18,10 +18,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
-from corral import security
-from corral.acl import TOKEN_METADATA_KEY
-from corral.rpc import LeaderChannel
-from corral.settings import SecuritySettings
+from corral.runtime.rpc import LeaderChannel
+from corral.runtime.settings import SecuritySettings
+from corral.security import transport
+from corral.security.acl import TOKEN_METADATA_KEY
 from corral.v1 import (
     acl_pb2_grpc,
     alloc_pb2_grpc,
@@ -73,9 +73,9 @@ class Backend:
         planner_addr: str = "",
         security_settings: SecuritySettings | None = None,
     ) -> None:
-        self.security = user_security(security_settings or security.current())
+        self.security = user_security(security_settings or transport.current())
         self.state_addr = state_addr
-        self.channel = security.dial(state_addr, settings=self.security, options=_OPTIONS)
+        self.channel = transport.dial(state_addr, settings=self.security, options=_OPTIONS)
         self.jobs = job_pb2_grpc.JobStub(self.channel)
         self.allocs = alloc_pb2_grpc.AllocStub(self.channel)
         self.evals = eval_pb2_grpc.EvalsStub(self.channel)
@@ -110,7 +110,7 @@ class Backend:
         """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
         ch = self._agents.get(address)
         if ch is None:
-            ch = self._agents[address] = security.dial(
+            ch = self._agents[address] = transport.dial(
                 address, peer="client", settings=self.security, options=_OPTIONS
             )
         return alloc_pb2_grpc.ClientAllocStub(ch)

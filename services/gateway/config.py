@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from corral.settings import Option, ProcessSettings, StateAddr
+from corral.runtime.settings import Option, ProcessSettings, StateAddr
 
 
 class GatewaySettings(ProcessSettings):

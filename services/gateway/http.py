@@ -27,9 +27,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from cli.jobspec.duration import parse_duration
-from corral.access import MAX_PUBLIC_REQUEST_BYTES
-from corral.errors import bounded_message
+from corral.domain.errors import bounded_message
+from corral.domain.jobspec.duration import parse_duration
+from corral.security.access import MAX_PUBLIC_REQUEST_BYTES
 from corral.v1 import query_pb2
 from services.gateway import filter as bexpr
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend, token_metadata
@@ -241,7 +241,7 @@ def respond(
 
 async def json_body(request: Request) -> Any:
     """The request's JSON body; bad JSON is Nomad's 400, a body larger than
-    the public API takes (corral.access.MAX_PUBLIC_REQUEST_BYTES) 413, read
+    the public API takes (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) 413, read
     no further than that."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_PUBLIC_REQUEST_BYTES:

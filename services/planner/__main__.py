@@ -21,7 +21,7 @@ import contextlib
 import logging
 import sys
 
-from corral import runner
+from corral.runtime import runner
 from corral.v1 import plan_pb2, plan_pb2_grpc
 from services.planner.applier import PlanApplier
 from services.planner.broker_client import BrokerClient

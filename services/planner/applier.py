@@ -34,8 +34,7 @@ from typing import Protocol
 import grpc
 from opentelemetry import trace
 
-from corral import telemetry
-from corral.errors import (
+from corral.domain.errors import (
     Aborted,
     CorralError,
     FailedPrecondition,
@@ -43,9 +42,10 @@ from corral.errors import (
     NotFound,
     Unavailable,
 )
-from corral.plan_commit import applied_plan, new_alloc_ids, stamp_result
-from corral.store import StateSnapshot
-from corral.structs import now_ns
+from corral.domain.plan_commit import applied_plan, new_alloc_ids, stamp_result
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import now_ns
+from corral.runtime import telemetry
 from corral.v1 import state_pb2
 from services.planner import metrics
 from services.planner.config import FAULT_EXIT_BEFORE_APPLY, PlannerSettings
@@ -66,7 +66,7 @@ _NOT_LEADER = "is not the planner leader"
 
 
 class ReplicaView(Protocol):
-    """What the applier needs of `corral.replica.Replica`."""
+    """What the applier needs of `corral.runtime.replica.Replica`."""
 
     @property
     def index(self) -> int: ...

@@ -14,8 +14,8 @@ from typing import Protocol
 
 import grpc
 
-from corral import security
-from corral.errors import FailedPrecondition, Unavailable, leader_from_error
+from corral.domain.errors import FailedPrecondition, Unavailable, leader_from_error
+from corral.security import transport
 from corral.v1 import eval_pb2, eval_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class BrokerClient:
     def _stub(self, address: str) -> eval_pb2_grpc.EvalStub:
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = security.dial(address)
+            ch = self._channels[address] = transport.dial(address)
         return eval_pb2_grpc.EvalStub(ch)
 
     async def _call(self, method: str, eval_id: str, token: str) -> None:

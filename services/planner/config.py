@@ -6,8 +6,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from corral.runner import LeaderSettings
-from corral.settings import Option, SettingsGroup
+from corral.runtime.runner import LeaderSettings
+from corral.runtime.settings import Option, SettingsGroup
 
 #: test-only fault injection (CORRAL_PLANNER_FAULT): "exit-before-apply"
 #: makes the process exit right after evaluating a batch, before its write

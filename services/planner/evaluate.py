@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from corral.fit import allocs_fit
-from corral.store import StateSnapshot
-from corral.structs import (
+from corral.domain.fit import allocs_fit
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import (
     ClientStatus,
     Eligibility,
     NodeStatus,

@@ -18,14 +18,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from corral import telemetry
-from corral.errors import InvalidArgument, NotLeader, Unavailable
-from corral.structs import (
+from corral.domain.errors import InvalidArgument, NotLeader, Unavailable
+from corral.domain.structs import (
     DEFAULT_NAMESPACE,
     DEFAULT_PRIORITY,
     ClientStatus,
     DesiredStatus,
 )
+from corral.runtime import telemetry
 from corral.v1 import plan_pb2, plan_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.planner import metrics

@@ -6,7 +6,7 @@ replica learns of N's commit only through the change feed a little later.
 Evaluating N+1 on the bare replica would let it take capacity N already
 took, so every applied result is also applied here, to an in-memory copy of
 the replica's snapshot, as a synthetic `ChangeBatch` built by the merge the
-state service runs (`corral.plan_results.merge_plan`: placements created or
+state service runs (`corral.domain.plan_results.merge_plan`: placements created or
 updated in place, stops and preemptions as diffs onto the newest copy).
 Nomad does the same on its optimistic snapshot (`snap.UpsertPlanResults` in
 plan_apply.go).
@@ -21,16 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.plan_results import PLAN_RESULT_EVENT, merge_plan
-from corral.store import StateSnapshot, StateStore
-from corral.structs import Topic, now_ns
+from corral.domain.plan_results import PLAN_RESULT_EVENT, merge_plan
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import Topic, now_ns
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 
 
 def plan_change_batch(snap: StateSnapshot, plan: state_pb2.AppliedPlan, now: int) -> pb.ChangeBatch:
     """The alloc and deployment changes `plan` makes, merged onto `snap` by
-    the state's own merge (`corral.plan_results`), as an unindexed batch
+    the state's own merge (`corral.domain.plan_results`), as an unindexed batch
     (index 0: it moves no table index and no snapshot index; the objects'
     indexes are 0 too, the commit index being unknown yet). The eval's
     modify-index bump is left to the commit: evaluating plans never reads it."""

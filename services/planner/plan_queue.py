@@ -14,7 +14,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from corral.errors import CorralError, Unavailable
+from corral.domain.errors import CorralError, Unavailable
 from corral.v1 import structs_pb2 as pb
 from services.planner import metrics
 

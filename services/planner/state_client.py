@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from corral import security
+from corral.security import transport
 from corral.v1 import state_pb2, state_pb2_grpc
 
 
@@ -28,11 +28,11 @@ class StateClient:
 
     def __init__(self, state_addr: str, *, leader_id: str = "") -> None:
         self.leader_id = leader_id
-        self._channel = security.dial(
+        self._channel = transport.dial(
             state_addr,
             options=[
-                ("grpc.max_send_message_length", security.MAX_MESSAGE_BYTES),
-                ("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", transport.MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", transport.MAX_MESSAGE_BYTES),
             ],
         )
         self._stub = state_pb2_grpc.StateStub(self._channel)

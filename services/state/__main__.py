@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from corral import runner
+from corral.runtime import runner
 from services.state.app import StateApp
 from services.state.config import StateSettings
 from services.state.db.migrate import upgrade

@@ -7,7 +7,7 @@ state process writes an ACL table: this process's ACL handlers call
 `invalidate()` after each write, and `follow()` watches the change feed
 for the ACL events every process's writes record.
 
-Tokens are looked up by the SHA-256 of their secret (`corral.acl.secret_hash`):
+Tokens are looked up by the SHA-256 of their secret (`corral.security.acl.secret_hash`):
 the secret itself is never stored, cached or logged.
 """
 
@@ -21,8 +21,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from corral import acl
-from corral.acl_resolve import (
+from corral.domain.errors import PermissionDenied
+from corral.domain.structs import Topic
+from corral.security import acl
+from corral.security.acl_resolve import (
     ANONYMOUS_ACCESSOR,
     NOT_FOUND,
     Resolved,
@@ -30,8 +32,6 @@ from corral.acl_resolve import (
     acl_from_response,
     check_expiry,
 )
-from corral.errors import PermissionDenied
-from corral.structs import Topic
 from corral.v1 import acl_pb2
 from services.state.db.database import Database
 from services.state.feed import ChangeFeed

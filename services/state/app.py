@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 import logging
 
-from corral import structs
-from corral.leader import LeaderElection
-from corral.process import new_member_id
-from corral.server import GrpcServer
+from corral.domain import structs
+from corral.runtime.leader import LeaderElection
+from corral.runtime.process import new_member_id
+from corral.runtime.server import GrpcServer
 from corral.v1 import state_pb2
 from services.state import handlers, metrics
 from services.state.app_context import StateContext

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
 
-from corral.settings import Dsn, Option, ServerSettings, SettingsGroup
+from corral.runtime.settings import Dsn, Option, ServerSettings, SettingsGroup
 
 
 class HeartbeatSettings(SettingsGroup):

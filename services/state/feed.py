@@ -22,9 +22,9 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from corral.errors import OutOfRange, Unavailable
-from corral.feed_view import FeedView
-from corral.store import StateSnapshot, StateStore
+from corral.domain.errors import OutOfRange, Unavailable
+from corral.domain.store import StateSnapshot, StateStore
+from corral.runtime.feed_view import FeedView
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import NOTIFY_CHANNEL, Database
 from services.state.db.snapshot import load_dump

@@ -24,8 +24,8 @@ import logging
 import random
 import time
 
-from corral import structs
-from corral.structs import JobType, NodeStatus, Trigger, copy_msg
+from corral.domain import structs
+from corral.domain.structs import JobType, NodeStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
 from services.state.app_context import StateContext

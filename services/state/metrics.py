@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY, Counter, Histogram, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from corral.store import StateSnapshot
-from corral.structs import JobStatus, NodeStatus
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import JobStatus, NodeStatus
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

@@ -27,7 +27,7 @@ import hashlib
 import hmac
 from typing import TYPE_CHECKING
 
-from corral.errors import InvalidArgument, NotFound, PermissionDenied
+from corral.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from corral.v1 import structs_pb2 as pb
 
 if TYPE_CHECKING:  # the database module seals node rows with this one

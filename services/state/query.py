@@ -7,9 +7,10 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from corral import access, telemetry
-from corral.errors import InvalidArgument, NotFound
-from corral.store import StateSnapshot
+from corral.domain.errors import InvalidArgument, NotFound
+from corral.domain.store import StateSnapshot
+from corral.runtime import telemetry
+from corral.security import access
 from corral.v1 import query_pb2
 from services.state.app_context import StateContext
 

@@ -1,7 +1,7 @@
 """Deleting expired ACL tokens (Nomad's expired token GC), on the state
 leader.
 
-An expired token is refused already (`corral.acl.check_expiry`), so this is
+An expired token is refused already (`corral.security.acl.check_expiry`), so this is
 housekeeping: without it every short-lived token a CI job creates stays in
 `acl_tokens` for ever. Tokens are not in the replicas, so the core scheduler
 on the workers cannot see them; the state, which holds the table, collects

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from corral import structs
-from corral.errors import InvalidArgument
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
+from corral.domain import structs
+from corral.domain.errors import InvalidArgument
+from corral.domain.structs import ClientStatus, DesiredStatus, EvalStatus, JobType
 from corral.v1 import structs_pb2 as pb
 
 MAX_ID_LEN = 256

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import sys
 
-from corral import runner, security
-from corral.acl_resolve import RemoteResolver
-from corral.replica import Replica
-from corral.server import GrpcServer
+from corral.runtime import runner
+from corral.runtime.replica import Replica
+from corral.runtime.server import GrpcServer
+from corral.security import transport
+from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import eval_pb2_grpc, plan_pb2_grpc, state_pb2_grpc, worker_pb2, worker_pb2_grpc
 from services.worker.clients import LeaderClient
 from services.worker.config import WorkerSettings
@@ -33,7 +34,7 @@ class WorkerProcess:
         self.replica = Replica(settings.state_addr, name="worker")
         self.broker = LeaderClient(settings.broker_addrs, eval_pb2_grpc.EvalStub)
         self.planner = LeaderClient(settings.planner_addrs, plan_pb2_grpc.PlanStub)
-        self.state_channel = security.dial(settings.state_addr)
+        self.state_channel = transport.dial(settings.state_addr)
         self.pool = WorkerPool(
             settings,
             self.replica,

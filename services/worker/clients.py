@@ -13,8 +13,8 @@ from typing import Any
 
 import grpc
 
-from corral import security
-from corral.errors import leader_from_error
+from corral.domain.errors import leader_from_error
+from corral.security import transport
 
 
 class LeaderClient:
@@ -34,11 +34,11 @@ class LeaderClient:
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = security.dial(
+            channel = transport.dial(
                 address,
                 options=[
-                    ("grpc.max_send_message_length", security.MAX_MESSAGE_BYTES),
-                    ("grpc.max_receive_message_length", security.MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", transport.MAX_MESSAGE_BYTES),
+                    ("grpc.max_receive_message_length", transport.MAX_MESSAGE_BYTES),
                 ],
             )
             self._channels[address] = channel

@@ -7,9 +7,9 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from corral.errors import InvalidArgument
-from corral.settings import CommaList, Option, ServerSettings, SettingsGroup, StateAddr
-from corral.structs import SCHEDULER_VERSION, SECOND, JobType
+from corral.domain.errors import InvalidArgument
+from corral.domain.structs import SCHEDULER_VERSION, SECOND, JobType
+from corral.runtime.settings import CommaList, Option, ServerSettings, SettingsGroup, StateAddr
 from services.worker.scheduler.core_sched import GCConfig
 from services.worker.scheduler.limits import DEFAULT_MAX_PLACEMENTS
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Executor
 
-from corral import structs
-from corral.errors import InvalidArgument
-from corral.store import StateSnapshot, StateStore
-from corral.structs import EvalStatus, JobStatus, Topic, Trigger
+from corral.domain import structs
+from corral.domain.errors import InvalidArgument
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import EvalStatus, JobStatus, Topic, Trigger
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.factory import new_scheduler

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
 
-from corral import structs, telemetry
-from corral.store import StateSnapshot
+from corral.domain import structs
+from corral.domain.store import StateSnapshot
+from corral.runtime import telemetry
 from corral.v1 import plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
 

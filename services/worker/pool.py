@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import grpc
 
-from corral.errors import InvalidArgument
-from corral.replica import Replica
-from corral.structs import JobType
+from corral.domain.errors import InvalidArgument
+from corral.domain.structs import JobType
+from corral.runtime.replica import Replica
 from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
 from services.worker.config import MAX_SCHEDULERS, WorkerSettings
 from services.worker.worker import Worker

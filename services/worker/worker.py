@@ -24,9 +24,10 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from corral import structs, telemetry
-from corral.store import StateSnapshot
-from corral.structs import EvalStatus
+from corral.domain import structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import EvalStatus
+from corral.runtime import telemetry
 from corral.v1 import eval_pb2, plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker import metrics

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from corral import security
+from corral.security import transport
 from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.cluster import Cluster
@@ -36,7 +36,7 @@ def start(c: Cluster, tmp: Path, agents: int) -> None:
 
 
 async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).Allocations(
             job_pb2.JobGetRequest(job_id=job_id, all=True)
         )
@@ -44,13 +44,13 @@ async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:
 
 
 async def nodes(c: Cluster) -> dict[str, node_pb2.NodeListStub]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await node_pb2_grpc.NodeStub(ch).List(node_pb2.NodeListRequest())
     return {n.name: n for n in resp.nodes}
 
 
 async def register(c: Cluster, job: pb.Job) -> None:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         await job_pb2_grpc.JobStub(ch).Register(job_pb2.JobRegisterRequest(job=job))
 
 
@@ -230,7 +230,7 @@ async def test_reconnect_cancels_the_disconnect_timeout_and_every_eval_completes
 
 
 async def evals(c: Cluster, job_id: str) -> list[pb.Evaluation]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).Evaluations(job_pb2.JobGetRequest(job_id=job_id))
     return list(resp.evals)
 
@@ -249,7 +249,7 @@ async def _update_alloc(c: Cluster, alloc: pb.Allocation, secret: str) -> grpc.S
     """What the node's own client would send: its alloc, still running."""
     upd = pb.Allocation(id=alloc.id, node_id=alloc.node_id, client_status="running")
     upd.task_states["main"].state = "running"
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         try:
             await node_pb2_grpc.NodeStub(ch).UpdateAlloc(
                 node_pb2.NodeUpdateAllocRequest(allocs=[upd], secret_id=secret), timeout=10
@@ -281,7 +281,7 @@ async def test_drain_migrates_allocs_off_a_node(
     before = running(await allocs(c, "move"))
     target = next(n for n in (await nodes(c)).values() if n.id == before[0].node_id)
     moved = [a.id for a in before if a.node_id == target.id]
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         await node_pb2_grpc.NodeStub(ch).UpdateDrain(
             node_pb2.NodeUpdateDrainRequest(
                 node_id=target.id, drain_strategy=pb.DrainStrategy(deadline=3600 * 10**9)

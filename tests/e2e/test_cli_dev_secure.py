@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from corral.pgserver import PGSERVER_USER
+from corral.devtools.pgserver import PGSERVER_USER
 from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.leaders import TEST_LEADER_ADDRESS, hold_leadership
@@ -65,7 +65,7 @@ def upsert_eval(addr: str, job_id: str) -> int:
         id=str(uuid.uuid4()), namespace="default", priority=50, type="service",
         triggered_by="job-register", job_id=job_id, status="pending",
     )  # fmt: skip
-    with security.dial_sync(addr) as ch:
+    with transport.dial_sync(addr) as ch:
         resp = state_pb2_grpc.StateStub(ch).UpsertEvals(
             state_pb2.UpsertEvalsRequest(evals=[ev], leader_id=TEST_LEADER_ADDRESS), timeout=30
         )
@@ -73,7 +73,7 @@ def upsert_eval(addr: str, job_id: str) -> int:
 
 
 def current_index(addr: str) -> int:
-    with security.dial_sync(addr) as ch:
+    with transport.dial_sync(addr) as ch:
         return int(
             state_pb2_grpc.StateStub(ch).GetIndex(state_pb2.GetIndexRequest(), timeout=30).index
         )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral import security
+from corral.security import transport
 from corral.v1 import deployment_pb2, deployment_pb2_grpc, job_pb2, job_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.cluster import Cluster
@@ -117,7 +117,7 @@ def corral_json(c: Cluster, *args: str) -> Any:
 
 
 async def deployments_of(c: Cluster, job_id: str) -> list[pb.Deployment]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await deployment_pb2_grpc.DeploymentStub(ch).List(
             deployment_pb2.DeploymentListRequest(job_id=job_id)
         )
@@ -129,7 +129,7 @@ async def deployment_of(c: Cluster, job_id: str, version: int) -> pb.Deployment 
 
 
 async def versions(c: Cluster, job_id: str) -> list[pb.Job]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).Versions(job_pb2.JobVersionsRequest(job_id=job_id))
     return sorted(resp.versions, key=lambda j: j.version)
 

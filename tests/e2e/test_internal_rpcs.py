@@ -14,8 +14,8 @@ import grpc
 import pytest
 from pydantic import SecretStr
 
-from corral import security
-from corral.structs import new_id
+from corral.domain.structs import new_id
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
     eval_pb2,
@@ -106,7 +106,7 @@ async def test_internal_rpcs_refuse_callers_without_the_server_token(
 ) -> None:
     c = make_cluster()
     _start(c)
-    server = state_pb2_grpc.StateStub(security.dial(c.state_addr))
+    server = state_pb2_grpc.StateStub(transport.dial(c.state_addr))
     before = (await server.GetIndex(state_pb2.GetIndexRequest())).index
 
     anonymous: list[grpc.aio.Channel] = []
@@ -117,10 +117,10 @@ async def test_internal_rpcs_refuse_callers_without_the_server_token(
         return anonymous[-1]
 
     def forged(address: str) -> grpc.aio.Channel:
-        settings = security.current().model_copy(
+        settings = transport.current().model_copy(
             update={"server_token": SecretStr("not-the-token")}
         )
-        wrong.append(security.dial(address, settings=settings))
+        wrong.append(transport.dial(address, settings=settings))
         return wrong[-1]
 
     for make in (plain, forged):

@@ -18,7 +18,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral import periodic, security
+from corral.domain import periodic
+from corral.security import transport
 from corral.v1 import (
     eval_pb2,
     eval_pb2_grpc,
@@ -84,7 +85,7 @@ def corral(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def children(c: Cluster) -> list[job_pb2.JobListStub]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).List(
             job_pb2.JobListRequest(query=query_pb2.QueryOptions(prefix="report/periodic-"))
         )
@@ -96,7 +97,7 @@ async def child_ids(c: Cluster) -> list[str]:
 
 
 async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).Allocations(
             job_pb2.JobGetRequest(job_id=job_id, all=True)
         )
@@ -109,7 +110,7 @@ async def ran(c: Cluster, job_id: str) -> bool:
 
 
 async def is_leader(address: str) -> bool:
-    async with security.dial(address) as ch:
+    async with transport.dial(address) as ch:
         try:
             stats = await eval_pb2_grpc.EvalStub(ch).Stats(eval_pb2.BrokerStatsRequest(), timeout=5)
         except grpc.aio.AioRpcError:
@@ -118,7 +119,7 @@ async def is_leader(address: str) -> bool:
 
 
 async def recorded_launch(c: Cluster) -> int:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await state_pb2_grpc.StateStub(ch).PeriodicLaunches(
             state_pb2.PeriodicLaunchesRequest(namespace="default", job_id="report")
         )

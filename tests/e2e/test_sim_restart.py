@@ -11,7 +11,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from corral import security
+from corral.security import transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from tests.cluster import Cluster
 from tests.wait import until
@@ -20,7 +20,7 @@ SIM = ["--count", "5", "--register-rate", "100", "--stats-interval", "1"]
 
 
 async def ready_nodes(c: Cluster) -> dict[str, str]:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await node_pb2_grpc.NodeStub(ch).List(node_pb2.NodeListRequest())
     return {n.id: n.status for n in resp.nodes}
 

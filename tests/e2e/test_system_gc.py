@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.v1 import (
     alloc_pb2,
     alloc_pb2_grpc,
@@ -66,7 +66,7 @@ def corral(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 async def job_allocs(c: Cluster, job_id: str) -> list[str]:
     """(id, client status) of every alloc of the job still in state."""
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await alloc_pb2_grpc.AllocStub(ch).List(alloc_pb2.AllocListRequest(job_id=job_id))
     return [f"{a.id}:{a.client_status}" for a in resp.allocs]
 
@@ -74,13 +74,13 @@ async def job_allocs(c: Cluster, job_id: str) -> list[str]:
 async def job_evals(c: Cluster, job_id: str) -> list[str]:
     from corral.v1 import eval_pb2_grpc
 
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await eval_pb2_grpc.EvalsStub(ch).List(eval_pb2.EvalListRequest(job_id=job_id))
     return [e.id for e in resp.evals]
 
 
 async def job_exists(c: Cluster, job_id: str) -> bool:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         try:
             await job_pb2_grpc.JobStub(ch).Get(job_pb2.JobGetRequest(job_id=job_id))
         except grpc.aio.AioRpcError as exc:
@@ -140,7 +140,7 @@ async def test_system_gc_forces_a_full_pass(make_cluster, tmp_path: Path) -> Non
 
     bad = corral(c, "system", "gc", "-timeout", "301")
     assert bad.returncode != 0 and "-timeout" in bad.stderr
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await system_pb2_grpc.SystemStub(ch).GarbageCollect(
                 system_pb2.SystemGCRequest(timeout_ms=10**9)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 from tests.cluster import ROOT, Cluster
 from tests.e2e.test_agent_lifecycle import allocs, start

@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral import certs, security
-from corral.settings import SecuritySettings
+from corral.runtime.settings import SecuritySettings
+from corral.security import certs, transport
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -86,7 +86,7 @@ async def test_a_cluster_runs_a_job_over_mutual_tls(
 ) -> None:
     c = _tls_cluster(make_cluster, pki, tmp_path)
     cli = pki.issue("cli", "cli")
-    async with security.dial(c.state_addr, settings=cli) as ch:
+    async with transport.dial(c.state_addr, settings=cli) as ch:
         jobs = job_pb2_grpc.JobStub(ch)
         task = pb.Task(name="main", driver="mock", resources=pb.Resources(cpu=50, memory_mb=32))
         job = pb.Job(
@@ -118,7 +118,7 @@ async def test_client_and_cli_certificates_cannot_call_server_only_rpcs(
     c.start("state")
     for role in ("client", "cli"):
         settings = pki.issue(role, role)
-        async with security.dial(c.state_addr, settings=settings) as ch:
+        async with transport.dial(c.state_addr, settings=settings) as ch:
             state = state_pb2_grpc.StateStub(ch)
             job = mock.job()
             plan = state_pb2.AppliedPlan(job_id=job.id, allocs=[mock.alloc(job, mock.node())])
@@ -133,13 +133,13 @@ async def test_client_and_cli_certificates_cannot_call_server_only_rpcs(
             # the public API answers them (ACLs off)
             await job_pb2_grpc.JobStub(ch).List(job_pb2.JobListRequest())
     server = pki.issue("server", "server2")
-    async with security.dial(c.state_addr, settings=server) as ch:
+    async with transport.dial(c.state_addr, settings=server) as ch:
         await state_pb2_grpc.StateStub(ch).GetIndex(state_pb2.GetIndexRequest())
 
 
 async def _refused(address: str, settings: SecuritySettings) -> grpc.StatusCode:
     # retries off: the handshake's refusal itself is the answer under test
-    async with security.dial(
+    async with transport.dial(
         address, settings=settings, options=[("grpc.enable_retries", 0)]
     ) as ch:
         try:

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1 import (
     trace_service_pb2_grpc,
 )
 
-from corral import security
+from corral.security import transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from tests.cluster import ROOT, Cluster
 from tests.wait import until
@@ -157,7 +157,7 @@ async def test_one_trace_per_eval(
     c.start("agent", "--data-dir", str(tmp_path / "agent"), "--name", "agent0")
 
     async def node_ready() -> bool:
-        async with security.dial(c.state_addr) as ch:
+        async with transport.dial(c.state_addr) as ch:
             resp = await node_pb2_grpc.NodeStub(ch).List(node_pb2.NodeListRequest())
         return any(n.status == "ready" for n in resp.nodes)
 

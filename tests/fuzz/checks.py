@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import grpc
 import psycopg
 
-from corral import security
+from corral.security import transport
 from corral.v1 import state_pb2, state_pb2_grpc
 from tests.fuzz.pool import row_counts
 from tests.fuzz.rpcs import Answer, Rpc
@@ -86,7 +86,7 @@ class StateProbe:
     counts (from PostgreSQL directly)."""
 
     def __init__(self, state_address: str, dsn: str) -> None:
-        self._channel = security.dial_sync(state_address)
+        self._channel = transport.dial_sync(state_address)
         self._stub = state_pb2_grpc.StateStub(self._channel)
         self._db = psycopg.connect(dsn, autocommit=True)
 

@@ -32,8 +32,9 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from corral import security, structs
-from corral.pgserver import with_database
+from corral.devtools.pgserver import with_database
+from corral.domain import structs
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
     job_pb2,
@@ -123,7 +124,7 @@ class Fuzz:
         broker), so each RPC meets a cluster with ready nodes, live jobs
         and working schedulers."""
         pool = self.refresh()
-        with security.dial_sync(self.cluster.state_addr, token=self.token) as ch:
+        with transport.dial_sync(self.cluster.state_addr, token=self.token) as ch:
             usable = [
                 n
                 for n in pool.nodes
@@ -149,7 +150,7 @@ class Fuzz:
                     ),
                     timeout=30,
                 )
-        with security.dial_sync(self.cluster.procs["worker"].address, token=self.token) as ch:
+        with transport.dial_sync(self.cluster.procs["worker"].address, token=self.token) as ch:
             workers = worker_pb2_grpc.WorkerStub(ch)
             want = worker_pb2.WorkerPoolConfig(
                 num_schedulers=WORKER_LOOPS, enabled_schedulers=list(structs.JobType.ALL)
@@ -207,7 +208,7 @@ def _seed_jobs() -> list[pb.Job]:
 
 
 def _seed(c: Cluster, pool: Pool, token: str) -> None:
-    with security.dial_sync(c.state_addr, token=token) as ch:
+    with transport.dial_sync(c.state_addr, token=token) as ch:
         nodes = node_pb2_grpc.NodeStub(ch)
         for _ in range(SEED_NODES):
             n = mock.node()

@@ -18,8 +18,8 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 from hypothesis import strategies as st
 
-from corral import structs
-from corral.structs import new_id
+from corral.domain import structs
+from corral.domain.structs import new_id
 from corral.testing import mock
 from corral.v1 import query_pb2
 from corral.v1 import structs_pb2 as pb

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import psycopg
 from google.protobuf.message import Message
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 
 #: tables whose rows the fuzz test leaves out of the counts: none today;
@@ -28,7 +28,7 @@ SAMPLE = 50
 
 
 def vocabulary() -> list[str]:
-    """Every status, type, trigger and topic name `corral.structs` defines,
+    """Every status, type, trigger and topic name `corral.domain.structs` defines,
     so generated strings hit the accepted values as well as the refused."""
     words: set[str] = set()
     for _, cls in inspect.getmembers(structs, inspect.isclass):

@@ -1,12 +1,12 @@
 """Every RPC the cluster serves, found rather than listed: each process is
 asked which services it serves (server reflection), each service's methods
-come from the protobuf descriptors, and `corral.access.RULES` says who may
+come from the protobuf descriptors, and `corral.security.access.RULES` says who may
 call each one. A role, service or RPC added later is fuzzed without a line
 here; one served without a rule is reported (the server refuses it).
 
 Calls are generic (serialized by the descriptors) over blocking channels,
 as five kinds of caller: anonymous, a stale or random ACL token, a forged
-server token, a user dialling with `corral.security.dial_sync` (the
+server token, a user dialling with `corral.security.transport.dial_sync` (the
 cluster's ACL token when it has ACLs on) and a server (the same with the
 server token, as Corral's own roles call each other).
 """
@@ -28,10 +28,10 @@ from google.protobuf.message import Message
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pydantic import SecretStr
 
-from corral import security
-from corral.access import RULES, Caller, Rule
-from corral.acl import TOKEN_METADATA_KEY
-from corral.security import SERVER_TOKEN_METADATA_KEY
+from corral.security import transport
+from corral.security.access import RULES, Caller, Rule
+from corral.security.acl import TOKEN_METADATA_KEY
+from corral.security.transport import SERVER_TOKEN_METADATA_KEY
 from tests.fuzz.messages import message_class
 
 #: services every server adds and no rule governs
@@ -44,8 +44,8 @@ class As(enum.Enum):
     ANONYMOUS = "anonymous"  # plaintext, no metadata at all
     STALE_TOKEN = "stale-token"  # an ACL token that is unknown, deleted or garbage
     FORGED_SERVER = "forged-server-token"  # a wrong server token
-    USER = "user"  # security.dial without the server token, with the cluster's ACL token
-    SERVER = "server"  # security.dial as Corral's own roles do (the server token)
+    USER = "user"  # transport.dial without the server token, with the cluster's ACL token
+    SERVER = "server"  # transport.dial as Corral's own roles do (the server token)
 
 
 @dataclass(frozen=True)
@@ -176,10 +176,10 @@ class Callers:
         if caller in (As.USER, As.SERVER):
             key = f"{caller.value}:{address}"
             if key not in self._dialled:
-                settings = security.current()
+                settings = transport.current()
                 if caller is As.USER:
                     settings = settings.model_copy(update={"server_token": SecretStr("")})
-                self._dialled[key] = security.dial_sync(
+                self._dialled[key] = transport.dial_sync(
                     address, token=self.acl_token, settings=settings
                 )
             return self._dialled[key]

@@ -10,7 +10,7 @@ request writes nothing (state index and row counts unchanged).
   with `security.dial` and a server (`security.dial` with the server
   token); their answers may be OK or any status in `checks.ALLOWED`.
 
-The RPCs come from the running processes and `corral.access.RULES` (see
+The RPCs come from the running processes and `corral.security.access.RULES` (see
 rpcs.py); the requests from the protobuf descriptors (messages.py) and
 from valid requests with broken fields (mutate.py). Budgets and how to run
 the long profile: conftest.py and docs/contributing.md.
@@ -27,7 +27,7 @@ from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.access import ACL_SERVICE, MAX_PUBLIC_REQUEST_BYTES, RULES
+from corral.security.access import ACL_SERVICE, MAX_PUBLIC_REQUEST_BYTES, RULES
 from corral.v1 import query_pb2
 from tests.fuzz import checks, messages, mutate
 from tests.fuzz.conftest import Fuzz, budget, hypothesis_settings

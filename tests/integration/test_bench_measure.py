@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from bench import measure
-from corral.structs import Topic
+from corral.domain.structs import Topic
 from corral.v1 import structs_pb2 as pb
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)

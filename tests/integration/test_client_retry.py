@@ -1,4 +1,4 @@
-"""Every channel from `corral.security.dial` retries UNAVAILABLE with
+"""Every channel from `corral.security.transport.dial` retries UNAVAILABLE with
 backoff (the gRPC retry policy in its service config): a call made while
 the state process restarts on the same port, or while its database
 connections are being replaced, succeeds without the caller retrying."""
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc
 from tests.cluster import Cluster
@@ -29,7 +29,7 @@ async def test_a_call_to_a_restarting_state_is_retried_and_succeeds(
     c = make_cluster()
     address = free_address()
     c.start("state", "--listen", address)
-    async with security.dial(address) as ch:
+    async with transport.dial(address) as ch:
         jobs = job_pb2_grpc.JobStub(ch)
         await jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(job_id="before")))
         c.kill("state")
@@ -50,7 +50,7 @@ async def test_a_call_over_a_dropped_database_connection_is_retried_and_succeeds
 ) -> None:
     c = make_cluster()
     c.start("state")
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         jobs = job_pb2_grpc.JobStub(ch)
         await jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(job_id="before")))
         # what a database restart does to every pooled connection

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
-from corral.leader import LeaderElection, find_leader
+from corral.runtime.leader import LeaderElection, find_leader
 from tests.wait import until
 
 

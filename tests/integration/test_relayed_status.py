@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
-from corral import security
-from corral.errors import InvalidArgument
-from corral.server import GrpcServer
+from corral.domain.errors import InvalidArgument
+from corral.runtime.server import GrpcServer
+from corral.security import transport
 from corral.v1 import eval_pb2, eval_pb2_grpc
 
 SERVICE = "corral.v1.Eval"
@@ -30,7 +30,7 @@ class Front(eval_pb2_grpc.EvalServicer):
     """Relays Stats to the back server; fails on its own when told."""
 
     def __init__(self, back: str) -> None:
-        self.channel = security.dial(back)
+        self.channel = transport.dial(back)
         self.own_fault = False
 
     async def Stats(self, request: eval_pb2.BrokerStatsRequest, context: Any) -> Any:
@@ -56,7 +56,7 @@ async def front() -> AsyncIterator[tuple[str, Front]]:
 
 async def test_relayed_refusal_keeps_its_status(front: tuple[str, Front]) -> None:
     address, _ = front
-    async with security.dial(address) as channel:
+    async with transport.dial(address) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await eval_pb2_grpc.EvalStub(channel).Stats(eval_pb2.BrokerStatsRequest(), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -66,7 +66,7 @@ async def test_relayed_refusal_keeps_its_status(front: tuple[str, Front]) -> Non
 async def test_own_fault_stays_internal(front: tuple[str, Front]) -> None:
     address, relay = front
     relay.own_fault = True
-    async with security.dial(address) as channel:
+    async with transport.dial(address) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await eval_pb2_grpc.EvalStub(channel).Stats(eval_pb2.BrokerStatsRequest(), timeout=10)
     assert err.value.code() == grpc.StatusCode.INTERNAL

@@ -1,5 +1,5 @@
-"""Per-RPC metrics (corral/rpc_metrics.py) on a real in-process server and
-a channel from `corral.security.dial`: every call counts once on each side,
+"""Per-RPC metrics (corral/runtime/rpc_metrics.py) on a real in-process server and
+a channel from `corral.security.transport.dial`: every call counts once on each side,
 under its status code, with its latency; a cancelled stream counts as
 CANCELLED."""
 
@@ -13,9 +13,9 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from corral import security
-from corral.errors import InvalidArgument
-from corral.server import GrpcServer
+from corral.domain.errors import InvalidArgument
+from corral.runtime.server import GrpcServer
+from corral.security import transport
 from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from tests.wait import until
@@ -83,7 +83,7 @@ async def test_unary_calls_count_by_status_on_both_sides(
     started_before = value(
         "grpc_server_started_total", grpc_type="unary", grpc_service=SERVICE, grpc_method="Stats"
     )
-    channel = security.dial(srv.bound_address)
+    channel = transport.dial(srv.bound_address)
     stub = eval_pb2_grpc.EvalStub(channel)
     try:
         for _ in range(3):
@@ -141,7 +141,7 @@ async def test_a_cancelled_stream_counts_as_cancelled() -> None:
         return handled(side, "CANCELLED", "Subscribe", service, kind="server_stream")
 
     before = cancelled("client"), cancelled("server")
-    channel = security.dial(srv.bound_address)
+    channel = transport.dial(srv.bound_address)
     try:
         call = state_pb2_grpc.StateStub(channel).Subscribe(state_pb2.SubscribeRequest())
         first = await call.read()
@@ -159,12 +159,12 @@ async def test_a_stream_handler_that_writes_through_its_context_works() -> None:
     yielding; the handler wrapper must await it, not iterate it."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from corral.server import GrpcServer
+    from corral.runtime.server import GrpcServer
 
     server = GrpcServer("127.0.0.1:0", name="watch")
     await server.start()
     try:
-        async with security.dial(server.bound_address) as ch:
+        async with transport.dial(server.bound_address) as ch:
             watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
             first = await watch.read()
             assert first.status == health_pb2.HealthCheckResponse.SERVING

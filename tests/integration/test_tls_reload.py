@@ -1,6 +1,6 @@
 """A client picks up replaced certificate files for its next calls without
-being rebuilt (cert-manager renews in place): `corral.tls.ReloadingChannel`
-behind `corral.security.dial`, against a real mutual-TLS server."""
+being rebuilt (cert-manager renews in place): `corral.security.tls.ReloadingChannel`
+behind `corral.security.transport.dial`, against a real mutual-TLS server."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral import certs, security, tls
-from corral.server import GrpcServer
-from corral.settings import SecuritySettings
+from corral.runtime.server import GrpcServer
+from corral.runtime.settings import SecuritySettings
+from corral.security import certs, tls, transport
 from corral.v1 import operator_pb2, operator_pb2_grpc
 from tests.wait import until
 
@@ -68,7 +68,7 @@ async def test_a_client_uses_replaced_certificate_files(
 ) -> None:
     address, d, ca = server
     client = _files(d, "cli", ca, "cli")
-    channel = security.dial(address, settings=client)
+    channel = transport.dial(address, settings=client)
     assert isinstance(channel, tls.ReloadingChannel)
     stub = operator_pb2_grpc.OperatorStub(channel)  # built once, as roles do
     try:

@@ -1,4 +1,4 @@
-"""Nomad's ACL model (corral.acl): policies parse from HCL or fail naming
+"""Nomad's ACL model (corral.security.acl): policies parse from HCL or fail naming
 the problem; shorthands stand for Nomad's capability sets; one namespace
 rule applies (exact, else the closest glob); deny wins when policies merge."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral import acl
-from corral.acl import ACL, DENY_ALL, MANAGEMENT, compile_acl, parse_policy
-from corral.errors import InvalidArgument
+from corral.domain.errors import InvalidArgument
+from corral.security import acl
+from corral.security.acl import ACL, DENY_ALL, MANAGEMENT, compile_acl, parse_policy
 
 
 def _acl(*texts: str) -> ACL:

@@ -3,8 +3,8 @@ bounded size, and no answer kept that a lookup fetched before a clear."""
 
 from __future__ import annotations
 
-from corral import acl
-from corral.acl_resolve import Resolved, TokenCache, acl_from_response
+from corral.security import acl
+from corral.security.acl_resolve import Resolved, TokenCache, acl_from_response
 from corral.v1 import acl_pb2
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench import m1
-from corral.structs import JobType
+from corral.domain.structs import JobType
 
 
 def test_no_submit_harness_leaves_state_unchanged() -> None:

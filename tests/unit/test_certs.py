@@ -1,4 +1,4 @@
-"""corral/certs.py: a CA and identity certificates that parse, verify against
+"""corral/security/certs.py: a CA and identity certificates that parse, verify against
 their CA only (cryptography's verifier, and `openssl verify` where present),
 carry the role's SAN names and usages, and work for gRPC mutual TLS; keys
 written 0600, no file overwritten, bad input refused with a clear message."""
@@ -21,7 +21,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from corral import certs
+from corral.security import certs
 
 
 @pytest.fixture(scope="module")

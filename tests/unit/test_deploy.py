@@ -25,8 +25,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from corral import certs
-from corral.probe import LEADER_SERVICE
+from corral.runtime.probe import LEADER_SERVICE
+from corral.security import certs
 from tests.k8s import (
     Doc,
     Pod,
@@ -178,10 +178,16 @@ def test_every_role_has_a_workload_with_probes_and_a_real_module() -> None:
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
         ready = container["readinessProbe"]
         if role in LEADER_ROLES:
-            # ready = leader: the exec probe checks corral.leader with the pod's certificate
+            # ready = leader: the exec probe checks corral.runtime.leader with the pod's certificate
             command = ready["exec"]["command"]
-            assert command == ["python", "-m", "corral.probe", f"localhost:{port}", LEADER_SERVICE]
-            assert importlib.util.find_spec("corral.probe") is not None
+            assert command == [
+                "python",
+                "-m",
+                "corral.runtime.probe",
+                f"localhost:{port}",
+                LEADER_SERVICE,
+            ]
+            assert importlib.util.find_spec("corral.runtime.probe") is not None
             assert ready["timeoutSeconds"] < ready["periodSeconds"]
         else:
             assert ready["tcpSocket"]["port"] == port

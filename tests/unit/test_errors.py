@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from corral.errors import MAX_MESSAGE_WIRE_BYTES, InvalidArgument, NotFound, bounded_message
+from corral.domain.errors import MAX_MESSAGE_WIRE_BYTES, InvalidArgument, NotFound, bounded_message
 
 
 def _wire(message: str) -> int:

@@ -1,4 +1,4 @@
-"""corral/event_loop.py: the setting picks the loop every role runs on."""
+"""corral/runtime/event_loop.py: the setting picks the loop every role runs on."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import uvloop
 
-from corral import event_loop
-from corral.settings import ProcessSettings
+from corral.runtime import event_loop
+from corral.runtime.settings import ProcessSettings
 
 
 async def _loop_type() -> type:

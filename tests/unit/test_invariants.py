@@ -4,8 +4,8 @@ valid state is silent."""
 
 from __future__ import annotations
 
-from corral.store import StateStore
-from corral.structs import (
+from corral.domain.store import StateStore
+from corral.domain.structs import (
     ClientStatus,
     DeploymentStatus,
     DesiredStatus,

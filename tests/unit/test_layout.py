@@ -103,11 +103,11 @@ def test_every_proto_service_is_served_from_a_handlers_module() -> None:
 
 
 def test_every_rpc_has_an_access_rule() -> None:
-    """corral.access refuses an RPC it has no rule for; a new RPC without
+    """corral.security.access refuses an RPC it has no rule for; a new RPC without
     one would be unreachable, a rule without an RPC a stale name."""
     import importlib
 
-    from corral.access import RULES
+    from corral.security.access import RULES
 
     declared: set[str] = set()
     for path in sorted((ROOT / "corral" / "v1").glob("*_pb2.py")):

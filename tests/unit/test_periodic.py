@@ -1,4 +1,4 @@
-"""Cron specs of periodic jobs (corral/periodic.py): the next launch over
+"""Cron specs of periodic jobs (corral/domain/periodic.py): the next launch over
 several crons, in a time zone, across daylight-saving changes, Nomad's
 field layouts, and the child a launch derives."""
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from corral import periodic
+from corral.domain import periodic
 from corral.v1 import structs_pb2 as pb
 
 

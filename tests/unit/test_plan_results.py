@@ -1,10 +1,10 @@
-"""The plan merge (`corral.plan_results.merge_plan`) rule by rule, on plain
+"""The plan merge (`corral.domain.plan_results.merge_plan`) rule by rule, on plain
 dictionaries standing in for the stored objects."""
 
 from __future__ import annotations
 
-from corral.plan_results import merge_plan, plan_reads
-from corral.structs import ClientStatus, DeploymentStatus, DesiredStatus, copy_msg
+from corral.domain.plan_results import merge_plan, plan_reads
+from corral.domain.structs import ClientStatus, DeploymentStatus, DesiredStatus, copy_msg
 from corral.testing import mock
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.private_files import private_dir, write_private
+from corral.security.private_files import private_dir, write_private
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Role settings (corral/settings.py): flags beat the environment, which
+"""Role settings (corral/runtime/settings.py): flags beat the environment, which
 beats the defaults; every flag and variable name that predates the models
 still works; a bad setting is one usage line naming the flag, exit 2."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.settings import Settings, load, settings_of
+from corral.runtime.settings import Settings, load, settings_of
 from services.agent.config import AgentSettings
 from services.agent.sim import SimSettings
 from services.broker.config import BrokerProcessSettings

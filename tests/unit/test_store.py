@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from corral.store import StateStore
-from corral.structs import Topic
+from corral.domain.store import StateStore
+from corral.domain.structs import Topic
 from corral.v1 import structs_pb2 as pb
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral import structs
+from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.jobspec.duration import parse_duration
+from corral.domain.jobspec.duration import parse_duration
 from corral.v1 import acl_pb2
 from services.gateway.mapping.common import rfc3339
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral.structs import Topic
+from corral.domain.structs import Topic
 from corral.v1 import event_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator

@@ -1,13 +1,13 @@
 """Jobs: our Job / JobListStub / JobSummary protos as Nomad's api.Job,
 api.JobListStub and api.JobSummary, and Nomad's job JSON as our Job (through
-the CLI's own parser of Nomad's JSON, cli/jobspec/json.py)."""
+the CLI's own parser of Nomad's JSON, corral/domain/jobspec/json.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cli.jobspec import json as jobspec_json
-from cli.jobspec.errors import JobspecError
+from corral.domain.jobspec import json as jobspec_json
+from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.mapping.common import rfc3339, to_nomad

@@ -1,6 +1,6 @@
 """/v1/jobs/parse: an HCL job file as Nomad's JSON job (api.Job).
 
-The CLI's own HCL parser reads it (cli/jobspec/hcl.py, run in a thread:
+The CLI's own HCL parser reads it (corral/domain/jobspec/hcl.py, run in a thread:
 parsing is CPU work and must not stall the event loop) and the gateway's
 job mapping writes it out, so what this answers registers unchanged through
 /v1/jobs. Differences from Nomad (docs/http-api.md): the job always comes
@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from cli.jobspec import hcl
-from cli.jobspec.errors import JobspecError
+from corral.domain.jobspec import hcl
+from corral.domain.jobspec.errors import JobspecError
 from services.gateway.http import bad_request, json_body, respond
 from services.gateway.mapping import jobs as job_map
 from services.gateway.mapping.acl import field

@@ -13,8 +13,8 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from corral import acl
-from corral.errors import CorralError
+from corral.domain.errors import CorralError
+from corral.security import acl
 from corral.v1 import acl_pb2, eval_pb2
 from services.gateway import http
 from services.gateway.mapping.common import to_nomad

@@ -30,9 +30,9 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import Table
 
-from corral.errors import CorralError, InvalidArgument, Unavailable
-from corral.store import TOPIC_TABLE
-from corral.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
+from corral.domain.errors import CorralError, InvalidArgument, Unavailable
+from corral.domain.store import TOPIC_TABLE
+from corral.domain.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
 from services.state.db import models as m

@@ -222,7 +222,7 @@ class ACLPolicy(Base):
 
 class ACLToken(Base):
     """An ACL token. Only the SHA-256 of its secret id is stored
-    (`corral.acl.secret_hash`), so a dump of this table holds no usable
+    (`corral.security.acl.secret_hash`), so a dump of this table holds no usable
     token; the secret itself is shown once, when the token is created."""
 
     __tablename__ = "acl_tokens"

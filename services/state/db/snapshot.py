@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from corral.store import StateSnapshot, StateStore
+from corral.domain.store import StateSnapshot, StateStore
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
 from services.state.node_identity import redact

@@ -6,7 +6,7 @@ call."""
 
 from __future__ import annotations
 
-from corral.server import GrpcServer
+from corral.runtime.server import GrpcServer
 from services.state.app_context import StateContext
 from services.state.handlers import (
     alloc,

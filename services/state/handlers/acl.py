@@ -1,13 +1,13 @@
 """The public `ACL` service: bootstrap, policies and tokens (Nomad's ACL
 API), and `ResolveToken` for the roles that are not the state.
 
-Who may call what is in `corral.access.RULES`, checked before a handler
+Who may call what is in `corral.security.access.RULES`, checked before a handler
 runs: `Bootstrap` anyone, once; `ResolveToken` anyone holding the secret
 (the secret in the request is the authorization); `TokenSelf` anyone, about
 the token in their own call metadata; everything else a management token,
 except `ListPolicies` and `GetPolicy`, which a token holding a policy may
 use for that policy (decided here, from the caller's ACL in
-`corral.acl.CURRENT`). With ACLs off the whole service answers
+`corral.security.acl.CURRENT`). With ACLs off the whole service answers
 FAILED_PRECONDITION. Only `Bootstrap` and `CreateToken` answer with a
 secret id.
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from corral import acl
-from corral.errors import NotFound, PermissionDenied
-from corral.server import GrpcServer
+from corral.domain.errors import NotFound, PermissionDenied
+from corral.runtime.server import GrpcServer
+from corral.security import acl
 from corral.v1 import acl_pb2, acl_pb2_grpc, query_pb2
 from services.state import acl as acl_reads
 from services.state import query

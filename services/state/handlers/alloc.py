@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import access
-from corral.errors import NotFound
-from corral.server import GrpcServer
-from corral.structs import Trigger, copy_msg
+from corral.domain.errors import NotFound
+from corral.domain.structs import Trigger, copy_msg
+from corral.runtime.server import GrpcServer
+from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.state import query
 from services.state.app_context import StateContext

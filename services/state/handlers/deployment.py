@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import access
-from corral import deployments as model
-from corral.errors import InvalidArgument
-from corral.server import GrpcServer
-from corral.structs import DeploymentStatus
+from corral.domain import deployments as model
+from corral.domain.errors import InvalidArgument
+from corral.domain.structs import DeploymentStatus
+from corral.runtime.server import GrpcServer
+from corral.security import access
 from corral.v1 import deployment_pb2, deployment_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query

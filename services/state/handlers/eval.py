@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import access
-from corral.server import GrpcServer
+from corral.runtime.server import GrpcServer
+from corral.security import access
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from services.state import query
 from services.state.app_context import StateContext

@@ -8,10 +8,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from corral import access, acl, structs
-from corral.acl import ACL
-from corral.errors import InvalidArgument
-from corral.server import GrpcServer
+from corral.domain import structs
+from corral.domain.errors import InvalidArgument
+from corral.runtime.server import GrpcServer
+from corral.security import access, acl
+from corral.security.acl import ACL
 from corral.v1 import event_pb2, event_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext

@@ -7,11 +7,12 @@ from typing import Any
 
 import grpc
 
-from corral import access, periodic, security, structs
-from corral.errors import InvalidArgument, NotFound, Unavailable
-from corral.server import GrpcServer
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus
+from corral.domain import periodic, structs
+from corral.domain.errors import InvalidArgument, NotFound, Unavailable
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus
+from corral.runtime.server import GrpcServer
+from corral.security import access, transport
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query, validate
@@ -220,7 +221,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
         for payload, _age in members:
             member = state_pb2.Member.FromString(payload)
             try:
-                async with security.dial(member.address) as ch:
+                async with transport.dial(member.address) as ch:
                     resp: job_pb2.JobPlanResponse = await worker_pb2_grpc.WorkerStub(ch).PlanJob(
                         job_pb2.JobPlanRequest(job=job, diff=request.diff), timeout=60
                     )

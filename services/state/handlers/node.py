@@ -15,10 +15,11 @@ from typing import Any
 
 import grpc
 
-from corral import security, structs
-from corral.errors import InvalidArgument, NotFound
-from corral.server import GrpcServer
-from corral.structs import NodeStatus
+from corral.domain import structs
+from corral.domain.errors import InvalidArgument, NotFound
+from corral.domain.structs import NodeStatus
+from corral.runtime.server import GrpcServer
+from corral.security import transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query, validate
@@ -153,7 +154,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         if not leader or leader == self.ctx.address:
             return None
         try:
-            async with security.dial(leader) as ch:
+            async with transport.dial(leader) as ch:
                 resp: node_pb2.NodeUpdateResponse = await node_pb2_grpc.NodeStub(ch).UpdateStatus(
                     request, timeout=10
                 )

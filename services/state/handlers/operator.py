@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.server import GrpcServer
-from corral.structs import SchedulerAlgorithm
+from corral.domain.structs import SchedulerAlgorithm
+from corral.runtime.server import GrpcServer
 from corral.v1 import operator_pb2, operator_pb2_grpc, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import query, validate

@@ -13,9 +13,9 @@ from typing import Any
 
 import grpc
 
-from corral.errors import CorralError, InvalidArgument, Unavailable
-from corral.rpc import LeaderChannel
-from corral.server import GrpcServer
+from corral.domain.errors import CorralError, InvalidArgument, Unavailable
+from corral.runtime.rpc import LeaderChannel
+from corral.runtime.server import GrpcServer
 from corral.v1 import periodic_pb2, periodic_pb2_grpc, state_pb2
 from services.state.app_context import StateContext
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import grpc
 
-from corral import structs, telemetry
-from corral.errors import InvalidArgument
-from corral.feed_view import FeedView, check_topics
+from corral.domain import structs
+from corral.domain.errors import InvalidArgument
+from corral.runtime import telemetry
+from corral.runtime.feed_view import FeedView, check_topics
 from corral.v1 import state_pb2, state_pb2_grpc
 from services.state import validate
 from services.state.app_context import StateContext

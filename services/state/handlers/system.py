@@ -15,9 +15,9 @@ from typing import Any
 
 import grpc
 
-from corral.errors import InvalidArgument, Unavailable
-from corral.rpc import LeaderChannel
-from corral.server import GrpcServer
+from corral.domain.errors import InvalidArgument, Unavailable
+from corral.runtime.rpc import LeaderChannel
+from corral.runtime.server import GrpcServer
 from corral.v1 import system_pb2, system_pb2_grpc
 from services.state.app_context import StateContext
 from services.state.handlers.periodic import RELAY_BUDGET_S, _Relayed, broker_addresses

@@ -15,9 +15,9 @@ import re
 import uuid
 from collections.abc import Sequence
 
-from corral import acl
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.structs import Topic
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.domain.structs import Topic
+from corral.security import acl
 from corral.v1 import acl_pb2
 from services.state.acl import POLICIES_TABLE, TOKENS_TABLE, from_ns, to_ns
 from services.state.db.database import WriteTx

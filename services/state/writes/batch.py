@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from corral import telemetry
+from corral.runtime import telemetry
 from services.state import metrics
 from services.state.db.database import Database, WriteTx
 

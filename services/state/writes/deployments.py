@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral import deployments, structs
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.structs import DeploymentStatus, Trigger, copy_msg
+from corral.domain import deployments, structs
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.domain.structs import DeploymentStatus, Trigger, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx
 from services.state.writes.jobs import register_job

@@ -5,9 +5,9 @@ re-registered concurrently is judged as it is at that index."""
 
 from __future__ import annotations
 
-from corral import dispatch
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.structs import copy_msg
+from corral.domain import dispatch
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.domain.structs import copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx
 from services.state.writes.jobs import register_job, validate_job

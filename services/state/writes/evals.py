@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral.structs import EvalStatus, copy_msg
+from corral.domain.structs import EvalStatus, copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx

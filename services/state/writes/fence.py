@@ -19,8 +19,8 @@ The message always says "is not the <role> leader".
 
 from __future__ import annotations
 
-from corral.errors import FailedPrecondition
-from corral.leader import APP_PREFIX, role_lock_id
+from corral.domain.errors import FailedPrecondition
+from corral.runtime.leader import APP_PREFIX, role_lock_id
 from services.state.db.database import WriteTx
 
 

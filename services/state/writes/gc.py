@@ -22,9 +22,9 @@ Objects already gone are skipped (an earlier run may have collected them).
 
 from __future__ import annotations
 
-from corral import deployments, structs
-from corral.errors import FailedPrecondition
-from corral.structs import ClientStatus, JobStatus, NodeStatus
+from corral.domain import deployments, structs
+from corral.domain.errors import FailedPrecondition
+from corral.domain.structs import ClientStatus, JobStatus, NodeStatus
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx

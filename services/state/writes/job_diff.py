@@ -13,7 +13,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from corral.structs import NON_SPEC_FIELDS
+from corral.domain.structs import NON_SPEC_FIELDS
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from corral import periodic, regexp, structs, telemetry
-from corral.dispatch import Payload, payload_file_problem
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
+from corral.domain import periodic, regexp, structs
+from corral.domain.dispatch import Payload, payload_file_problem
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from corral.domain.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
+from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral import structs
-from corral.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from corral.structs import (
+from corral.domain import structs
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from corral.domain.structs import (
     ClientStatus,
     DesiredStatus,
     Eligibility,

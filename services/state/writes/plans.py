@@ -3,7 +3,7 @@ at one index; several plans at consecutive indexes in one transaction.
 
 The planner has already checked every node fits against the newest state;
 this layer reads the stored objects the plan names, lets the shared merge
-(`corral.plan_results.merge_plan`, Nomad's `UpsertPlanResults`) decide what
+(`corral.domain.plan_results.merge_plan`, Nomad's `UpsertPlanResults`) decide what
 they become, and writes that, plus what only the state does: preemption
 evals, ineligible nodes, the job's status.
 
@@ -23,9 +23,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from corral.errors import FailedPrecondition, InvalidArgument
-from corral.plan_results import PLAN_RESULT_EVENT, merge_plan, plan_reads
-from corral.structs import Eligibility, JobStatus, copy_msg
+from corral.domain.errors import FailedPrecondition, InvalidArgument
+from corral.domain.plan_results import PLAN_RESULT_EVENT, merge_plan, plan_reads
+from corral.domain.structs import Eligibility, JobStatus, copy_msg
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -73,7 +73,7 @@ async def apply_plan(
     field: str = "plans[0]",
 ) -> None:
     """Write one plan's committed part at `index`: read what the merge
-    needs inside the transaction, merge (`corral.plan_results`), write.
+    needs inside the transaction, merge (`corral.domain.plan_results`), write.
     `nodes` holds the stored nodes of the plan's allocs (read here if None)."""
     if nodes is None:
         nodes = await tx.get_nodes(sorted({a.node_id for a in plan.allocs}))

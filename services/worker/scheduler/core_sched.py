@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from corral import deployments, structs
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, JobStatus, JobType, NodeStatus
+from corral.domain import deployments, structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus, JobStatus, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.interfaces import CorePlanner, Planner, SchedulerError
 

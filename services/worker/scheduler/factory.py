@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from corral.store import StateSnapshot
-from corral.structs import JobType
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import JobType
 from services.worker.scheduler.core_sched import CoreScheduler, GCConfig
 from services.worker.scheduler.generic_sched import GenericScheduler
 from services.worker.scheduler.interfaces import Planner, Scheduler, SchedulerError

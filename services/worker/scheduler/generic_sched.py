@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from corral import deployments, structs
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, EvalStatus, Trigger
+from corral.domain import deployments, structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
 from services.worker.scheduler.interfaces import Planner, SchedulerError

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from corral.store import StateSnapshot
+from corral.domain.store import StateSnapshot
 from corral.v1 import structs_pb2 as pb
 
 

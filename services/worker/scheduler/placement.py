@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from corral import structs
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus
+from corral.domain import structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.feasible.context import EvalContext

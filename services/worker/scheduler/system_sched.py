@@ -14,9 +14,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from corral import structs
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, JobType, NodeStatus, Trigger
+from corral.domain import structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import (
+    ClientStatus,
+    DesiredStatus,
+    EvalStatus,
+    JobType,
+    NodeStatus,
+    Trigger,
+)
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
 from services.worker.scheduler.interfaces import Planner

@@ -10,9 +10,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from corral import structs
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral.domain import structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.interfaces import Planner
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral import security
-from corral.server import GrpcServer
+from corral.runtime.server import GrpcServer
+from corral.security import transport
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.agent.handlers import ClientAllocServicer
 
@@ -34,7 +34,7 @@ async def logs(tmp_path: Path) -> AsyncIterator[alloc_pb2_grpc.ClientAllocAsyncS
     )
     await server.start()
     try:
-        async with security.dial(server.bound_address) as ch:
+        async with transport.dial(server.bound_address) as ch:
             yield alloc_pb2_grpc.ClientAllocStub(ch)
     finally:
         await server.stop(0)

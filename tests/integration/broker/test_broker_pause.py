@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc, operator_pb2, operator_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -22,7 +22,7 @@ from tests.integration.broker.test_broker_process import (
 
 
 async def set_paused(cluster: Cluster, paused: bool) -> int:  # noqa: F811
-    async with security.dial(cluster.state_addr) as ch:
+    async with transport.dial(cluster.state_addr) as ch:
         resp = await operator_pb2_grpc.OperatorStub(ch).SchedulerSetConfiguration(
             operator_pb2.SchedulerSetConfigurationRequest(
                 config=pb.SchedulerConfiguration(pause_eval_broker=paused)
@@ -41,7 +41,7 @@ async def test_paused_broker_records_but_hands_out_nothing_until_unpaused(
 ) -> None:
     held = pending("held")
     await write(cluster.dsn, mock.job(job_id="held"), held)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub, 5000)
         assert got.eval.id == held.id  # outstanding while the broker is paused

@@ -13,9 +13,9 @@ import grpc
 import psycopg
 import pytest
 
-from corral import security
-from corral.errors import leader_from_error
-from corral.structs import new_id
+from corral.domain.errors import leader_from_error
+from corral.domain.structs import new_id
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -108,7 +108,7 @@ def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
 async def test_tokens_version_and_wait_index(cluster: Cluster) -> None:
     e = pending("web")
     index = await write(cluster.dsn, mock.job(job_id="web"), e)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Dequeue(
@@ -126,7 +126,7 @@ async def test_tokens_version_and_wait_index(cluster: Cluster) -> None:
 
 async def test_standby_redirects_to_leader(cluster: Cluster) -> None:
     standby = cluster.start("broker", *FAST, name="broker2")
-    async with security.dial(standby.address) as ch:
+    async with transport.dial(standby.address) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await dequeue(eval_pb2_grpc.EvalStub(ch), 100)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -136,7 +136,7 @@ async def test_standby_redirects_to_leader(cluster: Cluster) -> None:
 async def test_delivery_limit_fails_the_eval_with_a_follow_up(cluster: Cluster) -> None:
     e = pending("flaky")
     await write(cluster.dsn, mock.job(job_id="flaky"), e)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         for _ in range(3):
             got = await dequeue(stub, 5000)
@@ -152,7 +152,7 @@ async def test_delivery_limit_fails_the_eval_with_a_follow_up(cluster: Cluster) 
 async def test_one_ack_cancels_999_of_1000_queued_evals(cluster: Cluster) -> None:
     evals = [pending("storm") for _ in range(1000)]
     await write(cluster.dsn, mock.job(job_id="storm"), *evals)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub)
         await finish(stub, got)
@@ -184,7 +184,7 @@ async def test_blocked_eval_released_by_a_matching_node_class_only(cluster: Clus
     gpu.status = "ready"
     index = await write(cluster.dsn, gpu)
     await until(lambda: eval_rows(cluster.dsn, "needs-gpu")[e.id][0] == "pending")
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         got = await dequeue(eval_pb2_grpc.EvalStub(ch))
     assert got.eval.id == e.id
     assert got.wait_index > index  # the worker waits for the state that unblocked it
@@ -194,13 +194,13 @@ async def test_restore_after_the_leader_is_killed(cluster: Cluster) -> None:
     standby = cluster.start("broker", *FAST, name="broker2")
     evals = [pending(f"job{i}") for i in range(20)]
     await write(cluster.dsn, *evals)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         held = [await dequeue(stub) for _ in range(5)]  # outstanding when the leader dies
     assert {h.eval.id for h in held} <= {e.id for e in evals}
     cluster.kill("broker")
     seen: list[str] = []
-    async with security.dial(standby.address) as ch:
+    async with transport.dial(standby.address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         deadline = time.monotonic() + 30
         while len(seen) < 20 and time.monotonic() < deadline:

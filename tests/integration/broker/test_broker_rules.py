@@ -12,7 +12,7 @@ import asyncio
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from tests.cluster import Cluster
@@ -44,7 +44,7 @@ async def test_priority_across_types_then_fifo_within_a_type(cluster: Cluster) -
     e = pending("e", priority=50)
     for ev in (a, b, c, d, e):  # one write each: increasing create index
         await write(cluster.dsn, ev)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         stats = eval_pb2.BrokerStats()
         for _ in range(100):
@@ -73,7 +73,7 @@ async def test_one_outstanding_eval_per_job(cluster: Cluster) -> None:  # noqa: 
     other = pending("other")
     for ev in (first, older, newer, other):
         await write(cluster.dsn, ev)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got1 = await dequeue(stub)
         got2 = await dequeue(stub)
@@ -103,7 +103,7 @@ async def test_escaped_blocked_eval_released_by_any_node(cluster: Cluster) -> No
     e.escaped_computed_class = True
     e.class_eligibility[odd.computed_class] = False  # ignored: escaped
     await write(cluster.dsn, mock.job(job_id="escaped"), e)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         for _ in range(100):
             stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
@@ -120,7 +120,7 @@ async def test_escaped_blocked_eval_released_by_any_node(cluster: Cluster) -> No
 async def test_reblock_checks_token_and_status_then_tracks(cluster: Cluster) -> None:  # noqa: F811
     e = pending("rb")
     await write(cluster.dsn, mock.job(job_id="rb"), e)
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub)
         assert got.eval.id == e.id

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from corral import deployments
-from corral.structs import HOUR, DeploymentStatus, Trigger, now_ns
+from corral.domain import deployments
+from corral.domain.structs import HOUR, DeploymentStatus, Trigger, now_ns
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database

@@ -1,4 +1,4 @@
-"""`corral.rpc.LeaderChannel` against real in-process gRPC servers: a standby
+"""`corral.runtime.rpc.LeaderChannel` against real in-process gRPC servers: a standby
 answering NotLeader is followed to the leader it names, a dead address is
 rotated past, other errors are not retried, and with no leader the retry
 budget ends in UNAVAILABLE."""
@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
-from corral.errors import InvalidArgument, NotLeader
-from corral.rpc import LeaderChannel
-from corral.server import GrpcServer
+from corral.domain.errors import InvalidArgument, NotLeader
+from corral.runtime.rpc import LeaderChannel
+from corral.runtime.server import GrpcServer
 from corral.v1 import eval_pb2, eval_pb2_grpc
 
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from corral import security
-from corral.structs import copy_msg
+from corral.domain.structs import copy_msg
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from tests.cluster import Cluster
@@ -28,7 +28,7 @@ async def test_ack_of_a_pending_eval_is_refused_and_it_is_redelivered(
     broker = c.start("broker", *FAST, "--initial-nack-delay", "0")
     e = pending("unwritten")
     await write(c.dsn, mock.job(job_id="unwritten"), e)
-    async with security.dial(broker.address) as ch:
+    async with transport.dial(broker.address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub)
         assert got.eval.id == e.id
@@ -67,7 +67,7 @@ async def test_the_reconciler_puts_back_evals_the_feed_lost(
     lost_blocked = pending("lost-blocked", status="blocked", escaped_computed_class=True)
     await write(c.dsn, mock.job(job_id="lost"), mock.job(job_id="lost-blocked"), lost)
     await write(c.dsn, lost_blocked)
-    async with security.dial(broker.address) as ch:
+    async with transport.dial(broker.address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub, 20_000)
         assert got.eval.id == lost.id

@@ -11,7 +11,7 @@ import grpc
 import psycopg
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -52,7 +52,7 @@ async def test_reblock_writes_what_the_rerun_learned(cluster: Cluster) -> None: 
     await until(lambda: evals_of(cluster.dsn, "rw")[blocked.id].status == "blocked")
     await write(cluster.dsn, small)  # releases it: written back pending
     await until(lambda: evals_of(cluster.dsn, "rw")[blocked.id].status == "pending")
-    async with security.dial(cluster.procs["broker"].address) as ch:
+    async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub, 5000)
         assert got.eval.id == blocked.id

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from corral.replica import Replica
-from corral.structs import copy_msg
+from corral.domain.structs import copy_msg
+from corral.runtime.replica import Replica
 from corral.testing.invariants import check_state, errors
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb

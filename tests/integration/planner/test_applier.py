@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from corral.errors import Aborted, InvalidArgument
-from corral.structs import (
+from corral.domain.errors import Aborted, InvalidArgument
+from corral.domain.structs import (
     ClientStatus,
     DesiredStatus,
     EvalStatus,
@@ -265,7 +265,7 @@ async def test_stop_only_plan_on_a_down_node_commits(
 
 
 async def test_leadership_loss_flushes_waiting_plans(state_addr: str, core: PlannerCore) -> None:
-    from corral.errors import Unavailable
+    from corral.domain.errors import Unavailable
 
     pending = core.queue.enqueue(pb.Plan(eval_id="e", job=pb.Job(id="j"), snapshot_index=10**9))
     await asyncio.sleep(0.05)  # the applier now waits for index 10**9
@@ -338,7 +338,7 @@ async def test_fenced_write_from_a_deposed_leader_commits_nothing(
 ) -> None:
     """A planner that holds no leader lock (or names none) writes nothing:
     its plans are flushed and the worker retries the real leader."""
-    from corral.errors import Unavailable
+    from corral.domain.errors import Unavailable
 
     node, job = mock.node(), mock.job()
     index = await seed(state_app, nodes=[node], jobs=[job])

@@ -1,6 +1,6 @@
 """The readiness the broker's and planner's pods report (deploy/k8s): two
-real planner processes, and `python -m corral.probe` run as the kubelet's
-exec probe runs it. Only the leader reports `corral.leader` SERVING, so a
+real planner processes, and `python -m corral.runtime.probe` run as the kubelet's
+exec probe runs it. Only the leader reports `corral.runtime.leader` SERVING, so a
 Service routes to it alone; when it stops, the standby takes office and
 turns ready; both stay live (the server-wide status) throughout."""
 
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from corral.probe import LEADER_SERVICE
+from corral.runtime.probe import LEADER_SERVICE
 from tests.cluster import Cluster
 from tests.wait import until
 
@@ -36,7 +36,7 @@ async def probe(address: str, service: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "corral.probe",
+        "corral.runtime.probe",
         address,
         service,
         stdout=asyncio.subprocess.DEVNULL,

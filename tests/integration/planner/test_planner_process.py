@@ -14,9 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral import security
-from corral.errors import LEADER_METADATA_KEY
-from corral.structs import ClientStatus, EvalStatus, JobType, Trigger, new_id
+from corral.domain.errors import LEADER_METADATA_KEY
+from corral.domain.structs import ClientStatus, EvalStatus, JobType, Trigger, new_id
+from corral.security import transport
 from corral.testing import mock
 from corral.testing.invariants import check_state, errors, fetch_snapshot
 from corral.v1 import eval_pb2, eval_pb2_grpc, plan_pb2, plan_pb2_grpc
@@ -53,7 +53,7 @@ async def channels() -> AsyncIterator[dict[str, grpc.aio.Channel]]:
 
 def plan_stub(channels: dict[str, grpc.aio.Channel], address: str) -> plan_pb2_grpc.PlanAsyncStub:
     if address not in channels:
-        channels[address] = security.dial(address)
+        channels[address] = transport.dial(address)
     return plan_pb2_grpc.PlanStub(channels[address])
 
 
@@ -86,7 +86,7 @@ async def outstanding_eval(
     index = await seed(state_app, nodes=[node], jobs=[job])
     async with state_app.db.write() as tx:
         tx.put_eval(ev)
-    async with security.dial(cluster.broker_addr) as ch:
+    async with transport.dial(cluster.broker_addr) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

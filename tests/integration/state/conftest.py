@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.v1 import state_pb2_grpc
 from services.state.app import StateApp, StateSettings
 from tests.leaders import hold_leadership
@@ -29,7 +29,7 @@ async def state_addr(state_app: StateApp) -> str:
 
 @pytest.fixture(scope="module")
 async def state_stub(state_addr: str) -> AsyncIterator[state_pb2_grpc.StateAsyncStub]:
-    async with security.dial(state_addr) as channel:
+    async with transport.dial(state_addr) as channel:
         yield state_pb2_grpc.StateStub(channel)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.structs import EvalStatus, JobType, Trigger, new_id
+from corral.domain.structs import EvalStatus, JobType, Trigger, new_id
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
 

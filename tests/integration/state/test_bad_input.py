@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
@@ -140,7 +140,7 @@ async def test_refused_public_writes_consume_no_index(state_app: StateApp) -> No
     from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
     before = await state_app.db.latest_index()
-    async with security.dial(state_app.server.bound_address) as ch:
+    async with transport.dial(state_app.server.bound_address) as ch:
         jobs, nodes = job_pb2_grpc.JobStub(ch), node_pb2_grpc.NodeStub(ch)
         calls = [
             jobs.Deregister(job_pb2.JobDeregisterRequest(job_id=f"nope-{i}")) for i in range(50)

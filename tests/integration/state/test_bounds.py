@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -26,7 +26,7 @@ NodeMutation = Callable[[pb.Node], None]
 
 @pytest.fixture(scope="module")
 async def channel(state_addr: str) -> AsyncIterator[grpc.aio.Channel]:
-    async with security.dial(state_addr) as ch:
+    async with transport.dial(state_addr) as ch:
         yield ch
 
 

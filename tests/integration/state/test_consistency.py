@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
     eval_pb2,
@@ -50,7 +50,7 @@ class Stubs:
 async def two_states(make_cluster: Callable[..., Cluster]) -> AsyncIterator[list[Stubs]]:
     cluster = make_cluster()
     procs = [cluster.start("state", name=f"state-{i}") for i in range(2)]
-    channels = [security.dial(p.address) for p in procs]
+    channels = [transport.dial(p.address) for p in procs]
     try:
         yield [Stubs(ch) for ch in channels]
     finally:

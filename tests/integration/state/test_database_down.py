@@ -10,7 +10,7 @@ import grpc
 import psycopg
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc
 from services.state.app import StateApp, StateSettings
@@ -32,7 +32,7 @@ async def test_a_dropped_database_connection_is_unavailable_then_recovers(
 ) -> None:
     # retries off: this test looks at the first answer (test_client_retry.py
     # shows a default channel riding over the same failure)
-    async with security.dial(app.server.bound_address, options=[("grpc.enable_retries", 0)]) as ch:
+    async with transport.dial(app.server.bound_address, options=[("grpc.enable_retries", 0)]) as ch:
         jobs = job_pb2_grpc.JobStub(ch)
         await jobs.Register(job_pb2.JobRegisterRequest(job=mock.job(job_id="before")))
         # what a database restart does to every pooled connection

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from corral import security
-from corral.structs import EvalStatus
+from corral.domain.structs import EvalStatus
+from corral.security import transport
 from corral.v1 import eval_pb2, eval_pb2_grpc, query_pb2, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
@@ -21,7 +21,7 @@ T0 = 1_790_000_000_000 * MS
 
 @pytest.fixture(scope="module")
 async def evals_stub(state_app: StateApp) -> AsyncIterator[eval_pb2_grpc.EvalsAsyncStub]:
-    async with security.dial(state_app.server.bound_address) as channel:
+    async with transport.dial(state_app.server.bound_address) as channel:
         yield eval_pb2_grpc.EvalsStub(channel)
 
 

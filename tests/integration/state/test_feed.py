@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from corral import security
-from corral.replica import Replica
+from corral.runtime.replica import Replica
+from corral.security import transport
 from corral.v1 import state_pb2, state_pb2_grpc
 from services.state.app import StateApp
 from tests.integration.state.helpers import pending_eval
@@ -63,7 +63,7 @@ async def test_subscribe_delivers_every_change_once_in_order_across_a_break(
 ) -> None:
     start = state_app.feed.index
     received: list[int] = []
-    channel = security.dial(state_addr)
+    channel = transport.dial(state_addr)
     stub = state_pb2_grpc.StateStub(channel)
     stream = stub.Subscribe(state_pb2.SubscribeRequest(from_index=start))
     writer = asyncio.create_task(_write_evals(state_app, 30, "sub"))
@@ -74,7 +74,7 @@ async def test_subscribe_delivers_every_change_once_in_order_across_a_break(
     stream.cancel()
     await channel.close()  # forced break
 
-    channel = security.dial(state_addr)
+    channel = transport.dial(state_addr)
     stub = state_pb2_grpc.StateStub(channel)
     written = await writer
     async for batch in stub.Subscribe(state_pb2.SubscribeRequest(from_index=received[-1])):
@@ -90,7 +90,7 @@ async def test_subscribe_too_far_behind_is_out_of_range(
 ) -> None:
     await _write_evals(state_app, 5, "trunc")
     await state_app.truncate_change_log(keep=2)
-    async with security.dial(state_addr) as channel:
+    async with transport.dial(state_addr) as channel:
         stub = state_pb2_grpc.StateStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             async for _ in stub.Subscribe(state_pb2.SubscribeRequest(from_index=0)):
@@ -178,7 +178,7 @@ async def test_ring_is_bounded_by_bytes_and_older_batches_come_from_the_log(
         assert 1 <= held < 40
         assert held == 1 or size <= ring_bytes
         received: list[int] = []
-        async with security.dial(address) as channel:
+        async with transport.dial(address) as channel:
             stub = state_pb2_grpc.StateStub(channel)
             async for batch in stub.Subscribe(state_pb2.SubscribeRequest(from_index=start)):
                 received.append(batch.index)

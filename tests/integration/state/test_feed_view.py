@@ -1,4 +1,4 @@
-"""Filtered feeds (corral/feed_view.py): a replica with the broker's view
+"""Filtered feeds (corral/runtime/feed_view.py): a replica with the broker's view
 holds exactly the full replica's objects on the topics and alloc fields it
 keeps, whether it bootstrapped before the writes and followed them or
 bootstrapped after them; subscribers of one view get the same bytes."""
@@ -8,12 +8,13 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from corral import feed_view, security
-from corral.feed_view import BROKER_STATUS_VIEW as BROKER_VIEW
-from corral.feed_view import FeedView
-from corral.replica import Replica
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, Topic, copy_msg, new_id
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, Topic, copy_msg, new_id
+from corral.runtime import feed_view
+from corral.runtime.feed_view import BROKER_STATUS_VIEW as BROKER_VIEW
+from corral.runtime.feed_view import FeedView
+from corral.runtime.replica import Replica
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -141,7 +142,7 @@ async def test_subscribers_of_one_view_get_the_same_bytes(
 ) -> None:
     start = state_app.feed.index
     last = await _write_mix(state_app, "bytes")
-    channel = security.dial(state_addr)
+    channel = transport.dial(state_addr)
     try:
         stub = state_pb2_grpc.StateStub(channel)
         request = state_pb2.SubscribeRequest(

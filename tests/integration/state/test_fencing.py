@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 import pytest
 
-from corral import deployments
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, JobStatus, NodeStatus, copy_msg
+from corral.domain import deployments
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus, JobStatus, NodeStatus, copy_msg
 from corral.testing import mock
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb

@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.plan_commit import applied_plan
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus, copy_msg, new_id
+from corral.domain.plan_commit import applied_plan
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus, copy_msg, new_id
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.planner.evaluate import evaluate_plan
 from services.planner.overlay import Overlay
 from services.state.app import StateApp
 from services.worker.scheduler import util
-from services.worker.scheduler.harness import Harness
 
 CLIENT_STATUSES = [
     ClientStatus.PENDING,

@@ -3,7 +3,7 @@ FSM merges plan results."""
 
 from __future__ import annotations
 
-from corral.structs import ClientStatus, DesiredStatus, copy_msg
+from corral.domain.structs import ClientStatus, DesiredStatus, copy_msg
 from corral.testing import mock
 from corral.v1 import state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from corral.errors import NotFound
+from corral.domain.errors import NotFound
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database, WriteTx

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from services.state.app import StateApp
 from tests.integration.state_api.settings import state_settings
 from tests.leaders import hold_leadership
@@ -26,7 +26,7 @@ async def state_app(pg_dsn: str, request: pytest.FixtureRequest) -> AsyncIterato
 
 @pytest.fixture(scope="module")
 async def channel(state_app: StateApp) -> AsyncIterator[grpc.aio.Channel]:
-    async with security.dial(state_app.server.bound_address) as ch:
+    async with transport.dial(state_app.server.bound_address) as ch:
         yield ch
 
 

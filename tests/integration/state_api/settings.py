@@ -3,7 +3,7 @@ True` gets a state that enforces ACLs from the package's `state_app`."""
 
 from __future__ import annotations
 
-from corral import security
+from corral.security import transport
 from services.state.app import StateSettings
 
 
@@ -11,5 +11,5 @@ def state_settings(dsn: str, *, acl: bool = False) -> StateSettings:
     return StateSettings(
         dsn=dsn,
         retention_interval=3600,
-        security=security.current().model_copy(update={"acl_enabled": acl}),
+        security=transport.current().model_copy(update={"acl_enabled": acl}),
     )

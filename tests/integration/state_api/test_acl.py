@@ -12,8 +12,8 @@ import grpc
 import psycopg
 import pytest
 
-from corral import acl
-from corral.errors import PermissionDenied
+from corral.domain.errors import PermissionDenied
+from corral.security import acl
 from corral.v1 import (
     acl_pb2,
     acl_pb2_grpc,

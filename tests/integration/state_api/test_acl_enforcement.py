@@ -15,7 +15,7 @@ import grpc
 import pytest
 from pydantic import SecretStr
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
     acl_pb2,
@@ -263,9 +263,9 @@ async def test_a_server_acts_for_the_cluster_without_a_token(world: World) -> No
     """The broker launches periodic children and promotes canaries through the
     public API: a server identity (here the server token) holds every
     capability, and a forged one holds none."""
-    async with security.dial(world.address) as ch:
+    async with transport.dial(world.address) as ch:
         for name, call in CALLS:
             assert not await _denied(call(ch, world)), name
-    forged = security.current().model_copy(update={"server_token": SecretStr("forged")})
-    async with security.dial(world.address, settings=forged) as ch:
+    forged = transport.current().model_copy(update={"server_token": SecretStr("forged")})
+    async with transport.dial(world.address, settings=forged) as ch:
         assert await _denied(CALLS[0][1](ch, world))

@@ -10,9 +10,9 @@ import asyncio
 import grpc
 import pytest
 
-from corral import acl
-from corral.acl_resolve import RemoteResolver
-from corral.errors import PermissionDenied, Unavailable
+from corral.domain.errors import PermissionDenied, Unavailable
+from corral.security import acl
+from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import acl_pb2, acl_pb2_grpc
 from services.state.app import StateApp
 from tests.integration.state_api.settings import state_settings

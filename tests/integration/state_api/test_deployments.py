@@ -7,8 +7,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from corral import deployments
-from corral.structs import SECOND, DeploymentStatus, copy_msg
+from corral.domain import deployments
+from corral.domain.structs import SECOND, DeploymentStatus, copy_msg
 from corral.testing import mock
 from corral.v1 import (
     deployment_pb2,

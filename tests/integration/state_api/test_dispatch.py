@@ -8,7 +8,7 @@ import re
 import grpc
 import pytest
 
-from corral import dispatch
+from corral.domain import dispatch
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp

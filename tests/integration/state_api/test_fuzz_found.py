@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from corral import structs
+from corral.domain import structs
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb

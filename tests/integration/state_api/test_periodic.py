@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from corral import periodic
+from corral.domain import periodic
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from corral import security
-from corral.structs import ClientStatus, copy_msg, new_id
+from corral.domain.structs import ClientStatus, copy_msg, new_id
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
     event_pb2,
@@ -55,7 +55,7 @@ async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
 
 @pytest.fixture
 async def stubs(app: StateApp) -> AsyncIterator[Stubs]:
-    async with security.dial(app.server.bound_address) as ch:
+    async with transport.dial(app.server.bound_address) as ch:
         yield Stubs(
             node_pb2_grpc.NodeStub(ch), state_pb2_grpc.StateStub(ch), event_pb2_grpc.EventStub(ch)
         )

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from corral import security
-from corral.structs import ClientStatus
+from corral.domain.structs import ClientStatus
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -39,7 +39,7 @@ async def app(fresh_pg_dsn: str) -> AsyncIterator[StateApp]:
 
 @pytest.fixture
 async def nodes(app: StateApp) -> AsyncIterator[node_pb2_grpc.NodeAsyncStub]:
-    async with security.dial(app.server.bound_address) as ch:
+    async with transport.dial(app.server.bound_address) as ch:
         yield node_pb2_grpc.NodeStub(ch)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -44,7 +44,7 @@ def completed(dsn: str, eval_id: str) -> Callable[[], bool]:
 
 
 async def purge(c: Cluster, job_id: str) -> str:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).Deregister(
             job_pb2.JobDeregisterRequest(job_id=job_id, namespace="default", purge=True)
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from corral import security
+from corral.security import transport
 from corral.v1 import eval_pb2, eval_pb2_grpc, worker_pb2
 from tests.cluster import Cluster
 from tests.integration.worker.test_worker_process import (
@@ -88,7 +88,7 @@ async def test_ack_without_the_outcome_written_does_not_leave_the_eval_pending(
     start_servers(c, "--worker-lease-ttl", "2")
     await add_nodes(c.dsn)
     eval_id = await register(c, job("careless", count=2))
-    async with security.dial(c.broker_addr) as ch:
+    async with transport.dial(c.broker_addr) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await stub.Dequeue(
             eval_pb2.EvalDequeueRequest(

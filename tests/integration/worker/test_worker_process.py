@@ -12,7 +12,7 @@ from collections.abc import Callable
 import grpc
 import psycopg
 
-from corral import security
+from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
     eval_pb2_grpc,
@@ -88,13 +88,13 @@ def start_servers(c: Cluster) -> None:
 
 
 async def register(c: Cluster, j: pb.Job) -> str:
-    async with security.dial(c.state_addr) as ch:
+    async with transport.dial(c.state_addr) as ch:
         resp = await job_pb2_grpc.JobStub(ch).Register(job_pb2.JobRegisterRequest(job=j))
     return str(resp.eval_id)
 
 
 async def admin(c: Cluster, name: str, call: str, request: object) -> worker_pb2.WorkerListResponse:
-    async with security.dial(c.procs[name].address) as ch:
+    async with transport.dial(c.procs[name].address) as ch:
         resp: worker_pb2.WorkerListResponse = await getattr(worker_pb2_grpc.WorkerStub(ch), call)(
             request
         )
@@ -126,7 +126,7 @@ async def test_pause_resume_and_resize_at_run_time(make_cluster: Callable[..., C
     await admin(c, "worker", "Resume", worker_pb2.WorkerControlRequest())
     await until(lambda: eval_status(c.dsn, eval_id) == "complete")
 
-    async with security.dial(c.procs["worker"].address) as ch:
+    async with transport.dial(c.procs["worker"].address) as ch:
         stub = worker_pb2_grpc.WorkerStub(ch)
         cfg = await stub.SetConfig(
             worker_pb2.WorkerPoolConfig(num_schedulers=4, enabled_schedulers=["service", "_core"])
@@ -192,7 +192,7 @@ async def test_worker_behind_the_state_nacks_then_resumes_when_caught_up(
     make_cluster: Callable[..., Cluster],
 ) -> None:
     """In-process pool over real processes, so the test can hold its replica."""
-    from corral.replica import Replica
+    from corral.runtime.replica import Replica
     from services.worker.clients import LeaderClient
     from services.worker.config import WorkerSettings
     from services.worker.pool import WorkerPool
@@ -213,7 +213,7 @@ async def test_worker_behind_the_state_nacks_then_resumes_when_caught_up(
     replica.pause()  # held behind: it will not see the eval's index
     broker = LeaderClient(settings.broker_addrs, eval_pb2_grpc.EvalStub)
     planner = LeaderClient(settings.planner_addrs, plan_pb2_grpc.PlanStub)
-    channel = security.dial(c.state_addr)
+    channel = transport.dial(c.state_addr)
     pool = WorkerPool(settings, replica, broker, planner, state_pb2_grpc.StateStub(channel))
     await pool.start()
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.structs import SECOND, TaskStateName
+from corral.domain.structs import SECOND, TaskStateName
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.agent.health import HealthJudge, HealthWatch

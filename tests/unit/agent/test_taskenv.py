@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from corral import structs
+from corral.domain import structs
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.agent import taskenv

@@ -3,7 +3,7 @@ evals, missed unblocks (nomad/blocked_evals_test.go)."""
 
 from __future__ import annotations
 
-from corral.structs import new_id
+from corral.domain.structs import new_id
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 

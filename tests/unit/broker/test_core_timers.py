@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from corral.structs import CORE_JOB_PRIORITY
+from corral.domain.structs import CORE_JOB_PRIORITY
 from services.broker.core_timers import CORE_GC_JOBS, ForcedGC, run_core_timers
 from tests.unit.broker.test_eval_broker import broker
 

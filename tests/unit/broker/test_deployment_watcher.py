@@ -9,9 +9,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from corral import deployments
-from corral.store import StateSnapshot, StateStore
-from corral.structs import SECOND, DeploymentStatus, Topic, Trigger
+from corral.domain import deployments
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import SECOND, DeploymentStatus, Topic, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.broker.deployments import DeploymentWatcher, decide

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from corral.errors import FailedPrecondition, NotFound
-from corral.structs import new_id
+from corral.domain.errors import FailedPrecondition, NotFound
+from corral.domain.structs import new_id
 from corral.v1 import structs_pb2 as pb
 from services.broker.config import BrokerSettings
 from services.broker.eval_broker import FAILED_QUEUE, EvalBroker

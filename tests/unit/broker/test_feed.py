@@ -5,8 +5,8 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 
 from __future__ import annotations
 
-from corral.plan_results import PLAN_RESULT_EVENT
-from corral.store import StateStore
+from corral.domain.plan_results import PLAN_RESULT_EVENT
+from corral.domain.store import StateStore
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from corral import periodic
-from corral.errors import FailedPrecondition, NotFound
-from corral.store import StateSnapshot, StateStore
+from corral.domain import periodic
+from corral.domain.errors import FailedPrecondition, NotFound
+from corral.domain.store import StateSnapshot, StateStore
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 from services.broker.periodic import JobKey, PeriodicDispatcher, PeriodicTracker, has_running_child

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.store import StateSnapshot, StateStore
-from corral.structs import copy_msg
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import copy_msg
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.eval_broker import EvalBroker

@@ -1,6 +1,6 @@
 import pytest
 
-from cli.jobspec.duration import format_duration, parse_duration
+from corral.domain.jobspec.duration import format_duration, parse_duration
 
 S = 1_000_000_000
 

@@ -4,7 +4,7 @@
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from cli.jobspec import JobspecError, parse_job
+from corral.domain.jobspec import JobspecError, parse_job
 
 S = 1_000_000_000
 M = 60 * S

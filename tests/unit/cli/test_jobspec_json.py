@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from cli.jobspec import JobspecError, parse_job
 from cli.output import to_dict
+from corral.domain.jobspec import JobspecError, parse_job
 
 NOMAD = {
     "Job": {

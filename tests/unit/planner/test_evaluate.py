@@ -3,8 +3,8 @@ evaluatePlan / evaluateNodePlan (nomad-semantics.md §4)."""
 
 from __future__ import annotations
 
-from corral.store import StateSnapshot, StateStore
-from corral.structs import (
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import (
     ClientStatus,
     DesiredStatus,
     Eligibility,

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from corral.errors import Unavailable
-from corral.plan_commit import applied_plan
-from corral.store import StateSnapshot, StateStore
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus, Topic, Trigger, new_id
+from corral.domain.errors import Unavailable
+from corral.domain.plan_commit import applied_plan
+from corral.domain.store import StateSnapshot, StateStore
+from corral.domain.structs import ClientStatus, DesiredStatus, EvalStatus, Topic, Trigger, new_id
 from corral.testing import mock
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.errors import InvalidArgument
+from corral.domain.errors import InvalidArgument
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.planner.handlers import validate_plan

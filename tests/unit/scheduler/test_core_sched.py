@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from corral import structs
-from corral.structs import (
+from corral.domain import structs
+from corral.domain.structs import (
     HOUR,
     MINUTE,
     ClientStatus,
@@ -19,6 +19,7 @@ from corral.structs import (
     NodeStatus,
 )
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.core_sched import (
     CORE_JOB_DEPLOYMENT_GC,
@@ -30,7 +31,6 @@ from services.worker.scheduler.core_sched import (
     GCConfig,
     core_eval,
 )
-from services.worker.scheduler.harness import Harness
 from services.worker.scheduler.interfaces import SchedulerError
 
 NOW = 1_700_000_000 * structs.SECOND
@@ -425,7 +425,7 @@ def test_a_purged_jobs_deployments_go_once_no_live_alloc_uses_them():
 
 
 def test_gc_settings_become_the_core_schedulers_thresholds(monkeypatch):
-    from corral.settings import load
+    from corral.runtime.settings import load
     from services.worker.config import WorkerSettings
 
     monkeypatch.setenv("CORRAL_WORKER_EVAL_GC_THRESHOLD", "30")

@@ -5,12 +5,12 @@ or unhealthy, and what a newer version, a pause or a failure change
 
 from __future__ import annotations
 
-from corral import structs
-from corral.deployments import DESC_NEWER_JOB, DESC_STOPPED_JOB
-from corral.structs import SECOND, DeploymentStatus, Trigger
+from corral.domain import structs
+from corral.domain.deployments import DESC_NEWER_JOB, DESC_STOPPED_JOB
+from corral.domain.structs import SECOND, DeploymentStatus, Trigger
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.harness import Harness
 
 
 def _cluster(n: int = 6) -> Harness:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from corral import structs
-from corral.store import StateStore
-from corral.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus, Topic
+from corral.domain import structs
+from corral.domain.store import StateStore
+from corral.domain.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus, Topic
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.checker import (

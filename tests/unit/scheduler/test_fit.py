@@ -1,4 +1,4 @@
-"""corral.fit: AllocsFit, port parsing, the network index and device accounting
+"""corral.domain.fit: AllocsFit, port parsing, the network index and device accounting
 (Nomad's funcs_test.go TestAllocsFit*, network_test.go, devices_test.go)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from corral import fit
-from corral.errors import InvalidArgument
-from corral.structs import ClientStatus, DesiredStatus
+from corral.domain import fit
+from corral.domain.errors import InvalidArgument
+from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 

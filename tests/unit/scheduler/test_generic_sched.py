@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from corral import structs
-from corral.structs import (
+from corral.domain import structs
+from corral.domain.structs import (
     MINUTE,
     SECOND,
     ClientStatus,
@@ -18,12 +18,12 @@ from corral.structs import (
     Trigger,
 )
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.core_sched import CoreScheduler
 from services.worker.scheduler.factory import new_scheduler
 from services.worker.scheduler.generic_sched import GenericScheduler
-from services.worker.scheduler.harness import Harness
 from services.worker.scheduler.interfaces import Scheduler, SchedulerError
 from services.worker.scheduler.system_sched import SystemScheduler
 

@@ -5,8 +5,8 @@ behind."""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import (
+from corral.domain import structs
+from corral.domain.structs import (
     MINUTE,
     SECOND,
     ClientStatus,
@@ -16,9 +16,9 @@ from corral.structs import (
     Trigger,
 )
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
-from services.worker.scheduler.harness import Harness
 from tests.unit.scheduler.test_generic_sched import (
     live_allocs,
     planned,

@@ -3,12 +3,12 @@ indexes, partial commits are simulated by rejecting nodes."""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import ClientStatus, DesiredStatus, EvalStatus
+from corral.domain import structs
+from corral.domain.structs import ClientStatus, DesiredStatus, EvalStatus
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
-from services.worker.scheduler.harness import Harness
 from services.worker.scheduler.interfaces import CorePlanner, Planner
 
 

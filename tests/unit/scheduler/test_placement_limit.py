@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 
-from corral.structs import EvalStatus, Trigger
+from corral.domain.structs import EvalStatus, Trigger
 from corral.testing import mock
+from corral.testing.harness import Harness
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import limits
 from services.worker.scheduler.generic_sched import GenericScheduler
-from services.worker.scheduler.harness import Harness
 from services.worker.scheduler.system_sched import SystemScheduler
 from tests.unit.scheduler.test_generic_sched import cluster, register
 

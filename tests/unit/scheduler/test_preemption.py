@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from corral import structs
-from corral.fit import Usage, node_capacity
-from corral.store import StateStore
-from corral.structs import JobType
+from corral.domain import structs
+from corral.domain.fit import Usage, node_capacity
+from corral.domain.store import StateStore
+from corral.domain.structs import JobType
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.context import EvalContext

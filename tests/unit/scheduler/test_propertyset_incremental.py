@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.store import StateStore
-from corral.structs import DesiredStatus
+from corral.domain.store import StateStore
+from corral.domain.structs import DesiredStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from corral import structs
-from corral.fit import Capacity, Usage, node_capacity
-from corral.store import StateStore
-from corral.structs import DesiredStatus
+from corral.domain import structs
+from corral.domain.fit import Capacity, Usage, node_capacity
+from corral.domain.store import StateStore
+from corral.domain.structs import DesiredStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import MatchCache

@@ -3,8 +3,8 @@ nodes' state, what does it decide? (Nomad's reconcile_cluster_test.go.)"""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral.domain import structs
+from corral.domain.structs import SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.structs import HOUR, MINUTE, SECOND, ClientStatus
+from corral.domain.structs import HOUR, MINUTE, SECOND, ClientStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.reconcile.allocs import (

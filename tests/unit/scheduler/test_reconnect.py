@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral import structs
-from corral.structs import MINUTE, SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
+from corral.domain import structs
+from corral.domain.structs import MINUTE, SECOND, ClientStatus, DesiredStatus, NodeStatus, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util

@@ -6,8 +6,8 @@ finishes at all proves it (pytest-timeout ends the run otherwise)."""
 from __future__ import annotations
 
 from corral.testing import mock
+from corral.testing.harness import Harness
 from services.worker.scheduler.feasible.constraints import MatchCache
-from services.worker.scheduler.harness import Harness
 
 # nested quantifiers over ~27 characters: 25 s of CPU per node with `re`,
 # doubling with each extra character (the issue's report); 40 here

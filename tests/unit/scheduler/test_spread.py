@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from corral.store import StateStore
-from corral.structs import DesiredStatus
+from corral.domain.store import StateStore
+from corral.domain.structs import DesiredStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.context import EvalContext

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral import structs
-from corral.store import StateStore
-from corral.structs import ClientStatus, DesiredStatus
+from corral.domain import structs
+from corral.domain.store import StateStore
+from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.context import EvalContext

@@ -3,8 +3,8 @@ allocs that finished are not run again for the same job version."""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import ClientStatus, EvalStatus, NodeStatus, Trigger
+from corral.domain import structs
+from corral.domain.structs import ClientStatus, EvalStatus, NodeStatus, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from tests.unit.scheduler.test_generic_sched import cluster, planned, register, run, stops

@@ -3,8 +3,8 @@ scheduler_system_test.go): one alloc per feasible node."""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import (
+from corral.domain import structs
+from corral.domain.structs import (
     MINUTE,
     SECOND,
     ClientStatus,

@@ -4,10 +4,10 @@ reconnected)."""
 
 from __future__ import annotations
 
-from corral import structs
-from corral.structs import EvalStatus, Trigger
+from corral.domain import structs
+from corral.domain.structs import EvalStatus, Trigger
 from corral.testing import mock
-from services.worker.scheduler.harness import Harness
+from corral.testing.harness import Harness
 from services.worker.worker import _canceled_meanwhile
 
 

@@ -3,7 +3,7 @@ planner_bridge.py): its own writes carry the times, follow-ups none."""
 
 from __future__ import annotations
 
-from corral.structs import new_id
+from corral.domain.structs import new_id
 from corral.v1 import structs_pb2 as pb
 from services.worker.planner_bridge import Journey
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 
-from corral import structs
-from corral.regexp import Pattern, PatternError, compile_pattern
+from corral.domain import structs
+from corral.domain.regexp import Pattern, PatternError, compile_pattern
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.versions import (
     VersionConstraint,

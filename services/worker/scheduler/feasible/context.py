@@ -19,9 +19,9 @@ import heapq
 import logging
 from dataclasses import dataclass, field
 
-from corral import structs
-from corral.store import StateSnapshot
-from corral.structs import ClientStatus, DesiredStatus
+from corral.domain import structs
+from corral.domain.store import StateSnapshot
+from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import MatchCache
 

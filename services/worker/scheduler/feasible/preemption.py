@@ -23,8 +23,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from corral.fit import Capacity, Usage
-from corral.structs import JobType
+from corral.domain.fit import Capacity, Usage
+from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
 
 PRIORITY_DELTA = 10

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.structs import ClientStatus, DesiredStatus
+from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import DISTINCT_PROPERTY, resolve_target
 from services.worker.scheduler.feasible.context import EvalContext

@@ -4,7 +4,7 @@
 For each candidate the `Ranker`:
 
 1. takes the node's proposed allocs (snapshot − plan stops/preemptions +
-   plan placements) and sums what they use (`corral.fit`);
+   plan placements) and sums what they use (`corral.domain.fit`);
 2. checks the group's ports are free (static ports unused, enough room in
    the node's dynamic range) and assigns device instances; failure exhausts
    the node ("network: …", "devices: …"); dynamic ports are only picked for
@@ -28,7 +28,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from corral.fit import (
+from corral.domain.fit import (
     MAX_VALID_PORT,
     Capacity,
     DeviceAccounter,
@@ -37,7 +37,7 @@ from corral.fit import (
     node_capacity,
     usage_of,
 )
-from corral.structs import SchedulerAlgorithm
+from corral.domain.structs import SchedulerAlgorithm
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import (
     MatchCache,
@@ -390,7 +390,7 @@ class Ranker:
             collisions = -1
             cores = used.cores + self._cores
             disk = used.disk_mb + self._disk
-            dim = ""  # inlined corral.fit.exceeded_dimension (same order)
+            dim = ""  # inlined corral.domain.fit.exceeded_dimension (same order)
             if cap.max_allocs and used.allocs + 1 > cap.max_allocs:
                 dim = "max allocation exceeded"
             elif cores > cap.cores:

@@ -31,7 +31,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
-from corral.structs import JobType
+from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.checker import FeasibilityChecker
 from services.worker.scheduler.feasible.context import EvalContext

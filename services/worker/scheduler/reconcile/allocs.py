@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from corral import structs
-from corral.structs import ClientStatus, DesiredStatus, JobType, NodeStatus
+from corral.domain import structs
+from corral.domain.structs import ClientStatus, DesiredStatus, JobType, NodeStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.util import (
     DEFAULT_KILL_TIMEOUT,

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from corral import deployments, structs
-from corral.structs import ClientStatus, DeploymentStatus, DesiredStatus, NodeStatus, Trigger
+from corral.domain import deployments, structs
+from corral.domain.structs import ClientStatus, DeploymentStatus, DesiredStatus, NodeStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.reconcile.allocs import (

@@ -1,0 +1,823 @@
+"""Nomad-style HCL job files → `pb.Job`.
+
+python-hcl2 parses the file twice over one syntax tree: once into plain data
+(`serialize`) and once walked here for the line of every block and argument,
+so any problem can be reported as `file:line: field: problem`. Every block
+reader consumes the arguments it knows; whatever is left over is reported as
+unknown (a typo) or unsupported (a Nomad feature Corral does not have), never
+silently ignored. Expressions are not evaluated: `${NOMAD_*}`, `${attr.*}` and
+`${meta.*}` inside strings pass through for the client and scheduler to
+interpolate, but a variable or arithmetic where a literal is expected is an
+error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import hcl2
+from hcl2 import SerializationOptions
+from lark import Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+
+from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec.duration import parse_duration
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.structs import CONSTRAINT_SHORTHANDS
+from corral.v1 import structs_pb2 as pb
+
+BLOCK = "__is_block__"
+_OPTIONS = SerializationOptions(
+    strip_string_quotes=True, explicit_blocks=True, with_comments=False, preserve_heredocs=False
+)
+
+# Nomad stanzas Corral does not implement: reported as unsupported rather
+# than unknown, so a user from Nomad knows the file is fine but the feature
+# is missing here.
+UNSUPPORTED = frozenset(
+    {
+        "service",
+        "check",
+        "template",
+        "artifact",
+        "vault",
+        "consul",
+        "volume",
+        "volume_mount",
+        "lifecycle",
+        "logs",
+        "identity",
+        "csi_plugin",
+        "scaling",
+        "connect",
+        "multiregion",
+        "secret",
+        "action",
+        "schedule",
+        "numa",
+        "kind",
+        "shutdown_delay",
+        "max_kill_timeout",
+        "vault_token",
+        "consul_token",
+        "ui",
+        "sidecar_task",
+    }
+)
+
+Path = tuple[Any, ...]
+
+
+# --------------------------------------------------------------- source map
+
+
+def _first_line(node: Tree[Any] | Token) -> int | None:
+    if isinstance(node, Token):
+        return node.line
+    for child in node.children:
+        line = _first_line(child)
+        if line is not None:
+            return line
+    return None
+
+
+def _identifier(node: Tree[Any]) -> str:
+    for child in node.children:
+        if isinstance(child, Tree) and child.data == "identifier":
+            tok = child.children[0]
+            return str(tok)
+    return ""
+
+
+def index_lines(tree: Tree[Any]) -> dict[Path, int]:
+    """Line of every block and argument, keyed by path: a block is
+    (type, ordinal among same-type blocks of its parent), an argument is
+    its name, matching the order `serialize` lists blocks in."""
+    lines: dict[Path, int] = {}
+
+    def body(node: Tree[Any], path: Path) -> None:
+        counts: dict[str, int] = {}
+        for child in node.children:
+            if not isinstance(child, Tree):
+                continue
+            if child.data == "block":
+                name = _identifier(child)
+                ordinal = counts.get(name, 0)
+                counts[name] = ordinal + 1
+                here = (*path, (name, ordinal))
+                lines[here] = _first_line(child) or 0
+                for part in child.children:
+                    if isinstance(part, Tree) and part.data == "body":
+                        body(part, here)
+            elif child.data == "attribute":
+                lines[(*path, _identifier(child))] = _first_line(child) or 0
+            elif child.data == "body":
+                body(child, path)
+
+    body(tree, ())
+    return lines
+
+
+@dataclass
+class Source:
+    filename: str
+    lines: dict[Path, int]
+    # proto path → (line, display) of where it was written, for validation errors
+    origins: dict[str, tuple[int | None, str]] = field(default_factory=dict)
+    # policy proto path → proto fields the file set (defaults fill the rest)
+    explicit: dict[str, set[str]] = field(default_factory=dict)
+
+    def error(self, path: Path, display: str, problem: str) -> JobspecError:
+        line = self.lines.get(path)
+        while line is None and path:
+            path = path[:-1]
+            line = self.lines.get(path)
+        return JobspecError(self.filename, line, display, problem)
+
+    def origin_of(self, proto_path: str) -> tuple[int | None, str]:
+        """Where the longest recorded prefix of `proto_path` was written."""
+        probe = proto_path
+        while probe:
+            if probe in self.origins:
+                line, display = self.origins[probe]
+                rest = proto_path[len(probe) :].lstrip(".").replace(".", " > ")
+                return (line, f"{display} > {rest}" if rest else display)
+            cut = max(probe.rfind("."), probe.rfind("["))
+            probe = probe[:cut] if cut > 0 else ""
+        return (None, proto_path)
+
+
+# --------------------------------------------------------------- body reader
+
+
+def _is_block_list(value: Any) -> bool:
+    if not isinstance(value, list) or not value:
+        return False
+    for item in value:
+        if not isinstance(item, dict):
+            return False
+        if BLOCK in item:
+            continue
+        if len(item) == 1 and isinstance(next(iter(item.values())), dict):
+            inner = next(iter(item.values()))
+            if BLOCK in inner or _looks_labeled(inner):
+                continue
+        return False
+    return True
+
+
+def _looks_labeled(inner: dict[str, Any]) -> bool:
+    # two labels: {"a": {"b": {...block...}}}
+    return (
+        len(inner) == 1
+        and isinstance(next(iter(inner.values())), dict)
+        and (BLOCK in next(iter(inner.values())))
+    )
+
+
+def _strip(value: Any) -> Any:
+    """Plain data without the serializer's block markers (driver config)."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != BLOCK}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _is_expression(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
+
+
+class Body:
+    """One block's body: typed argument readers that remember what they read."""
+
+    def __init__(
+        self, data: dict[str, Any], path: Path, display: str, proto: str, src: Source
+    ) -> None:
+        self.data = {k: v for k, v in data.items() if k != BLOCK}
+        self.path = path
+        self.display = display
+        self.proto = proto
+        self.src = src
+        self.used: set[str] = set()
+
+    # -- errors and bookkeeping
+
+    def where(self, name: str) -> str:
+        return f"{self.display} > {name}" if self.display else name
+
+    def fail(self, name: str, problem: str) -> JobspecError:
+        key: Path = (*self.path, name)
+        if key not in self.src.lines and (*self.path, (name, 0)) in self.src.lines:
+            key = (*self.path, (name, 0))  # a block rather than an argument
+        return self.src.error(key, self.where(name), problem)
+
+    def _take(self, name: str, to: str | None) -> Any:
+        if name not in self.data:
+            return None
+        self.used.add(name)
+        value = self.data[name]
+        if _is_block_list(value):
+            raise self.fail(name, f"expected an argument ({name} = ...), found a block")
+        if to is not None:
+            self.src.origins[f"{self.proto}.{to}"] = (
+                self.src.lines.get((*self.path, name)),
+                self.where(name),
+            )
+        return value
+
+    def _literal(self, name: str, value: Any, what: str) -> None:
+        if _is_expression(value):
+            raise self.fail(
+                name,
+                f"expected {what}, got the expression {value!r} "
+                "(variables and functions are not supported; write a literal)",
+            )
+
+    # -- typed readers (None when absent)
+
+    def string(self, name: str, to: str | None = None) -> str | None:
+        value = self._take(name, to or name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise self.fail(name, f"expected a string, got {_kind(value)}")
+        return str(value)
+
+    def integer(self, name: str, to: str | None = None, *, minimum: int | None = 0) -> int | None:
+        value = self._take(name, to or name)
+        if value is None:
+            return None
+        self._literal(name, value, "a number")
+        if isinstance(value, bool):
+            raise self.fail(name, "expected a number, got a bool")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise self.fail(name, f"expected a whole number, got {value!r}") from None
+        if not isinstance(value, int):
+            raise self.fail(name, f"expected a whole number, got {_kind(value)} {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(name, f"must be >= {minimum}, got {value}")
+        if abs(value) >= 2**31:
+            raise self.fail(name, f"{value} is too large")
+        return value
+
+    def boolean(self, name: str, to: str | None = None) -> bool | None:
+        value = self._take(name, to or name)
+        if value is None:
+            return None
+        self._literal(name, value, "true or false")
+        if isinstance(value, str) and value in ("true", "false"):
+            return value == "true"
+        if not isinstance(value, bool):
+            raise self.fail(name, f"expected true or false, got {value!r}")
+        return value
+
+    def duration(self, name: str, to: str | None = None) -> int | None:
+        value = self._take(name, to or name)
+        if value is None:
+            return None
+        self._literal(name, value, "a duration")
+        if not isinstance(value, str) or isinstance(value, bool):
+            raise self.fail(
+                name, f'expected a duration string such as "30s" or "5m", got {value!r}'
+            )
+        try:
+            ns = parse_duration(value)
+        except ValueError as exc:
+            raise self.fail(name, str(exc)) from None
+        if ns < 0:
+            raise self.fail(name, "must not be negative")
+        return ns
+
+    def strings(self, name: str, to: str | None = None) -> list[str] | None:
+        value = self._take(name, to or name)
+        if value is None:
+            return None
+        self._literal(name, value, "a list of strings")
+        if isinstance(value, str):
+            raise self.fail(name, f'expected a list of strings (["{value}"]), got a string')
+        if not isinstance(value, list) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
+        ):
+            raise self.fail(name, f"expected a list of strings, got {value!r}")
+        return [str(v) for v in value]
+
+    def string_map(self, name: str, to: str | None = None) -> dict[str, str] | None:
+        """`meta { k = "v" }` (block) and `meta = { k = "v" }` (argument) alike."""
+        if name not in self.data:
+            return None
+        value = self.data[name]
+        self.used.add(name)
+        self.src.origins[f"{self.proto}.{to or name}"] = (
+            self.src.lines.get((*self.path, name)) or self.src.lines.get((*self.path, (name, 0))),
+            self.where(name),
+        )
+        if _is_block_list(value):
+            if len(value) > 1:
+                raise self.src.error((*self.path, (name, 1)), self.where(name), "defined twice")
+            value = {k: v for k, v in value[0].items() if k != BLOCK}
+        if not isinstance(value, dict):
+            raise self.fail(name, f"expected a map of strings, got {_kind(value)}")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if isinstance(v, dict | list) or v is None:
+                raise self.fail(name, f"value of {k!r} must be a string, got {_kind(v)}")
+            out[str(k)] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        return out
+
+    def raw_map(self, name: str) -> dict[str, Any] | None:
+        """Free-form data (driver config): block or argument, markers stripped."""
+        if name not in self.data:
+            return None
+        value = self.data[name]
+        self.used.add(name)
+        if _is_block_list(value):
+            if len(value) > 1:
+                raise self.src.error((*self.path, (name, 1)), self.where(name), "defined twice")
+            value = value[0]
+        if not isinstance(value, dict):
+            raise self.fail(name, f"expected a block, got {_kind(value)}")
+        result: dict[str, Any] = _strip(value)
+        return result
+
+    # -- blocks
+
+    def blocks(self, name: str, proto: str, *, labeled: bool) -> list[tuple[str | None, Body]]:
+        """Every `name` block, as (label, body); `proto` is the repeated proto
+        field they become (`{proto}[i]` is recorded as their origin)."""
+        if name not in self.data:
+            return []
+        value = self.data[name]
+        self.used.add(name)
+        if not _is_block_list(value):
+            shape = f'{name} "label" {{ ... }}' if labeled else f"{name} {{ ... }}"
+            raise self.fail(name, f"expected a block ({shape}), found an argument")
+        out: list[tuple[str | None, Body]] = []
+        for i, item in enumerate(value):
+            path = (*self.path, (name, i))
+            if BLOCK in item:
+                if labeled:
+                    raise self.src.error(
+                        path, self.where(name), f'needs a label: {name} "name" {{ ... }}'
+                    )
+                label, inner = None, item
+            else:
+                label, inner = next(iter(item.items()))
+                if not labeled:
+                    raise self.src.error(path, self.where(name), f"takes no label, got {label!r}")
+                if BLOCK not in inner:
+                    raise self.src.error(path, self.where(name), "takes exactly one label")
+            display = f'{name} "{label}"' if label is not None else name
+            if self.display:
+                display = f"{self.display} > {display}"
+            ppath = f"{proto}[{i}]" if proto else self.proto
+            self.src.origins[ppath] = (self.src.lines.get(path), display)
+            out.append((label, Body(inner, path, display, ppath, self.src)))
+        return out
+
+    def block(self, name: str, proto: str) -> Body | None:
+        """An optional block that may appear once."""
+        found = self.blocks(name, "", labeled=False)
+        if not found:
+            return None
+        if len(found) > 1:
+            raise self.src.error((*self.path, (name, 1)), self.where(name), "may appear only once")
+        body = found[0][1]
+        body.proto = proto
+        self.src.origins[proto] = (self.src.lines.get(body.path), body.display)
+        return body
+
+    def done(self) -> None:
+        for name in self.data:
+            if name in self.used:
+                continue
+            if name in UNSUPPORTED:
+                raise self.fail(name, f"the {name} block is not supported by Corral")
+            kind = "block" if _is_block_list(self.data[name]) else "argument"
+            raise self.fail(name, f"unknown {kind} {name!r}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a map"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _fill(msg: Any, body: Body, spec: list[tuple[str, str, str]]) -> set[str]:
+    """Set proto fields from arguments: spec is (hcl name, kind, proto field)."""
+    readers: dict[str, Callable[..., Any]] = {
+        "int": body.integer,
+        "dur": body.duration,
+        "bool": body.boolean,
+        "str": body.string,
+    }
+    chosen: set[str] = set()
+    for name, kind, proto_field in spec:
+        value = readers[kind](name, proto_field)
+        if value is not None:
+            setattr(msg, proto_field, value)
+            chosen.add(proto_field)
+    return chosen
+
+
+# --------------------------------------------------------------- stanzas
+
+RESTART = [
+    ("attempts", "int", "attempts"),
+    ("interval", "dur", "interval"),
+    ("delay", "dur", "delay"),
+    ("mode", "str", "mode"),
+]
+RESCHEDULE = [
+    ("attempts", "int", "attempts"),
+    ("interval", "dur", "interval"),
+    ("delay", "dur", "delay"),
+    ("delay_function", "str", "delay_function"),
+    ("max_delay", "dur", "max_delay"),
+    ("unlimited", "bool", "unlimited"),
+]
+UPDATE = [
+    ("stagger", "dur", "stagger"),
+    ("max_parallel", "int", "max_parallel"),
+    ("health_check", "str", "health_check"),
+    ("min_healthy_time", "dur", "min_healthy_time"),
+    ("healthy_deadline", "dur", "healthy_deadline"),
+    ("progress_deadline", "dur", "progress_deadline"),
+    ("auto_revert", "bool", "auto_revert"),
+    ("auto_promote", "bool", "auto_promote"),
+    ("canary", "int", "canary"),
+]
+MIGRATE = [
+    ("max_parallel", "int", "max_parallel"),
+    ("health_check", "str", "health_check"),
+    ("min_healthy_time", "dur", "min_healthy_time"),
+    ("healthy_deadline", "dur", "healthy_deadline"),
+]
+
+
+def _value_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _constraint(body: Body, out: pb.Constraint | pb.Affinity) -> None:
+    attribute = body.string("attribute", "l_target")
+    operator = body.string("operator", "operand")
+    value_raw = body._take("value", "r_target")
+    if isinstance(value_raw, dict | list):
+        raise body.fail("value", f"expected a string, got {_kind(value_raw)}")
+    for short in CONSTRAINT_SHORTHANDS:
+        if short not in body.data:
+            continue
+        if operator is not None:
+            raise body.fail(short, f"cannot be combined with operator = {operator!r}")
+        raw = body._take(short, "r_target")
+        operator = short
+        if short == "distinct_hosts":
+            if _value_str(raw) != "true":
+                raise body.fail(short, "only distinct_hosts = true is meaningful")
+            value_raw = None
+        elif short == "distinct_property":
+            attribute = _value_str(raw)
+        else:
+            value_raw = raw
+    out.l_target = attribute or ""
+    out.operand = operator or "="
+    out.r_target = "" if value_raw is None else _value_str(value_raw)
+
+
+def _constraints(body: Body, proto: str, target: Any) -> None:
+    for _, cb in body.blocks("constraint", f"{body.proto}.{proto}", labeled=False):
+        c = target.add()
+        _constraint(cb, c)
+        cb.done()
+
+
+def _affinities(body: Body, target: Any) -> None:
+    for _, ab in body.blocks("affinity", f"{body.proto}.affinities", labeled=False):
+        a = target.add()
+        _constraint(ab, a)
+        weight = ab.integer("weight", minimum=-100)
+        a.weight = 50 if weight is None else weight
+        ab.done()
+
+
+def _spreads(body: Body, target: Any) -> None:
+    for _, sb in body.blocks("spread", f"{body.proto}.spreads", labeled=False):
+        s = target.add()
+        s.attribute = sb.string("attribute") or ""
+        weight = sb.integer("weight")
+        s.weight = 50 if weight is None else weight
+        for label, tb in sb.blocks("target", f"{sb.proto}.spread_target", labeled=True):
+            t = s.spread_target.add(value=label or "")
+            t.percent = tb.integer("percent") or 0
+            tb.done()
+        sb.done()
+
+
+def _policy(body: Body, name: str, msg: Any, proto: str, spec: list[tuple[str, str, str]]) -> bool:
+    pb_body = body.block(name, proto)
+    if pb_body is None:
+        return False
+    chosen = _fill(msg, pb_body, spec)
+    msg.SetInParent()
+    body.src.explicit[proto] = chosen
+    pb_body.done()
+    return True
+
+
+def _ports(body: Body, net: pb.NetworkResource) -> None:
+    for label, pbody in body.blocks("port", f"{body.proto}.ports", labeled=True):
+        static = pbody.integer("static", "value")
+        to = pbody.integer("to", "to", minimum=-1)
+        host_network = pbody.string("host_network")
+        port = pb.Port(label=label or "", to=to or 0, host_network=host_network or "")
+        if static:
+            if static > 65535:
+                raise pbody.fail("static", "must be a port number (1..65535)")
+            port.value = static
+            net.reserved_ports.append(port)
+        else:
+            net.dynamic_ports.append(port)
+        pbody.done()
+
+
+def _network(body: Body, out: Any) -> None:
+    for _, nb in body.blocks("network", f"{body.proto}.networks", labeled=False):
+        net = out.add()
+        net.mode = nb.string("mode") or "host"
+        if net.mode not in ("host", "bridge", "none"):
+            raise nb.fail(
+                "mode", f'unknown network mode {net.mode!r} (expected "host" or "bridge")'
+            )
+        net.mbits = nb.integer("mbits") or 0
+        _ports(nb, net)
+        if "dns" in nb.data:
+            raise nb.fail("dns", "the dns block is not supported by Corral")
+        nb.done()
+
+
+def _resources(body: Body, task: pb.Task) -> None:
+    rb = body.block("resources", f"{body.proto}.resources")
+    if rb is None:
+        return
+    r = task.resources
+    r.cpu = rb.integer("cpu", "cpu") or 0
+    r.cores = rb.integer("cores", "cores") or 0
+    r.memory_mb = rb.integer("memory", "memory_mb") or 0
+    r.memory_max_mb = rb.integer("memory_max", "memory_max_mb") or 0
+    r.disk_mb = rb.integer("disk", "disk_mb") or 0
+    _network(rb, r.networks)
+    for label, db in rb.blocks("device", f"{rb.proto}.devices", labeled=True):
+        dev = r.devices.add(name=label or "")
+        count = db.integer("count")
+        dev.count = 1 if count is None else count
+        _constraints(db, "constraints", dev.constraints)
+        if "affinity" in db.data:
+            raise db.fail("affinity", "device affinities are not supported by Corral")
+        db.done()
+    rb.done()
+
+
+def _task(label: str, body: Body, task: pb.Task) -> None:
+    task.name = label
+    task.driver = body.string("driver") or ""
+    task.user = body.string("user") or ""
+    config = body.raw_map("config")
+    if config is not None:
+        task.config.update(config)
+    env = body.string_map("env")
+    if env:
+        task.env.update(env)
+    meta = body.string_map("meta")
+    if meta:
+        task.meta.update(meta)
+    _resources(body, task)
+    _constraints(body, "constraints", task.constraints)
+    _affinities(body, task.affinities)
+    kill_timeout = body.duration("kill_timeout")
+    if kill_timeout is not None:
+        task.kill_timeout = kill_timeout
+        body.src.explicit[f"{body.proto}.kill_timeout"] = set()
+    task.kill_signal = body.string("kill_signal") or ""
+    task.leader = bool(body.boolean("leader"))
+    _policy(body, "restart", task.restart_policy, f"{body.proto}.restart_policy", RESTART)
+    dp = body.block("dispatch_payload", f"{body.proto}.dispatch_payload")
+    if dp is not None:
+        task.dispatch_payload.file = dp.string("file") or ""
+        dp.done()
+    body.done()
+
+
+def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
+    tg.name = label
+    count = body.integer("count")
+    if count is not None:
+        tg.count = count
+        body.src.explicit[f"{body.proto}.count"] = set()
+    _constraints(body, "constraints", tg.constraints)
+    _affinities(body, tg.affinities)
+    _spreads(body, tg.spreads)
+    _policy(body, "restart", tg.restart_policy, f"{body.proto}.restart_policy", RESTART)
+    _policy(body, "reschedule", tg.reschedule_policy, f"{body.proto}.reschedule_policy", RESCHEDULE)
+    _policy(body, "update", tg.update, f"{body.proto}.update", UPDATE)
+    _policy(body, "migrate", tg.migrate, f"{body.proto}.migrate", MIGRATE)
+    eb = body.block("ephemeral_disk", f"{body.proto}.ephemeral_disk")
+    if eb is not None:
+        _fill(
+            tg.ephemeral_disk,
+            eb,
+            [
+                ("sticky", "bool", "sticky"),
+                ("migrate", "bool", "migrate"),
+                ("size", "int", "size_mb"),
+            ],
+        )
+        eb.done()
+    _network(body, tg.networks)
+    meta = body.string_map("meta")
+    if meta:
+        tg.meta.update(meta)
+    mcd = body.duration("max_client_disconnect")
+    if mcd is not None:
+        tg.max_client_disconnect = mcd
+    sacd = body.duration("stop_after_client_disconnect")
+    if sacd is not None:
+        tg.stop_after_client_disconnect = sacd
+    db = body.block("disconnect", f"{body.proto}.disconnect")
+    if db is not None:
+        if mcd is not None or sacd is not None:
+            raise db.src.error(
+                db.path,
+                db.display,
+                "use either the disconnect block or max_client_disconnect / "
+                "stop_after_client_disconnect, not both",
+            )
+        disconnect_spec = [
+            ("lost_after", "dur", "lost_after"),
+            ("reconcile", "str", "reconcile"),
+            ("stop_on_client_after", "dur", "stop_on_client_after"),
+        ]
+        _fill(tg.disconnect, db, disconnect_spec)
+        replace = db.boolean("replace")
+        if replace is not None:
+            tg.disconnect.replace = replace
+        db.done()
+    prevent = body.boolean("prevent_reschedule_on_lost")
+    tg.prevent_reschedule_on_lost = bool(prevent)
+    for tlabel, tb in body.blocks("task", f"{body.proto}.tasks", labeled=True):
+        _task(tlabel or "", tb, tg.tasks.add())
+    body.done()
+
+
+def _job(label: str, body: Body, job: pb.Job) -> None:
+    job.id = body.string("id") or label
+    body.src.origins.setdefault("job.id", (body.src.lines.get(body.path), body.display))
+    job.name = body.string("name") or label
+    job.namespace = body.string("namespace") or ""
+    region = body.string("region")
+    if region not in (None, "global"):
+        raise body.fail("region", f'Corral has a single region, "global"; got {region!r}')
+    job.type = body.string("type") or ""
+    priority = body.integer("priority")
+    if priority is not None:
+        job.priority = priority
+        body.src.explicit["job.priority"] = set()
+    job.all_at_once = bool(body.boolean("all_at_once"))
+    dcs = body.strings("datacenters")
+    if dcs is not None:
+        job.datacenters.extend(dcs)
+    job.node_pool = body.string("node_pool") or ""
+    meta = body.string_map("meta")
+    if meta:
+        job.meta.update(meta)
+    _constraints(body, "constraints", job.constraints)
+    _affinities(body, job.affinities)
+    _spreads(body, job.spreads)
+    _policy(body, "update", job.update, "job.update", UPDATE)
+    # Job-level reschedule/migrate apply to every group that has none.
+    job_resched = pb.ReschedulePolicy()
+    has_resched = _policy(body, "reschedule", job_resched, "job.reschedule_policy", RESCHEDULE)
+    job_migrate = pb.MigrateStrategy()
+    has_migrate = _policy(body, "migrate", job_migrate, "job.migrate", MIGRATE)
+    pbody = body.block("periodic", "job.periodic")
+    if pbody is not None:
+        spec = pbody.string("cron", "spec")
+        crons = pbody.strings("crons", "crons")
+        if crons is not None and spec is not None:
+            raise pbody.fail("crons", "use either cron or crons, not both")
+        job.periodic.spec = spec or ""
+        job.periodic.crons.extend(crons or [])
+        job.periodic.prohibit_overlap = bool(pbody.boolean("prohibit_overlap"))
+        job.periodic.time_zone = pbody.string("time_zone") or ""
+        enabled = pbody.boolean("enabled")
+        job.periodic.enabled = True if enabled is None else enabled
+        body.src.explicit["job.periodic.enabled"] = set()
+        pbody.done()
+    parm = body.block("parameterized", "job.parameterized")
+    if parm is not None:
+        job.parameterized.payload = parm.string("payload") or "optional"
+        job.parameterized.meta_required.extend(parm.strings("meta_required") or [])
+        job.parameterized.meta_optional.extend(parm.strings("meta_optional") or [])
+        parm.done()
+    for glabel, gb in body.blocks("group", "job.task_groups", labeled=True):
+        tg = job.task_groups.add()
+        _group(glabel or "", gb, tg)
+        gpath = gb.proto
+        if has_resched and not tg.HasField("reschedule_policy"):
+            tg.reschedule_policy.CopyFrom(job_resched)
+            body.src.explicit[f"{gpath}.reschedule_policy"] = body.src.explicit[
+                "job.reschedule_policy"
+            ]
+        if has_migrate and not tg.HasField("migrate"):
+            tg.migrate.CopyFrom(job_migrate)
+            body.src.explicit[f"{gpath}.migrate"] = body.src.explicit["job.migrate"]
+        if job.HasField("update") and not tg.HasField("update"):
+            body.src.explicit[f"{gpath}.update"] = body.src.explicit["job.update"]
+        elif job.HasField("update") and tg.HasField("update"):
+            # group update fields override the job's, the rest come from the job
+            merged = pb.UpdateStrategy()
+            merged.CopyFrom(job.update)
+            for f in body.src.explicit.get(f"{gpath}.update", set()):
+                setattr(merged, f, getattr(tg.update, f))
+            tg.update.CopyFrom(merged)
+            body.src.explicit[f"{gpath}.update"] = body.src.explicit["job.update"] | (
+                body.src.explicit.get(f"{gpath}.update", set())
+            )
+    body.done()
+
+
+# --------------------------------------------------------------- entry point
+
+
+def _syntax_error(filename: str, exc: LarkError) -> JobspecError:
+    line = getattr(exc, "line", None)
+    if isinstance(exc, UnexpectedEOF) or (line is not None and line < 0):
+        return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
+    if isinstance(exc, UnexpectedCharacters):
+        char = getattr(exc, "char", "")
+        return JobspecError(filename, line, "", f"syntax error: unexpected character {char!r}")
+    if isinstance(exc, UnexpectedInput):
+        token = getattr(exc, "token", None)
+        if token is not None and getattr(token, "type", "") == "$END":
+            return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
+        text = str(token) if token is not None else ""
+        if not text.strip() or getattr(token, "type", "").startswith("NL"):
+            shown = "end of line (a value is missing?)"
+        else:
+            shown = repr(text.strip().splitlines()[0])
+        return JobspecError(filename, line, "", f"syntax error: unexpected {shown}")
+    return JobspecError(filename, line, "", f"syntax error: {exc}")
+
+
+def parse(text: str, filename: str = "<stdin>") -> pb.Job:
+    """Parse, apply Nomad's defaults and validate one HCL job file."""
+    try:
+        tree = hcl2.parses_to_tree(text)
+        data = hcl2.serialize(hcl2.transform(tree), serialization_options=_OPTIONS)
+    except LarkError as exc:
+        raise _syntax_error(filename, exc) from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise JobspecError(filename, None, "", f"cannot read the file as HCL: {exc}") from None
+    src = Source(filename, index_lines(tree))
+    top = Body(data, (), "", "", src)
+    if "variable" in top.data or "locals" in top.data:
+        name = "variable" if "variable" in top.data else "locals"
+        raise top.fail(name, "HCL variables are not supported by Corral; write literal values")
+    jobs = top.blocks("job", "", labeled=True)
+    if not jobs:
+        raise JobspecError(
+            filename, None, "", 'no job found (expected a `job "name" { ... }` block)'
+        )
+    if len(jobs) > 1:
+        raise src.error((("job", 1),), "job", "a file may hold only one job")
+    top.done()
+    label, body = jobs[0]
+    body.proto = "job"
+    src.origins["job"] = (src.lines.get(body.path), body.display)
+    job = pb.Job()
+    _job(label or "", body, job)
+    defaults.canonicalize(job, src.explicit)
+    try:
+        validate.check(job)
+    except validate.FieldProblem as problem:
+        line, display = src.origin_of(problem.path)
+        raise JobspecError(filename, line, display, problem.problem) from None
+    return job

@@ -1,0 +1,453 @@
+"""The in-memory state: an immutable `StateSnapshot` and the `StateStore` that
+applies change batches to produce the next one.
+
+This plays the part of Nomad's go-memdb state store on a follower. Every map
+is a persistent HAMT (`immutables.Map`), so taking a snapshot is O(1) and a
+scheduler can read one for as long as it likes while the store moves on.
+The same classes back the replica (fed by `State.Subscribe`), the state
+service's public reads and the scheduler's in-memory test harness.
+
+Stored messages are shared between snapshots: callers must treat every
+message they get from a snapshot as read-only and copy before changing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from immutables import Map
+
+from corral.domain import regexp
+from corral.domain.structs import DEFAULT_NAMESPACE, Topic
+from corral.v1 import structs_pb2 as pb
+
+JobKey = tuple[str, str]
+
+#: table name for each event topic, as used by table indexes
+TOPIC_TABLE = {
+    Topic.JOB: "jobs",
+    Topic.EVALUATION: "evals",
+    Topic.ALLOCATION: "allocs",
+    Topic.NODE: "nodes",
+    Topic.DEPLOYMENT: "deployments",
+    Topic.OPERATOR: "scheduler_config",
+    Topic.JOB_SUMMARY: "job_summary",
+}
+
+_EMPTY: Map[Any, Any] = Map()
+
+
+def _jk(namespace: str, job_id: str) -> JobKey:
+    return (namespace or DEFAULT_NAMESPACE, job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """All objects at one index. Immutable; O(1) to take."""
+
+    index: int = 0
+    jobs: Map[JobKey, pb.Job] = _EMPTY  # current version
+    job_versions: Map[JobKey, Map[int, pb.Job]] = _EMPTY
+    job_summaries: Map[JobKey, pb.JobSummary] = _EMPTY
+    nodes: Map[str, pb.Node] = _EMPTY
+    allocs: Map[str, pb.Allocation] = _EMPTY
+    evals: Map[str, pb.Evaluation] = _EMPTY
+    deployments: Map[str, pb.Deployment] = _EMPTY
+    scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
+    table_indexes: Map[str, int] = _EMPTY  # table -> last index that wrote it
+    # secondary indexes
+    allocs_by_job_map: Map[JobKey, Map[str, pb.Allocation]] = _EMPTY
+    allocs_by_node_map: Map[str, Map[str, pb.Allocation]] = _EMPTY
+    allocs_by_eval_map: Map[str, Map[str, pb.Allocation]] = _EMPTY
+    nodes_by_dc_map: Map[str, Map[str, pb.Node]] = _EMPTY
+    evals_by_job_map: Map[JobKey, Map[str, pb.Evaluation]] = _EMPTY
+    deployments_by_job_map: Map[JobKey, Map[str, pb.Deployment]] = _EMPTY
+
+    # ------------------------------------------------------------ jobs
+
+    def job_by_id(self, namespace: str, job_id: str) -> pb.Job | None:
+        job: pb.Job | None = self.jobs.get(_jk(namespace, job_id))
+        return job
+
+    def job_by_version(self, namespace: str, job_id: str, version: int) -> pb.Job | None:
+        versions = self.job_versions.get(_jk(namespace, job_id))
+        if versions is None:
+            return None
+        job: pb.Job | None = versions.get(version)
+        return job
+
+    def job_versions_of(self, namespace: str, job_id: str) -> list[pb.Job]:
+        """Every stored version, newest first."""
+        versions = self.job_versions.get(_jk(namespace, job_id))
+        if versions is None:
+            return []
+        return [versions[v] for v in sorted(versions.keys(), reverse=True)]
+
+    def iter_jobs(self) -> Iterator[pb.Job]:
+        return iter(self.jobs.values())
+
+    def job_summary(self, namespace: str, job_id: str) -> pb.JobSummary | None:
+        s: pb.JobSummary | None = self.job_summaries.get(_jk(namespace, job_id))
+        return s
+
+    # ------------------------------------------------------------ nodes
+
+    def node_by_id(self, node_id: str) -> pb.Node | None:
+        node: pb.Node | None = self.nodes.get(node_id)
+        return node
+
+    def iter_nodes(self) -> Iterator[pb.Node]:
+        return iter(self.nodes.values())
+
+    def nodes_in_datacenters(self, datacenters: Iterable[str]) -> list[pb.Node]:
+        """Nodes of the given datacenters; a name may be a `*` glob as in
+        Nomad 1.5+ (`"*"` or no names at all = every datacenter). Plain names
+        use the datacenter index; only globs scan the nodes."""
+        dcs = list(datacenters)
+        if not dcs or "*" in dcs:
+            return list(self.nodes.values())
+        plain = [d for d in dcs if "*" not in d]
+        # RE2: a job's `*a*a*a...` over a long name is linear, not exponential
+        globs = [regexp.glob(d) for d in dcs if "*" in d]
+        out: list[pb.Node] = []
+        for dc in dict.fromkeys(plain):
+            m = self.nodes_by_dc_map.get(dc)
+            if m is not None:
+                out.extend(m.values())
+        if globs:
+            named = set(plain)
+            out.extend(
+                n
+                for n in self.nodes.values()
+                if n.datacenter not in named and any(g.match(n.datacenter) for g in globs)
+            )
+        return out
+
+    # ------------------------------------------------------------ allocs
+
+    def alloc_by_id(self, alloc_id: str) -> pb.Allocation | None:
+        a: pb.Allocation | None = self.allocs.get(alloc_id)
+        return a
+
+    def allocs_by_job(self, namespace: str, job_id: str) -> list[pb.Allocation]:
+        m = self.allocs_by_job_map.get(_jk(namespace, job_id))
+        return list(m.values()) if m is not None else []
+
+    def allocs_by_node(self, node_id: str) -> list[pb.Allocation]:
+        m = self.allocs_by_node_map.get(node_id)
+        return list(m.values()) if m is not None else []
+
+    def allocs_by_eval(self, eval_id: str) -> list[pb.Allocation]:
+        m = self.allocs_by_eval_map.get(eval_id)
+        return list(m.values()) if m is not None else []
+
+    # ------------------------------------------------------------ evals
+
+    def eval_by_id(self, eval_id: str) -> pb.Evaluation | None:
+        e: pb.Evaluation | None = self.evals.get(eval_id)
+        return e
+
+    def evals_by_job(self, namespace: str, job_id: str) -> list[pb.Evaluation]:
+        m = self.evals_by_job_map.get(_jk(namespace, job_id))
+        return list(m.values()) if m is not None else []
+
+    # ------------------------------------------------------------ deployments
+
+    def deployment_by_id(self, deployment_id: str) -> pb.Deployment | None:
+        d: pb.Deployment | None = self.deployments.get(deployment_id)
+        return d
+
+    def deployments_by_job(self, namespace: str, job_id: str) -> list[pb.Deployment]:
+        m = self.deployments_by_job_map.get(_jk(namespace, job_id))
+        return list(m.values()) if m is not None else []
+
+    def latest_deployment_by_job(self, namespace: str, job_id: str) -> pb.Deployment | None:
+        best: pb.Deployment | None = None
+        for d in self.deployments_by_job(namespace, job_id):
+            if best is None or d.create_index > best.create_index:
+                best = d
+        return best
+
+    # ------------------------------------------------------------ indexes
+
+    def table_index(self, table: str) -> int:
+        i: int = self.table_indexes.get(table, 0)
+        return i
+
+    def refresh_index(self) -> int:
+        """What a worker must wait for after a partial plan: the newest
+        change to nodes or allocs (Nomad's RefreshIndex)."""
+        return max(self.table_index("nodes"), self.table_index("allocs"))
+
+
+def _set_nested(outer: Map[Any, Any], key: Any, inner_key: Any, value: Any) -> Map[Any, Any]:
+    inner = outer.get(key, _EMPTY)
+    return outer.set(key, inner.set(inner_key, value))
+
+
+class _NestedChanges:
+    """Changes to one two-level index (outer key -> inner key -> object)
+    gathered over a change batch and applied with one mutation per touched
+    inner map: a 10,000-alloc plan would otherwise copy the path to the job's
+    and the eval's inner maps 10,000 times, once per alloc."""
+
+    __slots__ = ("changes",)
+
+    def __init__(self) -> None:
+        self.changes: dict[Any, dict[Any, Any]] = {}
+
+    def set(self, key: Any, inner_key: Any, value: Any) -> None:
+        self.changes.setdefault(key, {})[inner_key] = value
+
+    def delete(self, key: Any, inner_key: Any) -> None:
+        self.changes.setdefault(key, {})[inner_key] = None
+
+    def apply(self, outer: Map[Any, Any]) -> Map[Any, Any]:
+        if not self.changes:
+            return outer
+        om = outer.mutate()
+        for key, items in self.changes.items():
+            im = om.get(key, _EMPTY).mutate()
+            for inner_key, value in items.items():
+                if value is None:
+                    if inner_key in im:
+                        del im[inner_key]
+                else:
+                    im[inner_key] = value
+            inner = im.finish()
+            if len(inner):
+                om[key] = inner
+            elif key in om:
+                del om[key]
+        return om.finish()
+
+
+def lean_batch(batch: pb.ChangeBatch) -> pb.ChangeBatch:
+    """The batch with its allocs' placement metrics left out.
+
+    Metrics (nodes evaluated, filtered, scores of the top nodes) are three
+    quarters of a scheduled alloc's bytes, and only a user reading one alloc
+    (`alloc status -verbose`, served by the state service) ever looks at
+    them; a replica's schedulers, planner and broker never do. Clearing a
+    field does not give back its memory (a parsed batch is one upb arena,
+    alive as long as any message taken out of it), so the lean batch is
+    parsed again, into one new arena: one arena per batch, not per message,
+    because a message with an arena of its own costs about a kilobyte more.
+    Clears the field on `batch` itself (it is the caller's; its listeners
+    see the lean allocs too)."""
+    cleared = False
+    for ev in batch.events:
+        if ev.HasField("allocation") and ev.allocation.HasField("metrics"):
+            ev.allocation.ClearField("metrics")
+            cleared = True
+    return pb.ChangeBatch.FromString(batch.SerializeToString()) if cleared else batch
+
+
+class StateStore:
+    """Mutable holder of the current snapshot; applies change batches.
+
+    Not thread-safe: one writer (the feed) at a time; readers take
+    `snapshot()` and keep it as long as they like. A `lean` store (a
+    replica's) keeps allocs without their placement metrics (`lean_batch`).
+    """
+
+    def __init__(self, snapshot: StateSnapshot | None = None, *, lean: bool = False) -> None:
+        self._snap = snapshot or StateSnapshot()
+        self.lean = lean
+
+    @property
+    def index(self) -> int:
+        return self._snap.index
+
+    def snapshot(self) -> StateSnapshot:
+        return self._snap
+
+    def reset(self, snapshot: StateSnapshot) -> None:
+        self._snap = snapshot
+
+    # ------------------------------------------------------------ bootstrap
+
+    @staticmethod
+    def build(
+        index: int,
+        *,
+        jobs: Iterable[pb.Job] = (),
+        job_versions: Iterable[pb.Job] = (),
+        nodes: Iterable[pb.Node] = (),
+        allocs: Iterable[pb.Allocation] = (),
+        evals: Iterable[pb.Evaluation] = (),
+        deployments: Iterable[pb.Deployment] = (),
+        job_summaries: Iterable[pb.JobSummary] = (),
+        scheduler_config: pb.SchedulerConfiguration | None = None,
+        table_indexes: dict[str, int] | None = None,
+        lean: bool = False,
+    ) -> StateSnapshot:
+        """A snapshot from whole tables (a State.Snapshot stream, or a test)."""
+        store = StateStore(lean=lean)
+        batch = pb.ChangeBatch(index=index)
+        for j in job_versions:
+            batch.events.add(topic=Topic.JOB, type="JobVersion", job=j)
+        for j in jobs:
+            batch.events.add(topic=Topic.JOB, type="JobRegistered", job=j)
+        for n in nodes:
+            batch.events.add(topic=Topic.NODE, type="NodeRegistration", node=n)
+        for a in allocs:
+            batch.events.add(topic=Topic.ALLOCATION, type="AllocationUpdated", allocation=a)
+        for e in evals:
+            batch.events.add(topic=Topic.EVALUATION, type="EvaluationUpdated", evaluation=e)
+        for d in deployments:
+            batch.events.add(topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", deployment=d)
+        for s in job_summaries:
+            batch.events.add(topic=Topic.JOB_SUMMARY, type="JobSummary", job_summary=s)
+        if scheduler_config is not None:
+            batch.events.add(
+                topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=scheduler_config
+            )
+        store.apply(batch, stamp_tables=False)
+        snap = store.snapshot()
+        tables = Map(table_indexes or {})
+        return replace(snap, index=index, table_indexes=tables)
+
+    # ------------------------------------------------------------ apply
+
+    def apply(self, batch: pb.ChangeBatch, *, stamp_tables: bool = True) -> StateSnapshot:
+        """Apply one transaction's events and return the new snapshot.
+
+        Events are applied in order; a batch whose index is not newer than
+        the store's is ignored (the feed may redeliver after a reconnect).
+        """
+        s = self._snap
+        if stamp_tables and batch.index and batch.index <= s.index:
+            return s
+        if self.lean:
+            batch = lean_batch(batch)
+        jobs = s.jobs.mutate()
+        job_versions = s.job_versions
+        summaries = s.job_summaries.mutate()
+        nodes = s.nodes.mutate()
+        allocs = s.allocs.mutate()
+        evals = s.evals.mutate()
+        deployments = s.deployments.mutate()
+        sched_config = s.scheduler_config
+        by_job = _NestedChanges()
+        by_node = _NestedChanges()
+        by_eval = _NestedChanges()
+        by_dc = _NestedChanges()
+        evals_by_job = _NestedChanges()
+        deps_by_job = _NestedChanges()
+        touched: set[str] = set()
+
+        for ev in batch.events:
+            kind = ev.WhichOneof("payload")
+            touched.add(ev.topic)
+            if kind == "job":
+                job = ev.job
+                key = _jk(job.namespace, job.id)
+                if ev.deleted:
+                    if key in jobs:
+                        del jobs[key]
+                    if key in job_versions:
+                        job_versions = job_versions.delete(key)
+                    continue
+                job_versions = _set_nested(job_versions, key, job.version, job)
+                if ev.type != "JobVersion":
+                    cur = jobs.get(key)
+                    if (
+                        cur is None
+                        or cur.version <= job.version
+                        or cur.create_index != job.create_index
+                    ):
+                        jobs[key] = job
+            elif kind == "allocation":
+                a = ev.allocation
+                jkey = _jk(a.namespace, a.job_id)
+                old = allocs.get(a.id)
+                if old is not None:
+                    # an update can move the alloc to a newer eval
+                    if ev.deleted or old.eval_id != a.eval_id:
+                        by_eval.delete(old.eval_id, old.id)
+                    if ev.deleted or old.node_id != a.node_id:
+                        by_node.delete(old.node_id, old.id)
+                    ojkey = _jk(old.namespace, old.job_id)
+                    if ev.deleted or ojkey != jkey:
+                        by_job.delete(ojkey, old.id)
+                if ev.deleted:
+                    if old is not None:
+                        del allocs[a.id]
+                    continue
+                allocs[a.id] = a
+                by_job.set(jkey, a.id, a)
+                by_node.set(a.node_id, a.id, a)
+                by_eval.set(a.eval_id, a.id, a)
+            elif kind == "evaluation":
+                e = ev.evaluation
+                jkey = _jk(e.namespace, e.job_id)
+                if ev.deleted:
+                    if e.id in evals:
+                        del evals[e.id]
+                        evals_by_job.delete(jkey, e.id)
+                    continue
+                evals[e.id] = e
+                evals_by_job.set(jkey, e.id, e)
+            elif kind == "node":
+                n = ev.node
+                old_node = nodes.get(n.id)
+                if old_node is not None and (ev.deleted or old_node.datacenter != n.datacenter):
+                    by_dc.delete(old_node.datacenter, n.id)
+                if ev.deleted:
+                    if n.id in nodes:
+                        del nodes[n.id]
+                    continue
+                nodes[n.id] = n
+                by_dc.set(n.datacenter, n.id, n)
+            elif kind == "deployment":
+                d = ev.deployment
+                jkey = _jk(d.namespace, d.job_id)
+                if ev.deleted:
+                    if d.id in deployments:
+                        del deployments[d.id]
+                        deps_by_job.delete(jkey, d.id)
+                    continue
+                deployments[d.id] = d
+                deps_by_job.set(jkey, d.id, d)
+            elif kind == "job_summary":
+                js = ev.job_summary
+                key = _jk(js.namespace, js.job_id)
+                if ev.deleted:
+                    if key in summaries:
+                        del summaries[key]
+                    continue
+                summaries[key] = js
+            elif kind == "scheduler_config":
+                sched_config = ev.scheduler_config
+
+        table_indexes = s.table_indexes
+        if stamp_tables and batch.index:
+            tm = table_indexes.mutate()
+            for topic in touched:
+                table = TOPIC_TABLE.get(topic)
+                if table is not None:
+                    tm[table] = batch.index
+            table_indexes = tm.finish()
+
+        self._snap = StateSnapshot(
+            index=max(s.index, batch.index),
+            jobs=jobs.finish(),
+            job_versions=job_versions,
+            job_summaries=summaries.finish(),
+            nodes=nodes.finish(),
+            allocs=allocs.finish(),
+            evals=evals.finish(),
+            deployments=deployments.finish(),
+            scheduler_config=sched_config,
+            table_indexes=table_indexes,
+            allocs_by_job_map=by_job.apply(s.allocs_by_job_map),
+            allocs_by_node_map=by_node.apply(s.allocs_by_node_map),
+            allocs_by_eval_map=by_eval.apply(s.allocs_by_eval_map),
+            nodes_by_dc_map=by_dc.apply(s.nodes_by_dc_map),
+            evals_by_job_map=evals_by_job.apply(s.evals_by_job_map),
+            deployments_by_job_map=deps_by_job.apply(s.deployments_by_job_map),
+        )
+        return self._snap

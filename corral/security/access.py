@@ -1,0 +1,339 @@
+"""Who may call each RPC: the one table, and the check every server runs
+before a handler.
+
+Three kinds of caller, as in Nomad:
+
+* **servers** (state, broker, planner, worker) call the internal RPCs: the
+  state's writes, snapshot and change feed, the broker's eval queue, the
+  planner's plan queue, the worker's dry runs. They prove it with a
+  certificate naming `server.<region>.corral`, or, on a plaintext
+  development cluster, with the server token. Nobody else gets in, whatever
+  ACL token they hold: no policy grants an internal RPC.
+* **nodes** (client agents) call the node RPCs with a client or server
+  certificate (when TLS is on); the handler then checks the node's secret
+  id, because only the state knows it.
+* **users** call the public API with an ACL token: the rule names the
+  capability (`submit-job` in the request's namespace, `node:write`, ...).
+  Where the namespace is the stored object's (an alloc id, a deployment id)
+  or the answer spans namespaces (lists with `*`, the event stream), the
+  rule says `HANDLER`, and the handler checks through `current_acl()` on
+  what it read.
+
+An RPC missing from the table is refused (fail closed);
+tests/unit/test_layout.py keeps the table complete.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from corral.domain.errors import (
+    ConfigError,
+    FailedPrecondition,
+    PermissionDenied,
+    ResourceExhausted,
+)
+from corral.security import acl, tls
+from corral.security.transport import SERVER_TOKEN_METADATA_KEY, SecuritySettings
+
+
+class Caller(enum.Enum):
+    SERVER = "server"
+    NODE = "node"
+    USER = "user"
+
+
+@dataclass(frozen=True)
+class Rule:
+    caller: Caller
+    #: a namespace capability, checked on the request's namespace
+    capability: str = ""
+    #: (scope, level): node|agent|operator, read|write
+    scope: tuple[str, str] | None = None
+    management: bool = False
+    #: the handler checks the ACL against what it reads (see the module doc)
+    handler: bool = False
+    #: no token needed at all (ACL bootstrap, a token resolving itself)
+    anonymous: bool = False
+
+    def describe(self) -> str:
+        """How docs/api-reference.md names the rule."""
+        if self.caller is Caller.SERVER:
+            return "servers only"
+        if self.caller is Caller.NODE:
+            return "nodes (node secret)"
+        if self.anonymous:
+            return "anyone"
+        if self.management:
+            return "management token"
+        parts = []
+        if self.capability:
+            parts.append(f"namespace `{self.capability}`")
+        if self.scope:
+            parts.append(f"`{self.scope[0]}:{self.scope[1]}`")
+        if self.handler:
+            parts.append("per object")
+        return ", ".join(parts) or "any token"
+
+
+SERVER = Rule(Caller.SERVER)
+NODE = Rule(Caller.NODE)
+OPEN = Rule(Caller.USER, anonymous=True)
+MANAGEMENT = Rule(Caller.USER, management=True)
+PER_OBJECT = Rule(Caller.USER, handler=True)
+
+
+def ns(capability: str, *, handler: bool = False) -> Rule:
+    return Rule(Caller.USER, capability=capability, handler=handler)
+
+
+def scope(name: str, level: str) -> Rule:
+    return Rule(Caller.USER, scope=(name, level))
+
+
+READ_JOB, SUBMIT_JOB, LIST_JOBS = "read-job", "submit-job", "list-jobs"
+
+#: the largest request a user or a node may send (a job spec is at most
+#: 1 MiB; an agent's alloc updates for thousands of allocs fit easily). Only
+#: servers send more: plans and eval batches of a whole cluster.
+MAX_PUBLIC_REQUEST_BYTES = 16 * 1024 * 1024
+
+#: every RPC of every Corral service, by full method name
+RULES: dict[str, Rule] = {
+    # the state's internal API
+    **{
+        f"/corral.v1.State/{m}": SERVER
+        for m in (
+            "GetIndex",
+            "Snapshot",
+            "Subscribe",
+            "UpsertEvals",
+            "ApplyPlans",
+            "UpdateAllocDesiredTransitions",
+            "UpsertDeployments",
+            "SetDeploymentStatus",
+            "GarbageCollect",
+            "PeriodicLaunches",
+            "RegisterMember",
+        )
+    },  # fmt: skip
+    # the broker's eval queue (workers, planner)
+    **{
+        f"/corral.v1.Eval/{m}": SERVER
+        for m in (
+            "Dequeue",
+            "Ack",
+            "Nack",
+            "Reblock",
+            "Update",
+            "Create",
+            "OutstandingReset",
+            "PauseNackTimeout",
+            "ResumeNackTimeout",
+            "Heartbeat",
+        )
+    },  # fmt: skip
+    "/corral.v1.Eval/Stats": scope("operator", "read"),
+    "/corral.v1.Plan/Submit": SERVER,
+    "/corral.v1.Plan/Stats": scope("operator", "read"),
+    # jobs
+    "/corral.v1.Job/Register": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Plan": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Get": ns(READ_JOB),
+    "/corral.v1.Job/List": ns(LIST_JOBS, handler=True),
+    "/corral.v1.Job/Versions": ns(READ_JOB),
+    "/corral.v1.Job/Deregister": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Scale": ns("scale-job"),
+    "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Dispatch": ns("dispatch-job"),
+    "/corral.v1.Job/Summary": ns(READ_JOB),
+    "/corral.v1.Job/Allocations": ns(READ_JOB),
+    "/corral.v1.Job/Evaluations": ns(READ_JOB),
+    "/corral.v1.Periodic/Force": ns(SUBMIT_JOB),
+    # allocs, evals, deployments: the namespace is the stored object's
+    "/corral.v1.Alloc/List": ns(READ_JOB, handler=True),
+    "/corral.v1.Alloc/Get": PER_OBJECT,
+    "/corral.v1.Alloc/Stop": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Logs": PER_OBJECT,
+    "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
+    "/corral.v1.Evals/Get": PER_OBJECT,
+    "/corral.v1.Deployment/List": ns(READ_JOB, handler=True),
+    "/corral.v1.Deployment/Get": PER_OBJECT,
+    "/corral.v1.Deployment/Fail": PER_OBJECT,
+    "/corral.v1.Deployment/Pause": PER_OBJECT,
+    "/corral.v1.Deployment/Promote": PER_OBJECT,
+    "/corral.v1.Deployment/SetAllocHealth": PER_OBJECT,
+    "/corral.v1.Event/Stream": PER_OBJECT,
+    # nodes: the agent's own RPCs, and the operators' view
+    "/corral.v1.Node/Register": NODE,
+    "/corral.v1.Node/UpdateStatus": NODE,
+    "/corral.v1.Node/UpdateAlloc": NODE,
+    "/corral.v1.Node/GetClientAllocs": NODE,
+    "/corral.v1.Node/Deregister": scope("node", "write"),
+    "/corral.v1.Node/UpdateDrain": scope("node", "write"),
+    "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
+    "/corral.v1.Node/List": scope("node", "read"),
+    "/corral.v1.Node/Get": scope("node", "read"),
+    "/corral.v1.Node/Allocations": scope("node", "read"),
+    # operators
+    "/corral.v1.Operator/SchedulerGetConfiguration": scope("operator", "read"),
+    "/corral.v1.Operator/SchedulerSetConfiguration": scope("operator", "write"),
+    "/corral.v1.Operator/Members": scope("operator", "read"),
+    "/corral.v1.System/GarbageCollect": scope("operator", "write"),
+    "/corral.v1.CoreGC/Force": SERVER,
+    "/corral.v1.Worker/List": scope("operator", "read"),
+    "/corral.v1.Worker/GetConfig": scope("operator", "read"),
+    "/corral.v1.Worker/Pause": scope("operator", "write"),
+    "/corral.v1.Worker/Resume": scope("operator", "write"),
+    "/corral.v1.Worker/Stop": scope("operator", "write"),
+    "/corral.v1.Worker/SetConfig": scope("operator", "write"),
+    "/corral.v1.Worker/PlanJob": SERVER,
+    # ACLs themselves
+    "/corral.v1.ACL/Bootstrap": OPEN,
+    "/corral.v1.ACL/ResolveToken": OPEN,
+    "/corral.v1.ACL/TokenSelf": PER_OBJECT,
+    "/corral.v1.ACL/UpsertPolicies": MANAGEMENT,
+    "/corral.v1.ACL/ListPolicies": PER_OBJECT,
+    "/corral.v1.ACL/GetPolicy": PER_OBJECT,
+    "/corral.v1.ACL/DeletePolicies": MANAGEMENT,
+    "/corral.v1.ACL/CreateToken": MANAGEMENT,
+    "/corral.v1.ACL/ListTokens": MANAGEMENT,
+    "/corral.v1.ACL/GetToken": MANAGEMENT,
+    "/corral.v1.ACL/DeleteTokens": MANAGEMENT,
+}
+
+ACL_SERVICE = "/corral.v1.ACL/"
+
+#: services any caller may use (gRPC health checks, server reflection)
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class Resolver(Protocol):
+    async def resolve(self, secret_id: str) -> acl.ACL: ...
+
+
+def current_acl() -> acl.ACL:
+    """The caller's ACL inside a handler (everything when ACLs are off)."""
+    return acl.CURRENT.get()
+
+
+def require_namespace(namespace: str, capability: str) -> None:
+    """Refuse unless the caller holds `capability` in `namespace`."""
+    if not current_acl().allows_namespace(namespace or "default", capability):
+        raise PermissionDenied(f"Permission denied: {capability} in namespace {namespace!r}")
+
+
+def may_read_namespace(namespace: str) -> bool:
+    """Whether a listing or a stream may show an object of `namespace`."""
+    return current_acl().allows_namespace(namespace or "default", READ_JOB)
+
+
+def request_namespace(request: Any) -> str:
+    """The namespace a request acts in: its own field, its query's, or its
+    job's ('default' when none is set; '*' for every namespace)."""
+    for holder in (request, getattr(request, "query", None), getattr(request, "job", None)):
+        value = getattr(holder, "namespace", "") if holder is not None else ""
+        if value:
+            return str(value)
+    return "default"
+
+
+def _metadata(context: Any, key: str) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else v.decode(errors="replace")
+    return ""
+
+
+class Guard:
+    """The check a server runs before each handler (see the module doc).
+
+    Returns the ACL to expose to the handler; raises PermissionDenied."""
+
+    def __init__(self, settings: SecuritySettings, resolver: Resolver | None = None) -> None:
+        self.settings = settings
+        self.resolver = resolver
+        self._server_token = settings.server_token.get_secret_value().encode()
+
+    def check_startable(self, methods: list[str]) -> None:
+        """A server with internal RPCs needs a way to tell servers apart; one
+        that enforces ACLs needs a resolver. Refuse to start otherwise."""
+        internal = any(RULES.get(m) is SERVER for m in methods)
+        if internal and not self.settings.tls and not self._server_token:
+            raise ConfigError(
+                "this role serves internal RPCs: set TLS files (CORRAL_CA_FILE, "
+                "CORRAL_CERT_FILE, CORRAL_KEY_FILE) or a server token "
+                "(CORRAL_SERVER_TOKEN), or anyone could call them"
+            )
+        if self.settings.acl_enabled and self.resolver is None:
+            raise ConfigError("ACLs are enabled but this role has no way to resolve tokens")
+
+    async def check(self, method: str, request: Any, context: Any) -> acl.ACL:
+        if method.startswith(OPEN_SERVICES):
+            return acl.MANAGEMENT
+        rule = RULES.get(method)
+        if rule is None:
+            raise PermissionDenied(f"Permission denied: {method} has no access rule")
+        if method.startswith(ACL_SERVICE) and not self.settings.acl_enabled:
+            # a token made now would guard nothing: say so instead
+            raise FailedPrecondition("ACL support disabled (start the servers with ACLs enabled)")
+        server = self._check_transport(rule, context)
+        if rule.caller is not Caller.SERVER:
+            size = request.ByteSize()
+            if size > MAX_PUBLIC_REQUEST_BYTES:
+                raise ResourceExhausted(
+                    f"request is {size} bytes; at most {MAX_PUBLIC_REQUEST_BYTES} are accepted"
+                )
+        if rule.caller is not Caller.USER or rule.anonymous:
+            return acl.MANAGEMENT if rule.caller is Caller.SERVER else acl.DENY_ALL
+        if not self.settings.acl_enabled or server:
+            # a server acting for the cluster (the broker launching a periodic
+            # job's child, promoting canaries) holds every capability, as in Nomad
+            return acl.MANAGEMENT
+        assert self.resolver is not None  # check_startable
+        secret = acl.token_from_metadata(context.invocation_metadata())
+        found = await self.resolver.resolve(secret)
+        _check_acl(rule, found, request)
+        acl.CURRENT_TOKEN.set(secret)
+        return found
+
+    def _check_transport(self, rule: Rule, context: Any) -> bool:
+        """Refuse a caller whose transport identity the rule does not admit;
+        return whether the caller is a server."""
+        if self.settings.tls:
+            role = tls.peer_role(context, self.settings.region)
+            if not role:
+                raise PermissionDenied(
+                    f"Permission denied: the client certificate names no Corral role of "
+                    f"region {self.settings.region!r}"
+                )
+            if rule.caller is Caller.SERVER and role != "server":
+                raise PermissionDenied(
+                    f"Permission denied: servers only (certificate role {role!r})"
+                )
+            if rule.caller is Caller.NODE and role not in ("server", "client"):
+                raise PermissionDenied(f"Permission denied: nodes only (certificate role {role!r})")
+            return role == "server"
+        given = _metadata(context, SERVER_TOKEN_METADATA_KEY).encode()
+        server = bool(given and self._server_token) and hmac.compare_digest(
+            given, self._server_token
+        )
+        if rule.caller is Caller.SERVER and not server:
+            raise PermissionDenied("Permission denied: servers only")
+        return server
+
+
+def _check_acl(rule: Rule, found: acl.ACL, request: Any) -> None:
+    if rule.management and not found.is_management:
+        raise PermissionDenied("Permission denied: a management token is required")
+    if rule.scope is not None and not found.allows(*rule.scope):
+        raise PermissionDenied(f"Permission denied: {rule.scope[0]}:{rule.scope[1]} required")
+    if rule.capability:
+        namespace = request_namespace(request)
+        if namespace != "*" and not found.allows_namespace(namespace, rule.capability):
+            raise PermissionDenied(
+                f"Permission denied: {rule.capability} in namespace {namespace!r}"
+            )

@@ -1,0 +1,457 @@
+"""Nomad's ACL model: policies in Nomad's HCL shape, and the ACL a token
+carries once its policies are compiled. Pure: no I/O and no gRPC, so every
+role (the state answering from its database, workers and agents asking the
+state over `ACL.ResolveToken`) decides the same way.
+
+A policy holds rules (docs/security.md has examples):
+
+    namespace "prod-*" {              # a label may hold `*` globs; none means "default"
+      policy       = "read"           # deny | read | write | scale (shorthands)
+      capabilities = ["submit-job"]   # fine-grained, merged with the shorthand
+    }
+    node     { policy = "read" }      # deny | read | write
+    agent    { policy = "read" }
+    operator { policy = "write" }
+
+How Nomad decides, and so do we:
+
+* a shorthand is a set of capabilities (`_SHORTHANDS`); `write` holds all
+  of `read`;
+* the policies of a token are merged: per namespace label the union of the
+  capabilities, unless one says `deny`, which then is all that label holds;
+  for node/agent/operator the most privilege, unless one says `deny`;
+* a namespace is checked against exactly one rule: the exact label if there
+  is one, else the matching glob closest to the name (fewest characters
+  matched by `*`; ties go to the label that sorts first).
+
+`CURRENT` holds the ACL of the call being served. The lead's access
+interceptor (`corral.security.access`) sets it per RPC from the caller's token;
+until a process installs that interceptor it stays `MANAGEMENT`, so a
+handler that asks `CURRENT.get().is_management` allows everything, as a
+cluster with ACLs off does.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import fnmatch
+import hashlib
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import hcl2
+from hcl2 import SerializationOptions
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+
+from corral.domain.errors import InvalidArgument
+
+# -------------------------------------------------------------- vocabulary
+
+DENY = "deny"
+READ = "read"
+WRITE = "write"
+SCALE = "scale"
+
+#: Nomad's namespace capabilities that mean something for Corral (no CSI
+#: volumes, no Sentinel, no variables here)
+NAMESPACE_CAPABILITIES: frozenset[str] = frozenset(
+    {
+        "deny",
+        "list-jobs",
+        "parse-job",
+        "read-job",
+        "submit-job",
+        "dispatch-job",
+        "read-logs",
+        "read-fs",
+        "alloc-exec",
+        "alloc-node-exec",
+        "alloc-lifecycle",
+        "list-scaling-policies",
+        "read-scaling-policy",
+        "read-job-scaling",
+        "scale-job",
+    }
+)
+
+_READ_CAPS = frozenset(
+    {
+        "list-jobs",
+        "parse-job",
+        "read-job",
+        "list-scaling-policies",
+        "read-scaling-policy",
+        "read-job-scaling",
+    }
+)
+_SCALE_CAPS = frozenset(
+    {"list-scaling-policies", "read-scaling-policy", "read-job-scaling", "scale-job"}
+)
+#: what each namespace `policy = ...` stands for (Nomad's table, minus CSI)
+_SHORTHANDS: dict[str, frozenset[str]] = {
+    DENY: frozenset({"deny"}),
+    READ: _READ_CAPS,
+    WRITE: _READ_CAPS
+    | _SCALE_CAPS
+    | {"submit-job", "dispatch-job", "read-logs", "read-fs", "alloc-exec", "alloc-lifecycle"},
+    SCALE: _SCALE_CAPS,
+}
+NAMESPACE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE, SCALE)
+
+#: the rules without a label, and the dispositions they take
+SCOPES: tuple[str, ...] = ("node", "agent", "operator")
+SCOPE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
+_RANK = {"": 0, READ: 1, WRITE: 2}
+
+#: Nomad rule blocks Corral has nothing for: named as unsupported, not unknown
+_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "node_pool", "variables"})
+
+DEFAULT_NAMESPACE = "default"
+MAX_POLICY_CHARS = 64 * 1024
+MAX_LABEL_CHARS = 128
+_LABEL = re.compile(r"^[A-Za-z0-9_*-]+$")
+
+#: token types, and the policy every call without a token gets
+TOKEN_CLIENT = "client"
+TOKEN_MANAGEMENT = "management"
+TOKEN_TYPES: tuple[str, ...] = (TOKEN_CLIENT, TOKEN_MANAGEMENT)
+ANONYMOUS_POLICY = "anonymous"
+
+#: where a caller puts its secret id (else `authorization: Bearer <secret>`)
+TOKEN_METADATA_KEY = "x-corral-token"
+
+_HCL = SerializationOptions(
+    strip_string_quotes=True, explicit_blocks=True, with_comments=False, preserve_heredocs=False
+)
+_BLOCK = "__is_block__"
+
+
+# ----------------------------------------------------------------- secrets
+
+
+def new_secret() -> str:
+    """A fresh secret (or accessor) id: a random UUID, 122 random bits."""
+    return str(uuid.uuid4())
+
+
+def secret_hash(secret_id: str) -> str:
+    """What the database stores instead of a secret id: its SHA-256, hex.
+
+    A fast hash is enough here, unlike for passwords: secret ids are random
+    122-bit UUIDs, not chosen by people, so there is no dictionary to try
+    and 2**122 guesses is out of reach at any hash rate. What it buys is
+    that a dump or a backup of the database holds no usable token.
+    """
+    return hashlib.sha256(secret_id.encode()).hexdigest()
+
+
+def token_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
+    """The secret id a call carries: `x-corral-token`, else an
+    `authorization: Bearer <secret>` header; '' for an anonymous call."""
+    bearer = ""
+    for key, raw in metadata or ():
+        value = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        name = key.lower()
+        if name == TOKEN_METADATA_KEY:
+            return value.strip()
+        if name == "authorization" and not bearer:
+            scheme, _, rest = value.strip().partition(" ")
+            if scheme.lower() == "bearer":
+                bearer = rest.strip()
+    return bearer
+
+
+# ----------------------------------------------------------------- policies
+
+
+@dataclass(frozen=True)
+class PolicyRules:
+    """One parsed policy: capabilities per namespace label (shorthands
+    already expanded) and the node/agent/operator dispositions ('' where
+    the policy has no such rule). `name` is the stored policy's name when
+    a resolver knows it (parsing alone does not)."""
+
+    namespaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    node: str = ""
+    agent: str = ""
+    operator: str = ""
+    name: str = ""
+
+    def scope(self, scope: str) -> str:
+        return str(getattr(self, scope))
+
+
+def _syntax_error(exc: LarkError, field_: str) -> InvalidArgument:
+    line = getattr(exc, "line", None)
+    if isinstance(exc, UnexpectedEOF) or (isinstance(line, int) and line < 0):
+        return InvalidArgument(field_, "not valid HCL: unexpected end (a missing '}'?)")
+    where = f" at line {line}" if isinstance(line, int) else ""
+    if isinstance(exc, UnexpectedCharacters):
+        char = getattr(exc, "char", "")
+        return InvalidArgument(field_, f"not valid HCL: unexpected character {char!r}{where}")
+    if isinstance(exc, UnexpectedInput):
+        token = getattr(exc, "token", None)
+        if token is not None and getattr(token, "type", "") == "$END":
+            return InvalidArgument(field_, "not valid HCL: unexpected end (a missing '}'?)")
+        shown = str(token).strip() if token is not None else ""
+        what = f"unexpected {shown!r}" if shown else "unexpected end of line"
+        return InvalidArgument(field_, f"not valid HCL: {what}{where}")
+    return InvalidArgument(field_, "not valid HCL")
+
+
+def _blocks(value: Any, where: str) -> list[dict[str, Any]]:
+    """The blocks under one top-level name (`node { ... }` parses as a list
+    of dicts marked as blocks; `node = "x"` is an attribute)."""
+    if not isinstance(value, list) or not all(isinstance(b, dict) for b in value):
+        raise InvalidArgument(where, "must be a block, not an attribute")
+    return value
+
+
+def _string(body: dict[str, Any], key: str, where: str) -> str | None:
+    if key not in body:
+        return None
+    value = body[key]
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{where}.{key}", "must be a string")
+    return value
+
+
+def _check_keys(body: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    for key in body:
+        if key == _BLOCK or key in allowed:
+            continue
+        if key in _UNSUPPORTED_BLOCKS:
+            raise InvalidArgument(f"{where}.{key}", "Nomad's rule is not supported by Corral")
+        raise InvalidArgument(f"{where}.{key}", f"unknown field (expected {' or '.join(allowed)})")
+
+
+def _namespace_rule(body: Any, where: str) -> frozenset[str]:
+    if not isinstance(body, dict) or not body.get(_BLOCK):
+        raise InvalidArgument(where, "must be a block with at most one label")
+    _check_keys(body, ("policy", "capabilities"), where)
+    policy = _string(body, "policy", where)
+    caps: set[str] = set()
+    if policy is not None:
+        if policy not in _SHORTHANDS:
+            raise InvalidArgument(
+                f"{where}.policy",
+                f"unknown policy {policy!r} (expected one of {', '.join(NAMESPACE_POLICIES)})",
+            )
+        caps |= _SHORTHANDS[policy]
+    if "capabilities" in body:
+        listed = body["capabilities"]
+        if not isinstance(listed, list):
+            raise InvalidArgument(f"{where}.capabilities", "must be a list of strings")
+        for i, cap in enumerate(listed):
+            if not isinstance(cap, str):
+                raise InvalidArgument(f"{where}.capabilities[{i}]", "must be a string")
+            if cap not in NAMESPACE_CAPABILITIES:
+                raise InvalidArgument(
+                    f"{where}.capabilities[{i}]",
+                    f"unknown capability {cap!r} "
+                    f"(expected one of {', '.join(sorted(NAMESPACE_CAPABILITIES))})",
+                )
+            caps.add(cap)
+    if policy is None and "capabilities" not in body:
+        raise InvalidArgument(where, "needs a policy or capabilities")
+    return frozenset({DENY}) if DENY in caps else frozenset(caps)
+
+
+def _label(label: str, where: str) -> str:
+    if len(label) > MAX_LABEL_CHARS:
+        raise InvalidArgument(where, f"label is longer than {MAX_LABEL_CHARS} characters")
+    if not _LABEL.match(label):
+        raise InvalidArgument(
+            where, "label may contain only letters, digits, '-', '_' and '*' globs"
+        )
+    return label
+
+
+def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
+    """Parse one policy in Nomad's HCL shape. Raises InvalidArgument naming
+    `field` and the problem: bad HCL, an unknown rule, policy or
+    capability, a Nomad rule Corral does not have, a repeated rule."""
+    if len(text) > MAX_POLICY_CHARS:
+        raise InvalidArgument(field, f"is longer than {MAX_POLICY_CHARS} characters")
+    if "\x00" in text:
+        raise InvalidArgument(field, "must not contain NUL characters")
+    try:
+        data = hcl2.loads(text, serialization_options=_HCL)
+    except LarkError as exc:
+        raise _syntax_error(exc, field) from None
+    except RecursionError:
+        raise InvalidArgument(field, "not valid HCL: nested too deeply") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise InvalidArgument(field, f"not valid HCL: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise InvalidArgument(field, "the policy has no rules")
+
+    namespaces: dict[str, frozenset[str]] = {}
+    scopes: dict[str, str] = {}
+    for key, value in data.items():
+        where = f"{field}: {key}"
+        if key == "namespace":
+            for block in _blocks(value, where):
+                if block.get(_BLOCK):
+                    label, body = DEFAULT_NAMESPACE, block
+                elif len(block) == 1:
+                    ((label, body),) = block.items()
+                else:
+                    raise InvalidArgument(where, "must be a block with at most one label")
+                at = f'{field}: namespace "{label}"'
+                _label(label, at)
+                if label in namespaces:
+                    raise InvalidArgument(at, "is defined twice")
+                namespaces[label] = _namespace_rule(body, at)
+        elif key in SCOPES:
+            blocks = _blocks(value, where)
+            if len(blocks) > 1:
+                raise InvalidArgument(where, f"only one {key} rule is allowed per policy")
+            body = blocks[0]
+            if not body.get(_BLOCK):
+                raise InvalidArgument(where, "takes no label")
+            _check_keys(body, ("policy",), where)
+            policy = _string(body, "policy", where)
+            if policy is None:
+                raise InvalidArgument(where, "needs a policy")
+            if policy not in SCOPE_POLICIES:
+                raise InvalidArgument(
+                    f"{where}.policy",
+                    f"unknown policy {policy!r} (expected one of {', '.join(SCOPE_POLICIES)})",
+                )
+            scopes[key] = policy
+        elif key in _UNSUPPORTED_BLOCKS:
+            raise InvalidArgument(where, "Nomad's rule is not supported by Corral")
+        else:
+            raise InvalidArgument(
+                where, "unknown rule (expected namespace, node, agent or operator)"
+            )
+    return PolicyRules(
+        namespaces=namespaces,
+        node=scopes.get("node", ""),
+        agent=scopes.get("agent", ""),
+        operator=scopes.get("operator", ""),
+    )
+
+
+# ---------------------------------------------------------------------- ACL
+
+
+class ACL:
+    """What a token may do: compiled from its policies by `compile_acl`, or
+    `MANAGEMENT` for a management token."""
+
+    def __init__(
+        self,
+        *,
+        management: bool = False,
+        namespaces: Mapping[str, frozenset[str]] | None = None,
+        node: str = "",
+        agent: str = "",
+        operator: str = "",
+        policies: Iterable[str] = (),
+    ) -> None:
+        self.is_management = management
+        self._exact: dict[str, frozenset[str]] = {}
+        self._globs: list[tuple[str, int, frozenset[str]]] = []
+        for label, caps in sorted((namespaces or {}).items()):
+            if "*" in label:
+                self._globs.append((label, len(label.replace("*", "")), caps))
+            else:
+                self._exact[label] = caps
+        self._scopes = {"node": node, "agent": agent, "operator": operator}
+        #: names of the policies this ACL was compiled from
+        self.policies = frozenset(policies)
+
+    def __repr__(self) -> str:
+        if self.is_management:
+            return "ACL(management)"
+        return f"ACL(policies={sorted(self.policies)})"
+
+    def namespace_capabilities(self, namespace: str) -> frozenset[str]:
+        """The capabilities of the one rule that applies to `namespace`."""
+        namespace = namespace or DEFAULT_NAMESPACE
+        exact = self._exact.get(namespace)
+        if exact is not None:
+            return exact
+        best: tuple[int, str, frozenset[str]] | None = None
+        for label, literal, caps in self._globs:
+            if fnmatch.fnmatchcase(namespace, label):
+                candidate = (len(namespace) - literal, label, caps)
+                if best is None or candidate[:2] < best[:2]:
+                    best = candidate
+        return best[2] if best is not None else frozenset()
+
+    def allows_namespace(self, namespace: str, capability: str) -> bool:
+        """Whether `capability` is granted in `namespace` ('' = default)."""
+        if capability not in NAMESPACE_CAPABILITIES or capability == DENY:
+            raise ValueError(f"unknown namespace capability {capability!r}")
+        if self.is_management:
+            return True
+        caps = self.namespace_capabilities(namespace)
+        return DENY not in caps and capability in caps
+
+    def allows_any_in_namespace(self, namespace: str) -> bool:
+        """Whether any capability is granted in `namespace` (Nomad's
+        AllowNamespace: may the namespace be seen at all)."""
+        if self.is_management:
+            return True
+        caps = self.namespace_capabilities(namespace)
+        return bool(caps) and DENY not in caps
+
+    def allows(self, scope: str, level: str) -> bool:
+        """Whether the node, agent or operator rule grants `level` (read or
+        write; write implies read)."""
+        if scope not in SCOPES:
+            raise ValueError(f"unknown ACL scope {scope!r}")
+        if level not in (READ, WRITE):
+            raise ValueError(f"unknown ACL level {level!r}")
+        if self.is_management:
+            return True
+        have = self._scopes[scope]
+        return have != DENY and _RANK.get(have, 0) >= _RANK[level]
+
+
+def _merge_scope(a: str, b: str) -> str:
+    if DENY in (a, b):
+        return DENY
+    return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
+
+
+def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
+    """One ACL from a token's policies: their union, where `deny` wins."""
+    namespaces: dict[str, frozenset[str]] = {}
+    scopes = dict.fromkeys(SCOPES, "")
+    names: list[str] = []
+    for p in policies:
+        if p.name:
+            names.append(p.name)
+        for label, caps in p.namespaces.items():
+            merged = namespaces.get(label, frozenset()) | caps
+            namespaces[label] = frozenset({DENY}) if DENY in merged else merged
+        for scope in SCOPES:
+            scopes[scope] = _merge_scope(scopes[scope], p.scope(scope))
+    return ACL(
+        namespaces=namespaces,
+        node=scopes["node"],
+        agent=scopes["agent"],
+        operator=scopes["operator"],
+        policies=names,
+    )
+
+
+MANAGEMENT = ACL(management=True)
+DENY_ALL = ACL()
+
+#: the ACL of the call being served (see the module docstring)
+CURRENT: contextvars.ContextVar[ACL] = contextvars.ContextVar("corral_acl", default=MANAGEMENT)
+#: the secret `CURRENT` was resolved from; None when it was not resolved from
+#: a token (ACLs off, a server caller, an anonymous rule). A call that lasts
+#: (Event.Stream) resolves it again, to notice a token deleted, expired or
+#: given other policies while it runs.
+CURRENT_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "corral_acl_token", default=None
+)

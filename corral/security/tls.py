@@ -1,0 +1,224 @@
+"""Mutual TLS for every gRPC server and client, with certificates that
+reload from disk and carry the caller's role.
+
+Like Nomad, a certificate names its holder's role in a DNS subject
+alternative name: `server.<region>.corral` for the server roles (state,
+broker, planner, worker), `client.<region>.corral` for client agents and
+`cli.<region>.corral` for operators' tools. Servers require a client
+certificate from the same CA and read the role from it (`peer_role`), so an
+agent's certificate cannot call what only servers may; clients check the
+server's certificate against the role name, not the address they dialled
+(pods move; the name `server.<region>.corral` does not).
+
+Certificates rotate without a restart (cert-manager renews them in place):
+the server asks `CertificateFiles.changed` on every handshake and loads the
+new pair when the files change; clients build a new channel for new calls
+(`ReloadingChannel`), and calls in flight finish on the old one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from corral.domain.errors import ConfigError
+from corral.security import certs
+
+log = logging.getLogger(__name__)
+
+DOMAIN = certs.DEFAULT_DOMAIN
+
+#: how often a client looks at its certificate files (a stat of each)
+CHECK_INTERVAL = 1.0
+#: how long a replaced client channel stays open for calls in flight on it
+RETIRE_AFTER = 60.0
+
+
+@dataclass(frozen=True)
+class CertificateFiles:
+    """The CA bundle, certificate chain and key of this process, as paths."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        """(ca, chain, key), read now. A missing or unreadable file is a
+        configuration error, named."""
+        out = []
+        for what, path in (("CA", self.ca_file), ("certificate", self.cert_file)):
+            out.append(_read(what, path))
+        out.append(_read("key", self.key_file))
+        return out[0], out[1], out[2]
+
+    def stamp(self) -> tuple[tuple[int, int, int], ...]:
+        """What changes when any file is replaced (inode, size, mtime); a
+        file briefly missing mid-rotation counts as unchanged."""
+        stamps = []
+        for path in (self.ca_file, self.cert_file, self.key_file):
+            try:
+                st = os.stat(path)
+                stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                stamps.append((0, 0, 0))
+        return tuple(stamps)
+
+
+def _read(what: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the TLS {what} file {path!r}: {exc.strerror}") from None
+
+
+def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
+    """Credentials that require a client certificate from our CA and pick
+    up replaced files at the next handshake."""
+    ca, chain, key = files.read()
+    stamp = files.stamp()
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        nonlocal stamp
+        now = files.stamp()
+        if now == stamp:
+            return None
+        try:
+            ca, chain, key = files.read()
+        except ConfigError as exc:  # mid-rotation: keep serving the old pair
+            log.warning("TLS files changed but cannot be read yet: %s", exc)
+            return None
+        stamp = now
+        log.info("TLS certificate files changed: loaded for new connections")
+        return grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=ca)
+
+    initial = grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=ca)
+    # grpc calls `fetch` per handshake; None (unchanged) is documented, not typed
+    return grpc.dynamic_ssl_server_credentials(
+        initial,
+        fetch,  # type: ignore[arg-type]
+        require_client_authentication=True,
+    )
+
+
+def channel_credentials(files: CertificateFiles) -> grpc.ChannelCredentials:
+    ca, chain, key = files.read()
+    return grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=key, certificate_chain=chain
+    )
+
+
+def peer_role(context: Any, region: str, domain: str = DOMAIN) -> str:
+    """The role a verified client certificate names ('' when none does).
+
+    Only names of this region count: a certificate for another region's
+    servers is not a server here."""
+    try:
+        auth = context.auth_context()
+    except Exception:  # noqa: BLE001 - no TLS on this connection
+        return ""
+    role = certs.role_of(auth.get("x509_subject_alternative_name") or [], region, domain)
+    return role or ""
+
+
+Factory = Callable[[], grpc.aio.Channel]
+
+
+class _Reloading:
+    """A multi-callable that asks its channel for the current connection
+    at call time (the stub was built once, the certificates changed since);
+    the inner multi-callable is rebuilt only when the channel was."""
+
+    def __init__(self, owner: ReloadingChannel, kind: str, args: tuple[Any, ...], kw: Any) -> None:
+        self._owner = owner
+        self._kind = kind
+        self._args = args
+        self._kw = kw
+        self._inner: grpc.aio.Channel | None = None
+        self._callable: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inner = self._owner.current()
+        if inner is not self._inner:
+            self._inner = inner
+            self._callable = getattr(inner, self._kind)(*self._args, **self._kw)
+        return self._callable(*args, **kwargs)
+
+
+class ReloadingChannel(grpc.aio.Channel):  # type: ignore[misc]
+    """A TLS channel that is rebuilt when the certificate files change.
+
+    Calls already under way keep their connection; the old channel closes
+    after `RETIRE_AFTER` seconds."""
+
+    def __init__(self, files: CertificateFiles, build: Callable[[grpc.ChannelCredentials], Any]):
+        self._files = files
+        self._build = build
+        self._stamp = files.stamp()
+        self._checked = time.monotonic()
+        self._inner: grpc.aio.Channel = build(channel_credentials(files))
+        self._retired: list[asyncio.Task[None]] = []
+
+    def current(self) -> grpc.aio.Channel:
+        now = time.monotonic()
+        if now - self._checked >= CHECK_INTERVAL:
+            self._checked = now
+            stamp = self._files.stamp()
+            if stamp != self._stamp:
+                try:
+                    creds = channel_credentials(self._files)
+                except ConfigError as exc:
+                    log.warning("TLS files changed but cannot be read yet: %s", exc)
+                else:
+                    self._stamp = stamp
+                    old, self._inner = self._inner, self._build(creds)
+                    self._retired = [t for t in self._retired if not t.done()]
+                    self._retired.append(asyncio.ensure_future(self._retire(old)))
+                    log.info("TLS certificate files changed: new connections use them")
+        return self._inner
+
+    @staticmethod
+    async def _retire(old: grpc.aio.Channel) -> None:
+        await asyncio.sleep(RETIRE_AFTER)
+        await old.close()
+
+    def unary_unary(self, *args: Any, **kw: Any) -> Any:
+        return _Reloading(self, "unary_unary", args, kw)
+
+    def unary_stream(self, *args: Any, **kw: Any) -> Any:
+        return _Reloading(self, "unary_stream", args, kw)
+
+    def stream_unary(self, *args: Any, **kw: Any) -> Any:
+        return _Reloading(self, "stream_unary", args, kw)
+
+    def stream_stream(self, *args: Any, **kw: Any) -> Any:
+        return _Reloading(self, "stream_stream", args, kw)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self.current().get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await self.current().wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self.current().channel_ready()
+
+    async def close(self, grace: float | None = None) -> None:
+        for task in self._retired:
+            task.cancel()
+        await self._inner.close(grace)
+
+    async def __aenter__(self) -> ReloadingChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self.close()
