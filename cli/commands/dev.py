@@ -152,6 +152,12 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+RAW_EXEC_NOTICE = (
+    "The dev agent enables the raw_exec driver: its tasks run as you, without "
+    "isolation. Agents outside dev mode leave it off unless --drivers names it."
+)
+
+
 def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
@@ -369,6 +375,8 @@ def _run_roles(
         worker_env,
     )
     if not args.no_agent:
+        # as `nomad agent -dev`: raw_exec on, which no agent has otherwise
+        _say(RAW_EXEC_NOTICE)
         agent_dir = private_dir(data_dir / "agent")
         start(
             "agent",

@@ -1,5 +1,6 @@
 """`python -m services.agent` — a client node: runs allocations with the
-raw_exec and mock drivers and serves their logs.
+drivers `--drivers` enables (mock by default; raw_exec only when named, as
+Nomad ships it off) and serves their logs.
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers raw_exec,mock]

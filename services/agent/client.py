@@ -22,6 +22,7 @@ import grpc
 import psutil
 
 from corral.domain import structs
+from corral.domain.errors import ConfigError
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
 from corral.security.private_files import private_dir, write_private
@@ -95,9 +96,13 @@ class Agent:
     def __init__(self, settings: AgentSettings, *, http_addr: str = "") -> None:
         """`http_addr` is where this node serves ClientAlloc.Logs."""
         self.settings = settings
-        self.drivers: dict[str, Driver] = {
-            n: ALL_DRIVERS[n]() for n in settings.drivers if n in ALL_DRIVERS
-        }
+        unknown = [n for n in settings.drivers if n not in ALL_DRIVERS]
+        if unknown:  # refused, not silently left out
+            raise ConfigError(
+                f"--drivers: unknown driver {', '.join(map(repr, unknown))} "
+                f"(this agent has: {', '.join(ALL_DRIVERS)})"
+            )
+        self.drivers: dict[str, Driver] = {n: ALL_DRIVERS[n]() for n in settings.drivers}
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.node.id, self.node.secret_id = self._identity()
         self.runners: dict[str, AllocRunner] = {}

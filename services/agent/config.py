@@ -32,7 +32,10 @@ class AgentSettings(ServerSettings):
         default_factory=dict, description="node meta key=value (repeat the flag for more)"
     )
     drivers: CommaList = Field(
-        default_factory=lambda: ["raw_exec", "mock"], description="enabled task drivers"
+        default_factory=lambda: ["mock"],
+        description="enabled task drivers; raw_exec only when named here (it runs tasks as "
+        "the agent's own user, without isolation: off unless configured, as in Nomad; "
+        "`corral dev` turns it on)",
     )
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from cli.commands.dev import RAW_EXEC_NOTICE
 from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -120,6 +121,9 @@ def test_example_reaches_expected_state(
 
 
 def test_alloc_logs_show_raw_exec_output(dev: Dev) -> None:
+    """raw_exec is off on agents unless configured (issue 26, finding 7);
+    `corral dev` turns it on for its agent and says so, as nomad -dev."""
+    assert f"==> {RAW_EXEC_NOTICE}\n" in dev.output
     if not statuses(dev, "hello"):
         corral(dev, "job", "run", "-detach", str(EXAMPLES / "hello.nomad.hcl"))
     alloc = wait_for(
