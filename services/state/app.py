@@ -14,6 +14,7 @@ from corral.runtime.server import GrpcServer
 from corral.v1 import state_pb2
 from services.state import handlers, metrics
 from services.state.app_context import StateContext
+from services.state.call_limits import CallLimits
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
 from services.state.feed import ChangeFeed
@@ -33,7 +34,13 @@ class StateApp:
         self.server = GrpcServer(
             settings.listen, name="state", translate=translate_error, settings=settings.security
         )
-        self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
+        self.ctx = StateContext(
+            db=self.db,
+            feed=self.feed,
+            shutting_down=self.server.shutting_down,
+            limits=CallLimits(settings.max_waiting_per_connection),
+            stream_stall_timeout=settings.stream_stall_timeout,
+        )
         # the state resolves ACL tokens from its own database
         self.server.guard.resolver = self.ctx.acl
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)

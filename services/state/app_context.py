@@ -16,7 +16,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from corral.runtime.slow_readers import STALL_TIMEOUT_S
 from services.state.acl import DatabaseResolver
+from services.state.call_limits import CallLimits
 from services.state.db.database import Database, WriteTx
 from services.state.feed import ChangeFeed
 from services.state.node_identity import NodeSecrets
@@ -30,6 +32,10 @@ class StateContext:
     address: str = ""
     member_id: str = ""
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
+    #: bounds on the calls that wait (blocking queries, streams)
+    limits: CallLimits = field(default_factory=CallLimits)
+    #: a stream reader taking nothing this long is dropped (slow_readers)
+    stream_stall_timeout: float = STALL_TIMEOUT_S
     batcher: WriteBatcher = field(init=False)
     #: tokens to ACLs, from the database (the access interceptor's Resolver)
     acl: DatabaseResolver = field(init=False)
