@@ -270,6 +270,13 @@ class Agent:
         for alloc_id in gone:  # garbage collected on the server
             runner = self.runners.pop(alloc_id)
             await runner.stop()
+        # the job versions no alloc of this node runs any more: every version
+        # ever placed here was kept before, growing the agent under churn
+        wanted = {
+            (r.alloc.namespace, r.alloc.job_id, r.alloc.job_version) for r in self.runners.values()
+        }
+        for key in [k for k in self.jobs if k not in wanted]:
+            del self.jobs[key]
 
     def _mark(self, runner: AllocRunner) -> None:
         self._dirty.add(runner.alloc.id)

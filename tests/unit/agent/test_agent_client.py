@@ -1,0 +1,72 @@
+"""The agent's client (issue 26): raw_exec is off unless configured
+(finding 7: it runs tasks as the agent's own user without isolation, and
+Nomad ships it off outside `-dev`); a driver the agent does not have is
+refused at start, not silently left out; and the agent forgets the job
+versions no alloc of its node runs any more (the soak)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.domain.errors import ConfigError
+from corral.runtime.settings import load
+from corral.testing import mock
+from corral.v1 import node_pb2
+from services.agent.client import Agent
+from services.agent.config import AgentSettings
+
+
+def agent_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> AgentSettings:
+    monkeypatch.delenv("CORRAL_AGENT_DRIVERS", raising=False)
+    settings, _ = load(
+        AgentSettings,
+        ["--state-addr", "127.0.0.1:1", "--data-dir", str(tmp_path / "agent"), *argv],
+        prog="agent",
+    )
+    return settings
+
+
+def test_an_agent_offers_no_raw_exec_unless_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = Agent(agent_settings(tmp_path, monkeypatch)).node
+    assert "raw_exec" not in node.drivers
+    assert "driver.raw_exec" not in node.attributes
+    assert "mock" in node.drivers
+
+
+def test_raw_exec_when_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = Agent(agent_settings(tmp_path, monkeypatch, "--drivers", "raw_exec,mock")).node
+    assert node.drivers["raw_exec"].detected and node.attributes["driver.raw_exec"] == "1"
+
+
+def test_an_unknown_driver_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="unknown driver 'docker'"):
+        Agent(agent_settings(tmp_path, monkeypatch, "--drivers", "mock,docker"))
+
+
+async def test_the_agent_forgets_job_versions_no_alloc_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26's soak: every job version ever placed on a node stayed in
+    its agent's memory. Once the server has collected an alloc, the job
+    versions no remaining alloc runs are dropped too."""
+    agent = Agent(agent_settings(tmp_path, monkeypatch))
+    jobs = [mock.job(job_id=f"churn-{i}", count=1) for i in range(3)]
+    allocs = [mock.alloc(j, agent.node, client_status="pending") for j in jobs]
+    first = node_pb2.NodeClientAllocsResponse(
+        index=10, allocs={a.id: 10 for a in allocs}, full_allocs=allocs, jobs=jobs
+    )
+    for j in first.jobs:
+        agent.jobs[(j.namespace, j.id, j.version)] = j
+    await agent._reconcile(first)
+    assert len(agent.runners) == 3 and len(agent.jobs) == 3
+    # two allocs were garbage-collected on the server: only one job is left
+    later = node_pb2.NodeClientAllocsResponse(index=20, allocs={allocs[0].id: 10})
+    await agent._reconcile(later)
+    assert list(agent.runners) == [allocs[0].id]
+    assert list(agent.jobs) == [(jobs[0].namespace, jobs[0].id, jobs[0].version)]
+    await agent._reconcile(node_pb2.NodeClientAllocsResponse(index=30))
+    assert not agent.runners and not agent.jobs
