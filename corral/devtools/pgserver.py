@@ -16,6 +16,7 @@ import os
 import pwd
 from pathlib import Path
 
+import psutil
 import psycopg
 
 log = logging.getLogger(__name__)
@@ -47,15 +48,23 @@ class EmbeddedPostgres:
     def _close_private_parent(self) -> None:
         """As root, pgserver runs PostgreSQL as the system user `pgserver`
         and opens every directory above its data to everyone (o+rx) so that
-        user can reach it. Give the private parent back: its owner, and
-        pgserver's group allowed through but not to list it (0710)."""
+        user can reach it. Give the private parent back: its owner, and the
+        group the server runs with (pgserver switches only the user, so it
+        is root's) allowed through but not to list it (0710). The server's
+        own processes need the way through for as long as they run (a
+        checkpoint opens its files again), so the group is the running
+        postmaster's, read from the process itself."""
         parent = self.private_parent
         if parent is None or os.geteuid() != 0:
             return
         try:
-            gid = pwd.getpwnam(PGSERVER_USER).pw_gid
+            pwd.getpwnam(PGSERVER_USER)
         except KeyError:
             return  # pgserver did not need a user of its own: nothing was opened
+        pid = self._server.get_pid() if self._server is not None else None  # type: ignore[attr-defined]
+        if pid is None:
+            return
+        gid = psutil.Process(pid).gids().real
         os.chown(parent, -1, gid)
         os.chmod(parent, 0o710)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from corral.devtools.pgserver import PGSERVER_USER
@@ -184,6 +185,8 @@ def test_files_holding_secrets_are_the_owners_alone(dev: SecureDev) -> None:
     def mode(path: Path) -> int:
         return path.stat().st_mode & 0o777
 
+    postmaster = psutil.Process(int((data / "pg" / "postmaster.pid").read_text().split()[0]))
+
     def closed(directory: Path) -> bool:
         if mode(directory) == 0o700:
             return True
@@ -193,7 +196,7 @@ def test_files_holding_secrets_are_the_owners_alone(dev: SecureDev) -> None:
             directory == data
             and os.geteuid() == 0
             and mode(directory) == 0o710
-            and directory.stat().st_gid == pwd.getpwnam(PGSERVER_USER).pw_gid
+            and directory.stat().st_gid == postmaster.gids().real
         )
 
     node_secret = json.loads((data / "agent" / "client.json").read_text())["secret_id"]
@@ -208,5 +211,18 @@ def test_files_holding_secrets_are_the_owners_alone(dev: SecureDev) -> None:
             assert mode(path) == 0o600, path
             assert closed(path.parent), (path.parent, oct(mode(path.parent)))
     assert closed(data)
+    if os.geteuid() == 0:
+        # and the server still reaches its files, as its checkpoints must
+        pg = pwd.getpwnam(PGSERVER_USER)
+        assert postmaster.uids().real == pg.pw_uid
+        reach = subprocess.run(
+            ["stat", str(data / "pg" / "global" / "pg_control")],
+            user=pg.pw_uid,
+            group=postmaster.gids().real,
+            extra_groups=[],
+            capture_output=True,
+            check=False,
+        )
+        assert reach.returncode == 0, reach.stderr
     assert {"dev.json", "acl-bootstrap-token", "agent/client.json"} <= set(holding)
     assert any(p.startswith("tls/") and p.endswith("-key.pem") for p in holding)
