@@ -72,6 +72,20 @@ def heading(text: str, out: TextIO | None = None) -> None:
     out.write(f"\n{text}\n")
 
 
+def fmt_bytes(n: int) -> str:
+    """Bytes in IEC units as Nomad prints them (go-humanize's IBytes):
+    "0 B", "316 KiB", "1.1 MiB"."""
+    if n < 10:
+        return f"{n} B"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    value, unit = float(n), 0
+    while value >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    value = round(value * 10) / 10
+    return f"{value:.0f} {units[unit]}" if value >= 10 else f"{value:.1f} {units[unit]}"
+
+
 def fmt_time(ns: int) -> str:
     """RFC 3339 in local time; '<none>' for a zero time."""
     if ns <= 0:

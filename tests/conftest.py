@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +26,14 @@ from tests.cluster import Cluster
 # The servers' shared secret for internal RPCs, for every process a test
 # starts and for the test's own clients (corral.security.transport reads it lazily).
 os.environ.setdefault("CORRAL_SERVER_TOKEN", f"test-{uuid.uuid4().hex}")
+
+# Tests stop the CLI and `corral dev` with Ctrl-C (SIGINT). A test run
+# started in the background of a non-interactive shell inherits SIGINT
+# ignored, and so would every process it starts: they would never see the
+# Ctrl-C. Children inherit "ignored" but not a handler, so taking Python's
+# own handler back here gives them the default, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = ROOT / "services" / "state" / "db" / "migrations"

@@ -45,6 +45,21 @@ class DevProcess:
         return ""
 
 
+def cli(
+    address: str, *args: str, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`corral ARGS -address ADDRESS`, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args, "-address", address],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+        check=False,
+    )
+
+
 def start_dev(data_dir: Path, *flags: str, env: dict[str, str] | None = None) -> DevProcess:
     """`corral dev -data-dir DATA_DIR -port 0 FLAGS`, once it is up."""
     proc = subprocess.Popen(

@@ -1,16 +1,19 @@
-"""`corral alloc status|stop|logs`."""
+"""`corral alloc status [-stats]|stop|logs`."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from dataclasses import dataclass
+from typing import TextIO
 
 import grpc
 
 from cli.commands import group, not_found
 from cli.context import CliError, Context, common
 from cli.monitor import monitor_eval
-from cli.output import fmt_ago, fmt_time, heading, kv, print_json, short, table
+from cli.output import fmt_ago, fmt_bytes, fmt_time, heading, kv, print_json, short, table
 from corral.v1 import alloc_pb2, node_pb2
 from corral.v1 import structs_pb2 as pb
 
@@ -22,6 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "status", help="Show an allocation: task states, events, placement metrics"
     )
     p.add_argument("alloc", help="alloc id or unique prefix")
+    p.add_argument(
+        "-stats",
+        "--stats",
+        dest="stats",
+        action="store_true",
+        help="detailed resource usage of each task (memory and CPU)",
+    )
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_status)
 
@@ -105,9 +115,11 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         ],
         ctx.out,
     )
+    usage = alloc_usage(ctx, a)
     for name in sorted(a.task_states):
         ts = a.task_states[name]
         heading(f'Task "{name}" is "{ts.state}"', ctx.out)
+        task_resources(a, name, usage, args.stats, ctx.out)
         kv(
             [
                 ("Started At", fmt_time(ts.started_at)),
@@ -153,6 +165,89 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
                 ctx.out,
             )
     return 0
+
+
+@dataclass
+class Usage:
+    """What the alloc's agent says it uses, and its node's MHz per core
+    (reserved cores are allocated as that many MHz)."""
+
+    alloc: pb.AllocResourceUsage | None = None
+    mhz_per_core: int = 0
+
+
+def alloc_usage(ctx: Context, a: pb.Allocation) -> Usage:
+    """The running alloc's resource usage from its agent (Nomad prints why
+    when it cannot get it, and goes on)."""
+    out = Usage()
+    if a.client_status != "running" or not a.node_id:
+        return out
+    try:
+        node = ctx.client.nodes.Get(node_pb2.NodeGetRequest(node_id=a.node_id), timeout=30).node
+        r = node.node_resources
+        out.mhz_per_core = r.cpu // r.total_cores if r.total_cores else 0
+        if not node.http_addr:
+            return out
+        resp = ctx.client.client_alloc(node.http_addr).Stats(
+            alloc_pb2.AllocStatsRequest(alloc_id=a.id), timeout=10
+        )
+        out.alloc = resp.usage
+    except grpc.RpcError as exc:
+        ctx.err.write(f"Couldn't retrieve stats: {exc.details()}\n")  # type: ignore[attr-defined]
+    return out
+
+
+def task_resources(a: pb.Allocation, task: str, usage: Usage, detailed: bool, out: TextIO) -> None:
+    """Nomad's "Task Resources": used/allocated CPU and memory when the
+    agent answered, and with -stats every measured figure."""
+    if task not in a.task_resources:
+        return
+    r = a.task_resources[task]
+    cpu = f"{r.cpu + r.cores * usage.mhz_per_core}"
+    memory = fmt_bytes(r.memory_mb * 1024 * 1024)
+    tasks = usage.alloc.tasks if usage.alloc is not None else {}
+    reading = tasks[task].resource_usage if task in tasks else None
+    if reading is not None:
+        cpu = f"{math.floor(reading.cpu_stats.total_ticks)}/{cpu}"
+        m = reading.memory_stats
+        used = m.rss if m.rss or "RSS" in m.measured else m.usage
+        memory = f"{fmt_bytes(used)}/{memory}"
+    heading("Task Resources:", out)
+    cpu_header = f"CPU ({r.cores} cores)" if r.cores else "CPU"
+    rows = [(f"{cpu} MHz", memory, fmt_bytes(a.resources.disk_mb * 1024 * 1024))]
+    if r.memory_max_mb < 0:
+        rows.append(("", "Max: no limit", ""))
+    elif r.memory_max_mb and r.memory_max_mb != r.memory_mb:
+        rows.append(("", f"Max: {fmt_bytes(r.memory_max_mb * 1024 * 1024)}", ""))
+    table((cpu_header, "Memory", "Disk"), rows, out)
+    if reading is None or not detailed:
+        return
+    m = reading.memory_stats
+    memory_values = {
+        "RSS": m.rss,
+        "Cache": m.cache,
+        "Swap": m.swap,
+        "Usage": m.usage,
+        "Max Usage": m.max_usage,
+        "Kernel Usage": m.kernel_usage,
+        "Kernel Max Usage": m.kernel_max_usage,
+    }
+    measured = sorted(x for x in m.measured if x in memory_values)
+    if measured:
+        heading("Memory Stats", out)
+        table(measured, [[fmt_bytes(memory_values[x]) for x in measured]], out)
+    c = reading.cpu_stats
+    cpu_values = {
+        "Percent": f"{c.percent:.2f}%",
+        "System Mode": f"{c.system_mode:.2f}%",
+        "User Mode": f"{c.user_mode:.2f}%",
+        "Throttled Periods": str(c.throttled_periods),
+        "Throttled Time": str(c.throttled_time),
+    }
+    measured = sorted(x for x in c.measured if x in cpu_values)
+    if measured:
+        heading("CPU Stats", out)
+        table(measured, [[cpu_values[x] for x in measured]], out)
 
 
 def cmd_stop(args: argparse.Namespace, ctx: Context) -> int:

@@ -2,7 +2,7 @@
 
 Embedded PostgreSQL, migrations, then every role as its own process, started
 by module name and in dependency order — state, broker, planner, worker and
-one client agent (raw_exec and mock drivers) — each waited for through its
+one client agent (exec, raw_exec and mock drivers) — each waited for through its
 ready file. Prints a table of the processes, then watches them: Ctrl-C or
 SIGTERM stops every role (SIGTERM, SIGKILL after a grace period) and the
 database, so nothing is left running. If a role exits on its own, the rest
@@ -390,7 +390,7 @@ def _run_roles(
             ],
             {
                 "CORRAL_AGENT_DATA_DIR": str(agent_dir),
-                "CORRAL_AGENT_DRIVERS": "raw_exec,mock",
+                "CORRAL_AGENT_DRIVERS": "exec,raw_exec,mock",
                 "CORRAL_AGENT_NODE_NAME": socket.gethostname(),
             },
         )

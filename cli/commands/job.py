@@ -19,7 +19,7 @@ from cli.diff_output import write_job_diff
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
-from corral.domain.jobspec import JobspecError, load_job
+from corral.domain.jobspec import JobspecError, load_job, var_inputs
 from corral.domain.jobspec.duration import format_duration
 from corral.domain.structs import EvalStatus
 from corral.runtime import telemetry
@@ -29,11 +29,56 @@ from corral.v1 import structs_pb2 as pb
 PLAN_EXIT_ERROR = 255
 
 
+def _go_bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "t"):
+        return True
+    if text.lower() in ("false", "0", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _var_flags(p: argparse.ArgumentParser) -> None:
+    """-var, -var-file and -hcl2-strict, as Nomad's job run/plan/validate."""
+    p.add_argument(
+        "-var",
+        "--var",
+        dest="vars",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a value for an HCL2 input variable (repeatable)",
+    )
+    p.add_argument(
+        "-var-file",
+        "--var-file",
+        dest="var_files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an HCL or JSON file of variable values (repeatable)",
+    )
+    p.add_argument(
+        "-hcl2-strict",
+        "--hcl2-strict",
+        dest="hcl2_strict",
+        type=_go_bool,
+        default=True,
+        metavar="BOOL",
+        help="a -var or var file value for an undeclared variable is an error (default true)",
+    )
+
+
+def _load(args: argparse.Namespace) -> pb.Job:
+    inputs = var_inputs(args.vars, args.var_files, strict=args.hcl2_strict)
+    return load_job(args.file, inputs)
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     jobs = group(sub, "job", "Register, plan, inspect and stop jobs")
 
     p = jobs.add_parser("run", help="Register a job file and monitor its evaluation")
     p.add_argument("file", help="job file (HCL or JSON; - for stdin)")
+    _var_flags(p)
     p.add_argument("-detach", "--detach", action="store_true", help="return after registering")
     p.add_argument(
         "-check-index",
@@ -50,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "plan", help="Dry-run a job file: what would change (exit 1 if allocs change)"
     )
     p.add_argument("file")
+    _var_flags(p)
     p.add_argument("-diff", "--diff", dest="diff", action="store_true", default=True)
     p.add_argument("-no-diff", "--no-diff", dest="diff", action="store_false")
     common(p, json=True, verbose=True)
@@ -57,6 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = jobs.add_parser("validate", help="Parse and check a job file without contacting a server")
     p.add_argument("file")
+    _var_flags(p)
     p.add_argument(
         "-json", "--json", dest="json", action="store_true", help="print the job as JSON"
     )
@@ -248,7 +295,7 @@ def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _run(args: argparse.Namespace, ctx: Context) -> int:
-    job = load_job(args.file)
+    job = _load(args)
     req = job_pb2.JobRegisterRequest(job=job)
     if args.check_index is not None:
         req.enforce_index = True
@@ -280,7 +327,7 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_plan(args: argparse.Namespace, ctx: Context) -> int:
     try:
-        job = load_job(args.file)
+        job = _load(args)
         resp: job_pb2.JobPlanResponse = ctx.client.jobs.Plan(
             job_pb2.JobPlanRequest(job=job, diff=args.diff), timeout=60
         )
@@ -301,7 +348,7 @@ def cmd_plan(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, ctx: Context) -> int:
-    job = load_job(args.file)
+    job = _load(args)
     if args.json:
         print_json(job, ctx.out)
     else:

@@ -484,7 +484,8 @@ def total_task_resources(tasks: Iterable[pb.Task]) -> pb.Resources:
         out.cpu += r.cpu
         out.cores += r.cores
         out.memory_mb += r.memory_mb
-        out.memory_max_mb += r.memory_max_mb or r.memory_mb
+        # a ceiling of 0 (none) or -1 (no limit) counts as the reservation
+        out.memory_max_mb += r.memory_max_mb if r.memory_max_mb > 0 else r.memory_mb
         out.networks.extend(r.networks)
         out.devices.extend(r.devices)
     return out

@@ -223,3 +223,46 @@ class AllocLogsChunk(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AllocLogsChunk: _TypeAlias = AllocLogsChunk  # noqa: Y015
+
+@_typing.final
+class AllocStatsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    task: _builtins.str
+    """only this task ("" = all of them)"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocStatsRequest: _TypeAlias = AllocStatsRequest  # noqa: Y015
+
+@_typing.final
+class AllocStatsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USAGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def usage(self) -> _structs_pb2.AllocResourceUsage: ...
+    def __init__(
+        self,
+        *,
+        usage: _structs_pb2.AllocResourceUsage | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocStatsResponse: _TypeAlias = AllocStatsResponse  # noqa: Y015

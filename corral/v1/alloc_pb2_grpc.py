@@ -185,7 +185,8 @@ class Alloc:
 
 
 class ClientAllocStub:
-    """Served by each client agent (Node.http_addr): task logs of its allocs.
+    """Served by each client agent (Node.http_addr): task logs and resource
+    usage of its allocs.
     """
 
     def __init__(self, channel):
@@ -199,14 +200,30 @@ class ClientAllocStub:
                 request_serializer=corral_dot_v1_dot_alloc__pb2.AllocLogsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocLogsChunk.FromString,
                 _registered_method=True)
+        self.Stats = channel.unary_unary(
+                '/corral.v1.ClientAlloc/Stats',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocStatsResponse.FromString,
+                _registered_method=True)
 
 
 class ClientAllocServicer:
-    """Served by each client agent (Node.http_addr): task logs of its allocs.
+    """Served by each client agent (Node.http_addr): task logs and resource
+    usage of its allocs.
     """
 
     def Logs(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stats(self, request, context):
+        """Resource usage of an alloc's tasks, summed and per task, from their
+        cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+        namespace. NOT_FOUND for an alloc this node does not run, or a task it
+        does not have.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -219,6 +236,11 @@ def add_ClientAllocServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocLogsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_alloc__pb2.AllocLogsChunk.SerializeToString,
             ),
+            'Stats': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stats,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.AllocStatsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'corral.v1.ClientAlloc', rpc_method_handlers)
@@ -228,7 +250,8 @@ def add_ClientAllocServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ClientAlloc:
-    """Served by each client agent (Node.http_addr): task logs of its allocs.
+    """Served by each client agent (Node.http_addr): task logs and resource
+    usage of its allocs.
     """
 
     @staticmethod
@@ -248,6 +271,33 @@ class ClientAlloc:
             '/corral.v1.ClientAlloc/Logs',
             corral_dot_v1_dot_alloc__pb2.AllocLogsRequest.SerializeToString,
             corral_dot_v1_dot_alloc__pb2.AllocLogsChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientAlloc/Stats',
+            corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.AllocStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

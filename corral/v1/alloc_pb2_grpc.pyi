@@ -70,23 +70,41 @@ class AllocServicer(metaclass=_abc_1.ABCMeta):
 def add_AllocServicer_to_server(servicer: AllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class ClientAllocStub:
-    """Served by each client agent (Node.http_addr): task logs of its allocs."""
+    """Served by each client agent (Node.http_addr): task logs and resource
+    usage of its allocs.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ClientAllocAsyncStub: ...
     Logs: _grpc.UnaryStreamMultiCallable[_alloc_pb2.AllocLogsRequest, _alloc_pb2.AllocLogsChunk]
+    Stats: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocStatsRequest, _alloc_pb2.AllocStatsResponse]
+    """Resource usage of an alloc's tasks, summed and per task, from their
+    cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+    namespace. NOT_FOUND for an alloc this node does not run, or a task it
+    does not have.
+    """
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
-    """Served by each client agent (Node.http_addr): task logs of its allocs."""
+    """Served by each client agent (Node.http_addr): task logs and resource
+    usage of its allocs.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Logs: _aio.UnaryStreamMultiCallable[_alloc_pb2.AllocLogsRequest, _alloc_pb2.AllocLogsChunk]  # type: ignore[assignment]
+    Stats: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocStatsRequest, _alloc_pb2.AllocStatsResponse]  # type: ignore[assignment]
+    """Resource usage of an alloc's tasks, summed and per task, from their
+    cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+    namespace. NOT_FOUND for an alloc this node does not run, or a task it
+    does not have.
+    """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
-    """Served by each client agent (Node.http_addr): task logs of its allocs."""
+    """Served by each client agent (Node.http_addr): task logs and resource
+    usage of its allocs.
+    """
 
     @_abc_1.abstractmethod
     def Logs(
@@ -94,5 +112,17 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
         request: _alloc_pb2.AllocLogsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_alloc_pb2.AllocLogsChunk], _abc.AsyncIterator[_alloc_pb2.AllocLogsChunk]]: ...
+
+    @_abc_1.abstractmethod
+    def Stats(
+        self,
+        request: _alloc_pb2.AllocStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocStatsResponse, _abc.Awaitable[_alloc_pb2.AllocStatsResponse]]:
+        """Resource usage of an alloc's tasks, summed and per task, from their
+        cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
+        namespace. NOT_FOUND for an alloc this node does not run, or a task it
+        does not have.
+        """
 
 def add_ClientAllocServicer_to_server(servicer: ClientAllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

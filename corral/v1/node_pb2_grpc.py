@@ -490,3 +490,81 @@ class Node:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ClientStatsStub:
+    """Served by each client agent (Node.http_addr): the host's resource usage
+    (Nomad's ClientStats.Stats, `nomad node status -stats`): node:read.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Stats = channel.unary_unary(
+                '/corral.v1.ClientStats/Stats',
+                request_serializer=corral_dot_v1_dot_node__pb2.ClientStatsRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_node__pb2.ClientStatsResponse.FromString,
+                _registered_method=True)
+
+
+class ClientStatsServicer:
+    """Served by each client agent (Node.http_addr): the host's resource usage
+    (Nomad's ClientStats.Stats, `nomad node status -stats`): node:read.
+    """
+
+    def Stats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ClientStatsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Stats': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stats,
+                    request_deserializer=corral_dot_v1_dot_node__pb2.ClientStatsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_node__pb2.ClientStatsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'corral.v1.ClientStats', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('corral.v1.ClientStats', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ClientStats:
+    """Served by each client agent (Node.http_addr): the host's resource usage
+    (Nomad's ClientStats.Stats, `nomad node status -stats`): node:read.
+    """
+
+    @staticmethod
+    def Stats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientStats/Stats',
+            corral_dot_v1_dot_node__pb2.ClientStatsRequest.SerializeToString,
+            corral_dot_v1_dot_node__pb2.ClientStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

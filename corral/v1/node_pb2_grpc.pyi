@@ -166,3 +166,37 @@ class NodeServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_node_pb2.NodeAllocationsResponse, _abc.Awaitable[_node_pb2.NodeAllocationsResponse]]: ...
 
 def add_NodeServicer_to_server(servicer: NodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ClientStatsStub:
+    """Served by each client agent (Node.http_addr): the host's resource usage
+    (Nomad's ClientStats.Stats, `nomad node status -stats`): node:read.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ClientStatsAsyncStub: ...
+    Stats: _grpc.UnaryUnaryMultiCallable[_node_pb2.ClientStatsRequest, _node_pb2.ClientStatsResponse]
+
+@_typing.type_check_only
+class ClientStatsAsyncStub(ClientStatsStub):
+    """Served by each client agent (Node.http_addr): the host's resource usage
+    (Nomad's ClientStats.Stats, `nomad node status -stats`): node:read.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    Stats: _aio.UnaryUnaryMultiCallable[_node_pb2.ClientStatsRequest, _node_pb2.ClientStatsResponse]  # type: ignore[assignment]
+
+class ClientStatsServicer(metaclass=_abc_1.ABCMeta):
+    """Served by each client agent (Node.http_addr): the host's resource usage
+    (Nomad's ClientStats.Stats, `nomad node status -stats`): node:read.
+    """
+
+    @_abc_1.abstractmethod
+    def Stats(
+        self,
+        request: _node_pb2.ClientStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.ClientStatsResponse, _abc.Awaitable[_node_pb2.ClientStatsResponse]]: ...
+
+def add_ClientStatsServicer_to_server(servicer: ClientStatsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

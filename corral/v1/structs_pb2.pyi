@@ -68,9 +68,15 @@ class NetworkResource(_message.Message):
     MBITS_FIELD_NUMBER: _builtins.int
     RESERVED_PORTS_FIELD_NUMBER: _builtins.int
     DYNAMIC_PORTS_FIELD_NUMBER: _builtins.int
+    HOSTNAME_FIELD_NUMBER: _builtins.int
+    CNI_FIELD_NUMBER: _builtins.int
     mode: _builtins.str
-    """"host" (default) or "bridge" """
+    """"host" (default), "bridge", "none", "cni/<name>" """
     mbits: _builtins.int
+    hostname: _builtins.str
+    """The hostname of the group's network namespace (bridge and CNI modes);
+    stored and returned, not acted upon by Corral's client yet.
+    """
     @_builtins.property
     def reserved_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
         """static ports"""
@@ -79,6 +85,12 @@ class NetworkResource(_message.Message):
     def dynamic_ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___Port]:
         """ports picked from the node's dynamic range"""
 
+    @_builtins.property
+    def cni(self) -> Global___CNIConfig:
+        """The `cni` block of a `cni/<name>` mode; stored and returned, not acted
+        upon by Corral's client yet.
+        """
+
     def __init__(
         self,
         *,
@@ -86,14 +98,58 @@ class NetworkResource(_message.Message):
         mbits: _builtins.int = ...,
         reserved_ports: _abc.Iterable[Global___Port] | None = ...,
         dynamic_ports: _abc.Iterable[Global___Port] | None = ...,
+        hostname: _builtins.str = ...,
+        cni: Global___CNIConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cni", b"cni"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dynamic_ports", b"dynamic_ports", "mbits", b"mbits", "mode", b"mode", "reserved_ports", b"reserved_ports"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cni", b"cni", "dynamic_ports", b"dynamic_ports", "hostname", b"hostname", "mbits", b"mbits", "mode", b"mode", "reserved_ports", b"reserved_ports"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NetworkResource: _TypeAlias = NetworkResource  # noqa: Y015
+
+@_typing.final
+class CNIConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ArgsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ARGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def args(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """arguments passed to the CNI plugins"""
+
+    def __init__(
+        self,
+        *,
+        args: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CNIConfig: _TypeAlias = CNIConfig  # noqa: Y015
 
 @_typing.final
 class RequestedDevice(_message.Message):
@@ -173,7 +229,7 @@ class Resources(_message.Message):
     """reserved whole cores"""
     memory_mb: _builtins.int
     memory_max_mb: _builtins.int
-    """oversubscription ceiling; 0 = memory_mb"""
+    """oversubscription ceiling; 0 = memory_mb; -1 = no limit"""
     disk_mb: _builtins.int
     @_builtins.property
     def networks(self) -> _containers.RepeatedCompositeFieldContainer[Global___NetworkResource]: ...
@@ -426,11 +482,16 @@ class RestartPolicy(_message.Message):
     INTERVAL_FIELD_NUMBER: _builtins.int
     DELAY_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    RENDER_TEMPLATES_FIELD_NUMBER: _builtins.int
     attempts: _builtins.int
     interval: _builtins.int
     delay: _builtins.int
     mode: _builtins.str
     """"fail" or "delay" """
+    render_templates: _builtins.bool
+    """Re-render templates on restart (Nomad 1.9); stored and returned: Corral
+    has no template block yet.
+    """
     def __init__(
         self,
         *,
@@ -438,10 +499,11 @@ class RestartPolicy(_message.Message):
         interval: _builtins.int = ...,
         delay: _builtins.int = ...,
         mode: _builtins.str = ...,
+        render_templates: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "delay", b"delay", "interval", b"interval", "mode", b"mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "delay", b"delay", "interval", b"interval", "mode", b"mode", "render_templates", b"render_templates"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -701,6 +763,7 @@ class Task(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     RESTART_POLICY_FIELD_NUMBER: _builtins.int
     DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -708,6 +771,10 @@ class Task(_message.Message):
     kill_timeout: _builtins.int
     kill_signal: _builtins.str
     leader: _builtins.bool
+    shutdown_delay: _builtins.int
+    """Time between deregistering the task's services and killing it (ns);
+    stored and returned (the client acts on it once services exist).
+    """
     @_builtins.property
     def config(self) -> _struct_pb2.Struct:
         """driver configuration"""
@@ -745,10 +812,11 @@ class Task(_message.Message):
         leader: _builtins.bool = ...,
         restart_policy: Global___RestartPolicy | None = ...,
         dispatch_payload: Global___DispatchPayloadConfig | None = ...,
+        shutdown_delay: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -795,11 +863,21 @@ class TaskGroup(_message.Message):
     STOP_AFTER_CLIENT_DISCONNECT_FIELD_NUMBER: _builtins.int
     DISCONNECT_FIELD_NUMBER: _builtins.int
     PREVENT_RESCHEDULE_ON_LOST_FIELD_NUMBER: _builtins.int
+    SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
+    MAX_RUN_DURATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     max_client_disconnect: _builtins.int
     stop_after_client_disconnect: _builtins.int
     prevent_reschedule_on_lost: _builtins.bool
+    shutdown_delay: _builtins.int
+    """Time between deregistering the group's services and stopping its tasks
+    (ns); stored and returned (the client acts on it once services exist).
+    """
+    max_run_duration: _builtins.int
+    """The longest an allocation of this group may run before it is stopped
+    (ns, 0 = no limit; Nomad 1.11); stored and returned, not enforced yet.
+    """
     @_builtins.property
     def constraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Constraint]: ...
     @_builtins.property
@@ -844,10 +922,12 @@ class TaskGroup(_message.Message):
         stop_after_client_disconnect: _builtins.int | None = ...,
         disconnect: Global___DisconnectStrategy | None = ...,
         prevent_reschedule_on_lost: _builtins.bool = ...,
+        shutdown_delay: _builtins.int = ...,
+        max_run_duration: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_client_disconnect: _TypeAlias = _typing.Literal["max_client_disconnect"]  # noqa: Y015
     _WhichOneofArgType__max_client_disconnect: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect"]  # noqa: Y015
@@ -912,6 +992,7 @@ class Job(_message.Message):
     PARENT_ID_FIELD_NUMBER: _builtins.int
     DISPATCHED_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    UI_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     """default "default" """
@@ -954,6 +1035,10 @@ class Job(_message.Message):
     def parameterized(self) -> Global___ParameterizedConfig: ...
     @_builtins.property
     def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def ui(self) -> Global___JobUIConfig:
+        """the `ui` block"""
+
     def __init__(
         self,
         *,
@@ -985,14 +1070,64 @@ class Job(_message.Message):
         parent_id: _builtins.str = ...,
         dispatched: _builtins.bool = ...,
         payload: _builtins.bytes = ...,
+        ui: Global___JobUIConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "update", b"update", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobUILink(_message.Message):
+    """The job's page in the web UI (Nomad 1.8's `ui` block): a Markdown
+    description and links; stored and returned through the API.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    url: _builtins.str
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        url: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUILink: _TypeAlias = JobUILink  # noqa: Y015
+
+@_typing.final
+class JobUIConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    description: _builtins.str
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobUILink]: ...
+    def __init__(
+        self,
+        *,
+        description: _builtins.str = ...,
+        links: _abc.Iterable[Global___JobUILink] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "links", b"links"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobUIConfig: _TypeAlias = JobUIConfig  # noqa: Y015
 
 @_typing.final
 class TaskGroupSummary(_message.Message):
@@ -3004,6 +3139,344 @@ class SchedulerConfiguration(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SchedulerConfiguration: _TypeAlias = SchedulerConfiguration  # noqa: Y015
+
+@_typing.final
+class MemoryStats(_message.Message):
+    """---------------------------------------------------------------- resource usage (client stats)
+
+    Memory of a task (its cgroup, or its process tree), bytes. `measured`
+    names the fields this node actually reads (Nomad's Measured): cgroup v1
+    RSS, Cache, Swap, Usage, Max Usage, Kernel Usage, Kernel Max Usage;
+    cgroup v2 RSS, Cache, Swap, Usage; a process tree RSS.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RSS_FIELD_NUMBER: _builtins.int
+    CACHE_FIELD_NUMBER: _builtins.int
+    SWAP_FIELD_NUMBER: _builtins.int
+    MAPPED_FILE_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
+    MAX_USAGE_FIELD_NUMBER: _builtins.int
+    KERNEL_USAGE_FIELD_NUMBER: _builtins.int
+    KERNEL_MAX_USAGE_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    rss: _builtins.int
+    cache: _builtins.int
+    swap: _builtins.int
+    mapped_file: _builtins.int
+    usage: _builtins.int
+    max_usage: _builtins.int
+    kernel_usage: _builtins.int
+    kernel_max_usage: _builtins.int
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        rss: _builtins.int = ...,
+        cache: _builtins.int = ...,
+        swap: _builtins.int = ...,
+        mapped_file: _builtins.int = ...,
+        usage: _builtins.int = ...,
+        max_usage: _builtins.int = ...,
+        kernel_usage: _builtins.int = ...,
+        kernel_max_usage: _builtins.int = ...,
+        measured: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache", b"cache", "kernel_max_usage", b"kernel_max_usage", "kernel_usage", b"kernel_usage", "mapped_file", b"mapped_file", "max_usage", b"max_usage", "measured", b"measured", "rss", b"rss", "swap", b"swap", "usage", b"usage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryStats: _TypeAlias = MemoryStats  # noqa: Y015
+
+@_typing.final
+class CpuStats(_message.Message):
+    """CPU of a task since the previous sample: percentages of one core, and
+    the same as MHz (total_ticks).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SYSTEM_MODE_FIELD_NUMBER: _builtins.int
+    USER_MODE_FIELD_NUMBER: _builtins.int
+    TOTAL_TICKS_FIELD_NUMBER: _builtins.int
+    THROTTLED_PERIODS_FIELD_NUMBER: _builtins.int
+    THROTTLED_TIME_FIELD_NUMBER: _builtins.int
+    PERCENT_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
+    system_mode: _builtins.float
+    user_mode: _builtins.float
+    total_ticks: _builtins.float
+    throttled_periods: _builtins.int
+    throttled_time: _builtins.int
+    """ns"""
+    percent: _builtins.float
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        system_mode: _builtins.float = ...,
+        user_mode: _builtins.float = ...,
+        total_ticks: _builtins.float = ...,
+        throttled_periods: _builtins.int = ...,
+        throttled_time: _builtins.int = ...,
+        percent: _builtins.float = ...,
+        measured: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["measured", b"measured", "percent", b"percent", "system_mode", b"system_mode", "throttled_periods", b"throttled_periods", "throttled_time", b"throttled_time", "total_ticks", b"total_ticks", "user_mode", b"user_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CpuStats: _TypeAlias = CpuStats  # noqa: Y015
+
+@_typing.final
+class ResourceUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_STATS_FIELD_NUMBER: _builtins.int
+    CPU_STATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memory_stats(self) -> Global___MemoryStats: ...
+    @_builtins.property
+    def cpu_stats(self) -> Global___CpuStats: ...
+    def __init__(
+        self,
+        *,
+        memory_stats: Global___MemoryStats | None = ...,
+        cpu_stats: Global___CpuStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cpu_stats", b"cpu_stats", "memory_stats", b"memory_stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_stats", b"cpu_stats", "memory_stats", b"memory_stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceUsage: _TypeAlias = ResourceUsage  # noqa: Y015
+
+@_typing.final
+class TaskResourceUsage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_USAGE_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    """when sampled, Unix ns"""
+    @_builtins.property
+    def resource_usage(self) -> Global___ResourceUsage: ...
+    def __init__(
+        self,
+        *,
+        resource_usage: Global___ResourceUsage | None = ...,
+        timestamp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskResourceUsage: _TypeAlias = TaskResourceUsage  # noqa: Y015
+
+@_typing.final
+class AllocResourceUsage(_message.Message):
+    """An alloc's usage: its tasks' summed, and each task's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TasksEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TaskResourceUsage: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TaskResourceUsage | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RESOURCE_USAGE_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    timestamp: _builtins.int
+    """the newest task sample"""
+    @_builtins.property
+    def resource_usage(self) -> Global___ResourceUsage: ...
+    @_builtins.property
+    def tasks(self) -> _containers.MessageMap[_builtins.str, Global___TaskResourceUsage]: ...
+    def __init__(
+        self,
+        *,
+        resource_usage: Global___ResourceUsage | None = ...,
+        tasks: _abc.Mapping[_builtins.str, Global___TaskResourceUsage] | None = ...,
+        timestamp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resource_usage", b"resource_usage", "tasks", b"tasks", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocResourceUsage: _TypeAlias = AllocResourceUsage  # noqa: Y015
+
+@_typing.final
+class HostMemoryStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    FREE_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    available: _builtins.int
+    used: _builtins.int
+    free: _builtins.int
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        available: _builtins.int = ...,
+        used: _builtins.int = ...,
+        free: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "free", b"free", "total", b"total", "used", b"used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostMemoryStats: _TypeAlias = HostMemoryStats  # noqa: Y015
+
+@_typing.final
+class HostCPUStats(_message.Message):
+    """One core, percentages since the previous sample."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CPU_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    SYSTEM_FIELD_NUMBER: _builtins.int
+    IDLE_FIELD_NUMBER: _builtins.int
+    cpu: _builtins.str
+    """"cpu0", ..."""
+    user: _builtins.float
+    system: _builtins.float
+    idle: _builtins.float
+    def __init__(
+        self,
+        *,
+        cpu: _builtins.str = ...,
+        user: _builtins.float = ...,
+        system: _builtins.float = ...,
+        idle: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu", b"cpu", "idle", b"idle", "system", b"system", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostCPUStats: _TypeAlias = HostCPUStats  # noqa: Y015
+
+@_typing.final
+class HostDiskStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    MOUNTPOINT_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    USED_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    USED_PERCENT_FIELD_NUMBER: _builtins.int
+    INODES_USED_PERCENT_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    mountpoint: _builtins.str
+    size: _builtins.int
+    used: _builtins.int
+    available: _builtins.int
+    used_percent: _builtins.float
+    inodes_used_percent: _builtins.float
+    def __init__(
+        self,
+        *,
+        device: _builtins.str = ...,
+        mountpoint: _builtins.str = ...,
+        size: _builtins.int = ...,
+        used: _builtins.int = ...,
+        available: _builtins.int = ...,
+        used_percent: _builtins.float = ...,
+        inodes_used_percent: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "device", b"device", "inodes_used_percent", b"inodes_used_percent", "mountpoint", b"mountpoint", "size", b"size", "used", b"used", "used_percent", b"used_percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostDiskStats: _TypeAlias = HostDiskStats  # noqa: Y015
+
+@_typing.final
+class HostStats(_message.Message):
+    """A client node's host (Nomad's HostStats)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CPU_FIELD_NUMBER: _builtins.int
+    DISK_STATS_FIELD_NUMBER: _builtins.int
+    ALLOC_DIR_STATS_FIELD_NUMBER: _builtins.int
+    UPTIME_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    CPU_TICKS_CONSUMED_FIELD_NUMBER: _builtins.int
+    uptime: _builtins.int
+    """seconds since boot"""
+    timestamp: _builtins.int
+    """Unix ns"""
+    cpu_ticks_consumed: _builtins.float
+    """MHz busy over all cores"""
+    @_builtins.property
+    def memory(self) -> Global___HostMemoryStats: ...
+    @_builtins.property
+    def cpu(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostCPUStats]: ...
+    @_builtins.property
+    def disk_stats(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostDiskStats]: ...
+    @_builtins.property
+    def alloc_dir_stats(self) -> Global___HostDiskStats:
+        """the file system of the agent's data dir"""
+
+    def __init__(
+        self,
+        *,
+        memory: Global___HostMemoryStats | None = ...,
+        cpu: _abc.Iterable[Global___HostCPUStats] | None = ...,
+        disk_stats: _abc.Iterable[Global___HostDiskStats] | None = ...,
+        alloc_dir_stats: Global___HostDiskStats | None = ...,
+        uptime: _builtins.int = ...,
+        timestamp: _builtins.int = ...,
+        cpu_ticks_consumed: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alloc_dir_stats", b"alloc_dir_stats", "memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_dir_stats", b"alloc_dir_stats", "cpu", b"cpu", "cpu_ticks_consumed", b"cpu_ticks_consumed", "disk_stats", b"disk_stats", "memory", b"memory", "timestamp", b"timestamp", "uptime", b"uptime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostStats: _TypeAlias = HostStats  # noqa: Y015
 
 @_typing.final
 class Event(_message.Message):

@@ -1,9 +1,9 @@
 """`python -m services.agent` — a client node: runs allocations with the
-drivers `--drivers` enables (mock by default; raw_exec only when named, as
-Nomad ships it off) and serves their logs.
+exec and mock drivers by default (raw_exec only when `--drivers` names it,
+as Nomad ships it off) and serves their logs and resource usage.
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
-        [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers raw_exec,mock]
+        [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers exec,raw_exec,mock]
 """
 
 from __future__ import annotations
@@ -11,26 +11,29 @@ from __future__ import annotations
 import logging
 import sys
 
+from corral.domain.errors import Unavailable
 from corral.runtime import runner
 from corral.runtime.server import GrpcServer
 from corral.security import transport
 from corral.security.acl_resolve import RemoteResolver
 from corral.security.private_files import private_dir
-from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
-from services.agent.handlers import ClientAllocServicer
+from services.agent.handlers import ClientAllocServicer, ClientStatsServicer
+from services.agent.runner import AllocRunner
 
 log = logging.getLogger("services.agent")
 
 
 class AgentProcess:
-    """The agent and the ClientAlloc (logs) server beside it."""
+    """The agent and the ClientAlloc (logs, stats) and ClientStats server beside it."""
 
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
-        # the agent receives log requests only, and resolves their tokens
-        # through the state
+        # the agent receives log and stats requests only, and resolves their
+        # tokens through the state
         self.acl_channel = transport.dial(settings.state_addr)
         self.server = GrpcServer(
             settings.listen,
@@ -46,8 +49,13 @@ class AgentProcess:
         data_dir = private_dir(self.settings.data_dir)
         self.server.add(
             alloc_pb2_grpc.add_ClientAllocServicer_to_server,
-            ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc_namespace),
+            ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc),
             alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
+        )
+        self.server.add(
+            node_pb2_grpc.add_ClientStatsServicer_to_server,
+            ClientStatsServicer(self._host_stats),
+            node_pb2.DESCRIPTOR.services_by_name["ClientStats"].full_name,
         )
         await self.server.start()
         address = self.settings.advertise or self.server.bound_address
@@ -58,9 +66,14 @@ class AgentProcess:
         # members`); the node list is the agents' registry
         return runner.Ready(address, info={"node_id": self.agent.node.id})
 
-    def _alloc_namespace(self, alloc_id: str) -> str | None:
-        runner_ = self.agent.runners.get(alloc_id) if self.agent is not None else None
-        return runner_.alloc.namespace if runner_ is not None else None
+    def _alloc(self, alloc_id: str) -> AllocRunner | None:
+        return self.agent.runners.get(alloc_id) if self.agent is not None else None
+
+    def _host_stats(self) -> tuple[str, pb.HostStats]:
+        if self.agent is None:
+            raise Unavailable("the agent is still starting")
+        host = self.agent.host_stats
+        return self.agent.node.id, host.latest or host.sample()
 
     async def stop(self) -> None:
         if self.agent is not None:

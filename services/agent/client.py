@@ -22,27 +22,39 @@ import grpc
 import psutil
 
 from corral.domain import structs
-from corral.domain.errors import ConfigError
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
 from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
+from services.agent import drivers as task_drivers
 from services.agent import metrics
+from services.agent.cgroups import CgroupManager, Detected, Version, detect
 from services.agent.config import AgentSettings
-from services.agent.drivers import ALL_DRIVERS, Driver
+from services.agent.cpuset import Compute
+from services.agent.drivers import Driver
 from services.agent.runner import AllocRunner
+from services.agent.stats import HostStats
 
 log = logging.getLogger(__name__)
+
+
+def host_compute() -> Compute:
+    """The machine's CPU: cores times their MHz (2,000 where unknown)."""
+    cores = psutil.cpu_count(logical=True) or 1
+    freq = psutil.cpu_freq()
+    mhz = int(freq.max or freq.current) if freq and (freq.max or freq.current) else 2000
+    return Compute(mhz * cores, cores)
 
 
 def fingerprint(
     settings: AgentSettings, drivers: dict[str, Driver], http_addr: str = ""
 ) -> pb.Node:
-    """What this machine offers, in Nomad's attribute names."""
-    cores = psutil.cpu_count(logical=True) or 1
-    freq = psutil.cpu_freq()
-    mhz = int(freq.max or freq.current) if freq and (freq.max or freq.current) else 2000
+    """What this machine offers, in Nomad's attribute names. A driver that
+    is not detected and healthy here is listed with its reason and gets no
+    `driver.<name>` attribute: the scheduler places nothing needing it."""
+    compute = host_compute()
+    cores, mhz = compute.cores, compute.mhz_per_core
     mem = psutil.virtual_memory().total // (1024 * 1024)
     private_dir(settings.data_dir)
     disk = psutil.disk_usage(str(settings.data_dir)).free // (1024 * 1024)
@@ -87,23 +99,41 @@ def fingerprint(
         ),
     )
     for name, driver in drivers.items():
-        node.drivers[name].CopyFrom(driver.fingerprint())
-        node.attributes[f"driver.{name}"] = "1"
+        info = driver.fingerprint()
+        node.drivers[name].CopyFrom(info)
+        if info.detected and info.healthy:
+            node.attributes[f"driver.{name}"] = "1"
     return node
+
+
+def setup_cgroups(settings: AgentSettings, compute: Compute) -> CgroupManager:
+    """The cgroups tasks will run in, created at start-up; turned off (with
+    the reason, for the exec driver's health) when that fails."""
+    detected = detect(settings.cgroup_version)
+    manager = CgroupManager(detected, compute, settings.cgroup_parent)
+    try:
+        manager.init()
+    except OSError as exc:
+        log.warning("cgroups %s unusable: %s", detected.version, exc)
+        off = Detected(Version.OFF, detected.mounts, reason=f"initialising cgroups failed: {exc}")
+        return CgroupManager(off, compute, settings.cgroup_parent)
+    log.info(
+        "cgroups: %s%s",
+        manager.version,
+        f" ({detected.reason})" if detected.reason else "",
+    )
+    return manager
 
 
 class Agent:
     def __init__(self, settings: AgentSettings, *, http_addr: str = "") -> None:
-        """`http_addr` is where this node serves ClientAlloc.Logs."""
+        """`http_addr` is where this node serves ClientAlloc (logs, stats)."""
         self.settings = settings
-        unknown = [n for n in settings.drivers if n not in ALL_DRIVERS]
-        if unknown:  # refused, not silently left out
-            raise ConfigError(
-                f"--drivers: unknown driver {', '.join(map(repr, unknown))} "
-                f"(this agent has: {', '.join(ALL_DRIVERS)})"
-            )
-        self.drivers: dict[str, Driver] = {n: ALL_DRIVERS[n]() for n in settings.drivers}
+        self.compute = host_compute()
+        self.cgroups = setup_cgroups(settings, self.compute)
+        self.drivers = task_drivers.build(settings.drivers, self.cgroups, settings.exec_settings())
         self.node = fingerprint(settings, self.drivers, http_addr)
+        self.host_stats = HostStats(settings.data_dir, self.compute)
         self.node.id, self.node.secret_id = self._identity()
         self.runners: dict[str, AllocRunner] = {}
         self.jobs: dict[tuple[str, str, int], pb.Job] = {}
@@ -126,6 +156,47 @@ class Agent:
         write_private(path, json.dumps(ident))
         return ident["node_id"], ident["secret_id"]
 
+    # ------------------------------------------------------------ resource usage
+
+    async def _stats_loop(self) -> None:
+        """Sample the host and every running task each `stats_interval`
+        (Nomad's collection_interval): CPU percentages are between samples."""
+        while not self._stop.is_set():
+            try:
+                self.host_stats.sample()
+                for runner in list(self.runners.values()):
+                    runner.sample_usage()
+            except Exception:  # a stats failure must not stop the agent
+                log.exception("sampling resource usage")
+            await asyncio.sleep(self.settings.stats_interval)
+
+    def task_samples(self) -> list[metrics.TaskSample]:
+        """The latest reading of every running task (Prometheus gauges)."""
+        out = []
+        for runner in list(self.runners.values()):
+            a = runner.alloc
+            for t in runner.tasks:
+                latest = t.stats.latest if t.stats is not None else None
+                if latest is None:
+                    continue
+                r = t.resources()
+                out.append(
+                    metrics.TaskSample(
+                        namespace=a.namespace or "default",
+                        job=a.job_id,
+                        task_group=a.task_group,
+                        alloc_id=a.id,
+                        task=t.task.name,
+                        usage=latest,
+                        allocated_mhz=r.cpu + r.cores * self.compute.mhz_per_core,
+                        allocated_memory_bytes=r.memory_mb * 1024 * 1024,
+                    )
+                )
+        return out
+
+    def host_sample(self) -> pb.HostStats | None:
+        return self.host_stats.latest
+
     def _alloc_statuses(self) -> list[str]:
         """The client status of every alloc held (corral_client_allocs)."""
         return [r.client_status()[0] for r in list(self.runners.values())]
@@ -139,16 +210,19 @@ class Agent:
         self._channel = transport.dial(self.settings.state_addr)
         await self._register()
         metrics.ALLOCS.add_source(self._alloc_statuses)
+        metrics.USAGE.add_source(self)
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._watch_loop(), name="watch-allocs"),
             asyncio.create_task(self._update_loop(), name="alloc-updates"),
+            asyncio.create_task(self._stats_loop(), name="stats"),
         ]
 
     async def stop(self) -> None:
         """Stop reporting; tasks are stopped too (a dev agent leaves nothing behind)."""
         self._stop.set()
         metrics.ALLOCS.remove_source(self._alloc_statuses)
+        metrics.USAGE.remove_source(self)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

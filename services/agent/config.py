@@ -4,11 +4,40 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
 
+from corral.domain import driver_config
 from corral.runtime.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
+from services.agent.drivers.exec import DEFAULT_CHROOT_ENV, ExecSettings
+
+DRIVERS = ("exec", "raw_exec", "mock")
+
+
+def _known_drivers(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in DRIVERS]
+    if unknown:
+        raise ValueError(f"unknown drivers {', '.join(unknown)} (known: {', '.join(DRIVERS)})")
+    return names
+
+
+def _known_capabilities(names: list[str]) -> list[str]:
+    unknown = [
+        n
+        for n in names
+        if driver_config.normalize_capability(n) not in (*driver_config.CAPABILITIES, "all")
+    ]
+    if unknown:
+        raise ValueError(f"unknown capabilities {', '.join(unknown)}")
+    return names
+
+
+def _absolute_paths(paths: dict[str, str]) -> dict[str, str]:
+    for host, inside in paths.items():
+        if not host.startswith("/") or not inside.startswith("/"):
+            raise ValueError(f"{host}={inside}: both paths must be absolute")
+    return paths
 
 
 class AgentSettings(ServerSettings):
@@ -31,14 +60,61 @@ class AgentSettings(ServerSettings):
     meta: KeyValues = Field(
         default_factory=dict, description="node meta key=value (repeat the flag for more)"
     )
-    drivers: CommaList = Field(
-        default_factory=lambda: ["mock"],
-        description="enabled task drivers; raw_exec only when named here (it runs tasks as "
-        "the agent's own user, without isolation: off unless configured, as in Nomad; "
-        "`corral dev` turns it on)",
+    drivers: Annotated[CommaList, AfterValidator(_known_drivers)] = Field(
+        default_factory=lambda: [d for d in DRIVERS if d != "raw_exec"],
+        description="enabled task drivers (exec, raw_exec, mock); raw_exec only when named "
+        "(it runs tasks as the agent's own user, without isolation: off unless configured, "
+        "as in Nomad; `corral dev` turns it on); a driver that cannot work on this node "
+        "(exec without root, cgroups or namespaces) is reported unhealthy and gets nothing "
+        "placed",
     )
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"
     )
     reserved_memory_mb: int = Field(256, ge=0, description="memory (MB) kept from allocations")
     reserved_cpu: int = Field(100, ge=0, description="CPU (MHz) kept from allocations")
+    stats_interval: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between resource usage samples of the host and the running tasks "
+        "(Nomad's telemetry collection_interval)",
+    )
+    cgroup_version: Literal["auto", "v1", "v2", "off"] = Field(
+        "auto",
+        description="cgroup version for task limits: auto detects it at start-up (v2 where "
+        "/sys/fs/cgroup is cgroup2 with the cpu, cpuset and memory controllers, else v1); off "
+        "runs tasks without limits (and without the exec driver)",
+    )
+    cgroup_parent: Annotated[str, Option(shown_default="corral (v1), corral.slice (v2)")] = Field(
+        "",
+        description="the cgroup under which task cgroups are made (Nomad's cgroup_parent); one "
+        "agent per parent",
+    )
+    chroot_env: Annotated[KeyValues, AfterValidator(_absolute_paths)] = Field(
+        default_factory=lambda: dict(DEFAULT_CHROOT_ENV),
+        description="host path=path in the task's root: bound read-only into every exec task "
+        "(Nomad's chroot_env; giving the flag replaces the whole default)",
+    )
+    exec_default_pid_mode: Literal["private", "host"] = Field(
+        "private", description="exec tasks' PID namespace unless their pid_mode says otherwise"
+    )
+    exec_default_ipc_mode: Literal["private", "host"] = Field(
+        "private", description="exec tasks' IPC namespace unless their ipc_mode says otherwise"
+    )
+    exec_allow_caps: Annotated[CommaList, AfterValidator(_known_capabilities)] = Field(
+        default_factory=lambda: list(driver_config.DEFAULT_CAPABILITIES),
+        description="capabilities exec tasks may have (Nomad's allow_caps): their default set "
+        "within it, and the only ones cap_add may ask for",
+    )
+    exec_no_pivot_root: bool = Field(
+        False, description="enter exec tasks' roots with chroot instead of pivot_root"
+    )
+
+    def exec_settings(self) -> ExecSettings:
+        return ExecSettings(
+            chroot_env=dict(self.chroot_env),
+            default_pid_mode=self.exec_default_pid_mode,
+            default_ipc_mode=self.exec_default_ipc_mode,
+            allow_caps=tuple(self.exec_allow_caps),
+            no_pivot_root=self.exec_no_pivot_root,
+        )

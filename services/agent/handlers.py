@@ -1,33 +1,53 @@
-"""`ClientAlloc.Logs`, served by the agent: a task's stdout/stderr file,
-from the start or the end, optionally followed."""
+"""What the agent serves at its address (Node.http_addr): `ClientAlloc`
+(a task's stdout/stderr, from the start or the end, optionally followed;
+an alloc's resource usage) and `ClientStats` (the host's)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.security import access
-from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
+from corral.v1 import structs_pb2 as pb
+from services.agent.allocdir import AllocDir
 
 CHUNK = 64 * 1024
 
 
+class AllocView(Protocol):
+    """An alloc this agent runs, as its handlers need it (AllocRunner)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    def task_names(self) -> list[str]: ...
+
+    def usage(self, task: str = "") -> pb.AllocResourceUsage: ...
+
+
 class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
-    """`namespace_of` names the namespace of an alloc this agent runs (None
-    for one it does not): reading its logs takes read-logs there."""
+    """`lookup` finds an alloc this agent runs (None for one it does not):
+    reading its logs takes read-logs in its namespace, its stats read-job."""
 
     def __init__(
         self,
         data_dir: Path,
         stopping: asyncio.Event,
-        namespace_of: Callable[[str], str | None],
+        lookup: Callable[[str], AllocView | None],
     ) -> None:
         self.data_dir = data_dir
         self.stopping = stopping
-        self.namespace_of = namespace_of
+        self.lookup = lookup
+
+    def _alloc(self, alloc_id: str) -> AllocView:
+        view = self.lookup(alloc_id) if alloc_id else None
+        if view is None:
+            raise NotFound(f"alloc {alloc_id!r} is not on this node")
+        return view
 
     async def Logs(
         self, request: alloc_pb2.AllocLogsRequest, context: Any
@@ -40,16 +60,18 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
             raise InvalidArgument("origin", "must be start or end")
         if request.offset < 0:
             raise InvalidArgument("offset", "must not be negative (count from the end: origin end)")
-        namespace = self.namespace_of(request.alloc_id) if request.alloc_id else None
-        alloc_dir = self.data_dir / "allocs" / request.alloc_id
-        if namespace is None or not alloc_dir.is_dir():
+        view = self._alloc(request.alloc_id)
+        alloc_dir = AllocDir.of(self.data_dir, request.alloc_id)
+        if not alloc_dir.dir.is_dir():
             raise NotFound(f"alloc {request.alloc_id!r} has no files on this node")
-        access.require_namespace(namespace, "read-logs")
-        tasks = sorted(p.name for p in alloc_dir.iterdir() if p.is_dir() and p.name != "alloc")
+        access.require_namespace(view.namespace, "read-logs")
+        tasks = sorted(view.task_names())
         task = request.task or (tasks[0] if len(tasks) == 1 else "")
         if task not in tasks:
             raise InvalidArgument("task", f"name one of: {', '.join(tasks)}")
-        path = alloc_dir / task / f"{kind}.log"
+        path = alloc_dir.task(task).log_path(kind)
+        if not path.parent.is_dir():
+            raise NotFound(f"task {task!r} has not started on this node")
         path.touch(exist_ok=True)
         with path.open("rb") as f:
             size = path.stat().st_size
@@ -64,3 +86,25 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
                 if not request.follow or self.stopping.is_set():
                     return
                 await asyncio.sleep(0.25)
+
+    async def Stats(
+        self, request: alloc_pb2.AllocStatsRequest, context: Any
+    ) -> alloc_pb2.AllocStatsResponse:
+        view = self._alloc(request.alloc_id)
+        access.require_namespace(view.namespace, access.READ_JOB)
+        if request.task and request.task not in view.task_names():
+            raise NotFound(f"task {request.task!r} not found in alloc {request.alloc_id!r}")
+        return alloc_pb2.AllocStatsResponse(usage=view.usage(request.task))
+
+
+class ClientStatsServicer(node_pb2_grpc.ClientStatsServicer):
+    """`host` answers this node's id and its latest host stats."""
+
+    def __init__(self, host: Callable[[], tuple[str, pb.HostStats]]) -> None:
+        self.host = host
+
+    async def Stats(
+        self, request: node_pb2.ClientStatsRequest, context: Any
+    ) -> node_pb2.ClientStatsResponse:
+        node_id, stats = self.host()
+        return node_pb2.ClientStatsResponse(stats=stats, node_id=node_id)

@@ -21,8 +21,28 @@ from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv
-from services.agent.drivers import Driver, ExitResult, TaskHandle, task_config
+from services.agent.allocdir import (
+    CHROOT_ALLOC_DIR,
+    CHROOT_LOCAL_DIR,
+    CHROOT_SECRETS_DIR,
+    AllocDir,
+)
+from services.agent.cpuset import Compute
+from services.agent.drivers import (
+    Driver,
+    DriverError,
+    ExitResult,
+    TaskConfig,
+    TaskHandle,
+    TaskResources,
+    task_config,
+)
 from services.agent.health import HealthWatch
+from services.agent.stats import TaskStats, alloc_usage
+
+#: drivers whose tasks see their directories at the root of their own file
+#: system (Nomad's chroot file system isolation)
+CHROOT_DRIVERS = ("exec",)
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.agent")
@@ -62,19 +82,28 @@ class TaskRunner:
         job: pb.Job,
         task: pb.Task,
         driver: Driver,
-        alloc_dir: Path,
+        alloc_dir: AllocDir,
         on_change: Callable[[], None],
         node: pb.Node,
+        *,
+        state_dir: Path,
     ) -> None:
+        """`state_dir` is where the task's executor keeps its files."""
         self.alloc = alloc
         self.job = job
         self.task = task
         self.node = node
         self.driver = driver
-        self.dir = alloc_dir / task.name
+        self.alloc_dir = alloc_dir
+        self.task_dir = alloc_dir.task(task.name)
+        self.dir = self.task_dir.dir
+        self.state_dir = state_dir
         self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
+        self.compute = Compute(node.node_resources.cpu, node.node_resources.total_cores)
+        #: the current run's resource readings (None when not running)
+        self.stats: TaskStats | None = None
         self._killing = False
         self.started = asyncio.Event()  # the first start attempt returned (or never will)
         tg = structs.task_group(job, alloc.task_group)
@@ -85,31 +114,58 @@ class TaskRunner:
         )
         self.restarts = RestartTracker(policy, job.type in (JobType.BATCH, JobType.SYSBATCH))
 
-    def _event(self, kind: str, message: str = "", **kw: object) -> None:
-        self.state.events.add(type=kind, time=time.time_ns(), display_message=message, **kw)  # type: ignore[arg-type]
+    def _event(
+        self, kind: str, display: str = "", details: dict[str, str] | None = None, **kw: object
+    ) -> None:
+        """A task event (the last ten are kept); `display` is what people read."""
+        event = self.state.events.add(type=kind, time=time.time_ns(), display_message=display, **kw)  # type: ignore[arg-type]
+        event.details.update(details or {})
         del self.state.events[:-10]
         self.on_change()
 
+    def resources(self) -> pb.Resources:
+        """What the scheduler allocated to this task (its memory_max_mb is
+        set only where memory oversubscription is enabled); the task's ask
+        for an alloc placed without per-task resources."""
+        if self.task.name in self.alloc.task_resources:
+            return self.alloc.task_resources[self.task.name]
+        asked = copy_msg(self.task.resources)
+        asked.memory_max_mb = 0
+        return asked
+
     def task_env(self) -> taskenv.TaskEnv:
         """Built for every start: the alloc (its name, node) may have been
-        updated by the server since the last one."""
+        updated by the server since the last one. Directories are named as
+        the task sees them: inside its own root for the exec driver."""
+        td = self.task_dir
+        if self.task.driver in CHROOT_DRIVERS:
+            dirs = taskenv.TaskDirs(CHROOT_ALLOC_DIR, CHROOT_LOCAL_DIR, CHROOT_SECRETS_DIR)
+        else:
+            dirs = taskenv.TaskDirs(str(td.alloc_dir), str(td.local), str(td.secrets))
         return taskenv.build(
             self.alloc,
             self.job,
             self.task,
             self.node,
-            alloc_dir=self.dir.parent / "alloc",
-            task_dir=self.dir,
+            dirs=dirs,
+            home=str(self.dir),
+            resources=self.resources(),
         )
 
-    def resolved_task(self, env: taskenv.TaskEnv) -> pb.Task:
-        """The task with `${...}` in its driver config resolved for this run."""
-        if not self.task.HasField("config"):
-            return self.task
-        task = copy_msg(self.task)
-        task.config.Clear()
-        task.config.update(env.config(task_config(self.task)))
-        return task
+    def task_config(self, env: taskenv.TaskEnv) -> TaskConfig:
+        r = self.resources()
+        return TaskConfig(
+            alloc_id=self.alloc.id,
+            name=self.task.name,
+            driver_config=env.config(task_config(self.task)),
+            env=env.env,
+            task_dir=self.task_dir,
+            state_dir=self.state_dir,
+            resources=TaskResources(
+                cpu_mhz=r.cpu, cores=r.cores, memory_mb=r.memory_mb, memory_max_mb=r.memory_max_mb
+            ),
+            user=self.task.user,
+        )
 
     def write_payload(self) -> None:
         """A dispatched job's payload into the file its task asked for
@@ -119,52 +175,48 @@ class TaskRunner:
         problem = payload_file_problem(self.task.dispatch_payload.file)
         if problem is not None:
             raise ValueError(f"dispatch_payload.file: {problem}")
-        path = self.dir / "local" / self.task.dispatch_payload.file
+        path = self.task_dir.local / self.task.dispatch_payload.file
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(self.job.payload)
 
     async def run(self) -> None:
         self._event("Received", "Task received by client")
-        (self.dir / "local").mkdir(parents=True, exist_ok=True)
-        (self.dir.parent / "alloc").mkdir(parents=True, exist_ok=True)
         self._event("Task Setup", "Building Task Directory")
+        try:
+            self.alloc_dir.build()
+            self.task_dir.build()
+        except OSError as exc:
+            self._setup_failed(f"failed to build the task directory: {exc}")
         try:
             self.write_payload()
         except (OSError, ValueError) as exc:
-            self._event(
-                "Setup Failure", f"failed to write the dispatch payload: {exc}", fails_task=True
-            )
-            self.state.failed = True
-            self._killing = True
+            self._setup_failed(f"failed to write the dispatch payload: {exc}")
         while not self._killing:
             try:
                 env = self.task_env()
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
                     span.set_attribute("driver", self.task.driver)
-                    self._handle = await self.driver.start(
-                        self.resolved_task(env), env.env, self.dir
-                    )
+                    self._handle = await self.driver.start(self.task_config(env))
             except Exception as exc:
                 self.started.set()
+                if not isinstance(exc, DriverError | OSError | ValueError):
+                    log.exception("starting task %s of alloc %s", self.task.name, self.alloc.id)
                 result = ExitResult(exit_code=-1, error=str(exc))
                 self._event("Driver Failure", str(exc), fails_task=True)
                 metrics.DRIVER_ERRORS.labels(self.task.driver).inc()
             else:
                 self.started.set()
                 metrics.TASK_STARTS.labels(self.task.driver).inc()
+                self.stats = TaskStats(self.compute)
                 self.state.state = TaskStateName.RUNNING
                 if not self.state.started_at:
                     self.state.started_at = time.time_ns()
                 self._event("Started", "Task started by client")
                 result = await self._handle.wait()
-                self._event(
-                    "Terminated",
-                    f"Exit Code: {result.exit_code}"
-                    + (f", Signal: {result.signal}" if result.signal else ""),
-                    exit_code=result.exit_code,
-                    signal=result.signal,
-                )
+                self.stats = None
+                await self._handle.destroy()
+                self._terminated(result)
             if self._killing or result.killed:
                 break
             delay = self.restarts.next(result)
@@ -188,6 +240,47 @@ class TaskRunner:
         self.state.state = TaskStateName.DEAD
         self.state.finished_at = time.time_ns()
         self.on_change()
+
+    def _setup_failed(self, message: str) -> None:
+        if not self.state.failed:
+            self._event("Setup Failure", message, fails_task=True)
+        self.state.failed = True
+        self._killing = True
+
+    def _terminated(self, result: ExitResult) -> None:
+        """Nomad's Terminated event; an OOM kill says so (as Nomad's
+        drivers report it: the exit message "OOM Killed" and the detail
+        oom_killed=true)."""
+        parts = [f"Exit Code: {result.exit_code}"]
+        if result.signal:
+            parts.append(f"Signal: {result.signal}")
+        message = "OOM Killed" if result.oom_killed else result.error
+        if message:
+            parts.append(f'Exit Message: "{message}"')
+        if result.oom_killed:
+            metrics.OOM_KILLED.labels(
+                self.alloc.namespace or structs.DEFAULT_NAMESPACE,
+                self.alloc.job_id,
+                self.alloc.task_group,
+                self.task.name,
+            ).inc()
+        self._event(
+            "Terminated",
+            ", ".join(parts),
+            {"oom_killed": str(result.oom_killed).lower()},
+            message=message,
+            exit_code=result.exit_code,
+            signal=result.signal,
+        )
+
+    def sample_usage(self) -> pb.TaskResourceUsage | None:
+        """A fresh reading of the running task's resources (None when it is
+        not running or cannot be measured)."""
+        handle, stats = self._handle, self.stats
+        if handle is None or stats is None or self.state.state != TaskStateName.RUNNING:
+            return None
+        usage = handle.usage()
+        return stats.sample(usage) if usage is not None else None
 
     async def _wait_killed(self) -> None:
         while not self._killing:
@@ -219,7 +312,8 @@ class AllocRunner:
         `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
         self.alloc = alloc
         self.job = job
-        self.dir = data_dir / "allocs" / alloc.id
+        self.alloc_dir = AllocDir.of(data_dir, alloc.id)
+        self.dir = self.alloc_dir.dir
         self.on_change = on_change
         tg = structs.task_group(job, alloc.task_group)
         self.tasks: list[TaskRunner] = []
@@ -247,9 +341,10 @@ class AllocRunner:
                     job,
                     task,
                     driver,
-                    self.dir,
+                    self.alloc_dir,
                     lambda: self.on_change(self),
                     node if node is not None else pb.Node(id=alloc.node_id),
+                    state_dir=data_dir / "executor" / f"{alloc.id}.{task.name}",
                 )
             )
         self._task: asyncio.Task[None] | None = None
@@ -298,6 +393,32 @@ class AllocRunner:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+
+    @property
+    def namespace(self) -> str:
+        return self.alloc.namespace or structs.DEFAULT_NAMESPACE
+
+    def task_names(self) -> list[str]:
+        return [t.task.name for t in self.tasks]
+
+    def sample_usage(self) -> None:
+        """Read every running task's resources (the agent's stats loop)."""
+        for t in self.tasks:
+            t.sample_usage()
+
+    def usage(self, task: str = "") -> pb.AllocResourceUsage:
+        """The latest readings of the running tasks (of `task` only when
+        named), summed as Nomad's AllocResourceUsage; a task not read yet
+        is read now."""
+        readings: dict[str, pb.TaskResourceUsage] = {}
+        for t in self.tasks:
+            if task and t.task.name != task:
+                continue
+            latest = t.stats.latest if t.stats is not None else None
+            latest = latest or t.sample_usage()
+            if latest is not None:
+                readings[t.task.name] = latest
+        return alloc_usage(readings)
 
     @property
     def done(self) -> bool:

@@ -11,7 +11,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from corral.domain import structs
@@ -89,25 +88,41 @@ class TaskEnv:
         return {k: interpolate_value(v, self.variables) for k, v in config.items()}
 
 
+@dataclass(frozen=True)
+class TaskDirs:
+    """The task's directories as the task sees them: host paths, or paths
+    inside its own root (the exec driver)."""
+
+    alloc: str
+    local: str
+    secrets: str
+
+
 def build(
     alloc: pb.Allocation,
     job: pb.Job,
     task: pb.Task,
     node: pb.Node,
     *,
-    alloc_dir: Path,
-    task_dir: Path,
+    dirs: TaskDirs,
+    home: str,
+    resources: pb.Resources | None = None,
     region: str = DEFAULT_REGION,
 ) -> TaskEnv:
     """The NOMAD_* runtime values, then the task's own `env` (interpolated
-    against them and the node; it may override them, as in Nomad)."""
+    against them and the node; it may override them, as in Nomad).
+    `resources` are the task's allocated ones (its ask when None):
+    NOMAD_MEMORY_MAX_LIMIT appears only when the scheduler granted a
+    memory_max (oversubscription enabled)."""
+    r = resources if resources is not None else task.resources
     runtime = {
         "NOMAD_ALLOC_ID": alloc.id,
         "NOMAD_SHORT_ALLOC_ID": alloc.id[:8],
         "NOMAD_ALLOC_NAME": alloc.name,
         "NOMAD_ALLOC_INDEX": str(structs.alloc_name_index(alloc.name)),
-        "NOMAD_ALLOC_DIR": str(alloc_dir),
-        "NOMAD_TASK_DIR": str(task_dir / "local"),
+        "NOMAD_ALLOC_DIR": dirs.alloc,
+        "NOMAD_TASK_DIR": dirs.local,
+        "NOMAD_SECRETS_DIR": dirs.secrets,
         "NOMAD_TASK_NAME": task.name,
         "NOMAD_GROUP_NAME": alloc.task_group,
         "NOMAD_JOB_ID": job.id,
@@ -115,18 +130,18 @@ def build(
         "NOMAD_NAMESPACE": job.namespace or structs.DEFAULT_NAMESPACE,
         "NOMAD_DC": node.datacenter,
         "NOMAD_REGION": region,
-        "NOMAD_CPU_LIMIT": str(task.resources.cpu),
-        "NOMAD_MEMORY_LIMIT": str(task.resources.memory_mb),
+        "NOMAD_CPU_LIMIT": str(r.cpu),
+        "NOMAD_MEMORY_LIMIT": str(r.memory_mb),
     }
-    if task.resources.memory_max_mb:
-        runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(task.resources.memory_max_mb)
+    if r.memory_max_mb > 0:
+        runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(r.memory_max_mb)
     if job.parent_id:
         runtime["NOMAD_JOB_PARENT_ID"] = job.parent_id
     for key, value in sorted(combined_meta(job, alloc.task_group, task).items()):
         for name in meta_env_names(key):
             runtime[name] = value
     node_vars = node_variables(node, region)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(task_dir)}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home}
     env.update(runtime)
     env["NOMAD_NODE_ID"] = node.id or alloc.node_id
     lookup = {**node_vars, **env}

@@ -104,16 +104,23 @@ class Backend:
             return f"state service {self.state_addr} is not serving"
         return ""
 
-    # -- the agents (task logs) --------------------------------------------
+    # -- the agents (task logs, resource usage) -----------------------------
 
-    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
-        """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
+    def _agent(self, address: str) -> grpc.aio.Channel:
         ch = self._agents.get(address)
         if ch is None:
             ch = self._agents[address] = transport.dial(
                 address, peer="client", settings=self.security, options=_OPTIONS
             )
-        return alloc_pb2_grpc.ClientAllocStub(ch)
+        return ch
+
+    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocAsyncStub:
+        """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
+        return alloc_pb2_grpc.ClientAllocStub(self._agent(address))
+
+    def client_stats(self, address: str) -> node_pb2_grpc.ClientStatsAsyncStub:
+        """The ClientStats service of the agent at `address`."""
+        return node_pb2_grpc.ClientStatsStub(self._agent(address))
 
     # -- the singleton roles' statistics -----------------------------------
 

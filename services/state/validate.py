@@ -172,9 +172,13 @@ def evaluation(ev: pb.Evaluation, field: str) -> None:
 
 
 def resources(r: pb.Resources, field: str) -> None:
-    for name in ("cpu", "cores", "memory_mb", "memory_max_mb", "disk_mb"):
+    for name in ("cpu", "cores", "memory_mb", "disk_mb"):
         if getattr(r, name) < 0:
             raise InvalidArgument(f"{field}.{name}", "must not be negative")
+    if r.memory_max_mb < -1:  # -1: no limit (Nomad's MemoryNoLimit)
+        raise InvalidArgument(
+            f"{field}.memory_max_mb", "must not be negative, except -1 (no limit)"
+        )
     for i, net in enumerate(r.networks):
         for kind in ("reserved_ports", "dynamic_ports"):
             for j, port in enumerate(getattr(net, kind)):

@@ -106,6 +106,7 @@ def statuses(dev: Dev, job_id: str) -> list[str]:
         ("sysbatch.nomad.hcl", "inventory", ["complete"]),
         ("disconnect.nomad.hcl", "sticky", ["running"] * 2),
         ("mock.nomad.hcl", "mock", ["running"] * 3),
+        ("variables.nomad.hcl", "greeter", ["running"]),
     ],
 )
 def test_example_reaches_expected_state(
@@ -118,6 +119,30 @@ def test_example_reaches_expected_state(
     wait_for(f"{job_id} allocs {expect}", lambda: statuses(dev, job_id) == expect)
     status = corral(dev, "job", "status", job_id)
     assert status.returncode == 0 and f"ID            = {job_id}" in status.stdout
+
+
+def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
+    var_file = tmp_path / "greeter.vars.hcl"
+    var_file.write_text('greetings = ["hi", "hey"]\n')
+    env = dev.env()
+    env["NOMAD_VAR_env"] = "staging"
+    run = subprocess.run(
+        [sys.executable, "-m", "cli", "job", "run", "-var", "count=2", "-var-file", str(var_file)]
+        + ["-detach", str(EXAMPLES / "variables.nomad.hcl")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    job = corral_json(dev, "job", "inspect", "greeter")["job"]
+    assert job["task_groups"][0]["count"] == 2
+    assert job["meta"] == {"team": "platform", "env": "staging", "greetings": "2"}
+    wait_for("two greeters", lambda: statuses(dev, "greeter") == ["running"] * 2)
+    bad = corral(dev, "job", "run", "-var", "env=qa", str(EXAMPLES / "variables.nomad.hcl"))
+    assert bad.returncode != 0 and "The env must be dev, staging or prod" in bad.stderr
 
 
 def test_alloc_logs_show_raw_exec_output(dev: Dev) -> None:

@@ -226,6 +226,30 @@ def test_parse_errors(gw: Gateway) -> None:
     assert garbled.status_code == 400 and "Failed to decode request body" in garbled.text
 
 
+def test_parse_with_variables(gw: Gateway) -> None:
+    hcl = (
+        'variable "count" {\n  type = number\n}\n'
+        'locals {\n  name = upper("web")\n}\n'
+        + HCL.replace('job "web"', 'job "vars"')
+        .replace("count = 2", "count = var.count")
+        .replace('VERSION = "1"', 'VERSION = local.name\n        ALLOC = "${NOMAD_ALLOC_ID}"')
+    )
+    parsed = gw.post("/v1/jobs/parse", {"JobHCL": hcl, "Variables": "count = 3\nunused = 1\n"})
+    assert parsed.status_code == 200, parsed.text
+    job = parsed.json()
+    assert job["TaskGroups"][0]["Count"] == 3
+    assert job["TaskGroups"][0]["Tasks"][0]["Env"] == {
+        "VERSION": "WEB",
+        "ALLOC": "${NOMAD_ALLOC_ID}",
+    }
+    unset = gw.post("/v1/jobs/parse", {"JobHCL": hcl})
+    assert unset.status_code == 400 and 'variable "count" has no value' in unset.text
+    no_fs = hcl.replace('upper("web")', 'file("/etc/hostname")')
+    refused = gw.post("/v1/jobs/parse", {"JobHCL": no_fs, "Variables": "count = 1"})
+    assert refused.status_code == 400 and "filesystem functions are disabled" in refused.text
+    no_traceback(refused)
+
+
 def test_acl_policies_and_tokens(gw: Gateway) -> None:
     with pytest.raises(nomad_errors.BadRequestNomadException) as again:
         gw.api.acl.generate_bootstrap()

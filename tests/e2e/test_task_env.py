@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from corral.domain import structs
 from corral.v1 import structs_pb2 as pb
 from tests.cluster import ROOT, Cluster
+from tests.devprocess import cli
 from tests.e2e.test_agent_lifecycle import allocs, start
 from tests.wait import until
 
@@ -71,19 +71,11 @@ job "render" {
 
 
 def corral(c: Cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args, "-address", c.state_addr],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        input=stdin,
-        check=False,
-    )
+    return cli(c.state_addr, *args, stdin=stdin)
 
 
 def task_output(tmp_path: Path, alloc: pb.Allocation, task: str) -> str:
-    path = tmp_path / "agent0" / "allocs" / alloc.id / task / "stdout.log"
+    path = tmp_path / "agent0" / "allocs" / alloc.id / "alloc" / "logs" / f"{task}.stdout.0"
     return path.read_text() if path.exists() else ""
 
 

@@ -178,7 +178,7 @@ def test_every_role_has_a_workload_with_probes_and_a_real_module() -> None:
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
         ready = container["readinessProbe"]
         if role in LEADER_ROLES:
-            # ready = leader: the exec probe checks corral.runtime.leader with the pod's certificate
+            # ready = leader: the exec probe checks corral.leader with the pod's certificate
             command = ready["exec"]["command"]
             assert command == [
                 "python",

@@ -37,7 +37,7 @@ NOMAD_JOB: dict[str, Any] = {
             "Tasks": [
                 {
                     "Name": "t",
-                    "Driver": "raw_exec",
+                    "Driver": "docker",
                     "Config": {"command": "/bin/sleep", "args": ["60"], "port": 8080},
                     "Resources": {"CPU": 100, "MemoryMB": 64},
                     "KillTimeout": 7 * SECOND,

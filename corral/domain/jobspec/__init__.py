@@ -1,45 +1,81 @@
-"""Job files → `pb.Job`: Nomad-style HCL (`hcl.py`), Nomad's JSON API shape or
-our proto JSON (`json.py`), Nomad's defaults (`defaults.py`) and the checks
-that turn mistakes into one-line `file:line: field: problem` errors
+"""Job files → `pb.Job`: Nomad's HCL2 job files (`hcl.py`, evaluated by
+`language/`: variables, locals, functions, dynamic blocks), Nomad's JSON API
+shape or our proto JSON (`json.py`), Nomad's defaults (`defaults.py`) and the
+checks that turn mistakes into one-line `file:line: field: problem` errors
 (`validate.py`)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from corral.domain.jobspec.duration import format_duration, parse_duration
 from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.language.variables import ENV_PREFIX, VarInputs
 from corral.v1 import structs_pb2 as pb
 
-__all__ = ["JobspecError", "format_duration", "load_job", "parse_duration", "parse_job"]
+__all__ = [
+    "JobspecError",
+    "VarInputs",
+    "format_duration",
+    "load_job",
+    "parse_duration",
+    "parse_job",
+    "var_inputs",
+]
 
 
-def parse_job(text: str, filename: str = "<stdin>") -> pb.Job:
+def parse_job(text: str, filename: str = "<stdin>", inputs: VarInputs | None = None) -> pb.Job:
     """Parse a job from text: JSON when it starts with `{`, HCL otherwise.
 
-    The result has Nomad's defaults applied and has passed validation."""
+    The result has Nomad's defaults applied and has passed validation.
+    `inputs` gives HCL variables their values (-var, -var-file, NOMAD_VAR_*)."""
     from corral.domain.jobspec import hcl, json
 
     if text.lstrip().startswith("{"):
+        if inputs is not None and (inputs.args or inputs.files or inputs.content):
+            raise JobspecError(filename, None, "", "cannot use variables with JSON files")
         return json.parse(text, filename)
-    return hcl.parse(text, filename)
+    return hcl.parse(text, filename, inputs)
 
 
-def load_job(path: str) -> pb.Job:
-    """Read and parse a job file (`-` reads standard input)."""
-    import sys
-
-    if path == "-":
-        return parse_job(sys.stdin.read(), "<stdin>")
+def _read(path: str, what: str) -> str:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise JobspecError(path, None, "", "no such file") from None
     except IsADirectoryError:
-        raise JobspecError(path, None, "", "is a directory, not a job file") from None
+        raise JobspecError(path, None, "", f"is a directory, not a {what}") from None
     except UnicodeDecodeError as exc:
         raise JobspecError(path, None, "", f"not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise JobspecError(path, None, "", exc.strerror or str(exc)) from None
-    return parse_job(text, path)
+
+
+def var_inputs(
+    args: list[str] | None = None,
+    files: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    strict: bool = True,
+) -> VarInputs:
+    """What `job run|plan|validate` pass to the parser: `-var k=v` flags,
+    `-var-file` paths (read here) and the NOMAD_VAR_* environment."""
+    environ = os.environ if env is None else env
+    return VarInputs(
+        args=list(args or []),
+        files=[(f, _read(f, "var file")) for f in files or []],
+        env={k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)},
+        strict=strict,
+    )
+
+
+def load_job(path: str, inputs: VarInputs | None = None) -> pb.Job:
+    """Read and parse a job file (`-` reads standard input)."""
+    import sys
+
+    if path == "-":
+        return parse_job(sys.stdin.read(), "<stdin>", inputs)
+    return parse_job(_read(path, "job file"), path, inputs)

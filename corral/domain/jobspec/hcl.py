@@ -1,36 +1,31 @@
-"""Nomad-style HCL job files → `pb.Job`.
+"""Nomad HCL job files → `pb.Job`.
 
-python-hcl2 parses the file twice over one syntax tree: once into plain data
-(`serialize`) and once walked here for the line of every block and argument,
+The file is parsed and evaluated as Nomad's jobspec2 does (`language/`:
+variables, locals, expressions, functions, dynamic blocks) into plain data
+with the line of every block and argument, then read here block by block,
 so any problem can be reported as `file:line: field: problem`. Every block
 reader consumes the arguments it knows; whatever is left over is reported as
 unknown (a typo) or unsupported (a Nomad feature Corral does not have), never
-silently ignored. Expressions are not evaluated: `${NOMAD_*}`, `${attr.*}` and
-`${meta.*}` inside strings pass through for the client and scheduler to
-interpolate, but a variable or arithmetic where a literal is expected is an
-error."""
+silently ignored. Variables Nomad leaves for run time (`${NOMAD_*}`,
+`${attr.*}`, `${meta.*}`, `${node.*}`, any name that is not `var`, `local`
+or an iterator) come out of evaluation as their `${...}` text and pass
+through for the client and scheduler to interpolate."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import hcl2
-from hcl2 import SerializationOptions
-from lark import Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
-
 from corral.domain.jobspec import defaults, validate
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
+from corral.domain.jobspec.language.errors import HclError
+from corral.domain.jobspec.language.variables import VarInputs
 from corral.domain.structs import CONSTRAINT_SHORTHANDS
 from corral.v1 import structs_pb2 as pb
-
-BLOCK = "__is_block__"
-_OPTIONS = SerializationOptions(
-    strip_string_quotes=True, explicit_blocks=True, with_comments=False, preserve_heredocs=False
-)
 
 # Nomad stanzas Corral does not implement: reported as unsupported rather
 # than unknown, so a user from Nomad knows the file is fine but the feature
@@ -57,66 +52,22 @@ UNSUPPORTED = frozenset(
         "schedule",
         "numa",
         "kind",
-        "shutdown_delay",
         "max_kill_timeout",
         "vault_token",
         "consul_token",
-        "ui",
         "sidecar_task",
+        # arguments of Nomad's api structs Corral does not act on
+        "secrets",
+        "iops",
+        "ignore_collision",
+        "cidr",
+        "ip",
+        "device",
+        "reserved_ports",
     }
 )
 
 Path = tuple[Any, ...]
-
-
-# --------------------------------------------------------------- source map
-
-
-def _first_line(node: Tree[Any] | Token) -> int | None:
-    if isinstance(node, Token):
-        return node.line
-    for child in node.children:
-        line = _first_line(child)
-        if line is not None:
-            return line
-    return None
-
-
-def _identifier(node: Tree[Any]) -> str:
-    for child in node.children:
-        if isinstance(child, Tree) and child.data == "identifier":
-            tok = child.children[0]
-            return str(tok)
-    return ""
-
-
-def index_lines(tree: Tree[Any]) -> dict[Path, int]:
-    """Line of every block and argument, keyed by path: a block is
-    (type, ordinal among same-type blocks of its parent), an argument is
-    its name, matching the order `serialize` lists blocks in."""
-    lines: dict[Path, int] = {}
-
-    def body(node: Tree[Any], path: Path) -> None:
-        counts: dict[str, int] = {}
-        for child in node.children:
-            if not isinstance(child, Tree):
-                continue
-            if child.data == "block":
-                name = _identifier(child)
-                ordinal = counts.get(name, 0)
-                counts[name] = ordinal + 1
-                here = (*path, (name, ordinal))
-                lines[here] = _first_line(child) or 0
-                for part in child.children:
-                    if isinstance(part, Tree) and part.data == "body":
-                        body(part, here)
-            elif child.data == "attribute":
-                lines[(*path, _identifier(child))] = _first_line(child) or 0
-            elif child.data == "body":
-                body(child, path)
-
-    body(tree, ())
-    return lines
 
 
 @dataclass
@@ -231,8 +182,8 @@ class Body:
         if _is_expression(value):
             raise self.fail(
                 name,
-                f"expected {what}, got the expression {value!r} "
-                "(variables and functions are not supported; write a literal)",
+                f"expected {what}, got {value!r} (a variable known only at run time "
+                "cannot be used here)",
             )
 
     # -- typed readers (None when absent)
@@ -348,9 +299,11 @@ class Body:
 
     # -- blocks
 
-    def blocks(self, name: str, proto: str, *, labeled: bool) -> list[tuple[str | None, Body]]:
+    def blocks(
+        self, name: str, proto: str, *, labeled: bool, offset: int = 0
+    ) -> list[tuple[str | None, Body]]:
         """Every `name` block, as (label, body); `proto` is the repeated proto
-        field they become (`{proto}[i]` is recorded as their origin)."""
+        field they become (`{proto}[offset + i]` is recorded as their origin)."""
         if name not in self.data:
             return []
         value = self.data[name]
@@ -376,7 +329,7 @@ class Body:
             display = f'{name} "{label}"' if label is not None else name
             if self.display:
                 display = f"{self.display} > {display}"
-            ppath = f"{proto}[{i}]" if proto else self.proto
+            ppath = f"{proto}[{offset + i}]" if proto else self.proto
             self.src.origins[ppath] = (self.src.lines.get(path), display)
             out.append((label, Body(inner, path, display, ppath, self.src)))
         return out
@@ -397,9 +350,9 @@ class Body:
         for name in self.data:
             if name in self.used:
                 continue
-            if name in UNSUPPORTED:
-                raise self.fail(name, f"the {name} block is not supported by Corral")
             kind = "block" if _is_block_list(self.data[name]) else "argument"
+            if name in UNSUPPORTED:
+                raise self.fail(name, f"the {name} {kind} is not supported by Corral")
             raise self.fail(name, f"unknown {kind} {name!r}")
 
 
@@ -443,6 +396,7 @@ RESTART = [
     ("interval", "dur", "interval"),
     ("delay", "dur", "delay"),
     ("mode", "str", "mode"),
+    ("render_templates", "bool", "render_templates"),
 ]
 RESCHEDULE = [
     ("attempts", "int", "attempts"),
@@ -563,11 +517,21 @@ def _network(body: Body, out: Any) -> None:
     for _, nb in body.blocks("network", f"{body.proto}.networks", labeled=False):
         net = out.add()
         net.mode = nb.string("mode") or "host"
-        if net.mode not in ("host", "bridge", "none"):
+        if net.mode not in ("host", "bridge", "none") and not (
+            net.mode.startswith("cni/") and len(net.mode) > 4
+        ):
             raise nb.fail(
-                "mode", f'unknown network mode {net.mode!r} (expected "host" or "bridge")'
+                "mode",
+                f'unknown network mode {net.mode!r} (expected "host", "bridge", "none" '
+                'or "cni/<network>")',
             )
         net.mbits = nb.integer("mbits") or 0
+        net.hostname = nb.string("hostname") or ""
+        cni = nb.block("cni", f"{nb.proto}.cni")
+        if cni is not None:
+            net.cni.args.update(cni.string_map("args") or {})
+            net.cni.SetInParent()
+            cni.done()
         _ports(nb, net)
         if "dns" in nb.data:
             raise nb.fail("dns", "the dns block is not supported by Corral")
@@ -582,7 +546,8 @@ def _resources(body: Body, task: pb.Task) -> None:
     r.cpu = rb.integer("cpu", "cpu") or 0
     r.cores = rb.integer("cores", "cores") or 0
     r.memory_mb = rb.integer("memory", "memory_mb") or 0
-    r.memory_max_mb = rb.integer("memory_max", "memory_max_mb") or 0
+    # -1 is Nomad's "no limit" (MemoryNoLimit)
+    r.memory_max_mb = rb.integer("memory_max", "memory_max_mb", minimum=-1) or 0
     r.disk_mb = rb.integer("disk", "disk_mb") or 0
     _network(rb, r.networks)
     for label, db in rb.blocks("device", f"{rb.proto}.devices", labeled=True):
@@ -617,6 +582,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
         task.kill_timeout = kill_timeout
         body.src.explicit[f"{body.proto}.kill_timeout"] = set()
     task.kill_signal = body.string("kill_signal") or ""
+    task.shutdown_delay = body.duration("shutdown_delay") or 0
     task.leader = bool(body.boolean("leader"))
     _policy(body, "restart", task.restart_policy, f"{body.proto}.restart_policy", RESTART)
     dp = body.block("dispatch_payload", f"{body.proto}.dispatch_payload")
@@ -682,6 +648,8 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
         db.done()
     prevent = body.boolean("prevent_reschedule_on_lost")
     tg.prevent_reschedule_on_lost = bool(prevent)
+    tg.shutdown_delay = body.duration("shutdown_delay") or 0
+    tg.max_run_duration = body.duration("max_run_duration") or 0
     for tlabel, tb in body.blocks("task", f"{body.proto}.tasks", labeled=True):
         _task(tlabel or "", tb, tg.tasks.add())
     body.done()
@@ -731,13 +699,30 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
         job.periodic.enabled = True if enabled is None else enabled
         body.src.explicit["job.periodic.enabled"] = set()
         pbody.done()
+    ui = body.block("ui", "job.ui")
+    if ui is not None:
+        job.ui.description = ui.string("description") or ""
+        for _, lb in ui.blocks("link", "job.ui.links", labeled=False):
+            job.ui.links.add(label=lb.string("label") or "", url=lb.string("url") or "")
+            lb.done()
+        job.ui.SetInParent()
+        ui.done()
     parm = body.block("parameterized", "job.parameterized")
     if parm is not None:
         job.parameterized.payload = parm.string("payload") or "optional"
         job.parameterized.meta_required.extend(parm.strings("meta_required") or [])
         job.parameterized.meta_optional.extend(parm.strings("meta_optional") or [])
         parm.done()
-    for glabel, gb in body.blocks("group", "job.task_groups", labeled=True):
+    # A task written directly in the job becomes a group of its own, named
+    # after the task and placed before the groups (Nomad's jobspec2).
+    alone = body.blocks("task", "job.task_groups", labeled=True)
+    groups = body.blocks("group", "job.task_groups", labeled=True, offset=len(alone))
+    for tlabel, tb in alone:
+        tg = job.task_groups.add(name=tlabel or "")
+        tb.proto = f"{tb.proto}.tasks[0]"
+        body.src.origins[tb.proto] = body.src.origins[tb.proto.rsplit(".", 1)[0]]
+        _task(tlabel or "", tb, tg.tasks.add())
+    for glabel, gb in groups:
         tg = job.task_groups.add()
         _group(glabel or "", gb, tg)
         gpath = gb.proto
@@ -767,40 +752,47 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
 # --------------------------------------------------------------- entry point
 
 
-def _syntax_error(filename: str, exc: LarkError) -> JobspecError:
-    line = getattr(exc, "line", None)
-    if isinstance(exc, UnexpectedEOF) or (line is not None and line < 0):
-        return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
-    if isinstance(exc, UnexpectedCharacters):
-        char = getattr(exc, "char", "")
-        return JobspecError(filename, line, "", f"syntax error: unexpected character {char!r}")
-    if isinstance(exc, UnexpectedInput):
-        token = getattr(exc, "token", None)
-        if token is not None and getattr(token, "type", "") == "$END":
-            return JobspecError(filename, None, "", "unexpected end of file (a missing '}'?)")
-        text = str(token) if token is not None else ""
-        if not text.strip() or getattr(token, "type", "").startswith("NL"):
-            shown = "end of line (a value is missing?)"
-        else:
-            shown = repr(text.strip().splitlines()[0])
-        return JobspecError(filename, line, "", f"syntax error: unexpected {shown}")
-    return JobspecError(filename, line, "", f"syntax error: {exc}")
+@dataclass
+class Parsed:
+    """A parsed job and what Nomad keeps of its submission."""
+
+    job: pb.Job
+    decoded: Decoded
 
 
-def parse(text: str, filename: str = "<stdin>") -> pb.Job:
+def parse(
+    text: str,
+    filename: str = "<stdin>",
+    inputs: VarInputs | None = None,
+    *,
+    allow_fs: bool = True,
+) -> pb.Job:
     """Parse, apply Nomad's defaults and validate one HCL job file."""
+    return parse_file(text, filename, inputs, allow_fs=allow_fs).job
+
+
+def parse_file(
+    text: str,
+    filename: str = "<stdin>",
+    inputs: VarInputs | None = None,
+    *,
+    allow_fs: bool = True,
+    basedir: str | None = None,
+) -> Parsed:
+    """`parse` that also returns the evaluated variables (for the job's
+    submission) and warnings. `allow_fs` enables file(), fileset() and the
+    other filesystem functions (the CLI: relative to `basedir`, by default
+    the job file's directory; the HTTP API: off, as in Nomad)."""
+    if basedir is None:
+        basedir = os.path.dirname(filename) if filename not in ("<stdin>", "-") else "."
     try:
-        tree = hcl2.parses_to_tree(text)
-        data = hcl2.serialize(hcl2.transform(tree), serialization_options=_OPTIONS)
-    except LarkError as exc:
-        raise _syntax_error(filename, exc) from None
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        raise JobspecError(filename, None, "", f"cannot read the file as HCL: {exc}") from None
-    src = Source(filename, index_lines(tree))
-    top = Body(data, (), "", "", src)
-    if "variable" in top.data or "locals" in top.data:
-        name = "variable" if "variable" in top.data else "locals"
-        raise top.fail(name, "HCL variables are not supported by Corral; write literal values")
+        decoded = decode(text, filename, inputs, basedir=basedir or ".", allow_fs=allow_fs)
+    except HclError as exc:
+        raise JobspecError(exc.filename, exc.line, exc.field, exc.message) from None
+    except RecursionError:
+        raise JobspecError(filename, None, "", "the file is nested too deeply") from None
+    src = Source(filename, decoded.lines)
+    top = Body(decoded.data, (), "", "", src)
     jobs = top.blocks("job", "", labeled=True)
     if not jobs:
         raise JobspecError(
@@ -820,4 +812,4 @@ def parse(text: str, filename: str = "<stdin>") -> pb.Job:
     except validate.FieldProblem as problem:
         line, display = src.origin_of(problem.path)
         raise JobspecError(filename, line, display, problem.problem) from None
-    return job
+    return Parsed(job, decoded)

@@ -62,6 +62,14 @@ _IGNORED = frozenset(
         "ConsulNamespace",
     }
 )
+_NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {
+    "l_target": "LTarget",
+    "r_target": "RTarget",
+    "spec": "Spec",
+    "reschedule_policy": "ReschedulePolicy",
+    "restart_policy": "RestartPolicy",
+}
+_ACRONYMS = {"id": "ID", "cpu": "CPU", "mb": "MB", "ui": "UI", "cni": "CNI", "url": "URL"}
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z][a-z])")
 
 
@@ -69,6 +77,22 @@ def _snake(name: str) -> str:
     if name in _RENAMES:
         return _RENAMES[name]
     return _CAMEL.sub(lambda m: "_" + (m.group(1) or m.group(2)), name).lower()
+
+
+def nomad_path(path: str) -> str:
+    """A proto field path (`job.task_groups[0].resources.memory_mb`) in
+    Nomad's JSON names (`Job.TaskGroups[0].Resources.MemoryMB`)."""
+    out: list[str] = []
+    for part in path.split("."):
+        name, bracket, rest = part.partition("[")
+        if name in _NOMAD_NAMES:
+            nomad = _NOMAD_NAMES[name]
+        elif name[:1].isupper():
+            nomad = name
+        else:
+            nomad = "".join(_ACRONYMS.get(w, w.capitalize()) for w in name.split("_"))
+        out.append(nomad + bracket + rest)
+    return ".".join(out)
 
 
 def _empty(value: Any) -> bool:
@@ -205,7 +229,7 @@ def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
         defaults.canonicalize(job)
         validate.check(job)
     except validate.FieldProblem as problem:
-        raise JobspecError(filename, None, problem.path, problem.problem) from None
+        raise JobspecError(filename, None, nomad_path(problem.path), problem.problem) from None
     return job
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from corral.domain import periodic, regexp
+from google.protobuf.json_format import MessageToDict
+
+from corral.domain import driver_config, periodic, regexp
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
@@ -23,11 +25,12 @@ from corral.domain.structs import (
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
-DRIVERS_NEEDING_COMMAND = ("raw_exec", "exec")
 HEALTH_CHECKS = ("checks", "task_states", "manual")
 RECONCILE = ("best_score", "keep_original", "keep_replacement", "longest_running")
 PAYLOAD = Payload.ALL
 _NAME = re.compile(r"^[^\s\x00/]+$")
+#: memory_max = -1: no memory ceiling (Nomad's structs.MemoryNoLimit)
+MEMORY_NO_LIMIT = -1
 
 
 class FieldProblem(Exception):
@@ -143,6 +146,8 @@ def check(job: pb.Job) -> None:
                 "(stop_after_client_disconnect) cannot both be set",
             )
         _not_negative(tg.ephemeral_disk.size_mb, f"{gp}.ephemeral_disk.size_mb")
+        _not_negative(tg.shutdown_delay, f"{gp}.shutdown_delay")
+        _not_negative(tg.max_run_duration, f"{gp}.max_run_duration")
 
         tasks: set[str] = set()
         for ti, task in enumerate(tg.tasks):
@@ -155,17 +160,21 @@ def check(job: pb.Job) -> None:
             tasks.add(task.name)
             if not task.driver:
                 raise FieldProblem(f"{tp}.driver", 'is required (e.g. driver = "raw_exec")')
-            if task.driver in DRIVERS_NEEDING_COMMAND and not task.config.fields.get("command"):
-                raise FieldProblem(
-                    f"{tp}.config.command", f"the {task.driver} driver needs a command"
-                )
+            config = MessageToDict(task.config) if task.HasField("config") else {}
+            for key, wrong in driver_config.problems(task.driver, config):
+                raise FieldProblem(f"{tp}.config.{key}", wrong)
             r = task.resources
-            for f in ("cpu", "cores", "memory_mb", "memory_max_mb", "disk_mb"):
+            for f in ("cpu", "cores", "memory_mb", "disk_mb"):
                 _not_negative(getattr(r, f), f"{tp}.resources.{f}")
             if r.cpu and r.cores:
                 raise FieldProblem(f"{tp}.resources.cores", "cannot be set together with cpu")
-            if r.memory_max_mb and r.memory_max_mb < r.memory_mb:
+            if r.memory_max_mb < MEMORY_NO_LIMIT:
+                raise FieldProblem(
+                    f"{tp}.resources.memory_max_mb", "must be >= memory, or -1 for no limit"
+                )
+            if r.memory_max_mb > 0 and r.memory_max_mb < r.memory_mb:
                 raise FieldProblem(f"{tp}.resources.memory_max_mb", "must be >= memory")
+            _not_negative(task.shutdown_delay, f"{tp}.shutdown_delay")
             _placement(task.constraints, task.affinities, [], tp)
             if task.HasField("restart_policy"):
                 _restart(task.restart_policy, f"{tp}.restart_policy")

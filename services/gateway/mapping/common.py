@@ -29,6 +29,8 @@ _ACRONYMS = {
     "url": "URL",
     "dns": "DNS",
     "ttl": "TTL",
+    "ui": "UI",
+    "cni": "CNI",
 }
 #: whole field names whose Nomad name is not the PascalCase of ours
 _FIELD_RENAMES = {

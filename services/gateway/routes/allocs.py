@@ -1,5 +1,6 @@
-"""/v1/allocations, /v1/allocation/:id, /v1/allocation/:id/stop and the
-task logs at /v1/client/fs/logs/:alloc (read from the alloc's agent)."""
+"""/v1/allocations, /v1/allocation/:id, /v1/allocation/:id/stop, and what
+the alloc's agent serves: task logs at /v1/client/fs/logs/:alloc and
+resource usage at /v1/client/allocation/:alloc/stats."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
+from corral.v1 import structs_pb2 as pb
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -28,6 +30,7 @@ from services.gateway.http import (
 )
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import jobs as job_map
+from services.gateway.mapping import stats as stats_map
 
 
 async def allocations(request: Request) -> Response:
@@ -93,6 +96,43 @@ async def allocation_stop(request: Request) -> Response:
     return respond(request, {"EvalID": resp.eval_id, "Index": resp.index}, index=resp.index)
 
 
+async def alloc_agent(request: Request) -> tuple[pb.Allocation, str]:
+    """The alloc of the path and the address of the agent running it."""
+    backend = backend_of(request)
+    md = metadata_of(request)
+    got = await backend.allocs.Get(
+        alloc_pb2.AllocGetRequest(alloc_id=request.path_params["alloc_id"]),
+        metadata=md,
+        timeout=DEFAULT_TIMEOUT,
+    )
+    alloc = got.alloc
+    if not alloc.node_id:
+        raise NomadError(404, "allocation is not placed on a node")
+    node = await backend.nodes.Get(
+        node_pb2.NodeGetRequest(node_id=alloc.node_id), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    if not node.node.http_addr:
+        raise NomadError(404, f"node {alloc.node_id} has no address to reach its agent")
+    return alloc, node.node.http_addr
+
+
+async def allocation_stats(request: Request) -> Response:
+    """Nomad's client/structs.AllocResourceUsage (`?task=` for one task)."""
+    alloc, address = await alloc_agent(request)
+    resp = (
+        await backend_of(request)
+        .client_alloc(address)
+        .Stats(
+            alloc_pb2.AllocStatsRequest(
+                alloc_id=alloc.id, task=request.query_params.get("task", "")
+            ),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+    )
+    return respond(request, stats_map.alloc_usage(resp.usage))
+
+
 async def logs(request: Request) -> Response:
     """Nomad's log streaming: JSON frames {"Data": base64, "File", "Offset"}
     one after another, or the raw bytes with `plain=true`."""
@@ -111,20 +151,8 @@ async def logs(request: Request) -> Response:
     offset = int_param(request, "offset")
     backend = backend_of(request)
     md = metadata_of(request)
-    got = await backend.allocs.Get(
-        alloc_pb2.AllocGetRequest(alloc_id=request.path_params["alloc_id"]),
-        metadata=md,
-        timeout=DEFAULT_TIMEOUT,
-    )
-    alloc = got.alloc
-    if not alloc.node_id:
-        raise NomadError(404, "allocation is not placed on a node")
-    node = await backend.nodes.Get(
-        node_pb2.NodeGetRequest(node_id=alloc.node_id), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    if not node.node.http_addr:
-        raise NomadError(404, f"node {alloc.node_id} has no address to read logs from")
-    logs_call: Any = backend.client_alloc(node.node.http_addr).Logs
+    alloc, address = await alloc_agent(request)
+    logs_call: Any = backend.client_alloc(address).Logs
     stream = logs_call(
         alloc_pb2.AllocLogsRequest(
             alloc_id=alloc.id, task=task, type=kind, follow=follow, offset=offset, origin=origin
@@ -167,4 +195,5 @@ ROUTES: list[BaseRoute] = [
     Route("/v1/allocation/{alloc_id}/stop", allocation_stop, methods=["PUT", "POST"]),
     Route("/v1/allocation/{alloc_id}", allocation, methods=["GET"]),
     Route("/v1/client/fs/logs/{alloc_id}", logs, methods=["GET"]),
+    Route("/v1/client/allocation/{alloc_id}/stats", allocation_stats, methods=["GET"]),
 ]

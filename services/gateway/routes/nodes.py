@@ -1,4 +1,5 @@
-"""/v1/nodes, /v1/node/:id, its drain, eligibility and allocations."""
+"""/v1/nodes, /v1/node/:id, its drain, eligibility and allocations, and
+/v1/client/stats?node_id= (the host usage its agent serves)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from services.gateway.http import (
 )
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import nodes as node_map
+from services.gateway.mapping import stats as stats_map
 
 
 async def nodes(request: Request) -> Response:
@@ -158,6 +160,25 @@ NODE_ACTION = Route(
 )
 
 
+async def client_stats(request: Request) -> Response:
+    """Nomad's HostStats of the node named by `node_id` (the gateway is a
+    server: there is no local client to default to)."""
+    node_id = request.query_params.get("node_id", "")
+    if not node_id:
+        raise bad_request("No local Node and node_id not provided")
+    backend = backend_of(request)
+    md = metadata_of(request)
+    got = await backend.nodes.Get(
+        node_pb2.NodeGetRequest(node_id=node_id), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    if not got.node.http_addr:
+        raise NomadError(404, f"node {got.node.id} has no address to reach its agent")
+    resp = await backend.client_stats(got.node.http_addr).Stats(
+        node_pb2.ClientStatsRequest(), metadata=md, timeout=DEFAULT_TIMEOUT
+    )
+    return respond(request, stats_map.host_stats(resp.stats))
+
+
 ROUTES: list[BaseRoute] = [
     Route("/v1/nodes", nodes, methods=["GET"]),
     Route("/v1/node/pools", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
@@ -167,4 +188,5 @@ ROUTES: list[BaseRoute] = [
     Route("/v1/node/{node_id}/eligibility", node_eligibility, methods=["PUT", "POST"]),
     Route("/v1/node/{node_id}", node, methods=["GET"]),
     NODE_ACTION,
+    Route("/v1/client/stats", client_stats, methods=["GET"]),
 ]

@@ -5,8 +5,10 @@ parsing is CPU work and must not stall the event loop) and the gateway's
 job mapping writes it out, so what this answers registers unchanged through
 /v1/jobs. Differences from Nomad (docs/http-api.md): the job always comes
 back canonicalized (our parser applies Nomad's defaults as it validates;
-`Canonicalize: false` changes nothing), and HCL variables are refused as
-`corral job run` refuses them."""
+`Canonicalize: false` changes nothing). `Variables` is a var file's text
+(HCL or JSON) giving the job's input variables their values; as in Nomad,
+filesystem functions (file(), fileset(), ...) are disabled here and a value
+for an undeclared variable is ignored."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 
 from corral.domain.jobspec import hcl
 from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.language.variables import VarInputs
 from services.gateway.http import bad_request, json_body, respond
 from services.gateway.mapping import jobs as job_map
 from services.gateway.mapping.acl import field
@@ -38,10 +41,14 @@ async def parse(request: Request) -> Response:
     canonicalize = field(body, "Canonicalize", False)
     if not isinstance(canonicalize, bool):
         raise bad_request("Canonicalize must be true or false")
-    if field(body, "Variables"):
-        raise bad_request("HCL variables are not supported by Corral; write literal values")
+    variables = field(body, "Variables", "") or ""
+    if not isinstance(variables, str):
+        raise bad_request("Variables must be a string (the text of a var file)")
+    if len(variables.encode("utf-8", errors="replace")) > MAX_HCL_BYTES:
+        raise bad_request(f"Variables is larger than {MAX_HCL_BYTES} bytes")
+    inputs = VarInputs(content=variables, strict=False)
     try:
-        job = await run_in_threadpool(hcl.parse, text, _FILENAME)
+        job = await run_in_threadpool(hcl.parse, text, _FILENAME, inputs, allow_fs=False)
     except JobspecError as exc:
         raise bad_request(f"error parsing: {exc}") from None
     return respond(request, job_map.job(job))

@@ -29,6 +29,7 @@ from services.state.writes.deployments import follow_health
 from services.state.writes.jobs import new_eval, refresh_job_status
 
 NODE_REREGISTERED = "Node reregistered by heartbeat"
+NODE_HEARTBEAT_MISSED = "Node heartbeat missed"
 
 
 def validate_node(node: pb.Node) -> None:
@@ -162,7 +163,9 @@ async def update_status(
 ) -> tuple[pb.Node, list[pb.Evaluation], bool]:
     """Apply a status change; returns (node, evals, written). A node's own
     heartbeat passes its `secret_id` (checked); the state's heartbeat timers
-    pass None."""
+    pass None and the node event they record (`reason`: "Node heartbeat
+    missed"). A client that reports itself down records none, as in Nomad,
+    where only the heartbeat timer's request carries an event."""
     stored = await tx.get_node(node_id)
     if stored is None:
         raise NotFound(f"node {node_id} not found")
@@ -184,7 +187,8 @@ async def update_status(
     node.status_updated_at = tx.now
     if new in (NodeStatus.DOWN, NodeStatus.DISCONNECTED):
         node.last_missed_heartbeat_index = tx.index
-        _event(node, reason or "Node heartbeat missed", tx.now)
+        if reason:
+            _event(node, reason, tx.now)
     else:
         if new == NodeStatus.READY:
             node.last_missed_heartbeat_index = 0
@@ -219,7 +223,7 @@ async def miss_heartbeat(tx: WriteTx, node_id: str) -> tuple[pb.Node, list[pb.Ev
     new = (
         NodeStatus.DISCONNECTED if may_disconnect(node, allocs, groups, tx.now) else NodeStatus.DOWN
     )
-    return await update_status(tx, node_id, new, reason="Node heartbeat missed")
+    return await update_status(tx, node_id, new, reason=NODE_HEARTBEAT_MISSED)
 
 
 def may_disconnect(
@@ -360,34 +364,50 @@ _RECONNECTED = (ClientStatus.RUNNING, ClientStatus.COMPLETE, ClientStatus.FAILED
 async def _cancel_disconnect_timeout(
     tx: WriteTx, stored: pb.Allocation, alloc: pb.Allocation
 ) -> None:
-    """An alloc awaiting reconnect whose client reports in no longer needs
-    the follow-up eval that would mark it lost (Nomad PR #25923): clear its
-    `followup_eval_id` (so a later failure gets its own alloc-failure eval)
-    and cancel that eval, unless another live alloc of the job still waits
-    on it. Left pending, it would run at lost_after for nothing and keep the
-    job from looking settled until then."""
-    eval_id = stored.followup_eval_id
-    if (
-        not eval_id
-        or not structs.needs_reconnect(stored)
-        or alloc.client_status not in _RECONNECTED
-    ):
+    """An alloc awaiting reconnect whose client reports in needs no more
+    follow-up evals: they would only replace or lose an alloc whose state
+    is known again, and, pending, keep the job from looking settled.
+
+    * Its own follow-up (`followup_eval_id`: the max-disconnect-timeout
+      eval, or the alloc-reschedule eval of its replacement when that one
+      was delayed) is cleared, so a later failure gets its own
+      alloc-failure eval, and canceled unless another live alloc of the
+      job still names it (Nomad PR #25923).
+    * Once no other live alloc of the job is still `unknown`, every pending
+      max-disconnect-timeout eval of the job is canceled too: such an eval
+      only marks unknown allocs lost, and the alloc no longer names it when
+      a delayed reschedule took its place (Nomad leaks it: #12809; its
+      TestClientEndpoint_UpdateStatus_Reconnect wants every eval terminal).
+
+    Both are canceled "allocs reconnected"; workers acknowledge a canceled
+    eval the broker still held without running it."""
+    if not structs.needs_reconnect(stored) or alloc.client_status not in _RECONNECTED:
         return
+    followup = stored.followup_eval_id
     alloc.followup_eval_id = ""
-    for other in await tx.allocs_by_job(alloc.namespace, alloc.job_id):
-        if (
-            other.id != alloc.id
-            and other.followup_eval_id == eval_id
-            and not structs.alloc_terminal(other)
-        ):
-            return
-    ev = await tx.get_eval(eval_id)
-    if ev is None or ev.status in EvalStatus.TERMINAL:
-        return
-    canceled = copy_msg(ev)
-    canceled.status = EvalStatus.CANCELED
-    canceled.status_description = "allocs reconnected"
-    tx.put_eval(canceled)
+    others = [
+        o
+        for o in await tx.allocs_by_job(alloc.namespace, alloc.job_id)
+        if o.id != alloc.id and not structs.alloc_terminal(o)
+    ]
+    cancel: list[pb.Evaluation] = []
+    if followup and not any(o.followup_eval_id == followup for o in others):
+        ev = await tx.get_eval(followup)
+        if ev is not None:
+            cancel.append(ev)
+    if not any(o.client_status == ClientStatus.UNKNOWN for o in others):
+        cancel.extend(
+            e
+            for e in await tx.evals_by_job(alloc.namespace, alloc.job_id)
+            if e.triggered_by == Trigger.MAX_DISCONNECT_TIMEOUT and e.id != followup
+        )
+    for ev in cancel:
+        if ev.status in EvalStatus.TERMINAL:
+            continue
+        canceled = copy_msg(ev)
+        canceled.status = EvalStatus.CANCELED
+        canceled.status_description = "allocs reconnected"
+        tx.put_eval(canceled)
 
 
 async def set_eligibility(

@@ -59,6 +59,8 @@ class GenericScheduler:
         #: the deployment new and updated allocs of the current version join
         self.deployment_id = ""
         self._deployment_groups: set[str] = set()
+        #: the deployment the eval names when it ends (Nomad's s.deployment)
+        self.eval_deployment_id = ""
 
     # ------------------------------------------------------------ driver
 
@@ -134,6 +136,7 @@ class GenericScheduler:
             next_eval=self.next_eval,
             failed_tg_allocs=self.failed_tg_allocs,
             queued=self.queued,
+            deployment_id=self.eval_deployment_id,
         )
 
     def _eligibility(self) -> tuple[dict[str, bool], bool, bool]:
@@ -173,6 +176,7 @@ class GenericScheduler:
         self.rolling_limited = False
         self.deployment_id = ""
         self._deployment_groups = set()
+        self.eval_deployment_id = ""
         self.placer = Placer(self.snap, self.plan, self.log, self.batch, self.job)
 
         self._compute_job_allocs()
@@ -209,6 +213,9 @@ class GenericScheduler:
         if new_snap is not None:
             self.log.debug("refresh forced", extra={"eval_id": ev.id})
             self.snap = new_snap
+            # nothing was written: a deployment this plan would have created
+            # does not exist (the next attempt reads or creates one again)
+            self.eval_deployment_id = ""
             return False
         full, expected, actual = util.full_commit(self.plan, result)
         if not full:
@@ -320,6 +327,13 @@ class GenericScheduler:
         d = result.deployment or self.snap.deployment_by_id(result.deployment_id)
         self.deployment_id = d.id if d is not None and deployments.is_active(d) else ""
         self._deployment_groups = set(d.task_groups) if d is not None else set()
+        # Nomad's setStatus names the deployment the scheduler held: the one
+        # this plan creates, else the job's latest (service jobs only)
+        if result.deployment is not None:
+            self.eval_deployment_id = result.deployment.id
+        elif not self.batch:
+            latest = self.snap.latest_deployment_by_job(self.eval.namespace, self.eval.job_id)
+            self.eval_deployment_id = latest.id if latest is not None else ""
 
     def _join_deployment(self, alloc: pb.Allocation) -> None:
         """Mark a placed or in-place updated alloc as part of the deployment;

@@ -132,9 +132,10 @@ def tainted_nodes(
 def initializing_nodes(snap: StateSnapshot, allocs: Iterable[pb.Allocation]) -> frozenset[str]:
     """The nodes of `allocs` that are initializing: a node that heartbeated
     back after a disconnect stays so until its next heartbeat after pushing
-    its alloc states (seed 003). The planner takes no alloc updates for
-    such a node, so a reconnect must wait for it to turn ready (its
-    node-update eval then does it)."""
+    its alloc states (seed 003). An alloc still `unknown` there has not
+    been reported yet and is left alone (`reconcile.allocs.classify`), and
+    the planner takes no alloc updates for such a node, so recording a
+    reconnect waits for it to turn ready (its node-update eval does it)."""
     out: set[str] = set()
     for nid in {a.node_id for a in allocs}:
         node = snap.node_by_id(nid)

@@ -1,7 +1,8 @@
-"""ClientAlloc.Logs over a real gRPC server (port 0) on a task's files:
+"""ClientAlloc over a real gRPC server (port 0): Logs on a task's files —
 positions and origins, and bad ones refused with INVALID_ARGUMENT naming
 the field (the fuzz test found a negative offset, or -2**63 from the end,
-answered INTERNAL: a negative seek, an int64 overflow)."""
+answered INTERNAL: a negative seek, an int64 overflow) — and Stats'
+NOT_FOUND answers."""
 
 from __future__ import annotations
 
@@ -13,23 +14,29 @@ import pytest
 
 from corral.runtime.server import GrpcServer
 from corral.security import transport
+from corral.testing import mock
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from services.agent.allocdir import AllocDir
+from services.agent.drivers import MockDriver
 from services.agent.handlers import ClientAllocServicer
+from services.agent.runner import AllocRunner
 
 ALLOC = "0b7e1c9a-5d2f-4c4e-9a55-2f4d8e6b1a00"
 
 
 @pytest.fixture
 async def logs(tmp_path: Path) -> AsyncIterator[alloc_pb2_grpc.ClientAllocAsyncStub]:
-    task_dir = tmp_path / "allocs" / ALLOC / "web"
-    task_dir.mkdir(parents=True)
-    (task_dir / "stdout.log").write_bytes(b"0123456789")
+    job = mock.job()
+    alloc = mock.alloc(job, mock.node())
+    alloc.id = ALLOC
+    runner = AllocRunner(alloc, job, {"mock": MockDriver()}, tmp_path, lambda r: None)
+    log = AllocDir.of(tmp_path, ALLOC).task("web").log_path("stdout")
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"0123456789")
     server = GrpcServer("127.0.0.1:0", name="agent")
     server.add(
         alloc_pb2_grpc.add_ClientAllocServicer_to_server,
-        ClientAllocServicer(
-            tmp_path, server.shutting_down, lambda a: "default" if a == ALLOC else None
-        ),
+        ClientAllocServicer(tmp_path, server.shutting_down, {ALLOC: runner}.get),
         alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
     )
     await server.start()
@@ -71,3 +78,21 @@ async def test_bad_positions_are_invalid_arguments(
         await _read(logs, **kw)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     assert (err.value.details() or "").startswith(problem), err.value.details()
+
+
+async def test_stats_of_an_alloc_this_node_does_not_run_or_a_missing_task(
+    logs: alloc_pb2_grpc.ClientAllocAsyncStub,
+) -> None:
+    usage = await logs.Stats(alloc_pb2.AllocStatsRequest(alloc_id=ALLOC))
+    assert dict(usage.usage.tasks) == {}  # its task is not running: nothing measured
+    for request, problem in (
+        (
+            alloc_pb2.AllocStatsRequest(alloc_id="elsewhere"),
+            "alloc 'elsewhere' is not on this node",
+        ),
+        (alloc_pb2.AllocStatsRequest(alloc_id=ALLOC, task="db"), "task 'db' not found"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await logs.Stats(request)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert (err.value.details() or "").startswith(problem), err.value.details()

@@ -1,6 +1,6 @@
 """The readiness the broker's and planner's pods report (deploy/k8s): two
 real planner processes, and `python -m corral.runtime.probe` run as the kubelet's
-exec probe runs it. Only the leader reports `corral.runtime.leader` SERVING, so a
+exec probe runs it. Only the leader reports `corral.leader` SERVING, so a
 Service routes to it alone; when it stops, the standby takes office and
 turns ready; both stay live (the server-wide status) throughout."""
 

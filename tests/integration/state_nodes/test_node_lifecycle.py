@@ -331,6 +331,68 @@ async def test_reconnected_allocs_cancel_their_disconnect_timeout_eval(
     assert "reconnect" in triggers
 
 
+async def test_a_reconnect_cancels_the_timeout_eval_a_delayed_reschedule_displaced(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Issue 33: a disconnected alloc whose replacement is delayed names
+    the alloc-reschedule eval, not the max-disconnect-timeout one. When it
+    reports in, both are canceled: the timeout only marks unknown allocs
+    lost, and none of the job is left unknown. While another alloc of the
+    job is still unknown, the timeout stays pending."""
+    node, allocs, timeout = await _disconnected_with_unknown_alloc(app, nodes, "delayed", count=2)
+    job = app.feed.snapshot().job_by_id("default", "delayed")
+    assert job is not None
+    resched = mock.eval_for(job, triggered_by="alloc-reschedule")
+    resched.wait_until = time.time_ns() + MINUTE_NS
+    async with app.db.write() as tx:
+        tx.put_eval(resched)
+        for a in allocs:
+            cur = (await tx.get_allocs([a.id]))[a.id]
+            cur.followup_eval_id = resched.id
+            tx.put_alloc(cur)
+    await _heartbeat(nodes, app, node)
+
+    first = pb.Allocation(id=allocs[0].id, node_id=node.id, client_status="running")
+    resp = await nodes.UpdateAlloc(
+        node_pb2.NodeUpdateAllocRequest(allocs=[first], secret_id=node.secret_id)
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    assert _eval(app, resched.id).status == "pending"  # the other alloc names it
+    assert _eval(app, timeout.id).status == "pending"  # the other alloc is unknown
+
+    second = pb.Allocation(id=allocs[1].id, node_id=node.id, client_status="running")
+    resp = await nodes.UpdateAlloc(
+        node_pb2.NodeUpdateAllocRequest(allocs=[second], secret_id=node.secret_id)
+    )
+    await app.feed.wait_for_index(resp.index, 10)
+    for ev in (resched, timeout):
+        canceled = _eval(app, ev.id)
+        assert (canceled.status, canceled.status_description) == ("canceled", "allocs reconnected")
+
+
+async def test_a_client_reporting_itself_down_records_no_missed_heartbeat(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Nomad's TestClientEndpoint_UpdateStatus_HeartbeatRecovery: only the
+    heartbeat timer records "Node heartbeat missed"; a node's own
+    UpdateStatus(down) records nothing, and coming back from down records
+    "Node reregistered by heartbeat"."""
+    node = await register_ready(app, nodes)
+    for status in ("down", "initializing"):
+        resp = await nodes.UpdateStatus(
+            node_pb2.NodeUpdateStatusRequest(
+                node_id=node.id, status=status, secret_id=node.secret_id
+            )
+        )
+        await app.feed.wait_for_index(resp.index, 10)
+    stored = app.feed.snapshot().node_by_id(node.id)
+    assert stored is not None and stored.modify_index == resp.index
+    assert [e.message for e in stored.events] == [
+        "Node registered",
+        "Node reregistered by heartbeat",
+    ]
+
+
 async def test_a_down_node_brought_back_by_a_heartbeat_records_reregistered(
     app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
 ) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from corral.domain.errors import ConfigError
 from corral.runtime.settings import load
 from corral.testing import mock
 from corral.v1 import node_pb2
@@ -22,7 +21,15 @@ def agent_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) 
     monkeypatch.delenv("CORRAL_AGENT_DRIVERS", raising=False)
     settings, _ = load(
         AgentSettings,
-        ["--state-addr", "127.0.0.1:1", "--data-dir", str(tmp_path / "agent"), *argv],
+        [
+            "--state-addr",
+            "127.0.0.1:1",
+            "--data-dir",
+            str(tmp_path / "agent"),
+            "--cgroup-version",
+            "off",  # a unit test creates no cgroups on the machine
+            *argv,
+        ],
         prog="agent",
     )
     return settings
@@ -31,7 +38,9 @@ def agent_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) 
 def test_an_agent_offers_no_raw_exec_unless_configured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    node = Agent(agent_settings(tmp_path, monkeypatch)).node
+    settings = agent_settings(tmp_path, monkeypatch)
+    assert settings.drivers == ["exec", "mock"]
+    node = Agent(settings).node
     assert "raw_exec" not in node.drivers
     assert "driver.raw_exec" not in node.attributes
     assert "mock" in node.drivers
@@ -42,9 +51,12 @@ def test_raw_exec_when_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert node.drivers["raw_exec"].detected and node.attributes["driver.raw_exec"] == "1"
 
 
-def test_an_unknown_driver_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match="unknown driver 'docker'"):
-        Agent(agent_settings(tmp_path, monkeypatch, "--drivers", "mock,docker"))
+def test_an_unknown_driver_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        agent_settings(tmp_path, monkeypatch, "--drivers", "mock,docker")
+    assert "unknown drivers docker" in capsys.readouterr().err
 
 
 async def test_the_agent_forgets_job_versions_no_alloc_runs(

@@ -46,17 +46,19 @@ def alloc(j: pb.Job, index: int = 2) -> pb.Allocation:
     return a
 
 
+def dirs(tmp_path: Path) -> taskenv.TaskDirs:
+    return taskenv.TaskDirs(str(tmp_path / "a"), str(tmp_path / "t/local"), str(tmp_path / "t/s"))
+
+
 def build(j: pb.Job, task: pb.Task, tmp_path: Path) -> taskenv.TaskEnv:
-    return taskenv.build(
-        alloc(j), j, task, node(), alloc_dir=tmp_path / "alloc", task_dir=tmp_path / "t"
-    )
+    return taskenv.build(alloc(j), j, task, node(), dirs=dirs(tmp_path), home=str(tmp_path))
 
 
 def test_runtime_values_are_exported(tmp_path: Path) -> None:
     j = job()
     a = alloc(j)
     env = taskenv.build(
-        a, j, j.task_groups[0].tasks[0], node(), alloc_dir=tmp_path / "a", task_dir=tmp_path / "t"
+        a, j, j.task_groups[0].tasks[0], node(), dirs=dirs(tmp_path), home=str(tmp_path)
     ).env
     assert env["NOMAD_ALLOC_ID"] == a.id and env["NOMAD_SHORT_ALLOC_ID"] == a.id[:8]
     assert env["NOMAD_ALLOC_INDEX"] == "2"
@@ -68,7 +70,9 @@ def test_runtime_values_are_exported(tmp_path: Path) -> None:
     assert env["NOMAD_CPU_LIMIT"] == "250" and env["NOMAD_MEMORY_LIMIT"] == "128"
     assert env["NOMAD_ALLOC_DIR"] == str(tmp_path / "a")
     assert env["NOMAD_TASK_DIR"] == str(tmp_path / "t" / "local")
+    assert env["NOMAD_SECRETS_DIR"] == str(tmp_path / "t" / "s")
     assert "NOMAD_JOB_PARENT_ID" not in env
+    assert "NOMAD_MEMORY_MAX_LIMIT" not in env
 
 
 def test_meta_merges_job_group_task_with_the_most_specific_winning(tmp_path: Path) -> None:
@@ -156,7 +160,34 @@ async def test_the_process_gets_resolved_config_env_and_payload(tmp_path: Path) 
     runner.start()
     await asyncio.wait_for(runner._task, 10)  # type: ignore[arg-type]
     assert runner.client_status()[0] == "complete"
-    task_dir = tmp_path / "allocs" / a.id / task.name
-    assert (task_dir / "local" / "in" / "payload.txt").read_bytes() == b"payload bytes\n"
-    out = (task_dir / "stdout.log").read_text()
+    alloc_dir = tmp_path / "allocs" / a.id
+    assert (alloc_dir / task.name / "local/in/payload.txt").read_bytes() == b"payload bytes\n"
+    out = (alloc_dir / "alloc/logs" / f"{task.name}.stdout.0").read_text()
     assert out == "arg=1 item=1 rack=r12 meta=task\npayload bytes\n"
+
+
+def test_memory_max_limit_comes_from_what_the_scheduler_allocated(tmp_path: Path) -> None:
+    j = job()
+    task = j.task_groups[0].tasks[0]
+    task.resources.memory_max_mb = 512  # asked for; granted only with oversubscription
+    a = alloc(j)
+    granted = taskenv.build(
+        a,
+        j,
+        task,
+        node(),
+        dirs=dirs(tmp_path),
+        home=str(tmp_path),
+        resources=pb.Resources(cpu=250, memory_mb=128, memory_max_mb=512),
+    ).env
+    assert granted["NOMAD_MEMORY_LIMIT"] == "128" and granted["NOMAD_MEMORY_MAX_LIMIT"] == "512"
+    refused = taskenv.build(
+        a,
+        j,
+        task,
+        node(),
+        dirs=dirs(tmp_path),
+        home=str(tmp_path),
+        resources=pb.Resources(cpu=250, memory_mb=128),
+    ).env
+    assert "NOMAD_MEMORY_MAX_LIMIT" not in refused

@@ -21,6 +21,7 @@ def test_every_example_is_covered():
         "mock.nomad.hcl",
         "sysbatch.nomad.hcl",
         "system.nomad.hcl",
+        "variables.nomad.hcl",
     ]
 
 
@@ -34,6 +35,7 @@ def test_every_example_is_covered():
         ("sysbatch.nomad.hcl", "inventory", "sysbatch", {"inventory": 1}),
         ("disconnect.nomad.hcl", "sticky", "service", {"cache": 2}),
         ("mock.nomad.hcl", "mock", "service", {"web": 3}),
+        ("variables.nomad.hcl", "greeter", "service", {"greeter": 1}),
     ],
 )
 def test_example_parses(name, job_id, job_type, groups):

@@ -113,7 +113,7 @@ job "web" {
     prevent_reschedule_on_lost = true
 
     task "server" {
-      driver       = "raw_exec"
+      driver       = "docker"
       user         = "nobody"
       leader       = true
       kill_timeout = "20s"
@@ -215,7 +215,7 @@ def test_every_stanza():
     assert tg.prevent_reschedule_on_lost
 
     server, sidecar = tg.tasks
-    assert (server.driver, server.user, server.leader) == ("raw_exec", "nobody", True)
+    assert (server.driver, server.user, server.leader) == ("docker", "nobody", True)
     assert (server.kill_timeout, server.kill_signal) == (20 * S, "SIGINT")
     config = MessageToDict(server.config)
     assert config["command"] == "/usr/bin/server"
@@ -353,7 +353,12 @@ def test_env_as_argument_map():
         (minimal("", "cuont = 2"), 4, 'job "j" > group "g" > cuont', "unknown argument"),
         (minimal("priority = 500"), 2, 'job "j" > priority', "between 1 and 100"),
         (minimal('type = "cron"'), 2, 'job "j" > type', "unknown value 'cron'"),
-        (minimal("", "count = var.n"), 4, 'job "j" > group "g" > count', "variables"),
+        (
+            minimal("", "count = var.n"),
+            4,
+            'job "j" > group "g" > count',
+            'unknown variable var.n: no `variable "n"` block declares it',
+        ),
         (minimal("", 'count = "many"'), 4, 'job "j" > group "g" > count', "whole number"),
         (
             minimal("", 'restart {\n delay = "5 minutes"\n }'),
@@ -456,12 +461,12 @@ def test_raw_exec_needs_a_command():
     ("text", "line", "problem"),
     [
         ('job "j" {\n  group "g" {\n    count = \n  }\n}\n', 3, "syntax error"),
-        ('job "j" {\n  group "g" {\n', None, "end of file"),
+        ('job "j" {\n  group "g" {\n', 3, "end of file"),
         ("", None, "no job found"),
         ('job "a" {\n}\njob "b" {\n}\n', 3, "only one job"),
         ('job {\n  group "g" {}\n}\n', 1, "needs a label"),
         ('job "j" {\n}\n', 1, "at least one group"),
-        ('variable "x" {}\njob "j" {}\n', 1, "variables are not supported"),
+        ('variable "x" {}\njob "j" {}\n', 1, 'variable "x" has no value'),
     ],
 )
 def test_file_level_errors(text, line, problem):
@@ -478,3 +483,78 @@ def test_explicit_zero_count_and_unquoted_labels():
     assert job.id == "example"
     assert job.task_groups[0].count == 0
     assert job.task_groups[0].tasks[0].name == "t"
+
+
+def test_nomad_arguments_issue_27_found_missing():
+    """Each was refused as a typo or an unsupported block; Nomad accepts them."""
+    text = """
+job "j" {
+  task "solo" {
+    driver         = "mock"
+    shutdown_delay = "5s"
+    resources {
+      memory     = 64
+      memory_max = -1
+    }
+  }
+  group "g" {
+    shutdown_delay   = "10s"
+    max_run_duration = "1h"
+    network {
+      mode     = "cni/mynet"
+      hostname = "${NOMAD_ALLOC_ID}"
+      cni {
+        args = { IgnoreUnknown = "true" }
+      }
+      port "http" {}
+    }
+    restart {
+      render_templates = true
+    }
+    task "t" {
+      driver = "mock"
+      config {
+        text = <<EOT
+hello
+EOT%s
+      }
+    }
+  }
+}
+"""
+    job = parse_job(text % "   ", "fix.hcl")  # the closing marker has trailing spaces
+    # a task directly under the job is a group of its own, first (Nomad's jobspec2)
+    assert [tg.name for tg in job.task_groups] == ["solo", "g"]
+    solo = job.task_groups[0].tasks[0]
+    assert solo.name == "solo" and solo.shutdown_delay == 5 * S
+    assert solo.resources.memory_max_mb == -1
+    tg = job.task_groups[1]
+    assert tg.shutdown_delay == 10 * S and tg.max_run_duration == H
+    net = tg.networks[0]
+    assert net.mode == "cni/mynet" and net.hostname == "${NOMAD_ALLOC_ID}"
+    assert dict(net.cni.args) == {"IgnoreUnknown": "true"}
+    assert tg.restart_policy.render_templates is True
+    assert tg.tasks[0].config.fields["text"].string_value == "hello\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("resources {\n memory = 64\n memory_max = -2\n }", "must be >= -1"),
+        ("resources {\n memory = 64\n memory_max = 32\n }", "must be >= memory"),
+        ('shutdown_delay = "-1s"', "must not be negative"),
+        ("resources {\n secrets = 10\n }", "the secrets argument is not supported by Corral"),
+        ('lifecycle {\n hook = "prestart"\n }', "the lifecycle block is not supported by Corral"),
+    ],
+)
+def test_task_argument_limits(body, problem):
+    text = minimal().replace('driver = "mock"', f'driver = "mock"\n {body}')
+    with pytest.raises(JobspecError) as info:
+        parse_job(text, "t.hcl")
+    assert problem in str(info.value)
+
+
+def test_network_mode_must_be_known():
+    text = minimal("", 'network {\n mode = "cni/"\n }')
+    with pytest.raises(JobspecError, match='"cni/<network>"'):
+        parse_job(text, "n.hcl")

@@ -82,7 +82,7 @@ def test_validate_offline(capsys):
 def test_keyboard_interrupt_exits_130(monkeypatch):
     import cli.commands.job as job_cmd
 
-    def interrupted(_path):
+    def interrupted(_path, _inputs=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(job_cmd, "load_job", interrupted)
@@ -92,7 +92,7 @@ def test_keyboard_interrupt_exits_130(monkeypatch):
 def test_unexpected_errors_never_show_a_traceback(monkeypatch, capsys):
     import cli.commands.job as job_cmd
 
-    def broken(_path):
+    def broken(_path, _inputs=None):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(job_cmd, "load_job", broken)

@@ -304,3 +304,50 @@ def test_an_update_that_cannot_be_placed_is_still_held_to_its_progress_deadline(
     state = d.task_groups["web"]
     assert state.placed_allocs == 0 and state.require_progress_by > 0
     assert all(a.job_version != job.version for a in _live(h, job))  # the old ones stay
+
+
+def test_the_eval_names_the_deployment_its_plan_creates() -> None:
+    """Nomad's TestServiceSched_JobModify_Rolling: 10 allocs of a version
+    without deployment, then a destructive update with max_parallel 4: one
+    plan with 4 stops and 4 placements creates the deployment, and the eval
+    is completed naming it (setStatus's DeploymentID)."""
+    h = _cluster(10)
+    job = mock.job(count=10)
+    job = _register(h, job)
+    _run(h, job)
+    assert not h.last_eval().deployment_id  # no update block, no deployment
+    plans = len(h.plans)
+    job.task_groups[0].update.CopyFrom(
+        pb.UpdateStrategy(
+            max_parallel=4,
+            health_check="checks",
+            min_healthy_time=10 * SECOND,
+            healthy_deadline=600 * SECOND,
+        )
+    )
+    job.task_groups[0].tasks[0].config.update({"command": "/bin/other"})
+    job = _register(h, job)
+    _run(h, job)
+    assert len(h.plans) == plans + 1
+    plan = h.last_plan()
+    assert sum(len(u.stops) for u in plan.node_update.values()) == 4
+    assert sum(len(a.allocs) for a in plan.node_allocation.values()) == 4
+    assert plan.HasField("deployment")
+    assert plan.deployment.task_groups["web"].desired_total == 10
+    ev = h.last_eval()
+    assert ev.status == "complete"
+    assert ev.deployment_id == plan.deployment.id
+
+    # the deployment watcher's eval that rolls the next batch names it too
+    for a in _live(h, job):
+        if a.deployment_id:
+            h.set_alloc_health(a.id, True)
+    _run(h, job, Trigger.DEPLOYMENT_WATCHER)
+    assert h.last_eval().deployment_id == plan.deployment.id
+
+
+def test_a_batch_eval_names_no_deployment() -> None:
+    h = _cluster(2)
+    job = _register(h, mock.batch_job(count=2))
+    _run(h, job)
+    assert h.last_eval().status == "complete" and not h.last_eval().deployment_id

@@ -308,10 +308,12 @@ def test_reconnect_while_initializing_after_a_job_update_keeps_the_newer_replace
     assert h.last_eval().status == EvalStatus.COMPLETE
 
 
-def test_failed_originals_with_running_replacements_are_stopped_without_new_copies():
-    """Two allocs of a node come back failed while their replacements run:
-    both originals are stopped (client failed) and nothing is placed, so
-    each name runs exactly once."""
+def two_replaced() -> tuple[
+    Harness, list[pb.Node], pb.Job, list[pb.Allocation], list[pb.Allocation]
+]:
+    """Two originals on node 0 (placed with the best possible score, so
+    best_score would keep them) whose node disconnected: unknown, each
+    replaced at once by an alloc now running elsewhere."""
     h = Harness()
     nodes = [mock.node() for _ in range(3)]
     h.upsert_nodes(*nodes)
@@ -323,6 +325,8 @@ def test_failed_originals_with_running_replacements_are_stopped_without_new_copi
     )
     job = register(h, job)
     originals = [mock.alloc(job, nodes[0], index=i) for i in range(2)]
+    for o in originals:
+        o.metrics.score_meta_data.add(node_id=nodes[0].id, norm_score=1.0)
     h.upsert_allocs(*originals)
     set_node(h, nodes[0], NodeStatus.DISCONNECTED)
     run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
@@ -330,6 +334,14 @@ def test_failed_originals_with_running_replacements_are_stopped_without_new_copi
     assert len(replacements) == 2
     for r in replacements:
         client_update(h, r.id, ClientStatus.RUNNING)
+    return h, nodes, job, originals, replacements
+
+
+def test_failed_originals_with_running_replacements_are_stopped_without_new_copies():
+    """Two allocs of a node come back failed while their replacements run:
+    both originals are stopped (client failed) and nothing is placed, so
+    each name runs exactly once."""
+    h, nodes, job, originals, replacements = two_replaced()
 
     set_node(h, nodes[0], NodeStatus.INITIALIZING)
     for o in originals:
@@ -347,3 +359,53 @@ def test_failed_originals_with_running_replacements_are_stopped_without_new_copi
     live = live_allocs(h, job)
     assert sorted(x.id for x in live) == sorted(r.id for r in replacements)
     assert sorted(x.name for x in live) == sorted(o.name for o in originals)
+
+
+def test_failed_originals_after_the_heartbeat_eval_keep_their_replacements():
+    """Issue 33 (TestReconciler_Disconnected_Client,
+    stop-original-failed-on-reconnect) in the order a real client brings:
+    the heartbeat makes the node initializing and its node-update eval runs
+    before the client has reported its allocs, which are still unknown.
+    That eval leaves them and their running replacements alone (it cannot
+    know whether they still run); when they come back failed they are
+    stopped, the replacements kept and nothing placed: 4 allocs."""
+    h, nodes, job, originals, replacements = two_replaced()
+
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    n = len(h.plans)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert len(h.plans) == n, "nothing decided before the client reports"
+    assert h.last_eval().status == EvalStatus.COMPLETE
+
+    for o in originals:
+        client_update(h, o.id, ClientStatus.FAILED)
+    run(h, job, Trigger.RECONNECT)
+    plan = h.last_plan()
+    assert not planned(plan)
+    assert sorted((s.alloc_id, s.client_status, s.desired_description) for s in stops(plan)) == (
+        sorted((o.id, ClientStatus.FAILED, util.ALLOC_RESCHEDULED) for o in originals)
+    )
+    set_node(h, nodes[0], NodeStatus.READY)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert sorted(x.id for x in live_allocs(h, job)) == sorted(r.id for r in replacements)
+    assert len(h.snapshot().allocs_by_job(job.namespace, job.id)) == 4
+
+
+def test_running_original_reported_after_the_heartbeat_eval_is_reconnected():
+    """The same order with the original still running: the heartbeat's
+    eval leaves the pair alone, the client's report decides it."""
+    h, nodes, job, a = setup()
+    rep = disconnect(h, nodes, job, a)
+    client_update(h, rep.id, ClientStatus.RUNNING)
+    set_node(h, nodes[0], NodeStatus.INITIALIZING)
+    n = len(h.plans)
+    run(h, job, Trigger.NODE_UPDATE, node_id=nodes[0].id)
+    assert len(h.plans) == n
+    assert len(live_allocs(h, job)) == 2
+
+    client_update(h, a.id, ClientStatus.RUNNING)
+    run(h, job, Trigger.RECONNECT)
+    assert [(s.alloc_id, s.desired_description) for s in stops(h.last_plan())] == [
+        (rep.id, util.ALLOC_RECONNECTED)
+    ]
+    assert [x.id for x in live_allocs(h, job)] == [a.id]

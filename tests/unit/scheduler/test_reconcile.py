@@ -47,6 +47,7 @@ def reconcile(
     now: int = NOW,
     update_fn=destructive_on_change,
     job_id: str | None = None,
+    initializing: frozenset[str] = frozenset(),
 ) -> ReconcileResults:
     return AllocReconciler(
         job=job,
@@ -58,6 +59,7 @@ def reconcile(
         tainted=tainted or {},
         now=now,
         alloc_update_fn=update_fn,
+        initializing=initializing,
     ).compute()
 
 

@@ -377,3 +377,67 @@ def test_alloc_update_before_heartbeat_without_replacement_places_nothing():
     orig = unknown(job, disc, status=ClientStatus.RUNNING)
     res = reconcile(job, [orig], tainted={disc.id: disc})
     assert not res.place and not res.stop and not res.disconnect_updates
+
+
+# ------------------------------------------------- Nomad's failed-reconnect cases
+
+
+def _resumable(count: int) -> tuple[pb.Job, list[pb.Allocation]]:
+    """Nomad's buildResumableAllocations: `count` running allocs of a group
+    with lost_after 5 min, on nodes of their own."""
+    job = mock.job(count=count)
+    job.task_groups[0].disconnect.lost_after = LOST_AFTER
+    return job, [running(job, node(), i) for i in range(count)]
+
+
+@pytest.mark.parametrize("replaced", [True, False])
+def test_nomad_failed_originals_on_reconnect(replaced: bool):
+    """TestReconciler_Disconnected_Client: 4 allocs, 2 of them come back
+    `failed` from their node. stop-original-failed-on-reconnect (with a
+    running replacement each): stop 2, ignore 4, place nothing.
+    reschedule-original-failed-if-not-replaced: stop 2, place 2, ignore 2."""
+    job, allocs = _resumable(4)
+    back = node()
+    for a in allocs[:2]:
+        a.node_id = back.id
+        a.client_status = ClientStatus.FAILED
+        a.alloc_states.add(field="client_status", value=ClientStatus.UNKNOWN, time=NOW - MINUTE)
+    originals = {a.id for a in allocs[:2]}
+    if replaced:
+        for a in allocs[:2]:
+            rep = running(job, node(), structs.alloc_name_index(a.name))
+            rep.previous_allocation = a.id
+            a.next_allocation = rep.id
+            allocs.append(rep)
+    res = reconcile(job, allocs, tainted={back.id: back})
+    assert {s.alloc.id for s in res.stop} == originals
+    assert all(s.client_status == ClientStatus.FAILED for s in res.stop)
+    d = res.desired_tg_updates["web"]
+    if replaced:
+        assert (d.stop, d.ignore, d.place) == (2, 4, 0)
+        assert not res.place
+    else:
+        assert (d.stop, d.ignore, d.place) == (2, 2, 2)
+        assert sorted(p.name for p in res.place) == sorted(a.name for a in allocs[:2])
+
+
+def test_unknown_alloc_on_a_node_back_but_not_reported_is_left_alone():
+    """Issue 33: the node heartbeated (initializing) but has not pushed its
+    allocs: an alloc still unknown there is neither reconnected (its
+    replacement stopped) nor replaced again; its client's report decides."""
+    job = disconnect_job()
+    back, orig, rep = reconnect_pair(job, orig_status=ClientStatus.UNKNOWN)
+    res = reconcile(job, [orig, rep], initializing=frozenset({back.id}))
+    assert not res.stop and not res.place and not res.reconnect_updates
+    # without a replacement it still counts: nothing placed for it
+    alone = unknown(job, back)
+    res = reconcile(job, [alone], initializing=frozenset({back.id}))
+    assert not res.stop and not res.place
+
+
+def test_unknown_alloc_on_an_initializing_node_past_lost_after_is_lost():
+    job = disconnect_job()
+    back = node(NodeStatus.INITIALIZING)
+    orig = unknown(job, back, since=NOW - LOST_AFTER - SECOND)
+    res = reconcile(job, [orig], initializing=frozenset({back.id}))
+    assert [(s.alloc.id, s.client_status) for s in res.stop] == [(orig.id, ClientStatus.LOST)]

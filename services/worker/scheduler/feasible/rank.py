@@ -526,7 +526,7 @@ class Ranker:
             total.cpu += tr.cpu
             total.cores += tr.cores
             total.memory_mb += tr.memory_mb
-            total.memory_max_mb += tr.memory_max_mb or tr.memory_mb
+            total.memory_max_mb += tr.memory_max_mb if tr.memory_max_mb > 0 else tr.memory_mb
             total.devices.extend(r.devices)
         option.alloc_resources = total
         return option

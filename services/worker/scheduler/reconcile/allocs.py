@@ -277,10 +277,21 @@ def classify(
     tainted: Mapping[str, pb.Node | None],
     now: int,
     tg_of: TGOf,
+    initializing: frozenset[str] = frozenset(),
 ) -> Classified:
     """Sort allocs into untainted / migrate / lost / disconnecting /
     reconnecting / ignore / expiring; the first matching rule of semantics
-    §5.3 "Classification" wins."""
+    §5.3 "Classification" wins.
+
+    One rule of our own (issue 33): an alloc still `unknown` on a node that
+    is back but `initializing` (its `initializing` set) is left as it is,
+    as on a node still disconnected. The node heartbeated but has not
+    pushed its alloc states yet (it stays initializing until it has, so the
+    scheduler learns them first), so whether the alloc still runs is not
+    known: reconciling it as a reconnect would weigh an alloc that may have
+    failed against its running replacements, keep it, stop them, and place
+    new allocs once it reports failed. Its reconnect is decided when the
+    client reports it (the `reconnect` eval of Node.UpdateAlloc)."""
     c = Classified({}, {}, {}, {}, {}, {}, {})
     for aid, a in allocs.items():
         reconnect = False
@@ -316,6 +327,8 @@ def classify(
             c.ignore[aid] = a
         elif disconnected and a.client_status == ClientStatus.UNKNOWN:
             c.untainted[aid] = a
+        elif a.client_status == ClientStatus.UNKNOWN and a.node_id in initializing:
+            c.untainted[aid] = a  # back, but not reported yet
         elif disconnected and reconnect and a.client_status == ClientStatus.RUNNING:
             # alloc update arrived before the node's heartbeat (seed 003):
             # not a new disconnect; the reconnect happens once it is ready

@@ -368,7 +368,7 @@ class AllocReconciler:
         self.result.deployment_id = d.id
 
     def _stop_all(self, group: str, allocs: AllocSet) -> None:
-        c = classify(allocs, self.tainted, self.now, self._tg_of)
+        c = classify(allocs, self.tainted, self.now, self._tg_of, self.initializing)
         stops = (
             _stops(c.untainted.values(), util.ALLOC_NOT_NEEDED)
             + _stops(c.migrate.values(), util.ALLOC_NOT_NEEDED)
@@ -411,7 +411,7 @@ class AllocReconciler:
                 allocs = difference(allocs, old)
                 desired.ignore += len(old)
 
-        c = classify(allocs, self.tainted, self.now, self._tg_of)
+        c = classify(allocs, self.tainted, self.now, self._tg_of, self.initializing)
         desired.ignore += len(c.ignore)
 
         untainted, reschedule_now, reschedule_later = self._reschedulable(c.untainted)

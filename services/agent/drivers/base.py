@@ -1,0 +1,131 @@
+"""The driver interface, after Nomad's plugins/drivers: a driver
+fingerprints itself and starts a task from a `TaskConfig`; the `TaskHandle`
+it returns waits, stops, signals and measures that one run and carries the
+`state` the agent keeps to find the run again (Nomad's driver state for
+RecoverTask). The task runner (services/agent/runner.py) owns everything
+above one run: restarts, events, the alloc's status."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from google.protobuf.json_format import MessageToDict
+
+from corral.v1 import structs_pb2 as pb
+from services.agent.allocdir import TaskDir
+from services.agent.cgroups import Usage
+
+_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
+}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a Go-style duration ("1m30s", "500ms") or nanoseconds."""
+    if value is None or value == "":
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value) / 1e9
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text) / 1e9
+    parts = _PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"invalid duration {value!r}")
+    return sum(float(n) * _UNITS[u] for n, u in parts) / 1e9
+
+
+def task_config(task: pb.Task) -> dict[str, Any]:
+    return MessageToDict(task.config) if task.HasField("config") else {}
+
+
+class DriverError(Exception):
+    """A task could not be started; the message becomes the task event's."""
+
+
+@dataclass
+class ExitResult:
+    exit_code: int = 0
+    signal: int = 0
+    error: str = ""
+    killed: bool = False  # we stopped it
+    oom_killed: bool = False  # the kernel's OOM killer struck
+
+    @property
+    def successful(self) -> bool:
+        return self.exit_code == 0 and self.signal == 0 and not self.error
+
+
+@dataclass(frozen=True)
+class TaskResources:
+    """What the scheduler allocated to the task (its alloc's task
+    resources): `memory_max_mb` is set only where the scheduler
+    configuration enables memory oversubscription."""
+
+    cpu_mhz: int = 0
+    cores: int = 0
+    memory_mb: int = 0
+    memory_max_mb: int = 0
+
+
+@dataclass
+class TaskConfig:
+    """One run of a task, as the driver needs it (Nomad's drivers.TaskConfig)."""
+
+    alloc_id: str
+    name: str
+    driver_config: dict[str, Any]
+    env: dict[str, str]
+    task_dir: TaskDir
+    #: the executor's directory for this task (outside the task's reach)
+    state_dir: Path
+    resources: TaskResources = field(default_factory=TaskResources)
+    user: str = ""
+
+    @property
+    def scope(self) -> str:
+        """The run's name on the node (its cgroup): `<alloc id>.<task>`."""
+        return f"{self.alloc_id}.{self.name}"
+
+
+class TaskHandle(Protocol):
+    pid: int
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """What finds this run again after an agent restart (JSON)."""
+        ...
+
+    async def wait(self) -> ExitResult: ...
+
+    async def stop(self, sig: int, timeout: float) -> None:
+        """The signal, then SIGKILL for everything left after `timeout`."""
+        ...
+
+    async def signal(self, sig: int) -> None: ...
+
+    def usage(self) -> Usage | None:
+        """The run's raw resource counters now (None: not measurable)."""
+        ...
+
+    async def destroy(self) -> None:
+        """After the run ended: release what it held (cgroups, cores)."""
+        ...
+
+
+class Driver(Protocol):
+    name: str
+
+    def fingerprint(self) -> pb.DriverInfo: ...
+
+    async def start(self, cfg: TaskConfig) -> TaskHandle: ...

@@ -1,0 +1,74 @@
+"""`mock`: pretends to run a task, for tests and simulation (Nomad's mock
+driver, reduced): runs for `run_for` (forever when 0 or absent) and exits
+with `exit_code`; `start_error` fails the start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from typing import Any
+
+from corral.v1 import structs_pb2 as pb
+from services.agent.cgroups import Usage
+from services.agent.drivers.base import DriverError, ExitResult, TaskConfig, parse_duration
+
+
+class MockHandle:
+    def __init__(self, run_for: float, exit_code: int, pid: int) -> None:
+        self.pid = pid
+        self._exit_code = exit_code
+        self._stopped = asyncio.Event()
+        self._run_for = run_for
+        self._killed = False
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return {"pid": self.pid}
+
+    async def wait(self) -> ExitResult:
+        if self._run_for > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self._run_for)
+        else:
+            await self._stopped.wait()
+        if self._killed:
+            return ExitResult(exit_code=128 + signal.SIGTERM, signal=signal.SIGTERM, killed=True)
+        return ExitResult(exit_code=self._exit_code)
+
+    async def stop(self, sig: int, timeout: float) -> None:
+        self._killed = True
+        self._stopped.set()
+
+    async def signal(self, sig: int) -> None:
+        return None
+
+    def usage(self) -> Usage | None:
+        return None  # nothing runs, nothing to measure
+
+    async def destroy(self) -> None:
+        return None
+
+
+class MockDriver:
+    name = "mock"
+    _next_pid = 1_000_000
+
+    def fingerprint(self) -> pb.DriverInfo:
+        return pb.DriverInfo(detected=True, healthy=True, health_description="Healthy")
+
+    async def start(self, cfg: TaskConfig) -> MockHandle:
+        config = cfg.driver_config
+        if config.get("start_error"):
+            raise DriverError(str(config["start_error"]))
+        MockDriver._next_pid += 1
+        path = cfg.task_dir.log_path("stdout")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as out:
+            out.write(f"mock task {cfg.name} started at {time.time():.3f}\n")
+        return MockHandle(
+            parse_duration(config.get("run_for")),
+            int(config.get("exit_code", 0)),
+            MockDriver._next_pid,
+        )

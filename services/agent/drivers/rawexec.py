@@ -1,0 +1,60 @@
+"""`raw_exec`: the command as a process of the agent's own machine, no
+isolation (Nomad's raw_exec). When the agent runs as root with cgroups the
+task still gets its own cgroup — memory limit, CPU shares, cores and usage
+— as Nomad's raw_exec does."""
+
+from __future__ import annotations
+
+import shutil
+
+from corral.domain import driver_config
+from corral.v1 import structs_pb2 as pb
+from services.agent.cgroups import CgroupManager
+from services.agent.drivers.base import DriverError, TaskConfig
+from services.agent.drivers.executor_handle import ExecutorHandle
+from services.agent.drivers.limits import create_cgroup
+from services.agent.executor.spec import LaunchSpec
+
+
+def check_config(driver: str, cfg: TaskConfig) -> None:
+    """The driver config as the job parser checks it, now with `${...}` resolved."""
+    problems = driver_config.problems(driver, cfg.driver_config)
+    if problems:
+        raise DriverError(
+            "invalid driver config: " + "; ".join(f"{key}: {problem}" for key, problem in problems)
+        )
+
+
+class RawExecDriver:
+    name = "raw_exec"
+
+    def __init__(self, cgroups: CgroupManager | None = None) -> None:
+        self.cgroups = cgroups
+
+    def fingerprint(self) -> pb.DriverInfo:
+        return pb.DriverInfo(detected=True, healthy=True, health_description="Healthy")
+
+    async def start(self, cfg: TaskConfig) -> ExecutorHandle:
+        check_config(self.name, cfg)
+        config = cfg.driver_config
+        command = str(config["command"])
+        resolved = shutil.which(command, path=cfg.env.get("PATH")) or command
+        cgroup = create_cgroup(self.cgroups, cfg) if self.cgroups and self.cgroups.enabled else None
+        spec = LaunchSpec(
+            command=resolved,
+            args=[str(a) for a in config.get("args", [])],
+            env=cfg.env,
+            cwd=str(config.get("work_dir") or cfg.task_dir.local),
+            stdout=str(cfg.task_dir.log_path("stdout")),
+            stderr=str(cfg.task_dir.log_path("stderr")),
+            state_dir=str(cfg.state_dir),
+            user=cfg.user,
+            cgroup_procs=cgroup.procs_files if cgroup else [],
+            oom_counters=cgroup.oom_counters if cgroup else [],
+        )
+        try:
+            return await ExecutorHandle.launch(spec, cgroup=cgroup, cgroups=self.cgroups)
+        except BaseException:
+            if cgroup is not None and self.cgroups is not None:
+                self.cgroups.remove(cgroup)
+            raise
