@@ -6,6 +6,7 @@ versions no alloc of its node runs any more (the soak)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from corral.runtime.settings import load
 from corral.testing import mock
 from corral.v1 import node_pb2
+from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
 
@@ -82,3 +84,41 @@ async def test_the_agent_forgets_job_versions_no_alloc_runs(
     assert list(agent.jobs) == [(jobs[0].namespace, jobs[0].id, jobs[0].version)]
     await agent._reconcile(node_pb2.NodeClientAllocsResponse(index=30))
     assert not agent.runners and not agent.jobs
+
+
+async def test_runners_keep_nothing_else_of_the_response_they_came_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26's soak: a message taken out of a parsed response keeps the
+    whole response alive (one upb arena). Each runner held the alloc of the
+    response that started it, so runners held every response: the agent
+    grew 160 MB in 11 minutes of churn. Here each response also carries an
+    alloc with 2 MB the agent never keeps; 60 runners later the
+    process has not grown by their 120 MB."""
+    agent = Agent(agent_settings(tmp_path, monkeypatch))
+    job = mock.job(job_id="churn", count=1)
+    agent.jobs[(job.namespace, job.id, job.version)] = job
+    gone = mock.alloc(job, agent.node, client_status="complete")
+    gone.client_description = "x" * (2**21 + 1)
+    blob = gone.SerializeToString()
+    assert len(blob) > 2**21  # 2 MiB
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = rss()
+    allocs: dict[str, int] = {}
+    for i in range(60):
+        new = mock.alloc(job, agent.node, client_status="pending")
+        allocs[new.id] = i + 1
+        resp = node_pb2.NodeClientAllocsResponse(index=i + 1, allocs=allocs)
+        resp.full_allocs.append(new)
+        resp.full_allocs.append(pb.Allocation.FromString(blob))  # terminal: skipped
+        await agent._reconcile(
+            node_pb2.NodeClientAllocsResponse.FromString(resp.SerializeToString())
+        )
+        del resp
+    assert len(agent.runners) == 60
+    grown = (rss() - before) / 2**20
+    assert grown < 60, f"the agent grew {grown:.0f} MB holding 60 allocs"
