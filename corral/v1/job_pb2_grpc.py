@@ -69,6 +69,11 @@ class JobStub:
                 request_serializer=corral_dot_v1_dot_job__pb2.JobScaleRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
                 _registered_method=True)
+        self.ScaleStatus = channel.unary_unary(
+                '/corral.v1.Job/ScaleStatus',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobScaleStatusResponse.FromString,
+                _registered_method=True)
         self.Revert = channel.unary_unary(
                 '/corral.v1.Job/Revert',
                 request_serializer=corral_dot_v1_dot_job__pb2.JobRevertRequest.SerializeToString,
@@ -93,6 +98,11 @@ class JobStub:
                 '/corral.v1.Job/Evaluations',
                 request_serializer=corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobEvaluationsResponse.FromString,
+                _registered_method=True)
+        self.GetSubmission = channel.unary_unary(
+                '/corral.v1.Job/GetSubmission',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobSubmissionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobSubmissionResponse.FromString,
                 _registered_method=True)
 
 
@@ -137,7 +147,19 @@ class JobServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Scale(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Set a task group's count (within its scaling policy's min..max; refused
+        while a deployment of the job is active), or with no count only record
+        a scaling event (an autoscaler reporting an error); every call records
+        one (Nomad's Job.Scale).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScaleStatus(self, request, context):
+        """Desired, placed, running and healthy allocs of each group with its
+        scaling events, newest first (Nomad's Job.ScaleStatus).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -169,6 +191,13 @@ class JobServicer:
 
     def Evaluations(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSubmission(self, request, context):
+        """The source a job version was submitted with (Nomad's job submission).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -211,6 +240,11 @@ def add_JobServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobScaleRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.SerializeToString,
             ),
+            'ScaleStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleStatus,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobGetRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobScaleStatusResponse.SerializeToString,
+            ),
             'Revert': grpc.unary_unary_rpc_method_handler(
                     servicer.Revert,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobRevertRequest.FromString,
@@ -235,6 +269,11 @@ def add_JobServicer_to_server(servicer, server):
                     servicer.Evaluations,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobGetRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobEvaluationsResponse.SerializeToString,
+            ),
+            'GetSubmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubmission,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobSubmissionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobSubmissionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,6 +476,33 @@ class Job:
             _registered_method=True)
 
     @staticmethod
+    def ScaleStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/ScaleStatus',
+            corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobScaleStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Revert(request,
             target,
             options=(),
@@ -561,6 +627,33 @@ class Job:
             '/corral.v1.Job/Evaluations',
             corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
             corral_dot_v1_dot_job__pb2.JobEvaluationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/GetSubmission',
+            corral_dot_v1_dot_job__pb2.JobSubmissionRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobSubmissionResponse.FromString,
             options,
             channel_credentials,
             insecure,

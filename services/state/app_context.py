@@ -31,6 +31,8 @@ class StateContext:
     feed: ChangeFeed
     address: str = ""
     member_id: str = ""
+    #: the largest job submission kept (StateSettings.job_max_source_size)
+    job_max_source_size: int = 1_000_000
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     #: bounds on the calls that wait (blocking queries, streams)
     limits: CallLimits = field(default_factory=CallLimits)

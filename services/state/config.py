@@ -101,5 +101,11 @@ class StateSettings(ServerSettings):
         description="blocking queries and streams one client connection may hold open at "
         "once (the HTTP gateway is one connection for all its users)",
     )
+    job_max_source_size: int = Field(
+        1_000_000,
+        ge=0,
+        description="largest job submission (source plus variables, bytes) kept with a job "
+        "version (Nomad's job_max_source_size); a larger one is discarded with a warning",
+    )
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     acl: ACLSettings = Field(default_factory=ACLSettings)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,19 @@ def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
     wait_for("two greeters", lambda: statuses(dev, "greeter") == ["running"] * 2)
     bad = corral(dev, "job", "run", "-var", "env=qa", str(EXAMPLES / "variables.nomad.hcl"))
     assert bad.returncode != 0 and "The env must be dev, staging or prod" in bad.stderr
+
+    # the file and its values are kept with the version (Nomad's job submission)
+    source = corral(dev, "job", "inspect", "-hcl", "-with-vars", "greeter")
+    assert source.returncode == 0, source.stderr
+    assert source.stdout == (EXAMPLES / "variables.nomad.hcl").read_text()
+    assert "corral job run -var count=2 -var env=staging" in source.stderr
+    assert '-var \'greetings=["hi", "hey"]\' -' in source.stderr
+    url = f"{dev.info['http_addr']}/v1/job/greeter/submission?version={job['version']}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        sub = json.load(answer)
+    assert sub["Format"] == "hcl2" and sub["Source"] == source.stdout
+    assert sub["VariableFlags"] == {"count": "2", "env": "staging"}
+    assert sub["Variables"] == 'greetings = ["hi", "hey"]'
 
 
 def test_alloc_logs_show_raw_exec_output(dev: Dev) -> None:
@@ -446,3 +460,29 @@ def _scrape(address: str) -> str:
 
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
         return str(resp.read().decode())
+
+
+def test_node_status_lists_completed_allocs_and_the_status_change(dev: Dev) -> None:
+    """`node status ID` lists every alloc the node ran (completed ones too,
+    as Nomad's) and labels the time of the last status change as such (it
+    is not a heartbeat)."""
+    spec = (EXAMPLES / "batch.nomad.hcl").read_text().replace('job "batch"', 'job "done-batch"')
+    run = corral(dev, "job", "run", "-detach", "-", stdin=spec)
+    assert run.returncode == 0, run.stderr
+    wait_for("done-batch complete", lambda: statuses(dev, "done-batch") == ["complete"] * 3)
+    alloc = job_allocs(dev, "done-batch")[0]
+    out = corral(dev, "node", "status", alloc["node_id"])
+    assert out.returncode == 0, out.stderr
+    assert alloc["id"][:8] in out.stdout
+    assert "Status Changed" in out.stdout and "Last Heartbeat" not in out.stdout
+
+
+def test_operator_members_names_the_state_leader(dev: Dev) -> None:
+    """The state process holding the leader lock says so, as the
+    corral_leader{role="state"} gauge does."""
+
+    def state_leaders() -> list[bool]:
+        members = corral_json(dev, "operator", "members")
+        return [bool(m.get("leader")) for m in members if m["role"] == "state"]
+
+    wait_for("the state member marked leader", lambda: state_leaders() == [True])
