@@ -94,9 +94,9 @@ class Dev:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="corral-soak-"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-        for key in ("CORRAL_MEMPROBE_OUT", "CORRAL_MEMPROBE_EVERY", "CORRAL_MEMPROBE_TRACE"):
-            if key in os.environ:  # bench/memprobe.py, when asked for
-                env[key] = os.environ[key]
+        for key, value in os.environ.items():
+            if key.startswith("CORRAL_MEMPROBE_"):  # bench/memprobe.py, when asked for
+                env[key] = value
         self.log = (self.dir.parent / f"{self.dir.name}.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli", "dev", "-data-dir", str(self.dir / "data"), "-port", "0"],
@@ -158,11 +158,23 @@ def verdict(opts: Options, samples: Samples) -> dict[str, Any]:
     start, end = samples.rss_mb[base], samples.rss_mb[-1]
     roles: list[dict[str, Any]] = []
     worst = 0.0
+    # what the GC thresholds make the cluster keep: a role holding these
+    # rows grows with them (bench/replica_memory.py: a few KB a row)
+    rows_added = sum(samples.rows[-1].values()) - sum(samples.rows[base].values())
     for role in end:
         a, b = start.get(role, 0.0), end[role]
         growth = round(((b - a) / a if a else 0.0) * 100, 1)
         worst = max(worst, growth)
-        roles.append({"role": role, "start_mb": a, "end_mb": b, "growth_pct": growth})
+        per_row = round((b - a) * 2**20 / rows_added / 1024, 1) if rows_added > 0 else None
+        roles.append(
+            {
+                "role": role,
+                "start_mb": a,
+                "end_mb": b,
+                "growth_pct": growth,
+                "kb_per_row_added": per_row,
+            }
+        )
     return {
         "judged": True,
         "from_s": samples.t[base],
@@ -254,11 +266,13 @@ def table(result: dict[str, Any]) -> str:
         return "\n".join([*lines, f"NOT JUDGED: {v['why']}"])
     lines += [
         "",
-        f"| role | MB at {v['from_s']:.0f} s | MB at {v['to_s']:.0f} s | growth |",
-        "|---|---|---|---|",
+        f"| role | MB at {v['from_s']:.0f} s | MB at {v['to_s']:.0f} s | growth "
+        "| KB per row the state added |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['role']} | {r['start_mb']} | {r['end_mb']} | {r['growth_pct']:+.1f}% |"
+        f"| {r['role']} | {r['start_mb']} | {r['end_mb']} | {r['growth_pct']:+.1f}% "
+        f"| {r['kb_per_row_added'] if r['kb_per_row_added'] is not None else '-'} |"
         for r in v["roles"]
     ]
     lines += ["", "| rows held | from | to |", "|---|---|---|"]
