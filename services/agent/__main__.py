@@ -1,6 +1,7 @@
 """`python -m services.agent` — a client node: runs allocations with the
 exec and mock drivers by default (raw_exec only when `--drivers` names it,
-as Nomad ships it off) and serves their logs and resource usage.
+as Nomad ships it off), registers and checks their services, and serves
+their logs, resource usage and check results.
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers exec,raw_exec,mock]
