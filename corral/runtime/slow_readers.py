@@ -65,6 +65,10 @@ async def send_stream(
             progress.sent = index
 
     writer = asyncio.create_task(write_all(), name=f"{what}-writer")
+    # however the call ends (gRPC may cancel it more than once when its
+    # client goes away), what the writer met is collected, never left for
+    # asyncio to log as "Task exception was never retrieved"
+    writer.add_done_callback(_collect)
     # the watch wakes a few times per timeout, not per message: the write
     # path costs what it did without it
     check = stall_timeout / 4
@@ -86,7 +90,7 @@ async def send_stream(
     finally:
         if not writer.done():
             writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            with contextlib.suppress(BaseException):
                 await writer
 
 
@@ -99,6 +103,7 @@ async def with_heartbeats(source: AsyncIterator[M], interval: float) -> AsyncIte
         while True:
             if pending is None:
                 pending = asyncio.ensure_future(anext(source))
+                pending.add_done_callback(_collect)
             done, _ = await asyncio.wait({pending}, timeout=interval)
             if not done:
                 yield None
@@ -112,5 +117,11 @@ async def with_heartbeats(source: AsyncIterator[M], interval: float) -> AsyncIte
     finally:
         if pending is not None and not pending.done():
             pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            with contextlib.suppress(BaseException):
                 await pending
+
+
+def _collect(done: asyncio.Future[Any]) -> None:
+    """Mark what a finished task met as seen (its owner has moved on)."""
+    if not done.cancelled():
+        done.exception()
