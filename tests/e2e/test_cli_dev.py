@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cli.commands.dev import RAW_EXEC_NOTICE
 from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -159,6 +160,9 @@ def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
 
 
 def test_alloc_logs_show_raw_exec_output(dev: Dev) -> None:
+    """raw_exec is off on agents unless configured (issue 26, finding 7);
+    `corral dev` turns it on for its agent and says so, as nomad -dev."""
+    assert f"==> {RAW_EXEC_NOTICE}\n" in dev.output
     if not statuses(dev, "hello"):
         corral(dev, "job", "run", "-detach", str(EXAMPLES / "hello.nomad.hcl"))
     alloc = wait_for(
