@@ -25,6 +25,7 @@ import grpc
 from corral.domain import topics
 from corral.domain.store import StateStore
 from corral.domain.structs import new_id
+from corral.domain.topics import EventType
 from corral.runtime import event_loop, feed_view
 from corral.runtime.feed_view import FeedView
 from corral.testing import mock
@@ -58,7 +59,7 @@ def w2_batch(index: int) -> pb.ChangeBatch:
         batch.events.add(
             index=index,
             topic=topics.ALLOCATION.name,
-            type="PlanResult",
+            type=EventType.PLAN_RESULT,
             key=a.id,
             namespace=a.namespace,
             allocation=a,
@@ -66,7 +67,7 @@ def w2_batch(index: int) -> pb.ChangeBatch:
     batch.events.add(
         index=index,
         topic=topics.EVALUATION.name,
-        type="PlanResult",
+        type=EventType.PLAN_RESULT,
         key=new_id(),
         evaluation=mock.eval_for(j),
     )

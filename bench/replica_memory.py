@@ -31,6 +31,7 @@ import psutil
 
 from corral.domain import topics
 from corral.domain.store import StateStore
+from corral.domain.topics import EventType
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 
@@ -59,8 +60,10 @@ def batches(jobs: int, count: int, nodes: list[pb.Node]) -> tuple[list[bytes], l
         job.id = f"mem-{j}"
         ev = mock.eval_for(job)
         reg = pb.ChangeBatch(index=index)
-        reg.events.add(topic=topics.JOB.name, type="JobRegistered", job=job)
-        reg.events.add(topic=topics.EVALUATION.name, type="EvaluationUpdated", evaluation=ev)
+        reg.events.add(topic=topics.JOB.name, type=EventType.JOB_REGISTERED, job=job)
+        reg.events.add(
+            topic=topics.EVALUATION.name, type=EventType.EVALUATION_UPDATED, evaluation=ev
+        )
         regs.append(reg.SerializeToString())
         index += 1
     for j in range(jobs):
@@ -72,7 +75,7 @@ def batches(jobs: int, count: int, nodes: list[pb.Node]) -> tuple[list[bytes], l
             a = mock.alloc(job, nodes[(j * count + i) % len(nodes)])
             a.name = f"{job_id}.web[{i}]"
             a.metrics.CopyFrom(metrics)
-            plan.events.add(topic=topics.ALLOCATION.name, type="PlanResult", allocation=a)
+            plan.events.add(topic=topics.ALLOCATION.name, type=EventType.PLAN_RESULT, allocation=a)
         plans.append(plan.SerializeToString())
         index += 1
     return regs, plans

@@ -11,6 +11,7 @@ reported.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import signal
@@ -64,6 +65,17 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
 
 Translate = Callable[[BaseException], CorralError | None]
 
+#: the grpc context of the call the current task serves (each RPC runs in a
+#: task of its own): who is calling, for per-connection bounds
+_CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("corral_call", default=None)
+
+
+def current_peer() -> str:
+    """The connection the current call came on (`ipv4:10.0.0.7:51234`), or
+    '' outside a call."""
+    context = _CALL.get()
+    return str(context.peer()) if context is not None else ""
+
 
 Fail = Callable[[Context, BaseException], Awaitable[None]]
 
@@ -84,6 +96,7 @@ class _Call:
 
     async def __aenter__(self) -> None:
         self.metrics.started.inc()
+        _CALL.set(self.context)
         self.start = time.perf_counter()
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:

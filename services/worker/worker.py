@@ -37,6 +37,7 @@ from services.worker.clients import RoleClient
 from services.worker.config import WorkerSettings
 from services.worker.planner_bridge import Journey, WorkerPlanner
 from services.worker.scheduler.factory import new_scheduler
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.worker")
@@ -54,7 +55,8 @@ def _canceled_meanwhile(snapshot: StateSnapshot, ev: pb.Evaluation) -> bool:
 class LoopPool(Protocol):
     """What a loop shares with the other loops of its pool
     (services/worker/pool.py): the settings, the replica, the executor its
-    scheduler runs on, the clients and the process's broker lease."""
+    scheduler runs on, the clients, the process's broker lease and the
+    placements its loops have in flight."""
 
     settings: WorkerSettings
     enabled_schedulers: list[str]
@@ -64,6 +66,7 @@ class LoopPool(Protocol):
     broker: RoleClient
     planner: RoleClient
     state: state_pb2_grpc.StateAsyncStub
+    inflight: InFlightPlacements
 
 
 class Status:
@@ -358,7 +361,10 @@ class Worker:
         self, ev: pb.Evaluation, token: str, snapshot: StateSnapshot, journey: Journey
     ) -> bool:
         loop = asyncio.get_running_loop()
-        planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent, journey)
+        inflight = self.pool.inflight
+        planner = WorkerPlanner(
+            loop, self, token, snapshot, ev.traceparent, journey, inflight=inflight
+        )
         sched_log = logging.LoggerAdapter(log, {"eval_id": ev.id, "job_id": ev.job_id})
         start = time.perf_counter()
         ctx = otel_context.get_current()  # the scheduler's thread joins this trace
@@ -378,9 +384,11 @@ class Worker:
                     planner,
                     log=sched_log.logger,
                     gc_config=self.pool.settings.gc.config(),
+                    inflight=inflight,
                 )
                 sched.process(ev)
 
+        inflight.begin(ev.id, snapshot.index)
         try:
             await loop.run_in_executor(self.pool.executor, run)
         except Exception as exc:
@@ -395,6 +403,7 @@ class Worker:
             )
             return False
         finally:
+            inflight.end(ev.id)
             metrics.INVOKE_SCHEDULER.labels(ev.type).observe(time.perf_counter() - start)
         self.evals_processed += 1
         metrics.EVALS_PROCESSED.labels("ok").inc()

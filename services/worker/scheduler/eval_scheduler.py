@@ -25,6 +25,7 @@ from corral.domain.store import StateSnapshot
 from corral.domain.structs import EvalStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import limits, util
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.scheduler.interfaces import Planner
 from services.worker.scheduler.placement import Placer
 
@@ -46,10 +47,13 @@ class EvalScheduler:
         *,
         batch: bool,
         max_placements: int | None = None,
+        inflight: InFlightPlacements | None = None,
     ) -> None:
         self.batch = batch
         self.attempts = self.batch_attempts if batch else self.max_attempts
         self.snap = snapshot
+        #: sibling scheduler loops' placements (feasible/inflight.py)
+        self.inflight = inflight
         #: placements one eval may materialise (services/worker/scheduler/limits.py)
         self.max_placements = limits.max_placements() if max_placements is None else max_placements
         self.planner = planner

@@ -143,7 +143,9 @@ class GenericScheduler(EvalScheduler):
         self.deployment_id = ""
         self._deployment_groups = set()
         self.eval_deployment_id = ""
-        self.placer = Placer(self.snap, self.plan, self.log, self.batch, self.job)
+        self.placer = Placer(
+            self.snap, self.plan, self.log, self.batch, self.job, inflight=self.inflight
+        )
 
         self._compute_job_allocs()
 

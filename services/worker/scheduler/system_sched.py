@@ -117,7 +117,14 @@ class SystemScheduler(EvalScheduler):
         self.failed_tg_allocs = {}
         self.followups = []
         self.placer = Placer(
-            self.snap, self.plan, self.log, True, self.job, system=True, sysbatch=self.sysbatch
+            self.snap,
+            self.plan,
+            self.log,
+            True,
+            self.job,
+            system=True,
+            sysbatch=self.sysbatch,
+            inflight=self.inflight,
         )
         self.placer.nodes, self.placer.nodes_by_dc = self.nodes, self.nodes_by_dc
 

@@ -27,6 +27,7 @@ from services.planner.plan_queue import PlanQueue
 from services.planner.state_client import StateClient
 from services.state.app import StateApp
 from tests.cluster import Cluster
+from tests.leaders import in_office
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,8 @@ async def cluster(
     """A broker process around the in-process state service; a test starts
     its planner processes in it."""
     c = Cluster(pg_dsn, tmp_path_factory.mktemp("planner-procs"), state_address=state_addr)
-    await c.start_async("broker")
+    broker = await c.start_async("broker")
+    await in_office(broker.address)  # the tests call it with a bare stub
     try:
         yield c
     finally:
