@@ -408,3 +408,18 @@ class TemplateData:
         if not self.failed:
             self.failed = message
         self.changed.set()
+
+
+@dataclass(frozen=True)
+class TemplateClient:
+    """What the agent gives every task's templates: its connection to the
+    state and Nomad's retry settings; each task reads with its own token."""
+
+    channel: grpc.aio.Channel
+    retry: Retry = field(default_factory=Retry)
+    wait_ms: int = BLOCK_WAIT_MS
+
+    def data(self, token: TokenSource) -> TemplateData:
+        return TemplateData(
+            GrpcFetcher(self.channel, token, wait_ms=self.wait_ms), retry=self.retry
+        )
