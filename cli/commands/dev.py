@@ -3,9 +3,10 @@
 Embedded PostgreSQL, migrations, then every role as its own process, started
 by module name and in dependency order — state, broker, planner, worker, the
 gateway and one client agent (exec, raw_exec and mock drivers; its tasks' Task
-API proxies to the gateway) — each waited for through its ready file. Prints a table of the processes, then watches them: Ctrl-C or
-SIGTERM stops every role (SIGTERM, SIGKILL after a grace period) and the
-database, so nothing is left running. A role (or the database) that exits
+API proxies to the gateway) — each waited for through its ready file. Prints
+a table of the processes, then watches them: Ctrl-C or SIGTERM stops every
+role (SIGTERM, SIGKILL after a grace period) and the database, so nothing is
+left running. A role (or the database) that exits
 on its own is restarted after a backoff (1 s, doubling up to 30 s); one that
 dies 5 times within a minute is given up on: everything is
 stopped and the exit code is 1.
