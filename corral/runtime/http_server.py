@@ -1,14 +1,16 @@
 """The one HTTP server bootstrap, the HTTP counterpart of `server.py`.
 
-A role that serves HTTP (the gateway: Nomad's `/v1` API and the web UI)
-gets: uvicorn inside the runner's event loop (the runner owns the signals,
-the start-up and the shutdown), a listening socket bound before serving so
-a port in use is a clear start-up error rather than uvicorn ending the
-process, port 0 with the bound address reported, HTTPS with the process's
-certificates when TLS is on (a client certificate required or optional),
-renewed certificate files loaded without a restart by the same watch as the
-gRPC servers and channels (`corral.security.tls.CertificateWatch`), and a
-graceful stop: requests in flight get `grace` seconds to finish.
+A role that serves HTTP (the gateway: Nomad's `/v1` API and the web UI;
+the client agent: each task's Task API socket) gets: uvicorn inside the
+runner's event loop (the runner owns the signals, the start-up and the
+shutdown), a listening socket bound before serving so a port in use is a
+clear start-up error rather than uvicorn ending the process (or a socket
+the caller bound itself, such as a Unix socket), port 0 with the bound
+address reported, HTTPS with the process's certificates when TLS is on (a
+client certificate required or optional), renewed certificate files loaded
+without a restart by the same watch as the gRPC servers and channels
+(`corral.security.tls.CertificateWatch`), and a graceful stop: requests in
+flight get `grace` seconds to finish.
 """
 
 from __future__ import annotations
@@ -87,21 +89,26 @@ class HttpServer:
         await server.start()          # ConfigError when it cannot serve
         server.url                    # http://127.0.0.1:40123
         await server.stop()
+
+    `listen` is host:port, or a listening socket the caller bound (it is
+    served as it is); `options` are more of uvicorn's settings (limits).
     """
 
     def __init__(
         self,
-        listen: str,
+        listen: str | socket.socket,
         app: Any,
         *,
         name: str,
         https: Https | None = None,
         check_interval: float = CERT_CHECK_INTERVAL,
+        **options: Any,
     ) -> None:
         self.name = name
         self.https = https
         self.check_interval = check_interval
-        host, port = split_listen(listen)
+        self._sock = listen if isinstance(listen, socket.socket) else None
+        host, port = split_listen(listen) if isinstance(listen, str) else ("", 0)
         tls: dict[str, Any] = {}
         if https is not None:
             tls = {
@@ -118,8 +125,7 @@ class HttpServer:
             access_log=False,
             lifespan="off",
             server_header=False,
-            timeout_graceful_shutdown=5,
-            **tls,
+            **({"timeout_graceful_shutdown": 5} | tls | options),
         )
         self.bound_address = ""
         self._server: _Uvicorn | None = None
@@ -140,19 +146,21 @@ class HttpServer:
             self.config.load()
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load the HTTPS certificate: {exc}") from exc
-        sock = bind(self.config.host, self.config.port)
+        sock = self._sock or bind(self.config.host, self.config.port)
         self._server = _Uvicorn(self.config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.name)
         while not self._server.started:
             if self._task.done():
                 failure = self._task.exception()
-                raise ConfigError(
-                    f"cannot serve HTTP on {self.config.host}:{self.config.port}: "
-                    f"{failure or 'exited'}"
+                where = (
+                    self._sock.getsockname()
+                    if self._sock is not None
+                    else f"{self.config.host}:{self.config.port}"
                 )
+                raise ConfigError(f"cannot serve HTTP on {where}: {failure or 'exited'}")
             await asyncio.sleep(0.02)
-        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
-        self.bound_address = f"{host}:{port}"
+        name = self._server.servers[0].sockets[0].getsockname()
+        self.bound_address = name if isinstance(name, str) else f"{name[0]}:{name[1]}"
         if self.https is not None:
             self._reload = asyncio.create_task(self._reload_certificates(), name="https-certs")
 

@@ -25,6 +25,7 @@ import psutil
 from corral.domain import structs
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
+from corral.security.acl_resolve import RemoteResolver
 from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -38,6 +39,8 @@ from services.agent.drivers.build import build as build_drivers
 from services.agent.runner import AllocRunner
 from services.agent.service_sync import ServiceSync
 from services.agent.stats import HostStats
+from services.agent.task_api import TaskAPI
+from services.agent.template_data import TemplateClient
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +132,16 @@ def setup_cgroups(settings: AgentSettings, compute: Compute) -> CgroupManager:
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings, *, http_addr: str = "") -> None:
-        """`http_addr` is where this node serves ClientAlloc (logs, stats)."""
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        http_addr: str = "",
+        resolver: RemoteResolver | None = None,
+    ) -> None:
+        """`http_addr` is where this node serves ClientAlloc (logs, stats);
+        `resolver` checks the tokens tasks send to their Task API (without
+        it, or without `gateway_addr`, tasks get no Task API socket)."""
         self.settings = settings
         self.compute = host_compute()
         self.cgroups = setup_cgroups(settings, self.compute)
@@ -150,6 +161,10 @@ class Agent:
         # the node's side of the service catalog, and the checks' HTTP clients
         self.service_sync = ServiceSync(self._upsert_services, self._deregister_services)
         self.checker = Checker()
+        self.resolver = resolver
+        #: the tasks' templates read the cluster over the agent's channel
+        self.templates: TemplateClient | None = None
+        self.task_api: TaskAPI | None = None
 
     def _identity(self) -> tuple[str, str]:
         """The node id and secret survive restarts (data_dir/client.json,
@@ -235,6 +250,11 @@ class Agent:
 
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
+        self.templates = TemplateClient(self._channel, retry=self.settings.template_retry())
+        if self.settings.gateway_addr and self.resolver is not None:
+            self.task_api = TaskAPI(
+                self.settings.gateway_addr, self.resolver, security=self.settings.security
+            )
         await self._register()
         self.service_sync.start()
         metrics.ALLOCS.add_source(self._alloc_statuses)
@@ -260,6 +280,8 @@ class Agent:
         await self.service_sync.flush(5.0)  # the stopped allocs' services leave the catalog
         await self.service_sync.stop()
         await self.checker.close()
+        if self.task_api is not None:
+            await self.task_api.close()
         if self._channel is not None:
             await self._channel.close()
 
@@ -376,6 +398,8 @@ class Agent:
                     sign=self.sign_identities,
                     sync=self.service_sync,
                     checker=self.checker,
+                    templates=self.templates,
+                    task_api=self.task_api,
                 )
                 self.runners[alloc.id] = runner
                 log.info(

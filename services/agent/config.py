@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field
 from corral.domain import driver_config
 from corral.runtime.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
 from services.agent.drivers.exec import DEFAULT_CHROOT_ENV, ExecSettings
+from services.agent.template_data import Retry
 
 DRIVERS = ("exec", "raw_exec", "mock")
 
@@ -109,6 +110,31 @@ class AgentSettings(ServerSettings):
     exec_no_pivot_root: bool = Field(
         False, description="enter exec tasks' roots with chroot instead of pivot_root"
     )
+    gateway_addr: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="the HTTP API (a gateway's http(s)://host:port) each task's Task API socket "
+        "(secrets/api.sock) proxies to; empty: tasks get no Task API socket",
+    )
+    template_retry_attempts: int = Field(
+        12,
+        ge=0,
+        description="times a template's failing query is retried before its task fails (0: "
+        "forever; Nomad's template nomad_retry attempts)",
+    )
+    template_retry_backoff: float = Field(
+        0.25, gt=0, description="seconds before the first retry of a template's query, doubling"
+    )
+    template_retry_max_backoff: float = Field(
+        60.0, gt=0, description="the longest wait between retries of a template's query"
+    )
+
+    def template_retry(self) -> Retry:
+        return Retry(
+            attempts=self.template_retry_attempts,
+            backoff=self.template_retry_backoff,
+            max_backoff=self.template_retry_max_backoff,
+        )
 
     def exec_settings(self) -> ExecSettings:
         return ExecSettings(

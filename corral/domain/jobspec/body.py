@@ -17,7 +17,6 @@ from corral.domain.jobspec.language.config import BLOCK
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "template",
         "artifact",
         "vault",
         "consul",

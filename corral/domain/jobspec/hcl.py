@@ -21,6 +21,7 @@ from typing import Any
 from corral.domain import scaling
 from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
+from corral.domain.jobspec import templates as template_blocks
 from corral.domain.jobspec.body import (
     Body,
     Source,
@@ -256,6 +257,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     service_blocks.read(body, task.services)
     _task_scaling(body, task)
     _identities(body, task)
+    template_blocks.read(body, task)
     body.done()
 
 

@@ -23,6 +23,7 @@ from corral.domain.structs import (
     RESTART_MODES,
     JobType,
 )
+from corral.domain.template import block as template_block
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
@@ -190,6 +191,9 @@ def check(job: pb.Job) -> None:
                 _restart(task.restart_policy, f"{tp}.restart_policy")
             _not_negative(task.kill_timeout, f"{tp}.kill_timeout")
             found = identity.problems(task)
+            if found is not None:
+                raise FieldProblem(f"{tp}.{found[0]}", found[1])
+            found = template_block.problems(task)
             if found is not None:
                 raise FieldProblem(f"{tp}.{found[0]}", found[1])
             if task.HasField("dispatch_payload"):

@@ -29,6 +29,7 @@ from corral.domain.structs import (
     Trigger,
     copy_msg,
 )
+from corral.domain.template import block as template_block
 from corral.domain.topics import EventType
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
@@ -165,6 +166,9 @@ def validate_job(job: pb.Job) -> None:
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
             found = identity.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            found = template_block.problems(task)
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
@@ -314,6 +318,7 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            template_block.canonicalize(task)
     services.canonicalize(job)
     scaling.canonicalize(job)
     return job
