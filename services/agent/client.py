@@ -5,6 +5,14 @@ status — three independent loops over the three client RPCs of seed 003.
 After a network cut the agent keeps its tasks running. `Node.UpdateAlloc`
 is refused until the node is ready again, so pending status updates are
 kept and retried after the next successful heartbeat (seed 003's order).
+
+The client state (services/agent/state_db.py) outlives the agent: at
+start-up, before it registers, the agent rebuilds a runner for every alloc
+it holds and adopts the tasks still running (Nomad's restoreState); the
+first answer from the servers then stops what they stopped meanwhile and
+forgets what they garbage collected. A graceful stop leaves the tasks
+running for the next agent, as Nomad's does, unless the agent is told to
+stop them (`--stop-tasks-on-shutdown`, what `corral dev` asks).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
 from services.agent.drivers import Driver
 from services.agent.runner import AllocRunner
+from services.agent.state_db import StateDB
 from services.agent.stats import HostStats
 
 log = logging.getLogger(__name__)
@@ -135,7 +144,10 @@ class Agent:
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.host_stats = HostStats(settings.data_dir, self.compute)
         self.node.id, self.node.secret_id = self._identity()
+        self.db = StateDB(settings.data_dir)
         self.runners: dict[str, AllocRunner] = {}
+        #: stops of allocs under way (the servers stopped or forgot them)
+        self._stops: dict[str, asyncio.Task[None]] = {}
         self.jobs: dict[tuple[str, str, int], pb.Job] = {}
         self._dirty: set[str] = set()
         self._dirty_event = asyncio.Event()
@@ -208,8 +220,43 @@ class Agent:
         assert self._channel is not None
         return node_pb2_grpc.NodeStub(self._channel)
 
+    def _runner(self, alloc: pb.Allocation, job: pb.Job, **kw: object) -> AllocRunner:
+        return AllocRunner(
+            alloc,
+            job,
+            self.drivers,
+            self.settings.data_dir,
+            self._mark,
+            node=self.node,
+            db=self.db,
+            max_kill_timeout=self.settings.max_kill_timeout,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    async def restore(self) -> None:
+        """Rebuild a runner for every alloc of the client state and adopt
+        its tasks (Nomad's Client.restoreState); each reports its state
+        once the servers answered."""
+        for stored in self.db.load():
+            alloc, job = stored.alloc, stored.job
+            self.jobs[(job.namespace, job.id, job.version)] = job
+            runner = self._runner(alloc, job, stored=stored)
+            await runner.restore()
+            self.runners[alloc.id] = runner
+            adopted = sum(t.running for t in runner.tasks)
+            log.info(
+                "restored alloc %s (%s): %d of %d tasks running",
+                alloc.id,
+                alloc.name,
+                adopted,
+                len(runner.tasks),
+                extra={"alloc_id": alloc.id},
+            )
+            runner.start()
+
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
+        await self.restore()
         await self._register()
         metrics.ALLOCS.add_source(self._alloc_statuses)
         metrics.USAGE.add_source(self)
@@ -221,7 +268,9 @@ class Agent:
         ]
 
     async def stop(self) -> None:
-        """Stop reporting; tasks are stopped too (a dev agent leaves nothing behind)."""
+        """Stop reporting. The tasks keep running for the next agent to
+        adopt, unless `stop_tasks_on_shutdown` (a dev agent leaves nothing
+        behind)."""
         self._stop.set()
         metrics.ALLOCS.remove_source(self._alloc_statuses)
         metrics.USAGE.remove_source(self)
@@ -230,7 +279,15 @@ class Agent:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        await asyncio.gather(*(r.stop() for r in self.runners.values()))
+        if self.settings.stop_tasks_on_shutdown:
+            await asyncio.gather(*(r.stop() for r in self.runners.values()))
+            await asyncio.gather(*self._stops.values(), return_exceptions=True)
+        else:
+            for t in self._stops.values():
+                t.cancel()
+            await asyncio.gather(*self._stops.values(), return_exceptions=True)
+            await asyncio.gather(*(r.detach() for r in self.runners.values()))
+        self.db.close()
         if self._channel is not None:
             await self._channel.close()
 
@@ -309,17 +366,28 @@ class Agent:
                 continue
             for job in resp.jobs:
                 self.jobs[(job.namespace, job.id, job.version)] = job
-            await self._reconcile(resp)
+            await self._reconcile(resp, starting_over=index == 0)
             index = resp.index
 
-    async def _reconcile(self, resp: node_pb2.NodeClientAllocsResponse) -> None:
+    async def _reconcile(
+        self, resp: node_pb2.NodeClientAllocsResponse, *, starting_over: bool = False
+    ) -> None:
+        """Run what is new, stop what the servers stopped, forget what they
+        garbage collected. `starting_over`: the answer to a query from index
+        0, which leaves out allocs the servers hold as finished (so a client
+        without them never runs them again): one this agent still runs
+        ended on the servers' side (lost while the agent was away) and is
+        stopped."""
+        sent = set()
         for alloc in resp.full_allocs:
+            sent.add(alloc.id)
             runner = self.runners.get(alloc.id)
             if structs.alloc_server_terminal(alloc) or alloc.desired_status != DesiredStatus.RUN:
-                if runner is not None and not runner.done:
-                    log.info("stopping alloc %s (%s)", alloc.id, alloc.desired_description)
-                    await runner.stop()
-                    self._mark(runner)
+                if runner is not None:
+                    runner.updated(alloc, None)
+                    if not runner.done:
+                        log.info("stopping alloc %s (%s)", alloc.id, alloc.desired_description)
+                        self._stop_alloc(runner)
                 continue
             if runner is None:
                 if structs.alloc_client_terminal(alloc):
@@ -328,24 +396,53 @@ class Agent:
                 if job is None:
                     log.warning("alloc %s: job version %d unknown", alloc.id, alloc.job_version)
                     continue
-                runner = AllocRunner(
-                    alloc, job, self.drivers, self.settings.data_dir, self._mark, node=self.node
-                )
+                self.db.put_alloc(alloc, job)  # before anything runs
+                runner = self._runner(alloc, job)
                 self.runners[alloc.id] = runner
                 log.info(
                     "starting alloc %s (%s)", alloc.id, alloc.name, extra={"alloc_id": alloc.id}
                 )
                 runner.start()
             else:
-                runner.alloc = alloc
                 # an in-place update moves the alloc to a newer job version
                 newer = self.jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
-                if newer is not None:
-                    runner.job = newer
+                runner.updated(
+                    alloc, newer if newer is not None and newer is not runner.job else None
+                )
+        if starting_over:
+            for alloc_id, runner in list(self.runners.items()):
+                if alloc_id in resp.allocs and alloc_id not in sent and not runner.done:
+                    log.info("stopping alloc %s: finished on the servers", alloc_id)
+                    self._stop_alloc(runner)
+            self._dirty.update(self.runners)  # tell the servers where every alloc is
+            self._dirty_event.set()
         gone = set(self.runners) - set(resp.allocs)
-        for alloc_id in gone:  # garbage collected on the server
-            runner = self.runners.pop(alloc_id)
+        for alloc_id in gone:  # garbage collected on the servers
+            self._stop_alloc(self.runners.pop(alloc_id), forget=True)
+
+    def _stop_alloc(self, runner: AllocRunner, *, forget: bool = False) -> None:
+        """Stop an alloc's tasks in the background (a shutdown_delay must
+        not hold up the other allocs); `forget` drops it from the client
+        state once its tasks are gone."""
+        alloc_id = runner.alloc.id
+        if alloc_id in self._stops and not forget:
+            return
+
+        async def stop() -> None:
             await runner.stop()
+            if forget:
+                self.db.delete_alloc(alloc_id)
+
+        task = asyncio.create_task(stop(), name=f"stop-alloc-{alloc_id[:8]}")
+        self._stops[alloc_id] = task
+
+        def finished(t: asyncio.Task[None]) -> None:
+            if self._stops.get(alloc_id) is t:
+                del self._stops[alloc_id]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("stopping alloc %s", alloc_id, exc_info=t.exception())
+
+        task.add_done_callback(finished)
 
     def _mark(self, runner: AllocRunner) -> None:
         self._dirty.add(runner.alloc.id)

@@ -1,15 +1,20 @@
-"""Running an alloc's tasks on the client, with Nomad's restart policy and
-task events, and the alloc's client status derived from its task states
-(Nomad's allocrunner/taskrunner, much reduced)."""
+"""Running an alloc's tasks on the client (Nomad's allocrunner and
+taskrunner): task lifecycle order, restart policy, kills (leader first,
+sidecars last, then poststop tasks), shutdown delays and kill timeouts,
+signals and restarts asked for, the task events, and the alloc's client
+status derived from its task states. Everything a task runner decides is
+written to the client state (services/agent/state_db.py) before it acts,
+so that a restarted agent rebuilds the runners and adopts the runs still
+going (`AllocRunner.restore`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,8 @@ from opentelemetry import trace
 
 from corral.domain import structs
 from corral.domain.dispatch import payload_file_problem
-from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
+from corral.domain.jobspec.duration import format_duration
+from corral.domain.structs import ClientStatus, DesiredStatus, TaskStateName, copy_msg
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv
@@ -35,100 +41,199 @@ from services.agent.drivers import (
     TaskConfig,
     TaskHandle,
     TaskResources,
+    parse_signal,
     task_config,
 )
 from services.agent.health import HealthWatch
+from services.agent.lifecycle import Coordinator, Stage, is_sidecar, stage_of
+from services.agent.restarts import (
+    KILLED,
+    NOT_RESTARTING,
+    RESTARTING,
+    RestartTracker,
+    restarting_message,
+    restarts_on_success,
+)
+from services.agent.state_db import StateDB, StoredAlloc, StoredTask
 from services.agent.stats import TaskStats, alloc_usage
 
 #: drivers whose tasks see their directories at the root of their own file
 #: system (Nomad's chroot file system isolation)
 CHROOT_DRIVERS = ("exec",)
+#: Nomad's default kill_timeout and the client's max_kill_timeout
+DEFAULT_KILL_TIMEOUT = 5.0
+DEFAULT_MAX_KILL_TIMEOUT = 30.0
+#: task events kept per task (Nomad keeps 10)
+MAX_EVENTS = 10
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.agent")
 
 
-class RestartTracker:
-    """Nomad's restart policy: `attempts` restarts within `interval`, `delay`
-    apart; then mode `fail` gives up, mode `delay` waits out the interval."""
+class TaskNotRunning(Exception):
+    """A signal or restart for a task that is not running (Nomad's
+    ErrTaskNotRunning)."""
 
-    def __init__(self, policy: pb.RestartPolicy, batch: bool) -> None:
-        self.policy = policy
-        self.batch = batch
-        self._starts: list[float] = []
 
-    def next(self, result: ExitResult) -> float | None:
-        """Seconds to wait before restarting, or None to stop for good."""
-        if self.batch and result.successful:
-            return None  # a batch task that succeeded is done
-        now = time.monotonic()
-        interval = self.policy.interval / 1e9
-        if interval > 0:
-            self._starts = [t for t in self._starts if now - t < interval]
-        if len(self._starts) < self.policy.attempts:
-            self._starts.append(now)
-            return self.policy.delay / 1e9
-        if self.policy.mode == "delay" and interval > 0:
-            wait = interval - (now - self._starts[0]) if self._starts else interval
-            self._starts = []
-            return max(wait, self.policy.delay / 1e9)
-        return None
+async def _first(*waits: Awaitable[Any]) -> int:
+    """Index of the first of `waits` to finish; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return next(i for i, t in enumerate(tasks) if t in done)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
 
 
 class TaskRunner:
+    """One task of an alloc: its run loop (Nomad's TaskRunner.Run) from the
+    start condition through restarts to dead, and then, until the alloc is
+    done, waiting in case the whole alloc is restarted."""
+
     def __init__(
         self,
-        alloc: pb.Allocation,
-        job: pb.Job,
+        ar: AllocRunner,
         task: pb.Task,
         driver: Driver,
-        alloc_dir: AllocDir,
-        on_change: Callable[[], None],
-        node: pb.Node,
         *,
         state_dir: Path,
+        stored: StoredTask | None = None,
     ) -> None:
-        """`state_dir` is where the task's executor keeps its files."""
-        self.alloc = alloc
-        self.job = job
+        """`state_dir` is where the task's executor keeps its files;
+        `stored` the task's client state after an agent restart."""
+        self.ar = ar
         self.task = task
-        self.node = node
         self.driver = driver
-        self.alloc_dir = alloc_dir
-        self.task_dir = alloc_dir.task(task.name)
+        self.task_dir = ar.alloc_dir.task(task.name)
         self.dir = self.task_dir.dir
         self.state_dir = state_dir
-        self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
+        #: what only the client keeps: the run's handle state, the restart
+        #: counters, whether the run loop finished (Nomad's LocalState)
+        self.local: dict[str, Any] = {}
+        self.stage = stage_of(task)
+        self.compute = Compute(ar.node.node_resources.cpu, ar.node.node_resources.total_cores)
         self._handle: TaskHandle | None = None
-        self.compute = Compute(node.node_resources.cpu, node.node_resources.total_cores)
+        #: how a run recovered after a restart ended while the agent was away
+        self._recovered_exit: ExitResult | None = None
         #: the current run's resource readings (None when not running)
         self.stats: TaskStats | None = None
-        self._killing = False
+        self._ran = False
+        self._kill = asyncio.Event()  # Nomad's killCtx
+        self._restart = asyncio.Event()  # Nomad's restartCh (a dead task runs again)
+        self.done = asyncio.Event()  # Nomad's waitCh
         self.started = asyncio.Event()  # the first start attempt returned (or never will)
-        tg = structs.task_group(job, alloc.task_group)
+        tg = structs.task_group(ar.job, ar.alloc.task_group)
         policy = (
             task.restart_policy
             if task.HasField("restart_policy")
             else (tg.restart_policy if tg else pb.RestartPolicy())
         )
-        self.restarts = RestartTracker(policy, job.type in (JobType.BATCH, JobType.SYSBATCH))
+        lifecycle = task.lifecycle if task.HasField("lifecycle") else None
+        self.restarts = RestartTracker(policy, restarts_on_success(ar.job.type, lifecycle))
+        if stored is not None:
+            if stored.state is not None:
+                self.state.CopyFrom(stored.state)
+            self.local = dict(stored.local)
+            self.restarts.load(self.local.get("restarts") or {})
 
-    def _event(
-        self, kind: str, display: str = "", details: dict[str, str] | None = None, **kw: object
+    # ---------------------------------------------------------------- identity
+
+    @property
+    def alloc(self) -> pb.Allocation:
+        return self.ar.alloc
+
+    @property
+    def job(self) -> pb.Job:
+        return self.ar.job
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def is_leader(self) -> bool:
+        return self.task.leader
+
+    @property
+    def is_poststop(self) -> bool:
+        return self.stage is Stage.POSTSTOP
+
+    @property
+    def is_sidecar(self) -> bool:
+        return is_sidecar(self.task)
+
+    @property
+    def running(self) -> bool:
+        return self._handle is not None
+
+    def kill_timeout(self) -> float:
+        """The task's kill_timeout, at most the client's max_kill_timeout."""
+        asked = self.task.kill_timeout / 1e9 if self.task.kill_timeout else DEFAULT_KILL_TIMEOUT
+        return min(asked, self.ar.max_kill_timeout)
+
+    def kill_signal(self) -> int:
+        return parse_signal(self.task.kill_signal or "SIGTERM")
+
+    # ---------------------------------------------------------------- state
+
+    def _persist_state(self) -> None:
+        if self.ar.db is not None:
+            self.ar.db.put_task_state(self.alloc.id, self.name, self.state)
+
+    def _persist_local(self) -> None:
+        if self.ar.db is not None:
+            self.local["restarts"] = self.restarts.dump()
+            self.ar.db.put_task_local(self.alloc.id, self.name, self.local)
+
+    def event(
+        self,
+        kind: str,
+        display: str = "",
+        details: dict[str, str] | None = None,
+        *,
+        at: int = 0,
+        **fields: Any,
     ) -> None:
-        """A task event (the last ten are kept); `display` is what people read."""
-        event = self.state.events.add(type=kind, time=time.time_ns(), display_message=display, **kw)  # type: ignore[arg-type]
+        """Append a task event (Nomad's EmitEvent: the last ten are kept; a
+        failing event fails the task; a Restarting one counts a restart),
+        write it to the client state and tell the alloc runner."""
+        when = at or time.time_ns()
+        event = self.state.events.add(type=kind, time=when, display_message=display, **fields)
         event.details.update(details or {})
-        del self.state.events[:-10]
-        self.on_change()
+        del self.state.events[:-MAX_EVENTS]
+        if event.fails_task:
+            self.state.failed = True
+        if kind == RESTARTING:
+            self.state.restarts += 1
+            self.state.last_restart = when
+            metrics.TASK_RESTARTS.labels(self.task.driver).inc()
+        self._persist_state()
+        self.ar.task_state_updated()
+
+    def set_state(self, state: str, *, at: int = 0) -> None:
+        """Move to pending, running or dead (Nomad's UpdateState)."""
+        old, self.state.state = self.state.state, state
+        if state == TaskStateName.RUNNING and old != TaskStateName.RUNNING:
+            self.state.started_at = at or time.time_ns()
+        if state == TaskStateName.DEAD and not self.state.finished_at:
+            self.state.finished_at = at or time.time_ns()
+        self._persist_state()
+        self.ar.task_state_updated()
+
+    # ---------------------------------------------------------------- the run
 
     def resources(self) -> pb.Resources:
         """What the scheduler allocated to this task (its memory_max_mb is
         set only where memory oversubscription is enabled); the task's ask
         for an alloc placed without per-task resources."""
-        if self.task.name in self.alloc.task_resources:
-            return self.alloc.task_resources[self.task.name]
+        if self.name in self.alloc.task_resources:
+            return self.alloc.task_resources[self.name]
         asked = copy_msg(self.task.resources)
         asked.memory_max_mb = 0
         return asked
@@ -146,7 +251,7 @@ class TaskRunner:
             self.alloc,
             self.job,
             self.task,
-            self.node,
+            self.ar.node,
             dirs=dirs,
             home=str(self.dir),
             resources=self.resources(),
@@ -154,9 +259,10 @@ class TaskRunner:
 
     def task_config(self, env: taskenv.TaskEnv) -> TaskConfig:
         r = self.resources()
+        logs = self.task.log_config
         return TaskConfig(
             alloc_id=self.alloc.id,
-            name=self.task.name,
+            name=self.name,
             driver_config=env.config(task_config(self.task)),
             env=env.env,
             task_dir=self.task_dir,
@@ -165,6 +271,9 @@ class TaskRunner:
                 cpu_mhz=r.cpu, cores=r.cores, memory_mb=r.memory_mb, memory_max_mb=r.memory_max_mb
             ),
             user=self.task.user,
+            log_max_files=logs.max_files or 10,
+            log_max_file_size_mb=logs.max_file_size_mb or 10,
+            logs_disabled=logs.disabled,
         )
 
     def write_payload(self) -> None:
@@ -179,73 +288,219 @@ class TaskRunner:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(self.job.payload)
 
+    async def restore(self) -> None:
+        """After an agent restart, before `run`: find the run the stored
+        handle names (Nomad's Restore and RecoverTask). A run still going
+        is adopted; one that ended meanwhile is processed as its exit;
+        nothing found means nothing was started, and the task starts as
+        its state says."""
+        recorded = self.local.get("handle") or self.local.get("launching")
+        if not recorded:
+            return
+        try:
+            found = await self.driver.recover(dict(recorded.get("state") or {}))
+        except Exception:
+            log.exception("recovering task %s of alloc %s", self.name, self.alloc.id)
+            found = None
+        if isinstance(found, ExitResult):
+            self._recovered_exit = found
+        elif found is not None:
+            self._handle = found
+            self.stats = TaskStats(self.compute)
+            self.local.pop("launching", None)
+            self.local["handle"] = {"driver": self.driver.name, "state": found.state}
+            log.info("reattached task %s of alloc %s (pid %d)", self.name, self.alloc.id, found.pid)
+        else:
+            self.local.pop("handle", None)
+            self.local.pop("launching", None)
+            if self.state.state == TaskStateName.RUNNING:
+                self.state.state = TaskStateName.PENDING
+        self._persist_local()
+
     async def run(self) -> None:
-        self._event("Received", "Task received by client")
-        self._event("Task Setup", "Building Task Directory")
+        self._ran = True
         try:
-            self.alloc_dir.build()
+            await self._run()
+        except Exception:
+            log.exception("task runner %s of alloc %s", self.name, self.alloc.id)
+            raise
+        finally:
+            self.started.set()
+            self.done.set()
+
+    async def _run(self) -> None:
+        dead = (
+            self.state.state == TaskStateName.DEAD
+            and self._handle is None
+            and self._recovered_exit is None
+        )
+        if dead:
+            self.ar.task_state_updated()
+            if self.local.get("run_complete"):
+                return
+        elif not self.state.events:
+            self.event("Received", "Task received by client")
+        while True:
+            if not dead:
+                await self._main()
+                self.set_state(TaskStateName.DEAD)
+            if self.is_poststop:
+                break  # a poststop task never runs again
+            # the alloc may be restarted as a whole while it is not done:
+            # wait for that, or for the kill that ends this runner
+            if await _first(self._kill.wait(), self._restart.wait()) == 0:
+                break
+            self._restart.clear()
+            if self.restarts.decide().kind != RESTARTING:
+                continue
+            dead = False
+            self.state.finished_at = 0
+            self.set_state(TaskStateName.PENDING)
+        self.local["run_complete"] = True
+        self._persist_local()
+
+    def _should_stop(self) -> bool:
+        """The alloc is over for this task (Nomad's shouldShutdown): a
+        poststop task still runs after the servers stopped the alloc."""
+        return not self.is_poststop and self.alloc.desired_status != DesiredStatus.RUN
+
+    async def _main(self) -> None:
+        """Start, wait, decide on a restart, until the task stays dead
+        (Nomad's MAIN loop)."""
+        while True:
+            result, self._recovered_exit = self._recovered_exit, None
+            if result is None and self._handle is None:
+                if self._kill.is_set() or self._should_stop():
+                    return
+                if await _first(self.ar.coordinator.wait(self.task), self._kill.wait()) == 1:
+                    return
+                if not self._setup():
+                    return
+                if self._kill.is_set() or self._should_stop():
+                    return
+                if not await self._start():
+                    if await self._after(self.restarts.decide()):
+                        continue
+                    return
+            elif self._handle is not None and self.state.state != TaskStateName.RUNNING:
+                self.set_state(TaskStateName.RUNNING)  # adopted: no Started event
+            self.started.set()
+            if result is None:
+                result = await self._wait()
+            self._terminated(result)
+            self.restarts.exited(result)
+            if not await self._after(self.restarts.decide()):
+                return
+
+    def _setup(self) -> bool:
+        """The task directory and the dispatch payload (Nomad's task dir and
+        dispatch hooks: their event once per task); a failure fails the
+        task for good."""
+        if not self.local.get("setup_done"):
+            self.event("Task Setup", "Building Task Directory", message="Building Task Directory")
+        try:
+            self.ar.alloc_dir.build()
             self.task_dir.build()
-        except OSError as exc:
-            self._setup_failed(f"failed to build the task directory: {exc}")
-        try:
             self.write_payload()
         except (OSError, ValueError) as exc:
-            self._setup_failed(f"failed to write the dispatch payload: {exc}")
-        while not self._killing:
-            try:
-                env = self.task_env()
-                with tracer.start_as_current_span("agent.start_task") as span:
-                    span.set_attribute("task", self.task.name)
-                    span.set_attribute("driver", self.task.driver)
-                    self._handle = await self.driver.start(self.task_config(env))
-            except Exception as exc:
-                self.started.set()
-                if not isinstance(exc, DriverError | OSError | ValueError):
-                    log.exception("starting task %s of alloc %s", self.task.name, self.alloc.id)
-                result = ExitResult(exit_code=-1, error=str(exc))
-                self._event("Driver Failure", str(exc), fails_task=True)
-                metrics.DRIVER_ERRORS.labels(self.task.driver).inc()
-            else:
-                self.started.set()
-                metrics.TASK_STARTS.labels(self.task.driver).inc()
-                self.stats = TaskStats(self.compute)
-                self.state.state = TaskStateName.RUNNING
-                if not self.state.started_at:
-                    self.state.started_at = time.time_ns()
-                self._event("Started", "Task started by client")
-                result = await self._handle.wait()
-                self.stats = None
-                await self._handle.destroy()
-                self._terminated(result)
-            if self._killing or result.killed:
-                break
-            delay = self.restarts.next(result)
-            if delay is None:
-                self.state.failed = not result.successful
-                if self.state.failed:
-                    self._event("Not Restarting", "Exceeded allowed attempts", fails_task=True)
-                break
-            self.state.restarts += 1
-            metrics.TASK_RESTARTS.labels(self.task.driver).inc()
-            self.state.last_restart = time.time_ns()
-            self.state.state = TaskStateName.PENDING
-            self._event(
-                "Restarting",
-                f"Task restarting in {delay:.0f}s",
-                restart_reason_delay=int(delay * 1e9),
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_killed(), delay)
-        self.started.set()
-        self.state.state = TaskStateName.DEAD
-        self.state.finished_at = time.time_ns()
-        self.on_change()
+            self.event("Setup Failure", f"failed to set up the task: {exc}", fails_task=True)
+            return False
+        if not self.local.get("setup_done"):
+            self.local["setup_done"] = True
+            self._persist_local()
+        return True
 
-    def _setup_failed(self, message: str) -> None:
-        if not self.state.failed:
-            self._event("Setup Failure", message, fails_task=True)
-        self.state.failed = True
-        self._killing = True
+    async def _start(self) -> bool:
+        """One start through the driver, its intent and then its handle
+        written to the client state first (Nomad's runDriver)."""
+        self.local.pop("handle", None)
+        self.local["launching"] = {
+            "driver": self.driver.name,
+            "state": {"state_dir": str(self.state_dir)},
+        }
+        self._persist_local()
+        try:
+            env = self.task_env()
+            with tracer.start_as_current_span("agent.start_task") as span:
+                span.set_attribute("task", self.name)
+                span.set_attribute("driver", self.task.driver)
+                handle = await self.driver.start(self.task_config(env))
+        except Exception as exc:
+            self.started.set()
+            if not isinstance(exc, DriverError | OSError | ValueError):
+                log.exception("starting task %s of alloc %s", self.name, self.alloc.id)
+            self.local.pop("launching", None)
+            self._persist_local()
+            self.event("Driver Failure", str(exc), fails_task=True)
+            metrics.DRIVER_ERRORS.labels(self.task.driver).inc()
+            self.restarts.start_failed(str(exc))
+            return False
+        self._handle = handle
+        self.local.pop("launching", None)
+        self.local["handle"] = {"driver": self.driver.name, "state": handle.state}
+        self._persist_local()
+        metrics.TASK_STARTS.labels(self.task.driver).inc()
+        self.stats = TaskStats(self.compute)
+        self.set_state(TaskStateName.RUNNING)
+        self.event("Started", "Task started by client")
+        return True
+
+    async def _wait(self) -> ExitResult:
+        """Until the run ends, or ends because it was killed."""
+        handle = self._handle
+        assert handle is not None
+        exited = asyncio.ensure_future(handle.wait())
+        killed = asyncio.ensure_future(self._kill.wait())
+        try:
+            await asyncio.wait({exited, killed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            killed.cancel()
+        if not exited.done():
+            exited.cancel()
+            return await self._handle_kill()
+        await self._release()
+        return exited.result()
+
+    async def _release(self) -> None:
+        handle, self._handle = self._handle, None
+        self.stats = None
+        if handle is not None:
+            await handle.destroy()
+        self.local.pop("handle", None)
+        self._persist_local()
+
+    async def _handle_kill(self) -> ExitResult:
+        """Nomad's handleKill: the task's services go, the task's
+        shutdown_delay passes (unless the alloc was stopped without it or
+        the task exits first), then the kill signal and, after the kill
+        timeout, SIGKILL."""
+        handle = self._handle
+        assert handle is not None
+        exited = asyncio.ensure_future(handle.wait())
+        delay = self.task.shutdown_delay / 1e9
+        if delay:
+            text = format_duration(self.task.shutdown_delay)
+            if self.ar.no_shutdown_delay.is_set():
+                self.event(
+                    "Skipping shutdown delay",
+                    f"Skipping shutdown_delay of {text} before killing the task.",
+                )
+            else:
+                self.set_state(TaskStateName.PENDING)
+                self.event(
+                    "Waiting for shutdown delay",
+                    f"Waiting for shutdown_delay of {text} before killing the task.",
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        _first(asyncio.shield(exited), self.ar.no_shutdown_delay.wait()), delay
+                    )
+        self.restarts.killed()
+        if not exited.done():
+            await handle.stop(self.kill_signal(), self.kill_timeout())
+        result = await exited
+        await self._release()
+        return result
 
     def _terminated(self, result: ExitResult) -> None:
         """Nomad's Terminated event; an OOM kill says so (as Nomad's
@@ -262,16 +517,107 @@ class TaskRunner:
                 self.alloc.namespace or structs.DEFAULT_NAMESPACE,
                 self.alloc.job_id,
                 self.alloc.task_group,
-                self.task.name,
+                self.name,
             ).inc()
-        self._event(
+        self.event(
             "Terminated",
             ", ".join(parts),
             {"oom_killed": str(result.oom_killed).lower()},
+            at=result.finished_at,
             message=message,
             exit_code=result.exit_code,
             signal=result.signal,
         )
+
+    async def _after(self, decision: Any) -> bool:
+        """Act on the restart tracker's decision (Nomad's shouldRestart and
+        the restart delay); True when the task runs again."""
+        if decision.kind == KILLED:
+            self.event(KILLED, "Task successfully killed")
+            return False
+        if decision.kind == NOT_RESTARTING:
+            self.event(
+                NOT_RESTARTING,
+                decision.reason or "Task exceeded restart policy",
+                {"restart_reason": decision.reason},
+                restart_reason=decision.reason,
+                fails_task=True,
+            )
+            return False
+        if decision.kind != RESTARTING:
+            return False  # terminated: done for good
+        self._persist_local()
+        self.set_state(TaskStateName.PENDING)
+        self.event(
+            RESTARTING,
+            restarting_message(decision),
+            {"restart_reason": decision.reason} if decision.reason else {},
+            restart_reason=decision.reason,
+            restart_reason_delay=int(decision.delay * 1e9),
+        )
+        if decision.delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kill.wait(), decision.delay)
+        return not self._kill.is_set()
+
+    # ---------------------------------------------------------------- asked from outside
+
+    async def kill(self, event: tuple[str, str, dict[str, Any]] | None = None) -> None:
+        """Stop the task for good and wait for its runner to end (Nomad's
+        Kill): `event` (type, display, fields) is recorded first unless the
+        task already finished."""
+        if event is not None and not self.state.finished_at:
+            kind, display, fields = event
+            self.event(kind, display, **fields)
+        self._kill.set()
+        if self._ran:
+            await self.done.wait()
+
+    def killing_event(self) -> tuple[str, str, dict[str, Any]]:
+        """Nomad's Killing event with the kill timeout it will wait."""
+        timeout = self.kill_timeout()
+        text = format_duration(int(timeout * 1e9))
+        return (
+            "Killing",
+            f"Sent interrupt. Waiting {text} before force killing",
+            {"kill_timeout": int(timeout * 1e9), "details": {"kill_timeout": text}},
+        )
+
+    async def signal(self, sig: int, name: str) -> None:
+        handle = self._handle
+        if handle is None:
+            raise TaskNotRunning(f"task {self.name!r} is not running")
+        self.event(
+            "Signaling",
+            f"Task being sent signal {name}",
+            {"signal": name},
+            task_signal=name,
+        )
+        await handle.signal(sig)
+
+    async def restart(self, reason: str, *, failure: bool = False, force: bool = False) -> None:
+        """Restart the running task (Nomad's Restart), or with `force` a
+        dead one whose runner still waits (ForceRestart, for restarting a
+        whole alloc). A restart asked for by a person (`failure` False)
+        does not count against the restart policy. Returns once the old
+        run ended."""
+        dead = self.state.state == TaskStateName.DEAD
+        if self.state.state == TaskStateName.PENDING or (
+            dead and (not force or self.done.is_set())
+        ):
+            raise TaskNotRunning(f"task {self.name!r} is not running")
+        self.event("Restart Signaled", reason, {"restart_reason": reason}, restart_reason=reason)
+        self.restarts.restart_asked(failure=failure)
+        if dead:
+            self._restart.set()
+            return
+        handle = self._handle
+        if handle is None:
+            return
+        await handle.stop(self.kill_signal(), self.kill_timeout())
+        await handle.wait()
+
+    # ---------------------------------------------------------------- resource usage
 
     def sample_usage(self) -> pb.TaskResourceUsage | None:
         """A fresh reading of the running task's resources (None when it is
@@ -281,18 +627,6 @@ class TaskRunner:
             return None
         usage = handle.usage()
         return stats.sample(usage) if usage is not None else None
-
-    async def _wait_killed(self) -> None:
-        while not self._killing:
-            await asyncio.sleep(0.05)
-
-    async def kill(self) -> None:
-        self._killing = True
-        if self._handle is not None and self.state.state == TaskStateName.RUNNING:
-            self._event("Killing", "Sent interrupt")
-            sig = getattr(signal, self.task.kill_signal or "SIGTERM", signal.SIGTERM)
-            await self._handle.stop(sig, (self.task.kill_timeout or 5 * 10**9) / 1e9)
-            self._event("Killed", "Task successfully killed")
 
 
 class AllocRunner:
@@ -307,28 +641,51 @@ class AllocRunner:
         on_change: Callable[[AllocRunner], None],
         *,
         node: pb.Node | None = None,
+        db: StateDB | None = None,
+        max_kill_timeout: float = DEFAULT_MAX_KILL_TIMEOUT,
+        stored: StoredAlloc | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
-        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
+        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs. `db`
+        is the client state every change is written to; `stored` what it
+        held for this alloc when the agent restarted."""
         self.alloc = alloc
         self.job = job
+        self.node = node if node is not None else pb.Node(id=alloc.node_id)
+        self.db = db
+        self.max_kill_timeout = max_kill_timeout
         self.alloc_dir = AllocDir.of(data_dir, alloc.id)
         self.dir = self.alloc_dir.dir
         self.on_change = on_change
-        tg = structs.task_group(job, alloc.task_group)
         self.tasks: list[TaskRunner] = []
         self.error = ""
+        #: set when the servers stop the alloc with no_shutdown_delay
+        self.no_shutdown_delay = asyncio.Event()
+        if alloc.desired_transition.no_shutdown_delay:
+            self.no_shutdown_delay.set()
         self.health = HealthWatch(
             lambda: self.alloc,
             lambda: self.job,
             lambda: [t.state for t in self.tasks],
-            lambda: self.on_change(self),
+            self._health_changed,
         )
+        if stored is not None and stored.health.get("deployment_id"):
+            self.health.deployment_id = str(stored.health["deployment_id"])
+            healthy = stored.health.get("healthy")
+            self.health.healthy = healthy if isinstance(healthy, bool) else None
+            self.health.timestamp = int(stored.health.get("timestamp") or 0)
         self._health_task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._states_changed = asyncio.Event()
+        self._killing: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._detached = False
+        tg = structs.task_group(job, alloc.task_group)
         if tg is None:
             self.error = (
                 f"task group {alloc.task_group!r} not in job {job.id} version {job.version}"
             )
+            self.coordinator = Coordinator([])
             return
         for task in tg.tasks:
             driver = drivers.get(task.driver)
@@ -337,17 +694,39 @@ class AllocRunner:
                 break
             self.tasks.append(
                 TaskRunner(
-                    alloc,
-                    job,
+                    self,
                     task,
                     driver,
-                    self.alloc_dir,
-                    lambda: self.on_change(self),
-                    node if node is not None else pb.Node(id=alloc.node_id),
                     state_dir=data_dir / "executor" / f"{alloc.id}.{task.name}",
+                    stored=stored.tasks.get(task.name) if stored is not None else None,
                 )
             )
-        self._task: asyncio.Task[None] | None = None
+        self.coordinator = Coordinator([t.task for t in self.tasks])
+
+    # ---------------------------------------------------------------- identity
+
+    @property
+    def namespace(self) -> str:
+        return self.alloc.namespace or structs.DEFAULT_NAMESPACE
+
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+    def task(self, name: str) -> TaskRunner | None:
+        return next((t for t in self.tasks if t.name == name), None)
+
+    def logs_disabled(self, task: str) -> bool:
+        runner = self.task(task)
+        return runner is not None and runner.task.log_config.disabled
+
+    # ---------------------------------------------------------------- starting
+
+    async def restore(self) -> None:
+        """After an agent restart, before `start`: adopt the runs still
+        going, and put the lifecycle coordinator where the task states say
+        (Nomad's AllocRunner.Restore)."""
+        await asyncio.gather(*(t.restore() for t in self.tasks))
+        self.coordinator.restore({t.name: t.state for t in self.tasks})
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"alloc-{self.alloc.id[:8]}")
@@ -360,6 +739,17 @@ class AllocRunner:
         if self.error:
             self.on_change(self)
             return
+        watcher = asyncio.create_task(
+            self._watch_states(), name=f"alloc-states-{self.alloc.id[:8]}"
+        )
+        try:
+            await self._run_tasks()
+        finally:
+            self._states_changed.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _run_tasks(self) -> None:
         if not (telemetry.tracing_enabled() and self.alloc.traceparent):
             await asyncio.gather(*(t.run() for t in self.tasks))
             return
@@ -384,22 +774,191 @@ class AllocRunner:
             span.end()
         await runs
 
+    # ---------------------------------------------------------------- task states
+
+    def task_state_updated(self) -> None:
+        """A task's state or events changed (Nomad's TaskStateUpdated): the
+        watcher looks at all of them, outside the caller."""
+        self._states_changed.set()
+
+    async def _watch_states(self) -> None:
+        """Nomad's handleTaskStateUpdates: kill the live tasks when a task
+        failed, the leader died or only sidecars are left; release the
+        dead ones from waiting for an alloc restart once nothing lives;
+        move the lifecycle coordinator; report."""
+        while True:
+            await self._states_changed.wait()
+            self._states_changed.clear()
+            done = all(t.done.is_set() for t in self.tasks)
+            if not self._detached:
+                await self._react()
+            self.coordinator.update({t.name: t.state for t in self.tasks})
+            self.on_change(self)
+            if done:
+                return
+
+    async def _react(self) -> None:
+        live = [t for t in self.tasks if not t.is_poststop and t.state.state != TaskStateName.DEAD]
+        reason: tuple[str, str, dict[str, Any]] | None = None
+        for t in self.tasks:
+            if t.is_poststop or t.state.state != TaskStateName.DEAD:
+                continue
+            if t.state.failed:
+                if reason is None:
+                    reason = (
+                        "Sibling Task Failed",
+                        f'Task\'s sibling "{t.name}" failed',
+                        {"failed_sibling": t.name, "details": {"failed_sibling": t.name}},
+                    )
+            elif t.is_leader:
+                reason = ("Leader Task Dead", "Leader Task in Group dead", {})
+        if live:
+            if reason is None and all(t.is_sidecar for t in live):
+                reason = ("Main Tasks Dead", "Main tasks in the group died", {})
+            if reason is not None and self._killing is None:
+                for t in live:
+                    if not t.state.finished_at:
+                        kind, display, fields = reason
+                        t.event(kind, display, **fields)
+                self.kill_all()
+            return
+        for t in self.tasks:
+            if not t.is_poststop and not t.done.is_set():
+                t._kill.set()  # dead already: only ends its wait for an alloc restart
+
+    # ---------------------------------------------------------------- stopping
+
+    def kill_all(self) -> asyncio.Task[None]:
+        """Kill the tasks (once: every later ask waits for the same kill)."""
+        if self._killing is None:
+            self._killing = asyncio.create_task(
+                self.kill_tasks(), name=f"alloc-kill-{self.alloc.id[:8]}"
+            )
+        return self._killing
+
+    async def kill_tasks(self) -> None:
+        """Nomad's killTasks: the group's shutdown_delay first, then the
+        leader, then the other main and ephemeral tasks together, then the
+        sidecars; poststop tasks are left to run once the others are dead."""
+        await self._group_shutdown_delay()
+        leader = [t for t in self.tasks if t.is_leader]
+        rest = [t for t in self.tasks if not t.is_leader and not t.is_poststop]
+        for group in (
+            leader,
+            [t for t in rest if not t.is_sidecar],
+            [t for t in rest if t.is_sidecar],
+        ):
+            await asyncio.gather(*(t.kill(t.killing_event()) for t in group))
+
+    async def _group_shutdown_delay(self) -> None:
+        """Nomad's group shutdown_delay (its group service hook's PreKill):
+        the tasks keep running this long once the alloc is to stop, unless
+        it was stopped with no_shutdown_delay."""
+        tg = structs.task_group(self.job, self.alloc.task_group)
+        delay = tg.shutdown_delay / 1e9 if tg is not None else 0.0
+        if not delay or self.no_shutdown_delay.is_set() or self.done:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.no_shutdown_delay.wait(), delay)
+
     async def stop(self) -> None:
+        """The servers stopped the alloc (or it was garbage collected): kill
+        its tasks in Nomad's order and wait for them, the poststop tasks
+        included."""
+        self._stopping = True
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
-        await asyncio.gather(*(t.kill() for t in self.tasks))
+        if not self.error:
+            await self.kill_all()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
-    @property
-    def namespace(self) -> str:
-        return self.alloc.namespace or structs.DEFAULT_NAMESPACE
+    async def detach(self) -> None:
+        """The agent shuts down and leaves the tasks running for the next
+        agent to adopt (Nomad's AllocRunner.Shutdown)."""
+        self._detached = True
+        if self._health_task is not None:
+            self._health_task.cancel()
+        if self._task is not None:
+            self._task.cancel()
+        for t in (self._health_task, self._task):
+            if t is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
 
-    def task_names(self) -> list[str]:
-        return [t.task.name for t in self.tasks]
+    def updated(self, alloc: pb.Allocation, job: pb.Job | None) -> None:
+        """The server's newer copy of the alloc (and its job version when it
+        moved to a newer one in place)."""
+        self.alloc = alloc
+        if job is not None:
+            self.job = job
+        if alloc.desired_transition.no_shutdown_delay:
+            self.no_shutdown_delay.set()
+        if self.db is not None:
+            if job is not None:
+                self.db.put_alloc(alloc, job)
+            else:
+                self.db.put_server_alloc(alloc)
+
+    def _health_changed(self) -> None:
+        if self.db is not None:
+            self.db.put_health(
+                self.alloc.id,
+                {
+                    "deployment_id": self.health.deployment_id,
+                    "healthy": self.health.healthy,
+                    "timestamp": self.health.timestamp,
+                },
+            )
+        self.on_change(self)
+
+    # ---------------------------------------------------------------- asked from outside
+
+    async def signal(self, task: str, name: str) -> None:
+        """Nomad's AllocRunner.Signal: one task, or every task ("")."""
+        sig = parse_signal(name)
+        if task:
+            runner = self.task(task)
+            if runner is None:
+                raise KeyError(task)
+            await runner.signal(sig, name)
+            return
+        problems = []
+        for t in self.tasks:
+            try:
+                await t.signal(sig, name)
+            except TaskNotRunning as exc:
+                problems.append(str(exc))
+        if len(problems) == len(self.tasks):
+            raise TaskNotRunning("; ".join(problems) or "no task is running")
+
+    async def restart(self, task: str = "", *, all_tasks: bool = False) -> None:
+        """Nomad's RestartTask, RestartRunning and RestartAll; returns once
+        the old runs ended."""
+        if self.done or self._stopping or self.alloc.desired_status != DesiredStatus.RUN:
+            raise TaskNotRunning("restart of an alloc that should not run")
+        if task:
+            runner = self.task(task)
+            if runner is None:
+                raise KeyError(task)
+            await runner.restart("User requested task to restart")
+            return
+        if all_tasks:
+            self.coordinator.restart()
+            reason = "User requested all tasks to restart"
+        else:
+            reason = "User requested running tasks to restart"
+
+        async def one(t: TaskRunner) -> None:
+            with contextlib.suppress(TaskNotRunning):
+                await t.restart(reason, force=all_tasks)
+
+        await asyncio.gather(*(one(t) for t in self.tasks))
+
+    # ---------------------------------------------------------------- resource usage
 
     def sample_usage(self) -> None:
         """Read every running task's resources (the agent's stats loop)."""
@@ -412,13 +971,15 @@ class AllocRunner:
         is read now."""
         readings: dict[str, pb.TaskResourceUsage] = {}
         for t in self.tasks:
-            if task and t.task.name != task:
+            if task and t.name != task:
                 continue
             latest = t.stats.latest if t.stats is not None else None
             latest = latest or t.sample_usage()
             if latest is not None:
-                readings[t.task.name] = latest
+                readings[t.name] = latest
         return alloc_usage(readings)
+
+    # ---------------------------------------------------------------- status
 
     @property
     def done(self) -> bool:
@@ -429,13 +990,13 @@ class AllocRunner:
         if self.error:
             return ClientStatus.FAILED, self.error
         states = [t.state for t in self.tasks]
+        if any(s.state == TaskStateName.DEAD and s.failed for s in states):
+            return ClientStatus.FAILED, "Failed tasks"
         if any(s.state == TaskStateName.RUNNING for s in states):
-            if all(s.state == TaskStateName.RUNNING for s in states):
-                return ClientStatus.RUNNING, "Tasks are running"
-            return ClientStatus.RUNNING, "Some tasks are running"
-        if states and all(s.state == TaskStateName.DEAD for s in states):
-            if any(s.failed for s in states):
-                return ClientStatus.FAILED, "Failed tasks"
+            return ClientStatus.RUNNING, "Tasks are running"
+        if any(s.state == TaskStateName.PENDING for s in states):
+            return ClientStatus.PENDING, "No tasks have started"
+        if states:
             return ClientStatus.COMPLETE, "All tasks have completed"
         return ClientStatus.PENDING, "No tasks have started"
 
@@ -448,6 +1009,6 @@ class AllocRunner:
             client_description=description,
         )
         for t in self.tasks:
-            out.task_states[t.task.name].CopyFrom(t.state)
+            out.task_states[t.name].CopyFrom(t.state)
         self.health.report(out)
         return out

@@ -40,8 +40,6 @@ UNSUPPORTED = frozenset(
         "consul",
         "volume",
         "volume_mount",
-        "lifecycle",
-        "logs",
         "identity",
         "csi_plugin",
         "scaling",
@@ -589,6 +587,27 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     if dp is not None:
         task.dispatch_payload.file = dp.string("file") or ""
         dp.done()
+    lb = body.block("lifecycle", f"{body.proto}.lifecycle")
+    if lb is not None:
+        task.lifecycle.SetInParent()
+        _fill(task.lifecycle, lb, [("hook", "str", "hook"), ("sidecar", "bool", "sidecar")])
+        lb.done()
+    gb = body.block("logs", f"{body.proto}.log_config")
+    if gb is not None:
+        _fill(
+            task.log_config,
+            gb,
+            [
+                ("max_files", "int", "max_files"),
+                ("max_file_size", "int", "max_file_size_mb"),
+                ("disabled", "bool", "disabled"),
+            ],
+        )
+        if gb.boolean("enabled") is False:
+            # Nomad ignores the old `enabled` (1.5.4 swapped it for `disabled`):
+            # refused rather than ignored when it asks for what it no longer does
+            raise gb.fail("enabled", "enabled = false is ignored by Nomad; use disabled = true")
+        gb.done()
     body.done()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from corral.domain import periodic, structs
+from corral.domain import lifecycle, periodic, structs
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
@@ -137,6 +137,15 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise InvalidArgument(f"{tf}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise InvalidArgument(f"{tf}.log_config.{logs[0]}", logs[1])
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise InvalidArgument(f"{f}.tasks", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
     validate.durations(job, "job")
 
@@ -248,6 +257,7 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            lifecycle.default_log_config(task)
     return job
 
 
