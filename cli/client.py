@@ -23,8 +23,11 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    namespace_pb2_grpc,
     node_pb2_grpc,
+    node_pool_pb2_grpc,
     operator_pb2_grpc,
+    scaling_pb2_grpc,
     worker_pb2_grpc,
 )
 
@@ -107,6 +110,18 @@ class Client:
     @property
     def operator(self) -> operator_pb2_grpc.OperatorStub:
         return operator_pb2_grpc.OperatorStub(self.channel())
+
+    @property
+    def namespaces(self) -> namespace_pb2_grpc.NamespaceStub:
+        return namespace_pb2_grpc.NamespaceStub(self.channel())
+
+    @property
+    def node_pools(self) -> node_pool_pb2_grpc.NodePoolStub:
+        return node_pool_pb2_grpc.NodePoolStub(self.channel())
+
+    @property
+    def scaling(self) -> scaling_pb2_grpc.ScalingStub:
+        return scaling_pb2_grpc.ScalingStub(self.channel())
 
     def worker(self, address: str) -> worker_pb2_grpc.WorkerStub:
         return worker_pb2_grpc.WorkerStub(self.channel(address))

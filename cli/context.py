@@ -6,9 +6,11 @@ translation of a gRPC status into a sentence a person can act on."""
 from __future__ import annotations
 
 import argparse
+import socket
+import ssl
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from pydantic import ValidationError
@@ -113,6 +115,47 @@ def _security(args: argparse.Namespace) -> transport.SecuritySettings:
         raise UsageError(f"{where}: {first['msg']}") from None
 
 
+T = TypeVar("T")
+
+
+def by_prefix(items: Sequence[T], name: str, key: Callable[[T], str], what: str) -> T:
+    """Nomad's lookup of a named object: the exact name, else the one name
+    `name` prefixes (`items` are those the server listed for the prefix)."""
+    exact = [i for i in items if key(i) == name]
+    if exact:
+        return exact[0]
+    if not items:
+        raise CliError(f'No {what} with prefix "{name}" found')
+    if len(items) > 1:
+        raise CliError(
+            f'Prefix "{name}" matched more than one {what}: ' + ", ".join(key(i) for i in items)
+        )
+    return items[0]
+
+
+def all_pages(fetch: Callable[[str], tuple[Sequence[T], str]]) -> list[T]:
+    """Every item of a paged list: `fetch(next_token)` answers one page and
+    the token of the next ('' after the last)."""
+    out: list[T] = []
+    token = ""
+    while True:
+        items, token = fetch(token)
+        out.extend(items)
+        if not token:
+            return out
+
+
+def read_input(path: str, what: str) -> str:
+    """A file the command reads, or standard input for `-`."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {what} {path!r}: {exc}") from None
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("-json", "--json", dest="json", action="store_true", help="print JSON")
 
@@ -133,12 +176,44 @@ def common(p: argparse.ArgumentParser, *, json: bool = False, verbose: bool = Fa
         add_verbose(p)
 
 
+def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+    """Whether the server at `address` answers a TLS handshake (without
+    checking who it is: only to tell a user that it wants TLS)."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout) as raw,
+            context.wrap_socket(raw),
+        ):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+TLS_HINT = (
+    "export CORRAL_CA_FILE, CORRAL_CERT_FILE and CORRAL_KEY_FILE (or pass -ca-file, "
+    "-cert-file and -key-file); `corral dev -tls` prints the export lines"
+)
+
+
 def grpc_message(exc: grpc.RpcError, address: str) -> str:
     """A sentence a person can act on, from a gRPC status."""
     code = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else None) or str(code)
     if code == grpc.StatusCode.UNAVAILABLE:
         lowered = details.lower()
+        if "tls handshake failed" in lowered or "ssl_error" in lowered:
+            return (
+                f"the TLS handshake with {address} failed: is it a Corral started with TLS, "
+                "and were the CA file and certificate made for it? "
+                f"({details})"
+            )
+        if "socket closed" in lowered and speaks_tls(address):
+            # a plaintext call to a server that only speaks TLS
+            return f"the Corral at {address} requires TLS: {TLS_HINT}"
         if (
             "connect" in lowered
             or "refused" in lowered

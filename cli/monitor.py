@@ -211,6 +211,10 @@ def write_placement_failure(out: TextIO, tg: str, m: pb.AllocMetric, indent: str
     inner = indent + "  * "
     if m.nodes_evaluated == 0:
         out.write(f"{inner}No nodes were eligible for evaluation\n")
+    if m.nodes_in_pool == 0 and m.node_pool:
+        out.write(
+            f'{inner}No nodes are ready in node pool "{m.node_pool}" (in the job\'s datacenters)\n'
+        )
     for dc, count in sorted(m.nodes_available.items()):
         if count == 0:
             out.write(f'{inner}No nodes are available in datacenter "{dc}"\n')

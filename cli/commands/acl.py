@@ -6,12 +6,10 @@ create` (the state keeps nothing but its hash)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 from cli.commands import group
-from cli.context import CliError, Context, common
+from cli.context import CliError, Context, common, read_input
 from cli.output import fmt_time, kv, print_json, table
 from corral.domain.jobspec.duration import parse_duration
 from corral.v1 import acl_pb2
@@ -88,15 +86,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_token_delete)
 
 
-def _read(path: str, what: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"cannot read {what} {path!r}: {exc}") from None
-
-
 def _policies(t: acl_pb2.ACLToken) -> str:
     if t.type == "management":
         return "n/a"
@@ -131,7 +120,7 @@ def _show_token(args: argparse.Namespace, ctx: Context, t: acl_pb2.ACLToken) -> 
 
 
 def cmd_bootstrap(args: argparse.Namespace, ctx: Context) -> int:
-    secret = _read(args.secret_file, "secret file").strip() if args.secret_file else ""
+    secret = read_input(args.secret_file, "secret file").strip() if args.secret_file else ""
     resp = ctx.client.acl.Bootstrap(acl_pb2.ACLBootstrapRequest(secret_id=secret), timeout=30)
     return _show_token(args, ctx, resp.token)
 
@@ -140,7 +129,7 @@ def cmd_bootstrap(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_policy_apply(args: argparse.Namespace, ctx: Context) -> int:
-    rules = _read(args.file, "policy file")
+    rules = read_input(args.file, "policy file")
     ctx.client.acl.UpsertPolicies(
         acl_pb2.ACLUpsertPoliciesRequest(
             policies=[acl_pb2.ACLPolicy(name=args.name, description=args.description, rules=rules)]

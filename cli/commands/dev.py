@@ -5,12 +5,15 @@ by module name and in dependency order — state, broker, planner, worker and
 one client agent (exec, raw_exec and mock drivers) — each waited for through its
 ready file. Prints a table of the processes, then watches them: Ctrl-C or
 SIGTERM stops every role (SIGTERM, SIGKILL after a grace period) and the
-database, so nothing is left running. If a role exits on its own, the rest
-are stopped too and the exit code is 1.
+database, so nothing is left running. A role (or the database) that exits
+on its own is restarted after a backoff (1 s, doubling up to 30 s); one that
+dies 5 times within a minute is given up on: everything is
+stopped and the exit code is 1.
 
 Data (PostgreSQL, logs, ready files, agent state) lives in `-data-dir`
-(default `.corral/dev`), kept between runs; `-ephemeral` uses a temporary
-directory removed at exit."""
+(default `.corral/dev`), kept between runs; `-ephemeral` uses a new
+directory removed at exit (inside `-data-dir` when one is given, else in
+the system's temporary directory)."""
 
 from __future__ import annotations
 
@@ -74,7 +77,7 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         "-ephemeral",
         "--ephemeral",
         action="store_true",
-        help="use a temporary data directory, deleted at exit",
+        help="use a new data directory, deleted at exit (inside -data-dir if given)",
     )
     p.add_argument(
         "-port",
@@ -185,11 +188,7 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
             f"metrics ports in use on {args.bind}: {', '.join(busy)} (is another `corral dev` "
             "running?); pick others with -metrics-port (0 = any free ones)"
         )
-    if args.ephemeral:
-        data_dir = Path(tempfile.mkdtemp(prefix="corral-dev-"))
-    else:
-        data_dir = Path(args.data_dir or DEFAULT_DATA_DIR).resolve()
-        data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = data_directory(args.data_dir, ephemeral=args.ephemeral)
     logs = data_dir / "logs"
     run = data_dir / "run"
     roles: list[RoleProcess] = []
@@ -272,6 +271,20 @@ def _migrate(dsn: str, env: dict[str, str], log_path: Path) -> None:
         raise StartError(
             "migrations failed; last lines of " + str(log_path) + ":\n    " + "\n    ".join(tail)
         )
+
+
+def data_directory(given: str | None, *, ephemeral: bool) -> Path:
+    """The run's data directory, created: `given` (default .corral/dev)
+    kept between runs, or with `ephemeral` a new one inside `given` (or the
+    system's temporary directory) that the caller removes at exit."""
+    if ephemeral:
+        parent = Path(given).resolve() if given else None
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="corral-dev-", dir=parent))
+    data_dir = Path(given or DEFAULT_DATA_DIR).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return data_dir
 
 
 def _run_roles(

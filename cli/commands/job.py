@@ -359,6 +359,28 @@ def cmd_validate(args: argparse.Namespace, ctx: Context) -> int:
 # ------------------------------------------------------------------ status
 
 
+def write_job_list(ctx: Context, jobs: list[job_pb2.JobListStub]) -> None:
+    """Nomad's job list table (with a Namespace column when several show)."""
+    several = len({j.namespace for j in jobs}) > 1
+    headers: list[str] = ["ID", "Namespace", "Type", "Priority", "Status", "Submit Date"]
+    rows: list[list[object]] = [
+        [
+            j.id,
+            j.namespace,
+            j.type,
+            j.priority,
+            _job_status(j.status, j.stop),
+            fmt_time(j.submit_time),
+        ]
+        for j in jobs
+    ]
+    if not several:
+        headers.pop(1)
+        for r in rows:
+            r.pop(1)
+    table(headers, rows, ctx.out)
+
+
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     if not args.job:
         jobs = list_jobs(ctx, namespace=args.namespace)
@@ -367,20 +389,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         elif not jobs:
             ctx.out.write("No running jobs\n")
         else:
-            table(
-                ("ID", "Type", "Priority", "Status", "Submit Date"),
-                [
-                    (
-                        j.id,
-                        j.type,
-                        j.priority,
-                        _job_status(j.status, j.stop),
-                        fmt_time(j.submit_time),
-                    )
-                    for j in jobs
-                ],
-                ctx.out,
-            )
+            write_job_list(ctx, jobs)
         return 0
     job = resolve_job(ctx, args.job, args.namespace)
     get = job_pb2.JobGetRequest(

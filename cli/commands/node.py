@@ -1,4 +1,5 @@
-"""`corral node status|drain|eligibility`."""
+"""`corral node status|drain|eligibility`, and `node pool ...`
+(`cli/commands/node_pool.py`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 
 import grpc
 
-from cli.commands import group, not_found
+from cli.commands import group, node_pool, not_found
 from cli.context import CliError, Context, common
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table, to_dict
 from corral.domain.jobspec.duration import format_duration, parse_duration
@@ -59,6 +60,33 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_eligibility)
 
+    node_pool.register(nodes)
+
+
+def write_node_list(
+    ctx: Context, nodes: list[node_pb2.NodeListStub], *, verbose: bool, allocs: bool = False
+) -> None:
+    """Nomad's node list table."""
+    headers = ["ID", "Node Pool", "DC", "Name", "Class", "Drain", "Eligibility", "Status"]
+    if allocs:
+        headers.append("Running Allocs")
+    rows = []
+    for n in nodes:
+        row = [
+            short(n.id, verbose),
+            n.node_pool,
+            n.datacenter,
+            n.name,
+            n.node_class or "<none>",
+            str(n.drain).lower(),
+            n.scheduling_eligibility,
+            n.status,
+        ]
+        if allocs:
+            row.append(str(n.running_allocs))
+        rows.append(row)
+    table(headers, rows, ctx.out)
+
 
 def list_nodes(ctx: Context, *, prefix: str = "", status: str = "") -> list[node_pb2.NodeListStub]:
     out: list[node_pb2.NodeListStub] = []
@@ -95,29 +123,14 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         elif not nodes:
             ctx.out.write("No nodes registered\n")
         else:
-            headers = ["ID", "Node Pool", "DC", "Name", "Class", "Drain", "Eligibility", "Status"]
-            if args.allocs:
-                headers.append("Running Allocs")
-            rows = []
-            for n in nodes:
-                row = [
-                    short(n.id, v),
-                    n.node_pool,
-                    n.datacenter,
-                    n.name,
-                    n.node_class or "<none>",
-                    str(n.drain).lower(),
-                    n.scheduling_eligibility,
-                    n.status,
-                ]
-                if args.allocs:
-                    row.append(str(n.running_allocs))
-                rows.append(row)
-            table(headers, rows, ctx.out)
+            write_node_list(ctx, nodes, verbose=v, allocs=args.allocs)
         return 0
     node = resolve_node(ctx, args.node)
     allocs = list(
-        ctx.client.nodes.Allocations(node_pb2.NodeGetRequest(node_id=node.id), timeout=30).allocs
+        # every alloc the node ran, completed and failed ones too, as Nomad's
+        ctx.client.nodes.Allocations(
+            node_pb2.NodeGetRequest(node_id=node.id, all=True), timeout=30
+        ).allocs
     )
     if args.json:
         data = to_dict(node)
@@ -148,7 +161,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
                 ),
             ),
             ("Resources", f"cpu {r.cpu} MHz, memory {r.memory_mb} MiB, disk {r.disk_mb} MiB"),
-            ("Last Heartbeat", fmt_ago(node.status_updated_at)),
+            ("Status Changed", fmt_ago(node.status_updated_at)),
         ],
         ctx.out,
     )

@@ -18,6 +18,8 @@ from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 
 DESC_RUNNING = "Deployment is running"
+DESC_NEEDS_PROMOTION = "Deployment is running but requires manual promotion"
+DESC_AUTO_PROMOTION = "Deployment is running pending automatic promotion"
 DESC_PAUSED = "Deployment is paused"
 DESC_SUCCESSFUL = "Deployment completed successfully"
 DESC_NEWER_JOB = "Cancelled due to newer version of job"
@@ -81,10 +83,12 @@ def new_deployment(job: pb.Job, now: int) -> pb.Deployment:
 
 
 def group_state(up: pb.UpdateStrategy, tg: pb.TaskGroup) -> pb.DeploymentState:
+    """A group's state in a new deployment. Its `desired_canaries` stay 0
+    until the scheduler places canaries (only a destructive update does:
+    a job's first version has nothing to canary), as in Nomad."""
     return pb.DeploymentState(
         auto_revert=up.auto_revert,
         auto_promote=up.auto_promote,
-        desired_canaries=up.canary,
         desired_total=tg.count,
         progress_deadline=up.progress_deadline,
     )
@@ -107,6 +111,15 @@ def all_healthy(d: pb.Deployment) -> bool:
         s.healthy_allocs >= s.desired_total and (s.promoted or not s.placed_canaries)
         for s in d.task_groups.values()
     )
+
+
+def running_description(d: pb.Deployment) -> str:
+    """What a running deployment waits for, as Nomad words it: a promotion
+    (automatic when every waiting group has auto_promote), or nothing."""
+    waiting = [s for s in d.task_groups.values() if s.desired_canaries and not s.promoted]
+    if not waiting:
+        return DESC_RUNNING
+    return DESC_AUTO_PROMOTION if all(s.auto_promote for s in waiting) else DESC_NEEDS_PROMOTION
 
 
 def awaiting_promotion(d: pb.Deployment) -> list[str]:

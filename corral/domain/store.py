@@ -34,6 +34,10 @@ TOPIC_TABLE = {
     Topic.DEPLOYMENT: "deployments",
     Topic.OPERATOR: "scheduler_config",
     Topic.JOB_SUMMARY: "job_summary",
+    Topic.NODE_POOL: "node_pools",
+    Topic.NAMESPACE: "namespaces",
+    Topic.SCALING_POLICY: "scaling_policy",
+    Topic.SCALING_EVENT: "scaling_event",
 }
 
 _EMPTY: Map[Any, Any] = Map()
@@ -60,6 +64,10 @@ class StateSnapshot:
     evals: Map[str, pb.Evaluation] = _EMPTY
     deployments: Map[str, pb.Deployment] = _EMPTY
     scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
+    namespaces: Map[str, pb.Namespace] = _EMPTY
+    node_pools: Map[str, pb.NodePool] = _EMPTY
+    scaling_policies: Map[str, pb.ScalingPolicy] = _EMPTY
+    scaling_events: Map[JobKey, pb.JobScalingEvents] = _EMPTY
     table_indexes: Map[str, int] = _EMPTY  # table -> last index that wrote it
     # secondary indexes
     allocs_by_job_map: Map[JobKey, Map[str, pb.Allocation]] = _EMPTY
@@ -68,6 +76,7 @@ class StateSnapshot:
     nodes_by_dc_map: Map[str, Map[str, pb.Node]] = _EMPTY
     evals_by_job_map: Map[JobKey, Map[str, pb.Evaluation]] = _EMPTY
     deployments_by_job_map: Map[JobKey, Map[str, pb.Deployment]] = _EMPTY
+    scaling_policies_by_job_map: Map[JobKey, Map[str, pb.ScalingPolicy]] = _EMPTY
 
     # ------------------------------------------------------------ jobs
 
@@ -172,6 +181,30 @@ class StateSnapshot:
             if best is None or d.create_index > best.create_index:
                 best = d
         return best
+
+    # ------------------------------------------------------------ namespaces, node pools
+
+    def namespace_by_name(self, name: str) -> pb.Namespace | None:
+        ns: pb.Namespace | None = self.namespaces.get(name or DEFAULT_NAMESPACE)
+        return ns
+
+    def node_pool_by_name(self, name: str) -> pb.NodePool | None:
+        pool: pb.NodePool | None = self.node_pools.get(name)
+        return pool
+
+    # ------------------------------------------------------------ scaling
+
+    def scaling_policy_by_id(self, policy_id: str) -> pb.ScalingPolicy | None:
+        p: pb.ScalingPolicy | None = self.scaling_policies.get(policy_id)
+        return p
+
+    def scaling_policies_by_job(self, namespace: str, job_id: str) -> list[pb.ScalingPolicy]:
+        m = self.scaling_policies_by_job_map.get(_jk(namespace, job_id))
+        return list(m.values()) if m is not None else []
+
+    def scaling_events_by_job(self, namespace: str, job_id: str) -> pb.JobScalingEvents | None:
+        e: pb.JobScalingEvents | None = self.scaling_events.get(_jk(namespace, job_id))
+        return e
 
     # ------------------------------------------------------------ indexes
 
@@ -284,6 +317,10 @@ class StateStore:
         deployments: Iterable[pb.Deployment] = (),
         job_summaries: Iterable[pb.JobSummary] = (),
         scheduler_config: pb.SchedulerConfiguration | None = None,
+        namespaces: Iterable[pb.Namespace] = (),
+        node_pools: Iterable[pb.NodePool] = (),
+        scaling_policies: Iterable[pb.ScalingPolicy] = (),
+        scaling_events: Iterable[pb.JobScalingEvents] = (),
         table_indexes: dict[str, int] | None = None,
         lean: bool = False,
     ) -> StateSnapshot:
@@ -307,6 +344,18 @@ class StateStore:
         if scheduler_config is not None:
             batch.events.add(
                 topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=scheduler_config
+            )
+        for ns in namespaces:
+            batch.events.add(topic=Topic.NAMESPACE, type="NamespaceUpserted", namespace_object=ns)
+        for pool in node_pools:
+            batch.events.add(topic=Topic.NODE_POOL, type="NodePoolUpserted", node_pool=pool)
+        for sp in scaling_policies:
+            batch.events.add(
+                topic=Topic.SCALING_POLICY, type="ScalingPolicyUpserted", scaling_policy=sp
+            )
+        for se in scaling_events:
+            batch.events.add(
+                topic=Topic.SCALING_EVENT, type="ScalingEventRecorded", job_scaling_events=se
             )
         store.apply(batch, stamp_tables=False)
         snap = store.snapshot()
@@ -334,6 +383,11 @@ class StateStore:
         evals = s.evals.mutate()
         deployments = s.deployments.mutate()
         sched_config = s.scheduler_config
+        namespaces = s.namespaces
+        node_pools = s.node_pools
+        policies = s.scaling_policies
+        scaling_events = s.scaling_events
+        policies_by_job = _NestedChanges()
         by_job = _NestedChanges()
         by_node = _NestedChanges()
         by_eval = _NestedChanges()
@@ -425,6 +479,10 @@ class StateStore:
                 summaries[key] = js
             elif kind == "scheduler_config":
                 sched_config = ev.scheduler_config
+            elif kind is not None:
+                namespaces, node_pools, policies, scaling_events = _apply_object(
+                    ev, kind, namespaces, node_pools, policies, scaling_events, policies_by_job
+                )
 
         table_indexes = s.table_indexes
         if stamp_tables and batch.index:
@@ -445,6 +503,10 @@ class StateStore:
             evals=evals.finish(),
             deployments=deployments.finish(),
             scheduler_config=sched_config,
+            namespaces=namespaces,
+            node_pools=node_pools,
+            scaling_policies=policies,
+            scaling_events=scaling_events,
             table_indexes=table_indexes,
             allocs_by_job_map=by_job.apply(s.allocs_by_job_map),
             allocs_by_node_map=by_node.apply(s.allocs_by_node_map),
@@ -452,5 +514,46 @@ class StateStore:
             nodes_by_dc_map=by_dc.apply(s.nodes_by_dc_map),
             evals_by_job_map=evals_by_job.apply(s.evals_by_job_map),
             deployments_by_job_map=deps_by_job.apply(s.deployments_by_job_map),
+            scaling_policies_by_job_map=policies_by_job.apply(s.scaling_policies_by_job_map),
         )
         return self._snap
+
+
+def _put(m: Map[Any, Any], key: Any, value: Any, deleted: bool) -> Map[Any, Any]:
+    if deleted:
+        return m.delete(key) if key in m else m
+    return m.set(key, value)
+
+
+def _apply_object(
+    ev: pb.Event,
+    kind: str,
+    namespaces: Map[str, pb.Namespace],
+    node_pools: Map[str, pb.NodePool],
+    policies: Map[str, pb.ScalingPolicy],
+    scaling_events: Map[JobKey, pb.JobScalingEvents],
+    policies_by_job: _NestedChanges,
+) -> tuple[
+    Map[str, pb.Namespace],
+    Map[str, pb.NodePool],
+    Map[str, pb.ScalingPolicy],
+    Map[JobKey, pb.JobScalingEvents],
+]:
+    """The rarely written objects (namespaces, node pools, scaling policies
+    and events): one immutable-map update each, no batch-wide mutation."""
+    if kind == "namespace_object":
+        namespaces = _put(namespaces, ev.namespace_object.name, ev.namespace_object, ev.deleted)
+    elif kind == "node_pool":
+        node_pools = _put(node_pools, ev.node_pool.name, ev.node_pool, ev.deleted)
+    elif kind == "scaling_policy":
+        p = ev.scaling_policy
+        policies = _put(policies, p.id, p, ev.deleted)
+        jkey = _jk(p.target.get("Namespace", ""), p.target.get("Job", ""))
+        if ev.deleted:
+            policies_by_job.delete(jkey, p.id)
+        else:
+            policies_by_job.set(jkey, p.id, p)
+    elif kind == "job_scaling_events":
+        se = ev.job_scaling_events
+        scaling_events = _put(scaling_events, _jk(se.namespace, se.job_id), se, ev.deleted)
+    return namespaces, node_pools, policies, scaling_events

@@ -21,6 +21,8 @@ from corral.v1 import structs_pb2 as pb
 
 DEFAULT_NAMESPACE = "default"
 DEFAULT_NODE_POOL = "default"
+#: the built-in pool every node is in (Nomad's NodePoolAll)
+ALL_NODE_POOL = "all"
 DEFAULT_PRIORITY = 50
 MIN_PRIORITY = 1
 MAX_PRIORITY = 100
@@ -165,8 +167,17 @@ class Topic:
     DEPLOYMENT = "Deployment"
     OPERATOR = "Operator"
     JOB_SUMMARY = "JobSummary"
+    NODE_POOL = "NodePool"
 
-    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY)
+    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY, NODE_POOL)
+
+    # Namespaces, scaling policies and scaling events are in the change log
+    # (every replica and state process keeps them) but, as in Nomad, not
+    # offered by Event.Stream: they are not in ALL.
+    NAMESPACE = "Namespace"
+    SCALING_POLICY = "ScalingPolicy"
+    SCALING_EVENT = "ScalingEvent"
+    INTERNAL = (NAMESPACE, SCALING_POLICY, SCALING_EVENT)
 
     # ACL writes are in the change log (key only: a policy name or a token's
     # accessor id, never a secret) so every state process can drop cached
@@ -459,17 +470,27 @@ NON_SPEC_FIELDS = (
 )
 
 
+def same_except(a: Message, b: Message, fields: Iterable[str]) -> bool:
+    """Whether two messages of one type are equal once `fields` are cleared
+    in both (an object written again unchanged costs no write)."""
+    names = tuple(fields)
+
+    def spec(msg: Message) -> bytes:
+        m = copy_msg(msg)
+        for name in names:
+            m.ClearField(name)
+        return m.SerializeToString(deterministic=True)
+
+    return spec(a) == spec(b)
+
+
+INDEX_FIELDS = ("create_index", "modify_index")
+
+
 def job_spec_changed(old: pb.Job, new: pb.Job) -> bool:
     """Whether the user-visible spec differs (status and indexes aside): an
     unchanged re-registration keeps its version and job modify index."""
-
-    def spec(job: pb.Job) -> bytes:
-        j = copy_msg(job)
-        for name in NON_SPEC_FIELDS:
-            j.ClearField(name)  # type: ignore[arg-type]
-        return j.SerializeToString(deterministic=True)
-
-    return spec(old) != spec(new)
+    return not same_except(old, new, NON_SPEC_FIELDS)
 
 
 def job_key(namespace: str, job_id: str) -> tuple[str, str]:

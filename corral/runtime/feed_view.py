@@ -65,6 +65,10 @@ TOPIC_SNAPSHOT_TABLES = {
     Topic.EVALUATION: ("evals",),
     Topic.DEPLOYMENT: ("deployments",),
     Topic.JOB_SUMMARY: ("job_summaries",),
+    Topic.NODE_POOL: ("node_pools",),
+    Topic.NAMESPACE: ("namespaces",),
+    Topic.SCALING_POLICY: ("scaling_policies",),
+    Topic.SCALING_EVENT: ("scaling_events",),
 }
 
 
@@ -159,4 +163,4 @@ BROKER_STATUS_VIEW = FeedView.of(
 
 def check_topics(topics: Iterable[str]) -> list[str]:
     """Topics a subscriber may not name (not feed topics)."""
-    return sorted(set(topics) - set(Topic.ALL))
+    return sorted(set(topics) - set(Topic.ALL) - set(Topic.INTERNAL))

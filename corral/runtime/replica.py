@@ -174,6 +174,10 @@ class Replica:
             "evals": [],
             "deployments": [],
             "job_summaries": [],
+            "namespaces": [],
+            "node_pools": [],
+            "scaling_policies": [],
+            "scaling_events": [],
         }
         config = pb.SchedulerConfiguration()
         first = True

@@ -95,6 +95,8 @@ def scope(name: str, level: str) -> Rule:
 
 
 READ_JOB, SUBMIT_JOB, LIST_JOBS = "read-job", "submit-job", "list-jobs"
+SCALE_JOB, READ_JOB_SCALING = "scale-job", "read-job-scaling"
+LIST_SCALING_POLICIES, READ_SCALING_POLICY = "list-scaling-policies", "read-scaling-policy"
 
 #: the largest request a user or a node may send (a job spec is at most
 #: 1 MiB; an agent's alloc updates for thousands of allocs fit easily). Only
@@ -146,7 +148,10 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/List": ns(LIST_JOBS, handler=True),
     "/corral.v1.Job/Versions": ns(READ_JOB),
     "/corral.v1.Job/Deregister": ns(SUBMIT_JOB),
-    "/corral.v1.Job/Scale": ns("scale-job"),
+    # scale-job or submit-job (Nomad's either-or; checked by the handler)
+    "/corral.v1.Job/Scale": PER_OBJECT,
+    # read-job or read-job-scaling
+    "/corral.v1.Job/ScaleStatus": PER_OBJECT,
     "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
     "/corral.v1.Job/Dispatch": ns("dispatch-job"),
     "/corral.v1.Job/Summary": ns(READ_JOB),
@@ -195,6 +200,23 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Worker/Stop": scope("operator", "write"),
     "/corral.v1.Worker/SetConfig": scope("operator", "write"),
     "/corral.v1.Worker/PlanJob": SERVER,
+    # namespaces: writes need a management token; reads show what the
+    # token may see (any capability in the namespace)
+    "/corral.v1.Namespace/List": PER_OBJECT,
+    "/corral.v1.Namespace/Get": PER_OBJECT,
+    "/corral.v1.Namespace/Upsert": MANAGEMENT,
+    "/corral.v1.Namespace/Delete": MANAGEMENT,
+    # node pools: the token's node_pool rules, checked per pool
+    "/corral.v1.NodePool/List": PER_OBJECT,
+    "/corral.v1.NodePool/Get": PER_OBJECT,
+    "/corral.v1.NodePool/Upsert": PER_OBJECT,
+    "/corral.v1.NodePool/Delete": PER_OBJECT,
+    "/corral.v1.NodePool/ListNodes": Rule(Caller.USER, scope=("node", "read"), handler=True),
+    "/corral.v1.NodePool/ListJobs": PER_OBJECT,
+    # scaling policies: list-scaling-policies / read-scaling-policy, or
+    # list-jobs and read-job, in the policy's namespace
+    "/corral.v1.Scaling/ListPolicies": PER_OBJECT,
+    "/corral.v1.Scaling/GetPolicy": PER_OBJECT,
     # ACLs themselves
     "/corral.v1.ACL/Bootstrap": OPEN,
     "/corral.v1.ACL/ResolveToken": OPEN,
@@ -228,6 +250,32 @@ def require_namespace(namespace: str, capability: str) -> None:
     """Refuse unless the caller holds `capability` in `namespace`."""
     if not current_acl().allows_namespace(namespace or "default", capability):
         raise PermissionDenied(f"Permission denied: {capability} in namespace {namespace!r}")
+
+
+def require_any_capability(namespace: str, capabilities: tuple[str, ...]) -> None:
+    """Refuse unless the caller holds one of `capabilities` in `namespace`
+    (Nomad's either-or checks, e.g. scale-job or submit-job)."""
+    acl_ = current_acl()
+    if not any(acl_.allows_namespace(namespace or "default", c) for c in capabilities):
+        wanted = " or ".join(capabilities)
+        raise PermissionDenied(f"Permission denied: {wanted} in namespace {namespace!r}")
+
+
+def may_read_scaling_policies(namespace: str, capability: str) -> bool:
+    """Nomad's rule for scaling policies: `capability` (list- or
+    read-scaling-policy), or both list-jobs and read-job."""
+    acl_ = current_acl()
+    namespace = namespace or "default"
+    return acl_.allows_namespace(namespace, capability) or (
+        acl_.allows_namespace(namespace, LIST_JOBS) and acl_.allows_namespace(namespace, READ_JOB)
+    )
+
+
+def require_node_pool(pool: str, capability: str) -> None:
+    """Refuse unless the caller's node_pool rules grant `capability`
+    (read, write or delete) on `pool`."""
+    if not current_acl().allows_node_pool(pool, capability):
+        raise PermissionDenied(f"Permission denied: node pool {pool!r} {capability}")
 
 
 def may_read_namespace(namespace: str) -> bool:

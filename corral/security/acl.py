@@ -9,6 +9,10 @@ A policy holds rules (docs/security.md has examples):
       policy       = "read"           # deny | read | write | scale (shorthands)
       capabilities = ["submit-job"]   # fine-grained, merged with the shorthand
     }
+    node_pool "gpu-*" {               # a label is required; `*` globs allowed
+      policy       = "write"          # deny | read | write (write also deletes)
+      capabilities = ["read"]         # read | write | delete | deny
+    }
     node     { policy = "read" }      # deny | read | write
     agent    { policy = "read" }
     operator { policy = "write" }
@@ -20,9 +24,9 @@ How Nomad decides, and so do we:
 * the policies of a token are merged: per namespace label the union of the
   capabilities, unless one says `deny`, which then is all that label holds;
   for node/agent/operator the most privilege, unless one says `deny`;
-* a namespace is checked against exactly one rule: the exact label if there
-  is one, else the matching glob closest to the name (fewest characters
-  matched by `*`; ties go to the label that sorts first).
+* a namespace (and a node pool) is checked against exactly one rule: the
+  exact label if there is one, else the matching glob closest to the name
+  (fewest characters matched by `*`; ties go to the label that sorts first).
 
 `CURRENT` holds the ACL of the call being served. The lead's access
 interceptor (`corral.security.access`) sets it per RPC from the caller's token;
@@ -101,13 +105,25 @@ _SHORTHANDS: dict[str, frozenset[str]] = {
 }
 NAMESPACE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE, SCALE)
 
+#: Nomad's node_pool capabilities, and what each `policy = ...` stands for
+NODE_POOL_READ, NODE_POOL_WRITE, NODE_POOL_DELETE = "read", "write", "delete"
+NODE_POOL_CAPABILITIES: frozenset[str] = frozenset(
+    {DENY, NODE_POOL_READ, NODE_POOL_WRITE, NODE_POOL_DELETE}
+)
+_NODE_POOL_SHORTHANDS: dict[str, frozenset[str]] = {
+    DENY: frozenset({DENY}),
+    READ: frozenset({NODE_POOL_READ}),
+    WRITE: frozenset({NODE_POOL_READ, NODE_POOL_WRITE, NODE_POOL_DELETE}),
+}
+NODE_POOL_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
+
 #: the rules without a label, and the dispositions they take
 SCOPES: tuple[str, ...] = ("node", "agent", "operator")
 SCOPE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
 _RANK = {"": 0, READ: 1, WRITE: 2}
 
 #: Nomad rule blocks Corral has nothing for: named as unsupported, not unknown
-_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "node_pool", "variables"})
+_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "variables"})
 
 DEFAULT_NAMESPACE = "default"
 MAX_POLICY_CHARS = 64 * 1024
@@ -175,6 +191,7 @@ class PolicyRules:
     a resolver knows it (parsing alone does not)."""
 
     namespaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    node_pools: Mapping[str, frozenset[str]] = field(default_factory=dict)
     node: str = ""
     agent: str = ""
     operator: str = ""
@@ -229,18 +246,25 @@ def _check_keys(body: dict[str, Any], allowed: tuple[str, ...], where: str) -> N
 
 
 def _namespace_rule(body: Any, where: str) -> frozenset[str]:
+    return _labeled_rule(body, where, _SHORTHANDS, NAMESPACE_CAPABILITIES)
+
+
+def _labeled_rule(
+    body: Any, where: str, shorthands: Mapping[str, frozenset[str]], known: frozenset[str]
+) -> frozenset[str]:
+    """The capabilities of one `namespace "x"` or `node_pool "x"` rule."""
     if not isinstance(body, dict) or not body.get(_BLOCK):
         raise InvalidArgument(where, "must be a block with at most one label")
     _check_keys(body, ("policy", "capabilities"), where)
     policy = _string(body, "policy", where)
     caps: set[str] = set()
     if policy is not None:
-        if policy not in _SHORTHANDS:
+        if policy not in shorthands:
             raise InvalidArgument(
                 f"{where}.policy",
-                f"unknown policy {policy!r} (expected one of {', '.join(NAMESPACE_POLICIES)})",
+                f"unknown policy {policy!r} (expected one of {', '.join(shorthands)})",
             )
-        caps |= _SHORTHANDS[policy]
+        caps |= shorthands[policy]
     if "capabilities" in body:
         listed = body["capabilities"]
         if not isinstance(listed, list):
@@ -248,11 +272,10 @@ def _namespace_rule(body: Any, where: str) -> frozenset[str]:
         for i, cap in enumerate(listed):
             if not isinstance(cap, str):
                 raise InvalidArgument(f"{where}.capabilities[{i}]", "must be a string")
-            if cap not in NAMESPACE_CAPABILITIES:
+            if cap not in known:
                 raise InvalidArgument(
                     f"{where}.capabilities[{i}]",
-                    f"unknown capability {cap!r} "
-                    f"(expected one of {', '.join(sorted(NAMESPACE_CAPABILITIES))})",
+                    f"unknown capability {cap!r} (expected one of {', '.join(sorted(known))})",
                 )
             caps.add(cap)
     if policy is None and "capabilities" not in body:
@@ -290,6 +313,7 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
         raise InvalidArgument(field, "the policy has no rules")
 
     namespaces: dict[str, frozenset[str]] = {}
+    pools: dict[str, frozenset[str]] = {}
     scopes: dict[str, str] = {}
     for key, value in data.items():
         where = f"{field}: {key}"
@@ -306,6 +330,20 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
                 if label in namespaces:
                     raise InvalidArgument(at, "is defined twice")
                 namespaces[label] = _namespace_rule(body, at)
+        elif key == "node_pool":
+            for block in _blocks(value, where):
+                if block.get(_BLOCK) or len(block) != 1:
+                    raise InvalidArgument(
+                        where, 'needs exactly one label: node_pool "name" { ... }'
+                    )
+                ((label, body),) = block.items()
+                at = f'{field}: node_pool "{label}"'
+                _label(label, at)
+                if label in pools:
+                    raise InvalidArgument(at, "is defined twice")
+                pools[label] = _labeled_rule(
+                    body, at, _NODE_POOL_SHORTHANDS, NODE_POOL_CAPABILITIES
+                )
         elif key in SCOPES:
             blocks = _blocks(value, where)
             if len(blocks) > 1:
@@ -327,10 +365,11 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
             raise InvalidArgument(where, "Nomad's rule is not supported by Corral")
         else:
             raise InvalidArgument(
-                where, "unknown rule (expected namespace, node, agent or operator)"
+                where, "unknown rule (expected namespace, node_pool, node, agent or operator)"
             )
     return PolicyRules(
         namespaces=namespaces,
+        node_pools=pools,
         node=scopes.get("node", ""),
         agent=scopes.get("agent", ""),
         operator=scopes.get("operator", ""),
@@ -338,6 +377,33 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
 
 
 # ---------------------------------------------------------------------- ACL
+
+
+class _LabeledRules:
+    """Capabilities by label (namespace or node pool names, `*` globs), and
+    the one rule that applies to a name: its exact label, else the matching
+    glob closest to it."""
+
+    def __init__(self, rules: Mapping[str, frozenset[str]]) -> None:
+        self._exact: dict[str, frozenset[str]] = {}
+        self._globs: list[tuple[str, int, frozenset[str]]] = []
+        for label, caps in sorted(rules.items()):
+            if "*" in label:
+                self._globs.append((label, len(label.replace("*", "")), caps))
+            else:
+                self._exact[label] = caps
+
+    def of(self, name: str) -> frozenset[str]:
+        exact = self._exact.get(name)
+        if exact is not None:
+            return exact
+        best: tuple[int, str, frozenset[str]] | None = None
+        for label, literal, caps in self._globs:
+            if fnmatch.fnmatchcase(name, label):
+                candidate = (len(name) - literal, label, caps)
+                if best is None or candidate[:2] < best[:2]:
+                    best = candidate
+        return best[2] if best is not None else frozenset()
 
 
 class ACL:
@@ -349,19 +415,15 @@ class ACL:
         *,
         management: bool = False,
         namespaces: Mapping[str, frozenset[str]] | None = None,
+        node_pools: Mapping[str, frozenset[str]] | None = None,
         node: str = "",
         agent: str = "",
         operator: str = "",
         policies: Iterable[str] = (),
     ) -> None:
         self.is_management = management
-        self._exact: dict[str, frozenset[str]] = {}
-        self._globs: list[tuple[str, int, frozenset[str]]] = []
-        for label, caps in sorted((namespaces or {}).items()):
-            if "*" in label:
-                self._globs.append((label, len(label.replace("*", "")), caps))
-            else:
-                self._exact[label] = caps
+        self._namespaces = _LabeledRules(namespaces or {})
+        self._node_pools = _LabeledRules(node_pools or {})
         self._scopes = {"node": node, "agent": agent, "operator": operator}
         #: names of the policies this ACL was compiled from
         self.policies = frozenset(policies)
@@ -373,17 +435,17 @@ class ACL:
 
     def namespace_capabilities(self, namespace: str) -> frozenset[str]:
         """The capabilities of the one rule that applies to `namespace`."""
-        namespace = namespace or DEFAULT_NAMESPACE
-        exact = self._exact.get(namespace)
-        if exact is not None:
-            return exact
-        best: tuple[int, str, frozenset[str]] | None = None
-        for label, literal, caps in self._globs:
-            if fnmatch.fnmatchcase(namespace, label):
-                candidate = (len(namespace) - literal, label, caps)
-                if best is None or candidate[:2] < best[:2]:
-                    best = candidate
-        return best[2] if best is not None else frozenset()
+        return self._namespaces.of(namespace or DEFAULT_NAMESPACE)
+
+    def allows_node_pool(self, pool: str, capability: str) -> bool:
+        """Whether the node_pool rules grant `capability` (read, write or
+        delete) on `pool` (Nomad's AllowNodePoolOperation)."""
+        if capability not in NODE_POOL_CAPABILITIES or capability == DENY:
+            raise ValueError(f"unknown node pool capability {capability!r}")
+        if self.is_management:
+            return True
+        caps = self._node_pools.of(pool)
+        return DENY not in caps and capability in caps
 
     def allows_namespace(self, namespace: str, capability: str) -> bool:
         """Whether `capability` is granted in `namespace` ('' = default)."""
@@ -424,18 +486,21 @@ def _merge_scope(a: str, b: str) -> str:
 def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
     """One ACL from a token's policies: their union, where `deny` wins."""
     namespaces: dict[str, frozenset[str]] = {}
+    pools: dict[str, frozenset[str]] = {}
     scopes = dict.fromkeys(SCOPES, "")
     names: list[str] = []
     for p in policies:
         if p.name:
             names.append(p.name)
-        for label, caps in p.namespaces.items():
-            merged = namespaces.get(label, frozenset()) | caps
-            namespaces[label] = frozenset({DENY}) if DENY in merged else merged
+        for rules, merged_into in ((p.namespaces, namespaces), (p.node_pools, pools)):
+            for label, caps in rules.items():
+                merged = merged_into.get(label, frozenset()) | caps
+                merged_into[label] = frozenset({DENY}) if DENY in merged else merged
         for scope in SCOPES:
             scopes[scope] = _merge_scope(scopes[scope], p.scope(scope))
     return ACL(
         namespaces=namespaces,
+        node_pools=pools,
         node=scopes["node"],
         agent=scopes["agent"],
         operator=scopes["operator"],

@@ -8,6 +8,7 @@ from corral.v1 import query_pb2 as _query_pb2
 from corral.v1 import structs_pb2 as _structs_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -673,32 +674,145 @@ class JobScaleRequest(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     ENFORCE_INDEX_FIELD_NUMBER: _builtins.int
     JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     namespace: _builtins.str
     group: _builtins.str
     count: _builtins.int
-    """0..100,000, the job's total at most 200,000 (as Register)"""
+    """0..100,000, the job's total at most 200,000 (as Register); absent:
+    record a scaling event only, the job is not changed
+    """
     message: _builtins.str
     enforce_index: _builtins.bool
     job_modify_index: _builtins.int
+    error: _builtins.bool
+    """the event reports an error (then no count)"""
+    @_builtins.property
+    def meta(self) -> _struct_pb2.Struct:
+        """the event's metadata (an autoscaler's reasons)"""
+
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         namespace: _builtins.str = ...,
         group: _builtins.str = ...,
-        count: _builtins.int = ...,
+        count: _builtins.int | None = ...,
         message: _builtins.str = ...,
         enforce_index: _builtins.bool = ...,
         job_modify_index: _builtins.int = ...,
+        error: _builtins.bool = ...,
+        meta: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "count", b"count", "meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "count", b"count", "enforce_index", b"enforce_index", "error", b"error", "group", b"group", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "message", b"message", "meta", b"meta", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__count: _TypeAlias = _typing.Literal["count"]  # noqa: Y015
+    _WhichOneofArgType__count: _TypeAlias = _typing.Literal["_count", b"_count"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__count) -> _WhichOneofReturnType__count | None: ...
+
+Global___JobScaleRequest: _TypeAlias = JobScaleRequest  # noqa: Y015
+
+@_typing.final
+class TaskGroupScaleStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESIRED_FIELD_NUMBER: _builtins.int
+    PLACED_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    HEALTHY_FIELD_NUMBER: _builtins.int
+    UNHEALTHY_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    desired: _builtins.int
+    placed: _builtins.int
+    """allocs not terminal (canaries left out)"""
+    running: _builtins.int
+    healthy: _builtins.int
+    unhealthy: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.ScalingEvent]:
+        """newest first"""
+
+    def __init__(
+        self,
+        *,
+        desired: _builtins.int = ...,
+        placed: _builtins.int = ...,
+        running: _builtins.int = ...,
+        healthy: _builtins.int = ...,
+        unhealthy: _builtins.int = ...,
+        events: _abc.Iterable[_structs_pb2.ScalingEvent] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "enforce_index", b"enforce_index", "group", b"group", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "message", b"message", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired", b"desired", "events", b"events", "healthy", b"healthy", "placed", b"placed", "running", b"running", "unhealthy", b"unhealthy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___JobScaleRequest: _TypeAlias = JobScaleRequest  # noqa: Y015
+Global___TaskGroupScaleStatus: _TypeAlias = TaskGroupScaleStatus  # noqa: Y015
+
+@_typing.final
+class JobScaleStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TaskGroupsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TaskGroupScaleStatus: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TaskGroupScaleStatus | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    JOB_STOPPED_FIELD_NUMBER: _builtins.int
+    TASK_GROUPS_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    namespace: _builtins.str
+    job_create_index: _builtins.int
+    job_modify_index: _builtins.int
+    """the job's modify index (Nomad's JobModifyIndex here)"""
+    job_stopped: _builtins.bool
+    @_builtins.property
+    def task_groups(self) -> _containers.MessageMap[_builtins.str, Global___TaskGroupScaleStatus]: ...
+    @_builtins.property
+    def meta(self) -> _query_pb2.QueryMeta: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        job_create_index: _builtins.int = ...,
+        job_modify_index: _builtins.int = ...,
+        job_stopped: _builtins.bool = ...,
+        task_groups: _abc.Mapping[_builtins.str, Global___TaskGroupScaleStatus] | None = ...,
+        meta: _query_pb2.QueryMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_create_index", b"job_create_index", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "job_stopped", b"job_stopped", "meta", b"meta", "namespace", b"namespace", "task_groups", b"task_groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobScaleStatusResponse: _TypeAlias = JobScaleStatusResponse  # noqa: Y015
 
 @_typing.final
 class JobDispatchRequest(_message.Message):

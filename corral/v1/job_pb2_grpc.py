@@ -69,6 +69,11 @@ class JobStub:
                 request_serializer=corral_dot_v1_dot_job__pb2.JobScaleRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
                 _registered_method=True)
+        self.ScaleStatus = channel.unary_unary(
+                '/corral.v1.Job/ScaleStatus',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobScaleStatusResponse.FromString,
+                _registered_method=True)
         self.Revert = channel.unary_unary(
                 '/corral.v1.Job/Revert',
                 request_serializer=corral_dot_v1_dot_job__pb2.JobRevertRequest.SerializeToString,
@@ -137,7 +142,19 @@ class JobServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Scale(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Set a task group's count (within its scaling policy's min..max; refused
+        while a deployment of the job is active), or with no count only record
+        a scaling event (an autoscaler reporting an error); every call records
+        one (Nomad's Job.Scale).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScaleStatus(self, request, context):
+        """Desired, placed, running and healthy allocs of each group with its
+        scaling events, newest first (Nomad's Job.ScaleStatus).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -210,6 +227,11 @@ def add_JobServicer_to_server(servicer, server):
                     servicer.Scale,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobScaleRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.SerializeToString,
+            ),
+            'ScaleStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScaleStatus,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobGetRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobScaleStatusResponse.SerializeToString,
             ),
             'Revert': grpc.unary_unary_rpc_method_handler(
                     servicer.Revert,
@@ -426,6 +448,33 @@ class Job:
             '/corral.v1.Job/Scale',
             corral_dot_v1_dot_job__pb2.JobScaleRequest.SerializeToString,
             corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScaleStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/ScaleStatus',
+            corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobScaleStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,15 @@ class JobStub:
     Versions: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobVersionsRequest, _job_pb2.JobVersionsResponse]
     Deregister: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobDeregisterRequest, _job_pb2.JobDeregisterResponse]
     Scale: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobScaleRequest, _job_pb2.JobRegisterResponse]
+    """Set a task group's count (within its scaling policy's min..max; refused
+    while a deployment of the job is active), or with no count only record
+    a scaling event (an autoscaler reporting an error); every call records
+    one (Nomad's Job.Scale).
+    """
+    ScaleStatus: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobScaleStatusResponse]
+    """Desired, placed, running and healthy allocs of each group with its
+    scaling events, newest first (Nomad's Job.ScaleStatus).
+    """
     Revert: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobRevertRequest, _job_pb2.JobRegisterResponse]
     """Register an earlier version's spec again, as a new version."""
     Dispatch: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobDispatchRequest, _job_pb2.JobDispatchResponse]
@@ -57,6 +66,15 @@ class JobAsyncStub(JobStub):
     Versions: _aio.UnaryUnaryMultiCallable[_job_pb2.JobVersionsRequest, _job_pb2.JobVersionsResponse]  # type: ignore[assignment]
     Deregister: _aio.UnaryUnaryMultiCallable[_job_pb2.JobDeregisterRequest, _job_pb2.JobDeregisterResponse]  # type: ignore[assignment]
     Scale: _aio.UnaryUnaryMultiCallable[_job_pb2.JobScaleRequest, _job_pb2.JobRegisterResponse]  # type: ignore[assignment]
+    """Set a task group's count (within its scaling policy's min..max; refused
+    while a deployment of the job is active), or with no count only record
+    a scaling event (an autoscaler reporting an error); every call records
+    one (Nomad's Job.Scale).
+    """
+    ScaleStatus: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobScaleStatusResponse]  # type: ignore[assignment]
+    """Desired, placed, running and healthy allocs of each group with its
+    scaling events, newest first (Nomad's Job.ScaleStatus).
+    """
     Revert: _aio.UnaryUnaryMultiCallable[_job_pb2.JobRevertRequest, _job_pb2.JobRegisterResponse]  # type: ignore[assignment]
     """Register an earlier version's spec again, as a new version."""
     Dispatch: _aio.UnaryUnaryMultiCallable[_job_pb2.JobDispatchRequest, _job_pb2.JobDispatchResponse]  # type: ignore[assignment]
@@ -113,7 +131,22 @@ class JobServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _job_pb2.JobScaleRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_job_pb2.JobRegisterResponse, _abc.Awaitable[_job_pb2.JobRegisterResponse]]: ...
+    ) -> _typing.Union[_job_pb2.JobRegisterResponse, _abc.Awaitable[_job_pb2.JobRegisterResponse]]:
+        """Set a task group's count (within its scaling policy's min..max; refused
+        while a deployment of the job is active), or with no count only record
+        a scaling event (an autoscaler reporting an error); every call records
+        one (Nomad's Job.Scale).
+        """
+
+    @_abc_1.abstractmethod
+    def ScaleStatus(
+        self,
+        request: _job_pb2.JobGetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobScaleStatusResponse, _abc.Awaitable[_job_pb2.JobScaleStatusResponse]]:
+        """Desired, placed, running and healthy allocs of each group with its
+        scaling events, newest first (Nomad's Job.ScaleStatus).
+        """
 
     @_abc_1.abstractmethod
     def Revert(

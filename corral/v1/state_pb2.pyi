@@ -136,7 +136,9 @@ class TableIndex(_message.Message):
     TABLE_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
     table: _builtins.str
-    """"jobs", "nodes", "allocs", "evals", "deployments", "job_summary", "scheduler_config" """
+    """"jobs", "nodes", "allocs", "evals", "deployments", "job_summary",
+    "scheduler_config", "namespaces", "node_pools", "scaling_policy", "scaling_event"
+    """
     index: _builtins.int
     def __init__(
         self,
@@ -171,6 +173,10 @@ class SnapshotChunk(_message.Message):
     SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
     JOB_VERSIONS_FIELD_NUMBER: _builtins.int
     DONE_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    NODE_POOLS_FIELD_NUMBER: _builtins.int
+    SCALING_POLICIES_FIELD_NUMBER: _builtins.int
+    SCALING_EVENTS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     done: _builtins.bool
     @_builtins.property
@@ -195,6 +201,14 @@ class SnapshotChunk(_message.Message):
     def job_versions(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Job]:
         """older versions still referenced by allocs"""
 
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Namespace]: ...
+    @_builtins.property
+    def node_pools(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.NodePool]: ...
+    @_builtins.property
+    def scaling_policies(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.ScalingPolicy]: ...
+    @_builtins.property
+    def scaling_events(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.JobScalingEvents]: ...
     def __init__(
         self,
         *,
@@ -209,10 +223,14 @@ class SnapshotChunk(_message.Message):
         scheduler_config: _structs_pb2.SchedulerConfiguration | None = ...,
         job_versions: _abc.Iterable[_structs_pb2.Job] | None = ...,
         done: _builtins.bool = ...,
+        namespaces: _abc.Iterable[_structs_pb2.Namespace] | None = ...,
+        node_pools: _abc.Iterable[_structs_pb2.NodePool] | None = ...,
+        scaling_policies: _abc.Iterable[_structs_pb2.ScalingPolicy] | None = ...,
+        scaling_events: _abc.Iterable[_structs_pb2.JobScalingEvents] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scheduler_config", b"scheduler_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "deployments", b"deployments", "done", b"done", "evals", b"evals", "index", b"index", "job_summaries", b"job_summaries", "job_versions", b"job_versions", "jobs", b"jobs", "nodes", b"nodes", "scheduler_config", b"scheduler_config", "table_indexes", b"table_indexes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "deployments", b"deployments", "done", b"done", "evals", b"evals", "index", b"index", "job_summaries", b"job_summaries", "job_versions", b"job_versions", "jobs", b"jobs", "namespaces", b"namespaces", "node_pools", b"node_pools", "nodes", b"nodes", "scaling_events", b"scaling_events", "scaling_policies", b"scaling_policies", "scheduler_config", b"scheduler_config", "table_indexes", b"table_indexes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -704,6 +704,465 @@ class ParameterizedConfig(_message.Message):
 Global___ParameterizedConfig: _TypeAlias = ParameterizedConfig  # noqa: Y015
 
 @_typing.final
+class ScalingPolicy(_message.Message):
+    """---------------------------------------------------------------- scaling
+
+    A scaling policy (Nomad's ScalingPolicy): in a job spec the group's
+    `scaling` block or a task's `scaling "cpu"|"mem"` block; as a stored
+    object, the same with its id, target and indexes, derived from the job
+    at every registration (ids stay the same across versions).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class TargetEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    MIN_FIELD_NUMBER: _builtins.int
+    MAX_FIELD_NUMBER: _builtins.int
+    ENABLED_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """stable across job versions (set by the state)"""
+    type: _builtins.str
+    """"horizontal" (group), "vertical_cpu" / "vertical_mem" (task)"""
+    min: _builtins.int
+    """default: the group's count"""
+    max: _builtins.int
+    """required"""
+    enabled: _builtins.bool
+    """default true"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def target(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """"Namespace", "Job", "Group" and, for task policies, "Task" (set by the state)"""
+
+    @_builtins.property
+    def policy(self) -> _struct_pb2.Struct:
+        """the opaque `policy` block, for the autoscaler"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        type: _builtins.str = ...,
+        target: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        policy: _struct_pb2.Struct | None = ...,
+        min: _builtins.int | None = ...,
+        max: _builtins.int | None = ...,
+        enabled: _builtins.bool | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "_max", b"_max", "_min", b"_min", "enabled", b"enabled", "max", b"max", "min", b"min", "policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enabled", b"_enabled", "_max", b"_max", "_min", b"_min", "create_index", b"create_index", "enabled", b"enabled", "id", b"id", "max", b"max", "min", b"min", "modify_index", b"modify_index", "policy", b"policy", "target", b"target", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__enabled: _TypeAlias = _typing.Literal["enabled"]  # noqa: Y015
+    _WhichOneofArgType__enabled: _TypeAlias = _typing.Literal["_enabled", b"_enabled"]  # noqa: Y015
+    _WhichOneofReturnType__max: _TypeAlias = _typing.Literal["max"]  # noqa: Y015
+    _WhichOneofArgType__max: _TypeAlias = _typing.Literal["_max", b"_max"]  # noqa: Y015
+    _WhichOneofReturnType__min: _TypeAlias = _typing.Literal["min"]  # noqa: Y015
+    _WhichOneofArgType__min: _TypeAlias = _typing.Literal["_min", b"_min"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__enabled) -> _WhichOneofReturnType__enabled | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max) -> _WhichOneofReturnType__max | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min) -> _WhichOneofReturnType__min | None: ...
+
+Global___ScalingPolicy: _TypeAlias = ScalingPolicy  # noqa: Y015
+
+@_typing.final
+class ScalingEvent(_message.Message):
+    """One Job.Scale call, as Nomad records it (newest first per group)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    PREVIOUS_COUNT_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    EVAL_ID_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    time: _builtins.int
+    """Unix ns"""
+    count: _builtins.int
+    """the new count, when the call set one"""
+    previous_count: _builtins.int
+    message: _builtins.str
+    error: _builtins.bool
+    eval_id: _builtins.str
+    """the eval the scaling created, if any"""
+    create_index: _builtins.int
+    @_builtins.property
+    def meta(self) -> _struct_pb2.Struct: ...
+    def __init__(
+        self,
+        *,
+        time: _builtins.int = ...,
+        count: _builtins.int | None = ...,
+        previous_count: _builtins.int = ...,
+        message: _builtins.str = ...,
+        error: _builtins.bool = ...,
+        meta: _struct_pb2.Struct | None = ...,
+        eval_id: _builtins.str = ...,
+        create_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "count", b"count", "meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_count", b"_count", "count", b"count", "create_index", b"create_index", "error", b"error", "eval_id", b"eval_id", "message", b"message", "meta", b"meta", "previous_count", b"previous_count", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__count: _TypeAlias = _typing.Literal["count"]  # noqa: Y015
+    _WhichOneofArgType__count: _TypeAlias = _typing.Literal["_count", b"_count"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__count) -> _WhichOneofReturnType__count | None: ...
+
+Global___ScalingEvent: _TypeAlias = ScalingEvent  # noqa: Y015
+
+@_typing.final
+class ScalingEventList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScalingEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___ScalingEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScalingEventList: _TypeAlias = ScalingEventList  # noqa: Y015
+
+@_typing.final
+class JobScalingEvents(_message.Message):
+    """The scaling events of one job: per task group, newest first, at most 20."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ScalingEventsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___ScalingEventList: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___ScalingEventList | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    SCALING_EVENTS_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    job_id: _builtins.str
+    modify_index: _builtins.int
+    @_builtins.property
+    def scaling_events(self) -> _containers.MessageMap[_builtins.str, Global___ScalingEventList]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        scaling_events: _abc.Mapping[_builtins.str, Global___ScalingEventList] | None = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "modify_index", b"modify_index", "namespace", b"namespace", "scaling_events", b"scaling_events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobScalingEvents: _TypeAlias = JobScalingEvents  # noqa: Y015
+
+@_typing.final
+class StringList(_message.Message):
+    """---------------------------------------------------------------- namespaces and node pools
+
+    A list whose presence matters: absent means "not set", empty means "none".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StringList: _TypeAlias = StringList  # noqa: Y015
+
+@_typing.final
+class NamespaceCapabilities(_message.Message):
+    """Which task drivers and network modes jobs of a namespace may use."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENABLED_TASK_DRIVERS_FIELD_NUMBER: _builtins.int
+    DISABLED_TASK_DRIVERS_FIELD_NUMBER: _builtins.int
+    ENABLED_NETWORK_MODES_FIELD_NUMBER: _builtins.int
+    DISABLED_NETWORK_MODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def enabled_task_drivers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every driver"""
+
+    @_builtins.property
+    def disabled_task_drivers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def enabled_network_modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every mode"""
+
+    @_builtins.property
+    def disabled_network_modes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        enabled_task_drivers: _abc.Iterable[_builtins.str] | None = ...,
+        disabled_task_drivers: _abc.Iterable[_builtins.str] | None = ...,
+        enabled_network_modes: _abc.Iterable[_builtins.str] | None = ...,
+        disabled_network_modes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled_network_modes", b"disabled_network_modes", "disabled_task_drivers", b"disabled_task_drivers", "enabled_network_modes", b"enabled_network_modes", "enabled_task_drivers", b"enabled_task_drivers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceCapabilities: _TypeAlias = NamespaceCapabilities  # noqa: Y015
+
+@_typing.final
+class NamespaceNodePoolConfiguration(_message.Message):
+    """Node pools the jobs of a namespace may use (Nomad 1.6's node_pool_config)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFAULT_FIELD_NUMBER: _builtins.int
+    ALLOWED_FIELD_NUMBER: _builtins.int
+    DENIED_FIELD_NUMBER: _builtins.int
+    default: _builtins.str
+    """the pool of a job that names none ("" = "default")"""
+    @_builtins.property
+    def allowed(self) -> Global___StringList:
+        """Patterns (`*` globs) of the pools jobs may use besides the default;
+        absent: every pool; empty: the default pool only. Not with denied.
+        """
+
+    @_builtins.property
+    def denied(self) -> Global___StringList:
+        """patterns of pools jobs may not use"""
+
+    def __init__(
+        self,
+        *,
+        default: _builtins.str = ...,
+        allowed: Global___StringList | None = ...,
+        denied: Global___StringList | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "denied", b"denied"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "default", b"default", "denied", b"denied"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceNodePoolConfiguration: _TypeAlias = NamespaceNodePoolConfiguration  # noqa: Y015
+
+@_typing.final
+class Namespace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    NODE_POOL_CONFIG_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """letters, digits and '-', at most 128"""
+    description: _builtins.str
+    """at most 256 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def capabilities(self) -> Global___NamespaceCapabilities: ...
+    @_builtins.property
+    def node_pool_config(self) -> Global___NamespaceNodePoolConfiguration: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        capabilities: Global___NamespaceCapabilities | None = ...,
+        node_pool_config: Global___NamespaceNodePoolConfiguration | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "node_pool_config", b"node_pool_config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "create_index", b"create_index", "description", b"description", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_pool_config", b"node_pool_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Namespace: _TypeAlias = Namespace  # noqa: Y015
+
+@_typing.final
+class NodePoolSchedulerConfiguration(_message.Message):
+    """A node pool's own scheduler settings; unset fields take the cluster's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULER_ALGORITHM_FIELD_NUMBER: _builtins.int
+    MEMORY_OVERSUBSCRIPTION_ENABLED_FIELD_NUMBER: _builtins.int
+    scheduler_algorithm: _builtins.str
+    """"binpack", "spread" or "" (the cluster's)"""
+    memory_oversubscription_enabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        scheduler_algorithm: _builtins.str = ...,
+        memory_oversubscription_enabled: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_memory_oversubscription_enabled", b"_memory_oversubscription_enabled", "memory_oversubscription_enabled", b"memory_oversubscription_enabled"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_memory_oversubscription_enabled", b"_memory_oversubscription_enabled", "memory_oversubscription_enabled", b"memory_oversubscription_enabled", "scheduler_algorithm", b"scheduler_algorithm"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__memory_oversubscription_enabled: _TypeAlias = _typing.Literal["memory_oversubscription_enabled"]  # noqa: Y015
+    _WhichOneofArgType__memory_oversubscription_enabled: _TypeAlias = _typing.Literal["_memory_oversubscription_enabled", b"_memory_oversubscription_enabled"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_oversubscription_enabled) -> _WhichOneofReturnType__memory_oversubscription_enabled | None: ...
+
+Global___NodePoolSchedulerConfiguration: _TypeAlias = NodePoolSchedulerConfiguration  # noqa: Y015
+
+@_typing.final
+class NodePool(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """letters, digits, '-' and '_', at most 128"""
+    description: _builtins.str
+    """at most 256 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def scheduler_config(self) -> Global___NodePoolSchedulerConfiguration: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        scheduler_config: Global___NodePoolSchedulerConfiguration | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scheduler_config", b"scheduler_config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "description", b"description", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "scheduler_config", b"scheduler_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodePool: _TypeAlias = NodePool  # noqa: Y015
+
+@_typing.final
 class Task(_message.Message):
     """---------------------------------------------------------------- jobs"""
 
@@ -764,6 +1223,7 @@ class Task(_message.Message):
     RESTART_POLICY_FIELD_NUMBER: _builtins.int
     DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
+    SCALING_POLICIES_FIELD_NUMBER: _builtins.int
     LIFECYCLE_FIELD_NUMBER: _builtins.int
     LOG_CONFIG_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -798,6 +1258,13 @@ class Task(_message.Message):
     @_builtins.property
     def dispatch_payload(self) -> Global___DispatchPayloadConfig: ...
     @_builtins.property
+    def scaling_policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScalingPolicy]:
+        """Task-level `scaling "cpu"` / `scaling "mem"` blocks (types
+        "vertical_cpu", "vertical_mem"): stored and listed as scaling policies
+        for an external autoscaler; Corral itself never resizes a task.
+        """
+
+    @_builtins.property
     def lifecycle(self) -> Global___TaskLifecycleConfig:
         """When the task runs in its alloc relative to the main tasks (Nomad's
         lifecycle block); unset: a main task.
@@ -827,12 +1294,13 @@ class Task(_message.Message):
         restart_policy: Global___RestartPolicy | None = ...,
         dispatch_payload: Global___DispatchPayloadConfig | None = ...,
         shutdown_delay: _builtins.int = ...,
+        scaling_policies: _abc.Iterable[Global___ScalingPolicy] | None = ...,
         lifecycle: Global___TaskLifecycleConfig | None = ...,
         log_config: Global___LogConfig | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "lifecycle", b"lifecycle", "log_config", b"log_config", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -941,6 +1409,7 @@ class TaskGroup(_message.Message):
     PREVENT_RESCHEDULE_ON_LOST_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
     MAX_RUN_DURATION_FIELD_NUMBER: _builtins.int
+    SCALING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     max_client_disconnect: _builtins.int
@@ -978,6 +1447,12 @@ class TaskGroup(_message.Message):
     def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def disconnect(self) -> Global___DisconnectStrategy: ...
+    @_builtins.property
+    def scaling(self) -> Global___ScalingPolicy:
+        """The group's `scaling` block: the horizontal (count) policy an
+        autoscaler reads; Job.Scale keeps the count within min..max.
+        """
+
     def __init__(
         self,
         *,
@@ -1000,10 +1475,11 @@ class TaskGroup(_message.Message):
         prevent_reschedule_on_lost: _builtins.bool = ...,
         shutdown_delay: _builtins.int = ...,
         max_run_duration: _builtins.int = ...,
+        scaling: Global___ScalingPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_client_disconnect: _TypeAlias = _typing.Literal["max_client_disconnect"]  # noqa: Y015
     _WhichOneofArgType__max_client_disconnect: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect"]  # noqa: Y015
@@ -2164,12 +2640,15 @@ class AllocMetric(_message.Message):
     SCORE_META_DATA_FIELD_NUMBER: _builtins.int
     ALLOCATION_TIME_FIELD_NUMBER: _builtins.int
     COALESCED_FAILURES_FIELD_NUMBER: _builtins.int
+    NODE_POOL_FIELD_NUMBER: _builtins.int
     nodes_evaluated: _builtins.int
     nodes_filtered: _builtins.int
     nodes_in_pool: _builtins.int
     nodes_exhausted: _builtins.int
     allocation_time: _builtins.int
     coalesced_failures: _builtins.int
+    node_pool: _builtins.str
+    """the job's node pool the nodes were taken from"""
     @_builtins.property
     def nodes_available(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """by datacenter"""
@@ -2202,10 +2681,11 @@ class AllocMetric(_message.Message):
         score_meta_data: _abc.Iterable[Global___NodeScoreMeta] | None = ...,
         allocation_time: _builtins.int = ...,
         coalesced_failures: _builtins.int = ...,
+        node_pool: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_time", b"allocation_time", "class_exhausted", b"class_exhausted", "class_filtered", b"class_filtered", "coalesced_failures", b"coalesced_failures", "constraint_filtered", b"constraint_filtered", "dimension_exhausted", b"dimension_exhausted", "nodes_available", b"nodes_available", "nodes_evaluated", b"nodes_evaluated", "nodes_exhausted", b"nodes_exhausted", "nodes_filtered", b"nodes_filtered", "nodes_in_pool", b"nodes_in_pool", "quota_exhausted", b"quota_exhausted", "score_meta_data", b"score_meta_data"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_time", b"allocation_time", "class_exhausted", b"class_exhausted", "class_filtered", b"class_filtered", "coalesced_failures", b"coalesced_failures", "constraint_filtered", b"constraint_filtered", "dimension_exhausted", b"dimension_exhausted", "node_pool", b"node_pool", "nodes_available", b"nodes_available", "nodes_evaluated", b"nodes_evaluated", "nodes_exhausted", b"nodes_exhausted", "nodes_filtered", b"nodes_filtered", "nodes_in_pool", b"nodes_in_pool", "quota_exhausted", b"quota_exhausted", "score_meta_data", b"score_meta_data"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3601,9 +4081,13 @@ class Event(_message.Message):
     DEPLOYMENT_FIELD_NUMBER: _builtins.int
     SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
     JOB_SUMMARY_FIELD_NUMBER: _builtins.int
+    NAMESPACE_OBJECT_FIELD_NUMBER: _builtins.int
+    NODE_POOL_FIELD_NUMBER: _builtins.int
+    SCALING_POLICY_FIELD_NUMBER: _builtins.int
+    JOB_SCALING_EVENTS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     topic: _builtins.str
-    """"Job", "Evaluation", "Allocation", "Node", "Deployment", "Operator" """
+    """"Job", "Evaluation", "Allocation", "Node", "NodePool", "Deployment", "Operator" """
     type: _builtins.str
     """"JobRegistered", "EvaluationUpdated", "AllocationUpdated", "PlanResult", ..."""
     key: _builtins.str
@@ -3625,6 +4109,16 @@ class Event(_message.Message):
     def scheduler_config(self) -> Global___SchedulerConfiguration: ...
     @_builtins.property
     def job_summary(self) -> Global___JobSummary: ...
+    @_builtins.property
+    def namespace_object(self) -> Global___Namespace:
+        """"namespace" is the event's own field"""
+
+    @_builtins.property
+    def node_pool(self) -> Global___NodePool: ...
+    @_builtins.property
+    def scaling_policy(self) -> Global___ScalingPolicy: ...
+    @_builtins.property
+    def job_scaling_events(self) -> Global___JobScalingEvents: ...
     def __init__(
         self,
         *,
@@ -3641,12 +4135,16 @@ class Event(_message.Message):
         deployment: Global___Deployment | None = ...,
         scheduler_config: Global___SchedulerConfiguration | None = ...,
         job_summary: Global___JobSummary | None = ...,
+        namespace_object: Global___Namespace | None = ...,
+        node_pool: Global___NodePool | None = ...,
+        scaling_policy: Global___ScalingPolicy | None = ...,
+        job_scaling_events: Global___JobScalingEvents | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_summary", b"job_summary", "node", b"node", "payload", b"payload", "scheduler_config", b"scheduler_config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "node", b"node", "payload", b"payload", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary", "namespace_object", "node_pool", "scaling_policy", "job_scaling_events"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 

@@ -63,6 +63,9 @@ class SimSettings(ProcessSettings):
     datacenters: CommaList = Field(
         default_factory=lambda: ["dc1"], min_length=1, description="datacenters, round robin"
     )
+    node_pool: str = Field(
+        "default", min_length=1, description="the nodes' pool (created when it does not exist)"
+    )
     attr: KeyValues = Field(
         default_factory=dict, description="extra node attribute key=value (repeat for more)"
     )
@@ -139,7 +142,7 @@ class SimNode:
             secret_id=str(uuid.uuid4()),
             name=f"sim-{i:05d}",
             datacenter=dcs[i % len(dcs)],
-            node_pool="default",
+            node_pool=settings.node_pool,
             node_class=f"class-{i % settings.classes}" if settings.classes else "",
             status=structs.NodeStatus.INITIALIZING,
             attributes={

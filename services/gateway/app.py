@@ -22,28 +22,36 @@ from services.gateway.routes import (
     evals,
     events,
     jobs,
+    namespaces,
+    node_pools,
     nodes,
     operator,
     parse,
+    scaling,
     unserved,
 )
 from services.gateway.ui import routes as ui
 
 #: the route modules (each exports ROUTES; add yours here). Order among
-#: them does not matter: their paths do not overlap, and the two catch-alls
-#: (the bare /v1/job/{id}, then any other /v1 path: 501 for Nomad endpoints
-#: we do not serve, 405 for a wrong method, else 404) come after all of them.
+#: them matters once: node_pools before nodes (`/v1/node/pools` and
+#: `/v1/node/pool/...` would otherwise be taken for node ids); the two
+#: catch-alls (the bare /v1/job/{id}, then any other /v1 path: 501 for Nomad
+#: endpoints we do not serve, 405 for a wrong method, else 404) come after
+#: all of them.
 ROUTE_MODULES: list[ModuleType] = [
     agent,
     jobs,
     allocs,
     evals,
+    node_pools,
     nodes,
     operator,
     deployments,
     acl,
     events,
     parse,
+    namespaces,
+    scaling,
     ui,
 ]
 

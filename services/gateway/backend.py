@@ -30,12 +30,15 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    namespace_pb2_grpc,
     node_pb2_grpc,
+    node_pool_pb2_grpc,
     operator_pb2,
     operator_pb2_grpc,
     periodic_pb2_grpc,
     plan_pb2,
     plan_pb2_grpc,
+    scaling_pb2_grpc,
 )
 
 #: unary calls fail after this long rather than hang; blocking queries add
@@ -85,6 +88,9 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self.namespaces = namespace_pb2_grpc.NamespaceStub(self.channel)
+        self.node_pools = node_pool_pb2_grpc.NodePoolStub(self.channel)
+        self.scaling = scaling_pb2_grpc.ScalingStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr

@@ -239,6 +239,29 @@ def respond(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def written(index: int) -> Response:
+    """A write Nomad answers with no body, only its index."""
+    return Response(
+        status_code=200,
+        headers={
+            "X-Nomad-Index": str(max(index, 1)),
+            "X-Nomad-KnownLeader": "true",
+            "X-Nomad-LastContact": "0",
+        },
+    )
+
+
+async def object_body(request: Request, *, required: bool = True) -> dict[str, Any]:
+    """The request's JSON object (Nomad's 400 for anything else); with
+    `required` false an empty body is an empty object."""
+    body = await json_body(request)
+    if body is None and not required:
+        return {}
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
+
+
 async def json_body(request: Request) -> Any:
     """The request's JSON body; bad JSON is Nomad's 400, a body larger than
     the public API takes (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) 413, read

@@ -87,6 +87,8 @@ class StateApp:
             asyncio.create_task(self.token_gc.run(), name="token-gc"),
         ]
         log.info("state leader: tracking %d node heartbeats", len(self.feed.snapshot().nodes))
+        # `operator members` shows the new leader now, not at the next refresh
+        await self._refresh_member()
 
     async def _on_lost(self) -> None:
         self.heartbeats.end_term()
@@ -96,6 +98,7 @@ class StateApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._term = []
+        await self._refresh_member()
 
     async def leader_address(self) -> str:
         return await self.election.leader_address() if self.election is not None else ""
@@ -131,18 +134,24 @@ class StateApp:
             started_at=structs.now_ns(),
             last_seen=structs.now_ns(),
             version="1",
+            leader=self.election is not None and self.election.is_leader,
         )
         await self.db.touch_member(
             member.id, member.role, member.address, member.SerializeToString()
         )
 
+    async def _refresh_member(self) -> None:
+        """Best effort and bounded: a leadership change must not wait on a
+        database that may be the reason for it."""
+        try:
+            await asyncio.wait_for(self._register_self(), 2.0)
+        except Exception as exc:
+            log.warning("member refresh failed: %s", exc)
+
     async def _member_loop(self) -> None:
         while True:
             await asyncio.sleep(5.0)
-            try:
-                await self._register_self()
-            except Exception as exc:
-                log.warning("member refresh failed: %s", exc)
+            await self._refresh_member()
 
     async def truncate_change_log(self, keep: int) -> int:
         """Keep the newest `keep` change-log entries (in the table and in

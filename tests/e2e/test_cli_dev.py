@@ -442,3 +442,29 @@ def _scrape(address: str) -> str:
 
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as resp:
         return str(resp.read().decode())
+
+
+def test_node_status_lists_completed_allocs_and_the_status_change(dev: Dev) -> None:
+    """`node status ID` lists every alloc the node ran (completed ones too,
+    as Nomad's) and labels the time of the last status change as such (it
+    is not a heartbeat)."""
+    spec = (EXAMPLES / "batch.nomad.hcl").read_text().replace('job "batch"', 'job "done-batch"')
+    run = corral(dev, "job", "run", "-detach", "-", stdin=spec)
+    assert run.returncode == 0, run.stderr
+    wait_for("done-batch complete", lambda: statuses(dev, "done-batch") == ["complete"] * 3)
+    alloc = job_allocs(dev, "done-batch")[0]
+    out = corral(dev, "node", "status", alloc["node_id"])
+    assert out.returncode == 0, out.stderr
+    assert alloc["id"][:8] in out.stdout
+    assert "Status Changed" in out.stdout and "Last Heartbeat" not in out.stdout
+
+
+def test_operator_members_names_the_state_leader(dev: Dev) -> None:
+    """The state process holding the leader lock says so, as the
+    corral_leader{role="state"} gauge does."""
+
+    def state_leaders() -> list[bool]:
+        members = corral_json(dev, "operator", "members")
+        return [bool(m.get("leader")) for m in members if m["role"] == "state"]
+
+    wait_for("the state member marked leader", lambda: state_leaders() == [True])

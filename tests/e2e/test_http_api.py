@@ -284,7 +284,7 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "GET", "/v1/volumes")
     assert status == 501 and "docs/http-api.md" in body
-    status, _, body = http(dev, "GET", "/v1/node/pools")
+    status, _, body = http(dev, "POST", "/v1/node/some-node/purge")
     assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/node/some-node/drain")
     assert (status, body) == (405, "Invalid method")

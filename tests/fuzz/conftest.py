@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
@@ -39,6 +40,8 @@ from corral.testing import mock
 from corral.v1 import (
     job_pb2,
     job_pb2_grpc,
+    namespace_pb2,
+    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     operator_pb2,
@@ -138,6 +141,7 @@ class Fuzz:
                 n = mock.node()
                 nodes.Register(node_pb2.NodeRegisterRequest(node=n), timeout=30)
                 pool.secrets[n.id] = n.secret_id
+            _seed_namespaces(ch)
             live = _live_jobs(self.cluster.dsn)
             jobs = job_pb2_grpc.JobStub(ch)
             for j in _seed_jobs():
@@ -207,6 +211,21 @@ def _seed_jobs() -> list[pb.Job]:
     return [service, batch, dispatchable, periodic, other_namespace]
 
 
+def _seed_namespaces(ch: grpc.Channel) -> None:
+    """The seed jobs' namespaces, as plain as they started (an earlier RPC's
+    fuzz may have deleted "prod", or narrowed what a namespace admits);
+    unchanged ones cost no write."""
+    namespace_pb2_grpc.NamespaceStub(ch).Upsert(
+        namespace_pb2.NamespaceUpsertRequest(
+            namespaces=[
+                pb.Namespace(name="default", description="Default shared namespace"),
+                pb.Namespace(name="prod"),
+            ]
+        ),
+        timeout=30,
+    )
+
+
 def _seed(c: Cluster, pool: Pool, token: str) -> None:
     with transport.dial_sync(c.state_addr, token=token) as ch:
         nodes = node_pb2_grpc.NodeStub(ch)
@@ -214,6 +233,7 @@ def _seed(c: Cluster, pool: Pool, token: str) -> None:
             n = mock.node()
             nodes.Register(node_pb2.NodeRegisterRequest(node=n), timeout=30)
             pool.secrets[n.id] = n.secret_id
+        _seed_namespaces(ch)
         jobs = job_pb2_grpc.JobStub(ch)
         for j in _seed_jobs():
             jobs.Register(job_pb2.JobRegisterRequest(job=j), timeout=30)

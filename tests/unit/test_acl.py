@@ -91,7 +91,20 @@ def test_a_namespace_block_without_label_is_the_default_namespace() -> None:
             'namespace "a" { variables { path "*" { capabilities = ["read"] } } }',
             'namespace "a".variables: Nomad\'s rule is not supported',
         ),
-        ('jobs { policy = "read" }', "jobs: unknown rule (expected namespace, node, agent or"),
+        (
+            'jobs { policy = "read" }',
+            "jobs: unknown rule (expected namespace, node_pool, node, agent or",
+        ),
+        ('node_pool { policy = "read" }', 'node_pool: needs exactly one label: node_pool "name"'),
+        ('node_pool "a" { policy = "scale" }', "node_pool \"a\".policy: unknown policy 'scale'"),
+        (
+            'node_pool "a" { capabilities = ["submit-job"] }',
+            "node_pool \"a\".capabilities[0]: unknown capability 'submit-job'",
+        ),
+        (
+            'node_pool "a" { policy = "read" }\nnode_pool "a" { policy = "write" }',
+            'node_pool "a": is defined twice',
+        ),
         ('namespace "a" { policy = "read\x00" }', "must not contain NUL"),
         ('namespace "a" { capabilities = ' + "[" * 20000 + "]" * 20000 + " }", "nested too"),
     ],
@@ -329,3 +342,37 @@ def test_secret_hash_is_sha256_hex_and_not_the_secret() -> None:
 )
 def test_token_from_metadata(metadata: list[tuple[str, str | bytes]] | None, secret: str) -> None:
     assert acl.token_from_metadata(metadata) == secret
+
+
+# ------------------------------------------------------------ node pools
+
+
+def test_node_pool_shorthands_as_nomad() -> None:
+    a = _acl('node_pool "gpu" { policy = "read" }\nnode_pool "batch-*" { policy = "write" }')
+    assert a.allows_node_pool("gpu", "read")
+    assert not a.allows_node_pool("gpu", "write") and not a.allows_node_pool("gpu", "delete")
+    for cap in ("read", "write", "delete"):
+        assert a.allows_node_pool("batch-1", cap)
+    assert not a.allows_node_pool("default", "read")  # no rule: nothing
+    assert not a.allows_namespace("default", "read-job")  # pools grant no namespace
+
+
+def test_node_pool_capabilities_and_deny() -> None:
+    a = _acl(
+        'node_pool "*" { capabilities = ["read", "write"] }\nnode_pool "secret" { policy = "deny" }'
+    )
+    assert a.allows_node_pool("any", "write") and not a.allows_node_pool("any", "delete")
+    assert not a.allows_node_pool("secret", "read")
+
+
+def test_node_pool_deny_wins_across_policies() -> None:
+    merged = compile_acl(
+        [
+            parse_policy('node_pool "gpu" { policy = "write" }'),
+            parse_policy('node_pool "gpu" { policy = "deny" }'),
+        ]
+    )
+    assert not merged.allows_node_pool("gpu", "read")
+    assert MANAGEMENT.allows_node_pool("gpu", "delete")
+    with pytest.raises(ValueError, match="capability"):
+        DENY_ALL.allows_node_pool("gpu", "submit-job")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.domain import scaling
 from corral.domain.lifecycle import default_log_config
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
@@ -19,7 +20,6 @@ HOUR = 60 * MINUTE
 
 DEFAULT_PRIORITY = 50
 DEFAULT_NAMESPACE = "default"
-DEFAULT_NODE_POOL = "default"
 DEFAULT_DATACENTERS = ("*",)
 DEFAULT_CPU_MHZ = 100
 DEFAULT_MEMORY_MB = 300
@@ -98,8 +98,7 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
         job.priority = DEFAULT_PRIORITY
     if not job.datacenters:
         job.datacenters.extend(DEFAULT_DATACENTERS)
-    if not job.node_pool:
-        job.node_pool = DEFAULT_NODE_POOL
+    # an empty node_pool takes the namespace's default pool on the server
     if job.HasField("periodic") and "job.periodic.enabled" not in explicit:
         job.periodic.enabled = True
     if job.HasField("parameterized") and not job.parameterized.payload:
@@ -108,7 +107,9 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
     for gi, tg in enumerate(job.task_groups):
         gpath = f"job.task_groups[{gi}]"
         if tg.count == 0 and f"{gpath}.count" not in explicit:
-            tg.count = 1
+            # Nomad: a group without a count starts at its scaling minimum
+            has_min = tg.HasField("scaling") and tg.scaling.HasField("min")
+            tg.count = tg.scaling.min if has_min else 1
         _policy(
             tg, "restart_policy", restart_defaults(job.type), f"{gpath}.restart_policy", explicit
         )
@@ -141,6 +142,7 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit
                 )
+    scaling.canonicalize(job)
 
 
 def _policy(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.domain import scaling
 from corral.domain.jobspec import defaults, validate
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
@@ -42,7 +43,6 @@ UNSUPPORTED = frozenset(
         "volume_mount",
         "identity",
         "csi_plugin",
-        "scaling",
         "connect",
         "multiregion",
         "secret",
@@ -587,6 +587,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     if dp is not None:
         task.dispatch_payload.file = dp.string("file") or ""
         dp.done()
+    _task_scaling(body, task)
     lb = body.block("lifecycle", f"{body.proto}.lifecycle")
     if lb is not None:
         task.lifecycle.SetInParent()
@@ -669,6 +670,10 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     tg.prevent_reschedule_on_lost = bool(prevent)
     tg.shutdown_delay = body.duration("shutdown_delay") or 0
     tg.max_run_duration = body.duration("max_run_duration") or 0
+    sb = body.block("scaling", f"{body.proto}.scaling")
+    if sb is not None:
+        _scaling_policy(sb, tg.scaling)
+        tg.scaling.type = tg.scaling.type or scaling.HORIZONTAL
     for tlabel, tb in body.blocks("task", f"{body.proto}.tasks", labeled=True):
         _task(tlabel or "", tb, tg.tasks.add())
     body.done()
@@ -766,6 +771,86 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
                 body.src.explicit.get(f"{gpath}.update", set())
             )
     body.done()
+
+
+# --------------------------------------------------------------- scaling
+
+#: how deep a scaling `policy` document may nest (blocks and values)
+MAX_POLICY_DEPTH = 32
+
+
+def _scaling_policy(body: Body, out: pb.ScalingPolicy) -> None:
+    """A `scaling` block: min, max, enabled, type and the opaque `policy`
+    document an autoscaler reads (Nomad stores it as it was written)."""
+    for name in ("min", "max"):
+        value = body.integer(name, minimum=0)
+        if value is not None:
+            setattr(out, name, value)
+    enabled = body.boolean("enabled")
+    if enabled is not None:
+        out.enabled = enabled
+    out.type = body.string("type") or ""
+    if "policy" in body.data:
+        value = body.data["policy"]
+        body.used.add("policy")
+        if not _is_block_list(value) or len(value) != 1 or BLOCK not in value[0]:
+            raise body.fail("policy", "expected one block: policy { ... }")
+        out.policy.update(_policy_body(body, value[0], 1))
+    body.done()
+
+
+def _task_scaling(body: Body, task: pb.Task) -> None:
+    """A task's `scaling "cpu"` and `scaling "mem"` blocks (Nomad's vertical
+    policies, for an external autoscaler)."""
+    seen: set[str] = set()
+    for label, sb in body.blocks("scaling", f"{body.proto}.scaling_policies", labeled=True):
+        name = (label or "").lower()
+        kind = scaling.TASK_LABELS.get(name)
+        if kind is None:
+            raise sb.src.error(sb.path, sb.display, 'scaling policy name must be "cpu" or "mem"')
+        if name in seen:
+            raise sb.src.error(sb.path, sb.display, f'only one scaling "{name}" block is allowed')
+        seen.add(name)
+        p = task.scaling_policies.add()
+        _scaling_policy(sb, p)
+        if p.type and p.type != kind:
+            raise sb.fail("type", f"invalid policy type, expected {kind!r} but found {p.type!r}")
+        p.type = kind
+
+
+def _policy_body(owner: Body, data: dict[str, Any], depth: int) -> dict[str, Any]:
+    """A policy block's body in Nomad's shape: arguments as values, blocks
+    as lists (`check "x" { ... }` → `"check": [{"x": [{...}]}]`, as Nomad's
+    parser hands the autoscaler)."""
+    if depth > MAX_POLICY_DEPTH:
+        raise owner.fail("policy", f"is nested more than {MAX_POLICY_DEPTH} levels deep")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == BLOCK:
+            continue
+        if _is_block_list(value):
+            blocks = out.setdefault(key, [])
+            blocks.extend(_policy_block(owner, item, depth + 1) for item in value)
+        else:
+            out[key] = _policy_value(owner, value, depth + 1)
+    return out
+
+
+def _policy_block(owner: Body, item: dict[str, Any], depth: int) -> dict[str, Any]:
+    if BLOCK in item:
+        return _policy_body(owner, item, depth)
+    ((label, inner),) = item.items()
+    return {label: [_policy_block(owner, inner, depth + 1)]}
+
+
+def _policy_value(owner: Body, value: Any, depth: int) -> Any:
+    if depth > MAX_POLICY_DEPTH:
+        raise owner.fail("policy", f"is nested more than {MAX_POLICY_DEPTH} levels deep")
+    if isinstance(value, dict):
+        return {k: _policy_value(owner, v, depth + 1) for k, v in value.items() if k != BLOCK}
+    if isinstance(value, list):
+        return [_policy_value(owner, v, depth + 1) for v in value]
+    return value
 
 
 # --------------------------------------------------------------- entry point

@@ -12,20 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from corral.domain.jobspec.duration import parse_duration
+from corral.domain.nomad_json import body_field as field
+from corral.domain.nomad_json import body_string as _string
+from corral.domain.nomad_json import body_strings as _strings
 from corral.v1 import acl_pb2
 from services.gateway.mapping.common import rfc3339
-
-
-def field(body: dict[str, Any], name: str, default: Any = None) -> Any:
-    """`body[name]`, matching the key without regard to case as Go's JSON
-    decoding does (clients send `Unhealthyallocationids`, `secretid`...)."""
-    if name in body:
-        return body[name]
-    lowered = name.lower()
-    for key, value in body.items():
-        if isinstance(key, str) and key.lower() == lowered:
-            return value
-    return default
 
 
 def policy_stub(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
@@ -64,22 +55,6 @@ def token(t: acl_pb2.ACLToken, secret_id: str | None = None) -> dict[str, Any]:
         "SecretID": t.secret_id if secret_id is None else secret_id,
         "ExpirationTTL": ttl,
     }
-
-
-def _strings(value: Any, name: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{name} must be a list of strings")
-    return value
-
-
-def _string(value: Any, name: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string")
-    return value
 
 
 def policy_from_body(name: str, body: dict[str, Any]) -> acl_pb2.ACLPolicy:

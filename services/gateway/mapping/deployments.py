@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.domain.nomad_json import body_field as field
 from corral.v1 import deployment_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.acl import field
 from services.gateway.mapping.common import rfc3339
 
 

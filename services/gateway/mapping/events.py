@@ -23,6 +23,7 @@ _PAYLOADS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "deployment": ("Deployment", deployments.deployment),
     "scheduler_config": ("SchedulerConfig", operator.scheduler_config),
     "job_summary": ("JobSummary", jobs.summary),
+    "node_pool": ("NodePool", nodes.node_pool),
 }
 
 #: the topics a client may ask for (Nomad's names), and "*"

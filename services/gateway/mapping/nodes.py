@@ -1,5 +1,6 @@
-"""Client nodes as Nomad's api.Node and api.NodeListStub. The node's secret
-(and its hash) never leave the gateway."""
+"""Client nodes as Nomad's api.Node and api.NodeListStub (the node's secret
+and its hash never leave the gateway), node pools as api.NodePool (its
+request body is read by `corral.domain.object_specs`)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,26 @@ def stub(msg: node_pb2.NodeListStub) -> dict[str, Any]:
         "NodeResources": None,
         "ReservedResources": None,
         "LastDrain": None,
+        "CreateIndex": msg.create_index,
+        "ModifyIndex": msg.modify_index,
+    }
+
+
+def node_pool(msg: pb.NodePool) -> dict[str, Any]:
+    """api.NodePool."""
+    sc = msg.scheduler_config if msg.HasField("scheduler_config") else None
+    return {
+        "Name": msg.name,
+        "Description": msg.description,
+        "Meta": dict(msg.meta) or None,
+        "SchedulerConfiguration": {
+            "SchedulerAlgorithm": sc.scheduler_algorithm,
+            "MemoryOversubscriptionEnabled": sc.memory_oversubscription_enabled
+            if sc.HasField("memory_oversubscription_enabled")
+            else None,
+        }
+        if sc is not None
+        else None,
         "CreateIndex": msg.create_index,
         "ModifyIndex": msg.modify_index,
     }

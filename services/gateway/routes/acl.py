@@ -26,42 +26,21 @@ from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
-    json_body,
     listing,
     metadata_of,
+    object_body,
     respond,
     token_of,
     unserved,
+    written,
 )
 from services.gateway.mapping import acl as acl_map
-
-
-def _written(index: int) -> Response:
-    """A write Nomad answers with no body, only its index."""
-    return Response(
-        status_code=200,
-        headers={
-            "X-Nomad-Index": str(max(index, 1)),
-            "X-Nomad-KnownLeader": "true",
-            "X-Nomad-LastContact": "0",
-        },
-    )
-
-
-async def _object_body(request: Request, *, required: bool = True) -> dict[str, Any]:
-    body = await json_body(request)
-    if body is None and not required:
-        return {}
-    if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object")
-    return body
-
 
 # -- bootstrap ---------------------------------------------------------------
 
 
 async def bootstrap(request: Request) -> Response:
-    body = await _object_body(request, required=False)
+    body = await object_body(request, required=False)
     try:
         message = acl_map.bootstrap_request(body)
     except ValueError as exc:
@@ -99,23 +78,23 @@ async def policy(request: Request) -> Response:
         )
         return respond(request, acl_map.policy(resp.policy), index=resp.meta.index)
     if request.method == "DELETE":
-        written = await backend.acl.DeletePolicies(
+        done = await backend.acl.DeletePolicies(
             acl_pb2.ACLDeletePoliciesRequest(names=[name]),
             metadata=metadata_of(request),
             timeout=DEFAULT_TIMEOUT,
         )
-        return _written(written.index)
-    body = await _object_body(request)
+        return written(done.index)
+    body = await object_body(request)
     try:
         message = acl_map.policy_from_body(name, body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    written = await backend.acl.UpsertPolicies(
+    done = await backend.acl.UpsertPolicies(
         acl_pb2.ACLUpsertPoliciesRequest(policies=[message]),
         metadata=metadata_of(request),
         timeout=DEFAULT_TIMEOUT,
     )
-    return _written(written.index)
+    return written(done.index)
 
 
 # -- tokens --------------------------------------------------------------------
@@ -134,7 +113,7 @@ async def tokens(request: Request) -> Response:
 
 
 async def create_token(request: Request) -> Response:
-    body = await _object_body(request)
+    body = await object_body(request)
     try:
         message = acl_map.create_token_request(body)
     except ValueError as exc:
@@ -168,12 +147,12 @@ async def token(request: Request) -> Response:
         )
         return respond(request, acl_map.token(resp.token), index=resp.index)
     if request.method == "DELETE":
-        written = await backend.acl.DeleteTokens(
+        done = await backend.acl.DeleteTokens(
             acl_pb2.ACLDeleteTokensRequest(accessor_ids=[accessor]),
             metadata=metadata_of(request),
             timeout=DEFAULT_TIMEOUT,
         )
-        return _written(written.index)
+        return written(done.index)
     raise unserved("Updating an ACL token in place (create a new token, then delete this one)")
 
 

@@ -38,6 +38,7 @@ from services.gateway.http import (
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import evals as eval_map
 from services.gateway.mapping import jobs as job_map
+from services.gateway.mapping import scaling as scaling_map
 from services.gateway.mapping.jobs import JobInputError
 
 #: the actions under /v1/job/{id}/ (a DELETE of `/v1/job/x/summary` is a
@@ -232,48 +233,26 @@ async def job_plan(request: Request) -> Response:
 
 
 async def job_scale(request: Request) -> Response:
+    """GET: the scale status with each group's scaling events; PUT/POST:
+    Nomad's api.ScalingRequest (a count, or with none only an event)."""
     job_id = _job_id(request)
     backend = backend_of(request)
     if request.method == "GET":
         q = QueryOptions.from_request(request)
-        got = await backend.jobs.Get(
-            job_pb2.JobGetRequest(job_id=job_id, query=q.proto()),
+        status = await backend.jobs.ScaleStatus(
+            job_pb2.JobGetRequest(job_id=job_id, query=q.proto(paginate=False)),
             metadata=q.metadata,
             timeout=q.timeout,
         )
-        allocs = await backend.jobs.Allocations(
-            job_pb2.JobGetRequest(
-                job_id=job_id, query=query_pb2.QueryOptions(namespace=q.namespace), all=False
-            ),
-            metadata=q.metadata,
-            timeout=DEFAULT_TIMEOUT,
-        )
-        return respond(
-            request, job_map.scale_status(got.job, list(allocs.allocs)), index=got.meta.index
-        )
+        return respond(request, scaling_map.scale_status(status), index=status.meta.index)
     body = await json_body(request)
     if not isinstance(body, dict):
         raise bad_request("Scaling request must be a JSON object")
-    target = body.get("Target") or {}
-    group = target.get("Group") if isinstance(target, dict) else None
-    if not group:
-        raise bad_request("missing task group name")
-    if body.get("Count") is None:
-        raise bad_request("Count must be set (scaling events without a count are not served)")
-    count = whole(body.get("Count"), "Count", high=INT32_MAX)
-    resp = await backend.jobs.Scale(
-        job_pb2.JobScaleRequest(
-            job_id=job_id,
-            namespace=_namespace(request),
-            group=str(group),
-            count=count,
-            message=str(body.get("Message") or ""),
-            enforce_index=bool(body.get("EnforceIndex")),
-            job_modify_index=whole(body.get("JobModifyIndex"), "JobModifyIndex"),
-        ),
-        metadata=metadata_of(request),
-        timeout=DEFAULT_TIMEOUT,
-    )
+    try:
+        scale = scaling_map.scale_request(body, job_id, _namespace(request))
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    resp = await backend.jobs.Scale(scale, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT)
     return respond(request, job_map.register_response(resp), index=resp.index)
 
 

@@ -142,10 +142,6 @@ async def node_eligibility(request: Request) -> Response:
     return respond(request, _update_response(resp), index=resp.index)
 
 
-async def node_pools(request: Request) -> Response:
-    raise unserved(f"{request.method} /v1/node/pools")
-
-
 async def node_action(request: Request) -> Response:
     """Nomad's other node actions (purge, evaluate, meta): not served."""
     from services.gateway.routes.unserved import wrong_method
@@ -181,8 +177,6 @@ async def client_stats(request: Request) -> Response:
 
 ROUTES: list[BaseRoute] = [
     Route("/v1/nodes", nodes, methods=["GET"]),
-    Route("/v1/node/pools", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
-    Route("/v1/node/pool/{rest:path}", node_pools, methods=["GET", "PUT", "POST", "DELETE"]),
     Route("/v1/node/{node_id}/allocations", node_allocations, methods=["GET"]),
     Route("/v1/node/{node_id}/drain", node_drain, methods=["PUT", "POST"]),
     Route("/v1/node/{node_id}/eligibility", node_eligibility, methods=["PUT", "POST"]),

@@ -20,9 +20,9 @@ from starlette.routing import BaseRoute, Route
 from corral.domain.jobspec import hcl
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.variables import VarInputs
+from corral.domain.nomad_json import body_field as field
 from services.gateway.http import bad_request, json_body, respond
 from services.gateway.mapping import jobs as job_map
-from services.gateway.mapping.acl import field
 
 #: the largest job file parsed (Corral's own job size bound is far below)
 MAX_HCL_BYTES = 1024 * 1024

@@ -32,7 +32,13 @@ from sqlalchemy import Table
 
 from corral.domain.errors import CorralError, InvalidArgument, Unavailable
 from corral.domain.store import TOPIC_TABLE
-from corral.domain.structs import DEFAULT_NAMESPACE, ClientStatus, DesiredStatus, Topic
+from corral.domain.structs import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_NODE_POOL,
+    ClientStatus,
+    DesiredStatus,
+    Topic,
+)
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
 from services.state.db import models as m
@@ -51,6 +57,10 @@ _T_EVALS: Table = m.Eval.__table__  # type: ignore[assignment]
 _T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
 _T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
 _T_LAUNCHES: Table = m.PeriodicLaunch.__table__  # type: ignore[assignment]
+_T_NAMESPACES: Table = m.Namespace.__table__  # type: ignore[assignment]
+_T_NODE_POOLS: Table = m.NodePool.__table__  # type: ignore[assignment]
+_T_POLICIES: Table = m.ScalingPolicy.__table__  # type: ignore[assignment]
+_T_SCALING_EVENTS: Table = m.ScalingEvents.__table__  # type: ignore[assignment]
 
 #: table name (as in table_indexes and StateSnapshot.table_index) per topic
 
@@ -72,6 +82,7 @@ def _job_row(j: pb.Job) -> dict[str, Any]:
         "create_index": j.create_index,
         "modify_index": j.modify_index,
         "job_modify_index": j.job_modify_index,
+        "node_pool": j.node_pool or DEFAULT_NODE_POOL,
     }
 
 
@@ -160,6 +171,27 @@ def _launch_row(p: pb.PeriodicLaunch) -> dict[str, Any]:
         "namespace": _ns(p.namespace),
         "job_id": p.job_id,
         "launch": p.launch,
+        "payload": p.SerializeToString(),
+        "create_index": p.create_index,
+        "modify_index": p.modify_index,
+    }
+
+
+def _named_row(obj: pb.Namespace | pb.NodePool) -> dict[str, Any]:
+    return {
+        "name": obj.name,
+        "payload": obj.SerializeToString(),
+        "create_index": obj.create_index,
+        "modify_index": obj.modify_index,
+    }
+
+
+def _policy_row(p: pb.ScalingPolicy) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "namespace": _ns(p.target.get("Namespace", "")),
+        "job_id": p.target.get("Job", ""),
+        "type": p.type,
         "payload": p.SerializeToString(),
         "create_index": p.create_index,
         "modify_index": p.modify_index,
@@ -369,7 +401,88 @@ class WriteTx:
         key = (_ns(launch.namespace), launch.job_id)
         self._pending.put("periodic_launches", key, _launch_row(launch), launch)
 
+    def put_namespace(self, ns: pb.Namespace) -> None:
+        _stamp(ns, self.index)
+        self._pending.put("namespaces", ns.name, _named_row(ns), ns)
+        self.event(
+            Topic.NAMESPACE, "NamespaceUpserted", ns.name, namespace=ns.name, namespace_object=ns
+        )
+
+    def put_node_pool(self, pool: pb.NodePool) -> None:
+        _stamp(pool, self.index)
+        self._pending.put("node_pools", pool.name, _named_row(pool), pool)
+        self.event(Topic.NODE_POOL, "NodePoolUpserted", pool.name, node_pool=pool)
+
+    def put_scaling_policy(self, p: pb.ScalingPolicy) -> None:
+        _stamp(p, self.index)
+        self._pending.put("scaling_policies", p.id, _policy_row(p), p)
+        self.event(
+            Topic.SCALING_POLICY,
+            "ScalingPolicyUpserted",
+            p.id,
+            namespace=p.target.get("Namespace", ""),
+            scaling_policy=p,
+        )
+
+    def put_scaling_events(self, se: pb.JobScalingEvents) -> None:
+        se.modify_index = self.index
+        key = (_ns(se.namespace), se.job_id)
+        row = {
+            "namespace": key[0],
+            "job_id": se.job_id,
+            "payload": se.SerializeToString(),
+            "modify_index": self.index,
+        }
+        self._pending.put("scaling_events", key, row, se)
+        self.event(
+            Topic.SCALING_EVENT,
+            "ScalingEventRecorded",
+            se.job_id,
+            namespace=se.namespace,
+            job_scaling_events=se,
+        )
+
     # ------------------------------------------------------------ deletes
+
+    def delete_namespace(self, ns: pb.Namespace) -> None:
+        self._pending.delete("namespaces", ns.name, ns.name)
+        self.event(
+            Topic.NAMESPACE,
+            "NamespaceDeleted",
+            ns.name,
+            namespace=ns.name,
+            deleted=True,
+            namespace_object=ns,
+        )
+
+    def delete_node_pool(self, pool: pb.NodePool) -> None:
+        self._pending.delete("node_pools", pool.name, pool.name)
+        self.event(Topic.NODE_POOL, "NodePoolDeleted", pool.name, deleted=True, node_pool=pool)
+
+    def delete_scaling_policy(self, p: pb.ScalingPolicy, *, index: int | None = None) -> None:
+        self._pending.delete("scaling_policies", p.id, p.id)
+        self.event(
+            Topic.SCALING_POLICY,
+            "ScalingPolicyDeleted",
+            p.id,
+            namespace=p.target.get("Namespace", ""),
+            index=index,
+            deleted=True,
+            scaling_policy=p,
+        )
+
+    def delete_scaling_events(self, se: pb.JobScalingEvents, *, index: int | None = None) -> None:
+        key = (_ns(se.namespace), se.job_id)
+        self._pending.delete("scaling_events", key, key)
+        self.event(
+            Topic.SCALING_EVENT,
+            "ScalingEventsDeleted",
+            se.job_id,
+            namespace=se.namespace,
+            index=index,
+            deleted=True,
+            job_scaling_events=se,
+        )
 
     def delete_job(self, job: pb.Job, *, index: int | None = None) -> None:
         """Purge a job and all its versions and its summary."""
@@ -499,6 +612,103 @@ class WriteTx:
         sql = "SELECT payload FROM scheduler_config WHERE id = 1"
         cfg = await self._one("scheduler_config", 1, sql, (), pb.SchedulerConfiguration)
         return cfg if cfg is not None else pb.SchedulerConfiguration()
+
+    async def _whole(self, table: str, cls: type[Any]) -> dict[str, Any]:
+        """Every row of a small table keyed by name, read once per
+        transaction (namespaces and node pools are few, and a batch of
+        registrations asks for them again and again), with this
+        transaction's own puts and deletes over it."""
+        memo_key = ("whole", table)
+        committed: dict[str, Any] | None = self.memo.get(memo_key)
+        if committed is None:
+            rows = await self._fetch(f"SELECT name, payload FROM {table}")
+            committed = {str(r[0]): cls.FromString(r[1]) for r in rows}
+            self.memo[memo_key] = committed
+        out = dict(committed)
+        for name, obj in self._pending.objects.get(table, {}).items():
+            if obj is None:
+                out.pop(name, None)
+            else:
+                out[name] = obj
+        return out
+
+    async def get_namespace(self, name: str) -> pb.Namespace | None:
+        ns: pb.Namespace | None = (await self._whole("namespaces", pb.Namespace)).get(
+            name or DEFAULT_NAMESPACE
+        )
+        return ns
+
+    async def get_node_pool(self, name: str) -> pb.NodePool | None:
+        pool: pb.NodePool | None = (await self._whole("node_pools", pb.NodePool)).get(name)
+        return pool
+
+    async def namespaces_with_default_pool(self, pool: str) -> list[str]:
+        """Namespaces whose node_pool_config names `pool` as the default."""
+        found = await self._whole("namespaces", pb.Namespace)
+        return sorted(n for n, ns in found.items() if ns.node_pool_config.default == pool)
+
+    async def scaling_policies_by_job(self, namespace: str, job_id: str) -> list[pb.ScalingPolicy]:
+        ns = _ns(namespace)
+        return await self._by(
+            "scaling_policies",
+            "namespace = %s AND job_id = %s",
+            (ns, job_id),
+            pb.ScalingPolicy,
+            lambda p: _ns(p.target.get("Namespace", "")) == ns and p.target.get("Job") == job_id,
+        )
+
+    async def get_scaling_events(self, namespace: str, job_id: str) -> pb.JobScalingEvents | None:
+        key = (_ns(namespace), job_id)
+        sql = "SELECT payload FROM scaling_events WHERE namespace = %s AND job_id = %s"
+        se: pb.JobScalingEvents | None = await self._one(
+            "scaling_events", key, sql, key, pb.JobScalingEvents
+        )
+        return se
+
+    async def first_live_job(
+        self, *, namespace: str | None = None, node_pool: str | None = None
+    ) -> tuple[str, str] | None:
+        """(namespace, id) of a job that is not dead, in `namespace` or in
+        `node_pool`, or None: what keeps either from being deleted."""
+        where, params = (
+            ("namespace = %s", (namespace,))
+            if namespace is not None
+            else (
+                "node_pool = %s",
+                (node_pool,),
+            )
+        )
+        pending = self._pending.objects.get("jobs", {})
+        for key, job in pending.items():
+            if job is None or job.status == "dead":
+                continue
+            if (namespace is not None and key[0] == namespace) or (
+                node_pool is not None and (job.node_pool or DEFAULT_NODE_POOL) == node_pool
+            ):
+                return key  # type: ignore[no-any-return]
+        rows = await self._fetch(
+            f"SELECT namespace, id FROM jobs WHERE {where} AND status != 'dead' "
+            "AND NOT ((namespace, id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))) LIMIT 1",
+            (*params, [k[0] for k in pending], [k[1] for k in pending]),
+        )
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    async def count_live_allocs_in_namespace(self, namespace: str) -> int:
+        """Allocs of `namespace` the client has not finished (Nomad refuses
+        to delete a namespace that has any)."""
+        rows = await self._fetch(
+            "SELECT count(*) FROM allocs WHERE namespace = %s AND NOT (client_status = ANY(%s))",
+            (namespace, _CLIENT_TERMINAL),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def first_node_in_pool(self, pool: str) -> str | None:
+        """The id of a node in `pool`, or None."""
+        for node_id, node in self._pending.objects.get("nodes", {}).items():
+            if node is not None and (node.node_pool or DEFAULT_NODE_POOL) == pool:
+                return str(node_id)
+        rows = await self._fetch("SELECT id FROM nodes WHERE node_pool = %s LIMIT 1", (pool,))
+        return str(rows[0][0]) if rows else None
 
     async def _many(self, table: str, ids: Sequence[str], cls: type[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -643,6 +853,16 @@ class WriteTx:
             "allocs", "node_id = %s", (node_id,), pb.Allocation, lambda a: a.node_id == node_id
         )
 
+    async def deployments_by_job(self, namespace: str, job_id: str) -> list[pb.Deployment]:
+        ns = _ns(namespace)
+        return await self._by(
+            "deployments",
+            "namespace = %s AND job_id = %s",
+            (ns, job_id),
+            pb.Deployment,
+            lambda d: _ns(d.namespace) == ns and d.job_id == job_id,
+        )
+
     async def evals_by_job(self, namespace: str, job_id: str) -> list[pb.Evaluation]:
         ns = _ns(namespace)
         return await self._by(
@@ -768,6 +988,10 @@ _KEYS: dict[str, tuple[Table, list[str]]] = {
     "deployments": (_T_DEPLOYMENTS, ["id"]),
     "scheduler_config": (_T_SCHED_CONFIG, ["id"]),
     "periodic_launches": (_T_LAUNCHES, ["namespace", "job_id"]),
+    "namespaces": (_T_NAMESPACES, ["name"]),
+    "node_pools": (_T_NODE_POOLS, ["name"]),
+    "scaling_policies": (_T_POLICIES, ["id"]),
+    "scaling_events": (_T_SCALING_EVENTS, ["namespace", "job_id"]),
 }
 _UPSERTS: dict[str, tuple[str, str, list[str]]] = {
     name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()

@@ -89,6 +89,7 @@ class Job(Base):
     create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
     job_modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    node_pool: Mapped[str] = mapped_column(String(128), nullable=False, default="default")
 
 
 class JobVersion(Base):
@@ -252,3 +253,47 @@ class ACLBootstrap(Base):
     bootstrap_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
     accessor_id: Mapped[str] = mapped_column(String(64), nullable=False)
     create_time: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class Namespace(Base):
+    """A namespace (Nomad's namespaces table); `default` always exists."""
+
+    __tablename__ = "namespaces"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class NodePool(Base):
+    """A node pool; the built-in `all` and `default` always exist."""
+
+    __tablename__ = "node_pools"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ScalingPolicy(Base):
+    """A scaling policy derived from a job's `scaling` blocks."""
+
+    __tablename__ = "scaling_policies"
+    __table_args__ = (Index(None, "namespace", "job_id"),)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), nullable=False)
+    job_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    type: Mapped[str] = mapped_column(String(32), nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ScalingEvents(Base):
+    """The scaling events of one job (the newest few per task group)."""
+
+    __tablename__ = "scaling_events"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)

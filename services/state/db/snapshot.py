@@ -31,6 +31,10 @@ class Dump:
     deployments: list[pb.Deployment] = field(default_factory=list)
     job_summaries: list[pb.JobSummary] = field(default_factory=list)
     scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
+    namespaces: list[pb.Namespace] = field(default_factory=list)
+    node_pools: list[pb.NodePool] = field(default_factory=list)
+    scaling_policies: list[pb.ScalingPolicy] = field(default_factory=list)
+    scaling_events: list[pb.JobScalingEvents] = field(default_factory=list)
 
     def to_snapshot(self) -> StateSnapshot:
         return StateStore.build(
@@ -43,6 +47,10 @@ class Dump:
             deployments=self.deployments,
             job_summaries=self.job_summaries,
             scheduler_config=self.scheduler_config,
+            namespaces=self.namespaces,
+            node_pools=self.node_pools,
+            scaling_policies=self.scaling_policies,
+            scaling_events=self.scaling_events,
             table_indexes=self.table_indexes,
         )
 
@@ -55,6 +63,10 @@ _TABLES: list[tuple[str, str, type]] = [
     ("evals", "SELECT payload FROM evals", pb.Evaluation),
     ("deployments", "SELECT payload FROM deployments", pb.Deployment),
     ("job_summaries", "SELECT payload FROM job_summaries", pb.JobSummary),
+    ("namespaces", "SELECT payload FROM namespaces", pb.Namespace),
+    ("node_pools", "SELECT payload FROM node_pools", pb.NodePool),
+    ("scaling_policies", "SELECT payload FROM scaling_policies", pb.ScalingPolicy),
+    ("scaling_events", "SELECT payload FROM scaling_events", pb.JobScalingEvents),
 ]
 
 

@@ -1,6 +1,7 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, and `periodic` and `system`, which relay
+`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`, and
+`periodic` and `system`, which relay
 to the broker leader) and the internal `State` service (`state`) the other roles
 call."""
 
@@ -14,8 +15,11 @@ from services.state.handlers import (
     eval,
     event,
     job,
+    namespace,
+    node_pool,
     operator,
     periodic,
+    scaling,
     system,
 )
 
@@ -23,5 +27,17 @@ from services.state.handlers import (
 def register(server: GrpcServer, ctx: StateContext) -> None:
     """Add every public servicer but `Node` (it needs the heartbeats) and
     `ACL` (it needs the ACL settings) to the server."""
-    for module in (job, alloc, eval, event, operator, deployment, periodic, system):
+    for module in (
+        job,
+        alloc,
+        eval,
+        event,
+        operator,
+        deployment,
+        periodic,
+        system,
+        namespace,
+        node_pool,
+        scaling,
+    ):
         module.register(server, ctx)

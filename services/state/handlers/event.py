@@ -33,8 +33,9 @@ def _object_keys(ev: pb.Event) -> tuple[str, ...]:
 
 def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
     """What the caller may see of the stream (Nomad's rules): node events
-    with node:read, operator events with operator:read, the rest with
-    read-job in the event's namespace. Decided on the caller's ACL as of
+    with node:read, operator events with operator:read, node pool events
+    with a management token only (Nomad cannot filter them by pool rule
+    either), the rest with read-job in the event's namespace. Decided on the caller's ACL as of
     the last ACL write (`recheck` in `Stream`)."""
     if acl.is_management:
         return lambda ev: True
@@ -44,6 +45,8 @@ def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
             return acl.allows("node", "read")
         if ev.topic == structs.Topic.OPERATOR:
             return acl.allows("operator", "read")
+        if ev.topic == structs.Topic.NODE_POOL:
+            return False
         return acl.allows_namespace(ev.namespace or "default", access.READ_JOB)
 
     return visible

@@ -7,13 +7,13 @@ from typing import Any
 
 import grpc
 
-from corral.domain import periodic, structs
+from corral.domain import namespaces, periodic, structs
 from corral.domain.errors import InvalidArgument, NotFound, Unavailable
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.runtime.server import GrpcServer
 from corral.security import access, transport
-from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, worker_pb2_grpc
+from corral.v1 import job_pb2, job_pb2_grpc, query_pb2, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import query, validate
 from services.state.app_context import StateContext
@@ -60,7 +60,7 @@ def summarize(snap: StateSnapshot, job: pb.Job) -> pb.JobSummary:
     return out
 
 
-def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
+def list_stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
     stub = job_pb2.JobListStub(
         id=job.id,
         namespace=job.namespace,
@@ -84,6 +84,46 @@ def _stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
     for tg, s in summarize(snap, job).summary.items():
         stub.summary[tg].CopyFrom(s)
     return stub
+
+
+MAX_SCALE_MESSAGE = 4096
+MAX_SCALE_META_BYTES = 64 * 1024
+
+
+def scale_status(
+    snap: StateSnapshot, job: pb.Job, meta: query_pb2.QueryMeta
+) -> job_pb2.JobScaleStatusResponse:
+    """Each group's desired count, its allocs that are not terminal (canaries
+    left out, as Nomad does) by running and health, and its scaling events."""
+    out = job_pb2.JobScaleStatusResponse(
+        job_id=job.id,
+        namespace=job.namespace,
+        job_create_index=job.create_index,
+        job_modify_index=job.modify_index,
+        job_stopped=job.stop,
+        meta=meta,
+    )
+    events = snap.scaling_events_by_job(job.namespace, job.id)
+    for tg in job.task_groups:
+        status = out.task_groups[tg.name]
+        status.desired = tg.count
+        if events is not None and tg.name in events.scaling_events:
+            status.events.extend(events.scaling_events[tg.name].events)
+    for a in snap.allocs_by_job(job.namespace, job.id):
+        if a.deployment_status.canary or structs.alloc_terminal(a):
+            continue
+        if a.task_group not in out.task_groups:
+            continue
+        status = out.task_groups[a.task_group]
+        status.placed += 1
+        if a.client_status == ClientStatus.RUNNING:
+            status.running += 1
+        if a.deployment_status.HasField("healthy"):
+            if a.deployment_status.healthy:
+                status.healthy += 1
+            else:
+                status.unhealthy += 1
+    return out
 
 
 def _registered(
@@ -172,23 +212,50 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Scale(
         self, request: job_pb2.JobScaleRequest, context: Context
     ) -> job_pb2.JobRegisterResponse:
-        if not 0 <= request.count <= MAX_GROUP_COUNT:
-            raise InvalidArgument("count", f"must be between 0 and {MAX_GROUP_COUNT}")
-        _job_ref(request.job_id, request.namespace)
+        """Nomad's Job.Scale: scale-job or submit-job in the namespace."""
         namespace = request.namespace or "default"
+        access.require_any_capability(namespace, (access.SCALE_JOB, access.SUBMIT_JOB))
+        count = request.count if request.HasField("count") else None
+        if count is not None and not 0 <= count <= MAX_GROUP_COUNT:
+            raise InvalidArgument("count", f"must be between 0 and {MAX_GROUP_COUNT}")
+        if count is not None and request.error:
+            raise InvalidArgument("error", "a scaling event with error set takes no count")
+        _job_ref(request.job_id, request.namespace)
+        if not request.group:
+            raise InvalidArgument("group", "missing task group name for scaling action")
+        validate.name_length(request.group, "group")
+        if len(request.message) > MAX_SCALE_MESSAGE:
+            raise InvalidArgument("message", f"is longer than {MAX_SCALE_MESSAGE} characters")
+        if request.meta.ByteSize() > MAX_SCALE_META_BYTES:
+            raise InvalidArgument("meta", f"is larger than {MAX_SCALE_META_BYTES} bytes")
+        validate.no_nul(request, "request")
         done = await self.ctx.batcher.submit(
             lambda tx: scale_job(
                 tx,
                 namespace,
                 request.job_id,
                 request.group,
-                request.count,
+                count,
+                message=request.message,
+                error=request.error,
+                meta=request.meta if request.HasField("meta") else None,
                 enforce_index=request.enforce_index,
                 job_modify_index=request.job_modify_index,
             ),
             jobs=[(namespace, request.job_id)],
         )
         return _registered(done)
+
+    async def ScaleStatus(
+        self, request: job_pb2.JobGetRequest, context: Context
+    ) -> job_pb2.JobScaleStatusResponse:
+        """Nomad's Job.ScaleStatus: read-job or read-job-scaling."""
+        namespace = request.query.namespace or "default"
+        access.require_any_capability(namespace, (access.READ_JOB, access.READ_JOB_SCALING))
+        tables = ("jobs", "allocs", "scaling_event")
+        snap = await query.snapshot_for(self.ctx, request.query, tables)
+        job = self._job(snap, request.job_id, namespace)
+        return scale_status(snap, job, query.meta(snap, tables))
 
     async def Revert(
         self, request: job_pb2.JobRevertRequest, context: Context
@@ -216,6 +283,15 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
+        snap = self.ctx.feed.snapshot()
+        ns = snap.namespace_by_name(job.namespace)
+        if ns is not None and not job.node_pool:
+            job.node_pool = namespaces.default_pool(ns)
+        found = namespaces.admission_problem(
+            job, ns, snap.node_pool_by_name(job.node_pool) is not None
+        )
+        if found is not None:
+            raise InvalidArgument(*found)
         members = await self.ctx.db.members(role="worker", max_age_s=30)
         last = ""
         for payload, _age in members:
@@ -261,7 +337,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
         ]
         page, token = query.paginate(jobs, lambda j: j.id, request.query)
         return job_pb2.JobListResponse(
-            jobs=[_stub(snap, j) for j in page], meta=query.meta(snap, tables, token)
+            jobs=[list_stub(snap, j) for j in page], meta=query.meta(snap, tables, token)
         )
 
     async def Versions(

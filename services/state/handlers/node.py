@@ -33,7 +33,7 @@ TABLES = ("nodes",)
 LeaderAddress = Callable[[], Awaitable[str]]
 
 
-def _stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
+def list_stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
     stub = node_pb2.NodeListStub(
         id=n.id,
         name=n.name,
@@ -250,7 +250,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         ]
         page, token = query.paginate(nodes, lambda n: n.id, request.query)
         return node_pb2.NodeListResponse(
-            nodes=[_stub(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
+            nodes=[list_stub(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
         )
 
     async def Get(

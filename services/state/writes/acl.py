@@ -113,7 +113,13 @@ async def _touch(tx: WriteTx, table: str) -> None:
 
 
 async def upsert_policies(tx: WriteTx, policies: Sequence[acl_pb2.ACLPolicy]) -> None:
-    """Create or replace each policy (validated by `validate_policies`)."""
+    """Create or replace each policy (validated by `validate_policies`).
+    A rule naming a namespace that does not exist is refused (a `*` glob
+    may match namespaces created later)."""
+    for i, p in enumerate(policies):
+        for label in acl.parse_policy(p.rules).namespaces:
+            if "*" not in label and await tx.get_namespace(label) is None:
+                raise InvalidArgument(f"policies[{i}].rules", f'namespace "{label}" does not exist')
     for p in policies:
         await tx.conn.execute(
             "INSERT INTO acl_policies (name, description, rules, create_index, modify_index) "

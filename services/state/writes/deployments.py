@@ -74,7 +74,7 @@ async def pause(
         tx.put_deployment(d)
         return d, None
     d.status = DeploymentStatus.RUNNING
-    d.status_description = deployments.DESC_RUNNING
+    d.status_description = deployments.running_description(d)
     tx.put_deployment(d)
     return d, await _roll_on(tx, d)
 
@@ -118,7 +118,7 @@ async def promote(
                 f"group {g!r}: not every canary is placed and healthy yet; cannot promote"
             )
         state.promoted = True
-    d.status_description = deployments.DESC_RUNNING
+    d.status_description = deployments.running_description(d)
     tx.put_deployment(d)
     return d, await _roll_on(tx, d)
 

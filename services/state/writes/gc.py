@@ -28,6 +28,7 @@ from corral.domain.structs import ClientStatus, JobStatus, NodeStatus
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx
+from services.state.writes import scaling as scaling_writes
 
 
 def _refuse(what: str, why: str) -> FailedPrecondition:
@@ -89,13 +90,15 @@ async def collect(tx: WriteTx, request: state_pb2.GarbageCollectRequest) -> None
                 raise _refuse(f"deployment {d.id}", f"status {d.status}")
         deps.append(d)
 
+    events = {k: await tx.get_scaling_events(*k) for k in jobs}
     for ev in evals.values():
         tx.delete_eval(ev)
     for a in allocs.values():
         tx.delete_alloc(a)
-    for job in jobs.values():
+    for key, job in jobs.items():
         tx.delete_job(job)
         tx.delete_periodic_launch(job.namespace, job.id)
+        scaling_writes.purge(tx, job, events[key])
     for d in deps:
         tx.delete_deployment(d)
     for node in nodes.values():

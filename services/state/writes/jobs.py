@@ -7,14 +7,24 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from corral.domain import lifecycle, periodic, structs
+from google.protobuf.struct_pb2 import Struct
+
+from corral.domain import lifecycle, namespaces, node_pools, periodic, scaling, structs
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import EvalStatus, JobStatus, JobType, Trigger, copy_msg
+from corral.domain.structs import (
+    DeploymentStatus,
+    EvalStatus,
+    JobStatus,
+    JobType,
+    Trigger,
+    copy_msg,
+)
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
+from services.state.writes import scaling as scaling_writes
 
 MAX_JOB_BYTES = 1024 * 1024
 # Bounds on what one job may ask for, so no single registration can make a
@@ -147,6 +157,13 @@ def validate_job(job: pb.Job) -> None:
         if problem is not None:
             raise InvalidArgument(f"{f}.tasks", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
+    found = scaling.problem(job)
+    if found is not None:
+        raise InvalidArgument(*found)
+    if job.node_pool:
+        pool_problem = node_pools.name_problem(job.node_pool)
+        if pool_problem is not None:
+            raise InvalidArgument("job.node_pool", pool_problem)
     validate.durations(job, "job")
 
 
@@ -229,7 +246,7 @@ def canonicalize(job: pb.Job) -> pb.Job:
     job.name = job.name or job.id
     job.type = job.type or JobType.SERVICE
     job.priority = job.priority or structs.DEFAULT_PRIORITY
-    job.node_pool = job.node_pool or structs.DEFAULT_NODE_POOL
+    # an empty node_pool takes the namespace's default when registered
     if not job.datacenters:
         job.datacenters.append("*")
     for tg in job.task_groups:
@@ -258,7 +275,21 @@ def canonicalize(job: pb.Job) -> pb.Job:
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
             lifecycle.default_log_config(task)
+    scaling.canonicalize(job)
     return job
+
+
+async def admit(tx: WriteTx, job: pb.Job) -> None:
+    """What the job's namespace decides, in place, on rows read in this
+    transaction (Nomad's admission hooks): an unset node pool becomes the
+    namespace's default; `namespaces.admission_problem` refuses the rest."""
+    ns = await tx.get_namespace(job.namespace)
+    if ns is not None and not job.node_pool:
+        job.node_pool = namespaces.default_pool(ns)
+    exists = ns is not None and await tx.get_node_pool(job.node_pool) is not None
+    found = namespaces.admission_problem(job, ns, exists)
+    if found is not None:
+        raise InvalidArgument(*found)
 
 
 def new_eval(
@@ -290,6 +321,9 @@ async def register_job(
     """Upsert the job (a new version only when its spec changed) and its
     register eval, at the transaction's index. `dispatch`: the state's own
     Job.Dispatch writing a child, the one writer of a new dispatched job."""
+    job = copy_msg(job)
+    await admit(tx, job)
+    scaling.canonicalize(job)  # targets name this job (a dispatched child, a revert)
     current = await tx.get_job(job.namespace, job.id)
     check_update(current, job, dispatch=dispatch)
     if enforce_index:
@@ -303,8 +337,8 @@ async def register_job(
                 f"enforcing job modify index {job_modify_index}: job exists with conflicting "
                 f"job modify index: {have}"
             )
-    job = copy_msg(job)
     job.submit_time = tx.now
+    scaling_writes.carry_ids(current, job)
     if current is not None and not current.stop and not structs.job_spec_changed(current, job):
         job = current  # identical re-registration: only a new eval
     else:
@@ -313,6 +347,7 @@ async def register_job(
         job.job_modify_index = tx.index
         job.status = JobStatus.RUNNING if _launches_children(job) else JobStatus.PENDING
         job.stable = False
+        scaling_writes.update_policies(tx, current, job)
         tx.put_job(job)
     if await _record_launch(tx, job):
         trigger = Trigger.PERIODIC_JOB  # Nomad's dispatcher evals its children so
@@ -386,35 +421,72 @@ async def scale_job(
     namespace: str,
     job_id: str,
     group: str,
-    count: int,
+    count: int | None,
     *,
+    message: str = "",
+    error: bool = False,
+    meta: Struct | None = None,
     enforce_index: bool = False,
     job_modify_index: int = 0,
 ) -> tuple[pb.Job, pb.Evaluation | None]:
-    """Set one task group's count on the newest committed job (Job.Scale)."""
+    """Nomad's Job.Scale on the newest committed job: with a count, set the
+    group's count (within its scaling policy's bounds, not while a
+    deployment of this job is active) as a new version with its eval;
+    without, change nothing. Either way record a scaling event."""
     current = await tx.get_job(namespace, job_id)
     if current is None:
         raise NotFound(f"job {job_id!r} not found")
-    if current.type in (JobType.SYSTEM, JobType.SYSBATCH):
-        raise FailedPrecondition(f"cannot scale a {current.type} job: it runs one alloc per node")
-    job = copy_msg(current)
-    tg = structs.task_group(job, group)
+    tg = structs.task_group(current, group)
     if tg is None:
-        raise NotFound(f"task group {group!r} not found in job {job_id!r}")
-    tg.count = count  # at most MAX_GROUP_COUNT (the handler checks)
-    # the bound Job.Register holds a job to (validate_job), named for this call
-    total = sum(g.count for g in job.task_groups)
-    if total > MAX_JOB_COUNT:
         raise InvalidArgument(
-            "count", f"would make the job ask for {total} allocations, more than {MAX_JOB_COUNT}"
+            "group", f"task group {group!r} specified for scaling does not exist in job"
         )
-    return await register_job(
-        tx,
-        job,
-        enforce_index=enforce_index,
-        job_modify_index=job_modify_index,
-        trigger=Trigger.JOB_SCALING,
-    )
+    event = pb.ScalingEvent(time=tx.now, previous_count=tg.count, message=message, error=error)
+    if meta is not None:
+        event.meta.CopyFrom(meta)
+    job, ev = current, None
+    if count is not None:
+        if current.type in (JobType.SYSTEM, JobType.SYSBATCH):
+            raise FailedPrecondition(
+                f"cannot scale a {current.type} job: it runs one alloc per node"
+            )
+        problem = scaling.count_problem(tg, count)
+        if problem is not None:
+            raise InvalidArgument("count", problem)
+        # the bound Job.Register holds a job to (validate_job), named for this call
+        total = sum(g.count for g in current.task_groups) - tg.count + count
+        if total > MAX_JOB_COUNT:
+            raise InvalidArgument(
+                "count",
+                f"would make the job ask for {total} allocations, more than {MAX_JOB_COUNT}",
+            )
+        if await _deploying(tx, current):
+            raise FailedPrecondition("job scaling blocked due to active deployment")
+        scaled = copy_msg(current)
+        target = structs.task_group(scaled, group)
+        assert target is not None
+        target.count = count  # at most MAX_GROUP_COUNT (the handler checks)
+        job, ev = await register_job(
+            tx,
+            scaled,
+            enforce_index=enforce_index,
+            job_modify_index=job_modify_index,
+            trigger=Trigger.JOB_SCALING,
+        )
+        event.count = count
+        event.eval_id = ev.id if ev is not None else ""
+    await scaling_writes.record_event(tx, job.namespace, job.id, group, event)
+    return job, ev
+
+
+async def _deploying(tx: WriteTx, job: pb.Job) -> bool:
+    """Whether a deployment of this job (this registration of it) is active:
+    Nomad refuses to scale then, since the deployment would be judged
+    against a count that moved under it."""
+    for d in await tx.deployments_by_job(job.namespace, job.id):
+        if d.status in DeploymentStatus.ACTIVE and d.job_create_index == job.create_index:
+            return True
+    return False
 
 
 async def deregister_job(
@@ -426,8 +498,10 @@ async def deregister_job(
     if current is None:
         raise NotFound(f"job {job_id!r} not found")
     if purge:
+        events = await tx.get_scaling_events(namespace, job_id)
         tx.delete_job(current)
         tx.delete_periodic_launch(namespace, job_id)
+        scaling_writes.purge(tx, current, events)
         job = current
     else:
         job = copy_msg(current)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.domain import structs
+from corral.domain import node_pools, structs
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from corral.domain.structs import (
     ClientStatus,
@@ -27,6 +27,7 @@ from services.state import node_identity, validate
 from services.state.db.database import WriteTx
 from services.state.writes.deployments import follow_health
 from services.state.writes.jobs import new_eval, refresh_job_status
+from services.state.writes.node_pools import ensure_node_pool
 
 NODE_REREGISTERED = "Node reregistered by heartbeat"
 NODE_HEARTBEAT_MISSED = "Node heartbeat missed"
@@ -41,6 +42,14 @@ def validate_node(node: pb.Node) -> None:
         raise InvalidArgument("node.secret_hash", "is set by the state, not the node")
     if not node.datacenter:
         raise InvalidArgument("node.datacenter", "is required")
+    if node.node_pool:
+        problem = node_pools.name_problem(node.node_pool)
+        if problem is not None:
+            raise InvalidArgument("node.node_pool", problem)
+        if node.node_pool == structs.ALL_NODE_POOL:
+            raise InvalidArgument(
+                "node.node_pool", f"node is not allowed to register in node pool {node.node_pool!r}"
+            )
     if node.status:
         validate.one_of(
             node.status, (NodeStatus.INITIALIZING, NodeStatus.READY, NodeStatus.DOWN), "node.status"
@@ -82,9 +91,7 @@ async def node_evals(
                 jobs[key] = job
     for job in await tx.system_jobs():
         dcs = list(job.datacenters) or ["*"]
-        if ("*" in dcs or node.datacenter in dcs) and (job.node_pool or "default") == (
-            node.node_pool or "default"
-        ):
+        if ("*" in dcs or node.datacenter in dcs) and node_pools.node_in_pool(node, job.node_pool):
             jobs[structs.job_key(job.namespace, job.id)] = job
     out = []
     for job in jobs.values():
@@ -143,6 +150,7 @@ async def register_node(tx: WriteTx, node: pb.Node) -> tuple[pb.Node, list[pb.Ev
     node.status_updated_at = (
         tx.now if changed_status else (stored.status_updated_at if stored else tx.now)
     )
+    await ensure_node_pool(tx, node.node_pool)
     tx.put_node(node, "NodeRegistration")
     evals: list[pb.Evaluation] = []
     significant = stored is None or structs.computed_class(stored) != node.computed_class

@@ -84,6 +84,8 @@ class Placer:
         for dc, n in (nodes_by_dc if nodes_by_dc is not None else self.nodes_by_dc).items():
             m.nodes_available[dc] = n
         m.nodes_in_pool = len(self.nodes) if nodes_by_dc is None else sum(nodes_by_dc.values())
+        if self.stack.job is not None:
+            m.node_pool = self.stack.job.node_pool
         return m
 
     def eligibility(self) -> tuple[dict[str, bool], bool, bool]:
@@ -135,6 +137,7 @@ class Placer:
         for dc, n in self.nodes_by_dc.items():
             m.nodes_available[dc] = n
         m.nodes_in_pool = len(self.nodes)
+        m.node_pool = job.node_pool
         for victim in option.preempted_allocs:
             util.append_preempted_alloc(self.plan, victim, a.id)
             a.preempted_allocations.append(victim.id)

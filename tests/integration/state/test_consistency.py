@@ -25,6 +25,8 @@ from corral.v1 import (
     eval_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
+    namespace_pb2,
+    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     query_pb2,
@@ -44,6 +46,7 @@ class Stubs:
         self.job = job_pb2_grpc.JobStub(channel)
         self.evals = eval_pb2_grpc.EvalsStub(channel)
         self.node = node_pb2_grpc.NodeStub(channel)
+        self.namespaces = namespace_pb2_grpc.NamespaceStub(channel)
 
 
 @pytest.fixture
@@ -165,6 +168,9 @@ async def test_a_heartbeat_that_changes_nothing_consumes_no_index(
 
 async def test_eval_list_across_all_namespaces(two_states: list[Stubs]) -> None:
     stubs = two_states[0]
+    await stubs.namespaces.Upsert(
+        namespace_pb2.NamespaceUpsertRequest(namespaces=[pb.Namespace(name="team-a")])
+    )
     made = []
     for ns in ("default", "team-a"):
         job = mock.job(job_id="everyns")

@@ -26,6 +26,8 @@ from corral.v1 import (
     event_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
+    namespace_pb2,
+    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     operator_pb2,
@@ -78,6 +80,9 @@ async def world(state_app: StateApp) -> AsyncIterator[World]:
     boot = await anonymous.Bootstrap(acl_pb2.ACLBootstrapRequest())
     w.tokens["management"] = boot.token.secret_id
     mgmt = w.channel(boot.token.secret_id)
+    await namespace_pb2_grpc.NamespaceStub(mgmt).Upsert(
+        namespace_pb2.NamespaceUpsertRequest(namespaces=[pb.Namespace(name="other")])
+    )
     acls = acl_pb2_grpc.ACLStub(mgmt)
     await acls.UpsertPolicies(
         acl_pb2.ACLUpsertPoliciesRequest(

@@ -245,11 +245,12 @@ def minimal(job_extra: str = "", group_extra: str = "") -> str:
 
 def test_defaults_like_nomad():
     job = parse_job(minimal(), "m.hcl")
+    # no node_pool: the server gives the job its namespace's default pool
     assert (job.type, job.priority, job.namespace, job.node_pool) == (
         "service",
         50,
         "default",
-        "default",
+        "",
     )
     assert list(job.datacenters) == ["*"]
     tg = job.task_groups[0]

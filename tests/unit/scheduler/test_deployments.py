@@ -6,7 +6,13 @@ or unhealthy, and what a newer version, a pause or a failure change
 from __future__ import annotations
 
 from corral.domain import structs
-from corral.domain.deployments import DESC_NEWER_JOB, DESC_STOPPED_JOB
+from corral.domain.deployments import (
+    DESC_AUTO_PROMOTION,
+    DESC_NEEDS_PROMOTION,
+    DESC_NEWER_JOB,
+    DESC_RUNNING,
+    DESC_STOPPED_JOB,
+)
 from corral.domain.structs import SECOND, DeploymentStatus, Trigger
 from corral.testing import mock
 from corral.testing.harness import Harness
@@ -265,6 +271,30 @@ def test_canaries_run_beside_the_old_allocs_until_promoted() -> None:
     assert len(live) == 4 and all(a.job_version == job.version for a in live)
 
 
+def test_a_deployment_says_what_it_waits_for() -> None:
+    """Nomad's reconciler: a job's first version has nothing to canary (no
+    desired canaries, nothing to promote); a destructive update with
+    canaries requires a promotion, automatic with auto_promote."""
+    for auto_promote, waiting in ((False, DESC_NEEDS_PROMOTION), (True, DESC_AUTO_PROMOTION)):
+        h = _cluster()
+        job = _job(count=2)
+        job.update.canary = 1
+        job.update.auto_promote = auto_promote
+        job = _register(h, job)
+        _run(h, job)
+        first = _deployment(h, job)
+        assert first.task_groups["web"].desired_canaries == 0
+        assert first.status_description == DESC_RUNNING
+        for a in _live(h, job):
+            h.set_alloc_health(a.id, True)
+
+        job = _new_version(h, job, "2")
+        _run(h, job)
+        second = _deployment(h, job)
+        assert second.id != first.id and second.task_groups["web"].desired_canaries == 1
+        assert second.status_description == waiting
+
+
 def test_replacing_an_alloc_of_the_deployed_version_starts_no_deployment() -> None:
     h = _cluster()
     spec = _job(count=3)
@@ -351,3 +381,20 @@ def test_a_batch_eval_names_no_deployment() -> None:
     job = _register(h, mock.batch_job(count=2))
     _run(h, job)
     assert h.last_eval().status == "complete" and not h.last_eval().deployment_id
+
+
+def test_a_promotion_or_resume_words_what_is_still_awaited() -> None:
+    """The state rewrites a running deployment's description on promote and
+    resume from what its groups still wait for (one group promoted of two
+    leaves the other awaiting)."""
+    from corral.domain.deployments import running_description
+
+    d = pb.Deployment()
+    d.task_groups["a"].CopyFrom(pb.DeploymentState(desired_canaries=1, promoted=True))
+    d.task_groups["b"].CopyFrom(pb.DeploymentState(desired_canaries=1, auto_promote=True))
+    assert running_description(d) == DESC_AUTO_PROMOTION
+    d.task_groups["c"].CopyFrom(pb.DeploymentState(desired_canaries=2))
+    assert running_description(d) == DESC_NEEDS_PROMOTION
+    for g in ("b", "c"):
+        d.task_groups[g].promoted = True
+    assert running_description(d) == DESC_RUNNING

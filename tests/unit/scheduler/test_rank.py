@@ -37,8 +37,11 @@ def _ctx(
     allocs: Sequence[pb.Allocation] = (),
     plan: pb.Plan | None = None,
     config: pb.SchedulerConfiguration | None = None,
+    pools: Sequence[pb.NodePool] = (),
 ) -> EvalContext:
-    snap = StateStore.build(100, nodes=nodes, allocs=allocs, scheduler_config=config)
+    snap = StateStore.build(
+        100, nodes=nodes, allocs=allocs, scheduler_config=config, node_pools=pools
+    )
     return EvalContext(snap, plan or pb.Plan(eval_id="e"))
 
 
@@ -114,6 +117,35 @@ def test_spread_algorithm_prefers_emptier_node() -> None:
     o_empty, o_half = r.rank(empty), r.rank(half)
     assert o_empty is not None and o_half is not None
     assert o_empty.final_score > o_half.final_score
+
+
+def test_a_node_pool_sets_its_own_algorithm_over_the_clusters() -> None:
+    """Nomad's WithNodePool: a pool's scheduler_algorithm wins for its
+    jobs; the cluster's stays for every other pool."""
+    empty = _node()
+    half = _node()
+    for n in (empty, half):
+        n.node_pool = "spready"
+    existing = mock.alloc(mock.job(), half)
+    existing.resources.CopyFrom(pb.Resources(cpu=1024, memory_mb=1024))
+    pool = pb.NodePool(
+        name="spready",
+        scheduler_config=pb.NodePoolSchedulerConfiguration(scheduler_algorithm="spread"),
+    )
+    cfg = pb.SchedulerConfiguration(scheduler_algorithm="binpack")
+    ctx = _ctx([empty, half], allocs=[existing], config=cfg, pools=[pool])
+    job = _job()
+    job.node_pool = "spready"
+    r = _ranker(ctx, job)
+    o_empty, o_half = r.rank(empty), r.rank(half)
+    assert o_empty is not None and o_half is not None
+    assert o_empty.final_score > o_half.final_score  # spread, from the pool
+    other = _job()
+    other.node_pool = "default"
+    r = _ranker(ctx, other)
+    o_empty, o_half = r.rank(empty), r.rank(half)
+    assert o_empty is not None and o_half is not None
+    assert o_half.final_score > o_empty.final_score  # binpack, the cluster's
 
 
 @pytest.mark.parametrize(
@@ -348,6 +380,25 @@ def test_finalize_totals_and_memory_oversubscription() -> None:
         assert (res.cpu, res.memory_mb, res.disk_mb) == (200, 200, tg.ephemeral_disk.size_mb)
         assert res.memory_max_mb == want_max
         assert set(opt.task_resources) == {"web", "side"}
+
+
+@pytest.mark.parametrize(("cluster", "pool", "want_max"), [(False, True, 300), (True, False, 0)])
+def test_a_node_pool_sets_memory_oversubscription(cluster: bool, pool: bool, want_max: int) -> None:
+    n = _node()
+    job = _job(cpu=100, memory_mb=100)
+    job.node_pool = "p"
+    job.task_groups[0].tasks[0].resources.memory_max_mb = 300
+    own = pb.NodePoolSchedulerConfiguration(memory_oversubscription_enabled=pool)
+    ctx = _ctx(
+        [n],
+        config=pb.SchedulerConfiguration(memory_oversubscription_enabled=cluster),
+        pools=[pb.NodePool(name="p", scheduler_config=own)],
+    )
+    r = _ranker(ctx, job)
+    opt = r.rank(n)
+    assert opt is not None
+    r.finalize(opt)
+    assert opt.alloc_resources.memory_max_mb == (want_max or 100)
 
 
 def test_capacity_cached_per_node() -> None:

@@ -28,6 +28,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from corral.domain import node_pools
 from corral.domain.fit import (
     MAX_VALID_PORT,
     Capacity,
@@ -151,7 +152,16 @@ class Ranker:
         ] = {}
 
     def set_job(self, job: pb.Job) -> None:
+        """The job to rank for, with the scheduler configuration of its node
+        pool (the pool's algorithm and memory oversubscription over the
+        cluster's, Nomad's SchedulerConfiguration.WithNodePool)."""
         self.job = job
+        snap = self.ctx.snapshot
+        cfg = node_pools.effective_config(
+            snap.scheduler_config, snap.node_pool_by_name(job.node_pool)
+        )
+        self.spread_algorithm = cfg.scheduler_algorithm == SchedulerAlgorithm.SPREAD
+        self.memory_oversubscription = cfg.memory_oversubscription_enabled
 
     def set_task_group(
         self, tg: pb.TaskGroup, *, evict: bool = False, penalty_node_ids: set[str] | None = None

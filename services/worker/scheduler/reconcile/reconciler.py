@@ -260,6 +260,10 @@ class AllocReconciler:
             by_group.setdefault(tg.name, {})
         for group, allocs in by_group.items():
             self._compute_group(group, allocs)
+        if self.result.deployment is not None:
+            # a deployment created now says what it will wait for
+            d = self.result.deployment
+            d.status_description = deployments.running_description(d)
         return self.result
 
     # ------------------------------------------------------------ deployments
