@@ -595,7 +595,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
         lb.done()
     gb = body.block("logs", f"{body.proto}.log_config")
     if gb is not None:
-        _fill(
+        chosen = _fill(
             task.log_config,
             gb,
             [
@@ -604,6 +604,16 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
                 ("disabled", "bool", "disabled"),
             ],
         )
+        # written as 0 is not left out: Nomad refuses it rather than default it
+        if "max_files" in chosen and task.log_config.max_files < 1:
+            raise gb.fail(
+                "max_files", f"minimum number of files is 1; got {task.log_config.max_files}"
+            )
+        if "max_file_size_mb" in chosen and task.log_config.max_file_size_mb < 1:
+            raise gb.fail(
+                "max_file_size",
+                f"minimum file size is 1MB; got {task.log_config.max_file_size_mb}",
+            )
         if gb.boolean("enabled") is False:
             # Nomad ignores the old `enabled` (1.5.4 swapped it for `disabled`):
             # refused rather than ignored when it asks for what it no longer does

@@ -1,6 +1,7 @@
 """/v1/allocations, /v1/allocation/:id, /v1/allocation/:id/stop, and what
-the alloc's agent serves: task logs at /v1/client/fs/logs/:alloc and
-resource usage at /v1/client/allocation/:alloc/stats."""
+the alloc's agent serves: task logs at /v1/client/fs/logs/:alloc, resource
+usage at /v1/client/allocation/:alloc/stats, and signals and restarts at
+/v1/client/allocation/:alloc/signal and /restart."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from services.gateway.http import (
     int_param,
     listing,
     metadata_of,
+    object_body,
     respond,
 )
 from services.gateway.mapping import allocs as alloc_map
@@ -133,6 +135,56 @@ async def allocation_stats(request: Request) -> Response:
     return respond(request, stats_map.alloc_usage(resp.usage))
 
 
+def _text(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(f"{key} must be a string")
+    return value
+
+
+async def allocation_signal(request: Request) -> Response:
+    """Nomad's PUT/POST /v1/client/allocation/:id/signal, body
+    {"Signal": "SIGUSR1", "Task": "web"}: every running task without Task.
+    No Signal is SIGINT, what Nomad's drivers send for one they are not given."""
+    body = await object_body(request, required=False)
+    signal, task = _text(body, "Signal") or "SIGINT", _text(body, "Task")
+    alloc, address = await alloc_agent(request)
+    await (
+        backend_of(request)
+        .client_alloc(address)
+        .Signal(
+            alloc_pb2.AllocSignalRequest(alloc_id=alloc.id, task=task, signal=signal),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+    )
+    return respond(request, {"Index": 0})
+
+
+async def allocation_restart(request: Request) -> Response:
+    """Nomad's PUT/POST /v1/client/allocation/:id/restart, body
+    {"TaskName": "web"} or {"AllTasks": true}; none restarts the running tasks."""
+    body = await object_body(request, required=False)
+    task = _text(body, "TaskName")
+    all_tasks = body.get("AllTasks") or False
+    if not isinstance(all_tasks, bool):
+        raise bad_request("AllTasks must be true or false")
+    alloc, address = await alloc_agent(request)
+    await (
+        backend_of(request)
+        .client_alloc(address)
+        .Restart(
+            alloc_pb2.AllocRestartRequest(alloc_id=alloc.id, task=task, all_tasks=all_tasks),
+            metadata=metadata_of(request),
+            # the old runs end first: a kill timeout of the agent's maximum
+            timeout=DEFAULT_TIMEOUT + 60,
+        )
+    )
+    return respond(request, {"Index": 0})
+
+
 async def logs(request: Request) -> Response:
     """Nomad's log streaming: JSON frames {"Data": base64, "File", "Offset"}
     one after another, or the raw bytes with `plain=true`."""
@@ -167,12 +219,15 @@ async def logs(request: Request) -> Response:
         first: alloc_pb2.AllocLogsChunk | None = await it.__anext__()
     except StopAsyncIteration:
         first = None
-    file = f"alloc/logs/{task}.{kind}.0"
 
     def frame(chunk: alloc_pb2.AllocLogsChunk) -> bytes:
         if plain:
             return chunk.data
-        body = {"Data": base64.b64encode(chunk.data).decode(), "File": file, "Offset": chunk.offset}
+        body = {
+            "Data": base64.b64encode(chunk.data).decode(),
+            "File": chunk.file,
+            "Offset": chunk.offset,
+        }
         return json.dumps(body).encode()
 
     async def body() -> AsyncIterator[bytes]:
@@ -196,4 +251,6 @@ ROUTES: list[BaseRoute] = [
     Route("/v1/allocation/{alloc_id}", allocation, methods=["GET"]),
     Route("/v1/client/fs/logs/{alloc_id}", logs, methods=["GET"]),
     Route("/v1/client/allocation/{alloc_id}/stats", allocation_stats, methods=["GET"]),
+    Route("/v1/client/allocation/{alloc_id}/signal", allocation_signal, methods=["PUT", "POST"]),
+    Route("/v1/client/allocation/{alloc_id}/restart", allocation_restart, methods=["PUT", "POST"]),
 ]
