@@ -95,6 +95,7 @@ def scope(name: str, level: str) -> Rule:
 
 
 READ_JOB, SUBMIT_JOB, LIST_JOBS = "read-job", "submit-job", "list-jobs"
+DELETE_SERVICE = "delete-service-registration"
 SCALE_JOB, READ_JOB_SCALING = "scale-job", "read-job-scaling"
 LIST_SCALING_POLICIES, READ_SCALING_POLICY = "list-scaling-policies", "read-scaling-policy"
 
@@ -157,6 +158,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),
     "/corral.v1.Job/Evaluations": ns(READ_JOB),
+    "/corral.v1.Job/GetSubmission": ns(READ_JOB),
     "/corral.v1.Periodic/Force": ns(SUBMIT_JOB),
     # allocs, evals, deployments: the namespace is the stored object's
     "/corral.v1.Alloc/List": ns(READ_JOB, handler=True),
@@ -176,11 +178,22 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Deployment/Promote": PER_OBJECT,
     "/corral.v1.Deployment/SetAllocHealth": PER_OBJECT,
     "/corral.v1.Event/Stream": PER_OBJECT,
+    # the service catalog: reads check `may_read_services` (one place for
+    # Nomad's AllowServiceRegistrationReadList), the clients write their own
+    "/corral.v1.ServiceRegistration/List": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/GetService": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/ListByJob": ns(READ_JOB),
+    "/corral.v1.ServiceRegistration/ListByAlloc": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/DeleteByID": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/Upsert": NODE,
+    "/corral.v1.ServiceRegistration/Deregister": NODE,
+    "/corral.v1.ClientAlloc/Checks": PER_OBJECT,
     # nodes: the agent's own RPCs, and the operators' view
     "/corral.v1.Node/Register": NODE,
     "/corral.v1.Node/UpdateStatus": NODE,
     "/corral.v1.Node/UpdateAlloc": NODE,
     "/corral.v1.Node/GetClientAllocs": NODE,
+    "/corral.v1.Node/SignIdentities": NODE,
     "/corral.v1.Node/Deregister": scope("node", "write"),
     "/corral.v1.Node/UpdateDrain": scope("node", "write"),
     "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
@@ -217,6 +230,18 @@ RULES: dict[str, Rule] = {
     # list-jobs and read-job, in the policy's namespace
     "/corral.v1.Scaling/ListPolicies": PER_OBJECT,
     "/corral.v1.Scaling/GetPolicy": PER_OBJECT,
+    # Variables: each path against the caller's variables rules (or the
+    # implicit policy of a workload identity)
+    "/corral.v1.Variables/List": PER_OBJECT,
+    "/corral.v1.Variables/Read": PER_OBJECT,
+    "/corral.v1.Variables/Apply": PER_OBJECT,
+    "/corral.v1.Variables/RenewLock": PER_OBJECT,
+    # the keyring (Nomad's keyring-read/rotate/delete come with operator read/write)
+    "/corral.v1.Keyring/List": scope("operator", "read"),
+    "/corral.v1.Keyring/Rotate": scope("operator", "write"),
+    "/corral.v1.Keyring/Delete": scope("operator", "write"),
+    "/corral.v1.Keyring/ListPublic": OPEN,
+    "/corral.v1.Keyring/GetConfig": OPEN,
     # ACLs themselves
     "/corral.v1.ACL/Bootstrap": OPEN,
     "/corral.v1.ACL/ResolveToken": OPEN,
@@ -250,6 +275,19 @@ def require_namespace(namespace: str, capability: str) -> None:
     """Refuse unless the caller holds `capability` in `namespace`."""
     if not current_acl().allows_namespace(namespace or "default", capability):
         raise PermissionDenied(f"Permission denied: {capability} in namespace {namespace!r}")
+
+
+def may_read_services(namespace: str) -> bool:
+    """Whether the caller may read the service catalog of `namespace`
+    (Nomad's AllowServiceRegistrationReadList): read-job there. Every read
+    of service registrations by name or namespace asks here, so a workload
+    identity's implicit read of its own namespace has one place to go."""
+    return current_acl().allows_namespace(namespace or "default", READ_JOB)
+
+
+def require_service_read(namespace: str) -> None:
+    if not may_read_services(namespace):
+        raise PermissionDenied(f"Permission denied: {READ_JOB} in namespace {namespace!r}")
 
 
 def require_any_capability(namespace: str, capabilities: tuple[str, ...]) -> None:

@@ -1,5 +1,6 @@
 """`python -m services.agent` — a client node: runs allocations with the
-exec, raw_exec and mock drivers and serves their logs and resource usage.
+exec, raw_exec and mock drivers, registers and checks their services, and
+serves their logs, resource usage and check results.
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers exec,raw_exec,mock]

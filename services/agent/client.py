@@ -26,6 +26,7 @@ import platform
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 
 import grpc
 import psutil
@@ -33,15 +34,17 @@ import psutil
 from corral.domain import structs
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
-from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import drivers as task_drivers
 from services.agent import metrics
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
+from services.agent.checks import Checker
 from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
 from services.agent.drivers import Driver
 from services.agent.runner import AllocRunner
+from services.agent.service_sync import ServiceSync
 from services.agent.state_db import StateDB
 from services.agent.stats import HostStats
 
@@ -148,6 +151,9 @@ class Agent:
         self.runners: dict[str, AllocRunner] = {}
         #: stops of allocs under way (the servers stopped or forgot them)
         self._stops: dict[str, asyncio.Task[None]] = {}
+        # the node's side of the service catalog, and the checks' HTTP clients
+        self.service_sync = ServiceSync(self._upsert_services, self._deregister_services)
+        self.checker = Checker()
         self.jobs: dict[tuple[str, str, int], pb.Job] = {}
         self._dirty: set[str] = set()
         self._dirty_event = asyncio.Event()
@@ -230,6 +236,9 @@ class Agent:
             node=self.node,
             db=self.db,
             max_kill_timeout=self.settings.max_kill_timeout,
+            sign=self.sign_identities,
+            sync=self.service_sync,
+            checker=self.checker,
             **kw,  # type: ignore[arg-type]
         )
 
@@ -254,10 +263,32 @@ class Agent:
             )
             runner.start()
 
+    @property
+    def catalog(self) -> service_pb2_grpc.ServiceRegistrationAsyncStub:
+        assert self._channel is not None
+        return service_pb2_grpc.ServiceRegistrationStub(self._channel)
+
+    async def _upsert_services(self, regs: Sequence[pb.ServiceRegistration]) -> None:
+        await self.catalog.Upsert(
+            service_pb2.ServiceUpsertRequest(
+                node_id=self.node.id, secret_id=self.node.secret_id, registrations=regs
+            ),
+            timeout=10,
+        )
+
+    async def _deregister_services(self, namespace: str, ids: Sequence[str]) -> None:
+        await self.catalog.Deregister(
+            service_pb2.ServiceDeregisterRequest(
+                node_id=self.node.id, secret_id=self.node.secret_id, namespace=namespace, ids=ids
+            ),
+            timeout=10,
+        )
+
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
         await self.restore()
         await self._register()
+        self.service_sync.start()
         metrics.ALLOCS.add_source(self._alloc_statuses)
         metrics.USAGE.add_source(self)
         self._tasks = [
@@ -287,6 +318,9 @@ class Agent:
                 t.cancel()
             await asyncio.gather(*self._stops.values(), return_exceptions=True)
             await asyncio.gather(*(r.detach() for r in self.runners.values()))
+        await self.service_sync.flush(5.0)  # what the stops deregistered reaches the catalog
+        await self.service_sync.stop()
+        await self.checker.close()
         self.db.close()
         if self._channel is not None:
             await self._channel.close()
@@ -329,6 +363,7 @@ class Agent:
                     # again (seed 003), so push all of them
                     log.info("heartbeat restored after %.1fs; resyncing alloc states", gap)
                     self._dirty.update(self.runners)
+                    self.service_sync.resync()
                 last_ok = time.monotonic()
                 failures = 0
                 self._ready.set()
@@ -473,3 +508,20 @@ class Agent:
                 # FAILED_PRECONDITION: not ready yet (after a disconnect) —
                 # the next successful heartbeat sets the event again
                 log.info("alloc update deferred: %s", exc.details())
+
+    async def sign_identities(
+        self, alloc_id: str, task: str, names: Sequence[str]
+    ) -> node_pb2.NodeSignIdentitiesResponse:
+        """Workload identities of one of our tasks, signed by the state."""
+        resp: node_pb2.NodeSignIdentitiesResponse = await self.stub.SignIdentities(
+            node_pb2.NodeSignIdentitiesRequest(
+                node_id=self.node.id,
+                secret_id=self.node.secret_id,
+                identities=[
+                    node_pb2.WorkloadIdentityRequest(alloc_id=alloc_id, task=task, identity=n)
+                    for n in names
+                ],
+            ),
+            timeout=30,
+        )
+        return resp

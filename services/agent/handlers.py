@@ -1,7 +1,8 @@
 """What the agent serves at its address (Node.http_addr): `ClientAlloc`
 (a task's stdout/stderr, from the start or the end, optionally followed
-across rotated files; an alloc's resource usage; signals and restarts
-of its tasks) and `ClientStats` (the host's)."""
+across rotated files; an alloc's resource usage; the latest results of its
+service checks; signals and restarts of its tasks) and `ClientStats` (the
+host's)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class AllocView(Protocol):
 
     def usage(self, task: str = "") -> pb.AllocResourceUsage: ...
 
+    def check_results(self) -> list[pb.CheckResult]: ...
+
     def logs_disabled(self, task: str) -> bool: ...
 
     async def signal(self, task: str, name: str) -> None: ...
@@ -44,8 +47,8 @@ class AllocView(Protocol):
 
 class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
     """`lookup` finds an alloc this agent runs (None for one it does not):
-    reading its logs takes read-logs in its namespace, its stats read-job,
-    signalling or restarting its tasks alloc-lifecycle."""
+    reading its logs takes read-logs in its namespace, its stats and check
+    results read-job, signalling or restarting its tasks alloc-lifecycle."""
 
     def __init__(
         self,
@@ -107,6 +110,15 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         if request.task and request.task not in view.task_names():
             raise NotFound(f"task {request.task!r} not found in alloc {request.alloc_id!r}")
         return alloc_pb2.AllocStatsResponse(usage=view.usage(request.task))
+
+    async def Checks(
+        self, request: alloc_pb2.AllocChecksRequest, context: Any
+    ) -> alloc_pb2.AllocChecksResponse:
+        """Nomad's /v1/client/allocation/:id/checks: the alloc's checks as
+        this client last ran them (none once the alloc stopped)."""
+        view = self._alloc(request.alloc_id)
+        access.require_namespace(view.namespace, access.READ_JOB)
+        return alloc_pb2.AllocChecksResponse(results=view.check_results())
 
     def _lifecycle_target(self, alloc_id: str, task: str) -> AllocView:
         view = self._alloc(alloc_id)

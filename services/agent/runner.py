@@ -20,19 +20,21 @@ from typing import Any
 
 from opentelemetry import trace
 
-from corral.domain import structs
+from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
 from corral.domain.jobspec.duration import format_duration
 from corral.domain.structs import ClientStatus, DesiredStatus, TaskStateName, copy_msg
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv
+from services.agent.alloc_services import AllocServices
 from services.agent.allocdir import (
     CHROOT_ALLOC_DIR,
     CHROOT_LOCAL_DIR,
     CHROOT_SECRETS_DIR,
     AllocDir,
 )
+from services.agent.checks import Checker
 from services.agent.cpuset import Compute
 from services.agent.drivers import (
     Driver,
@@ -44,7 +46,9 @@ from services.agent.drivers import (
     parse_signal,
     task_config,
 )
+from services.agent.drivers.exec import DEFAULT_USER as EXEC_DEFAULT_USER
 from services.agent.health import HealthWatch
+from services.agent.identity import IdentityError, Signer, TaskIdentities
 from services.agent.lifecycle import Coordinator, Stage, is_sidecar, stage_of
 from services.agent.restarts import (
     KILLED,
@@ -54,6 +58,7 @@ from services.agent.restarts import (
     restarting_message,
     restarts_on_success,
 )
+from services.agent.service_sync import ServiceSync
 from services.agent.state_db import StateDB, StoredAlloc, StoredTask
 from services.agent.stats import TaskStats, alloc_usage
 
@@ -117,6 +122,17 @@ class TaskRunner:
         #: counters, whether the run loop finished (Nomad's LocalState)
         self.local: dict[str, Any] = {}
         self.stage = stage_of(task)
+        #: the task's workload identities, when it exposes any; their files
+        #: belong to the user the task runs as
+        owner = task.user or (EXEC_DEFAULT_USER if task.driver == "exec" else "")
+        self.identities = (
+            TaskIdentities(ar.sign, ar.alloc.id, task, self.dir, owner=owner)
+            if ar.sign is not None
+            else None
+        )
+        self._renewing: asyncio.Task[None] | None = None
+        #: a restart under way (one at a time: check_restart asks again and again)
+        self._restarting = False
         self.compute = Compute(ar.node.node_resources.cpu, ar.node.node_resources.total_cores)
         self._handle: TaskHandle | None = None
         #: how a run recovered after a restart ended while the agent was away
@@ -327,6 +343,31 @@ class TaskRunner:
         finally:
             self.started.set()
             self.done.set()
+            if self._renewing is not None:
+                self._renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._renewing
+
+    @property
+    def services(self) -> AllocServices | None:
+        return self.ar.services
+
+    def _renew_identities(self, *, adopted: bool = False) -> None:
+        """Keep the TTL identities fresh while the task runs (an adopted
+        task's are signed again first: their expiry was not kept)."""
+        if self.identities is None or not self.identities.wanted or self._renewing is not None:
+            return
+        identities = self.identities
+
+        async def renew() -> None:
+            if adopted:
+                try:
+                    await identities.refresh()
+                except IdentityError as exc:
+                    log.warning("re-signing the identities of task %s: %s", self.name, exc)
+            await identities.renew()
+
+        self._renewing = asyncio.create_task(renew(), name=f"identities-{self.name}")
 
     async def _run(self) -> None:
         dead = (
@@ -382,8 +423,14 @@ class TaskRunner:
                     if await self._after(self.restarts.decide()):
                         continue
                     return
-            elif self._handle is not None and self.state.state != TaskStateName.RUNNING:
-                self.set_state(TaskStateName.RUNNING)  # adopted: no Started event
+            elif self._handle is not None:
+                # adopted after an agent restart: no Started event, its
+                # services wanted again by this agent
+                if self.state.state != TaskStateName.RUNNING:
+                    self.set_state(TaskStateName.RUNNING)
+                if self.services is not None:
+                    self.services.task_started(self.name)
+                self._renew_identities(adopted=True)
             self.started.set()
             if result is None:
                 result = await self._wait()
@@ -421,10 +468,20 @@ class TaskRunner:
         self._persist_local()
         try:
             env = self.task_env()
+            if self.identities is not None and self.identities.wanted:
+                env.env.update(await self.identities.setup())
+                self._renew_identities()
             with tracer.start_as_current_span("agent.start_task") as span:
                 span.set_attribute("task", self.name)
                 span.set_attribute("driver", self.task.driver)
                 handle = await self.driver.start(self.task_config(env))
+        except IdentityError as exc:
+            self.started.set()
+            self.local.pop("launching", None)
+            self._persist_local()
+            self.event("Setup Failure", f"workload identity: {exc}", fails_task=True)
+            self.restarts.start_failed(str(exc))
+            return False
         except Exception as exc:
             self.started.set()
             if not isinstance(exc, DriverError | OSError | ValueError):
@@ -443,6 +500,8 @@ class TaskRunner:
         self.stats = TaskStats(self.compute)
         self.set_state(TaskStateName.RUNNING)
         self.event("Started", "Task started by client")
+        if self.services is not None:
+            self.services.task_started(self.name)
         return True
 
     async def _wait(self) -> ExitResult:
@@ -462,6 +521,8 @@ class TaskRunner:
         return exited.result()
 
     async def _release(self) -> None:
+        if self.services is not None:
+            self.services.task_stopped(self.name)
         handle, self._handle = self._handle, None
         self.stats = None
         if handle is not None:
@@ -477,6 +538,8 @@ class TaskRunner:
         handle = self._handle
         assert handle is not None
         exited = asyncio.ensure_future(handle.wait())
+        if self.services is not None:
+            self.services.task_stopped(self.name)  # Nomad's preKill: the services go first
         delay = self.task.shutdown_delay / 1e9
         if delay:
             text = format_duration(self.task.shutdown_delay)
@@ -606,6 +669,8 @@ class TaskRunner:
             dead and (not force or self.done.is_set())
         ):
             raise TaskNotRunning(f"task {self.name!r} is not running")
+        if self._restarting:
+            return  # one restart at a time
         self.event("Restart Signaled", reason, {"restart_reason": reason}, restart_reason=reason)
         self.restarts.restart_asked(failure=failure)
         if dead:
@@ -614,8 +679,14 @@ class TaskRunner:
         handle = self._handle
         if handle is None:
             return
-        await handle.stop(self.kill_signal(), self.kill_timeout())
-        await handle.wait()
+        self._restarting = True
+        try:
+            if self.services is not None:
+                self.services.task_stopped(self.name)  # Nomad's preKill
+            await handle.stop(self.kill_signal(), self.kill_timeout())
+            await handle.wait()
+        finally:
+            self._restarting = False
 
     # ---------------------------------------------------------------- resource usage
 
@@ -644,16 +715,23 @@ class AllocRunner:
         db: StateDB | None = None,
         max_kill_timeout: float = DEFAULT_MAX_KILL_TIMEOUT,
         stored: StoredAlloc | None = None,
+        sign: Signer | None = None,
+        sync: ServiceSync | None = None,
+        checker: Checker | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
         `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs. `db`
         is the client state every change is written to; `stored` what it
-        held for this alloc when the agent restarted."""
+        held for this alloc when the agent restarted. `sign` gets the
+        tasks' workload identities from the state; `sync` and `checker`
+        are the agent's: with them the group's Nomad-provider services are
+        registered and checked."""
         self.alloc = alloc
         self.job = job
         self.node = node if node is not None else pb.Node(id=alloc.node_id)
         self.db = db
         self.max_kill_timeout = max_kill_timeout
+        self.sign = sign
         self.alloc_dir = AllocDir.of(data_dir, alloc.id)
         self.dir = self.alloc_dir.dir
         self.on_change = on_change
@@ -663,11 +741,24 @@ class AllocRunner:
         self.no_shutdown_delay = asyncio.Event()
         if alloc.desired_transition.no_shutdown_delay:
             self.no_shutdown_delay.set()
+        tg = structs.task_group(job, alloc.task_group)
+        self.services: AllocServices | None = None
+        if tg is not None and sync and checker and services.group_services(tg):
+            self.services = AllocServices(
+                lambda: self.alloc,
+                lambda: self.job,
+                self.node,
+                sync,
+                checker,
+                self._env_of,
+                self.check_restart,
+            )
         self.health = HealthWatch(
             lambda: self.alloc,
             lambda: self.job,
             lambda: [t.state for t in self.tasks],
             self._health_changed,
+            checks=self._check_results,
         )
         if stored is not None and stored.health.get("deployment_id"):
             self.health.deployment_id = str(stored.health["deployment_id"])
@@ -680,7 +771,6 @@ class AllocRunner:
         self._killing: asyncio.Task[None] | None = None
         self._stopping = False
         self._detached = False
-        tg = structs.task_group(job, alloc.task_group)
         if tg is None:
             self.error = (
                 f"task group {alloc.task_group!r} not in job {job.id} version {job.version}"
@@ -719,6 +809,47 @@ class AllocRunner:
         runner = self.task(task)
         return runner is not None and runner.task.log_config.disabled
 
+    # ---------------------------------------------------------------- services
+
+    def _env_of(self, task: str) -> taskenv.TaskEnv:
+        """A task's environment, or the alloc's ("": no task of its own,
+        what group services and checks are interpolated with)."""
+        runner = self.task(task) if task else None
+        if runner is not None:
+            return runner.task_env()
+        shared = str(self.alloc_dir.shared)
+        return taskenv.build(
+            self.alloc,
+            self.job,
+            pb.Task(),
+            self.node,
+            dirs=taskenv.TaskDirs(shared, shared, shared),
+            home=str(self.dir),
+        )
+
+    def check_results(self) -> list[pb.CheckResult]:
+        """The latest result of every check of the alloc's services."""
+        return self.services.results() if self.services is not None else []
+
+    def _check_results(self) -> list[pb.CheckResult] | None:
+        """The latest check results, None when the group has no checks."""
+        if self.services is None or not self.services.has_checks:
+            return None
+        return self.services.results()
+
+    def check_restart(self, task: str, reason: str) -> None:
+        """check_restart: restart one task ("": every task of the alloc)
+        counted as a failure by its restart policy (Nomad's Restart with
+        failure true)."""
+
+        async def one(t: TaskRunner) -> None:
+            with contextlib.suppress(TaskNotRunning):
+                await t.restart(reason, failure=True)
+
+        for t in self.tasks:
+            if (not task or t.name == task) and t.state.state == TaskStateName.RUNNING:
+                asyncio.get_running_loop().create_task(one(t), name=f"check-restart-{t.name}")
+
     # ---------------------------------------------------------------- starting
 
     async def restore(self) -> None:
@@ -729,6 +860,8 @@ class AllocRunner:
         self.coordinator.restore({t.name: t.state for t in self.tasks})
 
     def start(self) -> None:
+        if self.services is not None and not self.error:
+            self.services.start()
         self._task = asyncio.create_task(self._run(), name=f"alloc-{self.alloc.id[:8]}")
         if not self.error:
             self._health_task = asyncio.create_task(
@@ -748,6 +881,11 @@ class AllocRunner:
             self._states_changed.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+            if self.services is not None:
+                if self._detached:
+                    await self.services.halt()  # registered still: the next agent has them
+                else:
+                    await self.services.stop()  # every task is done: nothing stays registered
 
     async def _run_tasks(self) -> None:
         if not (telemetry.tracing_enabled() and self.alloc.traceparent):
@@ -851,9 +989,11 @@ class AllocRunner:
             await asyncio.gather(*(t.kill(t.killing_event()) for t in group))
 
     async def _group_shutdown_delay(self) -> None:
-        """Nomad's group shutdown_delay (its group service hook's PreKill):
-        the tasks keep running this long once the alloc is to stop, unless
-        it was stopped with no_shutdown_delay."""
+        """Nomad's group service hook's PreKill: the group's (and tasks')
+        services are deregistered, then the tasks keep running for the
+        group's shutdown_delay, unless it was stopped with no_shutdown_delay."""
+        if self.services is not None:
+            await self.services.deregister()  # first the services go
         tg = structs.task_group(self.job, self.alloc.task_group)
         delay = tg.shutdown_delay / 1e9 if tg is not None else 0.0
         if not delay or self.no_shutdown_delay.is_set() or self.done:
@@ -897,6 +1037,8 @@ class AllocRunner:
             self.job = job
         if alloc.desired_transition.no_shutdown_delay:
             self.no_shutdown_delay.set()
+        if self.services is not None:
+            self.services.refresh()
         if self.db is not None:
             if job is not None:
                 self.db.put_alloc(alloc, job)

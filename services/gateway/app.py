@@ -22,13 +22,16 @@ from services.gateway.routes import (
     evals,
     events,
     jobs,
+    keyring,
     namespaces,
     node_pools,
     nodes,
     operator,
     parse,
     scaling,
+    services,
     unserved,
+    variables,
 )
 from services.gateway.ui import routes as ui
 
@@ -50,8 +53,11 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    services,
     namespaces,
     scaling,
+    variables,
+    keyring,
     ui,
 ]
 

@@ -30,6 +30,7 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    keyring_pb2_grpc,
     namespace_pb2_grpc,
     node_pb2_grpc,
     node_pool_pb2_grpc,
@@ -39,6 +40,8 @@ from corral.v1 import (
     plan_pb2,
     plan_pb2_grpc,
     scaling_pb2_grpc,
+    service_pb2_grpc,
+    variables_pb2_grpc,
 )
 
 #: unary calls fail after this long rather than hang; blocking queries add
@@ -88,9 +91,12 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self.services = service_pb2_grpc.ServiceRegistrationStub(self.channel)
         self.namespaces = namespace_pb2_grpc.NamespaceStub(self.channel)
         self.node_pools = node_pool_pb2_grpc.NodePoolStub(self.channel)
         self.scaling = scaling_pb2_grpc.ScalingStub(self.channel)
+        self.variables = variables_pb2_grpc.VariablesStub(self.channel)
+        self.keyring = keyring_pb2_grpc.KeyringStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.domain import scaling
+from corral.domain import identity, scaling, services
 from corral.domain.lifecycle import default_log_config
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
@@ -138,10 +138,12 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
             if task.kill_timeout == 0 and f"{tpath}.kill_timeout" not in explicit:
                 task.kill_timeout = DEFAULT_KILL_TIMEOUT
             default_log_config(task)
+            identity.canonicalize(task)
             if task.HasField("restart_policy"):
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit
                 )
+    services.canonicalize(job)
     scaling.canonicalize(job)
 
 

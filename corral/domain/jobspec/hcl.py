@@ -20,6 +20,7 @@ from typing import Any
 
 from corral.domain import scaling
 from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
@@ -33,15 +34,12 @@ from corral.v1 import structs_pb2 as pb
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "service",
-        "check",
         "template",
         "artifact",
         "vault",
         "consul",
         "volume",
         "volume_mount",
-        "identity",
         "csi_plugin",
         "connect",
         "multiregion",
@@ -587,7 +585,9 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     if dp is not None:
         task.dispatch_payload.file = dp.string("file") or ""
         dp.done()
+    service_blocks.read(body, task.services)
     _task_scaling(body, task)
+    _identities(body, task)
     lb = body.block("lifecycle", f"{body.proto}.lifecycle")
     if lb is not None:
         task.lifecycle.SetInParent()
@@ -620,6 +620,35 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
             raise gb.fail("enabled", "enabled = false is ignored by Nomad; use disabled = true")
         gb.done()
     body.done()
+
+
+def _identities(body: Body, task: pb.Task) -> None:
+    """`identity` blocks: the one without a name (or named "default") is
+    the task's default identity, the others its named identities (Nomad's
+    jobspec2 moves the default one out of the list the same way)."""
+    for _, ib in body.blocks("identity", "", labeled=False):
+        name = ib.string("name") or ""
+        if name in ("", "default"):
+            if task.HasField("identity"):
+                raise ib.src.error(ib.path, ib.display, "the default identity is defined twice")
+            wid = task.identity
+            ib.proto = f"{body.proto}.identity"
+        else:
+            ib.proto = f"{body.proto}.identities[{len(task.identities)}]"
+            wid = task.identities.add()
+        ib.src.origins[ib.proto] = (ib.src.lines.get(ib.path), ib.display)
+        wid.name = name or "default"
+        wid.audience.extend(ib.strings("aud", "audience") or [])
+        wid.env = bool(ib.boolean("env"))
+        wid.file = bool(ib.boolean("file"))
+        wid.filepath = ib.string("filepath") or ""
+        wid.ttl = ib.duration("ttl") or 0
+        wid.change_mode = ib.string("change_mode") or ""
+        wid.change_signal = ib.string("change_signal") or ""
+        for name in ("extra_claims", "service_name"):
+            if name in ib.data:
+                raise ib.fail(name, f"identity {name} is not supported by Corral")
+        ib.done()
 
 
 def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
@@ -680,6 +709,7 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     tg.prevent_reschedule_on_lost = bool(prevent)
     tg.shutdown_delay = body.duration("shutdown_delay") or 0
     tg.max_run_duration = body.duration("max_run_duration") or 0
+    service_blocks.read(body, tg.services)
     sb = body.block("scaling", f"{body.proto}.scaling")
     if sb is not None:
         _scaling_policy(sb, tg.scaling)

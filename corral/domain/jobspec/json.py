@@ -20,6 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import structs_pb2 as pb
 
@@ -191,6 +192,7 @@ def _fill(msg: Message, data: Any, path: str) -> None:
 
 def _nomad_job(data: dict[str, Any]) -> pb.Job:
     job = pb.Job()
+    service_blocks.nomad_json(data)
     _fill(job, data, "job")
     # Nomad's JSON names the disconnect block's fields like ours, and the
     # seed-era group fields map the same way the HCL ones do.

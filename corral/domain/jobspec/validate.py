@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import driver_config, lifecycle, periodic, scaling
+from corral.domain import driver_config, identity, lifecycle, periodic, scaling, services
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
@@ -182,6 +182,9 @@ def check(job: pb.Job) -> None:
             if task.HasField("restart_policy"):
                 _restart(task.restart_policy, f"{tp}.restart_policy")
             _not_negative(task.kill_timeout, f"{tp}.kill_timeout")
+            found = identity.problems(task)
+            if found is not None:
+                raise FieldProblem(f"{tp}.{found[0]}", found[1])
             if task.HasField("dispatch_payload"):
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
@@ -197,6 +200,9 @@ def check(job: pb.Job) -> None:
         problem = lifecycle.main_task_problem(tg)
         if problem is not None:
             raise FieldProblem(f"{gp}.tasks", problem)
+    found = services.problem(job)
+    if found is not None:
+        raise FieldProblem(*found)
 
 
 def _restart(rp: pb.RestartPolicy, path: str) -> None:

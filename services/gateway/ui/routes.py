@@ -20,6 +20,7 @@ ROUTES: list[BaseRoute] = [
             Route("/allocations/{alloc_id}", pages.alloc),
             Route("/evaluations", pages.evals),
             Route("/evaluations/{eval_id}", pages.eval_page),
+            Route("/services", pages.services),
             Route("/nodes", pages.nodes),
             Route("/nodes/{node_id}", pages.node),
             Route("/api/overview", api.overview),

@@ -37,6 +37,7 @@ from corral.domain.structs import (
     DEFAULT_NODE_POOL,
     ClientStatus,
     DesiredStatus,
+    NodeStatus,
     Topic,
 )
 from corral.v1 import structs_pb2 as pb
@@ -57,10 +58,16 @@ _T_EVALS: Table = m.Eval.__table__  # type: ignore[assignment]
 _T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
 _T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
 _T_LAUNCHES: Table = m.PeriodicLaunch.__table__  # type: ignore[assignment]
+_T_SERVICES: Table = m.ServiceRegistration.__table__  # type: ignore[assignment]
 _T_NAMESPACES: Table = m.Namespace.__table__  # type: ignore[assignment]
 _T_NODE_POOLS: Table = m.NodePool.__table__  # type: ignore[assignment]
 _T_POLICIES: Table = m.ScalingPolicy.__table__  # type: ignore[assignment]
 _T_SCALING_EVENTS: Table = m.ScalingEvents.__table__  # type: ignore[assignment]
+_T_SUBMISSIONS: Table = m.JobSubmission.__table__  # type: ignore[assignment]
+
+#: the submissions kept per job: those of its newest versions (Nomad keeps
+#: as many as it tracks job versions, JobTrackedVersions)
+SUBMISSIONS_KEPT = 6
 
 #: table name (as in table_indexes and StateSnapshot.table_index) per topic
 
@@ -166,6 +173,15 @@ def _deployment_row(d: pb.Deployment) -> dict[str, Any]:
     }
 
 
+def _submission_row(sub: pb.JobSubmission) -> dict[str, Any]:
+    return {
+        "namespace": _ns(sub.namespace),
+        "id": sub.job_id,
+        "version": sub.version,
+        "payload": sub.SerializeToString(),
+    }
+
+
 def _launch_row(p: pb.PeriodicLaunch) -> dict[str, Any]:
     return {
         "namespace": _ns(p.namespace),
@@ -174,6 +190,24 @@ def _launch_row(p: pb.PeriodicLaunch) -> dict[str, Any]:
         "payload": p.SerializeToString(),
         "create_index": p.create_index,
         "modify_index": p.modify_index,
+    }
+
+
+def _service_row(r: pb.ServiceRegistration) -> dict[str, Any]:
+    return {
+        "namespace": _ns(r.namespace),
+        "id": r.id,
+        "service_name": r.service_name,
+        "node_id": r.node_id,
+        "datacenter": r.datacenter,
+        "job_id": r.job_id,
+        "alloc_id": r.alloc_id,
+        "tags": list(r.tags),
+        "address": r.address,
+        "port": r.port,
+        "payload": r.SerializeToString(),
+        "create_index": r.create_index,
+        "modify_index": r.modify_index,
     }
 
 
@@ -250,6 +284,11 @@ class WriteTx:
         self._read_cache: dict[str, dict[Any, Any]] = {}
         self.committed = True  # false once rolled back for recording no change
         self.batches: list[pb.ChangeBatch] = []  # what the commit appended to the change log
+        # allocs that became client-terminal and nodes that went down in
+        # this transaction (by id, the index that did it): their service
+        # registrations are removed at commit (`_drop_gone_services`)
+        self._services_gone_allocs: dict[str, int] = {}
+        self._services_gone_nodes: dict[str, int] = {}
 
     @property
     def change_count(self) -> int:
@@ -330,6 +369,8 @@ class WriteTx:
         self._pending.put("nodes", node.id, _node_row(node), node)
         ev = self.event(Topic.NODE, event_type, node.id, index=at, node=node)
         redact(ev.node)
+        if node.status == NodeStatus.DOWN:
+            self._services_gone_nodes[node.id] = at
 
     def put_alloc(
         self,
@@ -344,6 +385,8 @@ class WriteTx:
             alloc.create_time = self.now
         alloc.modify_time = self.now
         self._pending.put("allocs", alloc.id, _alloc_row(alloc), alloc)
+        if alloc.client_status in _CLIENT_TERMINAL:
+            self._services_gone_allocs[alloc.id] = at
         self.event(
             Topic.ALLOCATION,
             event_type,
@@ -392,6 +435,29 @@ class WriteTx:
         self._pending.put("scheduler_config", 1, row, cfg)
         self.event(
             Topic.OPERATOR, "SchedulerConfigUpdated", "scheduler", index=at, scheduler_config=cfg
+        )
+
+    def put_service_registration(
+        self,
+        reg: pb.ServiceRegistration,
+        event_type: str = "ServiceRegistration",
+        *,
+        index: int | None = None,
+    ) -> None:
+        """Upsert one instance of a service (Nomad's ServiceRegistration
+        event). Stamps create/modify index; keep the stored create_index on
+        an update."""
+        at = index or self.index
+        _stamp(reg, at)
+        key = (_ns(reg.namespace), reg.id)
+        self._pending.put("service_registrations", key, _service_row(reg), reg)
+        self.event(
+            Topic.SERVICE,
+            event_type,
+            reg.id,
+            namespace=reg.namespace,
+            index=at,
+            service_registration=reg,
         )
 
     def put_periodic_launch(self, launch: pb.PeriodicLaunch, *, index: int | None = None) -> None:
@@ -489,6 +555,7 @@ class WriteTx:
         key = (_ns(job.namespace), job.id)
         self._pending.delete("jobs", key, key)
         self._pending.delete("job_versions_all", key, key)
+        self._pending.delete("job_submissions_all", key, key)
         self._pending.delete("job_summaries", key, key)
         self.event(
             Topic.JOB,
@@ -500,12 +567,38 @@ class WriteTx:
             job=job,
         )
 
+    def put_job_submission(self, sub: pb.JobSubmission) -> None:
+        """Keep the file a job version was submitted with (bookkeeping
+        beside the version: no event), and forget those of versions more
+        than SUBMISSIONS_KEPT behind it."""
+        key = (_ns(sub.namespace), sub.job_id)
+        self._pending.put("job_submissions", (*key, sub.version), _submission_row(sub), sub)
+        oldest_kept = sub.version - SUBMISSIONS_KEPT + 1
+        if oldest_kept > 0:
+            self._pending.delete("job_submissions_before", key, (*key, oldest_kept))
+
     def delete_periodic_launch(self, namespace: str, job_id: str) -> None:
         key = (_ns(namespace), job_id)
         self._pending.delete("periodic_launches", key, key)
 
+    def delete_service_registration(
+        self, reg: pb.ServiceRegistration, *, index: int | None = None
+    ) -> None:
+        key = (_ns(reg.namespace), reg.id)
+        self._pending.delete("service_registrations", key, key)
+        self.event(
+            Topic.SERVICE,
+            "ServiceDeregistration",
+            reg.id,
+            namespace=reg.namespace,
+            index=index,
+            deleted=True,
+            service_registration=reg,
+        )
+
     def delete_alloc(self, alloc: pb.Allocation, *, index: int | None = None) -> None:
         self._pending.delete("allocs", alloc.id, alloc.id)
+        self._services_gone_allocs[alloc.id] = index or self.index
         self.event(
             Topic.ALLOCATION,
             "AllocationDeleted",
@@ -530,6 +623,7 @@ class WriteTx:
 
     def delete_node(self, node: pb.Node, *, index: int | None = None) -> None:
         self._pending.delete("nodes", node.id, node.id)
+        self._services_gone_nodes[node.id] = index or self.index
         ev = self.event(
             Topic.NODE, "NodeDeregistration", node.id, index=index, deleted=True, node=node
         )
@@ -582,6 +676,18 @@ class WriteTx:
         sql = "SELECT payload FROM job_summaries WHERE namespace = %s AND job_id = %s"
         s: pb.JobSummary | None = await self._one("job_summaries", key, sql, key, pb.JobSummary)
         return s
+
+    async def get_job_submission(
+        self, namespace: str, job_id: str, version: int
+    ) -> pb.JobSubmission | None:
+        key = (_ns(namespace), job_id, version)
+        sql = (
+            "SELECT payload FROM job_submissions WHERE namespace = %s AND id = %s AND version = %s"
+        )
+        sub: pb.JobSubmission | None = await self._one(
+            "job_submissions", key, sql, key, pb.JobSubmission
+        )
+        return sub
 
     async def get_periodic_launch(self, namespace: str, job_id: str) -> pb.PeriodicLaunch | None:
         key = (_ns(namespace), job_id)
@@ -771,6 +877,51 @@ class WriteTx:
             for k in keys:
                 cache[k] = found_jobs.get(k)
 
+    async def get_service_registration(
+        self, namespace: str, reg_id: str
+    ) -> pb.ServiceRegistration | None:
+        key = (_ns(namespace), reg_id)
+        sql = "SELECT payload FROM service_registrations WHERE namespace = %s AND id = %s"
+        reg: pb.ServiceRegistration | None = await self._one(
+            "service_registrations", key, sql, key, pb.ServiceRegistration
+        )
+        return reg
+
+    async def service_registrations_where(
+        self, *, alloc_ids: Sequence[str] = (), node_ids: Sequence[str] = ()
+    ) -> dict[tuple[str, str], pb.ServiceRegistration]:
+        """Registrations of these allocs or nodes, by (namespace, id), with
+        this transaction's own puts and deletes merged in."""
+        allocs, nodes = set(alloc_ids), set(node_ids)
+        out: dict[tuple[str, str], pb.ServiceRegistration] = {}
+        if allocs or nodes:
+            rows = await self._fetch(
+                "SELECT namespace, id, payload FROM service_registrations "
+                "WHERE alloc_id = ANY(%s) OR node_id = ANY(%s)",
+                (sorted(allocs), sorted(nodes)),
+            )
+            out = {(r[0], r[1]): pb.ServiceRegistration.FromString(r[2]) for r in rows}
+        for key, obj in self._pending.objects.get("service_registrations", {}).items():
+            if obj is None:
+                out.pop(key, None)
+            elif obj.alloc_id in allocs or obj.node_id in nodes:
+                out[key] = obj
+        return out
+
+    async def _drop_gone_services(self) -> None:
+        """Nomad's deregisterServicesForTerminalAllocs and its node-down
+        cleanup: the registrations of allocs this transaction made
+        client-terminal (or deleted), and of nodes it marked down (or
+        deleted), go with them, at the same index. Costs a query only when
+        such an alloc or node is in the transaction."""
+        allocs, nodes = self._services_gone_allocs, self._services_gone_nodes
+        if not allocs and not nodes:
+            return
+        gone = await self.service_registrations_where(alloc_ids=list(allocs), node_ids=list(nodes))
+        for reg in gone.values():
+            at = allocs.get(reg.alloc_id) or nodes.get(reg.node_id)
+            self.delete_service_registration(reg, index=at)
+
     async def get_allocs(self, alloc_ids: Sequence[str]) -> dict[str, pb.Allocation]:
         return await self._many("allocs", alloc_ids, pb.Allocation)
 
@@ -905,23 +1056,22 @@ class WriteTx:
     async def _flush(self) -> None:
         """Queue every write of the transaction; with the connection in
         pipeline mode they go to the server together with the COMMIT."""
+        await self._drop_gone_services()
         p = self._pending
         for name, (upsert, bulk, keys) in _UPSERTS.items():
             dels = p.deletes.get(name)
             if dels:
                 await self._delete(name, keys, list(dels.values()))
-            if name == "job_versions":
-                for ns, job_id in (p.deletes.get("job_versions_all") or {}).values():
-                    await self.conn.execute(
-                        "DELETE FROM job_versions WHERE namespace = %s AND id = %s", (ns, job_id)
-                    )
+            for kind, sql in _RANGE_DELETES.get(name, ()):
+                for where in (p.deletes.get(kind) or {}).values():
+                    await self.conn.execute(sql, where)
             rows = p.rows.get(name)
             if not rows:
                 continue
             cols = _COLUMNS[name]
-            if len(rows) == 1:
-                (row,) = rows.values()
-                await self.conn.execute(upsert, tuple(row[c] for c in cols))
+            if len(rows) == 1 or name in _ROW_BY_ROW:
+                for row in rows.values():
+                    await self.conn.execute(upsert, tuple(row[c] for c in cols))
             else:
                 # one statement for any number of rows: a column array each
                 arrays = [[r[c] for r in rows.values()] for c in cols]
@@ -988,11 +1138,29 @@ _KEYS: dict[str, tuple[Table, list[str]]] = {
     "deployments": (_T_DEPLOYMENTS, ["id"]),
     "scheduler_config": (_T_SCHED_CONFIG, ["id"]),
     "periodic_launches": (_T_LAUNCHES, ["namespace", "job_id"]),
+    "service_registrations": (_T_SERVICES, ["namespace", "id"]),
     "namespaces": (_T_NAMESPACES, ["name"]),
     "node_pools": (_T_NODE_POOLS, ["name"]),
     "scaling_policies": (_T_POLICIES, ["id"]),
     "scaling_events": (_T_SCALING_EVENTS, ["namespace", "job_id"]),
+    "job_submissions": (_T_SUBMISSIONS, ["namespace", "id", "version"]),
 }
+#: deletes of many rows of a table by one condition, run before its upserts:
+#: (pending delete kind, statement taking that delete's parameters)
+_RANGE_DELETES: dict[str, tuple[tuple[str, str], ...]] = {
+    "job_versions": (
+        ("job_versions_all", "DELETE FROM job_versions WHERE namespace = %s AND id = %s"),
+    ),
+    "job_submissions": (
+        ("job_submissions_all", "DELETE FROM job_submissions WHERE namespace = %s AND id = %s"),
+        (
+            "job_submissions_before",
+            "DELETE FROM job_submissions WHERE namespace = %s AND id = %s AND version < %s",
+        ),
+    ),
+}
+#: tables with array columns: one upsert per row (unnest would flatten them)
+_ROW_BY_ROW = frozenset({"service_registrations"})
 _UPSERTS: dict[str, tuple[str, str, list[str]]] = {
     name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()
 }
@@ -1095,6 +1263,12 @@ class Database:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
+    async def bookkeeping(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement outside the indexed writes, committed at once: for
+        bookkeeping no reader waits on (a variable lock's lease), never for
+        state a write must decide on. No index, no change-log row."""
+        return await self._query(sql, params)
+
     async def get_node(self, node_id: str) -> pb.Node | None:
         """One node straight from the table (no index taken), with its
         secret's hash: for the state's own checks, never for a reader."""
@@ -1155,6 +1329,17 @@ class Database:
             "last_seen = now()",
             (member_id, role, address, payload),
         )
+
+    async def job_submission(
+        self, namespace: str, job_id: str, version: int
+    ) -> pb.JobSubmission | None:
+        """The stored submission of one job version (read from the
+        database: submissions are not part of the replicated state)."""
+        rows = await self._query(
+            "SELECT payload FROM job_submissions WHERE namespace = %s AND id = %s AND version = %s",
+            (_ns(namespace), job_id, version),
+        )
+        return pb.JobSubmission.FromString(bytes(rows[0][0])) if rows else None
 
     async def members(self, role: str = "", max_age_s: float = 60.0) -> list[tuple[bytes, float]]:
         """Members seen in the last max_age_s seconds: (payload, age seconds)."""

@@ -22,7 +22,7 @@ from corral.runtime.server import GrpcServer
 from corral.security import transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import query, validate
+from services.state import identities, query, validate
 from services.state.app_context import StateContext
 from services.state.heartbeat import Heartbeats
 from services.state.node_identity import redact, require_secret
@@ -237,6 +237,22 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
                 jobs[(a.namespace, a.job_id, a.job_version)] = job
         resp.jobs.extend(jobs.values())
         return resp
+
+    async def SignIdentities(
+        self, request: node_pb2.NodeSignIdentitiesRequest, context: Context
+    ) -> node_pb2.NodeSignIdentitiesResponse:
+        """Workload identities for this node's tasks (services/state/identities.py)."""
+        validate.require_id(request.node_id, "node_id")
+        require_secret(request.secret_id, request.node_id)
+        validate.at_most(
+            len(request.identities), identities.MAX_REQUESTS, "identities", "identities"
+        )
+        self.ctx.keyring.require()
+        node = self.ctx.feed.snapshot().node_by_id(request.node_id)
+        if node is None:
+            raise NotFound(f"node {request.node_id} not found")
+        await self.ctx.node_secrets.check(node, request.secret_id)
+        return await self.ctx.identities.sign(request.node_id, request.identities)
 
     async def List(
         self, request: node_pb2.NodeListRequest, context: Context

@@ -9,7 +9,16 @@ from collections.abc import Sequence
 
 from google.protobuf.struct_pb2 import Struct
 
-from corral.domain import lifecycle, namespaces, node_pools, periodic, scaling, structs
+from corral.domain import (
+    identity,
+    lifecycle,
+    namespaces,
+    node_pools,
+    periodic,
+    scaling,
+    services,
+    structs,
+)
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import (
@@ -35,6 +44,10 @@ MAX_GROUPS = 1_000
 MAX_TASKS_PER_GROUP = 100
 MAX_GROUP_COUNT = 100_000
 MAX_JOB_COUNT = 200_000  # allocs of all groups together
+#: services of a group or a task, checks of a service, tags of a service
+MAX_SERVICES = 100
+MAX_CHECKS = 100
+MAX_TAGS = 256
 _NAME = re.compile(r"^[A-Za-z0-9._/\-]+$")
 _OPERANDS = frozenset(structs.CONSTRAINT_OPERANDS)
 _DELAY_FUNCTIONS = structs.DELAY_FUNCTIONS
@@ -147,6 +160,9 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+            found = identity.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
             problem = lifecycle.lifecycle_problem(task)
             if problem is not None:
                 raise InvalidArgument(f"{tf}.lifecycle.hook", problem)
@@ -157,6 +173,9 @@ def validate_job(job: pb.Job) -> None:
         if problem is not None:
             raise InvalidArgument(f"{f}.tasks", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
+        _service_bounds(tg.services, f"{f}.services")
+        for k, task in enumerate(tg.tasks):
+            _service_bounds(task.services, f"{f}.tasks[{k}].services")
     found = scaling.problem(job)
     if found is not None:
         raise InvalidArgument(*found)
@@ -165,6 +184,19 @@ def validate_job(job: pb.Job) -> None:
         if pool_problem is not None:
             raise InvalidArgument("job.node_pool", pool_problem)
     validate.durations(job, "job")
+    found = services.problem(job)
+    if found is not None:
+        raise InvalidArgument(*found)
+
+
+def _service_bounds(svcs: Sequence[pb.Service], field: str) -> None:
+    validate.at_most(len(svcs), MAX_SERVICES, field, "services")
+    for i, s in enumerate(svcs):
+        validate.at_most(len(s.checks), MAX_CHECKS, f"{field}[{i}].checks", "checks")
+        validate.at_most(len(s.tags), MAX_TAGS, f"{field}[{i}].tags", "tags")
+        validate.at_most(len(s.canary_tags), MAX_TAGS, f"{field}[{i}].canary_tags", "tags")
+        validate.labels(s.meta, f"{field}[{i}].meta")
+        validate.labels(s.canary_meta, f"{field}[{i}].canary_meta")
 
 
 def _reschedule_delays(rp: pb.ReschedulePolicy, field: str) -> None:
@@ -275,6 +307,7 @@ def canonicalize(job: pb.Job) -> pb.Job:
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
             lifecycle.default_log_config(task)
+    services.canonicalize(job)
     scaling.canonicalize(job)
     return job
 
@@ -317,10 +350,13 @@ async def register_job(
     traceparent: str = "",
     trigger: str = Trigger.JOB_REGISTER,
     dispatch: bool = False,
+    submission: pb.JobSubmission | None = None,
 ) -> tuple[pb.Job, pb.Evaluation | None]:
     """Upsert the job (a new version only when its spec changed) and its
     register eval, at the transaction's index. `dispatch`: the state's own
-    Job.Dispatch writing a child, the one writer of a new dispatched job."""
+    Job.Dispatch writing a child, the one writer of a new dispatched job.
+    `submission`: the file it came from, kept with the version unless that
+    version already has one (Nomad's updateJobSubmission)."""
     job = copy_msg(job)
     await admit(tx, job)
     scaling.canonicalize(job)  # targets name this job (a dispatched child, a revert)
@@ -349,6 +385,13 @@ async def register_job(
         job.stable = False
         scaling_writes.update_policies(tx, current, job)
         tx.put_job(job)
+    if submission is not None and (
+        await tx.get_job_submission(job.namespace, job.id, job.version) is None
+    ):
+        sub = copy_msg(submission)
+        sub.namespace, sub.job_id = job.namespace, job.id
+        sub.version, sub.job_modify_index = job.version, job.job_modify_index
+        tx.put_job_submission(sub)
     if await _record_launch(tx, job):
         trigger = Trigger.PERIODIC_JOB  # Nomad's dispatcher evals its children so
     ev: pb.Evaluation | None = None
