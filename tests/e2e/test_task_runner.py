@@ -578,12 +578,15 @@ def test_signal_and_restart_through_the_cli_and_the_http_api(dev: Dev) -> None:
     n = dev.nomad()
     n.client.allocation.signal_allocation(a.id, "SIGHUP", "web")
     wait_for("the HTTP API's signal", lambda: "got HUP" in dev.log(a, "web"))
-    signaled = [
-        e.display_message
-        for e in _get(dev, a.id).task_states["web"].events
-        if e.type == "Signaling"
-    ]
-    assert signaled == ["Task being sent signal SIGUSR1", "Task being sent signal SIGHUP"]
+
+    def signaled() -> list[str]:
+        events = _get(dev, a.id).task_states["web"].events
+        return [e.display_message for e in events if e.type == "Signaling"]
+
+    wait_for(
+        "both Signaling events reported",
+        lambda: signaled() == ["Task being sent signal SIGUSR1", "Task being sent signal SIGHUP"],
+    )
 
     # restarts asked for are not counted: the policy allows none
     dev.ok("alloc", "restart", a.id, "web")
@@ -591,10 +594,14 @@ def test_signal_and_restart_through_the_cli_and_the_http_api(dev: Dev) -> None:
     n.client.allocation.restart_allocation(a.id)
     wait_for("the HTTP API's restart", lambda: dev.log(a, "web").count("start") == 3)
     now = wait_for(
-        "the restarts reported",
-        lambda: (x := _get(dev, a.id)).task_states["web"].restarts == 2 and x,
+        "the restarts reported, running again",
+        lambda: (
+            (x := _get(dev, a.id)).task_states["web"].restarts == 2
+            and x.client_status == "running"
+            and x
+        ),
     )
-    assert now.client_status == "running" and not now.task_states["web"].failed
+    assert not now.task_states["web"].failed
     reasons = [
         e.display_message for e in now.task_states["web"].events if e.type == "Restart Signaled"
     ]
