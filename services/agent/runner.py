@@ -23,6 +23,7 @@ from opentelemetry import trace
 from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
 from corral.domain.jobspec.duration import format_duration
+from corral.domain.lifecycle import DEFAULT_LOG_MAX_FILE_SIZE_MB, DEFAULT_LOG_MAX_FILES
 from corral.domain.structs import ClientStatus, DesiredStatus, TaskStateName, copy_msg
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
@@ -194,7 +195,12 @@ class TaskRunner:
         return min(asked, self.ar.max_kill_timeout)
 
     def kill_signal(self) -> int:
-        return parse_signal(self.task.kill_signal or "SIGTERM")
+        """The task's kill_signal (SIGTERM by default, and for a name this
+        node does not know, as Nomad's executor falls back)."""
+        try:
+            return parse_signal(self.task.kill_signal or "SIGTERM")
+        except ValueError:
+            return parse_signal("SIGTERM")
 
     # ---------------------------------------------------------------- state
 
@@ -287,8 +293,8 @@ class TaskRunner:
                 cpu_mhz=r.cpu, cores=r.cores, memory_mb=r.memory_mb, memory_max_mb=r.memory_max_mb
             ),
             user=self.task.user,
-            log_max_files=logs.max_files or 10,
-            log_max_file_size_mb=logs.max_file_size_mb or 10,
+            log_max_files=logs.max_files or DEFAULT_LOG_MAX_FILES,
+            log_max_file_size_mb=logs.max_file_size_mb or DEFAULT_LOG_MAX_FILE_SIZE_MB,
             logs_disabled=logs.disabled,
         )
 
@@ -1035,6 +1041,11 @@ class AllocRunner:
         self.alloc = alloc
         if job is not None:
             self.job = job
+            tg = structs.task_group(job, alloc.task_group)
+            for t in self.tasks:  # the next start runs the new version (Nomad's tr.Update)
+                task = next((x for x in tg.tasks if x.name == t.name), None) if tg else None
+                if task is not None:
+                    t.task = task
         if alloc.desired_transition.no_shutdown_delay:
             self.no_shutdown_delay.set()
         if self.services is not None:
