@@ -143,3 +143,20 @@ def test_the_state_checks_jobs_sent_without_the_parser() -> None:
         t.ClearField("log_config")
     filled = canonicalize(bare)  # a gRPC client's job: Nomad's defaults filled in
     assert all(t.log_config.max_files == 10 for t in filled.task_groups[0].tasks)
+
+
+def test_lifecycle_and_logs_survive_the_apis_json_both_ways() -> None:
+    """What the gateway answers for a job (Nomad's api.Job) is a job it takes."""
+    from services.gateway.mapping import jobs as job_map
+
+    job = canonicalize(parse_job(HCL % "", "j.hcl"))
+    nomad = job_map.job(job)
+    init = nomad["TaskGroups"][0]["Tasks"][0]
+    assert init["Lifecycle"] == {"Hook": "prestart", "Sidecar": False}
+    assert init["LogConfig"] == {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False}
+    main = nomad["TaskGroups"][0]["Tasks"][2]
+    assert main["Lifecycle"] is None
+    back = jobspec_json.from_nomad(json.loads(json.dumps(nomad)))
+    for before, after in zip(job.task_groups[0].tasks, back.task_groups[0].tasks, strict=True):
+        assert before.lifecycle == after.lifecycle
+        assert before.log_config == after.log_config
