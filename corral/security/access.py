@@ -177,6 +177,8 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Alloc/Stop": PER_OBJECT,
     "/corral.v1.ClientAlloc/Logs": PER_OBJECT,
     "/corral.v1.ClientAlloc/Stats": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
     "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
     "/corral.v1.Evals/Get": PER_OBJECT,

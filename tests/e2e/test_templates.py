@@ -313,14 +313,16 @@ def test_a_changed_variable_restarts_or_signals(running: Dev) -> None:
 
     restarted = running.serving("web", has="DB_PASSWORD=second-pw")
     assert restarted["env"] == "second-pw" and restarted["pid"] != first["web"]["pid"]
-    events = running.events("web", "server")
-    assert ("Restart Signaled", "Template with change_mode restart re-rendered") in events
+    # the agent batches its task state updates: wait for the event to arrive
+    restart_event = ("Restart Signaled", "Template with change_mode restart re-rendered")
+    wait_for("web's restart event", lambda: restart_event in running.events("web", "server"))
     assert running.task_state("web", "server")["Restarts"] >= 1
 
     signaled = running.serving("websig", has="DB_PASSWORD=second-pw")
     # the same process: signalled, not restarted (its env template is noop)
     assert signaled["pid"] == first["websig"]["pid"] and signaled["env"] == "first-pw"
-    assert ("Signaling", "Template re-rendered") in running.events("websig", "server")
+    signal_event = ("Signaling", "Template re-rendered")
+    wait_for("websig's signal event", lambda: signal_event in running.events("websig", "server"))
     assert running.task_state("websig", "server")["Restarts"] == 0
 
 

@@ -22,8 +22,6 @@ UNSUPPORTED = frozenset(
         "consul",
         "volume",
         "volume_mount",
-        "lifecycle",
-        "logs",
         "csi_plugin",
         "connect",
         "multiregion",

@@ -39,6 +39,7 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
@@ -62,6 +63,8 @@ _IGNORED = frozenset(
         "VaultToken",
         "VaultNamespace",
         "ConsulNamespace",
+        # LogConfig's old field, ignored by Nomad since 1.5.4 (Disabled replaced it)
+        "Enabled",
     }
 )
 _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {
