@@ -164,6 +164,12 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Alloc/Stop": PER_OBJECT,
     "/corral.v1.ClientAlloc/Logs": PER_OBJECT,
     "/corral.v1.ClientAlloc/Stats": PER_OBJECT,
+    # alloc-exec (and alloc-node-exec without file system isolation)
+    "/corral.v1.ClientAlloc/Exec": PER_OBJECT,
+    # read-fs in the alloc's namespace
+    "/corral.v1.ClientFS/List": PER_OBJECT,
+    "/corral.v1.ClientFS/Stat": PER_OBJECT,
+    "/corral.v1.ClientFS/Stream": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
     "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
     "/corral.v1.Evals/Get": PER_OBJECT,

@@ -88,6 +88,13 @@ class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type
         return await continuation(self._details(details), request)
 
 
+class _BidiMetadata(_Metadata, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+    async def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return await continuation(self._details(details), request_iterator)
+
+
 def call_metadata(
     settings: SecuritySettings, *, peer: certs.Role = "server", token: str = ""
 ) -> list[tuple[str, str]]:
@@ -192,7 +199,7 @@ def dial(
     # metrics innermost (where grpc's own call object is seen)
     interceptors: list[grpc.aio.ClientInterceptor] | None = [
         *telemetry.client_interceptors(),
-        *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+        *((_UnaryMetadata(pairs), _StreamMetadata(pairs), _BidiMetadata(pairs)) if pairs else ()),
         *rpc_metrics.client_interceptors(),
     ] or None
     opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
@@ -206,7 +213,11 @@ def dial(
     )
 
 
-class _SyncMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class _SyncMetadata(  # type: ignore[misc]
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
         self.pairs = pairs
 
@@ -225,6 +236,11 @@ class _SyncMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
+
+    def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return continuation(self._details(details), request_iterator)
 
 
 class _SyncDetails(grpc.ClientCallDetails):  # type: ignore[misc]

@@ -29,6 +29,7 @@ from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import drivers as task_drivers
 from services.agent import metrics
+from services.agent.artifacts import Getter, getter_settings
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
 from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
@@ -103,6 +104,12 @@ def fingerprint(
         node.drivers[name].CopyFrom(info)
         if info.detected and info.healthy:
             node.attributes[f"driver.{name}"] = "1"
+    for volume in settings.host_volumes():
+        node.host_volumes[volume.name].CopyFrom(
+            pb.ClientHostVolumeConfig(
+                name=volume.name, path=volume.path, read_only=volume.read_only
+            )
+        )
     return node
 
 
@@ -134,6 +141,7 @@ class Agent:
         self.drivers = task_drivers.build(settings.drivers, self.cgroups, settings.exec_settings())
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.host_stats = HostStats(settings.data_dir, self.compute)
+        self.getter = Getter(getter_settings(settings))
         self.node.id, self.node.secret_id = self._identity()
         self.runners: dict[str, AllocRunner] = {}
         self.jobs: dict[tuple[str, str, int], pb.Job] = {}
@@ -329,7 +337,13 @@ class Agent:
                     log.warning("alloc %s: job version %d unknown", alloc.id, alloc.job_version)
                     continue
                 runner = AllocRunner(
-                    alloc, job, self.drivers, self.settings.data_dir, self._mark, node=self.node
+                    alloc,
+                    job,
+                    self.drivers,
+                    self.settings.data_dir,
+                    self._mark,
+                    node=self.node,
+                    getter=self.getter,
                 )
                 self.runners[alloc.id] = runner
                 log.info(

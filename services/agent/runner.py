@@ -17,16 +17,18 @@ from opentelemetry import trace
 
 from corral.domain import structs
 from corral.domain.dispatch import payload_file_problem
+from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
-from services.agent import metrics, taskenv
+from services.agent import metrics, taskenv, volume_hook
 from services.agent.allocdir import (
     CHROOT_ALLOC_DIR,
     CHROOT_LOCAL_DIR,
     CHROOT_SECRETS_DIR,
     AllocDir,
 )
+from services.agent.artifacts import ArtifactError, Getter, artifact_key
 from services.agent.cpuset import Compute
 from services.agent.drivers import (
     Driver,
@@ -87,8 +89,10 @@ class TaskRunner:
         node: pb.Node,
         *,
         state_dir: Path,
+        getter: Getter | None = None,
     ) -> None:
-        """`state_dir` is where the task's executor keeps its files."""
+        """`state_dir` is where the task's executor keeps its files;
+        `getter` fetches its artifacts."""
         self.alloc = alloc
         self.job = job
         self.task = task
@@ -98,6 +102,9 @@ class TaskRunner:
         self.task_dir = alloc_dir.task(task.name)
         self.dir = self.task_dir.dir
         self.state_dir = state_dir
+        self.getter = getter or Getter()
+        #: the artifacts fetched already (not fetched again on a restart)
+        self.fetched: set[str] = set()
         self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
@@ -152,8 +159,12 @@ class TaskRunner:
             resources=self.resources(),
         )
 
+    def group(self) -> pb.TaskGroup:
+        return structs.task_group(self.job, self.alloc.task_group) or pb.TaskGroup()
+
     def task_config(self, env: taskenv.TaskEnv) -> TaskConfig:
         r = self.resources()
+        mounts = volume_hook.mounts(self.alloc, self.group(), self.task, self.node, env)
         return TaskConfig(
             alloc_id=self.alloc.id,
             name=self.task.name,
@@ -165,6 +176,22 @@ class TaskRunner:
                 cpu_mhz=r.cpu, cores=r.cores, memory_mb=r.memory_mb, memory_max_mb=r.memory_max_mb
             ),
             user=self.task.user,
+            mounts=mounts,
+        )
+
+    async def fetch_artifacts(self, env: taskenv.TaskEnv) -> None:
+        """Nomad's artifact hook, before every start: what was not fetched
+        yet ("Downloading Artifacts"); ArtifactError when one fails."""
+        if all(artifact_key(a) in self.fetched for a in self.task.artifacts):
+            return
+        self._event("Downloading Artifacts", "Client is downloading artifacts")
+        await self.getter.fetch_all(
+            list(self.task.artifacts),
+            env,
+            self.task_dir,
+            user=self.task.user or ("nobody" if self.task.driver in CHROOT_DRIVERS else ""),
+            staging=self.state_dir / "artifacts",
+            done=self.fetched,
         )
 
     def write_payload(self) -> None:
@@ -191,13 +218,25 @@ class TaskRunner:
             self.write_payload()
         except (OSError, ValueError) as exc:
             self._setup_failed(f"failed to write the dispatch payload: {exc}")
+        try:
+            volume_hook.check(
+                self.alloc, self.group(), self.task, self.node, self.driver.capabilities
+            )
+        except volume_hook.VolumeError as exc:
+            self._setup_failed(str(exc))
         while not self._killing:
             try:
                 env = self.task_env()
+                await self.fetch_artifacts(env)
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
                     span.set_attribute("driver", self.task.driver)
                     self._handle = await self.driver.start(self.task_config(env))
+            except ArtifactError as exc:
+                # a failed start for the restart policy (Nomad's recoverable error)
+                self.started.set()
+                result = ExitResult(exit_code=-1, error=str(exc))
+                self._event("Failed Artifact Download", str(exc), download_error=str(exc))
             except Exception as exc:
                 self.started.set()
                 if not isinstance(exc, DriverError | OSError | ValueError):
@@ -273,6 +312,11 @@ class TaskRunner:
             signal=result.signal,
         )
 
+    @property
+    def handle(self) -> TaskHandle | None:
+        """The current run's (None between runs)."""
+        return self._handle
+
     def sample_usage(self) -> pb.TaskResourceUsage | None:
         """A fresh reading of the running task's resources (None when it is
         not running or cannot be measured)."""
@@ -307,6 +351,7 @@ class AllocRunner:
         on_change: Callable[[AllocRunner], None],
         *,
         node: pb.Node | None = None,
+        getter: Getter | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
         `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
@@ -345,6 +390,7 @@ class AllocRunner:
                     lambda: self.on_change(self),
                     node if node is not None else pb.Node(id=alloc.node_id),
                     state_dir=data_dir / "executor" / f"{alloc.id}.{task.name}",
+                    getter=getter,
                 )
             )
         self._task: asyncio.Task[None] | None = None
@@ -400,6 +446,24 @@ class AllocRunner:
 
     def task_names(self) -> list[str]:
         return [t.task.name for t in self.tasks]
+
+    @property
+    def job_id(self) -> str:
+        return self.alloc.job_id
+
+    def exec_target(self, task: str) -> tuple[Driver, TaskHandle, TaskConfig]:
+        """What `alloc exec` runs a command with: the task's driver, its
+        running handle and its config (Nomad's checks and codes: an unknown
+        task is a bad request, one not started or not running not found)."""
+        runner = next((t for t in self.tasks if t.task.name == task), None)
+        if runner is None:
+            raise InvalidArgument("task", f"unknown task name {task!r}")
+        if not runner.state.started_at:
+            raise NotFound(f"task {task!r} not started yet.")
+        handle = runner.handle
+        if handle is None or runner.state.state != TaskStateName.RUNNING:
+            raise NotFound(f"task {task!r} is not running.")
+        return runner.driver, handle, runner.task_config(runner.task_env())
 
     def sample_usage(self) -> None:
         """Read every running task's resources (the agent's stats loop)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.domain import scaling
+from corral.domain import artifacts, scaling
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
 
@@ -140,6 +140,8 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit
                 )
+            for artifact in task.artifacts:
+                artifacts.canonicalize(artifact)
     scaling.canonicalize(job)
 
 

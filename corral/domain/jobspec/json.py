@@ -37,6 +37,7 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "SELinuxLabel": "selinux_label",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.

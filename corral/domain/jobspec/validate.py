@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import driver_config, periodic, scaling
+from corral.domain import artifacts, driver_config, periodic, scaling, volumes
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
@@ -86,9 +86,9 @@ def check(job: pb.Job) -> None:
         _one_of(job.parameterized.payload, PAYLOAD, "job.parameterized.payload")
     if job.HasField("periodic") and job.HasField("parameterized"):
         raise FieldProblem("job.periodic", "a job cannot be both periodic and parameterized")
-    found = scaling.problem(job)
-    if found is not None:
-        raise FieldProblem(*found)
+    for found in (scaling.problem(job), volumes.problem(job), artifacts.problem(job)):
+        if found is not None:
+            raise FieldProblem(*found)
 
     groups: set[str] = set()
     for gi, tg in enumerate(job.task_groups):

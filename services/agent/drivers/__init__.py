@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from services.agent.cgroups import CgroupManager
 from services.agent.drivers.base import (
+    FS_CHROOT,
+    FS_NONE,
+    Capabilities,
     Driver,
     DriverError,
+    ExecSession,
     ExitResult,
+    Mount,
     TaskConfig,
     TaskHandle,
     TaskResources,
@@ -22,13 +27,18 @@ from services.agent.drivers.mock import MockDriver
 from services.agent.drivers.rawexec import RawExecDriver
 
 __all__ = [
+    "FS_CHROOT",
+    "FS_NONE",
     "KNOWN",
+    "Capabilities",
     "Driver",
     "DriverError",
     "ExecDriver",
+    "ExecSession",
     "ExecSettings",
     "ExitResult",
     "MockDriver",
+    "Mount",
     "RawExecDriver",
     "TaskConfig",
     "TaskHandle",

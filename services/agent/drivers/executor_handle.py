@@ -158,6 +158,13 @@ class ExecutorHandle:
             else:
                 os.kill(self.pid, sig)
 
+    def open_pidfd(self) -> int | None:
+        """A new pidfd of the process to signal (the exec task's init), for
+        an exec session to enter its namespaces; None once it is gone."""
+        if self._pidfd is None or self._result.done():
+            return None
+        return os.dup(self._pidfd)
+
     async def signal(self, sig: int) -> None:
         if not self._result.done():
             self._send(sig)

@@ -12,7 +12,15 @@ from typing import Any
 
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import Usage
-from services.agent.drivers.base import DriverError, ExitResult, TaskConfig, parse_duration
+from services.agent.drivers.base import (
+    Capabilities,
+    DriverError,
+    ExecSession,
+    ExitResult,
+    TaskConfig,
+    TaskHandle,
+    parse_duration,
+)
 
 
 class MockHandle:
@@ -53,6 +61,9 @@ class MockHandle:
 
 class MockDriver:
     name = "mock"
+    #: nothing runs, so there is nothing to exec into; mounts are accepted
+    #: (and, like everything else here, pretended)
+    capabilities = Capabilities(mounts=True)
     _next_pid = 1_000_000
 
     def fingerprint(self) -> pb.DriverInfo:
@@ -72,3 +83,8 @@ class MockDriver:
             int(config.get("exit_code", 0)),
             MockDriver._next_pid,
         )
+
+    async def exec_task(
+        self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool
+    ) -> ExecSession:
+        raise DriverError("the mock driver runs no process: alloc exec is not supported for it")

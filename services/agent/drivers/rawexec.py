@@ -1,7 +1,10 @@
 """`raw_exec`: the command as a process of the agent's own machine, no
 isolation (Nomad's raw_exec). When the agent runs as root with cgroups the
 task still gets its own cgroup — memory limit, CPU shares, cores and usage
-— as Nomad's raw_exec does."""
+— as Nomad's raw_exec does. It mounts nothing (Nomad's raw_exec has no
+mount support: a task with a volume_mount fails to set up), and `alloc
+exec` runs on the host, in the task's directory, cgroup and environment,
+as its user — which is why Nomad asks alloc-node-exec for it."""
 
 from __future__ import annotations
 
@@ -10,9 +13,11 @@ import shutil
 from corral.domain import driver_config
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import CgroupManager
-from services.agent.drivers.base import DriverError, TaskConfig
+from services.agent.drivers.base import Capabilities, DriverError, TaskConfig, TaskHandle
 from services.agent.drivers.executor_handle import ExecutorHandle
 from services.agent.drivers.limits import create_cgroup
+from services.agent.execsession import HelperSession
+from services.agent.executor.session import ExecSpec
 from services.agent.executor.spec import LaunchSpec
 
 
@@ -27,6 +32,7 @@ def check_config(driver: str, cfg: TaskConfig) -> None:
 
 class RawExecDriver:
     name = "raw_exec"
+    capabilities = Capabilities(exec=True)
 
     def __init__(self, cgroups: CgroupManager | None = None) -> None:
         self.cgroups = cgroups
@@ -58,3 +64,18 @@ class RawExecDriver:
             if cgroup is not None and self.cgroups is not None:
                 self.cgroups.remove(cgroup)
             raise
+
+    async def exec_task(
+        self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool
+    ) -> HelperSession:
+        if not isinstance(handle, ExecutorHandle):
+            raise DriverError("the task is not running under an executor")
+        spec = ExecSpec(
+            command=command,
+            env=cfg.env,
+            cwd=str(cfg.driver_config.get("work_dir") or cfg.task_dir.local),
+            user=cfg.user,
+            cgroup_procs=handle.cgroup.procs_files if handle.cgroup is not None else [],
+            tty=tty,
+        )
+        return await HelperSession.start(spec, None)

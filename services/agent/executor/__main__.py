@@ -30,13 +30,6 @@ def _answer(**reply: object) -> None:
     sys.stdout.flush()
 
 
-def _read_all(fd: int) -> bytes:
-    out = b""
-    while chunk := os.read(fd, 65536):
-        out += chunk
-    return out
-
-
 def _oom_kills(paths: list[str]) -> int:
     """The oom_kill counters of the task's memory cgroup (v1
     memory.oom_control, v2 memory.events)."""
@@ -85,7 +78,7 @@ def run(spec: LaunchSpec) -> int:
     os.close(lifeline_r)
     os.close(stdout)
     os.close(stderr)
-    problem = _read_all(errors_r).decode(errors="replace")
+    problem = launch.read_all(errors_r).decode(errors="replace")
     os.close(errors_r)
     if problem:
         os.waitpid(child, 0)
@@ -93,7 +86,7 @@ def run(spec: LaunchSpec) -> int:
         return 0
     _answer(pid=child)
     _, status = os.waitpid(child, 0)
-    reported = _read_all(results_r).strip()
+    reported = launch.read_all(results_r).strip()
     os.close(results_r)
     if reported.isdigit():
         status = int(reported)  # the task's own status, relayed by its init

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from google.protobuf.struct_pb2 import Struct
 
-from corral.domain import namespaces, node_pools, periodic, scaling, structs
+from corral.domain import artifacts, namespaces, node_pools, periodic, scaling, structs, volumes
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import (
@@ -148,9 +148,9 @@ def validate_job(job: pb.Job) -> None:
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
-    found = scaling.problem(job)
-    if found is not None:
-        raise InvalidArgument(*found)
+    for found in (scaling.problem(job), volumes.problem(job), artifacts.problem(job)):
+        if found is not None:
+            raise InvalidArgument(*found)
     if job.node_pool:
         pool_problem = node_pools.name_problem(job.node_pool)
         if pool_problem is not None:
@@ -265,6 +265,8 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            for artifact in task.artifacts:
+                artifacts.canonicalize(artifact)
     scaling.canonicalize(job)
     return job
 
