@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import shlex
 import sys
 
 import grpc
@@ -19,7 +20,13 @@ from cli.diff_output import write_job_diff
 from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
-from corral.domain.jobspec import JobspecError, load_job, var_inputs
+from corral.domain.jobspec import (
+    JobspecError,
+    parse_job,
+    read_job_file,
+    submission,
+    var_inputs,
+)
 from corral.domain.jobspec.duration import format_duration
 from corral.domain.structs import EvalStatus
 from corral.runtime import telemetry
@@ -69,8 +76,14 @@ def _var_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> pb.Job:
+    return _load_with_source(args)[0]
+
+
+def _load_with_source(args: argparse.Namespace) -> tuple[pb.Job, pb.JobSubmission]:
+    """The job and what registering it keeps of its file (`job inspect -hcl`)."""
     inputs = var_inputs(args.vars, args.var_files, strict=args.hcl2_strict)
-    return load_job(args.file, inputs)
+    text, name = read_job_file(args.file)
+    return parse_job(text, name, inputs), submission(text, inputs)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -146,6 +159,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = jobs.add_parser("inspect", help="Print a job's registered specification as JSON")
     p.add_argument("job")
     p.add_argument("-version", "--version", dest="version", type=int, default=None)
+    p.add_argument(
+        "-hcl",
+        "--hcl",
+        dest="hcl",
+        action="store_true",
+        help="print the job file it was submitted with (not with -json)",
+    )
+    p.add_argument(
+        "-with-vars", "--with-vars", dest="with_vars", action="store_true",
+        help="with -hcl: the variable values it was submitted with too",
+    )  # fmt: skip
     p.add_argument("-namespace", "--namespace", default="")
     common(p, json=True)
     p.set_defaults(func=cmd_inspect)
@@ -295,8 +319,8 @@ def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _run(args: argparse.Namespace, ctx: Context) -> int:
-    job = _load(args)
-    req = job_pb2.JobRegisterRequest(job=job)
+    job, source = _load_with_source(args)
+    req = job_pb2.JobRegisterRequest(job=job, submission=source)
     if args.check_index is not None:
         req.enforce_index = True
         req.job_modify_index = args.check_index
@@ -778,7 +802,13 @@ def cmd_deployments(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, ctx: Context) -> int:
+    if args.hcl and args.json:
+        raise CliError("-json and -hcl cannot be used together")
+    if args.with_vars and not args.hcl:
+        raise CliError("-with-vars can only be used with -hcl")
     job = resolve_job(ctx, args.job, args.namespace)
+    if args.hcl:
+        return _inspect_source(ctx, job, args.version, args.with_vars)
     if args.version is not None and args.version != job.version:
         match = [v for v in _versions(ctx, job, False).versions if v.version == args.version]
         if not match:
@@ -786,6 +816,34 @@ def cmd_inspect(args: argparse.Namespace, ctx: Context) -> int:
         job = match[0]
     # Nomad prints the job as JSON; the output is a valid job file for `job run`.
     print_json({"job": _d(job)}, ctx.out)
+    return 0
+
+
+def _inspect_source(ctx: Context, job: pb.Job, version: int | None, with_vars: bool) -> int:
+    """Nomad's `job inspect -hcl [-with-vars]`: the file as submitted on
+    standard output; with -with-vars, how to run it again with the values it
+    was submitted with, on standard error (as Nomad prints it)."""
+    req = job_pb2.JobSubmissionRequest(
+        job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+    )
+    if version is not None:
+        req.version = version
+    sub = ctx.client.jobs.GetSubmission(req, timeout=30).submission
+    ctx.out.write(sub.source if sub.source.endswith("\n") else sub.source + "\n")
+    if with_vars:
+        args: list[str] = []  # the file names its namespace
+        for name, value in sorted(sub.variable_flags.items()):
+            args += ["-var", f"{name}={value}"]
+        for line in sub.variables.splitlines():
+            name, eq, value = line.partition("=")
+            if eq and name.strip():
+                args += ["-var", f"{name.strip()}={value.strip()}"]
+        run = " ".join(shlex.quote(a) for a in [*args, "-"])
+        ctx.err.write(
+            "\nTo run this job as originally submitted:\n\n"
+            f"$ corral job inspect -namespace {shlex.quote(job.namespace)} -hcl "
+            f"{shlex.quote(job.id)} |\n    corral job run {run}\n"
+        )
     return 0
 
 

@@ -157,6 +157,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),
     "/corral.v1.Job/Evaluations": ns(READ_JOB),
+    "/corral.v1.Job/GetSubmission": ns(READ_JOB),
     "/corral.v1.Periodic/Force": ns(SUBMIT_JOB),
     # allocs, evals, deployments: the namespace is the stored object's
     "/corral.v1.Alloc/List": ns(READ_JOB, handler=True),

@@ -30,6 +30,7 @@ class JobRegisterRequest(_message.Message):
     JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
     EVAL_PRIORITY_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
+    SUBMISSION_FIELD_NUMBER: _builtins.int
     enforce_index: _builtins.bool
     """Optimistic concurrency: with enforce_index, register only if the job's
     current job_modify_index equals job_modify_index (0 = must not exist).
@@ -40,6 +41,14 @@ class JobRegisterRequest(_message.Message):
     traceparent: _builtins.str
     @_builtins.property
     def job(self) -> _structs_pb2.Job: ...
+    @_builtins.property
+    def submission(self) -> _structs_pb2.JobSubmission:
+        """The job file as submitted, kept with the version this registration
+        creates (its namespace, job id, version and index are set by the state;
+        one larger than the state's job_max_source_size is discarded with a
+        warning, the job still registered).
+        """
+
     def __init__(
         self,
         *,
@@ -48,10 +57,11 @@ class JobRegisterRequest(_message.Message):
         job_modify_index: _builtins.int = ...,
         eval_priority: _builtins.int = ...,
         traceparent: _builtins.str = ...,
+        submission: _structs_pb2.JobSubmission | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job", "submission", b"submission"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforce_index", b"enforce_index", "eval_priority", b"eval_priority", "job", b"job", "job_modify_index", b"job_modify_index", "traceparent", b"traceparent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enforce_index", b"enforce_index", "eval_priority", b"eval_priority", "job", b"job", "job_modify_index", b"job_modify_index", "submission", b"submission", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -547,6 +557,59 @@ class JobListResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobListResponse: _TypeAlias = JobListResponse  # noqa: Y015
+
+@_typing.final
+class JobSubmissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    version: _builtins.int
+    """The job version; unset = the job's current version."""
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryOptions: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        version: _builtins.int | None = ...,
+        query: _query_pb2.QueryOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_version", b"_version", "query", b"query", "version", b"version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_version", b"_version", "job_id", b"job_id", "query", b"query", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__version: _TypeAlias = _typing.Literal["version"]  # noqa: Y015
+    _WhichOneofArgType__version: _TypeAlias = _typing.Literal["_version", b"_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__version) -> _WhichOneofReturnType__version | None: ...
+
+Global___JobSubmissionRequest: _TypeAlias = JobSubmissionRequest  # noqa: Y015
+
+@_typing.final
+class JobSubmissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBMISSION_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def submission(self) -> _structs_pb2.JobSubmission: ...
+    @_builtins.property
+    def meta(self) -> _query_pb2.QueryMeta: ...
+    def __init__(
+        self,
+        *,
+        submission: _structs_pb2.JobSubmission | None = ...,
+        meta: _query_pb2.QueryMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "submission", b"submission"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "submission", b"submission"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobSubmissionResponse: _TypeAlias = JobSubmissionResponse  # noqa: Y015
 
 @_typing.final
 class JobVersionsRequest(_message.Message):

@@ -99,6 +99,11 @@ class JobStub:
                 request_serializer=corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobEvaluationsResponse.FromString,
                 _registered_method=True)
+        self.GetSubmission = channel.unary_unary(
+                '/corral.v1.Job/GetSubmission',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobSubmissionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobSubmissionResponse.FromString,
+                _registered_method=True)
 
 
 class JobServicer:
@@ -190,6 +195,13 @@ class JobServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSubmission(self, request, context):
+        """The source a job version was submitted with (Nomad's job submission).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -257,6 +269,11 @@ def add_JobServicer_to_server(servicer, server):
                     servicer.Evaluations,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobGetRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobEvaluationsResponse.SerializeToString,
+            ),
+            'GetSubmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSubmission,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobSubmissionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobSubmissionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -610,6 +627,33 @@ class Job:
             '/corral.v1.Job/Evaluations',
             corral_dot_v1_dot_job__pb2.JobGetRequest.SerializeToString,
             corral_dot_v1_dot_job__pb2.JobEvaluationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSubmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/GetSubmission',
+            corral_dot_v1_dot_job__pb2.JobSubmissionRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobSubmissionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,8 @@ class JobStub:
     Summary: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobSummaryResponse]
     Allocations: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobAllocationsResponse]
     Evaluations: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobEvaluationsResponse]
+    GetSubmission: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobSubmissionRequest, _job_pb2.JobSubmissionResponse]
+    """The source a job version was submitted with (Nomad's job submission)."""
 
 @_typing.type_check_only
 class JobAsyncStub(JobStub):
@@ -81,6 +83,8 @@ class JobAsyncStub(JobStub):
     Summary: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobSummaryResponse]  # type: ignore[assignment]
     Allocations: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobAllocationsResponse]  # type: ignore[assignment]
     Evaluations: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobEvaluationsResponse]  # type: ignore[assignment]
+    GetSubmission: _aio.UnaryUnaryMultiCallable[_job_pb2.JobSubmissionRequest, _job_pb2.JobSubmissionResponse]  # type: ignore[assignment]
+    """The source a job version was submitted with (Nomad's job submission)."""
 
 class JobServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -183,5 +187,13 @@ class JobServicer(metaclass=_abc_1.ABCMeta):
         request: _job_pb2.JobGetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_pb2.JobEvaluationsResponse, _abc.Awaitable[_job_pb2.JobEvaluationsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetSubmission(
+        self,
+        request: _job_pb2.JobSubmissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobSubmissionResponse, _abc.Awaitable[_job_pb2.JobSubmissionResponse]]:
+        """The source a job version was submitted with (Nomad's job submission)."""
 
 def add_JobServicer_to_server(servicer: JobServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

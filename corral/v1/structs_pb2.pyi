@@ -1639,6 +1639,81 @@ class TaskGroup(_message.Message):
 Global___TaskGroup: _TypeAlias = TaskGroup  # noqa: Y015
 
 @_typing.final
+class JobSubmission(_message.Message):
+    """The job file a job version was submitted with (Nomad's JobSubmission):
+    kept for the newest versions so `job inspect -hcl` and the UI can show
+    and resubmit what was written, variables included.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class VariableFlagsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    VARIABLE_FLAGS_FIELD_NUMBER: _builtins.int
+    VARIABLES_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    """the file's text"""
+    format: _builtins.str
+    """"hcl2" or "json" """
+    variables: _builtins.str
+    """var files' text, concatenated"""
+    namespace: _builtins.str
+    """set by the state"""
+    job_id: _builtins.str
+    """set by the state"""
+    version: _builtins.int
+    """set by the state"""
+    job_modify_index: _builtins.int
+    """set by the state"""
+    @_builtins.property
+    def variable_flags(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """-var and NOMAD_VAR_* values, by name"""
+
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        format: _builtins.str = ...,
+        variable_flags: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        variables: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        version: _builtins.int = ...,
+        job_modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["format", b"format", "job_id", b"job_id", "job_modify_index", b"job_modify_index", "namespace", b"namespace", "source", b"source", "variable_flags", b"variable_flags", "variables", b"variables", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobSubmission: _TypeAlias = JobSubmission  # noqa: Y015
+
+@_typing.final
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -33,7 +33,12 @@ class StateApp:
         self.server = GrpcServer(
             settings.listen, name="state", translate=translate_error, settings=settings.security
         )
-        self.ctx = StateContext(db=self.db, feed=self.feed, shutting_down=self.server.shutting_down)
+        self.ctx = StateContext(
+            db=self.db,
+            feed=self.feed,
+            job_max_source_size=settings.job_max_source_size,
+            shutting_down=self.server.shutting_down,
+        )
         # the state resolves ACL tokens from its own database
         self.server.guard.resolver = self.ctx.acl
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)

@@ -29,6 +29,8 @@ class StateContext:
     feed: ChangeFeed
     address: str = ""
     member_id: str = ""
+    #: the largest job submission kept (StateSettings.job_max_source_size)
+    job_max_source_size: int = 1_000_000
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     batcher: WriteBatcher = field(init=False)
     #: tokens to ACLs, from the database (the access interceptor's Resolver)

@@ -88,5 +88,11 @@ class StateSettings(ServerSettings):
         description="serialized bytes of recent change batches kept in memory for subscribers "
         "a little behind (about 4x that in memory); older ones are read from the change log",
     )
+    job_max_source_size: int = Field(
+        1_000_000,
+        ge=0,
+        description="largest job submission (source plus variables, bytes) kept with a job "
+        "version (Nomad's job_max_source_size); a larger one is discarded with a warning",
+    )
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     acl: ACLSettings = Field(default_factory=ACLSettings)

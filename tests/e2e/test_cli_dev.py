@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,19 @@ def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
     wait_for("two greeters", lambda: statuses(dev, "greeter") == ["running"] * 2)
     bad = corral(dev, "job", "run", "-var", "env=qa", str(EXAMPLES / "variables.nomad.hcl"))
     assert bad.returncode != 0 and "The env must be dev, staging or prod" in bad.stderr
+
+    # the file and its values are kept with the version (Nomad's job submission)
+    source = corral(dev, "job", "inspect", "-hcl", "-with-vars", "greeter")
+    assert source.returncode == 0, source.stderr
+    assert source.stdout == (EXAMPLES / "variables.nomad.hcl").read_text()
+    assert "corral job run -var count=2 -var env=staging" in source.stderr
+    assert '-var \'greetings=["hi", "hey"]\' -' in source.stderr
+    url = f"{dev.info['http_addr']}/v1/job/greeter/submission?version={job['version']}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        sub = json.load(answer)
+    assert sub["Format"] == "hcl2" and sub["Source"] == source.stdout
+    assert sub["VariableFlags"] == {"count": "2", "env": "staging"}
+    assert sub["Variables"] == 'greetings = ["hi", "hey"]'
 
 
 def test_alloc_logs_show_raw_exec_output(dev: Dev) -> None:

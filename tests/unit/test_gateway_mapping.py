@@ -384,3 +384,41 @@ def test_whole_numbers_from_bodies_stay_in_their_field_range(value: Any, ok: int
     with pytest.raises(http.NomadError) as err:
         http.whole(value, "JobModifyIndex")
     assert err.value.status == 400 and "JobModifyIndex" in err.value.message
+
+
+def test_job_submission_round_trip_as_nomads_client_sends_it() -> None:
+    """Nomad's api client query-escapes each variable flag; its agent
+    unescapes them on GET. Corral keeps what the user wrote."""
+    from services.gateway.mapping import jobs as job_map
+
+    sub = job_map.submission_from_nomad(
+        {
+            "Source": 'job "x" {}',
+            "Format": "hcl2",
+            "VariableFlags": {"motd": "hello+world%21%0Abye", "n": "3"},
+            "Variables": 'x = "1"',
+        }
+    )
+    assert sub is not None and dict(sub.variable_flags) == {"motd": "hello world!\nbye", "n": "3"}
+    sub.namespace, sub.job_id, sub.version, sub.job_modify_index = "default", "x", 2, 40
+    out = job_map.submission(sub)
+    assert out == {
+        "Source": 'job "x" {}',
+        "Format": "hcl2",
+        "VariableFlags": {"motd": "hello world!\nbye", "n": "3"},
+        "Variables": 'x = "1"',
+        "Namespace": "default",
+        "JobID": "x",
+        "Version": 2,
+        "JobModifyIndex": 40,
+    }
+    assert job_map.submission_from_nomad(None) is None
+    bad_inputs: list[Any] = [
+        "text",
+        {"Source": 3},
+        {"VariableFlags": {"a": 1}},
+        {"VariableFlags": []},
+    ]
+    for bad in bad_inputs:
+        with pytest.raises(job_map.JobInputError):
+            job_map.submission_from_nomad(bad)

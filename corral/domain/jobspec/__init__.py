@@ -22,6 +22,8 @@ __all__ = [
     "load_job",
     "parse_duration",
     "parse_job",
+    "read_job_file",
+    "submission",
     "var_inputs",
 ]
 
@@ -72,10 +74,29 @@ def var_inputs(
     )
 
 
-def load_job(path: str, inputs: VarInputs | None = None) -> pb.Job:
-    """Read and parse a job file (`-` reads standard input)."""
+def read_job_file(path: str) -> tuple[str, str]:
+    """A job file's (text, name for errors); `-` reads standard input."""
     import sys
 
     if path == "-":
-        return parse_job(sys.stdin.read(), "<stdin>", inputs)
-    return parse_job(_read(path, "job file"), path, inputs)
+        return sys.stdin.read(), "<stdin>"
+    return _read(path, "job file"), path
+
+
+def load_job(path: str, inputs: VarInputs | None = None) -> pb.Job:
+    """Read and parse a job file (`-` reads standard input)."""
+    return parse_job(*read_job_file(path), inputs)
+
+
+def submission(text: str, inputs: VarInputs | None = None) -> pb.JobSubmission:
+    """What a registration keeps of the file it came from (Nomad's
+    JobSubmission): the text, its format, the -var and NOMAD_VAR_* values
+    (flags winning) and the var files' text, so the job can be shown and
+    submitted again as written."""
+    sub = pb.JobSubmission(source=text, format="json" if text.lstrip().startswith("{") else "hcl2")
+    if inputs is not None:
+        sub.variable_flags.update({k[len(ENV_PREFIX) :]: v for k, v in inputs.env.items()})
+        sub.variable_flags.update(inputs.flags())
+        texts = [t.rstrip("\n") for _, t in inputs.files] + [inputs.content.rstrip("\n")]
+        sub.variables = "\n\n".join(t for t in texts if t)
+    return sub

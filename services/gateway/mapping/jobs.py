@@ -5,6 +5,7 @@ the CLI's own parser of Nomad's JSON, corral/domain/jobspec/json.py)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote_plus
 
 from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec.errors import JobspecError
@@ -103,6 +104,48 @@ def register_response(resp: job_pb2.JobRegisterResponse) -> dict[str, Any]:
         "LastContact": 0,
         "KnownLeader": True,
     }
+
+
+def submission(msg: pb.JobSubmission) -> dict[str, Any]:
+    """api.JobSubmission as GET /v1/job/:id/submission answers it (the
+    variable flags as they were given, not escaped)."""
+    return {
+        "Source": msg.source,
+        "Format": msg.format,
+        "VariableFlags": dict(msg.variable_flags) or None,
+        "Variables": msg.variables,
+        "Namespace": msg.namespace,
+        "JobID": msg.job_id,
+        "Version": msg.version,
+        "JobModifyIndex": msg.job_modify_index,
+    }
+
+
+def submission_from_nomad(data: Any) -> pb.JobSubmission | None:
+    """A register request's `Submission`. Nomad's api client query-escapes
+    each variable flag's value (api.JobSubmission.Canonicalize) and its
+    agent unescapes them on the way out; here they are unescaped on the way
+    in, so the state keeps what the user wrote."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise JobInputError("Submission: expected an object")
+    out = pb.JobSubmission()
+    for key, field in (("Source", "source"), ("Format", "format"), ("Variables", "variables")):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise JobInputError(f"Submission.{key}: expected a string")
+        setattr(out, field, value)
+    flags = data.get("VariableFlags")
+    if flags is not None:
+        if not isinstance(flags, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in flags.items()
+        ):
+            raise JobInputError("Submission.VariableFlags: expected an object of strings")
+        out.variable_flags.update({k: unquote_plus(v) for k, v in flags.items()})
+    return out
 
 
 def deregister_response(resp: job_pb2.JobDeregisterResponse) -> dict[str, Any]:

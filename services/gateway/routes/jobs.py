@@ -95,12 +95,20 @@ async def _register(request: Request, path_id: str | None) -> Response:
     if path_id is not None and isinstance(data, dict) and data.get("ID") not in (None, path_id):
         raise bad_request("Job ID does not match name")
     job = _parse_job(request, data)
+    try:
+        submission = job_map.submission_from_nomad(body.get("Submission"))
+    except JobInputError as exc:
+        raise bad_request(str(exc)) from None
     enforce = bool(body.get("EnforceIndex"))
     modify_index = whole(body.get("JobModifyIndex"), "JobModifyIndex")
     priority = whole(body.get("EvalPriority"), "EvalPriority", high=INT32_MAX)
     resp = await backend_of(request).jobs.Register(
         job_pb2.JobRegisterRequest(
-            job=job, enforce_index=enforce, job_modify_index=modify_index, eval_priority=priority
+            job=job,
+            enforce_index=enforce,
+            job_modify_index=modify_index,
+            eval_priority=priority,
+            submission=submission,
         ),
         metadata=metadata_of(request),
         timeout=DEFAULT_TIMEOUT,
@@ -205,6 +213,21 @@ async def job_versions(request: Request) -> Response:
         "LastContact": 0,
     }
     return respond(request, body, index=resp.meta.index)
+
+
+async def job_submission(request: Request) -> Response:
+    """Nomad requires `version`; so do we (the CLI's gRPC call may omit it)."""
+    q = QueryOptions.from_request(request)
+    raw = request.query_params.get("version")
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        raise bad_request("Unable to parse job submission version parameter")
+    version = whole(int(raw), "version")
+    resp = await backend_of(request).jobs.GetSubmission(
+        job_pb2.JobSubmissionRequest(job_id=_job_id(request), version=version, query=q.proto()),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, job_map.submission(resp.submission), index=resp.meta.index)
 
 
 async def job_summary(request: Request) -> Response:
@@ -330,6 +353,7 @@ ROUTES: list[BaseRoute] = [
     Route("/v1/job/{job_id:path}/evaluations", job_evaluations, methods=["GET"]),
     Route("/v1/job/{job_id:path}/versions", job_versions, methods=["GET"]),
     Route("/v1/job/{job_id:path}/summary", job_summary, methods=["GET"]),
+    Route("/v1/job/{job_id:path}/submission", job_submission, methods=["GET"]),
     Route("/v1/job/{job_id:path}/scale", job_scale, methods=["GET", "PUT", "POST"]),
     Route("/v1/job/{job_id:path}/dispatch", job_dispatch, methods=["PUT", "POST"]),
     Route("/v1/job/{job_id:path}/periodic/force", job_periodic_force, methods=["PUT", "POST"]),

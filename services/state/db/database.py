@@ -61,6 +61,11 @@ _T_NAMESPACES: Table = m.Namespace.__table__  # type: ignore[assignment]
 _T_NODE_POOLS: Table = m.NodePool.__table__  # type: ignore[assignment]
 _T_POLICIES: Table = m.ScalingPolicy.__table__  # type: ignore[assignment]
 _T_SCALING_EVENTS: Table = m.ScalingEvents.__table__  # type: ignore[assignment]
+_T_SUBMISSIONS: Table = m.JobSubmission.__table__  # type: ignore[assignment]
+
+#: the submissions kept per job: those of its newest versions (Nomad keeps
+#: as many as it tracks job versions, JobTrackedVersions)
+SUBMISSIONS_KEPT = 6
 
 #: table name (as in table_indexes and StateSnapshot.table_index) per topic
 
@@ -163,6 +168,15 @@ def _deployment_row(d: pb.Deployment) -> dict[str, Any]:
         "payload": d.SerializeToString(),
         "create_index": d.create_index,
         "modify_index": d.modify_index,
+    }
+
+
+def _submission_row(sub: pb.JobSubmission) -> dict[str, Any]:
+    return {
+        "namespace": _ns(sub.namespace),
+        "id": sub.job_id,
+        "version": sub.version,
+        "payload": sub.SerializeToString(),
     }
 
 
@@ -489,6 +503,7 @@ class WriteTx:
         key = (_ns(job.namespace), job.id)
         self._pending.delete("jobs", key, key)
         self._pending.delete("job_versions_all", key, key)
+        self._pending.delete("job_submissions_all", key, key)
         self._pending.delete("job_summaries", key, key)
         self.event(
             Topic.JOB,
@@ -499,6 +514,16 @@ class WriteTx:
             deleted=True,
             job=job,
         )
+
+    def put_job_submission(self, sub: pb.JobSubmission) -> None:
+        """Keep the file a job version was submitted with (bookkeeping
+        beside the version: no event), and forget those of versions more
+        than SUBMISSIONS_KEPT behind it."""
+        key = (_ns(sub.namespace), sub.job_id)
+        self._pending.put("job_submissions", (*key, sub.version), _submission_row(sub), sub)
+        oldest_kept = sub.version - SUBMISSIONS_KEPT + 1
+        if oldest_kept > 0:
+            self._pending.delete("job_submissions_before", key, (*key, oldest_kept))
 
     def delete_periodic_launch(self, namespace: str, job_id: str) -> None:
         key = (_ns(namespace), job_id)
@@ -582,6 +607,18 @@ class WriteTx:
         sql = "SELECT payload FROM job_summaries WHERE namespace = %s AND job_id = %s"
         s: pb.JobSummary | None = await self._one("job_summaries", key, sql, key, pb.JobSummary)
         return s
+
+    async def get_job_submission(
+        self, namespace: str, job_id: str, version: int
+    ) -> pb.JobSubmission | None:
+        key = (_ns(namespace), job_id, version)
+        sql = (
+            "SELECT payload FROM job_submissions WHERE namespace = %s AND id = %s AND version = %s"
+        )
+        sub: pb.JobSubmission | None = await self._one(
+            "job_submissions", key, sql, key, pb.JobSubmission
+        )
+        return sub
 
     async def get_periodic_launch(self, namespace: str, job_id: str) -> pb.PeriodicLaunch | None:
         key = (_ns(namespace), job_id)
@@ -910,11 +947,9 @@ class WriteTx:
             dels = p.deletes.get(name)
             if dels:
                 await self._delete(name, keys, list(dels.values()))
-            if name == "job_versions":
-                for ns, job_id in (p.deletes.get("job_versions_all") or {}).values():
-                    await self.conn.execute(
-                        "DELETE FROM job_versions WHERE namespace = %s AND id = %s", (ns, job_id)
-                    )
+            for kind, sql in _RANGE_DELETES.get(name, ()):
+                for where in (p.deletes.get(kind) or {}).values():
+                    await self.conn.execute(sql, where)
             rows = p.rows.get(name)
             if not rows:
                 continue
@@ -992,6 +1027,21 @@ _KEYS: dict[str, tuple[Table, list[str]]] = {
     "node_pools": (_T_NODE_POOLS, ["name"]),
     "scaling_policies": (_T_POLICIES, ["id"]),
     "scaling_events": (_T_SCALING_EVENTS, ["namespace", "job_id"]),
+    "job_submissions": (_T_SUBMISSIONS, ["namespace", "id", "version"]),
+}
+#: deletes of many rows of a table by one condition, run before its upserts:
+#: (pending delete kind, statement taking that delete's parameters)
+_RANGE_DELETES: dict[str, tuple[tuple[str, str], ...]] = {
+    "job_versions": (
+        ("job_versions_all", "DELETE FROM job_versions WHERE namespace = %s AND id = %s"),
+    ),
+    "job_submissions": (
+        ("job_submissions_all", "DELETE FROM job_submissions WHERE namespace = %s AND id = %s"),
+        (
+            "job_submissions_before",
+            "DELETE FROM job_submissions WHERE namespace = %s AND id = %s AND version < %s",
+        ),
+    ),
 }
 _UPSERTS: dict[str, tuple[str, str, list[str]]] = {
     name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()
@@ -1155,6 +1205,17 @@ class Database:
             "last_seen = now()",
             (member_id, role, address, payload),
         )
+
+    async def job_submission(
+        self, namespace: str, job_id: str, version: int
+    ) -> pb.JobSubmission | None:
+        """The stored submission of one job version (read from the
+        database: submissions are not part of the replicated state)."""
+        rows = await self._query(
+            "SELECT payload FROM job_submissions WHERE namespace = %s AND id = %s AND version = %s",
+            (_ns(namespace), job_id, version),
+        )
+        return pb.JobSubmission.FromString(bytes(rows[0][0])) if rows else None
 
     async def members(self, role: str = "", max_age_s: float = 60.0) -> list[tuple[bytes, float]]:
         """Members seen in the last max_age_s seconds: (payload, age seconds)."""

@@ -196,6 +196,18 @@ class PeriodicLaunch(Base):
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class JobSubmission(Base):
+    """The file each job version was submitted with (Nomad's job_submission
+    table): bookkeeping beside the version, no event; kept for the newest
+    `SUBMISSIONS_KEPT` versions of a job and purged with it."""
+
+    __tablename__ = "job_submissions"
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
 class Member(Base):
     """Processes of every role and where they listen (not indexed state:
     refreshed often, never part of the change feed)."""

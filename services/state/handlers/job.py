@@ -142,6 +142,32 @@ def _registered(
     )
 
 
+SUBMISSION_FORMATS = ("hcl1", "hcl2", "json")
+
+
+def _submission(
+    request: job_pb2.JobRegisterRequest, limit: int
+) -> tuple[pb.JobSubmission | None, str]:
+    """The submission to keep with the version, and a warning when it is
+    discarded for its size (the job is registered all the same, as Nomad's
+    submissionController does)."""
+    if not request.HasField("submission"):
+        return None, ""
+    sub = request.submission
+    if sub.format not in SUBMISSION_FORMATS:
+        raise InvalidArgument(
+            "submission.format", f"must be one of {', '.join(SUBMISSION_FORMATS)}"
+        )
+    size = len(sub.source.encode()) + len(sub.variables.encode())
+    size += sum(len(k.encode()) + len(v.encode()) for k, v in sub.variable_flags.items())
+    if size > limit:
+        return None, (
+            f"job source size of {size} bytes exceeds maximum of {limit} bytes "
+            "and will be discarded"
+        )
+    return sub, ""
+
+
 def _job_ref(job_id: str, namespace: str) -> None:
     """A job id and namespace a write will look up in the database."""
     validate.require_id(job_id, "job_id")
@@ -175,6 +201,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
                 f"must be between {structs.MIN_PRIORITY} and {structs.MAX_PRIORITY} "
                 "(0: the job's priority)",
             )
+        submission, warning = _submission(request, self.ctx.job_max_source_size)
         done = await self.ctx.batcher.submit(
             lambda tx: register_job(
                 tx,
@@ -183,10 +210,28 @@ class JobServicer(job_pb2_grpc.JobServicer):
                 job_modify_index=request.job_modify_index,
                 eval_priority=request.eval_priority,
                 traceparent=request.traceparent,
+                submission=submission,
             ),
             jobs=[(job.namespace, job.id)],
         )
-        return _registered(done)
+        answer = _registered(done)
+        answer.warnings = warning
+        return answer
+
+    async def GetSubmission(
+        self, request: job_pb2.JobSubmissionRequest, context: Context
+    ) -> job_pb2.JobSubmissionResponse:
+        """The file a version was submitted with. The job (and its version)
+        is resolved on this process's state at the query's index; the
+        submission itself is read from the database, written in the same
+        transaction as that version."""
+        snap = await query.snapshot_for(self.ctx, request.query, JOB_TABLES)
+        job = self._job(snap, request.job_id, request.query.namespace)
+        version = request.version if request.HasField("version") else job.version
+        sub = await self.ctx.db.job_submission(job.namespace, job.id, version)
+        if sub is None:
+            raise NotFound(f"job {job.id!r} version {version}: job source not found")
+        return job_pb2.JobSubmissionResponse(submission=sub, meta=query.meta(snap, JOB_TABLES))
 
     async def Deregister(
         self, request: job_pb2.JobDeregisterRequest, context: Context

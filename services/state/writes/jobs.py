@@ -309,10 +309,13 @@ async def register_job(
     traceparent: str = "",
     trigger: str = Trigger.JOB_REGISTER,
     dispatch: bool = False,
+    submission: pb.JobSubmission | None = None,
 ) -> tuple[pb.Job, pb.Evaluation | None]:
     """Upsert the job (a new version only when its spec changed) and its
     register eval, at the transaction's index. `dispatch`: the state's own
-    Job.Dispatch writing a child, the one writer of a new dispatched job."""
+    Job.Dispatch writing a child, the one writer of a new dispatched job.
+    `submission`: the file it came from, kept with the version unless that
+    version already has one (Nomad's updateJobSubmission)."""
     job = copy_msg(job)
     await admit(tx, job)
     scaling.canonicalize(job)  # targets name this job (a dispatched child, a revert)
@@ -341,6 +344,13 @@ async def register_job(
         job.stable = False
         scaling_writes.update_policies(tx, current, job)
         tx.put_job(job)
+    if submission is not None and (
+        await tx.get_job_submission(job.namespace, job.id, job.version) is None
+    ):
+        sub = copy_msg(submission)
+        sub.namespace, sub.job_id = job.namespace, job.id
+        sub.version, sub.job_modify_index = job.version, job.job_modify_index
+        tx.put_job_submission(sub)
     if await _record_launch(tx, job):
         trigger = Trigger.PERIODIC_JOB  # Nomad's dispatcher evals its children so
     ev: pb.Evaluation | None = None

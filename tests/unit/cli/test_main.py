@@ -82,20 +82,20 @@ def test_validate_offline(capsys):
 def test_keyboard_interrupt_exits_130(monkeypatch):
     import cli.commands.job as job_cmd
 
-    def interrupted(_path, _inputs=None):
+    def interrupted(*_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(job_cmd, "load_job", interrupted)
+    monkeypatch.setattr(job_cmd, "read_job_file", interrupted)
     assert main(["job", "validate", "x.hcl"]) == 130
 
 
 def test_unexpected_errors_never_show_a_traceback(monkeypatch, capsys):
     import cli.commands.job as job_cmd
 
-    def broken(_path, _inputs=None):
+    def broken(*_args):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(job_cmd, "load_job", broken)
+    monkeypatch.setattr(job_cmd, "read_job_file", broken)
     monkeypatch.delenv("CORRAL_CLI_DEBUG", raising=False)
     assert main(["job", "validate", "x.hcl"]) == 1
     err = capsys.readouterr().err
