@@ -21,6 +21,7 @@ from cli.commands import (
     acl,
     agent,
     alloc,
+    alloc_access,
     deployment,
     dev,
     eval,
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args_list or args_list[0] in ("-h", "--help", "help"):
             parser.print_help()
             return EXIT_OK if args_list else EXIT_ERROR
-        args, unknown = parser.parse_known_args(args_list)
+        args, unknown = parser.parse_known_args(alloc_access.separate_command(args_list))
         if unknown and not getattr(args, "passthrough", False):
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
         args.rest = unknown

@@ -1,4 +1,4 @@
-"""`corral alloc status [-stats]|stop|logs`."""
+"""`corral alloc status [-stats]|stop|logs` (and `exec`, `fs`: alloc_access.py)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-c", "--bytes", dest="bytes", type=int, default=0, help="bytes with -tail")
     common(p, verbose=True)
     p.set_defaults(func=cmd_logs)
+
+    from cli.commands import alloc_access  # it builds on this module's helpers
+
+    alloc_access.register(allocs)
 
 
 def get_alloc(ctx: Context, alloc_id: str) -> pb.Allocation:

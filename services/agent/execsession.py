@@ -19,9 +19,11 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import termios
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from services.agent.drivers.base import DriverError
@@ -65,14 +67,14 @@ class HelperSession:
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: subprocess.Popen[bytes],
         control: socket.socket,
-        master: int | None,
+        stdio: _Stdio,
         leftover: bytes,
     ) -> None:
         self.proc = proc
         self.control = control
-        self.master = master
+        self.stdio = stdio
         self._exit: asyncio.Future[int] = asyncio.ensure_future(self._read_exit(leftover))
         self._closed = False
 
@@ -90,22 +92,27 @@ class HelperSession:
         if pidfd is not None:
             args += ["--pidfd", str(pidfd)]
             pass_fds.append(pidfd)
-        stdio = asyncio.subprocess.DEVNULL if spec.tty else asyncio.subprocess.PIPE
+        stdio = _Stdio.make(spec.tty)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *args,
-                stdin=stdio,
-                stdout=stdio,
-                stderr=stdio,
+            # the standard library's, not the event loop's: it closes every
+            # descriptor but the ones passed (a uvloop child inherits them)
+            proc = subprocess.Popen(
+                args,
+                stdin=stdio.child[0],
+                stdout=stdio.child[1],
+                stderr=stdio.child[2],
                 pass_fds=pass_fds,
+                close_fds=True,
                 env=executor_env(),
                 start_new_session=True,
             )
         except OSError as exc:
             ours.close()
+            stdio.close()
             raise DriverError(f"starting the exec session: {exc}") from None
         finally:
             theirs.close()
+            stdio.close_child()
         try:
             ours.sendall(spec.to_json().encode() + b"\n")
             answer, fds, rest = await asyncio.wait_for(
@@ -114,20 +121,24 @@ class HelperSession:
         except (OSError, TimeoutError) as exc:
             ours.close()
             await _reap(proc)
-            raise DriverError(f"the exec session did not start: {exc or 'timed out'}") from None
+            why = _tail(stdio.err) or str(exc) or "timed out"
+            stdio.close()
+            raise DriverError(f"the exec session did not start: {why}") from None
         if "pid" not in answer:
             for fd in fds:
                 os.close(fd)
             ours.close()
             await _reap(proc)
-            raise DriverError(str(answer.get("error") or "the exec session failed to start"))
-        master = fds[0] if fds else None
-        for fd in fds[1:]:
-            os.close(fd)
-        if master is not None:
-            os.set_blocking(master, False)
+            why = str(answer.get("error") or _tail(stdio.err) or "the exec session failed")
+            stdio.close()
+            raise DriverError(why)
+        if fds:
+            stdio.master = fds[0]
+            os.set_blocking(fds[0], False)
+            for fd in fds[1:]:
+                os.close(fd)
         ours.setblocking(False)
-        return cls(proc, ours, master, rest)
+        return cls(proc, ours, stdio, rest)
 
     async def _read_exit(self, buf: bytes) -> int:
         loop = asyncio.get_running_loop()
@@ -147,39 +158,39 @@ class HelperSession:
     # ------------------------------------------------------------ input
 
     async def write(self, data: bytes) -> None:
-        if self.master is not None:
-            await _write_fd(self.master, data)
-        elif self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.write(data)
-            with contextlib.suppress(ConnectionError):
-                await self.proc.stdin.drain()
+        fd = self.stdio.master if self.stdio.master is not None else self.stdio.stdin
+        if fd is not None:
+            await _write_fd(fd, data)
 
     async def close_stdin(self) -> None:
         """EOF on the command's stdin (on a terminal: Ctrl-D, which a
         terminal reads as the end of input)."""
-        if self.master is not None:
-            await _write_fd(self.master, EOT)
-        elif self.proc.stdin is not None:
-            self.proc.stdin.close()
+        if self.stdio.master is not None:
+            await _write_fd(self.stdio.master, EOT)
+        else:
+            self.stdio.close_stdin()
 
     def resize(self, height: int, width: int) -> None:
-        if self.master is not None:
+        if self.stdio.master is not None:
             with contextlib.suppress(OSError):
                 fcntl.ioctl(
-                    self.master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0)
+                    self.stdio.master,
+                    termios.TIOCSWINSZ,
+                    struct.pack("HHHH", height, width, 0, 0),
                 )
 
     # ------------------------------------------------------------ output
 
     async def output(self) -> AsyncIterator[tuple[str, bytes]]:
         queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(maxsize=8)
-        pumps: list[asyncio.Task[None]] = []
-        if self.master is not None:
-            pumps.append(asyncio.create_task(_pump_fd(self.master, "stdout", queue)))
-        else:
-            for name, stream in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
-                if stream is not None:
-                    pumps.append(asyncio.create_task(_pump_stream(stream, name, queue)))
+        sources = (
+            [("stdout", self.stdio.master)]
+            if self.stdio.master is not None
+            else [("stdout", self.stdio.out), ("stderr", self.stdio.err)]
+        )
+        pumps = [
+            asyncio.create_task(_pump_fd(fd, name, queue)) for name, fd in sources if fd is not None
+        ]
         open_pumps = len(pumps)
         try:
             while open_pumps:
@@ -204,6 +215,8 @@ class HelperSession:
         finally:
             for pump in pumps:
                 pump.cancel()
+            # their readers go before the descriptors can be closed
+            await asyncio.gather(*pumps, return_exceptions=True)
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exit)
@@ -212,32 +225,77 @@ class HelperSession:
         if self._closed:
             return
         self._closed = True
-        self.control.close()  # the session process kills the command
-        if self.master is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.master)
-            self.master = None
         self._exit.cancel()
+        await asyncio.gather(self._exit, return_exceptions=True)
+        self.control.close()  # the session process kills the command
+        self.stdio.close()
         await _reap(self.proc)
 
 
-async def _reap(proc: asyncio.subprocess.Process) -> None:
+@dataclass
+class _Stdio:
+    """The command's standard streams: pipes (the parent's ends
+    non-blocking), or with a terminal nothing until the master arrives."""
+
+    child: tuple[int, int, int]
+    stdin: int | None = None
+    out: int | None = None
+    err: int | None = None
+    master: int | None = None
+    _child_open: bool = True
+
+    @classmethod
+    def make(cls, tty: bool) -> _Stdio:
+        if tty:
+            null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            return cls((null, null, null))
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        return cls((in_r, out_w, err_w), stdin=in_w, out=out_r, err=err_r)
+
+    def close_child(self) -> None:
+        if self._child_open:
+            self._child_open = False
+            for fd in set(self.child):
+                os.close(fd)
+
+    def close_stdin(self) -> None:
+        if self.stdin is not None:
+            os.close(self.stdin)
+            self.stdin = None
+
+    def close(self) -> None:
+        self.close_child()
+        self.close_stdin()
+        for name in ("out", "err", "master"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
+
+
+def _tail(fd: int | None, limit: int = 2000) -> str:
+    """What a session process that died at once said on its stderr."""
+    if fd is None:
+        return ""
     try:
-        await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
-    except TimeoutError:
+        data = os.read(fd, 65536)
+    except OSError:
+        return ""
+    return data.decode(errors="replace")[-limit:].strip()
+
+
+async def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        await asyncio.to_thread(proc.wait, STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()  # its command dies with it (parent-death signal)
-        await proc.wait()
-
-
-async def _pump_stream(
-    stream: asyncio.StreamReader, name: str, queue: asyncio.Queue[tuple[str, bytes] | None]
-) -> None:
-    try:
-        while data := await stream.read(READ_BYTES):
-            await queue.put((name, data))
-    finally:
-        await queue.put(None)
+        await asyncio.to_thread(proc.wait)
 
 
 async def _pump_fd(fd: int, name: str, queue: asyncio.Queue[tuple[str, bytes] | None]) -> None:

@@ -172,7 +172,7 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
             try:
                 session = await driver.exec_task(handle, cfg, command, setup.tty)
             except DriverError as exc:
-                raise FailedPrecondition(f"failed to exec into task: {exc}") from None
+                raise FailedPrecondition(str(exc)) from None
             log.info(
                 "task exec session starting",
                 extra={"alloc_id": setup.alloc_id, "task": setup.task, "tty": setup.tty},

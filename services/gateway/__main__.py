@@ -53,6 +53,10 @@ def split_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+#: the largest WebSocket message the gateway takes (alloc exec input)
+WS_MAX_BYTES = 1024 * 1024
+
+
 def uvicorn_config(settings: GatewaySettings, app: Any) -> uvicorn.Config:
     host, port = split_listen(settings.listen)
     tls: dict[str, Any] = {}
@@ -75,6 +79,10 @@ def uvicorn_config(settings: GatewaySettings, app: Any) -> uvicorn.Config:
         lifespan="off",
         server_header=False,
         timeout_graceful_shutdown=5,
+        # alloc exec's WebSocket: the sans-I/O implementation (a dependency),
+        # messages bounded (an exec's stdin comes in small pieces)
+        ws="wsproto",
+        ws_max_size=WS_MAX_BYTES,
         **tls,
     )
 
