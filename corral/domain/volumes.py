@@ -113,7 +113,7 @@ def _problems(job: pb.Job) -> Iterator[tuple[str, str]]:
             if req.sticky:
                 yield (
                     f"{vp}.sticky",
-                    "sticky volumes are dynamic host volumes, which Corral does not support",
+                    "sticky volumes (dynamic host volumes) are not supported by Corral",
                 )
             if req.per_alloc:
                 if job.type in (JobType.SYSTEM, JobType.SYSBATCH):

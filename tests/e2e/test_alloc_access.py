@@ -273,6 +273,14 @@ def test_the_artifact_was_fetched_and_the_volume_mounted(dev: Dev, web: pb.Alloc
         "alloc", "exec", web.id, "/bin/sh", "-c", "cat /local/tool.sh; cat /srv/shared/motd"
     )
     assert out == TOOL.decode() + "welcome from the host\n"
+    # the node offers its volumes: in its status, and in the HTTP API as Nomad's HostVolumes
+    status = dev.ok("node", "status", "-verbose", web.node_id)
+    rows = [line.split() for line in status.splitlines()]
+    assert ["shared", "true", str(dev.shared)] in rows
+    assert ["scratch", "false", str(dev.scratch)] in rows
+    code, body = dev.http(f"/v1/node/{web.node_id}")
+    volumes = json.loads(body)["HostVolumes"]
+    assert volumes["shared"] == {"Name": "shared", "Path": str(dev.shared), "ReadOnly": True}
 
 
 def test_the_read_only_volume_refuses_writes(dev: Dev, web: pb.Allocation) -> None:
