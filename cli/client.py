@@ -24,11 +24,14 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    keyring_pb2_grpc,
     namespace_pb2_grpc,
     node_pb2_grpc,
     node_pool_pb2_grpc,
     operator_pb2_grpc,
     scaling_pb2_grpc,
+    service_pb2_grpc,
+    variables_pb2_grpc,
     worker_pb2_grpc,
 )
 
@@ -113,6 +116,10 @@ class Client:
         return operator_pb2_grpc.OperatorStub(self.channel())
 
     @property
+    def services(self) -> service_pb2_grpc.ServiceRegistrationStub:
+        return service_pb2_grpc.ServiceRegistrationStub(self.channel())
+
+    @property
     def namespaces(self) -> namespace_pb2_grpc.NamespaceStub:
         return namespace_pb2_grpc.NamespaceStub(self.channel())
 
@@ -123,6 +130,14 @@ class Client:
     @property
     def scaling(self) -> scaling_pb2_grpc.ScalingStub:
         return scaling_pb2_grpc.ScalingStub(self.channel())
+
+    @property
+    def variables(self) -> variables_pb2_grpc.VariablesStub:
+        return variables_pb2_grpc.VariablesStub(self.channel())
+
+    @property
+    def keyring(self) -> keyring_pb2_grpc.KeyringStub:
+        return keyring_pb2_grpc.KeyringStub(self.channel())
 
     def worker(self, address: str) -> worker_pb2_grpc.WorkerStub:
         return worker_pb2_grpc.WorkerStub(self.channel(address))

@@ -31,10 +31,12 @@ from cli.commands import (
     node,
     operator,
     scaling,
+    service,
     sim,
     state,
     system,
     tls,
+    var,
     version,
 )
 from cli.context import (
@@ -66,6 +68,8 @@ def build_parser() -> Parser:
         scaling,
         eval,
         alloc,
+        var,
+        service,
         operator,
         acl,
         event,
@@ -89,10 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args_list or args_list[0] in ("-h", "--help", "help"):
             parser.print_help()
             return EXIT_OK if args_list else EXIT_ERROR
+        args_list, child = var.split_child(args_list)
         args, unknown = parser.parse_known_args(alloc_access.separate_command(args_list))
         if unknown and not getattr(args, "passthrough", False):
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
         args.rest = unknown
+        args.child = child
         handler: Handler | None = getattr(args, "func", None)
         if handler is None:
             # `corral job` alone: the group's help

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.keyring import session_kek_file
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -123,6 +125,8 @@ class Cluster:
         args = [sys.executable, "-m", module or f"services.{role}", "--ready-file", str(ready)]
         if role in ("state", "broker", "planner"):
             args += ["--dsn", self.dsn]
+        if role == "state":  # Variables and workload identities need a keyring
+            args += ["--keyring-kek-file", str(session_kek_file())]
         if role != "state":
             args += ["--state-addr", self.state_addr]
         if role in ("planner", "worker"):

@@ -44,6 +44,7 @@ from cli.supervisor import (
     shutdown_signals,
     stop_all,
 )
+from corral.security.keyring import write_kek_file
 
 if TYPE_CHECKING:
     from corral.devtools.pgserver import EmbeddedPostgres
@@ -52,6 +53,8 @@ DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
 #: the gateway's HTTP port, the public gRPC port's neighbour
 DEFAULT_HTTP_PORT = 4647
+#: the keyring's key-encryption key in the data directory
+KEK_FILE = "keyring.kek"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -319,8 +322,19 @@ def _run_roles(
         rp.wait_ready()
         return rp
 
+    # the keyring's key-encryption key: one per data directory, kept across
+    # restarts (variables stay readable), mode 0600
+    kek = data_dir / KEK_FILE
+    write_kek_file(kek)
+    keyring_env = {"CORRAL_KEYRING_KEK_FILE": str(kek)}
+    if args.http_port:
+        # workload identities name the gateway, which serves their JWKS
+        scheme = "https" if trust.tls else "http"
+        keyring_env["CORRAL_OIDC_ISSUER"] = f"{scheme}://{bind}:{args.http_port}"
     state = start(
-        "state", ["--dsn", dsn, "--listen", f"{bind}:{port}", "--metrics-listen", f"{bind}:0"]
+        "state",
+        ["--dsn", dsn, "--listen", f"{bind}:{port}", "--metrics-listen", f"{bind}:0"],
+        keyring_env,
     )
     env["CORRAL_STATE_ADDR"] = state.address
     if trust.acl:

@@ -119,4 +119,9 @@ def _detail(ev: object) -> str:
         return f"  status={n.status} eligibility={n.scheduling_eligibility}"
     if which == "deployment":
         return f"  job={ev.deployment.job_id} status={ev.deployment.status}"
+    if which == "variable":
+        v = ev.variable
+        return f"  namespace={v.namespace} modify_index={v.modify_index}" + (
+            " deleted" if ev.deleted else ""
+        )
     return ""

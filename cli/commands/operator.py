@@ -1,12 +1,14 @@
 """`corral operator scheduler get-config|set-config`, `operator worker
-status|pause|resume|config` (Nomad's scheduler worker API) and `operator
-members` (every registered process of every role)."""
+status|pause|resume|config` (Nomad's scheduler worker API), `operator
+members` (every registered process of every role) and `operator root
+keyring list|rotate|remove` (the keyring of Variables and workload
+identities)."""
 
 from __future__ import annotations
 
 import argparse
 
-from cli.commands import group
+from cli.commands import group, keyring
 from cli.context import CliError, Context, common
 from cli.output import fmt_ago, heading, kv, print_json, short, table, to_dict
 from corral.v1 import operator_pb2, state_pb2, worker_pb2
@@ -111,6 +113,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _worker_address_flag(p)
     common(p, json=True)
     p.set_defaults(func=cmd_worker_config)
+
+    keyring.register(op)
 
     p = op.add_parser("members", help="Registered processes of every role, with leaders")
     p.add_argument("-role", "--role", default="")

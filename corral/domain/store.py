@@ -24,6 +24,8 @@ from corral.domain.structs import DEFAULT_NAMESPACE, Topic
 from corral.v1 import structs_pb2 as pb
 
 JobKey = tuple[str, str]
+#: (namespace, registration id), as Nomad keys service registrations
+ServiceKey = tuple[str, str]
 
 #: table name for each event topic, as used by table indexes
 TOPIC_TABLE = {
@@ -34,10 +36,13 @@ TOPIC_TABLE = {
     Topic.DEPLOYMENT: "deployments",
     Topic.OPERATOR: "scheduler_config",
     Topic.JOB_SUMMARY: "job_summary",
+    Topic.SERVICE: "service_registrations",
     Topic.NODE_POOL: "node_pools",
     Topic.NAMESPACE: "namespaces",
     Topic.SCALING_POLICY: "scaling_policy",
     Topic.SCALING_EVENT: "scaling_event",
+    Topic.VARIABLE: "variables",
+    Topic.ROOT_KEY: "root_keys",
 }
 
 _EMPTY: Map[Any, Any] = Map()
@@ -76,6 +81,13 @@ class StateSnapshot:
     nodes_by_dc_map: Map[str, Map[str, pb.Node]] = _EMPTY
     evals_by_job_map: Map[JobKey, Map[str, pb.Evaluation]] = _EMPTY
     deployments_by_job_map: Map[JobKey, Map[str, pb.Deployment]] = _EMPTY
+    # service registrations (Nomad's native service discovery) and their
+    # indexes: by (namespace, service name), by alloc, by job, by node
+    services: Map[ServiceKey, pb.ServiceRegistration] = _EMPTY
+    services_by_name_map: Map[tuple[str, str], Map[ServiceKey, pb.ServiceRegistration]] = _EMPTY
+    services_by_alloc_map: Map[str, Map[ServiceKey, pb.ServiceRegistration]] = _EMPTY
+    services_by_job_map: Map[JobKey, Map[ServiceKey, pb.ServiceRegistration]] = _EMPTY
+    services_by_node_map: Map[str, Map[ServiceKey, pb.ServiceRegistration]] = _EMPTY
     scaling_policies_by_job_map: Map[JobKey, Map[str, pb.ScalingPolicy]] = _EMPTY
 
     # ------------------------------------------------------------ jobs
@@ -181,6 +193,35 @@ class StateSnapshot:
             if best is None or d.create_index > best.create_index:
                 best = d
         return best
+
+    # ------------------------------------------------------------ services
+
+    def service_registration(self, namespace: str, reg_id: str) -> pb.ServiceRegistration | None:
+        reg: pb.ServiceRegistration | None = self.services.get(_jk(namespace, reg_id))
+        return reg
+
+    def service_registrations(self, namespace: str | None = None) -> list[pb.ServiceRegistration]:
+        """Every registration, or those of one namespace."""
+        if namespace is None:
+            return list(self.services.values())
+        ns = namespace or DEFAULT_NAMESPACE
+        return [r for (rns, _), r in self.services.items() if rns == ns]
+
+    def services_by_name(self, namespace: str, name: str) -> list[pb.ServiceRegistration]:
+        m = self.services_by_name_map.get(_jk(namespace, name))
+        return list(m.values()) if m is not None else []
+
+    def services_by_alloc(self, alloc_id: str) -> list[pb.ServiceRegistration]:
+        m = self.services_by_alloc_map.get(alloc_id)
+        return list(m.values()) if m is not None else []
+
+    def services_by_job(self, namespace: str, job_id: str) -> list[pb.ServiceRegistration]:
+        m = self.services_by_job_map.get(_jk(namespace, job_id))
+        return list(m.values()) if m is not None else []
+
+    def services_by_node(self, node_id: str) -> list[pb.ServiceRegistration]:
+        m = self.services_by_node_map.get(node_id)
+        return list(m.values()) if m is not None else []
 
     # ------------------------------------------------------------ namespaces, node pools
 
@@ -323,6 +364,7 @@ class StateStore:
         scaling_events: Iterable[pb.JobScalingEvents] = (),
         table_indexes: dict[str, int] | None = None,
         lean: bool = False,
+        service_registrations: Iterable[pb.ServiceRegistration] = (),
     ) -> StateSnapshot:
         """A snapshot from whole tables (a State.Snapshot stream, or a test)."""
         store = StateStore(lean=lean)
@@ -341,6 +383,10 @@ class StateStore:
             batch.events.add(topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", deployment=d)
         for s in job_summaries:
             batch.events.add(topic=Topic.JOB_SUMMARY, type="JobSummary", job_summary=s)
+        for r in service_registrations:
+            batch.events.add(
+                topic=Topic.SERVICE, type="ServiceRegistration", service_registration=r
+            )
         if scheduler_config is not None:
             batch.events.add(
                 topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=scheduler_config
@@ -394,6 +440,11 @@ class StateStore:
         by_dc = _NestedChanges()
         evals_by_job = _NestedChanges()
         deps_by_job = _NestedChanges()
+        services = s.services.mutate()
+        svc_by_name = _NestedChanges()
+        svc_by_alloc = _NestedChanges()
+        svc_by_job = _NestedChanges()
+        svc_by_node = _NestedChanges()
         touched: set[str] = set()
 
         for ev in batch.events:
@@ -479,6 +530,24 @@ class StateStore:
                 summaries[key] = js
             elif kind == "scheduler_config":
                 sched_config = ev.scheduler_config
+            elif kind == "service_registration":
+                r = ev.service_registration
+                skey = _jk(r.namespace, r.id)
+                prev = services.get(skey)
+                if prev is not None:
+                    svc_by_name.delete(_jk(prev.namespace, prev.service_name), skey)
+                    svc_by_alloc.delete(prev.alloc_id, skey)
+                    svc_by_job.delete(_jk(prev.namespace, prev.job_id), skey)
+                    svc_by_node.delete(prev.node_id, skey)
+                if ev.deleted:
+                    if prev is not None:
+                        del services[skey]
+                    continue
+                services[skey] = r
+                svc_by_name.set(_jk(r.namespace, r.service_name), skey, r)
+                svc_by_alloc.set(r.alloc_id, skey, r)
+                svc_by_job.set(_jk(r.namespace, r.job_id), skey, r)
+                svc_by_node.set(r.node_id, skey, r)
             elif kind is not None:
                 namespaces, node_pools, policies, scaling_events = _apply_object(
                     ev, kind, namespaces, node_pools, policies, scaling_events, policies_by_job
@@ -514,6 +583,11 @@ class StateStore:
             nodes_by_dc_map=by_dc.apply(s.nodes_by_dc_map),
             evals_by_job_map=evals_by_job.apply(s.evals_by_job_map),
             deployments_by_job_map=deps_by_job.apply(s.deployments_by_job_map),
+            services=services.finish(),
+            services_by_name_map=svc_by_name.apply(s.services_by_name_map),
+            services_by_alloc_map=svc_by_alloc.apply(s.services_by_alloc_map),
+            services_by_job_map=svc_by_job.apply(s.services_by_job_map),
+            services_by_node_map=svc_by_node.apply(s.services_by_node_map),
             scaling_policies_by_job_map=policies_by_job.apply(s.scaling_policies_by_job_map),
         )
         return self._snap

@@ -168,8 +168,23 @@ class Topic:
     OPERATOR = "Operator"
     JOB_SUMMARY = "JobSummary"
     NODE_POOL = "NodePool"
+    #: Nomad Variables: metadata only (never items), type "VariableUpdated"
+    #: (`deleted` for a delete), shown per path to callers who may list it
+    VARIABLE = "Variable"
+    SERVICE = "Service"  # service registrations (Nomad's TopicService)
 
-    ALL = (JOB, EVALUATION, ALLOCATION, NODE, DEPLOYMENT, OPERATOR, JOB_SUMMARY, NODE_POOL)
+    ALL = (
+        JOB,
+        EVALUATION,
+        ALLOCATION,
+        NODE,
+        DEPLOYMENT,
+        OPERATOR,
+        JOB_SUMMARY,
+        NODE_POOL,
+        VARIABLE,
+        SERVICE,
+    )
 
     # Namespaces, scaling policies and scaling events are in the change log
     # (every replica and state process keeps them) but, as in Nomad, not
@@ -178,6 +193,10 @@ class Topic:
     SCALING_POLICY = "ScalingPolicy"
     SCALING_EVENT = "ScalingEvent"
     INTERNAL = (NAMESPACE, SCALING_POLICY, SCALING_EVENT)
+
+    # Root key writes (key only: a key id) tell every state process to look
+    # at the keyring again; not in ALL, so Event.Stream never offers them.
+    ROOT_KEY = "RootKey"
 
     # ACL writes are in the change log (key only: a policy name or a token's
     # accessor id, never a secret) so every state process can drop cached

@@ -65,6 +65,7 @@ TOPIC_SNAPSHOT_TABLES = {
     Topic.EVALUATION: ("evals",),
     Topic.DEPLOYMENT: ("deployments",),
     Topic.JOB_SUMMARY: ("job_summaries",),
+    Topic.SERVICE: ("service_registrations",),
     Topic.NODE_POOL: ("node_pools",),
     Topic.NAMESPACE: ("namespaces",),
     Topic.SCALING_POLICY: ("scaling_policies",),

@@ -174,6 +174,7 @@ class Replica:
             "evals": [],
             "deployments": [],
             "job_summaries": [],
+            "service_registrations": [],
             "namespaces": [],
             "node_pools": [],
             "scaling_policies": [],

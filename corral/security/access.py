@@ -51,6 +51,9 @@ class Rule:
     caller: Caller
     #: a namespace capability, checked on the request's namespace
     capability: str = ""
+    #: other capabilities any one of which does as well (Nomad's Job.Scale
+    #: takes scale-job or submit-job)
+    alternatives: tuple[str, ...] = ()
     #: (scope, level): node|agent|operator, read|write
     scope: tuple[str, str] | None = None
     management: bool = False
@@ -71,12 +74,18 @@ class Rule:
             return "management token"
         parts = []
         if self.capability:
-            parts.append(f"namespace `{self.capability}`")
+            names = " or ".join(f"`{c}`" for c in self.capabilities)
+            parts.append(f"namespace {names}")
         if self.scope:
             parts.append(f"`{self.scope[0]}:{self.scope[1]}`")
         if self.handler:
             parts.append("per object")
         return ", ".join(parts) or "any token"
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The namespace capabilities any one of which the rule accepts."""
+        return (self.capability, *self.alternatives) if self.capability else ()
 
 
 SERVER = Rule(Caller.SERVER)
@@ -86,8 +95,9 @@ MANAGEMENT = Rule(Caller.USER, management=True)
 PER_OBJECT = Rule(Caller.USER, handler=True)
 
 
-def ns(capability: str, *, handler: bool = False) -> Rule:
-    return Rule(Caller.USER, capability=capability, handler=handler)
+def ns(capability: str, *alternatives: str, handler: bool = False) -> Rule:
+    """Any of the capabilities in the request's namespace."""
+    return Rule(Caller.USER, capability=capability, alternatives=alternatives, handler=handler)
 
 
 def scope(name: str, level: str) -> Rule:
@@ -95,6 +105,7 @@ def scope(name: str, level: str) -> Rule:
 
 
 READ_JOB, SUBMIT_JOB, LIST_JOBS = "read-job", "submit-job", "list-jobs"
+DELETE_SERVICE = "delete-service-registration"
 SCALE_JOB, READ_JOB_SCALING = "scale-job", "read-job-scaling"
 LIST_SCALING_POLICIES, READ_SCALING_POLICY = "list-scaling-policies", "read-scaling-policy"
 
@@ -158,7 +169,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Allocations": ns(READ_JOB),
     "/corral.v1.Job/Evaluations": ns(READ_JOB),
     "/corral.v1.Job/GetSubmission": ns(READ_JOB),
-    "/corral.v1.Periodic/Force": ns(SUBMIT_JOB),
+    "/corral.v1.Periodic/Force": ns(SUBMIT_JOB, "dispatch-job"),
     # allocs, evals, deployments: the namespace is the stored object's
     "/corral.v1.Alloc/List": ns(READ_JOB, handler=True),
     "/corral.v1.Alloc/Get": PER_OBJECT,
@@ -181,11 +192,22 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Deployment/Promote": PER_OBJECT,
     "/corral.v1.Deployment/SetAllocHealth": PER_OBJECT,
     "/corral.v1.Event/Stream": PER_OBJECT,
+    # the service catalog: reads check `may_read_services` (one place for
+    # Nomad's AllowServiceRegistrationReadList), the clients write their own
+    "/corral.v1.ServiceRegistration/List": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/GetService": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/ListByJob": ns(READ_JOB),
+    "/corral.v1.ServiceRegistration/ListByAlloc": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/DeleteByID": PER_OBJECT,
+    "/corral.v1.ServiceRegistration/Upsert": NODE,
+    "/corral.v1.ServiceRegistration/Deregister": NODE,
+    "/corral.v1.ClientAlloc/Checks": PER_OBJECT,
     # nodes: the agent's own RPCs, and the operators' view
     "/corral.v1.Node/Register": NODE,
     "/corral.v1.Node/UpdateStatus": NODE,
     "/corral.v1.Node/UpdateAlloc": NODE,
     "/corral.v1.Node/GetClientAllocs": NODE,
+    "/corral.v1.Node/SignIdentities": NODE,
     "/corral.v1.Node/Deregister": scope("node", "write"),
     "/corral.v1.Node/UpdateDrain": scope("node", "write"),
     "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
@@ -222,6 +244,18 @@ RULES: dict[str, Rule] = {
     # list-jobs and read-job, in the policy's namespace
     "/corral.v1.Scaling/ListPolicies": PER_OBJECT,
     "/corral.v1.Scaling/GetPolicy": PER_OBJECT,
+    # Variables: each path against the caller's variables rules (or the
+    # implicit policy of a workload identity)
+    "/corral.v1.Variables/List": PER_OBJECT,
+    "/corral.v1.Variables/Read": PER_OBJECT,
+    "/corral.v1.Variables/Apply": PER_OBJECT,
+    "/corral.v1.Variables/RenewLock": PER_OBJECT,
+    # the keyring (Nomad's keyring-read/rotate/delete come with operator read/write)
+    "/corral.v1.Keyring/List": scope("operator", "read"),
+    "/corral.v1.Keyring/Rotate": scope("operator", "write"),
+    "/corral.v1.Keyring/Delete": scope("operator", "write"),
+    "/corral.v1.Keyring/ListPublic": OPEN,
+    "/corral.v1.Keyring/GetConfig": OPEN,
     # ACLs themselves
     "/corral.v1.ACL/Bootstrap": OPEN,
     "/corral.v1.ACL/ResolveToken": OPEN,
@@ -252,9 +286,25 @@ def current_acl() -> acl.ACL:
 
 
 def require_namespace(namespace: str, capability: str) -> None:
-    """Refuse unless the caller holds `capability` in `namespace`."""
+    """Refuse unless the caller holds `capability` in `namespace`, the
+    namespace of a stored object the caller named by id: the refusal does
+    not say which namespace that is (it would tell a caller who may not
+    read it where the object lives)."""
     if not current_acl().allows_namespace(namespace or "default", capability):
-        raise PermissionDenied(f"Permission denied: {capability} in namespace {namespace!r}")
+        raise PermissionDenied(f"Permission denied: {capability} in the object's namespace")
+
+
+def may_read_services(namespace: str) -> bool:
+    """Whether the caller may read the service catalog of `namespace`
+    (Nomad's AllowServiceRegistrationReadList): read-job there. Every read
+    of service registrations by name or namespace asks here, so a workload
+    identity's implicit read of its own namespace has one place to go."""
+    return current_acl().allows_namespace(namespace or "default", READ_JOB)
+
+
+def require_service_read(namespace: str) -> None:
+    if not may_read_services(namespace):
+        raise PermissionDenied(f"Permission denied: {READ_JOB} in namespace {namespace!r}")
 
 
 def require_any_capability(namespace: str, capabilities: tuple[str, ...]) -> None:
@@ -390,7 +440,9 @@ def _check_acl(rule: Rule, found: acl.ACL, request: Any) -> None:
         raise PermissionDenied(f"Permission denied: {rule.scope[0]}:{rule.scope[1]} required")
     if rule.capability:
         namespace = request_namespace(request)
-        if namespace != "*" and not found.allows_namespace(namespace, rule.capability):
+        if namespace != "*" and not any(
+            found.allows_namespace(namespace, cap) for cap in rule.capabilities
+        ):
             raise PermissionDenied(
-                f"Permission denied: {rule.capability} in namespace {namespace!r}"
+                f"Permission denied: {' or '.join(rule.capabilities)} in namespace {namespace!r}"
             )

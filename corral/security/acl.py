@@ -8,6 +8,9 @@ A policy holds rules (docs/security.md has examples):
     namespace "prod-*" {              # a label may hold `*` globs; none means "default"
       policy       = "read"           # deny | read | write | scale (shorthands)
       capabilities = ["submit-job"]   # fine-grained, merged with the shorthand
+      variables {                     # Nomad Variables, per path (globs too)
+        path "project/*" { capabilities = ["read", "list"] }
+      }
     }
     node_pool "gpu-*" {               # a label is required; `*` globs allowed
       policy       = "write"          # deny | read | write (write also deletes)
@@ -26,7 +29,13 @@ How Nomad decides, and so do we:
   for node/agent/operator the most privilege, unless one says `deny`;
 * a namespace (and a node pool) is checked against exactly one rule: the
   exact label if there is one, else the matching glob closest to the name
-  (fewest characters matched by `*`; ties go to the label that sorts first).
+  (fewest characters matched by `*`; ties go to the label that sorts first);
+* a variable (namespace, path) against exactly one `variables` path rule
+  the same way, over "<namespace label>\0<path>": the exact pair, else the
+  implicit rule of a workload identity (read and list on its job's
+  `nomad/jobs/...` paths), else the closest glob. `read` implies `list`;
+  `deny` wins over anything merged with it. Namespace capabilities (and a
+  namespace `deny`) say nothing about variables, as in Nomad.
 
 `CURRENT` holds the ACL of the call being served. The lead's access
 interceptor (`corral.security.access`) sets it per RPC from the caller's token;
@@ -38,7 +47,6 @@ cluster with ACLs off does.
 from __future__ import annotations
 
 import contextvars
-import fnmatch
 import hashlib
 import re
 import uuid
@@ -78,6 +86,8 @@ NAMESPACE_CAPABILITIES: frozenset[str] = frozenset(
         "read-scaling-policy",
         "read-job-scaling",
         "scale-job",
+        # remove a service instance by hand (submit-job also may); in no shorthand
+        "delete-service-registration",
     }
 )
 
@@ -122,8 +132,20 @@ SCOPES: tuple[str, ...] = ("node", "agent", "operator")
 SCOPE_POLICIES: tuple[str, ...] = (DENY, READ, WRITE)
 _RANK = {"": 0, READ: 1, WRITE: 2}
 
+#: Nomad's capabilities of a `variables` path rule
+VARIABLE_LIST = "list"
+VARIABLE_READ = "read"
+VARIABLE_WRITE = "write"
+VARIABLE_DESTROY = "destroy"
+VARIABLE_CAPABILITIES: frozenset[str] = frozenset(
+    {VARIABLE_LIST, VARIABLE_READ, VARIABLE_WRITE, VARIABLE_DESTROY, DENY}
+)
+#: what a workload identity may do on its own job's variables (Nomad's
+#: workloadVariablesCapabilitySet)
+WORKLOAD_VARIABLE_CAPABILITIES = frozenset({VARIABLE_READ, VARIABLE_LIST})
+
 #: Nomad rule blocks Corral has nothing for: named as unsupported, not unknown
-_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin", "variables"})
+_UNSUPPORTED_BLOCKS = frozenset({"quota", "host_volume", "plugin"})
 
 DEFAULT_NAMESPACE = "default"
 MAX_POLICY_CHARS = 64 * 1024
@@ -143,6 +165,31 @@ _HCL = SerializationOptions(
     strip_string_quotes=True, explicit_blocks=True, with_comments=False, preserve_heredocs=False
 )
 _BLOCK = "__is_block__"
+
+
+def glob_match(pattern: str, name: str) -> bool:
+    """Whether `name` matches `pattern`, where only `*` is special and
+    matches any run of characters (Nomad's go-glob). No backtracking
+    regex, whatever the pattern (STYLE.md)."""
+    p = n = 0
+    star = -1
+    mark = 0
+    while n < len(name):
+        if p < len(pattern) and pattern[p] == "*":
+            star, mark = p, n
+            p += 1
+        elif p < len(pattern) and pattern[p] == name[n]:
+            p += 1
+            n += 1
+        elif star >= 0:
+            p = star + 1
+            mark += 1
+            n = mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
 
 
 # ----------------------------------------------------------------- secrets
@@ -183,12 +230,17 @@ def token_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> s
 # ----------------------------------------------------------------- policies
 
 
+#: a variables rule's key: (namespace label, path spec)
+VariableKey = tuple[str, str]
+
+
 @dataclass(frozen=True)
 class PolicyRules:
     """One parsed policy: capabilities per namespace label (shorthands
-    already expanded) and the node/agent/operator dispositions ('' where
-    the policy has no such rule). `name` is the stored policy's name when
-    a resolver knows it (parsing alone does not)."""
+    already expanded), per node pool label, per (namespace label, variables
+    path), and the node/agent/operator dispositions ('' where the policy
+    has no such rule). `name` is the stored policy's name when a resolver
+    knows it (parsing alone does not)."""
 
     namespaces: Mapping[str, frozenset[str]] = field(default_factory=dict)
     node_pools: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -196,9 +248,30 @@ class PolicyRules:
     agent: str = ""
     operator: str = ""
     name: str = ""
+    variables: Mapping[VariableKey, frozenset[str]] = field(default_factory=dict)
 
     def scope(self, scope: str) -> str:
         return str(getattr(self, scope))
+
+
+@dataclass(frozen=True)
+class WorkloadClaim:
+    """Who a workload identity speaks for (Nomad's ACLClaim): the implicit
+    policy of a task's JWT."""
+
+    namespace: str
+    job_id: str
+    group: str
+    task: str
+    alloc_id: str = ""
+    identity: str = "default"
+
+    def variable_paths(self) -> frozenset[str]:
+        """The paths it may read and list (Nomad's nomad/acl.go)."""
+        base = f"nomad/jobs/{self.job_id}"
+        return frozenset(
+            {"nomad/jobs", base, f"{base}/{self.group}", f"{base}/{self.group}/{self.task}"}
+        )
 
 
 def _syntax_error(exc: LarkError, field_: str) -> InvalidArgument:
@@ -245,8 +318,75 @@ def _check_keys(body: dict[str, Any], allowed: tuple[str, ...], where: str) -> N
         raise InvalidArgument(f"{where}.{key}", f"unknown field (expected {' or '.join(allowed)})")
 
 
-def _namespace_rule(body: Any, where: str) -> frozenset[str]:
-    return _labeled_rule(body, where, _SHORTHANDS, NAMESPACE_CAPABILITIES)
+def _variables_rule(value: Any, where: str) -> dict[str, frozenset[str]]:
+    """`variables { path "<spec>" { capabilities = [...] } }` of one
+    namespace rule: capabilities per path spec (Nomad's
+    VariablesPolicy; `read` adds `list`, `deny` is all a path keeps)."""
+    blocks = _blocks(value, where)
+    if len(blocks) > 1:
+        raise InvalidArgument(where, "only one variables block is allowed per namespace rule")
+    body = blocks[0]
+    if not body.get(_BLOCK):
+        raise InvalidArgument(where, "takes no label")
+    _check_keys(body, ("path",), where)
+    if "path" not in body:
+        raise InvalidArgument(where, "needs at least one path rule")
+    out: dict[str, frozenset[str]] = {}
+    for block in _blocks(body["path"], f"{where}.path"):
+        if block.get(_BLOCK) or len(block) != 1:
+            raise InvalidArgument(f"{where}.path", "needs exactly one label: the path")
+        ((spec, rule),) = block.items()
+        at = f'{where}.path "{spec}"'
+        if not spec:
+            raise InvalidArgument(at, "the path must not be empty")
+        if spec.startswith("/"):
+            raise InvalidArgument(at, "the path cannot start with a leading '/'")
+        if len(spec) > MAX_LABEL_CHARS:
+            raise InvalidArgument(at, f"the path is longer than {MAX_LABEL_CHARS} characters")
+        if spec in out:
+            raise InvalidArgument(at, "is defined twice")
+        if not isinstance(rule, dict) or not rule.get(_BLOCK):
+            raise InvalidArgument(at, "must be a block")
+        _check_keys(rule, ("capabilities",), at)
+        listed = rule.get("capabilities")
+        if not isinstance(listed, list):
+            raise InvalidArgument(f"{at}.capabilities", "is required: a list of strings")
+        caps: set[str] = set()
+        for i, cap in enumerate(listed):
+            if not isinstance(cap, str) or cap not in VARIABLE_CAPABILITIES:
+                raise InvalidArgument(
+                    f"{at}.capabilities[{i}]",
+                    f"unknown variables capability {cap!r} "
+                    f"(expected one of {', '.join(sorted(VARIABLE_CAPABILITIES))})",
+                )
+            caps.add(cap)
+        out[spec] = _expand_variable_capabilities(caps)
+    return out
+
+
+def _expand_variable_capabilities(caps: set[str] | frozenset[str]) -> frozenset[str]:
+    if DENY in caps:
+        return frozenset({DENY})
+    if VARIABLE_READ in caps:
+        return frozenset(caps | {VARIABLE_LIST})
+    return frozenset(caps)
+
+
+def _namespace_rule(body: Any, where: str) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """A namespace rule's capabilities and its variables path rules."""
+    if not isinstance(body, dict) or not body.get(_BLOCK):
+        raise InvalidArgument(where, "must be a block with at most one label")
+    if "variables" not in body:
+        if "policy" not in body and "capabilities" not in body:
+            _check_keys(body, ("policy", "capabilities", "variables"), where)
+            raise InvalidArgument(where, "needs a policy, capabilities or variables")
+        return _labeled_rule(body, where, _SHORTHANDS, NAMESPACE_CAPABILITIES), {}
+    variables = _variables_rule(body["variables"], f"{where}.variables")
+    rest = {k: v for k, v in body.items() if k != "variables"}
+    if "policy" not in rest and "capabilities" not in rest:
+        _check_keys(rest, ("policy", "capabilities", "variables"), where)
+        return frozenset(), variables
+    return _labeled_rule(rest, where, _SHORTHANDS, NAMESPACE_CAPABILITIES), variables
 
 
 def _labeled_rule(
@@ -314,6 +454,7 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
 
     namespaces: dict[str, frozenset[str]] = {}
     pools: dict[str, frozenset[str]] = {}
+    variables: dict[VariableKey, frozenset[str]] = {}
     scopes: dict[str, str] = {}
     for key, value in data.items():
         where = f"{field}: {key}"
@@ -329,7 +470,9 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
                 _label(label, at)
                 if label in namespaces:
                     raise InvalidArgument(at, "is defined twice")
-                namespaces[label] = _namespace_rule(body, at)
+                namespaces[label], paths = _namespace_rule(body, at)
+                for spec, caps in paths.items():
+                    variables[(label, spec)] = caps
         elif key == "node_pool":
             for block in _blocks(value, where):
                 if block.get(_BLOCK) or len(block) != 1:
@@ -373,6 +516,7 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
         node=scopes.get("node", ""),
         agent=scopes.get("agent", ""),
         operator=scopes.get("operator", ""),
+        variables=variables,
     )
 
 
@@ -380,9 +524,9 @@ def parse_policy(text: str, *, field: str = "rules") -> PolicyRules:
 
 
 class _LabeledRules:
-    """Capabilities by label (namespace or node pool names, `*` globs), and
-    the one rule that applies to a name: its exact label, else the matching
-    glob closest to it."""
+    """Capabilities by label (namespace or node pool names, variables'
+    "<namespace>\0<path>", `*` globs), and the one rule that applies to a
+    name: its exact label, else the matching glob closest to it."""
 
     def __init__(self, rules: Mapping[str, frozenset[str]]) -> None:
         self._exact: dict[str, frozenset[str]] = {}
@@ -393,17 +537,22 @@ class _LabeledRules:
             else:
                 self._exact[label] = caps
 
-    def of(self, name: str) -> frozenset[str]:
-        exact = self._exact.get(name)
-        if exact is not None:
-            return exact
+    def exact(self, name: str) -> frozenset[str] | None:
+        return self._exact.get(name)
+
+    def closest(self, name: str) -> frozenset[str]:
+        """The matching glob closest to `name` (only `*` is special)."""
         best: tuple[int, str, frozenset[str]] | None = None
         for label, literal, caps in self._globs:
-            if fnmatch.fnmatchcase(name, label):
+            if glob_match(label, name):
                 candidate = (len(name) - literal, label, caps)
                 if best is None or candidate[:2] < best[:2]:
                     best = candidate
         return best[2] if best is not None else frozenset()
+
+    def of(self, name: str) -> frozenset[str]:
+        exact = self._exact.get(name)
+        return exact if exact is not None else self.closest(name)
 
 
 class ACL:
@@ -420,18 +569,61 @@ class ACL:
         agent: str = "",
         operator: str = "",
         policies: Iterable[str] = (),
+        variables: Mapping[VariableKey, frozenset[str]] | None = None,
+        workload: WorkloadClaim | None = None,
     ) -> None:
         self.is_management = management
         self._namespaces = _LabeledRules(namespaces or {})
         self._node_pools = _LabeledRules(node_pools or {})
+        self._variables = _LabeledRules(
+            {f"{label}\x00{spec}": caps for (label, spec), caps in (variables or {}).items()}
+        )
         self._scopes = {"node": node, "agent": agent, "operator": operator}
         #: names of the policies this ACL was compiled from
         self.policies = frozenset(policies)
+        #: set when the caller is a task's workload identity
+        self.workload = workload
 
     def __repr__(self) -> str:
         if self.is_management:
             return "ACL(management)"
+        if self.workload is not None:
+            return f"ACL(workload={self.workload.namespace}/{self.workload.job_id})"
         return f"ACL(policies={sorted(self.policies)})"
+
+    def variable_capabilities(self, namespace: str, path: str) -> frozenset[str]:
+        """The capabilities of the one variables rule that applies to the
+        variable at `path` in `namespace` (see the module doc)."""
+        namespace = namespace or DEFAULT_NAMESPACE
+        key = f"{namespace}\x00{path}"
+        exact = self._variables.exact(key)
+        if exact is not None:
+            return exact
+        claim = self.workload
+        if claim is not None and namespace == claim.namespace and path in claim.variable_paths():
+            return WORKLOAD_VARIABLE_CAPABILITIES
+        return self._variables.closest(key)
+
+    def allows_variable(self, namespace: str, path: str, capability: str) -> bool:
+        """Whether `capability` (read, write, list, destroy) is granted on
+        the variable at `path` in `namespace` ('' = default)."""
+        if capability not in VARIABLE_CAPABILITIES or capability == DENY:
+            raise ValueError(f"unknown variables capability {capability!r}")
+        if self.is_management:
+            return True
+        caps = self.variable_capabilities(namespace, path)
+        return DENY not in caps and capability in caps
+
+    def allows_service_read(self, namespace: str) -> bool:
+        """Whether services of `namespace` may be read: `read-job` there, or
+        a workload identity of that namespace (Nomad lets every workload
+        identity read services; Corral keeps it to its own namespace)."""
+        if self.is_management:
+            return True
+        workload = self.workload
+        if workload is not None and (namespace or DEFAULT_NAMESPACE) == workload.namespace:
+            return True
+        return self.allows_namespace(namespace, "read-job")
 
     def namespace_capabilities(self, namespace: str) -> frozenset[str]:
         """The capabilities of the one rule that applies to `namespace`."""
@@ -483,10 +675,12 @@ def _merge_scope(a: str, b: str) -> str:
     return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
 
 
-def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
-    """One ACL from a token's policies: their union, where `deny` wins."""
+def compile_acl(policies: Iterable[PolicyRules], *, workload: WorkloadClaim | None = None) -> ACL:
+    """One ACL from a token's policies: their union, where `deny` wins;
+    with `workload`, the implicit policy of a workload identity too."""
     namespaces: dict[str, frozenset[str]] = {}
     pools: dict[str, frozenset[str]] = {}
+    variables: dict[VariableKey, frozenset[str]] = {}
     scopes = dict.fromkeys(SCOPES, "")
     names: list[str] = []
     for p in policies:
@@ -496,6 +690,8 @@ def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
             for label, caps in rules.items():
                 merged = merged_into.get(label, frozenset()) | caps
                 merged_into[label] = frozenset({DENY}) if DENY in merged else merged
+        for key, caps in p.variables.items():
+            variables[key] = _expand_variable_capabilities(variables.get(key, frozenset()) | caps)
         for scope in SCOPES:
             scopes[scope] = _merge_scope(scopes[scope], p.scope(scope))
     return ACL(
@@ -505,6 +701,8 @@ def compile_acl(policies: Iterable[PolicyRules]) -> ACL:
         agent=scopes["agent"],
         operator=scopes["operator"],
         policies=names,
+        variables=variables,
+        workload=workload,
     )
 
 

@@ -47,11 +47,29 @@ class Resolver(Protocol):
         ...
 
 
+def workload_claim(resp: acl_pb2.ACLResolveTokenResponse) -> acl.WorkloadClaim | None:
+    """The workload a `ResolveToken` answer speaks for, if it was a
+    workload identity."""
+    if not resp.HasField("workload"):
+        return None
+    w = resp.workload
+    return acl.WorkloadClaim(
+        namespace=w.namespace,
+        job_id=w.job_id,
+        group=w.group,
+        task=w.task,
+        alloc_id=w.alloc_id,
+        identity=w.identity or "default",
+    )
+
+
 def acl_from_response(resp: acl_pb2.ACLResolveTokenResponse) -> acl.ACL:
     """The ACL a `ResolveToken` answer describes. A stored policy that no
-    longer parses (it was valid when written) grants nothing."""
+    longer parses (it was valid when written) grants nothing. A workload
+    identity gets its implicit policy (`acl.WorkloadClaim`)."""
     if resp.type == acl.TOKEN_MANAGEMENT:
         return acl.MANAGEMENT
+    workload = workload_claim(resp)
     rules: list[acl.PolicyRules] = []
     for p in resp.policies:
         try:
@@ -60,9 +78,15 @@ def acl_from_response(resp: acl_pb2.ACLResolveTokenResponse) -> acl.ACL:
             log.warning("ACL policy %r does not parse; it grants nothing", p.name)
             continue
         rules.append(dataclasses.replace(parsed, name=p.name))
-    if not rules:
+    if not rules and workload is None:
         return acl.DENY_ALL
-    return acl.compile_acl(rules)
+    return acl.compile_acl(rules, workload=workload)
+
+
+class ACLDisabled(Unavailable):
+    """The state answered that ACLs are off there: it enforces nothing, so
+    a token cannot be resolved (a caller that only mirrors the state's
+    decisions, as the HTTP gateway does, may treat every token as allowed)."""
 
 
 def check_expiry(expiration_time: int, now_ns: int) -> None:
@@ -209,6 +233,10 @@ class RemoteResolver:
                 message = EXPIRED if exc.details() == EXPIRED else NOT_FOUND
                 self.cache.put(key, message, generation)
                 raise PermissionDenied(message) from None
+            if code == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ACLDisabled(
+                    "cannot resolve the ACL token: ACLs are disabled at the state"
+                ) from None
             stale = self.cache.stale(key)
             if stale is not None and code in (
                 grpc.StatusCode.UNAVAILABLE,

@@ -485,6 +485,7 @@ class ACLResolveTokenResponse(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     EXPIRATION_TIME_FIELD_NUMBER: _builtins.int
     POLICIES_FIELD_NUMBER: _builtins.int
+    WORKLOAD_FIELD_NUMBER: _builtins.int
     accessor_id: _builtins.str
     """"anonymous" for the anonymous token"""
     type: _builtins.str
@@ -495,6 +496,12 @@ class ACLResolveTokenResponse(_message.Message):
     def policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLPolicy]:
         """name and rules of every existing policy the token holds"""
 
+    @_builtins.property
+    def workload(self) -> Global___WorkloadClaim:
+        """Set when the secret was a workload identity (a JWT the keyring signed
+        for a running alloc's task): its implicit rights (docs/variables.md).
+        """
+
     def __init__(
         self,
         *,
@@ -502,11 +509,50 @@ class ACLResolveTokenResponse(_message.Message):
         type: _builtins.str = ...,
         expiration_time: _builtins.int = ...,
         policies: _abc.Iterable[Global___ACLPolicy] | None = ...,
+        workload: Global___WorkloadClaim | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["workload", b"workload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "expiration_time", b"expiration_time", "policies", b"policies", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "expiration_time", b"expiration_time", "policies", b"policies", "type", b"type", "workload", b"workload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ACLResolveTokenResponse: _TypeAlias = ACLResolveTokenResponse  # noqa: Y015
+
+@_typing.final
+class WorkloadClaim(_message.Message):
+    """Who a workload identity speaks for: what its implicit policy grants."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    job_id: _builtins.str
+    group: _builtins.str
+    """the alloc's task group"""
+    task: _builtins.str
+    alloc_id: _builtins.str
+    identity: _builtins.str
+    """"default" or the identity's name"""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        group: _builtins.str = ...,
+        task: _builtins.str = ...,
+        alloc_id: _builtins.str = ...,
+        identity: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "group", b"group", "identity", b"identity", "job_id", b"job_id", "namespace", b"namespace", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadClaim: _TypeAlias = WorkloadClaim  # noqa: Y015

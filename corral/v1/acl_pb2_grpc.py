@@ -173,7 +173,9 @@ class ACLServicer:
         policies. For the roles that are not the state (RemoteResolver); the
         secret in the request is the authorization. An empty secret resolves
         to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
-        found"; expired: PERMISSION_DENIED "ACL token expired".
+        found"; expired: PERMISSION_DENIED "ACL token expired". A workload
+        identity JWT resolves to its implicit policy (`workload`), or
+        PERMISSION_DENIED when its signature, expiry or alloc does not hold.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

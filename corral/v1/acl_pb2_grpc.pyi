@@ -67,7 +67,9 @@ class ACLStub:
     policies. For the roles that are not the state (RemoteResolver); the
     secret in the request is the authorization. An empty secret resolves
     to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
-    found"; expired: PERMISSION_DENIED "ACL token expired".
+    found"; expired: PERMISSION_DENIED "ACL token expired". A workload
+    identity JWT resolves to its implicit policy (`workload`), or
+    PERMISSION_DENIED when its signature, expiry or alloc does not hold.
     """
 
 @_typing.type_check_only
@@ -106,7 +108,9 @@ class ACLAsyncStub(ACLStub):
     policies. For the roles that are not the state (RemoteResolver); the
     secret in the request is the authorization. An empty secret resolves
     to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
-    found"; expired: PERMISSION_DENIED "ACL token expired".
+    found"; expired: PERMISSION_DENIED "ACL token expired". A workload
+    identity JWT resolves to its implicit policy (`workload`), or
+    PERMISSION_DENIED when its signature, expiry or alloc does not hold.
     """
 
 class ACLServicer(metaclass=_abc_1.ABCMeta):
@@ -208,7 +212,9 @@ class ACLServicer(metaclass=_abc_1.ABCMeta):
         policies. For the roles that are not the state (RemoteResolver); the
         secret in the request is the authorization. An empty secret resolves
         to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
-        found"; expired: PERMISSION_DENIED "ACL token expired".
+        found"; expired: PERMISSION_DENIED "ACL token expired". A workload
+        identity JWT resolves to its implicit policy (`workload`), or
+        PERMISSION_DENIED when its signature, expiry or alloc does not hold.
         """
 
 def add_ACLServicer_to_server(servicer: ACLServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -225,6 +225,48 @@ class AllocLogsChunk(_message.Message):
 Global___AllocLogsChunk: _TypeAlias = AllocLogsChunk  # noqa: Y015
 
 @_typing.final
+class AllocChecksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    """the full id of an alloc this agent runs"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocChecksRequest: _TypeAlias = AllocChecksRequest  # noqa: Y015
+
+@_typing.final
+class AllocChecksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.CheckResult]:
+        """by check id"""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[_structs_pb2.CheckResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocChecksResponse: _TypeAlias = AllocChecksResponse  # noqa: Y015
+
+@_typing.final
 class AllocStatsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -185,8 +185,8 @@ class Alloc:
 
 
 class ClientAllocStub:
-    """Served by each client agent (Node.http_addr): task logs and resource
-    usage of its allocs.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     def __init__(self, channel):
@@ -199,6 +199,11 @@ class ClientAllocStub:
                 '/corral.v1.ClientAlloc/Logs',
                 request_serializer=corral_dot_v1_dot_alloc__pb2.AllocLogsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocLogsChunk.FromString,
+                _registered_method=True)
+        self.Checks = channel.unary_unary(
+                '/corral.v1.ClientAlloc/Checks',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.AllocChecksRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocChecksResponse.FromString,
                 _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/corral.v1.ClientAlloc/Stats',
@@ -213,12 +218,20 @@ class ClientAllocStub:
 
 
 class ClientAllocServicer:
-    """Served by each client agent (Node.http_addr): task logs and resource
-    usage of its allocs.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     def Logs(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Checks(self, request, context):
+        """The latest result of every Nomad-provider check of the alloc (Nomad's
+        /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -254,6 +267,11 @@ def add_ClientAllocServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocLogsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_alloc__pb2.AllocLogsChunk.SerializeToString,
             ),
+            'Checks': grpc.unary_unary_rpc_method_handler(
+                    servicer.Checks,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocChecksRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.AllocChecksResponse.SerializeToString,
+            ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
                     request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.FromString,
@@ -273,8 +291,8 @@ def add_ClientAllocServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ClientAlloc:
-    """Served by each client agent (Node.http_addr): task logs and resource
-    usage of its allocs.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     @staticmethod
@@ -294,6 +312,33 @@ class ClientAlloc:
             '/corral.v1.ClientAlloc/Logs',
             corral_dot_v1_dot_alloc__pb2.AllocLogsRequest.SerializeToString,
             corral_dot_v1_dot_alloc__pb2.AllocLogsChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Checks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientAlloc/Checks',
+            corral_dot_v1_dot_alloc__pb2.AllocChecksRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.AllocChecksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,8 +70,8 @@ class AllocServicer(metaclass=_abc_1.ABCMeta):
 def add_AllocServicer_to_server(servicer: AllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class ClientAllocStub:
-    """Served by each client agent (Node.http_addr): task logs and resource
-    usage of its allocs.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     @_typing.overload
@@ -79,6 +79,10 @@ class ClientAllocStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ClientAllocAsyncStub: ...
     Logs: _grpc.UnaryStreamMultiCallable[_alloc_pb2.AllocLogsRequest, _alloc_pb2.AllocLogsChunk]
+    Checks: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocChecksRequest, _alloc_pb2.AllocChecksResponse]
+    """The latest result of every Nomad-provider check of the alloc (Nomad's
+    /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+    """
     Stats: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocStatsRequest, _alloc_pb2.AllocStatsResponse]
     """Resource usage of an alloc's tasks, summed and per task, from their
     cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
@@ -97,12 +101,16 @@ class ClientAllocStub:
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
-    """Served by each client agent (Node.http_addr): task logs and resource
-    usage of its allocs.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Logs: _aio.UnaryStreamMultiCallable[_alloc_pb2.AllocLogsRequest, _alloc_pb2.AllocLogsChunk]  # type: ignore[assignment]
+    Checks: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocChecksRequest, _alloc_pb2.AllocChecksResponse]  # type: ignore[assignment]
+    """The latest result of every Nomad-provider check of the alloc (Nomad's
+    /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+    """
     Stats: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocStatsRequest, _alloc_pb2.AllocStatsResponse]  # type: ignore[assignment]
     """Resource usage of an alloc's tasks, summed and per task, from their
     cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
@@ -120,8 +128,8 @@ class ClientAllocAsyncStub(ClientAllocStub):
     """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
-    """Served by each client agent (Node.http_addr): task logs and resource
-    usage of its allocs.
+    """Served by each client agent (Node.http_addr): task logs, resource usage
+    and service check results of its allocs.
     """
 
     @_abc_1.abstractmethod
@@ -130,6 +138,16 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
         request: _alloc_pb2.AllocLogsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_alloc_pb2.AllocLogsChunk], _abc.AsyncIterator[_alloc_pb2.AllocLogsChunk]]: ...
+
+    @_abc_1.abstractmethod
+    def Checks(
+        self,
+        request: _alloc_pb2.AllocChecksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocChecksResponse, _abc.Awaitable[_alloc_pb2.AllocChecksResponse]]:
+        """The latest result of every Nomad-provider check of the alloc (Nomad's
+        /v1/client/allocation/:id/checks); read-job in the alloc's namespace.
+        """
 
     @_abc_1.abstractmethod
     def Stats(

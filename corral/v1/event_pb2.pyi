@@ -26,9 +26,11 @@ class EventTopic(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
-    """"Job", "Evaluation", "Allocation", "Node", "Deployment", "*" """
+    """"Job", "Evaluation", "Allocation", "Node", "Deployment", "Service", "*" """
     key: _builtins.str
-    """object id (or job id for evals/allocs); "*" or empty = all"""
+    """Object id (or job id for evals and allocs, job id or service name for
+    services); "*" or empty = all.
+    """
     def __init__(
         self,
         *,

@@ -82,8 +82,8 @@ class NamespaceServicer:
 
     def Delete(self, request, context):
         """Delete namespaces (management token). Refused for "default", and for a
-        namespace that still holds jobs that are not dead or allocs that are
-        not terminal.
+        namespace that still holds jobs that are not dead, allocs that are not
+        terminal, or variables.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,8 +42,8 @@ class NamespaceStub:
     """Create or replace namespaces by name (management token)."""
     Delete: _grpc.UnaryUnaryMultiCallable[_namespace_pb2.NamespaceDeleteRequest, _namespace_pb2.NamespaceWriteResponse]
     """Delete namespaces (management token). Refused for "default", and for a
-    namespace that still holds jobs that are not dead or allocs that are
-    not terminal.
+    namespace that still holds jobs that are not dead, allocs that are not
+    terminal, or variables.
     """
 
 @_typing.type_check_only
@@ -57,8 +57,8 @@ class NamespaceAsyncStub(NamespaceStub):
     """Create or replace namespaces by name (management token)."""
     Delete: _aio.UnaryUnaryMultiCallable[_namespace_pb2.NamespaceDeleteRequest, _namespace_pb2.NamespaceWriteResponse]  # type: ignore[assignment]
     """Delete namespaces (management token). Refused for "default", and for a
-    namespace that still holds jobs that are not dead or allocs that are
-    not terminal.
+    namespace that still holds jobs that are not dead, allocs that are not
+    terminal, or variables.
     """
 
 class NamespaceServicer(metaclass=_abc_1.ABCMeta):
@@ -93,8 +93,8 @@ class NamespaceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_namespace_pb2.NamespaceWriteResponse, _abc.Awaitable[_namespace_pb2.NamespaceWriteResponse]]:
         """Delete namespaces (management token). Refused for "default", and for a
-        namespace that still holds jobs that are not dead or allocs that are
-        not terminal.
+        namespace that still holds jobs that are not dead, allocs that are not
+        terminal, or variables.
         """
 
 def add_NamespaceServicer_to_server(servicer: NamespaceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -26,7 +26,7 @@ from corral.v1 import structs_pb2 as corral_dot_v1_dot_structs__pb2
 from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63orral/v1/node.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\":\n\x13NodeRegisterRequest\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.corral.v1.types.Node\"\xb0\x01\n\x12NodeUpdateResponse\x12\x18\n\x10heartbeat_ttl_ms\x18\x01 \x01(\x03\x12\x10\n\x08\x65val_ids\x18\x02 \x03(\t\x12\x19\n\x11\x65val_create_index\x18\x03 \x01(\x04\x12\x19\n\x11node_modify_index\x18\x04 \x01(\x04\x12\r\n\x05index\x18\x05 \x01(\x04\x12\x16\n\x0eleader_address\x18\x06 \x01(\t\x12\x11\n\tnum_nodes\x18\x07 \x01(\x05\"(\n\x15NodeDeregisterRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"M\n\x17NodeUpdateStatusRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x11\n\tsecret_id\x18\x03 \x01(\t\"X\n\x16NodeUpdateAllocRequest\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\x11\n\tsecret_id\x18\x02 \x01(\t\":\n\x17NodeUpdateAllocResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x10\n\x08\x65val_ids\x18\x02 \x03(\t\"a\n\x17NodeClientAllocsRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x11\n\tmin_index\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x03\x12\x11\n\tsecret_id\x18\x04 \x01(\t\"\xef\x01\n\x18NodeClientAllocsResponse\x12?\n\x06\x61llocs\x18\x01 \x03(\x0b\x32/.corral.v1.NodeClientAllocsResponse.AllocsEntry\x12\x30\n\x0b\x66ull_allocs\x18\x02 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04jobs\x18\x03 \x03(\x0b\x32\x14.corral.v1.types.Job\x12\r\n\x05index\x18\x04 \x01(\x04\x1a-\n\x0b\x41llocsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xf8\x02\n\x0cNodeListStub\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ndatacenter\x18\x03 \x01(\t\x12\x11\n\tnode_pool\x18\x04 \x01(\t\x12\x12\n\nnode_class\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12\x1e\n\x16scheduling_eligibility\x18\x07 \x01(\t\x12\r\n\x05\x64rain\x18\x08 \x01(\x08\x12\x0f\n\x07\x61\x64\x64ress\x18\t \x01(\t\x12\x35\n\x07\x64rivers\x18\n \x03(\x0b\x32$.corral.v1.NodeListStub.DriversEntry\x12\x14\n\x0c\x63reate_index\x18\x0b \x01(\x04\x12\x14\n\x0cmodify_index\x18\x0c \x01(\x04\x12\x16\n\x0erunning_allocs\x18\r \x01(\x05\x1aH\n\x0c\x44riversEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.corral.v1.DriverSummary:\x02\x38\x01\"2\n\rDriverSummary\x12\x10\n\x08\x64\x65tected\x18\x01 \x01(\x08\x12\x0f\n\x07healthy\x18\x02 \x01(\x08\"I\n\x0fNodeListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06status\x18\x02 \x01(\t\"^\n\x10NodeListResponse\x12&\n\x05nodes\x18\x01 \x03(\x0b\x32\x17.corral.v1.NodeListStub\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"V\n\x0eNodeGetRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0b\n\x03\x61ll\x18\x03 \x01(\x08\"Z\n\x0fNodeGetResponse\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.corral.v1.types.Node\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"\x8e\x01\n\x16NodeUpdateDrainRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x36\n\x0e\x64rain_strategy\x18\x02 \x01(\x0b\x32\x1e.corral.v1.types.DrainStrategy\x12\x15\n\rmark_eligible\x18\x03 \x01(\x08\x12\x14\n\x0cmeta_message\x18\x04 \x01(\t\"D\n\x1cNodeUpdateEligibilityRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65ligibility\x18\x02 \x01(\t\"j\n\x17NodeAllocationsResponse\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"\x14\n\x12\x43lientStatsRequest\"Q\n\x13\x43lientStatsResponse\x12)\n\x05stats\x18\x01 \x01(\x0b\x32\x1a.corral.v1.types.HostStats\x12\x0f\n\x07node_id\x18\x02 \x01(\t2\xa0\x06\n\x04Node\x12I\n\x08Register\x12\x1e.corral.v1.NodeRegisterRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12M\n\nDeregister\x12 .corral.v1.NodeDeregisterRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12Q\n\x0cUpdateStatus\x12\".corral.v1.NodeUpdateStatusRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12T\n\x0bUpdateAlloc\x12!.corral.v1.NodeUpdateAllocRequest\x1a\".corral.v1.NodeUpdateAllocResponse\x12Z\n\x0fGetClientAllocs\x12\".corral.v1.NodeClientAllocsRequest\x1a#.corral.v1.NodeClientAllocsResponse\x12?\n\x04List\x12\x1a.corral.v1.NodeListRequest\x1a\x1b.corral.v1.NodeListResponse\x12<\n\x03Get\x12\x19.corral.v1.NodeGetRequest\x1a\x1a.corral.v1.NodeGetResponse\x12O\n\x0bUpdateDrain\x12!.corral.v1.NodeUpdateDrainRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12[\n\x11UpdateEligibility\x12\'.corral.v1.NodeUpdateEligibilityRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12L\n\x0b\x41llocations\x12\x19.corral.v1.NodeGetRequest\x1a\".corral.v1.NodeAllocationsResponse2U\n\x0b\x43lientStats\x12\x46\n\x05Stats\x12\x1d.corral.v1.ClientStatsRequest\x1a\x1e.corral.v1.ClientStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63orral/v1/node.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\":\n\x13NodeRegisterRequest\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.corral.v1.types.Node\"\xb0\x01\n\x12NodeUpdateResponse\x12\x18\n\x10heartbeat_ttl_ms\x18\x01 \x01(\x03\x12\x10\n\x08\x65val_ids\x18\x02 \x03(\t\x12\x19\n\x11\x65val_create_index\x18\x03 \x01(\x04\x12\x19\n\x11node_modify_index\x18\x04 \x01(\x04\x12\r\n\x05index\x18\x05 \x01(\x04\x12\x16\n\x0eleader_address\x18\x06 \x01(\t\x12\x11\n\tnum_nodes\x18\x07 \x01(\x05\"(\n\x15NodeDeregisterRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"M\n\x17NodeUpdateStatusRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x11\n\tsecret_id\x18\x03 \x01(\t\"X\n\x16NodeUpdateAllocRequest\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\x11\n\tsecret_id\x18\x02 \x01(\t\":\n\x17NodeUpdateAllocResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x10\n\x08\x65val_ids\x18\x02 \x03(\t\"a\n\x17NodeClientAllocsRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x11\n\tmin_index\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x03\x12\x11\n\tsecret_id\x18\x04 \x01(\t\"\xef\x01\n\x18NodeClientAllocsResponse\x12?\n\x06\x61llocs\x18\x01 \x03(\x0b\x32/.corral.v1.NodeClientAllocsResponse.AllocsEntry\x12\x30\n\x0b\x66ull_allocs\x18\x02 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04jobs\x18\x03 \x03(\x0b\x32\x14.corral.v1.types.Job\x12\r\n\x05index\x18\x04 \x01(\x04\x1a-\n\x0b\x41llocsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"K\n\x17WorkloadIdentityRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\"k\n\x16SignedWorkloadIdentity\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\x12\x0b\n\x03jwt\x18\x04 \x01(\t\x12\x12\n\nexpiration\x18\x05 \x01(\x03\"]\n\x19WorkloadIdentityRejection\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"w\n\x19NodeSignIdentitiesRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x11\n\tsecret_id\x18\x02 \x01(\t\x12\x36\n\nidentities\x18\x03 \x03(\x0b\x32\".corral.v1.WorkloadIdentityRequest\"\x89\x01\n\x1aNodeSignIdentitiesResponse\x12\x31\n\x06signed\x18\x01 \x03(\x0b\x32!.corral.v1.SignedWorkloadIdentity\x12\x38\n\nrejections\x18\x02 \x03(\x0b\x32$.corral.v1.WorkloadIdentityRejection\"\xf8\x02\n\x0cNodeListStub\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\ndatacenter\x18\x03 \x01(\t\x12\x11\n\tnode_pool\x18\x04 \x01(\t\x12\x12\n\nnode_class\x18\x05 \x01(\t\x12\x0e\n\x06status\x18\x06 \x01(\t\x12\x1e\n\x16scheduling_eligibility\x18\x07 \x01(\t\x12\r\n\x05\x64rain\x18\x08 \x01(\x08\x12\x0f\n\x07\x61\x64\x64ress\x18\t \x01(\t\x12\x35\n\x07\x64rivers\x18\n \x03(\x0b\x32$.corral.v1.NodeListStub.DriversEntry\x12\x14\n\x0c\x63reate_index\x18\x0b \x01(\x04\x12\x14\n\x0cmodify_index\x18\x0c \x01(\x04\x12\x16\n\x0erunning_allocs\x18\r \x01(\x05\x1aH\n\x0c\x44riversEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.corral.v1.DriverSummary:\x02\x38\x01\"2\n\rDriverSummary\x12\x10\n\x08\x64\x65tected\x18\x01 \x01(\x08\x12\x0f\n\x07healthy\x18\x02 \x01(\x08\"I\n\x0fNodeListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06status\x18\x02 \x01(\t\"^\n\x10NodeListResponse\x12&\n\x05nodes\x18\x01 \x03(\x0b\x32\x17.corral.v1.NodeListStub\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"V\n\x0eNodeGetRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0b\n\x03\x61ll\x18\x03 \x01(\x08\"Z\n\x0fNodeGetResponse\x12#\n\x04node\x18\x01 \x01(\x0b\x32\x15.corral.v1.types.Node\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"\x8e\x01\n\x16NodeUpdateDrainRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x36\n\x0e\x64rain_strategy\x18\x02 \x01(\x0b\x32\x1e.corral.v1.types.DrainStrategy\x12\x15\n\rmark_eligible\x18\x03 \x01(\x08\x12\x14\n\x0cmeta_message\x18\x04 \x01(\t\"D\n\x1cNodeUpdateEligibilityRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65ligibility\x18\x02 \x01(\t\"j\n\x17NodeAllocationsResponse\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"\x14\n\x12\x43lientStatsRequest\"Q\n\x13\x43lientStatsResponse\x12)\n\x05stats\x18\x01 \x01(\x0b\x32\x1a.corral.v1.types.HostStats\x12\x0f\n\x07node_id\x18\x02 \x01(\t2\xff\x06\n\x04Node\x12I\n\x08Register\x12\x1e.corral.v1.NodeRegisterRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12M\n\nDeregister\x12 .corral.v1.NodeDeregisterRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12Q\n\x0cUpdateStatus\x12\".corral.v1.NodeUpdateStatusRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12T\n\x0bUpdateAlloc\x12!.corral.v1.NodeUpdateAllocRequest\x1a\".corral.v1.NodeUpdateAllocResponse\x12Z\n\x0fGetClientAllocs\x12\".corral.v1.NodeClientAllocsRequest\x1a#.corral.v1.NodeClientAllocsResponse\x12]\n\x0eSignIdentities\x12$.corral.v1.NodeSignIdentitiesRequest\x1a%.corral.v1.NodeSignIdentitiesResponse\x12?\n\x04List\x12\x1a.corral.v1.NodeListRequest\x1a\x1b.corral.v1.NodeListResponse\x12<\n\x03Get\x12\x19.corral.v1.NodeGetRequest\x1a\x1a.corral.v1.NodeGetResponse\x12O\n\x0bUpdateDrain\x12!.corral.v1.NodeUpdateDrainRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12[\n\x11UpdateEligibility\x12\'.corral.v1.NodeUpdateEligibilityRequest\x1a\x1d.corral.v1.NodeUpdateResponse\x12L\n\x0b\x41llocations\x12\x19.corral.v1.NodeGetRequest\x1a\".corral.v1.NodeAllocationsResponse2U\n\x0b\x43lientStats\x12\x46\n\x05Stats\x12\x1d.corral.v1.ClientStatsRequest\x1a\x1e.corral.v1.ClientStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -55,32 +55,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODECLIENTALLOCSRESPONSE']._serialized_end=932
   _globals['_NODECLIENTALLOCSRESPONSE_ALLOCSENTRY']._serialized_start=887
   _globals['_NODECLIENTALLOCSRESPONSE_ALLOCSENTRY']._serialized_end=932
-  _globals['_NODELISTSTUB']._serialized_start=935
-  _globals['_NODELISTSTUB']._serialized_end=1311
-  _globals['_NODELISTSTUB_DRIVERSENTRY']._serialized_start=1239
-  _globals['_NODELISTSTUB_DRIVERSENTRY']._serialized_end=1311
-  _globals['_DRIVERSUMMARY']._serialized_start=1313
-  _globals['_DRIVERSUMMARY']._serialized_end=1363
-  _globals['_NODELISTREQUEST']._serialized_start=1365
-  _globals['_NODELISTREQUEST']._serialized_end=1438
-  _globals['_NODELISTRESPONSE']._serialized_start=1440
-  _globals['_NODELISTRESPONSE']._serialized_end=1534
-  _globals['_NODEGETREQUEST']._serialized_start=1536
-  _globals['_NODEGETREQUEST']._serialized_end=1622
-  _globals['_NODEGETRESPONSE']._serialized_start=1624
-  _globals['_NODEGETRESPONSE']._serialized_end=1714
-  _globals['_NODEUPDATEDRAINREQUEST']._serialized_start=1717
-  _globals['_NODEUPDATEDRAINREQUEST']._serialized_end=1859
-  _globals['_NODEUPDATEELIGIBILITYREQUEST']._serialized_start=1861
-  _globals['_NODEUPDATEELIGIBILITYREQUEST']._serialized_end=1929
-  _globals['_NODEALLOCATIONSRESPONSE']._serialized_start=1931
-  _globals['_NODEALLOCATIONSRESPONSE']._serialized_end=2037
-  _globals['_CLIENTSTATSREQUEST']._serialized_start=2039
-  _globals['_CLIENTSTATSREQUEST']._serialized_end=2059
-  _globals['_CLIENTSTATSRESPONSE']._serialized_start=2061
-  _globals['_CLIENTSTATSRESPONSE']._serialized_end=2142
-  _globals['_NODE']._serialized_start=2145
-  _globals['_NODE']._serialized_end=2945
-  _globals['_CLIENTSTATS']._serialized_start=2947
-  _globals['_CLIENTSTATS']._serialized_end=3032
+  _globals['_WORKLOADIDENTITYREQUEST']._serialized_start=934
+  _globals['_WORKLOADIDENTITYREQUEST']._serialized_end=1009
+  _globals['_SIGNEDWORKLOADIDENTITY']._serialized_start=1011
+  _globals['_SIGNEDWORKLOADIDENTITY']._serialized_end=1118
+  _globals['_WORKLOADIDENTITYREJECTION']._serialized_start=1120
+  _globals['_WORKLOADIDENTITYREJECTION']._serialized_end=1213
+  _globals['_NODESIGNIDENTITIESREQUEST']._serialized_start=1215
+  _globals['_NODESIGNIDENTITIESREQUEST']._serialized_end=1334
+  _globals['_NODESIGNIDENTITIESRESPONSE']._serialized_start=1337
+  _globals['_NODESIGNIDENTITIESRESPONSE']._serialized_end=1474
+  _globals['_NODELISTSTUB']._serialized_start=1477
+  _globals['_NODELISTSTUB']._serialized_end=1853
+  _globals['_NODELISTSTUB_DRIVERSENTRY']._serialized_start=1781
+  _globals['_NODELISTSTUB_DRIVERSENTRY']._serialized_end=1853
+  _globals['_DRIVERSUMMARY']._serialized_start=1855
+  _globals['_DRIVERSUMMARY']._serialized_end=1905
+  _globals['_NODELISTREQUEST']._serialized_start=1907
+  _globals['_NODELISTREQUEST']._serialized_end=1980
+  _globals['_NODELISTRESPONSE']._serialized_start=1982
+  _globals['_NODELISTRESPONSE']._serialized_end=2076
+  _globals['_NODEGETREQUEST']._serialized_start=2078
+  _globals['_NODEGETREQUEST']._serialized_end=2164
+  _globals['_NODEGETRESPONSE']._serialized_start=2166
+  _globals['_NODEGETRESPONSE']._serialized_end=2256
+  _globals['_NODEUPDATEDRAINREQUEST']._serialized_start=2259
+  _globals['_NODEUPDATEDRAINREQUEST']._serialized_end=2401
+  _globals['_NODEUPDATEELIGIBILITYREQUEST']._serialized_start=2403
+  _globals['_NODEUPDATEELIGIBILITYREQUEST']._serialized_end=2471
+  _globals['_NODEALLOCATIONSRESPONSE']._serialized_start=2473
+  _globals['_NODEALLOCATIONSRESPONSE']._serialized_end=2579
+  _globals['_CLIENTSTATSREQUEST']._serialized_start=2581
+  _globals['_CLIENTSTATSREQUEST']._serialized_end=2601
+  _globals['_CLIENTSTATSRESPONSE']._serialized_start=2603
+  _globals['_CLIENTSTATSRESPONSE']._serialized_end=2684
+  _globals['_NODE']._serialized_start=2687
+  _globals['_NODE']._serialized_end=3582
+  _globals['_CLIENTSTATS']._serialized_start=3584
+  _globals['_CLIENTSTATS']._serialized_end=3669
 # @@protoc_insertion_point(module_scope)

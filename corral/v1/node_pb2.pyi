@@ -274,6 +274,147 @@ class NodeClientAllocsResponse(_message.Message):
 Global___NodeClientAllocsResponse: _TypeAlias = NodeClientAllocsResponse  # noqa: Y015
 
 @_typing.final
+class WorkloadIdentityRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    task: _builtins.str
+    identity: _builtins.str
+    """"default" or the name of one of the task's identities"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+        identity: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "identity", b"identity", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadIdentityRequest: _TypeAlias = WorkloadIdentityRequest  # noqa: Y015
+
+@_typing.final
+class SignedWorkloadIdentity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    JWT_FIELD_NUMBER: _builtins.int
+    EXPIRATION_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    task: _builtins.str
+    identity: _builtins.str
+    jwt: _builtins.str
+    """RS256, signed by the keyring's active key"""
+    expiration: _builtins.int
+    """Unix ns; 0 = valid while the alloc is not terminal"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+        identity: _builtins.str = ...,
+        jwt: _builtins.str = ...,
+        expiration: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "expiration", b"expiration", "identity", b"identity", "jwt", b"jwt", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignedWorkloadIdentity: _TypeAlias = SignedWorkloadIdentity  # noqa: Y015
+
+@_typing.final
+class WorkloadIdentityRejection(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    task: _builtins.str
+    identity: _builtins.str
+    reason: _builtins.str
+    """"allocation not found", "task not found", "identity not found" """
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+        identity: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "identity", b"identity", "reason", b"reason", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadIdentityRejection: _TypeAlias = WorkloadIdentityRejection  # noqa: Y015
+
+@_typing.final
+class NodeSignIdentitiesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    SECRET_ID_FIELD_NUMBER: _builtins.int
+    IDENTITIES_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    secret_id: _builtins.str
+    """the node's secret (required)"""
+    @_builtins.property
+    def identities(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadIdentityRequest]:
+        """at most 1000"""
+
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        secret_id: _builtins.str = ...,
+        identities: _abc.Iterable[Global___WorkloadIdentityRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identities", b"identities", "node_id", b"node_id", "secret_id", b"secret_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeSignIdentitiesRequest: _TypeAlias = NodeSignIdentitiesRequest  # noqa: Y015
+
+@_typing.final
+class NodeSignIdentitiesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIGNED_FIELD_NUMBER: _builtins.int
+    REJECTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def signed(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignedWorkloadIdentity]: ...
+    @_builtins.property
+    def rejections(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadIdentityRejection]: ...
+    def __init__(
+        self,
+        *,
+        signed: _abc.Iterable[Global___SignedWorkloadIdentity] | None = ...,
+        rejections: _abc.Iterable[Global___WorkloadIdentityRejection] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rejections", b"rejections", "signed", b"signed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeSignIdentitiesResponse: _TypeAlias = NodeSignIdentitiesResponse  # noqa: Y015
+
+@_typing.final
 class NodeListStub(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -59,6 +59,11 @@ class NodeStub:
                 request_serializer=corral_dot_v1_dot_node__pb2.NodeClientAllocsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_node__pb2.NodeClientAllocsResponse.FromString,
                 _registered_method=True)
+        self.SignIdentities = channel.unary_unary(
+                '/corral.v1.Node/SignIdentities',
+                request_serializer=corral_dot_v1_dot_node__pb2.NodeSignIdentitiesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_node__pb2.NodeSignIdentitiesResponse.FromString,
+                _registered_method=True)
         self.List = channel.unary_unary(
                 '/corral.v1.Node/List',
                 request_serializer=corral_dot_v1_dot_node__pb2.NodeListRequest.SerializeToString,
@@ -125,6 +130,17 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SignIdentities(self, request, context):
+        """Workload identity JWTs for tasks of this node's allocs (Nomad's
+        Alloc.SignIdentities): the client asks when a task starts and again
+        before a named identity's TTL runs out. An alloc that is not this
+        node's, is terminal or has no such task or identity is rejected, not
+        an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def List(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -182,6 +198,11 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.GetClientAllocs,
                     request_deserializer=corral_dot_v1_dot_node__pb2.NodeClientAllocsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_node__pb2.NodeClientAllocsResponse.SerializeToString,
+            ),
+            'SignIdentities': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignIdentities,
+                    request_deserializer=corral_dot_v1_dot_node__pb2.NodeSignIdentitiesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_node__pb2.NodeSignIdentitiesResponse.SerializeToString,
             ),
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
@@ -344,6 +365,33 @@ class Node:
             '/corral.v1.Node/GetClientAllocs',
             corral_dot_v1_dot_node__pb2.NodeClientAllocsRequest.SerializeToString,
             corral_dot_v1_dot_node__pb2.NodeClientAllocsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignIdentities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Node/SignIdentities',
+            corral_dot_v1_dot_node__pb2.NodeSignIdentitiesRequest.SerializeToString,
+            corral_dot_v1_dot_node__pb2.NodeSignIdentitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,13 @@ class NodeStub:
     """
     GetClientAllocs: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeClientAllocsRequest, _node_pb2.NodeClientAllocsResponse]
     """Blocking query: the allocs the node should run, when they change."""
+    SignIdentities: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeSignIdentitiesRequest, _node_pb2.NodeSignIdentitiesResponse]
+    """Workload identity JWTs for tasks of this node's allocs (Nomad's
+    Alloc.SignIdentities): the client asks when a task starts and again
+    before a named identity's TTL runs out. An alloc that is not this
+    node's, is terminal or has no such task or identity is rejected, not
+    an error.
+    """
     List: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeListRequest, _node_pb2.NodeListResponse]
     Get: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeGetRequest, _node_pb2.NodeGetResponse]
     UpdateDrain: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateDrainRequest, _node_pb2.NodeUpdateResponse]
@@ -74,6 +81,13 @@ class NodeAsyncStub(NodeStub):
     """
     GetClientAllocs: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeClientAllocsRequest, _node_pb2.NodeClientAllocsResponse]  # type: ignore[assignment]
     """Blocking query: the allocs the node should run, when they change."""
+    SignIdentities: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeSignIdentitiesRequest, _node_pb2.NodeSignIdentitiesResponse]  # type: ignore[assignment]
+    """Workload identity JWTs for tasks of this node's allocs (Nomad's
+    Alloc.SignIdentities): the client asks when a task starts and again
+    before a named identity's TTL runs out. An alloc that is not this
+    node's, is terminal or has no such task or identity is rejected, not
+    an error.
+    """
     List: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeListRequest, _node_pb2.NodeListResponse]  # type: ignore[assignment]
     Get: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeGetRequest, _node_pb2.NodeGetResponse]  # type: ignore[assignment]
     UpdateDrain: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateDrainRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
@@ -123,6 +137,19 @@ class NodeServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_node_pb2.NodeClientAllocsResponse, _abc.Awaitable[_node_pb2.NodeClientAllocsResponse]]:
         """Blocking query: the allocs the node should run, when they change."""
+
+    @_abc_1.abstractmethod
+    def SignIdentities(
+        self,
+        request: _node_pb2.NodeSignIdentitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.NodeSignIdentitiesResponse, _abc.Awaitable[_node_pb2.NodeSignIdentitiesResponse]]:
+        """Workload identity JWTs for tasks of this node's allocs (Nomad's
+        Alloc.SignIdentities): the client asks when a task starts and again
+        before a named identity's TTL runs out. An alloc that is not this
+        node's, is terminal or has no such task or identity is rejected, not
+        an error.
+        """
 
     @_abc_1.abstractmethod
     def List(

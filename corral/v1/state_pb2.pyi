@@ -137,7 +137,8 @@ class TableIndex(_message.Message):
     INDEX_FIELD_NUMBER: _builtins.int
     table: _builtins.str
     """"jobs", "nodes", "allocs", "evals", "deployments", "job_summary",
-    "scheduler_config", "namespaces", "node_pools", "scaling_policy", "scaling_event"
+    "scheduler_config", "namespaces", "node_pools", "scaling_policy", "scaling_event",
+    "service_registrations"
     """
     index: _builtins.int
     def __init__(
@@ -177,6 +178,7 @@ class SnapshotChunk(_message.Message):
     NODE_POOLS_FIELD_NUMBER: _builtins.int
     SCALING_POLICIES_FIELD_NUMBER: _builtins.int
     SCALING_EVENTS_FIELD_NUMBER: _builtins.int
+    SERVICE_REGISTRATIONS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     done: _builtins.bool
     @_builtins.property
@@ -209,6 +211,8 @@ class SnapshotChunk(_message.Message):
     def scaling_policies(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.ScalingPolicy]: ...
     @_builtins.property
     def scaling_events(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.JobScalingEvents]: ...
+    @_builtins.property
+    def service_registrations(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.ServiceRegistration]: ...
     def __init__(
         self,
         *,
@@ -227,10 +231,11 @@ class SnapshotChunk(_message.Message):
         node_pools: _abc.Iterable[_structs_pb2.NodePool] | None = ...,
         scaling_policies: _abc.Iterable[_structs_pb2.ScalingPolicy] | None = ...,
         scaling_events: _abc.Iterable[_structs_pb2.JobScalingEvents] | None = ...,
+        service_registrations: _abc.Iterable[_structs_pb2.ServiceRegistration] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scheduler_config", b"scheduler_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "deployments", b"deployments", "done", b"done", "evals", b"evals", "index", b"index", "job_summaries", b"job_summaries", "job_versions", b"job_versions", "jobs", b"jobs", "namespaces", b"namespaces", "node_pools", b"node_pools", "nodes", b"nodes", "scaling_events", b"scaling_events", "scaling_policies", b"scaling_policies", "scheduler_config", b"scheduler_config", "table_indexes", b"table_indexes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "deployments", b"deployments", "done", b"done", "evals", b"evals", "index", b"index", "job_summaries", b"job_summaries", "job_versions", b"job_versions", "jobs", b"jobs", "namespaces", b"namespaces", "node_pools", b"node_pools", "nodes", b"nodes", "scaling_events", b"scaling_events", "scaling_policies", b"scaling_policies", "scheduler_config", b"scheduler_config", "service_registrations", b"service_registrations", "table_indexes", b"table_indexes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1223,7 +1223,10 @@ class Task(_message.Message):
     RESTART_POLICY_FIELD_NUMBER: _builtins.int
     DISPATCH_PAYLOAD_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
+    SERVICES_FIELD_NUMBER: _builtins.int
     SCALING_POLICIES_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    IDENTITIES_FIELD_NUMBER: _builtins.int
     VOLUME_MOUNTS_FIELD_NUMBER: _builtins.int
     ARTIFACTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -1234,9 +1237,7 @@ class Task(_message.Message):
     kill_signal: _builtins.str
     leader: _builtins.bool
     shutdown_delay: _builtins.int
-    """Time between deregistering the task's services and killing it (ns);
-    stored and returned (the client acts on it once services exist).
-    """
+    """Time between deregistering the task's services and killing it (ns)."""
     @_builtins.property
     def config(self) -> _struct_pb2.Struct:
         """driver configuration"""
@@ -1258,10 +1259,30 @@ class Task(_message.Message):
     @_builtins.property
     def dispatch_payload(self) -> Global___DispatchPayloadConfig: ...
     @_builtins.property
+    def services(self) -> _containers.RepeatedCompositeFieldContainer[Global___Service]:
+        """The task's `service` blocks (provider "nomad"): registered while the
+        task runs (docs/services.md).
+        """
+
+    @_builtins.property
     def scaling_policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScalingPolicy]:
         """Task-level `scaling "cpu"` / `scaling "mem"` blocks (types
         "vertical_cpu", "vertical_mem"): stored and listed as scaling policies
         for an external autoscaler; Corral itself never resizes a task.
+        """
+
+    @_builtins.property
+    def identity(self) -> Global___WorkloadIdentity:
+        """The task's default workload identity (an `identity` block without a
+        name): whether its JWT reaches the task as NOMAD_TOKEN and/or
+        secrets/nomad_token. Every task has a default identity; this only says
+        how it is exposed.
+        """
+
+    @_builtins.property
+    def identities(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadIdentity]:
+        """Named identities (`identity { name = "..." }`), each with its own
+        audience and TTL.
         """
 
     @_builtins.property
@@ -1294,17 +1315,74 @@ class Task(_message.Message):
         restart_policy: Global___RestartPolicy | None = ...,
         dispatch_payload: Global___DispatchPayloadConfig | None = ...,
         shutdown_delay: _builtins.int = ...,
+        services: _abc.Iterable[Global___Service] | None = ...,
         scaling_policies: _abc.Iterable[Global___ScalingPolicy] | None = ...,
+        identity: Global___WorkloadIdentity | None = ...,
+        identities: _abc.Iterable[Global___WorkloadIdentity] | None = ...,
         volume_mounts: _abc.Iterable[Global___VolumeMount] | None = ...,
         artifacts: _abc.Iterable[Global___TaskArtifact] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "shutdown_delay", b"shutdown_delay", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class WorkloadIdentity(_message.Message):
+    """A workload identity of a task (Nomad's `identity` block): a JWT the
+    servers sign for each (alloc, task, identity), see docs/variables.md.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    AUDIENCE_FIELD_NUMBER: _builtins.int
+    ENV_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    FILEPATH_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    CHANGE_MODE_FIELD_NUMBER: _builtins.int
+    CHANGE_SIGNAL_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"default", or letters, digits, '-' and '_' (at most 128)"""
+    env: _builtins.bool
+    """NOMAD_TOKEN (default) / NOMAD_TOKEN_<name> in the task's environment"""
+    file: _builtins.bool
+    """secrets/nomad_token (default) / secrets/nomad_<name>.jwt, mode 0600"""
+    filepath: _builtins.str
+    """the file's path relative to the task directory instead (needs file)"""
+    ttl: _builtins.int
+    """ns; named identities only; 0 = valid while the alloc runs"""
+    change_mode: _builtins.str
+    """"" or "noop" (restart and signal are not supported by Corral)"""
+    change_signal: _builtins.str
+    """must be empty (see change_mode)"""
+    @_builtins.property
+    def audience(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the JWT's `aud`; the default identity's is "nomadproject.io" """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        audience: _abc.Iterable[_builtins.str] | None = ...,
+        env: _builtins.bool = ...,
+        file: _builtins.bool = ...,
+        filepath: _builtins.str = ...,
+        ttl: _builtins.int = ...,
+        change_mode: _builtins.str = ...,
+        change_signal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audience", b"audience", "change_mode", b"change_mode", "change_signal", b"change_signal", "env", b"env", "file", b"file", "filepath", b"filepath", "name", b"name", "ttl", b"ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadIdentity: _TypeAlias = WorkloadIdentity  # noqa: Y015
 
 @_typing.final
 class VolumeMount(_message.Message):
@@ -1547,6 +1625,7 @@ class TaskGroup(_message.Message):
     PREVENT_RESCHEDULE_ON_LOST_FIELD_NUMBER: _builtins.int
     SHUTDOWN_DELAY_FIELD_NUMBER: _builtins.int
     MAX_RUN_DURATION_FIELD_NUMBER: _builtins.int
+    SERVICES_FIELD_NUMBER: _builtins.int
     SCALING_FIELD_NUMBER: _builtins.int
     VOLUMES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -1556,7 +1635,7 @@ class TaskGroup(_message.Message):
     prevent_reschedule_on_lost: _builtins.bool
     shutdown_delay: _builtins.int
     """Time between deregistering the group's services and stopping its tasks
-    (ns); stored and returned (the client acts on it once services exist).
+    (ns).
     """
     max_run_duration: _builtins.int
     """The longest an allocation of this group may run before it is stopped
@@ -1586,6 +1665,12 @@ class TaskGroup(_message.Message):
     def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def disconnect(self) -> Global___DisconnectStrategy: ...
+    @_builtins.property
+    def services(self) -> _containers.RepeatedCompositeFieldContainer[Global___Service]:
+        """The group's `service` blocks (provider "nomad"): registered while the
+        alloc runs (docs/services.md).
+        """
+
     @_builtins.property
     def scaling(self) -> Global___ScalingPolicy:
         """The group's `scaling` block: the horizontal (count) policy an
@@ -1620,12 +1705,13 @@ class TaskGroup(_message.Message):
         prevent_reschedule_on_lost: _builtins.bool = ...,
         shutdown_delay: _builtins.int = ...,
         max_run_duration: _builtins.int = ...,
+        services: _abc.Iterable[Global___Service] | None = ...,
         scaling: Global___ScalingPolicy | None = ...,
         volumes: _abc.Mapping[_builtins.str, Global___VolumeRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update", "volumes", b"volumes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "services", b"services", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_client_disconnect: _TypeAlias = _typing.Literal["max_client_disconnect"]  # noqa: Y015
     _WhichOneofArgType__max_client_disconnect: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect"]  # noqa: Y015
@@ -3978,6 +4064,431 @@ class SchedulerConfiguration(_message.Message):
 Global___SchedulerConfiguration: _TypeAlias = SchedulerConfiguration  # noqa: Y015
 
 @_typing.final
+class Service(_message.Message):
+    """---------------------------------------------------------------- services
+
+    A `service` block (Nomad's Service) with provider "nomad": the client
+    registers one instance per alloc in the servers' own catalog and runs its
+    checks (docs/services.md). Consul-only fields have no counterpart here;
+    the job parsers refuse them.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class CanaryMetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TASK_NAME_FIELD_NUMBER: _builtins.int
+    PORT_LABEL_FIELD_NUMBER: _builtins.int
+    ADDRESS_MODE_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    CANARY_TAGS_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    CANARY_META_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
+    PROVIDER_FIELD_NUMBER: _builtins.int
+    ON_UPDATE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The name; "${JOB}", "${TASKGROUP}", "${TASK}" and "${BASE}" are
+    replaced at submission, runtime variables (${NOMAD_JOB_NAME},
+    ${node.unique.name}, ...) by the client. RFC 1123: letters, digits and
+    '-', at most 63 characters. Default "<job>-<group>-<task>" (task
+    services) or "<job>-<group>" (group services).
+    """
+    task_name: _builtins.str
+    """the task a group service belongs to; a task service's own task"""
+    port_label: _builtins.str
+    """a port label of the alloc's networks, or a port number; "" = none"""
+    address_mode: _builtins.str
+    """"auto" (default) or "host" """
+    address: _builtins.str
+    """the address to advertise instead of the node's (address_mode "auto")"""
+    provider: _builtins.str
+    """"nomad", the only provider Corral has"""
+    on_update: _builtins.str
+    """the checks' default: "require_healthy" (default) or "ignore" """
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def canary_tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """instead of tags while the alloc is a canary"""
+
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """kept with each registration (Corral: Nomad keeps none)"""
+
+    @_builtins.property
+    def canary_meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """instead of meta while the alloc is a canary"""
+
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServiceCheck]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        task_name: _builtins.str = ...,
+        port_label: _builtins.str = ...,
+        address_mode: _builtins.str = ...,
+        address: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        canary_tags: _abc.Iterable[_builtins.str] | None = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        canary_meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        checks: _abc.Iterable[Global___ServiceCheck] | None = ...,
+        provider: _builtins.str = ...,
+        on_update: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "address_mode", b"address_mode", "canary_meta", b"canary_meta", "canary_tags", b"canary_tags", "checks", b"checks", "meta", b"meta", "name", b"name", "on_update", b"on_update", "port_label", b"port_label", "provider", b"provider", "tags", b"tags", "task_name", b"task_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Service: _TypeAlias = Service  # noqa: Y015
+
+@_typing.final
+class CheckRestart(_message.Message):
+    """Restart the task when its check stays unhealthy (`check_restart`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    GRACE_FIELD_NUMBER: _builtins.int
+    IGNORE_WARNINGS_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """consecutive unhealthy results before a restart; 0 = never"""
+    grace: _builtins.int
+    """ns after the task (re)starts before results count (default 1 s)"""
+    ignore_warnings: _builtins.bool
+    """Consul only (Nomad checks have no warnings): must be false"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+        grace: _builtins.int = ...,
+        ignore_warnings: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grace", b"grace", "ignore_warnings", b"ignore_warnings", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckRestart: _TypeAlias = CheckRestart  # noqa: Y015
+
+@_typing.final
+class CheckHeaderValues(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckHeaderValues: _TypeAlias = CheckHeaderValues  # noqa: Y015
+
+@_typing.final
+class ServiceCheck(_message.Message):
+    """A health check of a Nomad-provider service, run by the client (Nomad's
+    ServiceCheck as the "nomad" provider accepts it).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class HeaderEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___CheckHeaderValues: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___CheckHeaderValues | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    HEADER_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    PORT_LABEL_FIELD_NUMBER: _builtins.int
+    ADDRESS_MODE_FIELD_NUMBER: _builtins.int
+    INTERVAL_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    INITIAL_STATUS_FIELD_NUMBER: _builtins.int
+    TLS_SKIP_VERIFY_FIELD_NUMBER: _builtins.int
+    CHECK_RESTART_FIELD_NUMBER: _builtins.int
+    ON_UPDATE_FIELD_NUMBER: _builtins.int
+    TASK_NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """default `service: "<service>" check`"""
+    type: _builtins.str
+    """"http" or "tcp" """
+    path: _builtins.str
+    """http: a relative URL path, required"""
+    method: _builtins.str
+    """http: default "GET" """
+    body: _builtins.str
+    """http: request body"""
+    protocol: _builtins.str
+    """http: "http" (default) or "https" """
+    port_label: _builtins.str
+    """default: the service's port"""
+    address_mode: _builtins.str
+    """"" (the service's address) or "host" """
+    interval: _builtins.int
+    """ns, at least 1 s"""
+    timeout: _builtins.int
+    """ns, at least 1 s"""
+    initial_status: _builtins.str
+    """"" (pending until the first run), "passing" or "critical" """
+    tls_skip_verify: _builtins.bool
+    """https: do not verify the certificate"""
+    on_update: _builtins.str
+    """"require_healthy" (default) or "ignore" (a readiness check)"""
+    task_name: _builtins.str
+    """the task the check belongs to (group services: `task`)"""
+    @_builtins.property
+    def header(self) -> _containers.MessageMap[_builtins.str, Global___CheckHeaderValues]:
+        """http: request headers"""
+
+    @_builtins.property
+    def check_restart(self) -> Global___CheckRestart: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        path: _builtins.str = ...,
+        method: _builtins.str = ...,
+        header: _abc.Mapping[_builtins.str, Global___CheckHeaderValues] | None = ...,
+        body: _builtins.str = ...,
+        protocol: _builtins.str = ...,
+        port_label: _builtins.str = ...,
+        address_mode: _builtins.str = ...,
+        interval: _builtins.int = ...,
+        timeout: _builtins.int = ...,
+        initial_status: _builtins.str = ...,
+        tls_skip_verify: _builtins.bool = ...,
+        check_restart: Global___CheckRestart | None = ...,
+        on_update: _builtins.str = ...,
+        task_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check_restart", b"check_restart"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address_mode", b"address_mode", "body", b"body", "check_restart", b"check_restart", "header", b"header", "initial_status", b"initial_status", "interval", b"interval", "method", b"method", "name", b"name", "on_update", b"on_update", "path", b"path", "port_label", b"port_label", "protocol", b"protocol", "task_name", b"task_name", "timeout", b"timeout", "tls_skip_verify", b"tls_skip_verify", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServiceCheck: _TypeAlias = ServiceCheck  # noqa: Y015
+
+@_typing.final
+class ServiceRegistration(_message.Message):
+    """One instance of a service in the catalog (Nomad's ServiceRegistration),
+    written by the client that runs it and removed when it stops, when its
+    alloc becomes client-terminal or when its node goes down.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ID_FIELD_NUMBER: _builtins.int
+    SERVICE_NAME_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DATACENTER_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """"_nomad-task-<alloc>-<task or group-<group>>-<service>-<port label>" """
+    service_name: _builtins.str
+    namespace: _builtins.str
+    """the job's"""
+    node_id: _builtins.str
+    datacenter: _builtins.str
+    job_id: _builtins.str
+    alloc_id: _builtins.str
+    address: _builtins.str
+    port: _builtins.int
+    """0 when the service names no port"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the service's meta (Corral only)"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        service_name: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        node_id: _builtins.str = ...,
+        datacenter: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        alloc_id: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        address: _builtins.str = ...,
+        port: _builtins.int = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "alloc_id", b"alloc_id", "create_index", b"create_index", "datacenter", b"datacenter", "id", b"id", "job_id", b"job_id", "meta", b"meta", "modify_index", b"modify_index", "namespace", b"namespace", "node_id", b"node_id", "port", b"port", "service_name", b"service_name", "tags", b"tags"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServiceRegistration: _TypeAlias = ServiceRegistration  # noqa: Y015
+
+@_typing.final
+class CheckResult(_message.Message):
+    """One result of a Nomad-provider check, as the client running it keeps it
+    (Nomad's CheckQueryResult); the checks of an alloc are read from its
+    client (ClientAlloc.Checks), never stored in the state.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    STATUS_CODE_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    SERVICE_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """stable per alloc, group, check definition"""
+    mode: _builtins.str
+    """"healthiness", or "readiness" (on_update = "ignore")"""
+    status: _builtins.str
+    """"success", "failure" or "pending" """
+    status_code: _builtins.int
+    """http checks: the response's status code"""
+    output: _builtins.str
+    """what the check saw (at most 3 KiB of an http body)"""
+    timestamp: _builtins.int
+    """Unix seconds of the result"""
+    group: _builtins.str
+    """the alloc's name, as Nomad reports it"""
+    task: _builtins.str
+    service: _builtins.str
+    check: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        status: _builtins.str = ...,
+        status_code: _builtins.int = ...,
+        output: _builtins.str = ...,
+        timestamp: _builtins.int = ...,
+        group: _builtins.str = ...,
+        task: _builtins.str = ...,
+        service: _builtins.str = ...,
+        check: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "group", b"group", "id", b"id", "mode", b"mode", "output", b"output", "service", b"service", "status", b"status", "status_code", b"status_code", "task", b"task", "timestamp", b"timestamp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckResult: _TypeAlias = CheckResult  # noqa: Y015
+
+@_typing.final
 class MemoryStats(_message.Message):
     """---------------------------------------------------------------- resource usage (client stats)
 
@@ -4338,15 +4849,17 @@ class Event(_message.Message):
     DEPLOYMENT_FIELD_NUMBER: _builtins.int
     SCHEDULER_CONFIG_FIELD_NUMBER: _builtins.int
     JOB_SUMMARY_FIELD_NUMBER: _builtins.int
+    SERVICE_REGISTRATION_FIELD_NUMBER: _builtins.int
     NAMESPACE_OBJECT_FIELD_NUMBER: _builtins.int
     NODE_POOL_FIELD_NUMBER: _builtins.int
     SCALING_POLICY_FIELD_NUMBER: _builtins.int
     JOB_SCALING_EVENTS_FIELD_NUMBER: _builtins.int
+    VARIABLE_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     topic: _builtins.str
-    """"Job", "Evaluation", "Allocation", "Node", "NodePool", "Deployment", "Operator" """
+    """"Job", "Evaluation", "Allocation", "Node", "NodePool", "Deployment", "Operator", "Service" """
     type: _builtins.str
-    """"JobRegistered", "EvaluationUpdated", "AllocationUpdated", "PlanResult", ..."""
+    """"JobRegistered", "EvaluationUpdated", "AllocationUpdated", "PlanResult", "ServiceRegistration", ..."""
     key: _builtins.str
     """object id"""
     namespace: _builtins.str
@@ -4367,6 +4880,10 @@ class Event(_message.Message):
     @_builtins.property
     def job_summary(self) -> Global___JobSummary: ...
     @_builtins.property
+    def service_registration(self) -> Global___ServiceRegistration:
+        """topic "Service" """
+
+    @_builtins.property
     def namespace_object(self) -> Global___Namespace:
         """"namespace" is the event's own field"""
 
@@ -4376,6 +4893,10 @@ class Event(_message.Message):
     def scaling_policy(self) -> Global___ScalingPolicy: ...
     @_builtins.property
     def job_scaling_events(self) -> Global___JobScalingEvents: ...
+    @_builtins.property
+    def variable(self) -> Global___VariableMetadata:
+        """topic "Variable": metadata only, never items"""
+
     def __init__(
         self,
         *,
@@ -4392,20 +4913,238 @@ class Event(_message.Message):
         deployment: Global___Deployment | None = ...,
         scheduler_config: Global___SchedulerConfiguration | None = ...,
         job_summary: Global___JobSummary | None = ...,
+        service_registration: Global___ServiceRegistration | None = ...,
         namespace_object: Global___Namespace | None = ...,
         node_pool: Global___NodePool | None = ...,
         scaling_policy: Global___ScalingPolicy | None = ...,
         job_scaling_events: Global___JobScalingEvents | None = ...,
+        variable: Global___VariableMetadata | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deployment", b"deployment", "evaluation", b"evaluation", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "service_registration", b"service_registration", "variable", b"variable"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "topic", b"topic", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "deleted", b"deleted", "deployment", b"deployment", "evaluation", b"evaluation", "index", b"index", "job", b"job", "job_scaling_events", b"job_scaling_events", "job_summary", b"job_summary", "key", b"key", "namespace", b"namespace", "namespace_object", b"namespace_object", "node", b"node", "node_pool", b"node_pool", "payload", b"payload", "scaling_policy", b"scaling_policy", "scheduler_config", b"scheduler_config", "service_registration", b"service_registration", "topic", b"topic", "type", b"type", "variable", b"variable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary", "namespace_object", "node_pool", "scaling_policy", "job_scaling_events"]  # noqa: Y015
+    _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["job", "evaluation", "allocation", "node", "deployment", "scheduler_config", "job_summary", "service_registration", "namespace_object", "node_pool", "scaling_policy", "job_scaling_events", "variable"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_payload) -> _WhichOneofReturnType_payload | None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class VariableLock(_message.Message):
+    """---------------------------------------------------------------- variables
+
+    A variable's lock (Nomad 1.7 variable locks): held by whoever acquired
+    it with this id until released, or until it is not renewed within twice
+    its TTL; then it stays blocked for lock_delay before it is removed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    LOCK_DELAY_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """the holder's proof, set by the servers on acquire"""
+    ttl: _builtins.int
+    """ns, 10 s .. 24 h (default 15 s)"""
+    lock_delay: _builtins.int
+    """ns (default 15 s)"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        ttl: _builtins.int = ...,
+        lock_delay: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "lock_delay", b"lock_delay", "ttl", b"ttl"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VariableLock: _TypeAlias = VariableLock  # noqa: Y015
+
+@_typing.final
+class VariableMetadata(_message.Message):
+    """What can be said of a variable without decrypting it (Nomad's
+    VariableMetadata): lists, events and conflicts carry this.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    LOCK_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    MODIFY_TIME_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    path: _builtins.str
+    """[a-zA-Z0-9-_~/], 1..128 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    """the check-and-set index"""
+    create_time: _builtins.int
+    """Unix ns"""
+    modify_time: _builtins.int
+    """Unix ns"""
+    @_builtins.property
+    def lock(self) -> Global___VariableLock:
+        """shown to management tokens and the lock's holder only"""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        path: _builtins.str = ...,
+        lock: Global___VariableLock | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+        create_time: _builtins.int = ...,
+        modify_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lock", b"lock"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "create_time", b"create_time", "lock", b"lock", "modify_index", b"modify_index", "modify_time", b"modify_time", "namespace", b"namespace", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VariableMetadata: _TypeAlias = VariableMetadata  # noqa: Y015
+
+@_typing.final
+class Variable(_message.Message):
+    """A variable with its items in clear (Nomad's VariableDecrypted): only in
+    answers to callers who may read it, never stored (the state keeps the
+    items AES-GCM encrypted, docs/variables.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ItemsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    METADATA_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def metadata(self) -> Global___VariableMetadata: ...
+    @_builtins.property
+    def items(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """at most 64 KiB of keys and values together"""
+
+    def __init__(
+        self,
+        *,
+        metadata: Global___VariableMetadata | None = ...,
+        items: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "metadata", b"metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Variable: _TypeAlias = Variable  # noqa: Y015
+
+@_typing.final
+class RootKeyMeta(_message.Message):
+    """A root key of the keyring without its material (Nomad's RootKeyMeta)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PUBLISH_TIME_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """a UUID"""
+    algorithm: _builtins.str
+    """"aes256-gcm" """
+    create_time: _builtins.int
+    """Unix ns"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    state: _builtins.str
+    """"active", "inactive", "rekeying", "prepublished" or "deprecated" """
+    publish_time: _builtins.int
+    """Unix ns a prepublished key becomes active; 0 otherwise"""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        algorithm: _builtins.str = ...,
+        create_time: _builtins.int = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+        state: _builtins.str = ...,
+        publish_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "create_index", b"create_index", "create_time", b"create_time", "key_id", b"key_id", "modify_index", b"modify_index", "publish_time", b"publish_time", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RootKeyMeta: _TypeAlias = RootKeyMeta  # noqa: Y015
+
+@_typing.final
+class KeyringPublicKey(_message.Message):
+    """A key that verifies workload identities (JWKS)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    PUBLIC_KEY_FIELD_NUMBER: _builtins.int
+    USE_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """the JWT header's `kid`"""
+    algorithm: _builtins.str
+    """"RS256" """
+    public_key: _builtins.bytes
+    """DER SubjectPublicKeyInfo"""
+    use: _builtins.str
+    """"sig" """
+    create_time: _builtins.int
+    """Unix ns"""
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        algorithm: _builtins.str = ...,
+        public_key: _builtins.bytes = ...,
+        use: _builtins.str = ...,
+        create_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "create_time", b"create_time", "key_id", b"key_id", "public_key", b"public_key", "use", b"use"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyringPublicKey: _TypeAlias = KeyringPublicKey  # noqa: Y015
 
 @_typing.final
 class ChangeBatch(_message.Message):

@@ -1,6 +1,7 @@
 """`python -m services.agent` — a client node: runs allocations with the
-exec, raw_exec and mock drivers and serves their logs, files, resource
-usage and commands run in them (alloc exec).
+exec, raw_exec and mock drivers, registers and checks their services, and
+serves their logs, files, resource usage, check results and commands run
+in them (alloc exec).
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers exec,raw_exec,mock]

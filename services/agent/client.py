@@ -18,6 +18,7 @@ import platform
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 
 import grpc
 import psutil
@@ -25,16 +26,18 @@ import psutil
 from corral.domain import structs
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
-from corral.v1 import node_pb2, node_pb2_grpc
+from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import drivers as task_drivers
 from services.agent import metrics
 from services.agent.artifacts import Getter, getter_settings
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
+from services.agent.checks import Checker
 from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
 from services.agent.drivers import Driver
 from services.agent.runner import AllocRunner
+from services.agent.service_sync import ServiceSync
 from services.agent.stats import HostStats
 
 log = logging.getLogger(__name__)
@@ -152,6 +155,9 @@ class Agent:
         self._ttl = 10.0
         self._channel: grpc.aio.Channel | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        # the node's side of the service catalog, and the checks' HTTP clients
+        self.service_sync = ServiceSync(self._upsert_services, self._deregister_services)
+        self.checker = Checker()
 
     def _identity(self) -> tuple[str, str]:
         """The node id and secret survive restarts (data_dir/client.json,
@@ -216,9 +222,31 @@ class Agent:
         assert self._channel is not None
         return node_pb2_grpc.NodeStub(self._channel)
 
+    @property
+    def catalog(self) -> service_pb2_grpc.ServiceRegistrationAsyncStub:
+        assert self._channel is not None
+        return service_pb2_grpc.ServiceRegistrationStub(self._channel)
+
+    async def _upsert_services(self, regs: Sequence[pb.ServiceRegistration]) -> None:
+        await self.catalog.Upsert(
+            service_pb2.ServiceUpsertRequest(
+                node_id=self.node.id, secret_id=self.node.secret_id, registrations=regs
+            ),
+            timeout=10,
+        )
+
+    async def _deregister_services(self, namespace: str, ids: Sequence[str]) -> None:
+        await self.catalog.Deregister(
+            service_pb2.ServiceDeregisterRequest(
+                node_id=self.node.id, secret_id=self.node.secret_id, namespace=namespace, ids=ids
+            ),
+            timeout=10,
+        )
+
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
         await self._register()
+        self.service_sync.start()
         metrics.ALLOCS.add_source(self._alloc_statuses)
         metrics.USAGE.add_source(self)
         self._tasks = [
@@ -239,6 +267,9 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await asyncio.gather(*(r.stop() for r in self.runners.values()))
+        await self.service_sync.flush(5.0)  # the stopped allocs' services leave the catalog
+        await self.service_sync.stop()
+        await self.checker.close()
         if self._channel is not None:
             await self._channel.close()
 
@@ -280,6 +311,7 @@ class Agent:
                     # again (seed 003), so push all of them
                     log.info("heartbeat restored after %.1fs; resyncing alloc states", gap)
                     self._dirty.update(self.runners)
+                    self.service_sync.resync()
                 last_ok = time.monotonic()
                 failures = 0
                 self._ready.set()
@@ -343,6 +375,9 @@ class Agent:
                     self.settings.data_dir,
                     self._mark,
                     node=self.node,
+                    sign=self.sign_identities,
+                    sync=self.service_sync,
+                    checker=self.checker,
                     getter=self.getter,
                 )
                 self.runners[alloc.id] = runner
@@ -356,10 +391,28 @@ class Agent:
                 newer = self.jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
                 if newer is not None:
                     runner.job = newer
+                runner.updated()
         gone = set(self.runners) - set(resp.allocs)
         for alloc_id in gone:  # garbage collected on the server
             runner = self.runners.pop(alloc_id)
             await runner.stop()
+
+    async def sign_identities(
+        self, alloc_id: str, task: str, names: Sequence[str]
+    ) -> node_pb2.NodeSignIdentitiesResponse:
+        """Workload identities of one of our tasks, signed by the state."""
+        resp: node_pb2.NodeSignIdentitiesResponse = await self.stub.SignIdentities(
+            node_pb2.NodeSignIdentitiesRequest(
+                node_id=self.node.id,
+                secret_id=self.node.secret_id,
+                identities=[
+                    node_pb2.WorkloadIdentityRequest(alloc_id=alloc_id, task=task, identity=n)
+                    for n in names
+                ],
+            ),
+            timeout=30,
+        )
+        return resp
 
     def _mark(self, runner: AllocRunner) -> None:
         self._dirty.add(runner.alloc.id)

@@ -1,7 +1,8 @@
 """What the agent serves at its address (Node.http_addr): `ClientAlloc`
 (a task's stdout/stderr, from the start or the end, optionally followed;
-an alloc's resource usage; a command run in a task, `Exec`), `ClientFS`
-(the files of an alloc's directory) and `ClientStats` (the host's)."""
+an alloc's resource usage; the latest results of its service checks; a
+command run in a task, `Exec`), `ClientFS` (the files of an alloc's
+directory) and `ClientStats` (the host's)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ class AllocView(Protocol):
 
     def usage(self, task: str = "") -> pb.AllocResourceUsage: ...
 
+    def check_results(self) -> list[pb.CheckResult]: ...
+
     @property
     def job_id(self) -> str: ...
 
@@ -62,7 +65,8 @@ class AllocView(Protocol):
 
 class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
     """`lookup` finds an alloc this agent runs (None for one it does not):
-    reading its logs takes read-logs in its namespace, its stats read-job."""
+    reading its logs takes read-logs in its namespace, its stats and check
+    results read-job."""
 
     def __init__(
         self,
@@ -83,6 +87,15 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         if view is None:
             raise NotFound(f"alloc {alloc_id!r} is not on this node")
         return view
+
+    async def Checks(
+        self, request: alloc_pb2.AllocChecksRequest, context: Any
+    ) -> alloc_pb2.AllocChecksResponse:
+        """Nomad's /v1/client/allocation/:id/checks: the alloc's checks as
+        this client last ran them (none once the alloc stopped)."""
+        view = self._alloc(request.alloc_id)
+        access.require_namespace(view.namespace, access.READ_JOB)
+        return alloc_pb2.AllocChecksResponse(results=view.check_results())
 
     async def Logs(
         self, request: alloc_pb2.AllocLogsRequest, context: Any

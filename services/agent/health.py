@@ -1,9 +1,11 @@
 """An alloc's deployment health, judged on the client (Nomad's allocrunner
-health hook with `health_check = "task_states"`; `checks` is judged the same
-way until service checks exist; `manual` is not judged here but set through
-`Deployment.SetAllocHealth`): healthy once every task has been running
-for `min_healthy_time` without a restart; unhealthy when a task fails or
-`healthy_deadline` passes first. The verdict is reported once per
+health hook and allochealth tracker; `manual` is not judged here but set
+through `Deployment.SetAllocHealth`): healthy once every task has been
+running for `min_healthy_time` without a restart and, with `health_check =
+"checks"` (the default) and Nomad-provider checks in the group, every
+check has passed for `min_healthy_time` as well (a readiness check, with
+`on_update = "ignore"`, only needs to have run); unhealthy when a task
+fails or `healthy_deadline` passes first. The verdict is reported once per
 deployment the alloc is in; the state counts it on the deployment.
 """
 
@@ -13,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from corral.domain import deployments
+from corral.domain import deployments, services
 from corral.domain.structs import TaskStateName
 from corral.v1 import structs_pb2 as pb
 
@@ -28,24 +30,56 @@ class HealthJudge:
         self.deadline = start + up.healthy_deadline / 1e9 if up.healthy_deadline else None
         self.min_healthy = up.min_healthy_time / 1e9
         self.running_since: float | None = None
+        self.passing_since: float | None = None
         self.restarts = sum(t.restarts for t in states)
 
-    def observe(self, states: list[pb.TaskState], now: float) -> bool | None:
+    def observe(
+        self,
+        states: list[pb.TaskState],
+        now: float,
+        checks: list[pb.CheckResult] | None = None,
+    ) -> bool | None:
+        """`checks`: the alloc's check results when they count (health_check
+        "checks" and the group has checks), else None."""
         if any(t.failed for t in states):
             return False
         total = sum(t.restarts for t in states)
         if total != self.restarts:  # a restart starts the wait over
             self.restarts, self.running_since = total, None
+        tasks_healthy = False
         if states and all(t.state == TaskStateName.RUNNING for t in states):
             if self.running_since is None:
                 self.running_since = now
-            if now - self.running_since >= self.min_healthy:
-                return True
+            tasks_healthy = now - self.running_since >= self.min_healthy
         else:
             self.running_since = None
+        checks_healthy = True
+        if checks is not None:
+            if checks_passing(checks):
+                if self.passing_since is None:
+                    self.passing_since = now
+                checks_healthy = now - self.passing_since >= self.min_healthy
+            else:
+                self.passing_since = None
+                checks_healthy = False
+        if tasks_healthy and checks_healthy:
+            return True
         if self.deadline is not None and now >= self.deadline:
             return False
         return None
+
+
+def checks_passing(results: list[pb.CheckResult]) -> bool:
+    """Nomad's watchNomadEvents: every check succeeded, but a readiness
+    check that ran and failed does not count; a check that has not run
+    yet (pending) is not passing."""
+    for r in results:
+        if r.status == services.CHECK_SUCCESS:
+            continue
+        if r.status == services.CHECK_FAILURE and r.mode == services.READINESS:
+            continue
+        return False
+    return True
 
 
 class HealthWatch:
@@ -58,12 +92,15 @@ class HealthWatch:
         tasks: Callable[[], list[pb.TaskState]],
         on_change: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        checks: Callable[[], list[pb.CheckResult] | None] = lambda: None,
     ) -> None:
+        """`checks` gives the alloc's check results (None: it has none)."""
         self._alloc = alloc
         self._job = job
         self._tasks = tasks
         self._on_change = on_change
         self._clock = clock
+        self._checks = checks
         #: the deployment the verdict is for, and the verdict (None: not yet)
         self.deployment_id = ""
         self.healthy: bool | None = None
@@ -100,7 +137,8 @@ class HealthWatch:
     async def _judge(self, up: pb.UpdateStrategy, deployment_id: str) -> bool | None:
         judge = HealthJudge(up, self._clock(), self._tasks())
         while self._alloc().deployment_id == deployment_id:
-            verdict = judge.observe(self._tasks(), self._clock())
+            checks = self._checks() if up.health_check == "checks" else None
+            verdict = judge.observe(self._tasks(), self._clock(), checks)
             if verdict is not None:
                 return verdict
             await asyncio.sleep(POLL_S)

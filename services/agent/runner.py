@@ -15,13 +15,14 @@ from typing import Any
 
 from opentelemetry import trace
 
-from corral.domain import structs
+from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv, volume_hook
+from services.agent.alloc_services import AllocServices
 from services.agent.allocdir import (
     CHROOT_ALLOC_DIR,
     CHROOT_LOCAL_DIR,
@@ -29,6 +30,7 @@ from services.agent.allocdir import (
     AllocDir,
 )
 from services.agent.artifacts import ArtifactError, Getter, artifact_key
+from services.agent.checks import Checker
 from services.agent.cpuset import Compute
 from services.agent.drivers import (
     Driver,
@@ -39,7 +41,10 @@ from services.agent.drivers import (
     TaskResources,
     task_config,
 )
+from services.agent.drivers.exec import DEFAULT_USER as EXEC_DEFAULT_USER
 from services.agent.health import HealthWatch
+from services.agent.identity import IdentityError, Signer, TaskIdentities
+from services.agent.service_sync import ServiceSync
 from services.agent.stats import TaskStats, alloc_usage
 
 #: drivers whose tasks see their directories at the root of their own file
@@ -89,6 +94,7 @@ class TaskRunner:
         node: pb.Node,
         *,
         state_dir: Path,
+        sign: Signer | None = None,
         getter: Getter | None = None,
     ) -> None:
         """`state_dir` is where the task's executor keeps its files;
@@ -105,6 +111,14 @@ class TaskRunner:
         self.getter = getter or Getter()
         #: the artifacts fetched already (not fetched again on a restart)
         self.fetched: set[str] = set()
+        #: the task's workload identities, when it exposes any; their files
+        #: belong to the user the task runs as
+        owner = task.user or (EXEC_DEFAULT_USER if task.driver == "exec" else "")
+        self.identities = (
+            TaskIdentities(sign, alloc.id, task, self.dir, owner=owner)
+            if sign is not None
+            else None
+        )
         self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
@@ -112,6 +126,10 @@ class TaskRunner:
         #: the current run's resource readings (None when not running)
         self.stats: TaskStats | None = None
         self._killing = False
+        #: why the running task is being restarted (check_restart), "" if it is not
+        self._restart_reason = ""
+        #: the alloc's services (None: the group has none)
+        self.services: AllocServices | None = None
         self.started = asyncio.Event()  # the first start attempt returned (or never will)
         tg = structs.task_group(job, alloc.task_group)
         policy = (
@@ -224,9 +242,14 @@ class TaskRunner:
             )
         except volume_hook.VolumeError as exc:
             self._setup_failed(str(exc))
+        renewing: asyncio.Task[None] | None = None
         while not self._killing:
             try:
                 env = self.task_env()
+                if self.identities is not None and self.identities.wanted:
+                    env.env.update(await self.identities.setup())
+                    if renewing is None:
+                        renewing = asyncio.create_task(self.identities.renew())
                 await self.fetch_artifacts(env)
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
@@ -237,6 +260,10 @@ class TaskRunner:
                 self.started.set()
                 result = ExitResult(exit_code=-1, error=str(exc))
                 self._event("Failed Artifact Download", str(exc), download_error=str(exc))
+            except IdentityError as exc:
+                self.started.set()
+                result = ExitResult(exit_code=-1, error=str(exc))
+                self._event("Setup Failure", f"workload identity: {exc}", fails_task=True)
             except Exception as exc:
                 self.started.set()
                 if not isinstance(exc, DriverError | OSError | ValueError):
@@ -252,11 +279,22 @@ class TaskRunner:
                 if not self.state.started_at:
                     self.state.started_at = time.time_ns()
                 self._event("Started", "Task started by client")
+                if self.services is not None:
+                    self.services.task_started(self.task.name)
                 result = await self._handle.wait()
+                if self.services is not None:
+                    self.services.task_stopped(self.task.name)
                 self.stats = None
                 await self._handle.destroy()
                 self._terminated(result)
-            if self._killing or result.killed:
+            if self._killing:
+                break
+            if self._restart_reason:
+                # check_restart: a failure for the restart policy (Nomad's
+                # Restart with failure = true)
+                result = ExitResult(exit_code=result.exit_code, error=self._restart_reason)
+                self._restart_reason = ""
+            elif result.killed:
                 break
             delay = self.restarts.next(result)
             if delay is None:
@@ -276,6 +314,10 @@ class TaskRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait_killed(), delay)
         self.started.set()
+        if renewing is not None:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
         self.state.state = TaskStateName.DEAD
         self.state.finished_at = time.time_ns()
         self.on_change()
@@ -330,8 +372,47 @@ class TaskRunner:
         while not self._killing:
             await asyncio.sleep(0.05)
 
+    def request_restart(self, reason: str) -> None:
+        """Restart the running task (check_restart): it is stopped, then the
+        restart policy decides, counting the restart as a failure."""
+        if self._killing or self._handle is None or self.state.state != TaskStateName.RUNNING:
+            return
+        if self._restart_reason:
+            return
+        self._restart_reason = reason
+        self._event("Restart Signaled", reason)
+        sig = getattr(signal, self.task.kill_signal or "SIGTERM", signal.SIGTERM)
+        handle = self._handle
+        asyncio.get_running_loop().create_task(
+            handle.stop(sig, (self.task.kill_timeout or 5 * 10**9) / 1e9)
+        )
+
+    async def _shutdown_delay(self) -> None:
+        """Nomad's task shutdown_delay: with its services gone, the task
+        keeps running this long before it is killed (unless the alloc was
+        stopped with no_shutdown_delay, or the task exits first)."""
+        delay = self.task.shutdown_delay / 1e9
+        if not delay or self.state.state != TaskStateName.RUNNING:
+            return
+        if self.alloc.desired_transition.no_shutdown_delay:
+            self._event(
+                "Skipping shutdown delay",
+                f"Skipping shutdown_delay of {delay:g}s before killing the task.",
+            )
+            return
+        self._event(
+            "Waiting for shutdown delay",
+            f"Waiting for shutdown_delay of {delay:g}s before killing the task.",
+        )
+        deadline = time.monotonic() + delay
+        while self.state.state == TaskStateName.RUNNING and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
     async def kill(self) -> None:
         self._killing = True
+        if self.services is not None:
+            self.services.task_stopped(self.task.name)
+        await self._shutdown_delay()
         if self._handle is not None and self.state.state == TaskStateName.RUNNING:
             self._event("Killing", "Sent interrupt")
             sig = getattr(signal, self.task.kill_signal or "SIGTERM", signal.SIGTERM)
@@ -351,23 +432,42 @@ class AllocRunner:
         on_change: Callable[[AllocRunner], None],
         *,
         node: pb.Node | None = None,
+        sign: Signer | None = None,
+        sync: ServiceSync | None = None,
+        checker: Checker | None = None,
         getter: Getter | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
-        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs."""
+        `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs;
+        `sign` gets the tasks' workload identities from the state. `sync`
+        and `checker` are the agent's: with them the group's Nomad-provider
+        services are registered and checked."""
         self.alloc = alloc
         self.job = job
         self.alloc_dir = AllocDir.of(data_dir, alloc.id)
         self.dir = self.alloc_dir.dir
         self.on_change = on_change
+        self.node = node if node is not None else pb.Node(id=alloc.node_id)
         tg = structs.task_group(job, alloc.task_group)
         self.tasks: list[TaskRunner] = []
         self.error = ""
+        self.services: AllocServices | None = None
+        if tg is not None and sync and checker and services.group_services(tg):
+            self.services = AllocServices(
+                lambda: self.alloc,
+                lambda: self.job,
+                self.node,
+                sync,
+                checker,
+                self._env_of,
+                self.restart,
+            )
         self.health = HealthWatch(
             lambda: self.alloc,
             lambda: self.job,
             lambda: [t.state for t in self.tasks],
             lambda: self.on_change(self),
+            checks=self._check_results,
         )
         self._health_task: asyncio.Task[None] | None = None
         if tg is None:
@@ -388,14 +488,55 @@ class AllocRunner:
                     driver,
                     self.alloc_dir,
                     lambda: self.on_change(self),
-                    node if node is not None else pb.Node(id=alloc.node_id),
+                    self.node,
                     state_dir=data_dir / "executor" / f"{alloc.id}.{task.name}",
+                    sign=sign,
                     getter=getter,
                 )
             )
+            self.tasks[-1].services = self.services
         self._task: asyncio.Task[None] | None = None
 
+    def _env_of(self, task: str) -> taskenv.TaskEnv:
+        """A task's environment, or the alloc's ("": no task of its own,
+        what group services and checks are interpolated with)."""
+        for t in self.tasks:
+            if t.task.name == task:
+                return t.task_env()
+        shared = str(self.alloc_dir.shared)
+        return taskenv.build(
+            self.alloc,
+            self.job,
+            pb.Task(),
+            self.node,
+            dirs=taskenv.TaskDirs(shared, shared, shared),
+            home=str(self.dir),
+        )
+
+    def check_results(self) -> list[pb.CheckResult]:
+        """The latest result of every check of the alloc's services."""
+        return self.services.results() if self.services is not None else []
+
+    def _check_results(self) -> list[pb.CheckResult] | None:
+        """The latest check results, None when the group has no checks."""
+        if self.services is None or not self.services.has_checks:
+            return None
+        return self.services.results()
+
+    def restart(self, task: str, reason: str) -> None:
+        """check_restart: restart one task ("": every task of the alloc)."""
+        for t in self.tasks:
+            if not task or t.task.name == task:
+                t.request_restart(reason)
+
+    def updated(self) -> None:
+        """The server changed the alloc or moved it to a newer job version."""
+        if self.services is not None:
+            self.services.refresh()
+
     def start(self) -> None:
+        if self.services is not None and not self.error:
+            self.services.start()
         self._task = asyncio.create_task(self._run(), name=f"alloc-{self.alloc.id[:8]}")
         if not self.error:
             self._health_task = asyncio.create_task(
@@ -406,6 +547,13 @@ class AllocRunner:
         if self.error:
             self.on_change(self)
             return
+        try:
+            await self._run_tasks()
+        finally:
+            if self.services is not None:
+                await self.services.stop()  # every task is done: nothing stays registered
+
+    async def _run_tasks(self) -> None:
         if not (telemetry.tracing_enabled() and self.alloc.traceparent):
             await asyncio.gather(*(t.run() for t in self.tasks))
             return
@@ -435,10 +583,26 @@ class AllocRunner:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
+        if self.services is not None:
+            await self.services.deregister()
+        await self._group_shutdown_delay()
         await asyncio.gather(*(t.kill() for t in self.tasks))
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        if self.services is not None:
+            await self.services.stop()
+
+    async def _group_shutdown_delay(self) -> None:
+        """Nomad's group shutdown_delay: the group's services are gone, its
+        tasks keep running this long (not with no_shutdown_delay)."""
+        tg = structs.task_group(self.job, self.alloc.task_group)
+        delay = tg.shutdown_delay / 1e9 if tg is not None else 0.0
+        if not delay or self.alloc.desired_transition.no_shutdown_delay or self.done:
+            return
+        deadline = time.monotonic() + delay
+        while not self.done and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     @property
     def namespace(self) -> str:

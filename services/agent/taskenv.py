@@ -76,6 +76,50 @@ def interpolate_value(value: Any, variables: Mapping[str, str]) -> Any:
     return value
 
 
+def node_address(node: pb.Node) -> str:
+    """The address this node's ports are reached at (the host network's
+    IP in Nomad): the fingerprinted `unique.network.ip-address`."""
+    return node.attributes.get("unique.network.ip-address") or "127.0.0.1"
+
+
+def task_ports(alloc: pb.Allocation, task: str) -> list[pb.Port]:
+    """The ports a task sees: its group network's and its own network's
+    (another task's own ports are not its)."""
+    others = {
+        (p.label, p.value)
+        for name, res in alloc.task_resources.items()
+        if name != task
+        for n in res.networks
+        for p in (*n.reserved_ports, *n.dynamic_ports)
+    }
+    return [
+        p
+        for n in alloc.resources.networks
+        for p in (*n.reserved_ports, *n.dynamic_ports)
+        if (p.label, p.value) not in others
+    ]
+
+
+def port_env(ports: list[pb.Port], host_ip: str) -> dict[str, str]:
+    """Nomad's port variables (taskenv addPorts): NOMAD_PORT_<label> is the
+    port inside the task's network (`to`, else the host port),
+    NOMAD_HOST_PORT_<label> the host's, NOMAD_IP_/NOMAD_ADDR_<label> where
+    it is reached."""
+    out: dict[str, str] = {}
+    for p in ports:
+        port = str(p.value)
+        inside = str(p.to) if p.to > 0 else port
+        addr = f"[{host_ip}]:{port}" if ":" in host_ip else f"{host_ip}:{port}"
+        out[f"NOMAD_ADDR_{p.label}"] = addr
+        out[f"NOMAD_HOST_ADDR_{p.label}"] = addr
+        out[f"NOMAD_IP_{p.label}"] = host_ip
+        out[f"NOMAD_HOST_IP_{p.label}"] = host_ip
+        out[f"NOMAD_PORT_{p.label}"] = inside
+        out[f"NOMAD_ALLOC_PORT_{p.label}"] = inside
+        out[f"NOMAD_HOST_PORT_{p.label}"] = port
+    return out
+
+
 @dataclass
 class TaskEnv:
     """What one task run sees: `env` is exported to its process, `variables`
@@ -137,6 +181,7 @@ def build(
         runtime["NOMAD_MEMORY_MAX_LIMIT"] = str(r.memory_max_mb)
     if job.parent_id:
         runtime["NOMAD_JOB_PARENT_ID"] = job.parent_id
+    runtime.update(port_env(task_ports(alloc, task.name), node_address(node)))
     for key, value in sorted(combined_meta(job, alloc.task_group, task).items()):
         for name in meta_env_names(key):
             runtime[name] = value

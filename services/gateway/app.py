@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute
 from services.gateway import http
 from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
+from services.gateway.jobfiles import JobFileParser
 from services.gateway.metrics import HttpMetrics
 from services.gateway.routes import (
     acl,
@@ -24,13 +25,16 @@ from services.gateway.routes import (
     events,
     fs,
     jobs,
+    keyring,
     namespaces,
     node_pools,
     nodes,
     operator,
     parse,
     scaling,
+    services,
     unserved,
+    variables,
 )
 from services.gateway.ui import routes as ui
 
@@ -54,8 +58,11 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    services,
     namespaces,
     scaling,
+    variables,
+    keyring,
     ui,
 ]
 
@@ -68,7 +75,8 @@ def routes() -> list[BaseRoute]:
 
 
 def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
-    """The application; `backend` and `settings` are on `app.state` for the
+    """The application; `backend`, `settings` and the job file parser
+    (`jobfiles`, closed by the gateway process) are on `app.state` for the
     handlers (`http.backend_of(request)`)."""
     app = Starlette(
         routes=routes(),
@@ -77,4 +85,5 @@ def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
     )
     app.state.backend = backend
     app.state.settings = settings
+    app.state.jobfiles = JobFileParser()
     return app

@@ -22,6 +22,7 @@ from corral.runtime.rpc import LeaderChannel
 from corral.runtime.settings import SecuritySettings
 from corral.security import transport
 from corral.security.acl import TOKEN_METADATA_KEY
+from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import (
     acl_pb2_grpc,
     alloc_pb2_grpc,
@@ -30,6 +31,7 @@ from corral.v1 import (
     eval_pb2_grpc,
     event_pb2_grpc,
     job_pb2_grpc,
+    keyring_pb2_grpc,
     namespace_pb2_grpc,
     node_pb2_grpc,
     node_pool_pb2_grpc,
@@ -39,11 +41,15 @@ from corral.v1 import (
     plan_pb2,
     plan_pb2_grpc,
     scaling_pb2_grpc,
+    service_pb2_grpc,
+    variables_pb2_grpc,
 )
 
 #: unary calls fail after this long rather than hang; blocking queries add
 #: their wait to it
 DEFAULT_TIMEOUT = 30.0
+#: how long the gateway keeps a resolved token (the state's own cache: 5 s)
+TOKEN_TTL = 5.0
 #: the agents' ClientAlloc (logs) and big job lists
 _OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
@@ -88,10 +94,18 @@ class Backend:
         self.events = event_pb2_grpc.EventStub(self.channel)
         self.operator = operator_pb2_grpc.OperatorStub(self.channel)
         self.periodic = periodic_pb2_grpc.PeriodicStub(self.channel)
+        self.services = service_pb2_grpc.ServiceRegistrationStub(self.channel)
         self.namespaces = namespace_pb2_grpc.NamespaceStub(self.channel)
         self.node_pools = node_pool_pb2_grpc.NodePoolStub(self.channel)
         self.scaling = scaling_pb2_grpc.ScalingStub(self.channel)
+        self.variables = variables_pb2_grpc.VariablesStub(self.channel)
+        self.keyring = keyring_pb2_grpc.KeyringStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
+        #: request tokens resolved by the state (ACL.ResolveToken) and compiled
+        #: as every server compiles them, for the few routes the gateway
+        #: decides itself (services/gateway/authz.py); kept briefly, so a
+        #: changed policy shows within TOKEN_TTL seconds
+        self.tokens = RemoteResolver(self.channel, ttl=TOKEN_TTL, miss_ttl=TOKEN_TTL)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr
         self._leaders: dict[str, LeaderChannel] = {}

@@ -19,11 +19,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from corral.domain.errors import PermissionDenied
 from corral.domain.structs import Topic
-from corral.security import acl
+from corral.security import acl, identity
 from corral.security.acl_resolve import (
     ANONYMOUS_ACCESSOR,
     NOT_FOUND,
@@ -176,9 +176,19 @@ async def lookup(
     return resp
 
 
+class WorkloadResolver(Protocol):
+    """Workload identities (services/state/identities.py)."""
+
+    async def resolve(self, token: str) -> acl_pb2.ACLResolveTokenResponse: ...
+
+    def check(self, claim: acl_pb2.WorkloadClaim) -> str: ...
+
+
 class DatabaseResolver:
     """The state role's `Resolver`: tokens from the database, each answer
-    (and each miss) kept for `ttl` seconds at most."""
+    (and each miss) kept for `ttl` seconds at most. A JWT is a workload
+    identity: resolved by `workloads` (its signature checked once per
+    cache period, its alloc on every use)."""
 
     def __init__(
         self,
@@ -194,6 +204,8 @@ class DatabaseResolver:
         self._wall = wall_clock
         #: database lookups made (tests read it)
         self.lookups = 0
+        #: set by the state app once the keyring exists
+        self.workloads: WorkloadResolver | None = None
 
     async def resolve(self, secret_id: str) -> acl.ACL:
         return (await self.resolve_token(secret_id)).acl
@@ -206,14 +218,21 @@ class DatabaseResolver:
         if hit is None:
             self.lookups += 1
             generation = self.cache.generation
-            try:
-                resp = await lookup(self.db, secret_id, self._wall())
-            except PermissionDenied as exc:
-                self.cache.put(key, exc.message, generation)
-                raise
+            if self.workloads is not None and identity.looks_like_jwt(secret_id):
+                # not cached when refused: its alloc may reach this process's
+                # state a moment after the JWT was signed by another one
+                resp = await self.workloads.resolve(secret_id)
+            else:
+                try:
+                    resp = await lookup(self.db, secret_id, self._wall())
+                except PermissionDenied as exc:
+                    self.cache.put(key, exc.message, generation)
+                    raise
             hit = Resolved(resp, acl_from_response(resp))
             self.cache.put(key, hit, generation)
         check_expiry(hit.expiration_time, self._wall())
+        if self.workloads is not None and hit.response.HasField("workload"):
+            self.workloads.check(hit.response.workload)
         return hit
 
     def invalidate(self) -> None:

@@ -20,6 +20,7 @@ from services.state.feed import ChangeFeed
 from services.state.handlers import acl, node
 from services.state.handlers.state import StateServicer, add_state_servicer
 from services.state.heartbeat import Drainer, Heartbeats
+from services.state.keyring_leader import KeyringLeader
 from services.state.token_gc import TokenGC
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,15 @@ class StateApp:
             feed=self.feed,
             job_max_source_size=settings.job_max_source_size,
             shutting_down=self.server.shutting_down,
+            keyring_settings=settings.keyring,
+            region=settings.security.region,
         )
         # the state resolves ACL tokens from its own database
         self.server.guard.resolver = self.ctx.acl
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
         self.token_gc = TokenGC(self.ctx, settings.acl)
+        self.keyring_leader = KeyringLeader(self.ctx)
         self.election: LeaderElection | None = None
         self._term: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -69,6 +73,11 @@ class StateApp:
             )
         )
         self._tasks.append(
+            asyncio.create_task(
+                self.ctx.keyring.follow(self.feed, self.server.shutting_down), name="keyring"
+            )
+        )
+        self._tasks.append(
             asyncio.create_task(self.election.run(self._on_elected, self._on_lost), name="election")
         )
         metrics.CLUSTER.add_source(self._leader_view)
@@ -82,14 +91,16 @@ class StateApp:
         return metrics.LeaderView(self.feed.snapshot(), self.heartbeats.active)
 
     async def _on_elected(self) -> None:
-        """Heartbeat timers, the drainer and the expired token GC run on the
-        leader only."""
+        """Heartbeat timers, the drainer, the expired token GC, the keyring's
+        maintenance and variable lock expiry run on the leader only."""
         await self.feed.wait_for_index(await self.db.latest_index(), 30)
         self.heartbeats.start_term()
         self._term = [
             asyncio.create_task(self.heartbeats.run(), name="heartbeats"),
             asyncio.create_task(self.drainer.run(), name="drainer"),
             asyncio.create_task(self.token_gc.run(), name="token-gc"),
+            asyncio.create_task(self.keyring_leader.run_keyring(), name="keyring-leader"),
+            asyncio.create_task(self.keyring_leader.run_locks(), name="variable-locks"),
         ]
         log.info("state leader: tracking %d node heartbeats", len(self.feed.snapshot().nodes))
         # `operator members` shows the new leader now, not at the next refresh
@@ -109,7 +120,8 @@ class StateApp:
         return await self.election.leader_address() if self.election is not None else ""
 
     def _add_public_services(self) -> None:
-        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator, ACL)."""
+        """Public API servicers (Job, Node, Alloc, Evals, Event, Operator,
+        Variables, Keyring, ACL)."""
         handlers.register(self.server, self.ctx)
         node.register(self.server, self.ctx, self.heartbeats, self.leader_address)
         acl.register(self.server, self.ctx, self.settings.acl)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
@@ -68,6 +69,48 @@ class ACLSettings(SettingsGroup):
         return self
 
 
+DAY_S = 86_400.0
+
+
+class KeyringSettings(SettingsGroup):
+    """The keyring that encrypts Variables and signs workload identities
+    (docs/variables.md, docs/security.md): where its key-encryption key is,
+    and when the state leader rotates root keys (Nomad's
+    root_key_rotation_threshold)."""
+
+    ENV_PREFIX: ClassVar[str | None] = "CORRAL_KEYRING_"
+    FLAG_PREFIX: ClassVar[str | None] = "--keyring-"
+
+    kek_file: Path | None = Field(
+        None,
+        description=(
+            "file holding the key-encryption key that wraps the root keys at rest (32 random "
+            "bytes, base64; mode 0600; the same file on every state process). Without one, "
+            "Variables, the keyring and workload identities answer FAILED_PRECONDITION"
+        ),
+    )
+    rotation_threshold: float = Field(
+        30 * DAY_S,
+        gt=0,
+        description=(
+            "age (s) at which the active root key is replaced; its successor is prepublished "
+            "at half that age so verifiers see it first (Nomad's root_key_rotation_threshold)"
+        ),
+    )
+    check_interval: float = Field(
+        60.0,
+        gt=0,
+        description="how often (s) the state leader checks for rotation and prepublished keys",
+    )
+    oidc_issuer: Annotated[str, Option(flag="--oidc-issuer", env="CORRAL_OIDC_ISSUER")] = Field(
+        "",
+        description=(
+            "the `iss` of workload identities and the issuer /.well-known/openid-configuration "
+            "names (Nomad's oidc_issuer); empty = no issuer, no discovery document"
+        ),
+    )
+
+
 class StateSettings(ServerSettings):
     """A state process (migrations, change feed, every write, the public API);
     several may share one database."""
@@ -96,3 +139,4 @@ class StateSettings(ServerSettings):
     )
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     acl: ACLSettings = Field(default_factory=ACLSettings)
+    keyring: KeyringSettings = Field(default_factory=KeyringSettings)

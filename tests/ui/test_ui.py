@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
+from tests.e2e.test_services import WEB
 from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
 from tests.wait import wait_for
 
@@ -538,3 +539,37 @@ def test_drain_a_node_from_its_page(dev: DevProcess, driver: Any) -> None:
         lambda d: d.find_element(By.ID, "eligibility").text == "eligible",
     )
     assert_not_reloaded(driver)
+
+
+#: the services e2e's job, renamed (a python http.server with an http check)
+SERVICE_JOB = WEB.replace("CHECK_PATH", "/").replace('"web"', '"ui-web"')
+
+
+def test_services_show_with_their_checks(dev: DevProcess, driver: Any, tmp_path: Path) -> None:
+    run_job(dev, tmp_path, "ui-web.nomad.hcl", SERVICE_JOB)
+    ui = http_base(dev) + "/ui"
+    open_page(driver, ui + "/jobs/ui-web")
+    mark_no_reload(driver)
+
+    def texts(css: str) -> Callable[[Any], list[str]]:
+        # read in the page: the tables are re-rendered every few seconds,
+        # so an element found here could be stale by the time it is read
+        script = "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)"
+        return lambda d: list(d.execute_script(script, css))
+
+    checks = texts("#services tr[data-service='ui-web'] td.checks")
+    wait_until(
+        driver,
+        "the service's check passing on the job page",
+        lambda d: "1 passing" in checks(d),
+        timeout=90,
+    )
+    assert_not_reloaded(driver)
+    screenshot(driver, "job-services")
+    click(driver, "#services tr[data-service='ui-web'] a", "the instance's alloc")
+    wait_until(driver, "the alloc page's check", present("#checks tr[data-status='success']"))
+    assert any("ui-web" in t for t in texts("#services")(driver))
+    screenshot(driver, "alloc-checks")
+    open_page(driver, ui + "/services")
+    wait_until(driver, "ui-web listed", present("#services tr[data-service='ui-web'] a"))
+    screenshot(driver, "services")

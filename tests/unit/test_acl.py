@@ -67,7 +67,7 @@ def test_a_namespace_block_without_label_is_the_default_namespace() -> None:
         ('namespace "a" { capabilities = "read-job" }', "capabilities: must be a list of strings"),
         ('namespace "a" { capabilities = [3] }', "capabilities[0]: must be a string"),
         ('namespace "a" { policy = 3 }', 'namespace "a".policy: must be a string'),
-        ('namespace "a" {}', 'namespace "a": needs a policy or capabilities'),
+        ('namespace "a" {}', 'namespace "a": needs a policy, capabilities or variables'),
         ('namespace "a" { policy = "read"\n x = 1 }', 'namespace "a".x: unknown field'),
         (
             'namespace "a" { policy = "read" }\nnamespace "a" { policy = "write" }',
@@ -88,9 +88,21 @@ def test_a_namespace_block_without_label_is_the_default_namespace() -> None:
         ('quota { policy = "read" }', "quota: Nomad's rule is not supported by Corral"),
         ('host_volume "*" { policy = "read" }', "host_volume: Nomad's rule is not supported"),
         (
-            'namespace "a" { variables { path "*" { capabilities = ["read"] } } }',
-            'namespace "a".variables: Nomad\'s rule is not supported',
+            'namespace "a" { variables { path "/x" { capabilities = ["read"] } } }',
+            "cannot start with a leading '/'",
         ),
+        (
+            'namespace "a" { variables { path "x" { capabilities = ["sudo"] } } }',
+            "unknown variables capability 'sudo'",
+        ),
+        ('namespace "a" { variables { path "x" {} } }', "capabilities: is required"),
+        ('namespace "a" { variables { } }', "needs at least one path rule"),
+        (
+            'namespace "a" { variables { path "x" { capabilities = ["read"] }\n'
+            'path "x" { capabilities = ["list"] } } }',
+            'path "x": is defined twice',
+        ),
+        ('namespace "a" { variables { path { capabilities = ["read"] } } }', "exactly one label"),
         (
             'jobs { policy = "read" }',
             "jobs: unknown rule (expected namespace, node_pool, node, agent or",

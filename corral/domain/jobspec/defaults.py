@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.domain import artifacts, scaling
+from corral.domain import artifacts, identity, scaling, services
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
 
@@ -136,12 +136,14 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 task.resources.memory_mb = DEFAULT_MEMORY_MB
             if task.kill_timeout == 0 and f"{tpath}.kill_timeout" not in explicit:
                 task.kill_timeout = DEFAULT_KILL_TIMEOUT
+            identity.canonicalize(task)
             if task.HasField("restart_policy"):
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit
                 )
             for artifact in task.artifacts:
                 artifacts.canonicalize(artifact)
+    services.canonicalize(job)
     scaling.canonicalize(job)
 
 

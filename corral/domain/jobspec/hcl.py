@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.domain import scaling
-from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import defaults, limits, validate
+from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
 from corral.domain.jobspec.language.errors import HclError
+from corral.domain.jobspec.language.parser import MAX_DEPTH
 from corral.domain.jobspec.language.variables import VarInputs
 from corral.domain.structs import CONSTRAINT_SHORTHANDS
 from corral.v1 import structs_pb2 as pb
@@ -33,14 +35,11 @@ from corral.v1 import structs_pb2 as pb
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "service",
-        "check",
         "template",
         "vault",
         "consul",
         "lifecycle",
         "logs",
-        "identity",
         "csi_plugin",
         "connect",
         "multiregion",
@@ -586,10 +585,41 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     if dp is not None:
         task.dispatch_payload.file = dp.string("file") or ""
         dp.done()
+    service_blocks.read(body, task.services)
     _task_scaling(body, task)
+    _identities(body, task)
     _volume_mounts(body, task)
     _artifacts(body, task)
     body.done()
+
+
+def _identities(body: Body, task: pb.Task) -> None:
+    """`identity` blocks: the one without a name (or named "default") is
+    the task's default identity, the others its named identities (Nomad's
+    jobspec2 moves the default one out of the list the same way)."""
+    for _, ib in body.blocks("identity", "", labeled=False):
+        name = ib.string("name") or ""
+        if name in ("", "default"):
+            if task.HasField("identity"):
+                raise ib.src.error(ib.path, ib.display, "the default identity is defined twice")
+            wid = task.identity
+            ib.proto = f"{body.proto}.identity"
+        else:
+            ib.proto = f"{body.proto}.identities[{len(task.identities)}]"
+            wid = task.identities.add()
+        ib.src.origins[ib.proto] = (ib.src.lines.get(ib.path), ib.display)
+        wid.name = name or "default"
+        wid.audience.extend(ib.strings("aud", "audience") or [])
+        wid.env = bool(ib.boolean("env"))
+        wid.file = bool(ib.boolean("file"))
+        wid.filepath = ib.string("filepath") or ""
+        wid.ttl = ib.duration("ttl") or 0
+        wid.change_mode = ib.string("change_mode") or ""
+        wid.change_signal = ib.string("change_signal") or ""
+        for name in ("extra_claims", "service_name"):
+            if name in ib.data:
+                raise ib.fail(name, f"identity {name} is not supported by Corral")
+        ib.done()
 
 
 def _volume_mounts(body: Body, task: pb.Task) -> None:
@@ -717,6 +747,7 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     tg.prevent_reschedule_on_lost = bool(prevent)
     tg.shutdown_delay = body.duration("shutdown_delay") or 0
     tg.max_run_duration = body.duration("max_run_duration") or 0
+    service_blocks.read(body, tg.services)
     sb = body.block("scaling", f"{body.proto}.scaling")
     if sb is not None:
         _scaling_policy(sb, tg.scaling)
@@ -934,15 +965,35 @@ def parse_file(
     """`parse` that also returns the evaluated variables (for the job's
     submission) and warnings. `allow_fs` enables file(), fileset() and the
     other filesystem functions (the CLI: relative to `basedir`, by default
-    the job file's directory; the HTTP API: off, as in Nomad)."""
+    the job file's directory; the HTTP API: off, as in Nomad). Within the
+    limits of `limits.py`: the file's size first, then the CPU time of the
+    whole parse (evaluation included: functions and for expressions can
+    cost far more than the text's size suggests)."""
+    limits.check_size(text, filename)
+    return limits.cpu_budget(
+        lambda: _parse_file(text, filename, inputs, allow_fs=allow_fs, basedir=basedir),
+        filename,
+    )
+
+
+def _parse_file(
+    text: str,
+    filename: str,
+    inputs: VarInputs | None,
+    *,
+    allow_fs: bool,
+    basedir: str | None,
+) -> Parsed:
     if basedir is None:
         basedir = os.path.dirname(filename) if filename not in ("<stdin>", "-") else "."
     try:
         decoded = decode(text, filename, inputs, basedir=basedir or ".", allow_fs=allow_fs)
     except HclError as exc:
         raise JobspecError(exc.filename, exc.line, exc.field, exc.message) from None
-    except RecursionError:
-        raise JobspecError(filename, None, "", "the file is nested too deeply") from None
+    except RecursionError:  # a value built deeper than the parser's own bound
+        raise JobspecError(
+            filename, None, "", f"nested more than {MAX_DEPTH} levels deep (the nesting limit)"
+        ) from None
     src = Source(filename, decoded.lines)
     top = Body(decoded.data, (), "", "", src)
     jobs = top.blocks("job", "", labeled=True)

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import artifacts, driver_config, periodic, scaling, volumes
+from corral.domain import artifacts, driver_config, identity, periodic, scaling, services, volumes
 from corral.domain.dispatch import Payload, payload_file_problem
+from corral.domain.jobspec import limits
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
     DELAY_FUNCTIONS,
@@ -163,6 +164,12 @@ def check(job: pb.Job) -> None:
             tasks.add(task.name)
             if not task.driver:
                 raise FieldProblem(f"{tp}.driver", 'is required (e.g. driver = "raw_exec")')
+            if limits.struct_depth(task.config) > limits.MAX_VALUE_DEPTH:
+                raise FieldProblem(
+                    f"{tp}.config",
+                    f"nested more than {limits.MAX_VALUE_DEPTH} levels deep (the nesting limit "
+                    "of a task's configuration)",
+                )
             config = MessageToDict(task.config) if task.HasField("config") else {}
             for key, wrong in driver_config.problems(task.driver, config):
                 raise FieldProblem(f"{tp}.config.{key}", wrong)
@@ -182,12 +189,18 @@ def check(job: pb.Job) -> None:
             if task.HasField("restart_policy"):
                 _restart(task.restart_policy, f"{tp}.restart_policy")
             _not_negative(task.kill_timeout, f"{tp}.kill_timeout")
+            found = identity.problems(task)
+            if found is not None:
+                raise FieldProblem(f"{tp}.{found[0]}", found[1])
             if task.HasField("dispatch_payload"):
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise FieldProblem(f"{tp}.dispatch_payload.file", problem)
         if sum(1 for t in tg.tasks if t.leader) > 1:
             raise FieldProblem(gp, "only one task may be the leader")
+    found = services.problem(job)
+    if found is not None:
+        raise FieldProblem(*found)
 
 
 def _restart(rp: pb.RestartPolicy, path: str) -> None:

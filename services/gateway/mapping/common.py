@@ -31,6 +31,7 @@ _ACRONYMS = {
     "ttl": "TTL",
     "ui": "UI",
     "cni": "CNI",
+    "tls": "TLS",
 }
 #: whole field names whose Nomad name is not the PascalCase of ours
 _FIELD_RENAMES = {

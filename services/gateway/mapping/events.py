@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral.domain import variables
 from corral.domain.structs import Topic
 from corral.v1 import event_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator
+from services.gateway.mapping import allocs, deployments, evals, jobs, nodes, operator, services
 
 #: our payload field → (Nomad's payload key, the mapping of that object)
 _PAYLOADS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
@@ -23,6 +24,7 @@ _PAYLOADS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
     "deployment": ("Deployment", deployments.deployment),
     "scheduler_config": ("SchedulerConfig", operator.scheduler_config),
     "job_summary": ("JobSummary", jobs.summary),
+    "service_registration": ("Service", services.registration),
     "node_pool": ("NodePool", nodes.node_pool),
 }
 
@@ -51,6 +53,8 @@ def _filter_keys(ev: pb.Event) -> list[str] | None:
         return [ev.allocation.job_id, ev.allocation.deployment_id]
     if which == "deployment":
         return [ev.deployment.job_id]
+    if which == "service_registration":
+        return [ev.service_registration.job_id, ev.service_registration.service_name]
     return None
 
 
@@ -58,7 +62,9 @@ def event(ev: pb.Event) -> dict[str, Any]:
     """One Nomad event."""
     which = ev.WhichOneof("payload")
     payload: dict[str, Any] = {}
-    if which is not None:
+    if which == "variable":  # Nomad's VariableEvent
+        payload = {"Metadata": variables.metadata(ev.variable), "Deleted": ev.deleted}
+    elif which is not None:
         key, mapping = _PAYLOADS[which]
         payload[key] = mapping(getattr(ev, which))
     return {

@@ -13,6 +13,7 @@ from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.mapping.common import rfc3339, to_nomad
 from services.gateway.mapping.evals import evaluation
+from services.gateway.mapping.services import check_header
 
 #: the one region a Corral cluster is (Nomad's default region's name)
 REGION = "global"
@@ -44,7 +45,19 @@ def job(msg: pb.Job) -> dict[str, Any]:
     out["Region"] = REGION
     out["Multiregion"] = None
     out["Dispatched"] = msg.dispatched
+    for tg in out.get("TaskGroups") or []:
+        _nomad_services(tg)
+        for task in tg.get("Tasks") or []:
+            _nomad_services(task)
     return out
+
+
+def _nomad_services(owner: dict[str, Any]) -> None:
+    """A group's or task's services as Nomad spells them: check headers as
+    map[string][]string."""
+    for service in owner.get("Services") or []:
+        for check in service.get("Checks") or []:
+            check["Header"] = check_header(check.get("Header"))
 
 
 def summary(msg: pb.JobSummary) -> dict[str, Any]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import operator_pb2
+from services.gateway.authz import OPEN, ApiRoute, Need
 from services.gateway.http import backend_of, metadata_of, respond
 from services.gateway.mapping.jobs import REGION
 
@@ -45,7 +46,8 @@ async def regions(request: Request) -> Response:
 
 async def agent_self(request: Request) -> Response:
     """Enough of api.AgentSelf for clients that probe it (the CLI, the
-    Terraform provider, UIs): the agent's config, member and version."""
+    Terraform provider, UIs): the agent's config, member and version. Needs
+    `agent:read`, as Nomad's (decided here: no RPC answers it)."""
     backend = backend_of(request)
     settings = request.app.state.settings
     acl = bool(settings.security.acl_enabled)
@@ -81,10 +83,15 @@ async def agent_health(request: Request) -> Response:
     return respond(request, body, status=500 if problem else 200)
 
 
+AGENT_READ = Need(summary="`agent:read`", scopes=(("agent", "read"),), gateway=True)
+#: the state's members when the token has operator:read, else the gateway's
+#: own view: open either way, as Nomad's status endpoints
+STATUS = Need(summary="none (open; members in full with `operator:read`)", open=True)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/agent/health", agent_health, methods=["GET"]),
-    Route("/v1/status/leader", leader, methods=["GET"]),
-    Route("/v1/status/peers", peers, methods=["GET"]),
-    Route("/v1/regions", regions, methods=["GET"]),
-    Route("/v1/agent/self", agent_self, methods=["GET"]),
+    ApiRoute("/v1/agent/health", agent_health, {"GET": OPEN}),
+    ApiRoute("/v1/status/leader", leader, {"GET": STATUS}),
+    ApiRoute("/v1/status/peers", peers, {"GET": STATUS}),
+    ApiRoute("/v1/regions", regions, {"GET": OPEN}),
+    ApiRoute("/v1/agent/self", agent_self, {"GET": AGENT_READ}),
 ]

@@ -25,11 +25,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from starlette.routing import BaseRoute, WebSocketRoute
+from starlette.routing import BaseRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.domain.errors import bounded_message
 from corral.v1 import alloc_pb2
+from services.gateway.authz import ApiWebSocketRoute, Need
 from services.gateway.backend import token_metadata
 from services.gateway.http import GRPC_TO_HTTP, NomadError, bad_request, token_of
 from services.gateway.routes.allocs import find_alloc_agent
@@ -220,6 +221,17 @@ async def _session(ws: WebSocket) -> tuple[int, str]:
     return WS_INTERNAL, "the exec stream ended before the command's exit code"
 
 
+#: Nomad's needs alloc-exec (and alloc-node-exec for a driver without file
+#: system isolation, which the agent checks); the gateway finds the alloc's
+#: agent with Alloc.Get and Node.Get first: read-job and node:read as well
+EXEC = Need(
+    summary="`alloc-exec` and `read-job` in the alloc's namespace (raw_exec: "
+    "`alloc-node-exec` too), and `node:read`",
+    namespace=(("alloc-exec",), ("read-job",)),
+    scopes=(("node", "read"),),
+    per_object=True,
+)
+
 ROUTES: list[BaseRoute] = [
-    WebSocketRoute("/v1/client/allocation/{alloc_id}/exec", exec_socket),
+    ApiWebSocketRoute("/v1/client/allocation/{alloc_id}/exec", exec_socket, EXEC),
 ]

@@ -16,9 +16,10 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import alloc_pb2
+from services.gateway.authz import ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     backend_of,
@@ -170,10 +171,20 @@ async def stream(request: Request) -> Response:
     return await _stream(request, fs_request, raw=False)
 
 
+#: Nomad's needs read-fs; the gateway finds the alloc's agent with
+#: Alloc.Get and Node.Get first, so Corral's needs read-job and node:read
+#: as well (as the logs, docs/http-api.md)
+READ_FS = Need(
+    summary="`read-fs` and `read-job` in the alloc's namespace, and `node:read`",
+    namespace=(("read-fs",), ("read-job",)),
+    scopes=(("node", "read"),),
+    per_object=True,
+)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/client/fs/ls/{alloc_id}", ls, methods=["GET"]),
-    Route("/v1/client/fs/stat/{alloc_id}", stat, methods=["GET"]),
-    Route("/v1/client/fs/cat/{alloc_id}", cat, methods=["GET"]),
-    Route("/v1/client/fs/readat/{alloc_id}", readat, methods=["GET"]),
-    Route("/v1/client/fs/stream/{alloc_id}", stream, methods=["GET"]),
+    ApiRoute("/v1/client/fs/ls/{alloc_id}", ls, {"GET": READ_FS}),
+    ApiRoute("/v1/client/fs/stat/{alloc_id}", stat, {"GET": READ_FS}),
+    ApiRoute("/v1/client/fs/cat/{alloc_id}", cat, {"GET": READ_FS}),
+    ApiRoute("/v1/client/fs/readat/{alloc_id}", readat, {"GET": READ_FS}),
+    ApiRoute("/v1/client/fs/stream/{alloc_id}", stream, {"GET": READ_FS}),
 ]

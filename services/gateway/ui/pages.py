@@ -86,6 +86,10 @@ async def evals(request: Request) -> Response:
     return _render(request, "evals.html", page="evals", section="evaluations", title="Evaluations")
 
 
+async def services(request: Request) -> Response:
+    return _render(request, "services.html", page="services", section="services", title="Services")
+
+
 async def nodes(request: Request) -> Response:
     return _render(request, "nodes.html", page="nodes", section="nodes", title="Nodes")
 

@@ -37,6 +37,7 @@ from corral.domain.structs import (
     DEFAULT_NODE_POOL,
     ClientStatus,
     DesiredStatus,
+    NodeStatus,
     Topic,
 )
 from corral.v1 import structs_pb2 as pb
@@ -57,6 +58,7 @@ _T_EVALS: Table = m.Eval.__table__  # type: ignore[assignment]
 _T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
 _T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
 _T_LAUNCHES: Table = m.PeriodicLaunch.__table__  # type: ignore[assignment]
+_T_SERVICES: Table = m.ServiceRegistration.__table__  # type: ignore[assignment]
 _T_NAMESPACES: Table = m.Namespace.__table__  # type: ignore[assignment]
 _T_NODE_POOLS: Table = m.NodePool.__table__  # type: ignore[assignment]
 _T_POLICIES: Table = m.ScalingPolicy.__table__  # type: ignore[assignment]
@@ -191,6 +193,24 @@ def _launch_row(p: pb.PeriodicLaunch) -> dict[str, Any]:
     }
 
 
+def _service_row(r: pb.ServiceRegistration) -> dict[str, Any]:
+    return {
+        "namespace": _ns(r.namespace),
+        "id": r.id,
+        "service_name": r.service_name,
+        "node_id": r.node_id,
+        "datacenter": r.datacenter,
+        "job_id": r.job_id,
+        "alloc_id": r.alloc_id,
+        "tags": list(r.tags),
+        "address": r.address,
+        "port": r.port,
+        "payload": r.SerializeToString(),
+        "create_index": r.create_index,
+        "modify_index": r.modify_index,
+    }
+
+
 def _named_row(obj: pb.Namespace | pb.NodePool) -> dict[str, Any]:
     return {
         "name": obj.name,
@@ -264,6 +284,11 @@ class WriteTx:
         self._read_cache: dict[str, dict[Any, Any]] = {}
         self.committed = True  # false once rolled back for recording no change
         self.batches: list[pb.ChangeBatch] = []  # what the commit appended to the change log
+        # allocs that became client-terminal and nodes that went down in
+        # this transaction (by id, the index that did it): their service
+        # registrations are removed at commit (`_drop_gone_services`)
+        self._services_gone_allocs: dict[str, int] = {}
+        self._services_gone_nodes: dict[str, int] = {}
 
     @property
     def change_count(self) -> int:
@@ -344,6 +369,8 @@ class WriteTx:
         self._pending.put("nodes", node.id, _node_row(node), node)
         ev = self.event(Topic.NODE, event_type, node.id, index=at, node=node)
         redact(ev.node)
+        if node.status == NodeStatus.DOWN:
+            self._services_gone_nodes[node.id] = at
 
     def put_alloc(
         self,
@@ -358,6 +385,8 @@ class WriteTx:
             alloc.create_time = self.now
         alloc.modify_time = self.now
         self._pending.put("allocs", alloc.id, _alloc_row(alloc), alloc)
+        if alloc.client_status in _CLIENT_TERMINAL:
+            self._services_gone_allocs[alloc.id] = at
         self.event(
             Topic.ALLOCATION,
             event_type,
@@ -406,6 +435,29 @@ class WriteTx:
         self._pending.put("scheduler_config", 1, row, cfg)
         self.event(
             Topic.OPERATOR, "SchedulerConfigUpdated", "scheduler", index=at, scheduler_config=cfg
+        )
+
+    def put_service_registration(
+        self,
+        reg: pb.ServiceRegistration,
+        event_type: str = "ServiceRegistration",
+        *,
+        index: int | None = None,
+    ) -> None:
+        """Upsert one instance of a service (Nomad's ServiceRegistration
+        event). Stamps create/modify index; keep the stored create_index on
+        an update."""
+        at = index or self.index
+        _stamp(reg, at)
+        key = (_ns(reg.namespace), reg.id)
+        self._pending.put("service_registrations", key, _service_row(reg), reg)
+        self.event(
+            Topic.SERVICE,
+            event_type,
+            reg.id,
+            namespace=reg.namespace,
+            index=at,
+            service_registration=reg,
         )
 
     def put_periodic_launch(self, launch: pb.PeriodicLaunch, *, index: int | None = None) -> None:
@@ -529,8 +581,24 @@ class WriteTx:
         key = (_ns(namespace), job_id)
         self._pending.delete("periodic_launches", key, key)
 
+    def delete_service_registration(
+        self, reg: pb.ServiceRegistration, *, index: int | None = None
+    ) -> None:
+        key = (_ns(reg.namespace), reg.id)
+        self._pending.delete("service_registrations", key, key)
+        self.event(
+            Topic.SERVICE,
+            "ServiceDeregistration",
+            reg.id,
+            namespace=reg.namespace,
+            index=index,
+            deleted=True,
+            service_registration=reg,
+        )
+
     def delete_alloc(self, alloc: pb.Allocation, *, index: int | None = None) -> None:
         self._pending.delete("allocs", alloc.id, alloc.id)
+        self._services_gone_allocs[alloc.id] = index or self.index
         self.event(
             Topic.ALLOCATION,
             "AllocationDeleted",
@@ -555,6 +623,7 @@ class WriteTx:
 
     def delete_node(self, node: pb.Node, *, index: int | None = None) -> None:
         self._pending.delete("nodes", node.id, node.id)
+        self._services_gone_nodes[node.id] = index or self.index
         ev = self.event(
             Topic.NODE, "NodeDeregistration", node.id, index=index, deleted=True, node=node
         )
@@ -808,6 +877,51 @@ class WriteTx:
             for k in keys:
                 cache[k] = found_jobs.get(k)
 
+    async def get_service_registration(
+        self, namespace: str, reg_id: str
+    ) -> pb.ServiceRegistration | None:
+        key = (_ns(namespace), reg_id)
+        sql = "SELECT payload FROM service_registrations WHERE namespace = %s AND id = %s"
+        reg: pb.ServiceRegistration | None = await self._one(
+            "service_registrations", key, sql, key, pb.ServiceRegistration
+        )
+        return reg
+
+    async def service_registrations_where(
+        self, *, alloc_ids: Sequence[str] = (), node_ids: Sequence[str] = ()
+    ) -> dict[tuple[str, str], pb.ServiceRegistration]:
+        """Registrations of these allocs or nodes, by (namespace, id), with
+        this transaction's own puts and deletes merged in."""
+        allocs, nodes = set(alloc_ids), set(node_ids)
+        out: dict[tuple[str, str], pb.ServiceRegistration] = {}
+        if allocs or nodes:
+            rows = await self._fetch(
+                "SELECT namespace, id, payload FROM service_registrations "
+                "WHERE alloc_id = ANY(%s) OR node_id = ANY(%s)",
+                (sorted(allocs), sorted(nodes)),
+            )
+            out = {(r[0], r[1]): pb.ServiceRegistration.FromString(r[2]) for r in rows}
+        for key, obj in self._pending.objects.get("service_registrations", {}).items():
+            if obj is None:
+                out.pop(key, None)
+            elif obj.alloc_id in allocs or obj.node_id in nodes:
+                out[key] = obj
+        return out
+
+    async def _drop_gone_services(self) -> None:
+        """Nomad's deregisterServicesForTerminalAllocs and its node-down
+        cleanup: the registrations of allocs this transaction made
+        client-terminal (or deleted), and of nodes it marked down (or
+        deleted), go with them, at the same index. Costs a query only when
+        such an alloc or node is in the transaction."""
+        allocs, nodes = self._services_gone_allocs, self._services_gone_nodes
+        if not allocs and not nodes:
+            return
+        gone = await self.service_registrations_where(alloc_ids=list(allocs), node_ids=list(nodes))
+        for reg in gone.values():
+            at = allocs.get(reg.alloc_id) or nodes.get(reg.node_id)
+            self.delete_service_registration(reg, index=at)
+
     async def get_allocs(self, alloc_ids: Sequence[str]) -> dict[str, pb.Allocation]:
         return await self._many("allocs", alloc_ids, pb.Allocation)
 
@@ -942,6 +1056,7 @@ class WriteTx:
     async def _flush(self) -> None:
         """Queue every write of the transaction; with the connection in
         pipeline mode they go to the server together with the COMMIT."""
+        await self._drop_gone_services()
         p = self._pending
         for name, (upsert, bulk, keys) in _UPSERTS.items():
             dels = p.deletes.get(name)
@@ -954,9 +1069,9 @@ class WriteTx:
             if not rows:
                 continue
             cols = _COLUMNS[name]
-            if len(rows) == 1:
-                (row,) = rows.values()
-                await self.conn.execute(upsert, tuple(row[c] for c in cols))
+            if len(rows) == 1 or name in _ROW_BY_ROW:
+                for row in rows.values():
+                    await self.conn.execute(upsert, tuple(row[c] for c in cols))
             else:
                 # one statement for any number of rows: a column array each
                 arrays = [[r[c] for r in rows.values()] for c in cols]
@@ -1023,6 +1138,7 @@ _KEYS: dict[str, tuple[Table, list[str]]] = {
     "deployments": (_T_DEPLOYMENTS, ["id"]),
     "scheduler_config": (_T_SCHED_CONFIG, ["id"]),
     "periodic_launches": (_T_LAUNCHES, ["namespace", "job_id"]),
+    "service_registrations": (_T_SERVICES, ["namespace", "id"]),
     "namespaces": (_T_NAMESPACES, ["name"]),
     "node_pools": (_T_NODE_POOLS, ["name"]),
     "scaling_policies": (_T_POLICIES, ["id"]),
@@ -1043,6 +1159,8 @@ _RANGE_DELETES: dict[str, tuple[tuple[str, str], ...]] = {
         ),
     ),
 }
+#: tables with array columns: one upsert per row (unnest would flatten them)
+_ROW_BY_ROW = frozenset({"service_registrations"})
 _UPSERTS: dict[str, tuple[str, str, list[str]]] = {
     name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()
 }
@@ -1144,6 +1262,12 @@ class Database:
         async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
+
+    async def bookkeeping(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement outside the indexed writes, committed at once: for
+        bookkeeping no reader waits on (a variable lock's lease), never for
+        state a write must decide on. No index, no change-log row."""
+        return await self._query(sql, params)
 
     async def get_node(self, node_id: str) -> pb.Node | None:
         """One node straight from the table (no index taken), with its

@@ -175,6 +175,34 @@ class Deployment(Base):
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class ServiceRegistration(Base):
+    """One instance of a service (Nomad's service_registrations table),
+    keyed as Nomad keys it: by namespace and id. Written by the client
+    running it; removed by the state when its alloc becomes client-terminal
+    or its node goes down (services/state/writes/services.py)."""
+
+    __tablename__ = "service_registrations"
+    __table_args__ = (
+        Index(None, "namespace", "service_name"),
+        Index(None, "alloc_id"),
+        Index(None, "node_id"),
+        Index(None, "namespace", "job_id"),
+    )
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    service_name: Mapped[str] = mapped_column(String(256), nullable=False)
+    node_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    datacenter: Mapped[str] = mapped_column(String(128), nullable=False)
+    job_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    alloc_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    tags: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    address: Mapped[str] = mapped_column(String(256), nullable=False)
+    port: Mapped[int] = mapped_column(Integer, nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class SchedulerConfig(Base):
     __tablename__ = "scheduler_config"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -309,3 +337,56 @@ class ScalingEvents(Base):
     job_id: Mapped[str] = mapped_column(String(256), primary_key=True)
     payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class Variable(Base):
+    """A Nomad Variable: its items only as AES-256-GCM ciphertext (`data`,
+    the nonce first) under the root key `key_id`; nothing in clear but the
+    namespace, the path and the indexes (services/state/variables.py).
+
+    A lock's expiry is the database's clock (`lock_expires`), moved by
+    acquire and renew, so every state process and a new leader agree on
+    it; a renewal is not an indexed write (Nomad's renewals are not Raft
+    writes either)."""
+
+    __tablename__ = "variables"
+    __table_args__ = (Index(None, "key_id"),)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    path: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    data: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    create_time: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_time: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    lock_id: Mapped[str | None] = mapped_column(String(64))
+    lock_ttl: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    lock_delay: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    lock_expires: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class RootKey(Base):
+    """A root key of the keyring: a 256-bit data key for Variables and an
+    RSA key for workload identities, both wrapped (AES-256-GCM) by the
+    state role's key-encryption key, whose fingerprint is `kek_id`
+    (services/state/keyring.py, docs/security.md). The public key is kept
+    in clear: it is what the JWKS publishes."""
+
+    __tablename__ = "root_keys"
+    __table_args__ = (
+        CheckConstraint(
+            "state IN ('active', 'inactive', 'rekeying', 'prepublished', 'deprecated')",
+            name="state",
+        ),
+    )
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    algorithm: Mapped[str] = mapped_column(String(32), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    create_time: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    publish_time: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    kek_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    wrapped_key: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    wrapped_rsa_key: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    public_key: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)

@@ -30,6 +30,7 @@ class Dump:
     evals: list[pb.Evaluation] = field(default_factory=list)
     deployments: list[pb.Deployment] = field(default_factory=list)
     job_summaries: list[pb.JobSummary] = field(default_factory=list)
+    service_registrations: list[pb.ServiceRegistration] = field(default_factory=list)
     scheduler_config: pb.SchedulerConfiguration = field(default_factory=pb.SchedulerConfiguration)
     namespaces: list[pb.Namespace] = field(default_factory=list)
     node_pools: list[pb.NodePool] = field(default_factory=list)
@@ -46,6 +47,7 @@ class Dump:
             evals=self.evals,
             deployments=self.deployments,
             job_summaries=self.job_summaries,
+            service_registrations=self.service_registrations,
             scheduler_config=self.scheduler_config,
             namespaces=self.namespaces,
             node_pools=self.node_pools,
@@ -63,6 +65,11 @@ _TABLES: list[tuple[str, str, type]] = [
     ("evals", "SELECT payload FROM evals", pb.Evaluation),
     ("deployments", "SELECT payload FROM deployments", pb.Deployment),
     ("job_summaries", "SELECT payload FROM job_summaries", pb.JobSummary),
+    (
+        "service_registrations",
+        "SELECT payload FROM service_registrations",
+        pb.ServiceRegistration,
+    ),
     ("namespaces", "SELECT payload FROM namespaces", pb.Namespace),
     ("node_pools", "SELECT payload FROM node_pools", pb.NodePool),
     ("scaling_policies", "SELECT payload FROM scaling_policies", pb.ScalingPolicy),

@@ -1,9 +1,9 @@
 """The gRPC handlers of the state service, one module per proto service:
 the public API (`job`, `node`, `alloc`, `eval` for `Evals`, `event`,
-`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`, and
-`periodic` and `system`, which relay
-to the broker leader) and the internal `State` service (`state`) the other roles
-call."""
+`operator`, `deployment`, `acl`, `namespace`, `node_pool`, `scaling`,
+`variables`, `keyring`, `service` for the service catalog, and `periodic` and
+`system`, which relay to the broker leader) and the internal `State` service
+(`state`) the other roles call."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from services.state.handlers import (
     eval,
     event,
     job,
+    keyring,
     namespace,
     node_pool,
     operator,
     periodic,
     scaling,
+    service,
     system,
+    variables,
 )
 
 
@@ -39,5 +42,8 @@ def register(server: GrpcServer, ctx: StateContext) -> None:
         namespace,
         node_pool,
         scaling,
+        variables,
+        keyring,
+        service,
     ):
         module.register(server, ctx)

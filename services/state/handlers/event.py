@@ -12,7 +12,7 @@ from corral.domain import structs
 from corral.domain.errors import InvalidArgument
 from corral.runtime.server import GrpcServer
 from corral.security import access, acl
-from corral.security.acl import ACL
+from corral.security.acl import ACL, VARIABLE_LIST
 from corral.v1 import event_pb2, event_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext
@@ -28,6 +28,8 @@ def _object_keys(ev: pb.Event) -> tuple[str, ...]:
         return (ev.key, ev.evaluation.job_id)
     if kind == "allocation":
         return (ev.key, ev.allocation.job_id, ev.allocation.node_id)
+    if kind == "service_registration":  # Nomad's FilterKeys: the job and the service name
+        return (ev.key, ev.service_registration.job_id, ev.service_registration.service_name)
     return (ev.key,)
 
 
@@ -35,8 +37,9 @@ def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
     """What the caller may see of the stream (Nomad's rules): node events
     with node:read, operator events with operator:read, node pool events
     with a management token only (Nomad cannot filter them by pool rule
-    either), the rest with read-job in the event's namespace. Decided on the caller's ACL as of
-    the last ACL write (`recheck` in `Stream`)."""
+    either), variable events with `list` on the variable's path, the rest
+    with read-job in the event's namespace. Decided on the caller's ACL as
+    of the last ACL write (`recheck` in `Stream`)."""
     if acl.is_management:
         return lambda ev: True
 
@@ -47,6 +50,8 @@ def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
             return acl.allows("operator", "read")
         if ev.topic == structs.Topic.NODE_POOL:
             return False
+        if ev.topic == structs.Topic.VARIABLE:
+            return acl.allows_variable(ev.namespace or "default", ev.key, VARIABLE_LIST)
         return acl.allows_namespace(ev.namespace or "default", access.READ_JOB)
 
     return visible

@@ -19,10 +19,10 @@ from corral.domain import structs
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.structs import NodeStatus
 from corral.runtime.server import GrpcServer
-from corral.security import transport
+from corral.security import access, transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import query, validate
+from services.state import identities, query, validate
 from services.state.app_context import StateContext
 from services.state.heartbeat import Heartbeats
 from services.state.node_identity import redact, require_secret
@@ -238,6 +238,22 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         resp.jobs.extend(jobs.values())
         return resp
 
+    async def SignIdentities(
+        self, request: node_pb2.NodeSignIdentitiesRequest, context: Context
+    ) -> node_pb2.NodeSignIdentitiesResponse:
+        """Workload identities for this node's tasks (services/state/identities.py)."""
+        validate.require_id(request.node_id, "node_id")
+        require_secret(request.secret_id, request.node_id)
+        validate.at_most(
+            len(request.identities), identities.MAX_REQUESTS, "identities", "identities"
+        )
+        self.ctx.keyring.require()
+        node = self.ctx.feed.snapshot().node_by_id(request.node_id)
+        if node is None:
+            raise NotFound(f"node {request.node_id} not found")
+        await self.ctx.node_secrets.check(node, request.secret_id)
+        return await self.ctx.identities.sign(request.node_id, request.identities)
+
     async def List(
         self, request: node_pb2.NodeListRequest, context: Context
     ) -> node_pb2.NodeListResponse:
@@ -272,6 +288,10 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         allocs = snap.allocs_by_node(node_id)
         if not request.all:
             allocs = [a for a in allocs if not structs.alloc_terminal(a)]
+        # node:read shows the node, not every namespace's work on it: as
+        # Nomad's Node.GetAllocs, only allocs of namespaces the caller may
+        # read-job in (the access rule checked node:read)
+        allocs = [a for a in allocs if access.may_read_namespace(a.namespace)]
         allocs.sort(key=lambda a: (a.create_index, a.id))
         return node_pb2.NodeAllocationsResponse(allocs=allocs, meta=query.meta(snap, tables))
 

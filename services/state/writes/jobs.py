@@ -9,7 +9,17 @@ from collections.abc import Sequence
 
 from google.protobuf.struct_pb2 import Struct
 
-from corral.domain import artifacts, namespaces, node_pools, periodic, scaling, structs, volumes
+from corral.domain import (
+    artifacts,
+    identity,
+    namespaces,
+    node_pools,
+    periodic,
+    scaling,
+    services,
+    structs,
+    volumes,
+)
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import (
@@ -35,6 +45,10 @@ MAX_GROUPS = 1_000
 MAX_TASKS_PER_GROUP = 100
 MAX_GROUP_COUNT = 100_000
 MAX_JOB_COUNT = 200_000  # allocs of all groups together
+#: services of a group or a task, checks of a service, tags of a service
+MAX_SERVICES = 100
+MAX_CHECKS = 100
+MAX_TAGS = 256
 _NAME = re.compile(r"^[A-Za-z0-9._/\-]+$")
 _OPERANDS = frozenset(structs.CONSTRAINT_OPERANDS)
 _DELAY_FUNCTIONS = structs.DELAY_FUNCTIONS
@@ -147,7 +161,13 @@ def validate_job(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise InvalidArgument(f"{tf}.dispatch_payload.file", problem)
+            found = identity.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
+        _service_bounds(tg.services, f"{f}.services")
+        for k, task in enumerate(tg.tasks):
+            _service_bounds(task.services, f"{f}.tasks[{k}].services")
     for found in (scaling.problem(job), volumes.problem(job), artifacts.problem(job)):
         if found is not None:
             raise InvalidArgument(*found)
@@ -156,6 +176,19 @@ def validate_job(job: pb.Job) -> None:
         if pool_problem is not None:
             raise InvalidArgument("job.node_pool", pool_problem)
     validate.durations(job, "job")
+    found = services.problem(job)
+    if found is not None:
+        raise InvalidArgument(*found)
+
+
+def _service_bounds(svcs: Sequence[pb.Service], field: str) -> None:
+    validate.at_most(len(svcs), MAX_SERVICES, field, "services")
+    for i, s in enumerate(svcs):
+        validate.at_most(len(s.checks), MAX_CHECKS, f"{field}[{i}].checks", "checks")
+        validate.at_most(len(s.tags), MAX_TAGS, f"{field}[{i}].tags", "tags")
+        validate.at_most(len(s.canary_tags), MAX_TAGS, f"{field}[{i}].canary_tags", "tags")
+        validate.labels(s.meta, f"{field}[{i}].meta")
+        validate.labels(s.canary_meta, f"{field}[{i}].canary_meta")
 
 
 def _reschedule_delays(rp: pb.ReschedulePolicy, field: str) -> None:
@@ -267,6 +300,7 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.kill_timeout = 5 * structs.SECOND
             for artifact in task.artifacts:
                 artifacts.canonicalize(artifact)
+    services.canonicalize(job)
     scaling.canonicalize(job)
     return job
 

@@ -3,8 +3,8 @@ the state store's checks), each deciding on rows read in its transaction.
 
 A namespace cannot be deleted while something still lives in it. Each kind
 of object that lives in a namespace adds its check to `HOLDERS`: jobs that
-are not dead and allocs the client has not finished today; Variables add
-theirs when they exist (Nomad also refuses while variables remain)."""
+are not dead, allocs the client has not finished, and variables (Nomad also
+refuses while variables remain)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from corral.domain.structs import DEFAULT_NAMESPACE, INDEX_FIELDS, copy_msg, sam
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
+from services.state.variables import any_in_namespace
 
 MAX_BATCH = 100
 
@@ -81,7 +82,16 @@ async def _live_allocs(tx: WriteTx, name: str) -> str | None:
     return f"namespace {name!r} has {count} non-terminal allocations"
 
 
-HOLDERS: list[Holder] = [_live_jobs, _live_allocs]
+async def _variables(tx: WriteTx, name: str) -> str | None:
+    if not await any_in_namespace(tx.conn, name):
+        return None
+    return (
+        f"namespace {name!r} contains at least one variable. "
+        "All variables in namespace must be deleted before it can be deleted"
+    )
+
+
+HOLDERS: list[Holder] = [_live_jobs, _live_allocs, _variables]
 
 
 async def delete_namespaces(tx: WriteTx, names: Sequence[str]) -> None:

@@ -373,7 +373,7 @@ def test_env_as_argument_map():
             minimal("", 'service {\n name = "x"\n }'),
             4,
             'group "g" > service',
-            "not supported by Corral",
+            'Consul is not available in Corral: set provider = "nomad"',
         ),
         (minimal("", "spread {\n weight = 10\n }"), 4, "spread > attribute", "is required"),
         (

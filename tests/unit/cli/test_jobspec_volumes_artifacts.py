@@ -46,8 +46,7 @@ VOLUME = """
 
 
 def test_volumes_mounts_and_artifacts_parse_with_nomads_defaults() -> None:
-    task = (
-        """
+    task = """
       volume_mount {
         volume      = "data"
         destination = "/srv/data"
@@ -56,7 +55,7 @@ def test_volumes_mounts_and_artifacts_parse_with_nomads_defaults() -> None:
       artifact {
         source = "https://example.com/app.tar.gz"
         options {
-          checksum = "%s"
+          checksum = "SUM"
           archive  = "false"
         }
         headers {
@@ -68,9 +67,7 @@ def test_volumes_mounts_and_artifacts_parse_with_nomads_defaults() -> None:
         source = "https://example.com/bin/run.sh?x=1"
         mode   = "file"
       }
-"""
-        % SUM
-    )
+""".replace("SUM", SUM)
     parsed = hcl.parse(job(VOLUME, task), "j.hcl")
     tg = parsed.task_groups[0]
     assert tg.volumes["data"] == pb.VolumeRequest(

@@ -611,13 +611,36 @@ PAGES.job = async function () {
       "no evaluations"
     );
     renderVersions(versions);
+    await loadServices();
+  };
+  // the job's service instances with their checks, as their clients last
+  // ran them (check results change without an event: polled)
+  const loadServices = async () => {
+    const regs = await get(base + "/services?" + nsp).catch(() => []);
+    const checks = await allocsChecks(regs.map((r) => r.AllocID));
+    fill(
+      "services",
+      regs.map((r) =>
+        h(
+          "tr",
+          { "data-service": r.ServiceName, "data-alloc": r.AllocID },
+          h("td", {}, r.ServiceName),
+          h("td", {}, serviceAddress(r)),
+          h("td", {}, (r.Tags || []).join(", ") || "—"),
+          h("td", {}, allocLink(r.AllocID)),
+          h("td", { class: "checks" }, checksSummary(checks[r.AllocID], r.ServiceName))
+        )
+      ),
+      "no services registered"
+    );
   };
   await load();
   follow(
-    ["Job:" + id, "Allocation:" + id, "Evaluation:" + id, "Deployment:" + id],
+    ["Job:" + id, "Allocation:" + id, "Evaluation:" + id, "Deployment:" + id, "Service:" + id],
     debounced(load, 200),
     base + "/allocations?" + nsp
   );
+  setInterval(loadServices, 3000);
 };
 
 function deploymentRow(d, reload) {
@@ -782,8 +805,129 @@ PAGES.alloc = async function () {
   };
   $("logs-task").addEventListener("change", startLogs);
   $("logs-type").addEventListener("change", startLogs);
+  const loadServices = async () => {
+    const regs = await get("/v1/allocation/" + encodeURIComponent(id) + "/services").catch(() => []);
+    fill(
+      "services",
+      regs.map((r) =>
+        h(
+          "tr",
+          { "data-service": r.ServiceName },
+          h("td", {}, r.ServiceName),
+          h("td", {}, serviceAddress(r)),
+          h("td", {}, (r.Tags || []).join(", ") || "—")
+        )
+      ),
+      "no services registered"
+    );
+    const results = await allocChecks(id);
+    fill(
+      "checks",
+      Object.values(results || {})
+        .sort((a, b) => (a.Service + a.Check).localeCompare(b.Service + b.Check))
+        .map((c) =>
+          h(
+            "tr",
+            { "data-check": c.Check, "data-status": c.Status },
+            h("td", {}, c.Check),
+            h("td", {}, c.Service),
+            h("td", {}, c.Task || "—"),
+            h("td", {}, c.Mode),
+            h("td", {}, badge(CHECK_WORDS[c.Status] || c.Status)),
+            h("td", { class: "output" }, (c.Output || "").slice(0, 200)),
+            h("td", {}, fmtTime(c.Timestamp * 1e9))
+          )
+        ),
+      results === null ? "check results unavailable (the client could not be asked)" : "no checks"
+    );
+  };
   await load();
-  follow(["Allocation:*"], debounced(load, 200), "/v1/allocation/" + encodeURIComponent(id));
+  await loadServices();
+  follow(
+    ["Allocation:*"],
+    debounced(async () => {
+      await load();
+      await loadServices();
+    }, 200),
+    "/v1/allocation/" + encodeURIComponent(id)
+  );
+  setInterval(loadServices, 3000);
+};
+
+// -------- services (Nomad's native service discovery)
+
+const CHECK_WORDS = { success: "passing", failure: "failing", pending: "pending" };
+
+function serviceAddress(r) {
+  if (!r.Port) return r.Address || "—";
+  return (r.Address.includes(":") ? "[" + r.Address + "]" : r.Address) + ":" + r.Port;
+}
+
+// An alloc's check results from its client, null when they cannot be read
+// (no node:read to find the client, or the client is gone).
+async function allocChecks(allocId) {
+  try {
+    return await get("/v1/client/allocation/" + encodeURIComponent(allocId) + "/checks");
+  } catch (e) {
+    return null;
+  }
+}
+
+async function allocsChecks(allocIds) {
+  const ids = [...new Set(allocIds)];
+  const results = await Promise.all(ids.map(allocChecks));
+  return Object.fromEntries(ids.map((id, i) => [id, results[i]]));
+}
+
+function checksSummary(results, service) {
+  if (results === null || results === undefined) {
+    return h("span", { class: "muted", title: "the client's check results could not be read" }, "unknown");
+  }
+  const mine = Object.values(results).filter((r) => r.Service === service);
+  if (!mine.length) return h("span", { class: "muted" }, "—");
+  const counts = {};
+  for (const r of mine) {
+    const word = CHECK_WORDS[r.Status] || r.Status;
+    counts[word] = (counts[word] || 0) + 1;
+  }
+  return h(
+    "span",
+    {},
+    ...Object.entries(counts)
+      .sort()
+      .map(([word, n]) => badge(n + " " + word))
+  );
+}
+
+PAGES.services = async function () {
+  const load = async () => {
+    const namespaces = await get("/v1/services?namespace=*");
+    const rows = [];
+    for (const ns of namespaces) {
+      for (const svc of ns.Services || []) {
+        const instances = await get(
+          "/v1/service/" + encodeURIComponent(svc.ServiceName) + "?namespace=" + encodeURIComponent(ns.Namespace)
+        ).catch(() => []);
+        rows.push(
+          h(
+            "tr",
+            { "data-service": svc.ServiceName, "data-namespace": ns.Namespace },
+            h("td", {}, svc.ServiceName),
+            h("td", {}, ns.Namespace),
+            h("td", {}, (svc.Tags || []).join(", ") || "—"),
+            h(
+              "td",
+              {},
+              ...instances.flatMap((r, i) => [i ? ", " : "", link("/allocations/" + encodeURIComponent(r.AllocID), serviceAddress(r))])
+            )
+          )
+        );
+      }
+    }
+    fill("services", rows, "no services registered");
+  };
+  await load();
+  follow(["Service:*"], debounced(load, 250), "/v1/services?namespace=*");
 };
 
 // Live logs: /v1/client/fs/logs with follow=true&plain=true, appended as they
