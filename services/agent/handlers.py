@@ -299,6 +299,8 @@ class ClientFSServicer(alloc_pb2_grpc.ClientFSServicer):
     def _fs(self, alloc_id: str, path: str) -> AllocFS:
         if len(path) > MAX_PATH:
             raise InvalidArgument("path", f"is longer than {MAX_PATH} characters")
+        if "\x00" in path:
+            raise InvalidArgument("path", "must not contain NUL characters")
         view = self.lookup(alloc_id) if alloc_id else None
         if view is None:
             raise NotFound(f"Unknown allocation {alloc_id!r}: not on this node")
@@ -361,6 +363,8 @@ async def _fs_call(fn: Callable[[str], T], path: str) -> T:
         raise InvalidArgument("path", str(exc) or f"{path}: not a directory") from None
     except PermissionError:
         raise PermissionDenied(f"{path}: permission denied") from None
+    except OSError as exc:  # a name too long, too many links, ...
+        raise InvalidArgument("path", f"{path}: {exc.strerror or exc}") from None
 
 
 async def _stream_file(

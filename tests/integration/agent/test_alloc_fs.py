@@ -145,6 +145,8 @@ async def test_offsets_limits_and_origins(
     await refused(cat(stub, "web/local/missing"), grpc.StatusCode.NOT_FOUND)
     await refused(cat(stub, "web/local/app.conf", offset=-1), grpc.StatusCode.INVALID_ARGUMENT)
     await refused(cat(stub, "x", origin="middle"), grpc.StatusCode.INVALID_ARGUMENT)
+    await refused(cat(stub, "web/\x00x"), grpc.StatusCode.INVALID_ARGUMENT)
+    await refused(cat(stub, "a/" * 3000), grpc.StatusCode.INVALID_ARGUMENT)
     await refused(
         stub.Stat(alloc_pb2.FsStatRequest(alloc_id="elsewhere", path="x")),
         grpc.StatusCode.NOT_FOUND,
