@@ -9,16 +9,25 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
+from corral.domain.errors import InvalidArgument, PermissionDenied
+from corral.runtime.server import GrpcServer
+from corral.runtime.settings import SecuritySettings
+from corral.security import acl, transport
+from corral.v1 import alloc_pb2, alloc_pb2_grpc
+from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import CgroupManager, detect
 from services.agent.cpuset import Compute
 from services.agent.drivers import DriverError, ExecDriver, ExecSettings, Mount, RawExecDriver
 from services.agent.drivers.base import ExecSession, TaskConfig, TaskHandle
 from services.agent.drivers.executor_handle import ExecutorHandle
+from services.agent.handlers import ClientAllocServicer
 from tests.cgroup_parent import new_parent, remove_parent, v1_available
 from tests.integration.agent.test_exec_driver import sh, task
 from tests.wait import until
@@ -158,9 +167,7 @@ async def test_closing_a_session_kills_its_command(tmp_path: Path, cgroups: Cgro
         first = await anext(session.output())
         assert first[0] == "stdout"
         # its pid inside the task's namespace: find it on the host by its command line
-        sleepers = await until(
-            lambda: [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep 999"]
-        )
+        sleepers = await until(lambda: _pids_of("sleep 999"))
         await session.close()
         await until(lambda: not any(Path(f"/proc/{p}").exists() for p in sleepers), timeout=10)
     finally:
@@ -251,8 +258,105 @@ async def test_a_symlink_the_task_left_cannot_redirect_a_mount(
     assert not any(target.iterdir())  # nothing made on the host through the link
 
 
+def _pids_of(cmdline: str) -> list[str]:
+    """Every process of the host running exactly `cmdline`."""
+    return [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == cmdline]
+
+
 def _cmdline(pid: str) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+# ------------------------------------------------------------ over gRPC
+
+
+class _Alloc:
+    """An alloc as the agent's handlers see it, over one running task."""
+
+    def __init__(self, driver: ExecDriver, handle: TaskHandle, cfg: TaskConfig) -> None:
+        self.target = (driver, handle, cfg)
+        self.namespace = "default"
+        self.job_id = "job"
+
+    def task_names(self) -> list[str]:
+        return [self.target[2].name]
+
+    def usage(self, task: str = "") -> pb.AllocResourceUsage:
+        return pb.AllocResourceUsage()
+
+    def check_results(self) -> list[pb.CheckResult]:
+        return []
+
+    def exec_target(self, task: str) -> tuple[ExecDriver, TaskHandle, TaskConfig]:
+        if task != self.target[2].name:
+            raise InvalidArgument("task", f"unknown task name {task!r}")
+        return self.target
+
+
+class _Tokens:
+    """ACL tokens by secret (the agent asks the state; here a table)."""
+
+    async def resolve(self, secret: str) -> acl.ACL:
+        rules = {
+            "exec": 'namespace "default" { capabilities = ["alloc-exec"] }',
+            "read": 'namespace "default" { capabilities = ["read-job", "read-fs"] }',
+        }.get(secret)
+        if rules is None:
+            raise PermissionDenied("ACL token not found")
+        return acl.compile_acl([acl.parse_policy(rules)])
+
+
+async def test_exec_over_grpc_checks_the_token_and_ends_with_its_caller(
+    tmp_path: Path, cgroups: CgroupManager
+) -> None:
+    driver = ExecDriver(ExecSettings(), cgroups)
+    cfg = task(tmp_path, "rpc", SLEEP)
+    handle = await started(driver, cfg)
+    view = _Alloc(driver, handle, cfg)
+    server = GrpcServer(
+        "127.0.0.1:0",
+        name="agent",
+        settings=SecuritySettings(acl_enabled=True),
+        resolver=_Tokens(),
+    )
+    server.add(
+        alloc_pb2_grpc.add_ClientAllocServicer_to_server,
+        ClientAllocServicer(tmp_path, server.shutting_down, {cfg.alloc_id: view}.get),
+        alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
+    )
+    await server.start()
+    setup = alloc_pb2.ExecSetup(
+        alloc_id=cfg.alloc_id, task="rpc", command=["/bin/sh", "-c", "echo $$; exec sleep 998"]
+    )
+
+    def exec_call(stub: alloc_pb2_grpc.ClientAllocAsyncStub) -> Any:
+        async def requests() -> AsyncIterator[alloc_pb2.AllocExecRequest]:
+            yield alloc_pb2.AllocExecRequest(setup=setup)
+            await asyncio.Event().wait()  # stdin stays open
+
+        return stub.Exec(requests())
+
+    try:
+        async with transport.dial(server.bound_address, token="read") as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in exec_call(alloc_pb2_grpc.ClientAllocStub(ch)):
+                    pass
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "alloc-exec" in (err.value.details() or "")
+        async with transport.dial(server.bound_address, token="exec") as ch:
+            call = exec_call(alloc_pb2_grpc.ClientAllocStub(ch))
+            first = await call.read()
+            assert first.stdout.data.strip().isdigit()
+            sleepers = await until(
+                lambda: [
+                    p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep 998"
+                ]
+            )
+            call.cancel()  # the caller goes away
+            await until(lambda: not any(Path(f"/proc/{p}").exists() for p in sleepers), timeout=10)
+    finally:
+        await server.stop(0)
+        await stop(handle)
