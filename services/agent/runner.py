@@ -109,6 +109,9 @@ class TaskRunner:
         self.dir = self.task_dir.dir
         self.state_dir = state_dir
         self.getter = getter or Getter()
+        #: the environment of the current run (its workload identities'
+        #: tokens included), for alloc exec
+        self.started_env: taskenv.TaskEnv | None = None
         #: the artifacts fetched already (not fetched again on a restart)
         self.fetched: set[str] = set()
         #: the task's workload identities, when it exposes any; their files
@@ -251,6 +254,7 @@ class TaskRunner:
                     if renewing is None:
                         renewing = asyncio.create_task(self.identities.renew())
                 await self.fetch_artifacts(env)
+                self.started_env = env  # what alloc exec runs commands with
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
                     span.set_attribute("driver", self.task.driver)
@@ -627,7 +631,7 @@ class AllocRunner:
         handle = runner.handle
         if handle is None or runner.state.state != TaskStateName.RUNNING:
             raise NotFound(f"task {task!r} is not running.")
-        return runner.driver, handle, runner.task_config(runner.task_env())
+        return runner.driver, handle, runner.task_config(runner.started_env or runner.task_env())
 
     def sample_usage(self) -> None:
         """Read every running task's resources (the agent's stats loop)."""
