@@ -34,17 +34,18 @@ ARCHIVES = (
     "tar.bz2",
     "tar.gz",
     "tar.xz",
+    "tar.zst",
     "tbz2",
     "tgz",
     "txz",
+    "tzst",
     "tar",
     "zip",
     "bz2",
     "gz",
     "xz",
+    "zst",
 )
-#: the ones go-getter has and Corral does not (Python has no zstd before 3.14)
-UNSUPPORTED_ARCHIVES = ("tar.zst", "tzst", "zst")
 #: the `archive` values that turn unpacking off
 NO_ARCHIVE = ("false", "0", "no")
 
@@ -58,8 +59,6 @@ def archive_problem(option: str) -> str | None:
     value = option.strip().lower()
     if value in NO_ARCHIVE or value in ARCHIVES:
         return None
-    if value in UNSUPPORTED_ARCHIVES:
-        return f"{value} archives are not supported by Corral"
     return f"unknown archive format {option!r} (expected false or one of: {', '.join(ARCHIVES)})"
 
 
@@ -76,13 +75,8 @@ def archive_format(option: str | None, url_path: str) -> str | None:
             raise ValueError(wrong)
         return value
     name = url_path.lower()
-    for suffix in (*UNSUPPORTED_ARCHIVES, *ARCHIVES):
+    for suffix in ARCHIVES:
         if name.endswith("." + suffix):
-            if suffix in UNSUPPORTED_ARCHIVES:
-                raise ValueError(
-                    f"{suffix} archives are not supported by Corral "
-                    "(archive = false keeps it packed)"
-                )
             return suffix
     return None
 

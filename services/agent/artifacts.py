@@ -46,6 +46,7 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
+import zstandard
 
 from corral.domain import artifacts as rules
 from corral.v1 import structs_pb2 as pb
@@ -72,7 +73,12 @@ _SINGLE_FILE: dict[str, Callable[[IO[bytes]], io.BufferedIOBase]] = {
     "gz": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
     "bz2": lambda f: bz2.BZ2File(f, "rb"),
     "xz": lambda f: lzma.LZMAFile(f, "rb"),  # noqa: SIM115 (the caller's `with` closes it)
+    "zst": lambda f: io.BufferedReader(
+        zstandard.ZstdDecompressor().stream_reader(f, closefd=False)
+    ),
 }
+#: zstd-compressed tars, unpacked from a spooled plain tar (tarfile has no zstd before 3.14)
+_ZSTD_TARS = ("tar.zst", "tzst")
 _TAR_MODES: dict[str, Any] = {
     "tar": "r:",
     "tgz": "r:gz",
@@ -194,6 +200,7 @@ class Getter:
                     str(task_dir.dir.parent),
                     dest_parts,
                     options.get("filename") or name,
+                    staging,
                 )
             if a.chown and user:
                 await asyncio.to_thread(_chown, str(task_dir.dir.parent), dest_parts, mode, user)
@@ -278,18 +285,26 @@ class Getter:
         alloc_root: str,
         dest: list[str],
         name: str,
+        staging: Path,
     ) -> None:
         limits = _Limits(
             self.settings.decompression_size_limit, self.settings.decompression_file_count_limit
         )
+        if fmt in _ZSTD_TARS:
+            with _unzstd(src, staging, limits) as tar:
+                self._place(tar, "tar", mode, alloc_root, dest, name, staging)
+            return
         if fmt in _SINGLE_FILE:
             if mode != rules.MODE_FILE:
                 raise ArtifactError(
                     f"{fmt}-compressed files can only unarchive to a single file "
                     '(mode = "file" with the file\'s path as destination)'
                 )
-            with _SINGLE_FILE[fmt](src) as plain:
-                _write_file(alloc_root, dest, plain, 0o644, limits)
+            try:
+                with _SINGLE_FILE[fmt](src) as plain:
+                    _write_file(alloc_root, dest, plain, 0o644, limits)
+            except (EOFError, OSError, zlib.error, lzma.LZMAError, zstandard.ZstdError) as exc:
+                raise ArtifactError(f"cannot unpack the {fmt} file: {exc}") from None
             return
         if fmt is None:
             if mode == rules.MODE_DIR:
@@ -299,25 +314,24 @@ class Getter:
                 raise ArtifactError('the source names no file (give mode = "file")')
             _write_file(alloc_root, target, src, 0o644, limits, counted=False)
             return
-        members = _zip_members(src) if fmt == "zip" else _tar_members(src, fmt)
-        if mode == rules.MODE_FILE:
-            files = list(members)
-            if len(files) != 1 or files[0].directory:
-                raise ArtifactError('expected a single file in the archive (mode is "file")')
-            with files[0].open() as data:
-                _write_file(alloc_root, dest, data, files[0].mode, limits)
-            return
-        for m in members:
-            target = [*dest, *m.parts]
-            if m.directory:
-                limits.count(0)
-                try:
-                    os.close(confined.open_dir(alloc_root, target, create=True))
-                except confined.Escape as exc:
-                    raise ArtifactError(f"cannot unpack {m.parts}: {exc}") from None
-                continue
-            with m.open() as data:
-                _write_file(alloc_root, target, data, m.mode, limits)
+        with _archive_members(src, fmt, limits.files) as members:
+            if mode == rules.MODE_FILE:
+                if len(members) != 1 or members[0].directory:
+                    raise ArtifactError('expected a single file in the archive (mode is "file")')
+                with members[0].open() as data:
+                    _write_file(alloc_root, dest, data, members[0].mode, limits)
+                return
+            for m in members:
+                target = [*dest, *m.parts]
+                if m.directory:
+                    limits.count(0)
+                    try:
+                        os.close(confined.open_dir(alloc_root, target, create=True))
+                    except confined.Escape as exc:
+                        raise ArtifactError(f"cannot unpack {m.parts}: {exc}") from None
+                    continue
+                with m.open() as data:
+                    _write_file(alloc_root, target, data, m.mode, limits)
 
 
 # ------------------------------------------------------------ destinations
@@ -377,56 +391,101 @@ def _member_parts(name: str) -> list[str]:
     return parts
 
 
-def _tar_members(src: IO[bytes], fmt: str) -> Iterator[_Member]:
+def _unzstd(src: IO[bytes], staging: Path, limits: _Limits) -> IO[bytes]:
+    """A zstd-compressed tar, decompressed into an unnamed file in the
+    staging directory (tarfile reads members out of order in mode "file"),
+    no larger than the decompression limit allows the tar it holds to be:
+    the files' bytes, plus a header and padding for each and the end."""
+    bound = limits.size + 1024 * (limits.files + 1) + 20 * 1024
+    out = tempfile.TemporaryFile(dir=staging)  # noqa: SIM115 (the caller's `with` closes it)
     try:
-        with tarfile.open(fileobj=src, mode=_TAR_MODES[fmt]) as tar:
-            for info in tar:
-                parts = _member_parts(info.name)
-                if info.issym() or info.islnk():
-                    raise ArtifactError(
-                        f"archive entry {info.name!r} is a link, which is not allowed"
-                    )
-                if not (info.isdir() or info.isfile()):
-                    raise ArtifactError(f"archive entry {info.name!r} is not a file or directory")
-                if not parts:
-                    continue
+        with zstandard.ZstdDecompressor().stream_reader(src, closefd=False) as plain:
+            size = 0
+            while chunk := plain.read(CHUNK):
+                size += len(chunk)
+                if size > bound:
+                    raise ArtifactError(f"the archive unpacks to more than {limits.size} bytes")
+                out.write(chunk)
+        out.seek(0)
+    except zstandard.ZstdError as exc:
+        out.close()
+        raise ArtifactError(f"cannot unpack the zstd archive: {exc}") from None
+    except BaseException:
+        out.close()
+        raise
+    return out
 
-                def opener(info: tarfile.TarInfo = info) -> IO[bytes]:
-                    data = tar.extractfile(info)
-                    if data is None:
-                        raise ArtifactError(f"archive entry {info.name!r} cannot be read")
-                    return data
 
-                yield _Member(parts, info.isdir(), info.mode, opener)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+@contextlib.contextmanager
+def _archive_members(src: IO[bytes], fmt: str, most: int) -> Iterator[list[_Member]]:
+    """The archive's members (at most `most`), every one checked before any
+    is written, and readable while the archive is open (inside the `with`;
+    mode "file" reads its one member after listing them all); a corrupt
+    archive, found while listing or while reading a member, is an
+    ArtifactError."""
+    try:
+        if fmt == "zip":
+            with zipfile.ZipFile(src) as zipped:
+                yield _at_most(_zip_members(zipped), most)
+        else:
+            with tarfile.open(fileobj=src, mode=_TAR_MODES[fmt]) as tar:
+                yield _at_most(_tar_members(tar), most)
+    except (
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        zlib.error,
+        lzma.LZMAError,
+    ) as exc:
         raise ArtifactError(f"cannot unpack the {fmt} archive: {exc}") from None
 
 
-def _zip_members(src: IO[bytes]) -> Iterator[_Member]:
-    try:
-        with zipfile.ZipFile(src) as archive:
-            for info in archive.infolist():
-                parts = _member_parts(info.filename)
-                unix_mode = info.external_attr >> 16
-                if stat.S_ISLNK(unix_mode):
-                    raise ArtifactError(
-                        f"archive entry {info.filename!r} is a link, which is not allowed"
-                    )
-                kind = stat.S_IFMT(unix_mode)  # 0: the archiver wrote no file type
-                if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
-                    raise ArtifactError(
-                        f"archive entry {info.filename!r} is not a file or directory"
-                    )
-                if not parts:
-                    continue
+def _at_most(members: Iterator[_Member], most: int) -> list[_Member]:
+    listed: list[_Member] = []
+    for m in members:
+        listed.append(m)
+        if len(listed) > most:
+            raise ArtifactError(f"the archive holds more than {most} files")
+    return listed
 
-                def opener(info: zipfile.ZipInfo = info) -> IO[bytes]:
-                    return archive.open(info)
 
-                mode = stat.S_IMODE(unix_mode) or (0o755 if info.is_dir() else 0o644)
-                yield _Member(parts, info.is_dir(), mode, opener)
-    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
-        raise ArtifactError(f"cannot unpack the zip archive: {exc}") from None
+def _tar_members(tar: tarfile.TarFile) -> Iterator[_Member]:
+    for info in tar:
+        parts = _member_parts(info.name)
+        if info.issym() or info.islnk():
+            raise ArtifactError(f"archive entry {info.name!r} is a link, which is not allowed")
+        if not (info.isdir() or info.isfile()):
+            raise ArtifactError(f"archive entry {info.name!r} is not a file or directory")
+        if not parts:
+            continue
+
+        def opener(info: tarfile.TarInfo = info) -> IO[bytes]:
+            data = tar.extractfile(info)
+            if data is None:
+                raise ArtifactError(f"archive entry {info.name!r} cannot be read")
+            return data
+
+        yield _Member(parts, info.isdir(), info.mode, opener)
+
+
+def _zip_members(archive: zipfile.ZipFile) -> Iterator[_Member]:
+    for info in archive.infolist():
+        parts = _member_parts(info.filename)
+        unix_mode = info.external_attr >> 16
+        if stat.S_ISLNK(unix_mode):
+            raise ArtifactError(f"archive entry {info.filename!r} is a link, which is not allowed")
+        kind = stat.S_IFMT(unix_mode)  # 0: the archiver wrote no file type
+        if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+            raise ArtifactError(f"archive entry {info.filename!r} is not a file or directory")
+        if not parts:
+            continue
+
+        def opener(info: zipfile.ZipInfo = info) -> IO[bytes]:
+            return archive.open(info)
+
+        mode = stat.S_IMODE(unix_mode) or (0o755 if info.is_dir() else 0o644)
+        yield _Member(parts, info.is_dir(), mode, opener)
 
 
 def _write_file(

@@ -6,6 +6,7 @@ limits, headers and options, file:: sources."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -17,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir, TaskDir
@@ -96,6 +98,11 @@ def tar_gz(entries: dict[str, bytes], *, links: dict[str, str] | None = None) ->
             info.linkname = target
             tar.addfile(info)
     return buf.getvalue()
+
+
+def tarfile_bytes(entries: dict[str, bytes]) -> bytes:
+    """An uncompressed tar (compressed with zstd by the tests)."""
+    return gzip.decompress(tar_gz(entries))
 
 
 def zip_bytes(entries: dict[str, bytes]) -> bytes:
@@ -253,8 +260,6 @@ async def test_archive_false_keeps_it_packed_and_archive_names_the_format(
 async def test_a_gzipped_file_unpacks_to_a_file_only(
     tmp_path: Path, server: tuple[str, Files]
 ) -> None:
-    import gzip
-
     url, files = server
     files.files["/notes.txt.gz"] = gzip.compress(b"notes")
     td = await fetch(
@@ -268,6 +273,78 @@ async def test_a_gzipped_file_unpacks_to_a_file_only(
         await fetch(
             tmp_path, pb.TaskArtifact(getter_source=f"{url}/notes.txt.gz", relative_dest="local/")
         )
+
+
+async def test_mode_file_takes_the_one_file_of_an_archive(
+    tmp_path: Path, server: tuple[str, Files]
+) -> None:
+    """mode "file" with an archive: its single file at the destination (read
+    after every member was listed and checked), else refused."""
+    url, files = server
+    files.files["/one.tar.gz"] = tar_gz({"only.txt": b"one"})
+    files.files["/one.zip"] = zip_bytes({"only.txt": b"zipped"})
+    files.files["/two.tar.gz"] = tar_gz({"a": b"a", "b": b"b"})
+    for name, expected in (("one.tar.gz", b"one"), ("one.zip", b"zipped")):
+        td = await fetch(
+            tmp_path,
+            pb.TaskArtifact(
+                getter_source=f"{url}/{name}", getter_mode="file", relative_dest="local/it"
+            ),
+        )
+        assert (td.local / "it").read_bytes() == expected, name
+    with pytest.raises(ArtifactError, match="expected a single file"):
+        await fetch(
+            tmp_path,
+            pb.TaskArtifact(
+                getter_source=f"{url}/two.tar.gz", getter_mode="file", relative_dest="local/two"
+            ),
+        )
+    assert not (td.local / "two").exists()
+
+
+async def test_zstd_archives_and_files_unpack(tmp_path: Path, server: tuple[str, Files]) -> None:
+    """go-getter's zstd formats: tar.zst (and tzst) into a directory, or its
+    one file with mode "file"; a zst file to a file; corrupt or oversized
+    data refused (the tar is spooled, so its size is bounded too)."""
+    url, files = server
+    zstd = zstandard.ZstdCompressor()
+    plain_tar = tarfile_bytes({"site/index.html": b"<p>zstd", "run.sh": b"echo"})
+    files.files["/site.tar.zst"] = zstd.compress(plain_tar)
+    files.files["/one.tzst"] = zstd.compress(tarfile_bytes({"only.txt": b"one"}))
+    files.files["/notes.zst"] = zstd.compress(b"notes")
+    files.files["/broken.tar.zst"] = b"\x28\xb5\x2f\xfd not really zstd"
+    files.files["/big.tar.zst"] = zstd.compress(tarfile_bytes({"big": b"\0" * 200_000}))
+    td = await fetch(
+        tmp_path, pb.TaskArtifact(getter_source=f"{url}/site.tar.zst", relative_dest="local/")
+    )
+    assert (td.local / "site" / "index.html").read_bytes() == b"<p>zstd"
+    assert (td.local / "run.sh").stat().st_mode & 0o7777 == 0o755
+    td = await fetch(
+        tmp_path,
+        pb.TaskArtifact(
+            getter_source=f"{url}/one.tzst", getter_mode="file", relative_dest="local/one"
+        ),
+    )
+    assert (td.local / "one").read_bytes() == b"one"
+    td = await fetch(
+        tmp_path,
+        pb.TaskArtifact(
+            getter_source=f"{url}/notes.zst", getter_mode="file", relative_dest="local/notes"
+        ),
+    )
+    assert (td.local / "notes").read_bytes() == b"notes"
+    with pytest.raises(ArtifactError, match="cannot unpack the zstd archive"):
+        await fetch(
+            tmp_path, pb.TaskArtifact(getter_source=f"{url}/broken.tar.zst", relative_dest="local/")
+        )
+    with pytest.raises(ArtifactError, match="unpacks to more than 10000 bytes"):
+        await fetch(
+            tmp_path,
+            pb.TaskArtifact(getter_source=f"{url}/big.tar.zst", relative_dest="local/"),
+            decompression_size_limit=10_000,
+            decompression_file_count_limit=3,
+        )
+    assert not list((tmp_path / "staging").iterdir())  # nothing left spooled
 
 
 @pytest.mark.parametrize(

@@ -148,9 +148,9 @@ def test_volumes_mounts_and_artifacts_parse_with_nomads_defaults() -> None:
         ),
         (
             "",
-            'artifact {\n source = "https://x/y.tar.zst"\n options {\n archive = "zst"\n}\n}',
+            'artifact {\n source = "https://x/y.rar"\n options {\n archive = "rar"\n}\n}',
             "service",
-            "zst archives are not supported by Corral",
+            "unknown archive format 'rar'",
         ),
         (
             "",
