@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field
 from corral.domain import driver_config
 from corral.runtime.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
 from services.agent.drivers.exec import DEFAULT_CHROOT_ENV, ExecSettings
+from services.agent.template_data import Retry
 
 DRIVERS = ("exec", "raw_exec", "mock")
 
@@ -101,10 +102,12 @@ class AgentSettings(ServerSettings):
         default_factory=dict, description="node meta key=value (repeat the flag for more)"
     )
     drivers: Annotated[CommaList, AfterValidator(_known_drivers)] = Field(
-        default_factory=lambda: list(DRIVERS),
-        description="enabled task drivers (exec, raw_exec, mock); a driver that cannot work "
-        "on this node (exec without root, cgroups or namespaces) is reported unhealthy and "
-        "gets nothing placed",
+        default_factory=lambda: [d for d in DRIVERS if d != "raw_exec"],
+        description="enabled task drivers (exec, raw_exec, mock); raw_exec only when named "
+        "(it runs tasks as the agent's own user, without isolation: off unless configured, "
+        "as in Nomad; `corral dev` turns it on); a driver that cannot work on this node "
+        "(exec without root, cgroups or namespaces) is reported unhealthy and gets nothing "
+        "placed",
     )
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"
@@ -188,6 +191,32 @@ class AgentSettings(ServerSettings):
 
     def host_volumes(self) -> list[HostVolume]:
         return [HostVolume.parse(n, spec) for n, spec in sorted(self.host_volume.items())]
+
+    gateway_addr: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="the HTTP API (a gateway's http(s)://host:port) each task's Task API socket "
+        "(secrets/api.sock) proxies to; empty: tasks get no Task API socket",
+    )
+    template_retry_attempts: int = Field(
+        12,
+        ge=0,
+        description="times a template's failing query is retried before its task fails (0: "
+        "forever; Nomad's template nomad_retry attempts)",
+    )
+    template_retry_backoff: float = Field(
+        0.25, gt=0, description="seconds before the first retry of a template's query, doubling"
+    )
+    template_retry_max_backoff: float = Field(
+        60.0, gt=0, description="the longest wait between retries of a template's query"
+    )
+
+    def template_retry(self) -> Retry:
+        return Retry(
+            attempts=self.template_retry_attempts,
+            backoff=self.template_retry_backoff,
+            max_backoff=self.template_retry_max_backoff,
+        )
 
     def exec_settings(self) -> ExecSettings:
         return ExecSettings(

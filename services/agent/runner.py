@@ -9,7 +9,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
+from corral.domain.template import block as template_block
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv, volume_hook
@@ -46,6 +47,17 @@ from services.agent.health import HealthWatch
 from services.agent.identity import IdentityError, Signer, TaskIdentities
 from services.agent.service_sync import ServiceSync
 from services.agent.stats import TaskStats, alloc_usage
+from services.agent.task_api import TaskAPI, TaskSocket, socket_env
+from services.agent.template_data import TemplateClient
+from services.agent.template_hook import (
+    TaskNotRunning,
+    TaskPaths,
+    TemplateFailed,
+    TemplateHook,
+    TemplateHookError,
+    TemplateManager,
+    client_variables,
+)
 
 #: drivers whose tasks see their directories at the root of their own file
 #: system (Nomad's chroot file system isolation)
@@ -96,9 +108,12 @@ class TaskRunner:
         state_dir: Path,
         sign: Signer | None = None,
         getter: Getter | None = None,
+        templates: TemplateClient | None = None,
+        task_api: TaskAPI | None = None,
     ) -> None:
         """`state_dir` is where the task's executor keeps its files;
-        `getter` fetches its artifacts."""
+        `getter` fetches its artifacts, `templates` reads what the task's
+        templates need, `task_api` serves its Task API socket."""
         self.alloc = alloc
         self.job = job
         self.task = task
@@ -122,6 +137,12 @@ class TaskRunner:
             if sign is not None
             else None
         )
+        self.owner = owner
+        self.template_client = templates
+        self.task_api = task_api
+        self._api_socket: TaskSocket | None = None
+        #: why the running task is being restarted by its templates ("" if not)
+        self._template_restart = ""
         self.on_change = on_change
         self.state = pb.TaskState(state=TaskStateName.PENDING)
         self._handle: TaskHandle | None = None
@@ -141,6 +162,12 @@ class TaskRunner:
             else (tg.restart_policy if tg else pb.RestartPolicy())
         )
         self.restarts = RestartTracker(policy, job.type in (JobType.BATCH, JobType.SYSBATCH))
+        #: Nomad's template hook (None without template blocks)
+        self.templates = (
+            TemplateHook(self._template_manager, render_on_restart=policy.render_templates)
+            if task.templates
+            else None
+        )
 
     def _event(
         self, kind: str, display: str = "", details: dict[str, str] | None = None, **kw: object
@@ -215,6 +242,102 @@ class TaskRunner:
             done=self.fetched,
         )
 
+    # ---------------------------------------------------------------- templates
+
+    def _template_manager(self) -> TemplateManager:
+        if self.template_client is None or self.identities is None:
+            raise TemplateHookError("this agent has no connection to read templates with")
+        identities = self.identities
+        env = self.task_env()
+        return TemplateManager(
+            self.task.templates,
+            data=self.template_client.data(identities.default_token),
+            lifecycle=self,
+            env=lambda: self.task_env().env,
+            paths=TaskPaths(
+                alloc_dir=str(self.alloc_dir.dir),
+                task_dir=str(self.dir),
+                shared_dir=str(self.alloc_dir.shared),
+                variables=client_variables(env.variables, self.task_dir),
+            ),
+            namespace=self.alloc.namespace or structs.DEFAULT_NAMESPACE,
+        )
+
+    async def _prestart_templates(self) -> dict[str, str] | None:
+        """The template hook's prestart, given up when the task is killed
+        meanwhile (None)."""
+        assert self.templates is not None
+        render = asyncio.ensure_future(self.templates.prestart())
+        killed = asyncio.ensure_future(self._wait_killed())
+        try:
+            await asyncio.wait({render, killed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            killed.cancel()
+        if not render.done():
+            render.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await render
+            return None
+        return render.result()
+
+    def emit(self, kind: str, display: str, *, fails_task: bool = False) -> None:
+        self._event(kind, display, fails_task=fails_task)
+
+    def is_running(self) -> bool:
+        return self._handle is not None and self.state.state == TaskStateName.RUNNING
+
+    async def restart_task(self, reason: str) -> None:
+        """A restart that is not a failure (a template changed): the task
+        stops and starts again at once, its restart policy untouched."""
+        handle = self._handle
+        if self._killing or handle is None or not self.is_running() or self._template_restart:
+            return
+        self._template_restart = reason
+        self._event("Restart Signaled", reason)
+        sig = getattr(signal, self.task.kill_signal or "SIGTERM", signal.SIGTERM)
+        await handle.stop(sig, (self.task.kill_timeout or 5 * 10**9) / 1e9)
+
+    async def signal_task(self, name: str) -> None:
+        handle = self._handle
+        if handle is None or not self.is_running():
+            raise TaskNotRunning(f"task {self.task.name!r} is not running")
+        number = template_block.signal_number(name)
+        if number is None:  # refused when the job was submitted
+            raise ValueError(f"unknown signal {name!r}")
+        self._event("Signaling", "Template re-rendered", {"signal": name})
+        await handle.signal(number)
+
+    async def kill_task(self, display: str) -> None:
+        """Fail the task for good (Nomad's Kill with a failing Killing event)."""
+        if self._killing:
+            return
+        self._event("Killing", display, fails_task=True)
+        self.state.failed = True
+        self._killing = True
+        handle = self._handle
+        if handle is not None and self.state.state == TaskStateName.RUNNING:
+            sig = getattr(signal, self.task.kill_signal or "SIGTERM", signal.SIGTERM)
+            await handle.stop(sig, (self.task.kill_timeout or 5 * 10**9) / 1e9)
+
+    async def exec_in_task(self, command: Sequence[str], timeout: float) -> int:
+        raise DriverError(f"the {self.task.driver} driver cannot run commands in its tasks")
+
+    async def _open_task_api(self, env: taskenv.TaskEnv) -> None:
+        """Nomad's api hook: the socket once per task (a failure is only
+        logged, as Nomad's: a task that needs it fails on its own), and
+        NOMAD_UNIX_ADDR where the task has its identity in its environment."""
+        if self.task_api is None:
+            return
+        if self._api_socket is None:
+            user = self.task.user or (EXEC_DEFAULT_USER if self.task.driver == "exec" else "")
+            try:
+                self._api_socket = await self.task_api.open(self.task_dir.secrets, user)
+            except OSError as exc:
+                log.warning("task %s: no Task API socket: %s", self.task.name, exc)
+                return
+        if self.identities is not None and any(w.env for w in self.identities.wanted):
+            env.env.update(socket_env(env.env["NOMAD_SECRETS_DIR"]))
+
     def write_payload(self) -> None:
         """A dispatched job's payload into the file its task asked for
         (`dispatch_payload`), under the task's local dir, before it starts."""
@@ -253,7 +376,13 @@ class TaskRunner:
                     env.env.update(await self.identities.setup())
                     if renewing is None:
                         renewing = asyncio.create_task(self.identities.renew())
-                await self.fetch_artifacts(env)
+                await self.fetch_artifacts(env)  # before templates, as Nomad's hooks
+                await self._open_task_api(env)
+                if self.templates is not None:
+                    rendered = await self._prestart_templates()
+                    if rendered is None:
+                        break  # killed while its templates waited
+                    env.env.update(rendered)  # template env overrides the task's, as Nomad's
                 self.started_env = env  # what alloc exec runs commands with
                 with tracer.start_as_current_span("agent.start_task") as span:
                     span.set_attribute("task", self.task.name)
@@ -268,6 +397,15 @@ class TaskRunner:
                 self.started.set()
                 result = ExitResult(exit_code=-1, error=str(exc))
                 self._event("Setup Failure", f"workload identity: {exc}", fails_task=True)
+            except TemplateFailed as exc:
+                self.started.set()
+                await self.kill_task(str(exc))
+                break
+            except TemplateHookError as exc:
+                # Nomad's failed prestart hook: recoverable, the restart policy decides
+                self.started.set()
+                result = ExitResult(exit_code=-1, error=str(exc))
+                self._event("Task hook failed", f"template: {exc}")
             except Exception as exc:
                 self.started.set()
                 if not isinstance(exc, DriverError | OSError | ValueError):
@@ -285,6 +423,9 @@ class TaskRunner:
                 self._event("Started", "Task started by client")
                 if self.services is not None:
                     self.services.task_started(self.task.name)
+                first_scripts = self.templates.poststart() if self.templates is not None else None
+                if first_scripts is not None:
+                    asyncio.ensure_future(first_scripts)
                 result = await self._handle.wait()
                 if self.services is not None:
                     self.services.task_stopped(self.task.name)
@@ -293,6 +434,15 @@ class TaskRunner:
                 self._terminated(result)
             if self._killing:
                 break
+            if self._template_restart:
+                # a template changed: start again at once, not a failure (Nomad's
+                # restart tracker on a triggered restart)
+                self._template_restart = ""
+                self.state.restarts += 1
+                self.state.last_restart = time.time_ns()
+                self.state.state = TaskStateName.PENDING
+                self._event("Restarting", "Task restarting in 0s", restart_reason_delay=0)
+                continue
             if self._restart_reason:
                 # check_restart: a failure for the restart policy (Nomad's
                 # Restart with failure = true)
@@ -322,6 +472,11 @@ class TaskRunner:
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
+        if self.templates is not None:
+            await self.templates.stop()
+        if self._api_socket is not None:
+            await self._api_socket.close()
+            self._api_socket = None
         self.state.state = TaskStateName.DEAD
         self.state.finished_at = time.time_ns()
         self.on_change()
@@ -440,12 +595,15 @@ class AllocRunner:
         sync: ServiceSync | None = None,
         checker: Checker | None = None,
         getter: Getter | None = None,
+        templates: TemplateClient | None = None,
+        task_api: TaskAPI | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
         `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs;
         `sign` gets the tasks' workload identities from the state. `sync`
         and `checker` are the agent's: with them the group's Nomad-provider
-        services are registered and checked."""
+        services are registered and checked. `templates` and `task_api`
+        are the agent's too (the tasks' templates and Task API sockets)."""
         self.alloc = alloc
         self.job = job
         self.alloc_dir = AllocDir.of(data_dir, alloc.id)
@@ -496,6 +654,8 @@ class AllocRunner:
                     state_dir=data_dir / "executor" / f"{alloc.id}.{task.name}",
                     sign=sign,
                     getter=getter,
+                    templates=templates,
+                    task_api=task_api,
                 )
             )
             self.tasks[-1].services = self.services

@@ -11,6 +11,7 @@ from typing import Any
 
 from corral.domain import artifacts, identity, scaling, services
 from corral.domain.structs import JobType
+from corral.domain.template import block as template_block
 from corral.v1 import structs_pb2 as pb
 
 SECOND = 1_000_000_000
@@ -137,6 +138,7 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
             if task.kill_timeout == 0 and f"{tpath}.kill_timeout" not in explicit:
                 task.kill_timeout = DEFAULT_KILL_TIMEOUT
             identity.canonicalize(task)
+            template_block.canonicalize(task, explicit, tpath)
             if task.HasField("restart_policy"):
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit

@@ -21,6 +21,7 @@ from typing import Any
 from corral.domain import scaling
 from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
+from corral.domain.jobspec import templates as template_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
@@ -35,7 +36,6 @@ from corral.v1 import structs_pb2 as pb
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "template",
         "vault",
         "consul",
         "lifecycle",
@@ -590,6 +590,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     _identities(body, task)
     _volume_mounts(body, task)
     _artifacts(body, task)
+    template_blocks.read(body, task)
     body.done()
 
 
