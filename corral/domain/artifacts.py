@@ -118,6 +118,19 @@ def canonicalize(artifact: pb.TaskArtifact) -> None:
             artifact.relative_dest = DEFAULT_DESTINATION
 
 
+def split_subdir(source: str) -> tuple[str, str]:
+    """go-getter's SourceDirSubdir: `https://host/app.tar.gz//bin` fetches
+    `https://host/app.tar.gz` and keeps only `bin` of what it unpacks (a
+    query string stays with the source); ("source", "") without one."""
+    start = source.index("://") + 3 if "://" in source else 0
+    at = source.find("//", start)
+    if at < 0:
+        return source, ""
+    source, subdir = source[:at], source[at + 2 :]
+    subdir, sep, query = subdir.partition("?")
+    return (source + sep + query if sep else source), subdir
+
+
 def _escapes_alloc_dir(destination: str) -> bool:
     """Nomad's PathEscapesAllocViaRelative("task", dest): the destination is
     relative to the task directory and may reach the alloc's shared

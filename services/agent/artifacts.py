@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import bz2
 import contextlib
+import dataclasses
+import fnmatch
 import gzip
 import hashlib
 import io
@@ -161,6 +163,7 @@ class Getter:
         headers = {k: interpolate(v, variables) for k, v in a.getter_headers.items()}
         mode = a.getter_mode or rules.MODE_ANY
         dest_parts = _destination(task_dir, interpolate(a.relative_dest, variables))
+        source, subdir = rules.split_subdir(source)
         wrong = rules.source_problem(source)
         if wrong is not None:
             raise ArtifactError(wrong)
@@ -201,6 +204,7 @@ class Getter:
                     dest_parts,
                     options.get("filename") or name,
                     staging,
+                    subdir,
                 )
             if a.chown and user:
                 await asyncio.to_thread(_chown, str(task_dir.dir.parent), dest_parts, mode, user)
@@ -286,14 +290,19 @@ class Getter:
         dest: list[str],
         name: str,
         staging: Path,
+        subdir: str = "",
     ) -> None:
         limits = _Limits(
             self.settings.decompression_size_limit, self.settings.decompression_file_count_limit
         )
         if fmt in _ZSTD_TARS:
             with _unzstd(src, staging, limits) as tar:
-                self._place(tar, "tar", mode, alloc_root, dest, name, staging)
+                self._place(tar, "tar", mode, alloc_root, dest, name, staging, subdir)
             return
+        if subdir and (fmt is None or fmt in _SINGLE_FILE):
+            raise ArtifactError(f"subdir {subdir!r} not found: the source is not an archive")
+        if subdir and mode == rules.MODE_FILE:
+            raise ArtifactError(f'a subdir ({subdir!r}) needs mode "any" or "dir"')
         if fmt in _SINGLE_FILE:
             if mode != rules.MODE_FILE:
                 raise ArtifactError(
@@ -314,7 +323,8 @@ class Getter:
                 raise ArtifactError('the source names no file (give mode = "file")')
             _write_file(alloc_root, target, src, 0o644, limits, counted=False)
             return
-        with _archive_members(src, fmt, limits.files) as members:
+        with _archive_members(src, fmt, limits.files) as listed:
+            members = _subdir_members(listed, subdir)
             if mode == rules.MODE_FILE:
                 if len(members) != 1 or members[0].directory:
                     raise ArtifactError('expected a single file in the archive (mode is "file")')
@@ -439,6 +449,36 @@ def _archive_members(src: IO[bytes], fmt: str, most: int) -> Iterator[list[_Memb
         lzma.LZMAError,
     ) as exc:
         raise ArtifactError(f"cannot unpack the {fmt} archive: {exc}") from None
+
+
+def _subdir_members(members: list[_Member], subdir: str) -> list[_Member]:
+    """The members under `subdir` (go-getter's SubdirGlob: each component
+    may be a glob, and the pattern must match exactly one directory), with
+    paths relative to it; all of them without a subdir."""
+    pattern = confined.parts_of(subdir)
+    if not pattern:
+        return members
+    if ".." in pattern:
+        raise ArtifactError(f"subdir {subdir!r} escapes the archive (..)")
+    depth = len(pattern)
+    dirs = {
+        tuple(m.parts[:depth])
+        for m in members
+        if len(m.parts) > depth or (m.directory and len(m.parts) == depth)
+    }
+    found = sorted(
+        d for d in dirs if all(fnmatch.fnmatchcase(c, p) for c, p in zip(d, pattern, strict=True))
+    )
+    if not found:
+        raise ArtifactError(f"subdir {subdir!r} not found in the archive")
+    if len(found) > 1:
+        raise ArtifactError(f"subdir {subdir!r} matches multiple paths")
+    prefix = list(found[0])
+    return [
+        dataclasses.replace(m, parts=m.parts[depth:])
+        for m in members
+        if m.parts[:depth] == prefix and len(m.parts) > depth
+    ]
 
 
 def _at_most(members: Iterator[_Member], most: int) -> list[_Member]:

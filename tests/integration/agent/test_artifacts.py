@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from corral.domain.artifacts import split_subdir
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir, TaskDir
 from services.agent.artifacts import ArtifactError, Getter, GetterSettings
@@ -300,6 +301,55 @@ async def test_mode_file_takes_the_one_file_of_an_archive(
             ),
         )
     assert not (td.local / "two").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "split"),
+    [
+        ("https://h/app.tar.gz", ("https://h/app.tar.gz", "")),
+        ("https://h/app.tar.gz//bin", ("https://h/app.tar.gz", "bin")),
+        ("https://h/app.zip//a/b?x=1", ("https://h/app.zip?x=1", "a/b")),
+        ("file::/srv/app.tgz//conf", ("file::/srv/app.tgz", "conf")),
+    ],
+)
+def test_split_subdir_as_go_getter(source: str, split: tuple[str, str]) -> None:
+    assert split_subdir(source) == split
+
+
+async def test_a_subdir_keeps_only_that_part_of_the_archive(
+    tmp_path: Path, server: tuple[str, Files]
+) -> None:
+    url, files = server
+    files.files["/rel.tar.gz"] = tar_gz(
+        {
+            "app-1.2/bin/run.sh": b"echo",
+            "app-1.2/bin/sub/x": b"x",
+            "app-1.2/README": b"r",
+            "docs/one": b"1",
+        }
+    )
+    for subdir in ("app-1.2/bin", "app-*/bin"):
+        td = await fetch(
+            tmp_path,
+            pb.TaskArtifact(getter_source=f"{url}/rel.tar.gz//{subdir}", relative_dest="local/b"),
+        )
+        assert (td.local / "b" / "run.sh").read_bytes() == b"echo", subdir
+        assert (td.local / "b" / "sub" / "x").read_bytes() == b"x", subdir
+        assert not (td.local / "b" / "README").exists() and not (td.local / "b" / "docs").exists()
+    for subdir, problem in (
+        ("nope", "subdir 'nope' not found in the archive"),
+        ("*", "subdir '\\*' matches multiple paths"),
+        ("app-1.2/README", "not found in the archive"),  # a file, not a directory
+    ):
+        with pytest.raises(ArtifactError, match=problem):
+            await fetch(
+                tmp_path,
+                pb.TaskArtifact(getter_source=f"{url}/rel.tar.gz//{subdir}"),
+            )
+    files.files["/plain.txt"] = b"p"
+    with pytest.raises(ArtifactError, match="the source is not an archive"):
+        await fetch(tmp_path, pb.TaskArtifact(getter_source=f"{url}/plain.txt//x"))
+    assert files.requests[-1][0] == "/plain.txt"  # the subdir is not sent
 
 
 async def test_zstd_archives_and_files_unpack(tmp_path: Path, server: tuple[str, Files]) -> None:
