@@ -431,6 +431,9 @@ def _run_roles(
             {
                 "CORRAL_AGENT_DATA_DIR": str(agent_dir),
                 "CORRAL_AGENT_DRIVERS": "exec,raw_exec,mock",
+                # a dev agent leaves nothing behind (a killed one is restarted
+                # by the supervisor and adopts its tasks)
+                "CORRAL_AGENT_STOP_TASKS_ON_SHUTDOWN": "true",
                 "CORRAL_AGENT_NODE_NAME": socket.gethostname(),
                 "CORRAL_AGENT_GATEWAY_ADDR": http_addr,
             },

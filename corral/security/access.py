@@ -182,6 +182,8 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ClientFS/List": PER_OBJECT,
     "/corral.v1.ClientFS/Stat": PER_OBJECT,
     "/corral.v1.ClientFS/Stream": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
     "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
     "/corral.v1.Evals/Get": PER_OBJECT,

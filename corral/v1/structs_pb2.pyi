@@ -1230,6 +1230,8 @@ class Task(_message.Message):
     VOLUME_MOUNTS_FIELD_NUMBER: _builtins.int
     ARTIFACTS_FIELD_NUMBER: _builtins.int
     TEMPLATES_FIELD_NUMBER: _builtins.int
+    LIFECYCLE_FIELD_NUMBER: _builtins.int
+    LOG_CONFIG_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -1238,7 +1240,9 @@ class Task(_message.Message):
     kill_signal: _builtins.str
     leader: _builtins.bool
     shutdown_delay: _builtins.int
-    """Time between deregistering the task's services and killing it (ns)."""
+    """Time between deregistering the task's services and killing it (ns):
+    the client waits this long before it sends the kill signal.
+    """
     @_builtins.property
     def config(self) -> _struct_pb2.Struct:
         """driver configuration"""
@@ -1304,6 +1308,18 @@ class Task(_message.Message):
         starts and again whenever what they read changes (docs/templates.md).
         """
 
+    @_builtins.property
+    def lifecycle(self) -> Global___TaskLifecycleConfig:
+        """When the task runs in its alloc relative to the main tasks (Nomad's
+        lifecycle block); unset: a main task.
+        """
+
+    @_builtins.property
+    def log_config(self) -> Global___LogConfig:
+        """How the client keeps the task's stdout and stderr (Nomad's logs block;
+        the jobspec parser always sets it, 10 files of 10 MB by default).
+        """
+
     def __init__(
         self,
         *,
@@ -1329,10 +1345,12 @@ class Task(_message.Message):
         volume_mounts: _abc.Iterable[Global___VolumeMount] | None = ...,
         artifacts: _abc.Iterable[Global___TaskArtifact] | None = ...,
         templates: _abc.Iterable[Global___Template] | None = ...,
+        lifecycle: Global___TaskLifecycleConfig | None = ...,
+        log_config: Global___LogConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "lifecycle", b"lifecycle", "log_config", b"log_config", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1738,6 +1756,66 @@ class TaskArtifact(_message.Message):
 Global___TaskArtifact: _TypeAlias = TaskArtifact  # noqa: Y015
 
 @_typing.final
+class TaskLifecycleConfig(_message.Message):
+    """Nomad's TaskLifecycleConfig: prestart tasks run before the main tasks
+    (which wait for the non-sidecar ones to succeed), poststart tasks once
+    the main tasks are running, poststop tasks after they ended; a sidecar
+    keeps running (restarted by its restart policy) beside the main tasks.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOOK_FIELD_NUMBER: _builtins.int
+    SIDECAR_FIELD_NUMBER: _builtins.int
+    hook: _builtins.str
+    """"prestart", "poststart" or "poststop" """
+    sidecar: _builtins.bool
+    """prestart and poststart only"""
+    def __init__(
+        self,
+        *,
+        hook: _builtins.str = ...,
+        sidecar: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hook", b"hook", "sidecar", b"sidecar"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskLifecycleConfig: _TypeAlias = TaskLifecycleConfig  # noqa: Y015
+
+@_typing.final
+class LogConfig(_message.Message):
+    """Nomad's LogConfig: the task's output is kept in at most `max_files`
+    files of `max_file_size_mb` each per stream (alloc/logs/<task>.<stream>.N),
+    the oldest removed as new ones are opened; `disabled` keeps nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_FILES_FIELD_NUMBER: _builtins.int
+    MAX_FILE_SIZE_MB_FIELD_NUMBER: _builtins.int
+    DISABLED_FIELD_NUMBER: _builtins.int
+    max_files: _builtins.int
+    max_file_size_mb: _builtins.int
+    disabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        max_files: _builtins.int = ...,
+        max_file_size_mb: _builtins.int = ...,
+        disabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled", b"disabled", "max_file_size_mb", b"max_file_size_mb", "max_files", b"max_files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogConfig: _TypeAlias = LogConfig  # noqa: Y015
+
+@_typing.final
 class TaskGroup(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1811,7 +1889,7 @@ class TaskGroup(_message.Message):
     prevent_reschedule_on_lost: _builtins.bool
     shutdown_delay: _builtins.int
     """Time between deregistering the group's services and stopping its tasks
-    (ns).
+    (ns): the client waits this long before it kills them.
     """
     max_run_duration: _builtins.int
     """The longest an allocation of this group may run before it is stopped
@@ -2778,6 +2856,12 @@ class TaskEvent(_message.Message):
     FAILS_TASK_FIELD_NUMBER: _builtins.int
     RESTART_REASON_DELAY_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
+    KILL_TIMEOUT_FIELD_NUMBER: _builtins.int
+    KILL_REASON_FIELD_NUMBER: _builtins.int
+    RESTART_REASON_FIELD_NUMBER: _builtins.int
+    FAILED_SIBLING_FIELD_NUMBER: _builtins.int
+    TASK_SIGNAL_FIELD_NUMBER: _builtins.int
+    TASK_SIGNAL_REASON_FIELD_NUMBER: _builtins.int
     DOWNLOAD_ERROR_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """"Received", "Started", "Terminated", "Restarting", "Killing", ..."""
@@ -2788,6 +2872,18 @@ class TaskEvent(_message.Message):
     signal: _builtins.int
     fails_task: _builtins.bool
     restart_reason_delay: _builtins.int
+    kill_timeout: _builtins.int
+    """ns; Killing: how long before the task is force killed"""
+    kill_reason: _builtins.str
+    """Killing: why, when not a plain stop"""
+    restart_reason: _builtins.str
+    """Restarting, Not Restarting, Restart Signaled"""
+    failed_sibling: _builtins.str
+    """Sibling Task Failed: which task failed"""
+    task_signal: _builtins.str
+    """Signaling: the signal's name"""
+    task_signal_reason: _builtins.str
+    """Signaling: why"""
     download_error: _builtins.str
     """Failed Artifact Download: why"""
     @_builtins.property
@@ -2804,11 +2900,17 @@ class TaskEvent(_message.Message):
         fails_task: _builtins.bool = ...,
         restart_reason_delay: _builtins.int = ...,
         details: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        kill_timeout: _builtins.int = ...,
+        kill_reason: _builtins.str = ...,
+        restart_reason: _builtins.str = ...,
+        failed_sibling: _builtins.str = ...,
+        task_signal: _builtins.str = ...,
+        task_signal_reason: _builtins.str = ...,
         download_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "display_message", b"display_message", "download_error", b"download_error", "exit_code", b"exit_code", "fails_task", b"fails_task", "message", b"message", "restart_reason_delay", b"restart_reason_delay", "signal", b"signal", "time", b"time", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "display_message", b"display_message", "download_error", b"download_error", "exit_code", b"exit_code", "failed_sibling", b"failed_sibling", "fails_task", b"fails_task", "kill_reason", b"kill_reason", "kill_timeout", b"kill_timeout", "message", b"message", "restart_reason", b"restart_reason", "restart_reason_delay", b"restart_reason_delay", "signal", b"signal", "task_signal", b"task_signal", "task_signal_reason", b"task_signal_reason", "time", b"time", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -90,7 +90,8 @@ class AgentSettings(ServerSettings):
     data_dir: Annotated[Path, AfterValidator(Path.resolve)] = Field(
         Path(".corral/agent"),
         validate_default=True,
-        description="alloc directories and the node's identity (client.json)",
+        description="alloc directories, the node's identity (client.json) and the client "
+        "state the tasks are adopted from after a restart (client/state.db)",
     )
     datacenter: str = Field("dc1", min_length=1, description="the node's datacenter")
     node_class: str = Field("", description="the node's class")
@@ -111,6 +112,17 @@ class AgentSettings(ServerSettings):
     )
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"
+    )
+    max_kill_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="seconds: the longest a task's kill_timeout may make the agent wait before "
+        "it force kills the task (Nomad's max_kill_timeout)",
+    )
+    stop_tasks_on_shutdown: bool = Field(
+        False,
+        description="stop every task when the agent stops (corral dev does); otherwise they keep "
+        "running and the next agent with this data dir adopts them, as Nomad's client does",
     )
     reserved_memory_mb: int = Field(256, ge=0, description="memory (MB) kept from allocations")
     reserved_cpu: int = Field(100, ge=0, description="CPU (MHz) kept from allocations")

@@ -158,6 +158,16 @@ class TaskIdentities:
             self._default_token = (await self._fetch([default]))[ids.DEFAULT_IDENTITY]
         return self._default_token
 
+    async def refresh(self) -> None:
+        """After an agent restart, for a task adopted still running: sign its
+        TTL identities again and rewrite their files (when they expire was
+        not kept), so that `renew` goes on from there."""
+        expiring = [w for w in self.wanted if w.ttl]
+        if expiring:
+            tokens = await self._fetch(expiring)
+            for wid in expiring:
+                self._write(wid, tokens[wid.name])
+
     def _next_renewal(self) -> float | None:
         """Seconds until the first identity with a TTL needs renewing."""
         due = [

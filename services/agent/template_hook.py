@@ -63,8 +63,9 @@ class TemplateHookError(Exception):
 
 
 class TaskNotRunning(Exception):
-    """A signal for a task that is not running (it will start with the
-    latest files anyway)."""
+    """A signal or restart for a task that is not running (Nomad's
+    ErrTaskNotRunning); a template's signal is then dropped: the task will
+    start with the latest files anyway."""
 
 
 class TaskLifecycle(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.domain import artifacts, identity, scaling, services
+from corral.domain.lifecycle import default_log_config
 from corral.domain.structs import JobType
 from corral.domain.template import block as template_block
 from corral.v1 import structs_pb2 as pb
@@ -137,6 +138,7 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 task.resources.memory_mb = DEFAULT_MEMORY_MB
             if task.kill_timeout == 0 and f"{tpath}.kill_timeout" not in explicit:
                 task.kill_timeout = DEFAULT_KILL_TIMEOUT
+            default_log_config(task)
             identity.canonicalize(task)
             template_block.canonicalize(task, explicit, tpath)
             if task.HasField("restart_policy"):

@@ -40,6 +40,7 @@ _RENAMES = {
     "ParentID": "parent_id",
     "Specs": "crons",
     "SELinuxLabel": "selinux_label",
+    "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
@@ -63,6 +64,8 @@ _IGNORED = frozenset(
         "VaultToken",
         "VaultNamespace",
         "ConsulNamespace",
+        # LogConfig's old field, ignored by Nomad since 1.5.4 (Disabled replaced it)
+        "Enabled",
     }
 )
 _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {

@@ -17,6 +17,7 @@ from corral.domain import (
     artifacts,
     driver_config,
     identity,
+    lifecycle,
     periodic,
     regexp,
     scaling,
@@ -209,8 +210,17 @@ def check(job: pb.Job) -> None:
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise FieldProblem(f"{tp}.dispatch_payload.file", problem)
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise FieldProblem(f"{tp}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise FieldProblem(f"{tp}.log_config.{logs[0]}", logs[1])
         if sum(1 for t in tg.tasks if t.leader) > 1:
             raise FieldProblem(gp, "only one task may be the leader")
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise FieldProblem(f"{gp}.tasks", problem)
     found = services.problem(job)
     if found is not None:
         raise FieldProblem(*found)

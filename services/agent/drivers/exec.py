@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.domain import driver_config
 from corral.domain.driver_config import CapabilityError
@@ -28,10 +29,11 @@ from services.agent.drivers.base import (
     FS_CHROOT,
     Capabilities,
     DriverError,
+    ExitResult,
     TaskConfig,
     TaskHandle,
 )
-from services.agent.drivers.executor_handle import ExecutorHandle, executor_env
+from services.agent.drivers.executor_handle import ExecutorHandle, executor_env, recover_executor
 from services.agent.drivers.limits import create_cgroup
 from services.agent.drivers.rawexec import check_config
 from services.agent.execsession import HelperSession
@@ -171,8 +173,7 @@ class ExecDriver:
             args=[str(a) for a in _strings(config.get("args"))],
             env=env,
             cwd=str(config.get("work_dir") or "/"),
-            stdout=str(td.log_path("stdout")),
-            stderr=str(td.log_path("stderr")),
+            logs=cfg.log_spec(),
             state_dir=str(cfg.state_dir),
             user=user,
             capabilities=capabilities,
@@ -185,6 +186,9 @@ class ExecDriver:
         except BaseException:
             self.cgroups.remove(cgroup)
             raise
+
+    async def recover(self, state: dict[str, Any]) -> ExecutorHandle | ExitResult | None:
+        return await recover_executor(state, self.cgroups)
 
     async def exec_task(
         self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool

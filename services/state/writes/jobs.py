@@ -12,6 +12,7 @@ from google.protobuf.struct_pb2 import Struct
 from corral.domain import (
     artifacts,
     identity,
+    lifecycle,
     namespaces,
     node_pools,
     periodic,
@@ -172,6 +173,15 @@ def validate_job(job: pb.Job) -> None:
             found = template_block.problems(task)
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise InvalidArgument(f"{tf}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise InvalidArgument(f"{tf}.log_config.{logs[0]}", logs[1])
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise InvalidArgument(f"{f}.tasks", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
         _service_bounds(tg.services, f"{f}.services")
         for k, task in enumerate(tg.tasks):
@@ -322,6 +332,7 @@ def canonicalize(job: pb.Job) -> pb.Job:
             for artifact in task.artifacts:
                 artifacts.canonicalize(artifact)
             template_block.canonicalize(task)
+            lifecycle.default_log_config(task)
     services.canonicalize(job)
     scaling.canonicalize(job)
     return job

@@ -251,6 +251,14 @@ def tasks_updated(job_a: pb.Job, job_b: pb.Job, group: str) -> str:
             return f"task {at.name} volume mounts"
         if list(at.artifacts) != list(bt.artifacts):
             return f"task {at.name} artifacts"
+        # the client orders an alloc's tasks once, when it starts them
+        # (Corral's own: Nomad leaves a changed lifecycle block in place)
+        if at.lifecycle != bt.lifecycle:
+            return f"task {at.name} lifecycle"
+        # where the output goes is set when the task starts (Nomad: only a
+        # change of disabled; the sizes are updated in place)
+        if at.log_config.disabled != bt.log_config.disabled:
+            return f"task {at.name} log disabled"
     return ""
 
 

@@ -290,6 +290,15 @@ class _Alloc:
     def check_results(self) -> list[pb.CheckResult]:
         return []
 
+    def logs_disabled(self, task: str) -> bool:
+        return False
+
+    async def signal(self, task: str, name: str) -> None:
+        raise AssertionError("not asked here")
+
+    async def restart(self, task: str = "", *, all_tasks: bool = False) -> None:
+        raise AssertionError("not asked here")
+
     def exec_target(self, task: str) -> tuple[ExecDriver, TaskHandle, TaskConfig]:
         if task != self.target[2].name:
             raise InvalidArgument("task", f"unknown task name {task!r}")
