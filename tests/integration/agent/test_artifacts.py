@@ -6,6 +6,7 @@ limits, headers and options, file:: sources."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import io
@@ -25,6 +26,8 @@ from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir, TaskDir
 from services.agent.artifacts import ArtifactError, Getter, GetterSettings
 from services.agent.taskenv import TaskEnv
+from tests.integration.agent.test_task_runner import Run, job, sh
+from tests.wait import until
 
 ALLOC = "a7c0d1a5-7f7e-4f8e-9d2a-1b1c0e6a0002"
 
@@ -490,3 +493,36 @@ async def test_file_sources_only_from_allowed_directories(tmp_path: Path) -> Non
     with pytest.raises(ArtifactError, match="refused"):
         await fetch(tmp_path, climb, file_dirs=(str(allowed),))
     assert os.path.exists(secret)
+
+
+# ------------------------------------------------------------ in the task runner
+
+
+async def test_artifacts_are_fetched_once_even_across_an_agent_restart(
+    tmp_path: Path, server: tuple[str, Files]
+) -> None:
+    """The runner's artifact hook: fetched before the first start (its
+    event), not again when the task restarts, nor when it restarts after a
+    restarted agent adopted it (the client state keeps what was fetched)."""
+    url, files = server
+    files.files["/once.txt"] = b"fetched"
+    web = sh("web", "echo start; exec sleep 600")
+    web.artifacts.add(getter_source=f"{url}/once.txt", relative_dest="local/")
+    run = Run(tmp_path, job(web, kind="service"))
+    run.runner.start()
+    fetched = lambda: sum(1 for path, _ in files.requests if path == "/once.txt")  # noqa: E731
+    try:
+        await until(lambda: run.state("web").state == "running")
+        local = AllocDir.of(tmp_path, run.alloc.id).task("web").local
+        assert (local / "once.txt").read_bytes() == b"fetched"
+        assert run.events("web").count("Downloading Artifacts") == 1 and fetched() == 1
+        await asyncio.wait_for(run.runner.restart("web"), 20)
+        await until(lambda: run.state("web").state == "running")
+        await run.runner.detach()
+        await run.reopen()
+        await asyncio.wait_for(run.runner.restart("web"), 20)
+        await until(lambda: run.state("web").state == "running" and run.state("web").restarts == 2)
+        assert fetched() == 1
+        assert run.events("web").count("Downloading Artifacts") <= 1  # the last ten events
+    finally:
+        await asyncio.wait_for(run.runner.stop(), 20)
