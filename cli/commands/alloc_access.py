@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from cli.commands.alloc import get_alloc
+from cli.allocs import get_alloc
 from cli.commands.job import resolve_job
 from cli.context import CliError, Context, common
 from cli.output import fmt_bytes, fmt_time, print_json, short, table
