@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 
 from cli.allocs import get_alloc
-from cli.commands.job import resolve_job
 from cli.context import CliError, Context, common
+from cli.jobs import resolve_job
 from cli.output import fmt_bytes, fmt_time, print_json, short, table
 from corral.domain.structs import ClientStatus
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2

@@ -30,7 +30,6 @@ from corral.v1 import structs_pb2 as pb
 from services.agent import logs
 from services.agent.allocdir import AllocDir
 from services.agent.allocfs import AllocFS, Escape, SecretFile
-from services.agent.drivers import parse_signal
 from services.agent.drivers.base import (
     FS_NONE,
     Driver,
@@ -38,6 +37,7 @@ from services.agent.drivers.base import (
     ExecSession,
     TaskConfig,
     TaskHandle,
+    parse_signal,
 )
 from services.agent.runner import TaskNotRunning
 

@@ -21,7 +21,7 @@ from corral.testing import mock
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.agent.allocdir import AllocDir
 from services.agent.allocfs import go_file_mode, sniff_content_type
-from services.agent.drivers import MockDriver
+from services.agent.drivers.mock import MockDriver
 from services.agent.handlers import ClientFSServicer
 from services.agent.runner import AllocRunner
 from tests.wait import until

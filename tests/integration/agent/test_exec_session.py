@@ -24,9 +24,10 @@ from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import CgroupManager, detect
 from services.agent.cpuset import Compute
-from services.agent.drivers import DriverError, ExecDriver, ExecSettings, Mount, RawExecDriver
-from services.agent.drivers.base import ExecSession, TaskConfig, TaskHandle
+from services.agent.drivers.base import DriverError, ExecSession, Mount, TaskConfig, TaskHandle
+from services.agent.drivers.exec import ExecDriver, ExecSettings
 from services.agent.drivers.executor_handle import ExecutorHandle
+from services.agent.drivers.rawexec import RawExecDriver
 from services.agent.handlers import ClientAllocServicer
 from tests.cgroup_parent import new_parent, remove_parent, v1_available
 from tests.integration.agent.test_exec_driver import sh, task

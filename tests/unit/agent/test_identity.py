@@ -18,7 +18,7 @@ from corral.testing import mock
 from corral.v1 import node_pb2
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir
-from services.agent.drivers import MockDriver
+from services.agent.drivers.mock import MockDriver
 from services.agent.identity import IdentityError, TaskIdentities, exposed, write_secret
 from services.agent.runner import AllocRunner
 from tests.wait import until

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from corral.domain.errors import InvalidArgument
-from corral.domain.jobspec import JobspecError, hcl
+from corral.domain.jobspec import hcl
 from corral.domain.jobspec import json as jobspec_json
+from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import structs_pb2 as pb
 from services.state.writes.jobs import canonicalize, validate_job
 
