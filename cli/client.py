@@ -1,7 +1,8 @@
 """The connection to a Corral cluster: one synchronous gRPC channel to the
 state service's public API (`-address`, else `$CORRAL_ADDR`, else
-127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs
-live on other processes; `worker()` and `client_alloc()` dial those.
+127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs,
+files and exec live on other processes; `worker()`, `client_alloc()` and
+`client_fs()` dial those.
 
 Every channel carries the ACL token (`-token`, else `$CORRAL_TOKEN`) as
 `x-corral-token` metadata on every call, and uses TLS when the TLS flags or
@@ -136,6 +137,9 @@ class Client:
 
     def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
         return alloc_pb2_grpc.ClientAllocStub(self.channel(address, peer="client"))
+
+    def client_fs(self, address: str) -> alloc_pb2_grpc.ClientFSStub:
+        return alloc_pb2_grpc.ClientFSStub(self.channel(address, peer="client"))
 
     def close(self) -> None:
         for ch in self._channels.values():

@@ -21,6 +21,7 @@ from cli.commands import (
     acl,
     agent,
     alloc,
+    alloc_access,
     deployment,
     dev,
     eval,
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_OK if args_list else EXIT_ERROR
         args_list, child = var.split_child(args_list)
-        args, unknown = parser.parse_known_args(args_list)
+        args, unknown = parser.parse_known_args(alloc_access.separate_command(args_list))
         if unknown and not getattr(args, "passthrough", False):
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
         args.rest = unknown

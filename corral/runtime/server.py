@@ -114,7 +114,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Runs the access check before every handler (`corral.security.access.Guard`,
     exposing the caller's ACL to the handler), and turns domain errors into
     gRPC statuses and unexpected exceptions into INTERNAL with a logged
-    traceback, for unary and server-streaming RPCs, and records the per-RPC
+    traceback, for unary, server-streaming and bidirectional RPCs (whose
+    first message is what the access check reads), and records the per-RPC
     metrics (`corral.runtime.rpc_metrics`: started, handled by status, latency).
     One wrapper does all three: each layer costs a Python call per RPC on
     the hot paths.
@@ -197,7 +198,29 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        if handler.stream_stream is not None:
+            inner_ss = handler.stream_stream
+            ss_metrics = rpc_metrics.SERVER.get(rpc_metrics.BIDI_STREAM, method)
+
+            async def stream_stream(requests: AsyncIterator[Any], context: Context) -> Any:
+                # the access check reads the first message (the call's
+                # setup), then the handler gets every message, that one too
+                async with _Call(fail, ss_metrics, context):
+                    first = await anext(aiter(requests), None)
+                    if first is None:
+                        return
+                    if guard is not None:
+                        acl.CURRENT.set(await guard.check(method, first, context))
+                    async for item in inner_ss(_prepend(first, requests), context):
+                        yield item
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        # a client-streaming RPC has no access check here: refuse to serve it
+        raise RuntimeError(f"{method}: client-streaming RPCs are not supported")
 
 
 class GrpcServer:
@@ -338,3 +361,9 @@ def _tracing_interceptor() -> Any | None:
     # outside any trace starts one unless it is idle traffic (the sampler's
     # `telemetry.QUIET_ROOTS`)
     return aio_server_interceptor()  # type: ignore[no-untyped-call]
+
+
+async def _prepend(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for item in rest:
+        yield item

@@ -177,6 +177,12 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Alloc/Stop": PER_OBJECT,
     "/corral.v1.ClientAlloc/Logs": PER_OBJECT,
     "/corral.v1.ClientAlloc/Stats": PER_OBJECT,
+    # alloc-exec (and alloc-node-exec without file system isolation)
+    "/corral.v1.ClientAlloc/Exec": PER_OBJECT,
+    # read-fs in the alloc's namespace
+    "/corral.v1.ClientFS/List": PER_OBJECT,
+    "/corral.v1.ClientFS/Stat": PER_OBJECT,
+    "/corral.v1.ClientFS/Stream": PER_OBJECT,
     "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
     "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),

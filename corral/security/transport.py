@@ -90,14 +90,29 @@ class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type
         return await continuation(self._details(details), request)
 
 
+class _BidiMetadata(_Metadata, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+    async def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return await continuation(self._details(details), request_iterator)
+
+
 class _SyncMetadata(  # type: ignore[misc]
-    _Metadata, grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
+    _Metadata,
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
 ):
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
+
+    def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return continuation(self._details(details), request_iterator)
 
 
 def call_metadata(
@@ -204,7 +219,7 @@ def dial(
     # metrics innermost (where grpc's own call object is seen)
     interceptors: list[grpc.aio.ClientInterceptor] | None = [
         *telemetry.client_interceptors(),
-        *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+        *((_UnaryMetadata(pairs), _StreamMetadata(pairs), _BidiMetadata(pairs)) if pairs else ()),
         *rpc_metrics.client_interceptors(),
     ] or None
     opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])

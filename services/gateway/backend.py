@@ -124,7 +124,7 @@ class Backend:
             return f"state service {self.state_addr} is not serving"
         return ""
 
-    # -- the agents (task logs, resource usage) -----------------------------
+    # -- the agents (task logs and files, resource usage, exec) ------------
 
     def _agent(self, address: str) -> grpc.aio.Channel:
         ch = self._agents.get(address)
@@ -137,6 +137,10 @@ class Backend:
     def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocAsyncStub:
         """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
         return alloc_pb2_grpc.ClientAllocStub(self._agent(address))
+
+    def client_fs(self, address: str) -> alloc_pb2_grpc.ClientFSAsyncStub:
+        """The ClientFS service (alloc files) of the agent at `address`."""
+        return alloc_pb2_grpc.ClientFSStub(self._agent(address))
 
     def client_stats(self, address: str) -> node_pb2_grpc.ClientStatsAsyncStub:
         """The ClientStats service of the agent at `address`."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from corral.domain.errors import CorralError, PermissionDenied, Unavailable, bounded_message
@@ -71,7 +71,7 @@ def unserved(what: str) -> NomadError:
     return NomadError(501, f"{what} is not served by Corral's gateway (see docs/http-api.md)")
 
 
-def token_of(request: Request) -> str:
+def token_of(request: HTTPConnection) -> str:
     """The ACL secret the request carries ('' for none)."""
     token = request.headers.get("x-nomad-token", "").strip()
     if token:
@@ -292,7 +292,7 @@ async def json_body(request: Request) -> Any:
 
 # -- errors ----------------------------------------------------------------
 
-_GRPC_TO_HTTP = {
+GRPC_TO_HTTP = {
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 400,
@@ -317,7 +317,7 @@ def grpc_error_response(exc: grpc.aio.AioRpcError) -> PlainTextResponse:
     """Nomad's error for a failed gRPC call. Permission errors answer Nomad's
     exact "Permission denied" text (clients match on it)."""
     code = exc.code()
-    status = _GRPC_TO_HTTP.get(code, 500)
+    status = GRPC_TO_HTTP.get(code, 500)
     details = _one_line(exc.details() or "")
     if status == 403:
         message = "Permission denied"

@@ -39,6 +39,7 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "SELinuxLabel": "selinux_label",
     "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no

@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.authz import ALLOC_AGENT_READ, READ_JOB_OBJECT, ApiRoute, Need, ns
-from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.backend import DEFAULT_TIMEOUT, Backend, Metadata
 from services.gateway.http import (
     NomadError,
     QueryOptions,
@@ -101,10 +101,17 @@ async def allocation_stop(request: Request) -> Response:
 
 async def alloc_agent(request: Request) -> tuple[pb.Allocation, str]:
     """The alloc of the path and the address of the agent running it."""
-    backend = backend_of(request)
-    md = metadata_of(request)
+    return await find_alloc_agent(
+        backend_of(request), metadata_of(request), request.path_params["alloc_id"]
+    )
+
+
+async def find_alloc_agent(
+    backend: Backend, md: Metadata, alloc_id: str
+) -> tuple[pb.Allocation, str]:
+    """An alloc (id or prefix) and the address of the agent running it."""
     got = await backend.allocs.Get(
-        alloc_pb2.AllocGetRequest(alloc_id=request.path_params["alloc_id"]),
+        alloc_pb2.AllocGetRequest(alloc_id=alloc_id),
         metadata=md,
         timeout=DEFAULT_TIMEOUT,
     )

@@ -186,6 +186,18 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/scaling/policy/{policy_id:path}": const(
             Sample(f"/v1/scaling/policy/{policies[0]['ID']}")
         ),
+        **{
+            f"/v1/client/fs/{kind}/{{alloc_id}}": const(
+                Sample(f"/v1/client/fs/{kind}/{d.alloc_ids[0]}", params=params)
+            )
+            for kind, params in (
+                ("ls", {"path": "/"}),
+                ("stat", {"path": "alloc"}),
+                ("cat", {"path": f"alloc/logs/{d.task}.stdout.0"}),
+                ("readat", {"path": f"alloc/logs/{d.task}.stdout.0", "offset": "0", "limit": "4"}),
+                ("stream", {"path": f"alloc/logs/{d.task}.stdout.0", "follow": "false"}),
+            )
+        },
         "/v1/client/fs/logs/{alloc_id}": const(
             Sample(
                 f"/v1/client/fs/logs/{d.alloc_ids[0]}",
