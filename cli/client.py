@@ -22,6 +22,7 @@ from corral.v1 import (
     deployment_pb2_grpc,
     eval_pb2_grpc,
     event_pb2_grpc,
+    federation_pb2_grpc,
     job_pb2_grpc,
     keyring_pb2_grpc,
     namespace_pb2_grpc,
@@ -37,6 +38,7 @@ from corral.v1 import (
 DEFAULT_ADDR = "127.0.0.1:4646"
 ENV_ADDR = "CORRAL_ADDR"
 ENV_TOKEN = "CORRAL_TOKEN"
+ENV_REGION = "CORRAL_REGION"
 # Unary calls fail after this long rather than hang (blocking queries pass
 # their own, longer deadline).
 DEFAULT_TIMEOUT = 30.0
@@ -63,18 +65,26 @@ class Client:
     address: str
     security: SecuritySettings = field(default_factory=current)
     token: str = ""
+    #: the region every call is for ('' = the region of the server at `address`)
+    region: str = ""
     _channels: dict[tuple[str, str], grpc.Channel] = field(default_factory=dict)
 
     def channel(self, address: str | None = None, *, peer: Role = "server") -> grpc.Channel:
-        """A channel to a server role (default) or to an agent (peer 'client')."""
+        """A channel to a server role (default) or to an agent (peer 'client').
+        The state at `address` is of the CLI's own region and forwards calls
+        for `region`; a worker or an agent dialled directly (found through
+        such calls) is of `region` itself."""
         addr = normalize_address(address or self.address)
         key = (addr, peer)
         if key not in self._channels:
+            direct = address is not None and addr != normalize_address(self.address)
             self._channels[key] = dial_sync(
                 addr,
                 peer=peer,
                 token=self.token,
                 settings=self.security,
+                region=self.region if direct else "",
+                request_region=self.region,
                 options=[
                     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.enable_retries", 0),
@@ -109,6 +119,10 @@ class Client:
     @property
     def events(self) -> event_pb2_grpc.EventStub:
         return event_pb2_grpc.EventStub(self.channel())
+
+    @property
+    def federation(self) -> federation_pb2_grpc.FederationStub:
+        return federation_pb2_grpc.FederationStub(self.channel())
 
     @property
     def operator(self) -> operator_pb2_grpc.OperatorStub:

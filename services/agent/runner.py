@@ -19,6 +19,7 @@ from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
 from corral.domain.structs import ClientStatus, JobType, TaskStateName, copy_msg
 from corral.runtime import telemetry
+from corral.security import transport
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv
 from services.agent.alloc_services import AllocServices
@@ -168,6 +169,7 @@ class TaskRunner:
             dirs=dirs,
             home=str(self.dir),
             resources=self.resources(),
+            region=transport.current().region,
         )
 
     def task_config(self, env: taskenv.TaskEnv) -> TaskConfig:

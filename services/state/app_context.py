@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from services.state.acl import DatabaseResolver
 from services.state.config import KeyringSettings
 from services.state.db.database import Database, WriteTx
+from services.state.federation.links import Federation
 from services.state.feed import ChangeFeed
 from services.state.identities import Identities
 from services.state.keyring import Keyring
@@ -38,6 +39,8 @@ class StateContext:
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     keyring_settings: KeyringSettings = field(default_factory=KeyringSettings)
     region: str = "global"
+    #: the links to the other regions of a federation (set by the state app)
+    federation: Federation | None = None
     batcher: WriteBatcher = field(init=False)
     #: tokens to ACLs, from the database (the access interceptor's Resolver)
     acl: DatabaseResolver = field(init=False)

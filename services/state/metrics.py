@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import REGISTRY, Counter, Histogram, Metric
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -33,6 +33,25 @@ BATCH_SIZE = Histogram(
     "corral_state_write_batch_ops",
     "Operations coalesced into one node-write batch",
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500),
+)
+
+# ------------------------------------------------------------ federation
+
+FEDERATION_FORWARDED = Counter(
+    "corral_federation_forwarded_total",
+    "Calls forwarded to another region, by region and outcome (forwarded, unreachable) "
+    "(nomad.rpc.cross-region)",
+    ["region", "outcome"],
+)
+FEDERATION_LINK_ALIVE = Gauge(
+    "corral_federation_link_alive",
+    "1 while at least one state server of the region answered this process's last probe",
+    ["region"],
+)
+ACL_REPLICATION_LAST_SUCCESS = Gauge(
+    "corral_acl_replication_last_success_timestamp_seconds",
+    "When ACL replication from the authoritative region last succeeded (state leader of "
+    "a non-authoritative region)",
 )
 
 # ------------------------------------------------------------ cluster gauges

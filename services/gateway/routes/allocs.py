@@ -26,6 +26,7 @@ from services.gateway.http import (
     int_param,
     listing,
     metadata_of,
+    region_of,
     respond,
 )
 from services.gateway.mapping import allocs as alloc_map
@@ -121,7 +122,7 @@ async def allocation_stats(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     resp = (
         await backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Stats(
             alloc_pb2.AllocStatsRequest(
                 alloc_id=alloc.id, task=request.query_params.get("task", "")
@@ -152,7 +153,7 @@ async def logs(request: Request) -> Response:
     backend = backend_of(request)
     md = metadata_of(request)
     alloc, address = await alloc_agent(request)
-    logs_call: Any = backend.client_alloc(address).Logs
+    logs_call: Any = backend.client_alloc(address, region_of(request)).Logs
     stream = logs_call(
         alloc_pb2.AllocLogsRequest(
             alloc_id=alloc.id, task=task, type=kind, follow=follow, offset=offset, origin=origin

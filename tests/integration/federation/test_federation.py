@@ -1,0 +1,325 @@
+"""Two regions, real state services and databases (tests/integration/
+federation/conftest.py): the regions learn each other; a call naming the
+other region is forwarded with the caller's token and answered unchanged
+(blocking queries and the event stream included); a job carries its
+region; ACL policies and global tokens replicate from the authoritative
+region and writes of them are forwarded there; a region that goes away is
+"No path to region" without retries, and forwarding resumes when it is
+back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from corral.testing import mock
+from corral.v1 import (
+    acl_pb2,
+    acl_pb2_grpc,
+    event_pb2,
+    event_pb2_grpc,
+    federation_pb2,
+    federation_pb2_grpc,
+    job_pb2,
+    job_pb2_grpc,
+    query_pb2,
+)
+from tests.integration.federation.conftest import EAST, WEST, Regions, dial, metadata
+from tests.wait import until
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+async def root(regions: Regions) -> str:
+    """The bootstrap token: made in west (authoritative), global."""
+    async with dial(regions.west_addr) as ch:
+        resp = await acl_pb2_grpc.ACLStub(ch).Bootstrap(acl_pb2.ACLBootstrapRequest())
+    return resp.token.secret_id
+
+
+async def _regions(address: str) -> list[str]:
+    async with dial(address) as ch:
+        resp = await federation_pb2_grpc.FederationStub(ch).Regions(federation_pb2.RegionsRequest())
+    return list(resp.regions)
+
+
+async def test_each_region_learns_the_other(regions: Regions) -> None:
+    # east was configured with west; west learns east from east's Hello
+    async def west_knows_east() -> bool:
+        return await _regions(regions.west_addr) == [EAST, WEST]
+
+    await until(west_knows_east, what="west knows east")
+    assert await _regions(regions.east_addr) == [EAST, WEST]
+
+
+async def test_the_bootstrap_token_is_replicated_to_east(regions: Regions, root: str) -> None:
+    async def works_in_east() -> bool:
+        async with dial(regions.east_addr) as ch:
+            try:
+                await acl_pb2_grpc.ACLStub(ch).TokenSelf(
+                    acl_pb2.ACLTokenSelfRequest(), metadata=metadata(root)
+                )
+            except grpc.aio.AioRpcError:
+                return False
+        return True
+
+    await until(works_in_east, timeout=10, what="the bootstrap token working in east")
+
+
+async def test_a_job_registered_through_west_for_east_runs_in_east_and_reads_back(
+    regions: Regions, root: str
+) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    job = mock.job(count=1, job_id="fed-web")
+    async with dial(regions.west_addr) as west:
+        jobs = job_pb2_grpc.JobStub(west)
+        resp = await jobs.Register(
+            job_pb2.JobRegisterRequest(job=job), metadata=metadata(root, EAST)
+        )
+        assert resp.eval_id
+        got = await jobs.Get(job_pb2.JobGetRequest(job_id="fed-web"), metadata=metadata(root, EAST))
+        assert got.job.region == EAST
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await jobs.Get(job_pb2.JobGetRequest(job_id="fed-web"), metadata=metadata(root))
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    async with dial(regions.east_addr) as east:
+        direct = await job_pb2_grpc.JobStub(east).Get(
+            job_pb2.JobGetRequest(job_id="fed-web"), metadata=metadata(root)
+        )
+    assert direct.job.region == EAST and direct.job.version == got.job.version
+
+
+async def test_a_job_naming_another_region_is_refused_there(regions: Regions, root: str) -> None:
+    job = mock.job(count=1, job_id="wrong-region")
+    job.region = EAST
+    async with dial(regions.west_addr) as west:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await job_pb2_grpc.JobStub(west).Register(
+                job_pb2.JobRegisterRequest(job=job), metadata=metadata(root)
+            )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "job region 'east' is not this region ('west')" in (err.value.details() or "")
+
+
+async def test_a_blocking_query_of_east_through_west(regions: Regions, root: str) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    async with dial(regions.west_addr) as west:
+        jobs = job_pb2_grpc.JobStub(west)
+        first = await jobs.List(
+            job_pb2.JobListRequest(query=query_pb2.QueryOptions(namespace="*")),
+            metadata=metadata(root, EAST),
+        )
+        blocked = asyncio.ensure_future(
+            jobs.List(
+                job_pb2.JobListRequest(
+                    query=query_pb2.QueryOptions(
+                        namespace="*", min_index=first.meta.index, wait_ms=20_000
+                    )
+                ),
+                metadata=metadata(root, EAST),
+                timeout=30,
+            )
+        )
+        await asyncio.sleep(0.3)
+        assert not blocked.done()  # it waits on east's index
+        async with dial(regions.east_addr) as east:
+            await job_pb2_grpc.JobStub(east).Register(
+                job_pb2.JobRegisterRequest(job=mock.job(count=1, job_id="blocking-wakes")),
+                metadata=metadata(root),
+            )
+        answer = await asyncio.wait_for(blocked, 15)
+    assert answer.meta.index > first.meta.index
+    assert "blocking-wakes" in {j.id for j in answer.jobs}
+
+
+async def test_the_event_stream_of_east_through_west(regions: Regions, root: str) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    async with dial(regions.west_addr) as west:
+        now = await job_pb2_grpc.JobStub(west).List(
+            job_pb2.JobListRequest(), metadata=metadata(root, EAST)
+        )
+        stream = event_pb2_grpc.EventStub(west).Stream(
+            event_pb2.EventStreamRequest(
+                topics=[event_pb2.EventTopic(topic="Job", key="streamed")],
+                from_index=now.meta.index,
+            ),
+            metadata=metadata(root, EAST),
+        )
+        async with dial(regions.east_addr) as east:
+            await job_pb2_grpc.JobStub(east).Register(
+                job_pb2.JobRegisterRequest(job=mock.job(count=1, job_id="streamed")),
+                metadata=metadata(root),
+            )
+        seen = None
+        async for batch in stream:
+            if any(e.key == "streamed" for e in batch.events):
+                seen = batch
+                break
+        stream.cancel()
+    assert seen is not None
+
+
+async def test_an_unknown_region_is_no_path(regions: Regions, root: str) -> None:
+    async with dial(regions.west_addr) as west:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await job_pb2_grpc.JobStub(west).List(
+                job_pb2.JobListRequest(), metadata=metadata(root, "mars")
+            )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert (err.value.details() or "").startswith("No path to region 'mars'")
+
+
+async def _policy(address: str, token: str, name: str) -> bool:
+    async with dial(address) as ch:
+        try:
+            await acl_pb2_grpc.ACLStub(ch).GetPolicy(
+                acl_pb2.ACLGetPolicyRequest(name=name), metadata=metadata(token)
+            )
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND
+            return False
+    return True
+
+
+async def _can_list_jobs(address: str, token: str) -> grpc.StatusCode:
+    async with dial(address) as ch:
+        try:
+            await job_pb2_grpc.JobStub(ch).List(job_pb2.JobListRequest(), metadata=metadata(token))
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+async def test_global_tokens_and_policies_replicate_local_ones_do_not(
+    regions: Regions, root: str
+) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    rules = 'namespace "default" { policy = "read" }'
+    async with dial(regions.west_addr) as west:
+        acl = acl_pb2_grpc.ACLStub(west)
+        await acl.UpsertPolicies(
+            acl_pb2.ACLUpsertPoliciesRequest(
+                policies=[acl_pb2.ACLPolicy(name="readers", rules=rules)]
+            ),
+            metadata=metadata(root),
+        )
+        started = time.monotonic()
+        glob = await acl.CreateToken(
+            acl_pb2.ACLCreateTokenRequest(name="g", policies=["readers"], is_global=True),
+            metadata=metadata(root),
+        )
+        local = await acl.CreateToken(
+            acl_pb2.ACLCreateTokenRequest(name="l", policies=["readers"]),
+            metadata=metadata(root),
+        )
+    g, loc = glob.token.secret_id, local.token.secret_id
+    assert await _can_list_jobs(regions.west_addr, loc) == grpc.StatusCode.OK
+
+    async def global_works() -> bool:
+        return await _can_list_jobs(regions.east_addr, g) == grpc.StatusCode.OK
+
+    await until(global_works, timeout=10, what="the global token working in east")
+    assert time.monotonic() - started < 10
+    assert await _policy(regions.east_addr, root, "readers")
+    assert await _can_list_jobs(regions.east_addr, loc) == grpc.StatusCode.PERMISSION_DENIED
+    # the local token is not even known in east when forwarded there from west
+    async with dial(regions.west_addr) as west:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await job_pb2_grpc.JobStub(west).List(
+                job_pb2.JobListRequest(), metadata=metadata(loc, EAST)
+            )
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_policy_writes_in_east_go_to_the_authority(regions: Regions, root: str) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    rules = 'node { policy = "read" }'
+    async with dial(regions.east_addr) as east:
+        await acl_pb2_grpc.ACLStub(east).UpsertPolicies(
+            acl_pb2.ACLUpsertPoliciesRequest(
+                policies=[acl_pb2.ACLPolicy(name="from-east", rules=rules)]
+            ),
+            metadata=metadata(root),
+        )
+    # written in west, and replicated back to east
+    assert await _policy(regions.west_addr, root, "from-east")
+    await until(
+        lambda: _policy(regions.east_addr, root, "from-east"),
+        timeout=10,
+        what="the policy replicated back to east",
+    )
+    async with dial(regions.east_addr) as east:
+        await acl_pb2_grpc.ACLStub(east).DeletePolicies(
+            acl_pb2.ACLDeletePoliciesRequest(names=["from-east"]), metadata=metadata(root)
+        )
+    assert not await _policy(regions.west_addr, root, "from-east")
+
+    async def gone_in_east() -> bool:
+        return not await _policy(regions.east_addr, root, "from-east")
+
+    await until(gone_in_east, timeout=10, what="the deletion replicated to east")
+
+
+async def test_status_shows_links_servers_and_replication(regions: Regions, root: str) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+
+    async def status() -> federation_pb2.FederationStatus:
+        async with dial(regions.east_addr) as ch:
+            return await federation_pb2_grpc.FederationStub(ch).Status(
+                federation_pb2.FederationStatusRequest(), metadata=metadata(root)
+            )
+
+    async def replicating() -> federation_pb2.FederationStatus | None:
+        s = await status()
+        ok = s.acl_replication.status == "replicating" and s.acl_replication.last_success
+        return s if ok else None
+
+    s = await until(replicating, timeout=20, what="east's leader reporting replication")
+    assert s.region == EAST and s.authoritative_region == WEST
+    assert s.acl_replication.source_region == WEST and s.acl_replication.enabled
+    [link] = s.links
+    assert (link.region, link.status, link.source) == (WEST, "alive", "config")
+    assert link.addresses == [regions.west_addr] and link.last_contact
+    assert {(x.region, x.status) for x in s.servers} == {(EAST, "alive"), (WEST, "alive")}
+
+
+async def test_hello_is_for_servers_only(regions: Regions) -> None:
+    async with dial(regions.west_addr) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await federation_pb2_grpc.FederationStub(ch).Hello(
+                federation_pb2.FederationHello(region="evil", addresses=["127.0.0.1:1"])
+            )
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "evil" not in await _regions(regions.west_addr)
+
+
+async def test_east_going_away_is_no_path_and_forwarding_resumes(
+    regions: Regions, root: str
+) -> None:
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    await regions.east.stop()
+    async with dial(regions.west_addr) as west:
+        jobs = job_pb2_grpc.JobStub(west)
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await jobs.List(job_pb2.JobListRequest(), metadata=metadata(root, EAST))
+        # the retry policy of the caller's channel does not try again
+        assert time.monotonic() - started < 5
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert (err.value.details() or "").startswith("No path to region 'east'")
+        # west serves its own region all the while
+        await jobs.List(job_pb2.JobListRequest(), metadata=metadata(root))
+        await regions.restart_east()
+
+        async def forwarded() -> bool:
+            try:
+                await jobs.List(job_pb2.JobListRequest(), metadata=metadata(root, EAST))
+            except grpc.aio.AioRpcError:
+                return False
+            return True
+
+        await until(forwarded, timeout=15, what="forwarding to east again")
