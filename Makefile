@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean promtool rules-check chromium
+.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean promtool rules-check chromium fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,11 +29,13 @@ proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
 	$(PY) scripts/gen_api_docs.py
 	$(PY) scripts/gen_config_docs.py
+	$(PY) scripts/gen_http_authz_docs.py
 
 proto-check: $(STAMP)
 	$(PY) scripts/gen_proto.py --check
 	$(PY) scripts/gen_api_docs.py --check
 	$(PY) scripts/gen_config_docs.py --check
+	$(PY) scripts/gen_http_authz_docs.py --check
 
 # Prometheus rules (deploy/observability/): promtool comes from Debian's
 # `prometheus` package, installed here when it is missing and apt-get can.
@@ -75,6 +77,12 @@ chromium:
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+# The HTTP gateway's fuzz test with its long profile: a few hundred requests
+# per route and method, fresh randomness each run (`make test` runs the
+# bounded, derandomized one). docs/contributing.md has the gRPC fuzz's too.
+fuzz: $(STAMP)
+	CORRAL_FUZZ_PROFILE=long $(PY) -m pytest -q tests/e2e/gateway_security/test_fuzz_http.py $(PYTEST_ARGS)
 
 # BENCH_ARGS, e.g. --compare bench/reference/full-20261123-f79e3b9.json
 bench: $(STAMP)

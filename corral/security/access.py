@@ -59,6 +59,9 @@ class Rule:
     caller: Caller
     #: a namespace capability, checked on the request's namespace
     capability: str = ""
+    #: other capabilities any one of which does as well (Nomad's Job.Scale
+    #: takes scale-job or submit-job)
+    alternatives: tuple[str, ...] = ()
     #: (scope, level): node|agent|operator, read|write
     scope: tuple[str, str] | None = None
     management: bool = False
@@ -81,12 +84,18 @@ class Rule:
             return "management token"
         parts = []
         if self.capability:
-            parts.append(f"namespace `{self.capability}`")
+            names = " or ".join(f"`{c}`" for c in self.capabilities)
+            parts.append(f"namespace {names}")
         if self.scope:
             parts.append(f"`{self.scope[0]}:{self.scope[1]}`")
         if self.handler:
             parts.append("per object")
         return ", ".join(parts) or "any token"
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The namespace capabilities any one of which the rule accepts."""
+        return (self.capability, *self.alternatives) if self.capability else ()
 
 
 SERVER = Rule(Caller.SERVER)
@@ -97,8 +106,9 @@ MANAGEMENT = Rule(Caller.USER, management=True)
 PER_OBJECT = Rule(Caller.USER, handler=True)
 
 
-def ns(capability: str, *, handler: bool = False) -> Rule:
-    return Rule(Caller.USER, capability=capability, handler=handler)
+def ns(capability: str, *alternatives: str, handler: bool = False) -> Rule:
+    """Any of the capabilities in the request's namespace."""
+    return Rule(Caller.USER, capability=capability, alternatives=alternatives, handler=handler)
 
 
 def scope(name: str, level: str) -> Rule:
@@ -170,7 +180,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Allocations": ns(READ_JOB),
     "/corral.v1.Job/Evaluations": ns(READ_JOB),
     "/corral.v1.Job/GetSubmission": ns(READ_JOB),
-    "/corral.v1.Periodic/Force": ns(SUBMIT_JOB),
+    "/corral.v1.Periodic/Force": ns(SUBMIT_JOB, "dispatch-job"),
     # allocs, evals, deployments: the namespace is the stored object's
     "/corral.v1.Alloc/List": ns(READ_JOB, handler=True),
     "/corral.v1.Alloc/Get": PER_OBJECT,
@@ -291,9 +301,12 @@ def current_acl() -> acl.ACL:
 
 
 def require_namespace(namespace: str, capability: str) -> None:
-    """Refuse unless the caller holds `capability` in `namespace`."""
+    """Refuse unless the caller holds `capability` in `namespace`, the
+    namespace of a stored object the caller named by id: the refusal does
+    not say which namespace that is (it would tell a caller who may not
+    read it where the object lives)."""
     if not current_acl().allows_namespace(namespace or "default", capability):
-        raise PermissionDenied(f"Permission denied: {capability} in namespace {namespace!r}")
+        raise PermissionDenied(f"Permission denied: {capability} in the object's namespace")
 
 
 def may_read_services(namespace: str) -> bool:
@@ -497,7 +510,9 @@ def _check_acl(rule: Rule, found: acl.ACL, request: Any) -> None:
         raise PermissionDenied(f"Permission denied: {rule.scope[0]}:{rule.scope[1]} required")
     if rule.capability:
         namespace = request_namespace(request)
-        if namespace != "*" and not found.allows_namespace(namespace, rule.capability):
+        if namespace != "*" and not any(
+            found.allows_namespace(namespace, cap) for cap in rule.capabilities
+        ):
             raise PermissionDenied(
-                f"Permission denied: {rule.capability} in namespace {namespace!r}"
+                f"Permission denied: {' or '.join(rule.capabilities)} in namespace {namespace!r}"
             )

@@ -83,6 +83,12 @@ def acl_from_response(resp: acl_pb2.ACLResolveTokenResponse) -> acl.ACL:
     return acl.compile_acl(rules, workload=workload)
 
 
+class ACLDisabled(Unavailable):
+    """The state answered that ACLs are off there: it enforces nothing, so
+    a token cannot be resolved (a caller that only mirrors the state's
+    decisions, as the HTTP gateway does, may treat every token as allowed)."""
+
+
 def check_expiry(expiration_time: int, now_ns: int) -> None:
     if expiration_time and expiration_time <= now_ns:
         raise PermissionDenied(EXPIRED)
@@ -227,6 +233,10 @@ class RemoteResolver:
                 message = EXPIRED if exc.details() == EXPIRED else NOT_FOUND
                 self.cache.put(key, message, generation)
                 raise PermissionDenied(message) from None
+            if code == grpc.StatusCode.FAILED_PRECONDITION:
+                raise ACLDisabled(
+                    "cannot resolve the ACL token: ACLs are disabled at the state"
+                ) from None
             stale = self.cache.stale(key)
             if stale is not None and code in (
                 grpc.StatusCode.UNAVAILABLE,

@@ -145,6 +145,7 @@ class GatewayProcess:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.backend: Backend | None = None
+        self.app: Any = None
         self.server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._reload: asyncio.Task[None] | None = None
@@ -158,7 +159,7 @@ class GatewayProcess:
             planner_addr=s.planner_addr,
             security_settings=s.security,
         )
-        app = create_app(s, self.backend)
+        app = self.app = create_app(s, self.backend)
         config = uvicorn_config(s, app)
         try:
             config.load()
@@ -199,6 +200,8 @@ class GatewayProcess:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._task, 10)
+        if self.app is not None:
+            await asyncio.to_thread(self.app.state.jobfiles.close)
         if self.backend is not None:
             await self.backend.close()
 

@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute
 from services.gateway import http
 from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
+from services.gateway.jobfiles import JobFileParser
 from services.gateway.metrics import HttpMetrics
 from services.gateway.routes import (
     acl,
@@ -70,7 +71,8 @@ def routes() -> list[BaseRoute]:
 
 
 def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
-    """The application; `backend` and `settings` are on `app.state` for the
+    """The application; `backend`, `settings` and the job file parser
+    (`jobfiles`, closed by the gateway process) are on `app.state` for the
     handlers (`http.backend_of(request)`)."""
     app = Starlette(
         routes=routes(),
@@ -79,4 +81,5 @@ def create_app(settings: GatewaySettings, backend: Backend) -> Starlette:
     )
     app.state.backend = backend
     app.state.settings = settings
+    app.state.jobfiles = JobFileParser()
     return app

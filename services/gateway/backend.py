@@ -22,6 +22,7 @@ from corral.runtime.rpc import LeaderChannel
 from corral.runtime.settings import SecuritySettings
 from corral.security import transport
 from corral.security.acl import TOKEN_METADATA_KEY
+from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import (
     acl_pb2_grpc,
     alloc_pb2_grpc,
@@ -48,6 +49,8 @@ from corral.v1 import (
 #: unary calls fail after this long rather than hang; blocking queries add
 #: their wait to it
 DEFAULT_TIMEOUT = 30.0
+#: how long the gateway keeps a resolved token (the state's own cache: 5 s)
+TOKEN_TTL = 5.0
 #: the agents' ClientAlloc (logs) and big job lists
 _OPTIONS = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
@@ -100,6 +103,11 @@ class Backend:
         self.keyring = keyring_pb2_grpc.KeyringStub(self.channel)
         self.federation = federation_pb2_grpc.FederationStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
+        #: request tokens resolved by the state (ACL.ResolveToken) and compiled
+        #: as every server compiles them, for the few routes the gateway
+        #: decides itself (services/gateway/authz.py); kept briefly, so a
+        #: changed policy shows within TOKEN_TTL seconds
+        self.tokens = RemoteResolver(self.channel, ttl=TOKEN_TTL, miss_ttl=TOKEN_TTL)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr
         self._leaders: dict[tuple[str, str], LeaderChannel] = {}

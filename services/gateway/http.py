@@ -30,7 +30,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from corral.domain.errors import NO_REGION_PATH, bounded_message
+from corral.domain.errors import (
+    NO_REGION_PATH,
+    CorralError,
+    PermissionDenied,
+    Unavailable,
+    bounded_message,
+)
+from corral.domain.jobspec import limits
 from corral.domain.jobspec.duration import parse_duration
 from corral.runtime.settings import REGION_NAME
 from corral.security.access import MAX_PUBLIC_REQUEST_BYTES
@@ -285,9 +292,11 @@ async def object_body(request: Request, *, required: bool = True) -> dict[str, A
 
 
 async def json_body(request: Request) -> Any:
-    """The request's JSON body; bad JSON is Nomad's 400, a body larger than
-    the public API takes (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) 413, read
-    no further than that."""
+    """The request's JSON body; bad JSON is Nomad's 400, and so is JSON
+    nested deeper than a job may be (corral/domain/jobspec/limits.py: the
+    decoder recurses per level), a body larger than the public API takes
+    (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) 413, read no further
+    than that."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_PUBLIC_REQUEST_BYTES:
         raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
@@ -302,7 +311,9 @@ async def json_body(request: Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        return limits.load_json(raw)
+    except limits.NestingError as exc:
+        raise bad_request(f"Failed to decode request body: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"Failed to decode request body: {exc}") from None
 
@@ -339,8 +350,10 @@ def grpc_error_response(exc: grpc.aio.AioRpcError) -> PlainTextResponse:
     if status == 403:
         message = "Permission denied"
     elif status == 500:
+        # the details stay in the log: an unexpected status may carry a
+        # server's exception text, which no caller is shown
         log.warning("gRPC call failed: %s %s", code.name, details)
-        message = f"internal error ({code.name}): {details}" if details else "internal error"
+        message = f"internal error ({code.name.lower()}; details in the gateway's log)"
     elif status == 503 and details.startswith(NO_REGION_PATH):
         message = details  # another region is unreachable, not ours
     elif status == 503:
@@ -371,16 +384,29 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     return PlainTextResponse(_one_line(str(exc.detail)), status_code=exc.status_code)
 
 
+async def handle_corral_error(request: Request, exc: Exception) -> Response:
+    """A domain error raised in the gateway itself (resolving a token)."""
+    assert isinstance(exc, CorralError)
+    if isinstance(exc, PermissionDenied):
+        return PlainTextResponse("Permission denied", status_code=403)
+    if isinstance(exc, Unavailable):
+        message = f"No cluster leader or the state service is unreachable: {exc.message}"
+        return PlainTextResponse(_one_line(message), status_code=503)
+    return await handle_unexpected(request, exc)
+
+
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
-    """Anything else: logged here, a one-line 500 to the caller."""
+    """Anything else: logged here, a one-line 500 to the caller that names
+    no exception (the log has it)."""
     log.exception("unhandled error serving %s %s", request.method, request.url.path)
-    return PlainTextResponse(f"internal error: {type(exc).__name__}", status_code=500)
+    return PlainTextResponse("internal error (details in the gateway's log)", status_code=500)
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {
     grpc.aio.AioRpcError: handle_grpc_error,
     NomadError: handle_nomad_error,
     HTTPException: handle_http_exception,
+    CorralError: handle_corral_error,
     Exception: handle_unexpected,
 }
 

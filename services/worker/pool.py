@@ -24,6 +24,7 @@ import grpc
 from corral.domain.errors import InvalidArgument
 from corral.domain.structs import JobType
 from corral.runtime.replica import Replica
+from corral.security import access
 from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
 from services.worker.config import MAX_SCHEDULERS, WorkerSettings
 from services.worker.worker import Worker
@@ -107,6 +108,10 @@ class WorkerPool:
     # ------------------------------------------------------------ admin
 
     def info(self) -> list[worker_pb2.WorkerInfo]:
+        """The workers, as the caller may see them: operator:read shows the
+        pool, and the eval a worker runs only to a caller who may read-job
+        in its namespace (an eval id of another namespace is not the
+        operator's to see)."""
         return [
             worker_pb2.WorkerInfo(
                 id=w.id,
@@ -114,7 +119,9 @@ class WorkerPool:
                 started=w.started,
                 status=w.status,
                 workload_status=w.workload,
-                current_eval_id=w.current_eval_id,
+                current_eval_id=w.current_eval_id
+                if access.may_read_namespace(w.current_eval_namespace)
+                else "",
                 snapshot_index=w.snapshot_index,
                 evals_processed=w.evals_processed,
             )

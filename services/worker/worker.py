@@ -117,6 +117,9 @@ class Worker:
         self.status = Status.STARTING
         self.workload = Workload.RUNNING
         self.current_eval_id = ""
+        #: the namespace of that eval: Worker.List shows its id only to a
+        #: caller who may read-job there
+        self.current_eval_namespace = ""
         self.snapshot_index = 0
         self.evals_processed = 0
         self.started = time.time_ns()
@@ -197,6 +200,7 @@ class Worker:
         ev, token = resp.eval, resp.token
         journey = Journey(ev.id, resp.enqueue_time, structs.now_ns())
         self.current_eval_id = ev.id
+        self.current_eval_namespace = ev.namespace
         # the eval's work, from the dequeue to the ack, under the broker's hand-off
         span = tracer.start_span(
             "worker.eval",

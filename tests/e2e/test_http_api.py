@@ -306,9 +306,13 @@ def test_acl_tokens_decide(dev: DevProcess) -> None:
     status, _, body = http(dev, "GET", "/v1/jobs", token="not-a-real-token")
     assert (status, body) == (403, "Permission denied")
     # what clients probe before anything else answers without a token, as Nomad's
-    for probe in ("/v1/status/leader", "/v1/agent/health", "/v1/regions", "/v1/agent/self"):
+    for probe in ("/v1/status/leader", "/v1/agent/health", "/v1/regions"):
         status, _, body = http(dev, "GET", probe, token="")
         assert status == 200 and json.loads(body), (probe, body)
+    # the agent's configuration needs agent:read, as Nomad's (issue 26)
+    assert http(dev, "GET", "/v1/agent/self", token="")[0] == 403
+    status, _, body = http(dev, "GET", "/v1/agent/self")
+    assert status == 200 and json.loads(body)["config"]["ACL"]["Enabled"] is True
     # a read-only token (made with the CLI) reads but cannot submit
     env = {**os.environ, "CORRAL_ADDR": dev.info["address"], "CORRAL_TOKEN": dev.token}
 

@@ -222,8 +222,13 @@ def test_parse_errors(gw: Gateway) -> None:
     no_traceback(bad)
     empty = gw.post("/v1/jobs/parse", {"Canonicalize": True})
     assert empty.status_code == 400 and "JobHCL" in empty.text
-    garbled = requests.post(gw.url + "/v1/jobs/parse", data="{nope", timeout=30)
+    garbled = requests.post(
+        gw.url + "/v1/jobs/parse", data="{nope", headers={"X-Nomad-Token": gw.token}, timeout=30
+    )
     assert garbled.status_code == 400 and "Failed to decode request body" in garbled.text
+    # as Nomad's, parsing needs parse-job (or submit-job, read-job): not for anyone
+    anonymous = requests.post(gw.url + "/v1/jobs/parse", data="{nope", timeout=30)
+    assert anonymous.status_code == 403
 
 
 def test_parse_with_variables(gw: Gateway) -> None:

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.domain import scaling
-from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
 from corral.domain.jobspec.language.errors import HclError
+from corral.domain.jobspec.language.parser import MAX_DEPTH
 from corral.domain.jobspec.language.variables import VarInputs
 from corral.domain.structs import CONSTRAINT_SHORTHANDS
 from corral.v1 import structs_pb2 as pb
@@ -896,15 +897,35 @@ def parse_file(
     """`parse` that also returns the evaluated variables (for the job's
     submission) and warnings. `allow_fs` enables file(), fileset() and the
     other filesystem functions (the CLI: relative to `basedir`, by default
-    the job file's directory; the HTTP API: off, as in Nomad)."""
+    the job file's directory; the HTTP API: off, as in Nomad). Within the
+    limits of `limits.py`: the file's size first, then the CPU time of the
+    whole parse (evaluation included: functions and for expressions can
+    cost far more than the text's size suggests)."""
+    limits.check_size(text, filename)
+    return limits.cpu_budget(
+        lambda: _parse_file(text, filename, inputs, allow_fs=allow_fs, basedir=basedir),
+        filename,
+    )
+
+
+def _parse_file(
+    text: str,
+    filename: str,
+    inputs: VarInputs | None,
+    *,
+    allow_fs: bool,
+    basedir: str | None,
+) -> Parsed:
     if basedir is None:
         basedir = os.path.dirname(filename) if filename not in ("<stdin>", "-") else "."
     try:
         decoded = decode(text, filename, inputs, basedir=basedir or ".", allow_fs=allow_fs)
     except HclError as exc:
         raise JobspecError(exc.filename, exc.line, exc.field, exc.message) from None
-    except RecursionError:
-        raise JobspecError(filename, None, "", "the file is nested too deeply") from None
+    except RecursionError:  # a value built deeper than the parser's own bound
+        raise JobspecError(
+            filename, None, "", f"nested more than {MAX_DEPTH} levels deep (the nesting limit)"
+        ) from None
     src = Source(filename, decoded.lines)
     top = Body(decoded.data, (), "", "", src)
     jobs = top.blocks("job", "", labeled=True)

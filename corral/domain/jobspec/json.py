@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from corral.domain.jobspec import defaults, validate
+from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import structs_pb2 as pb
@@ -196,11 +196,19 @@ def _nomad_job(data: dict[str, Any]) -> pb.Job:
 
 
 def parse(text: str, filename: str = "<stdin>") -> pb.Job:
-    """Parse, apply Nomad's defaults and validate one JSON job."""
+    """Parse, apply Nomad's defaults and validate one JSON job, within the
+    limits of `limits.py` (size, nesting, CPU time)."""
+    limits.check_size(text, filename)
+    return limits.cpu_budget(lambda: _parse(text, filename), filename)
+
+
+def _parse(text: str, filename: str) -> pb.Job:
     try:
-        data = _json.loads(text)
+        data = limits.load_json(text)
     except _json.JSONDecodeError as exc:
         raise JobspecError(filename, exc.lineno, "", f"invalid JSON: {exc.msg}") from None
+    except limits.NestingError as exc:
+        raise JobspecError(filename, None, "", str(exc)) from None
     if not isinstance(data, dict):
         raise JobspecError(filename, None, "", "expected a JSON object holding a job")
     try:
@@ -225,6 +233,8 @@ def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
     applied and validated; problems raise JobspecError naming the field."""
     if not isinstance(data, dict):
         raise JobspecError(filename, None, "", "expected a JSON object holding a job")
+    if limits.json_depth(data) > limits.MAX_NESTING_DEPTH:
+        raise JobspecError(filename, None, "", str(limits.NestingError(what=limits.JSON_LEVELS)))
     try:
         job = _nomad_job(data)
         defaults.canonicalize(job)

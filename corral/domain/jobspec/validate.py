@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 
 from corral.domain import driver_config, identity, periodic, scaling, services
 from corral.domain.dispatch import Payload, payload_file_problem
+from corral.domain.jobspec import limits
 from corral.domain.structs import (
     CONSTRAINT_OPERANDS,
     DELAY_FUNCTIONS,
@@ -163,6 +164,12 @@ def check(job: pb.Job) -> None:
             tasks.add(task.name)
             if not task.driver:
                 raise FieldProblem(f"{tp}.driver", 'is required (e.g. driver = "raw_exec")')
+            if limits.struct_depth(task.config) > limits.MAX_VALUE_DEPTH:
+                raise FieldProblem(
+                    f"{tp}.config",
+                    f"nested more than {limits.MAX_VALUE_DEPTH} levels deep (the nesting limit "
+                    "of a task's configuration)",
+                )
             config = MessageToDict(task.config) if task.HasField("config") else {}
             for key, wrong in driver_config.problems(task.driver, config):
                 raise FieldProblem(f"{tp}.config.{key}", wrong)

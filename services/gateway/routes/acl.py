@@ -17,9 +17,10 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import acl_pb2, query_pb2
+from services.gateway.authz import ANY_TOKEN, MANAGEMENT, OWN_POLICIES, UNSERVED, ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -156,12 +157,29 @@ async def token(request: Request) -> Response:
     raise unserved("Updating an ACL token in place (create a new token, then delete this one)")
 
 
+#: anyone, once (the state refuses a second bootstrap)
+BOOTSTRAP = Need(summary="none (once: the state refuses a second bootstrap)", open=True)
+_MANAGE = {"PUT": MANAGEMENT, "POST": MANAGEMENT}
+_LISTED_POLICIES = Need(
+    summary="a management token; any other token lists the policies it holds",
+    management=True,
+    own_policies=True,
+    filters=True,
+)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/acl/bootstrap", bootstrap, methods=["PUT", "POST"]),
-    Route("/v1/acl/policies", policies, methods=["GET"]),
-    Route("/v1/acl/policy/{name}", policy, methods=["GET", "PUT", "POST", "DELETE"]),
-    Route("/v1/acl/tokens", tokens, methods=["GET"]),
-    Route("/v1/acl/token", create_token, methods=["PUT", "POST"]),
-    Route("/v1/acl/token/self", token_self, methods=["GET"]),
-    Route("/v1/acl/token/{accessor_id}", token, methods=["GET", "PUT", "POST", "DELETE"]),
+    ApiRoute("/v1/acl/bootstrap", bootstrap, {"PUT": BOOTSTRAP, "POST": BOOTSTRAP}),
+    ApiRoute("/v1/acl/policies", policies, {"GET": _LISTED_POLICIES}),
+    ApiRoute(
+        "/v1/acl/policy/{name}", policy, {"GET": OWN_POLICIES, **_MANAGE, "DELETE": MANAGEMENT}
+    ),
+    ApiRoute("/v1/acl/tokens", tokens, {"GET": MANAGEMENT}),
+    ApiRoute("/v1/acl/token", create_token, _MANAGE),
+    ApiRoute("/v1/acl/token/self", token_self, {"GET": ANY_TOKEN}),
+    # updating a token in place is not served (501 to anyone)
+    ApiRoute(
+        "/v1/acl/token/{accessor_id}",
+        token,
+        {"GET": MANAGEMENT, "PUT": UNSERVED, "POST": UNSERVED, "DELETE": MANAGEMENT},
+    ),
 ]

@@ -11,9 +11,10 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import federation_pb2, operator_pb2
+from services.gateway.authz import NODE_READ, OPEN, ApiRoute, Need, scope
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import QueryOptions, backend_of, bad_request, metadata_of, respond
 
@@ -125,7 +126,8 @@ async def agent_force_leave(request: Request) -> Response:
 
 async def agent_self(request: Request) -> Response:
     """Enough of api.AgentSelf for clients that probe it (the CLI, the
-    Terraform provider, UIs): the agent's config, member and version."""
+    Terraform provider, UIs): the agent's config, member and version. Needs
+    `agent:read`, as Nomad's (decided here: no RPC answers it)."""
     backend = backend_of(request)
     settings = request.app.state.settings
     acl = bool(settings.security.acl_enabled)
@@ -162,13 +164,21 @@ async def agent_health(request: Request) -> Response:
     return respond(request, body, status=500 if problem else 200)
 
 
+AGENT_WRITE = scope("agent", "write")
+AGENT_READ = Need(summary="`agent:read`", scopes=(("agent", "read"),), gateway=True)
+#: the state's members when the token has operator:read, else the gateway's
+#: own view: open either way, as Nomad's status endpoints
+STATUS = Need(summary="none (open; members in full with `operator:read`)", open=True)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/agent/health", agent_health, methods=["GET"]),
-    Route("/v1/status/leader", leader, methods=["GET"]),
-    Route("/v1/status/peers", peers, methods=["GET"]),
-    Route("/v1/regions", regions, methods=["GET"]),
-    Route("/v1/agent/members", agent_members, methods=["GET"]),
-    Route("/v1/agent/join", agent_join, methods=["PUT", "POST"]),
-    Route("/v1/agent/force-leave", agent_force_leave, methods=["PUT", "POST"]),
-    Route("/v1/agent/self", agent_self, methods=["GET"]),
+    ApiRoute("/v1/agent/health", agent_health, {"GET": OPEN}),
+    ApiRoute("/v1/status/leader", leader, {"GET": STATUS}),
+    ApiRoute("/v1/status/peers", peers, {"GET": STATUS}),
+    ApiRoute("/v1/regions", regions, {"GET": OPEN}),
+    ApiRoute("/v1/agent/self", agent_self, {"GET": AGENT_READ}),
+    # the federation (Nomad's Status.Members needs node:read; join and
+    # force-leave agent:write): the state's Federation RPCs decide
+    ApiRoute("/v1/agent/members", agent_members, {"GET": NODE_READ}),
+    ApiRoute("/v1/agent/join", agent_join, {"PUT": AGENT_WRITE, "POST": AGENT_WRITE}),
+    ApiRoute("/v1/agent/force-leave", agent_force_leave, {"PUT": AGENT_WRITE, "POST": AGENT_WRITE}),
 ]

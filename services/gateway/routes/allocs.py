@@ -12,10 +12,11 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
+from services.gateway.authz import ALLOC_AGENT_READ, READ_JOB_OBJECT, ApiRoute, Need, ns
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -191,10 +192,21 @@ async def logs(request: Request) -> Response:
     return StreamingResponse(body(), media_type=media)
 
 
+STOP = ns("alloc-lifecycle", per_object=True)
+#: Nomad's needs read-logs (or read-fs) only; the gateway finds the alloc's
+#: agent with Alloc.Get and Node.Get first, so Corral's needs read-job and
+#: node:read as well (docs/http-api.md)
+LOGS = Need(
+    summary="`read-logs` and `read-job` in the alloc's namespace, and `node:read`",
+    namespace=(("read-logs",), ("read-job",)),
+    scopes=(("node", "read"),),
+    per_object=True,
+)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/allocations", allocations, methods=["GET"]),
-    Route("/v1/allocation/{alloc_id}/stop", allocation_stop, methods=["PUT", "POST"]),
-    Route("/v1/allocation/{alloc_id}", allocation, methods=["GET"]),
-    Route("/v1/client/fs/logs/{alloc_id}", logs, methods=["GET"]),
-    Route("/v1/client/allocation/{alloc_id}/stats", allocation_stats, methods=["GET"]),
+    ApiRoute("/v1/allocations", allocations, {"GET": ns("read-job", filters=True)}),
+    ApiRoute("/v1/allocation/{alloc_id}/stop", allocation_stop, {"PUT": STOP, "POST": STOP}),
+    ApiRoute("/v1/allocation/{alloc_id}", allocation, {"GET": READ_JOB_OBJECT}),
+    ApiRoute("/v1/client/fs/logs/{alloc_id}", logs, {"GET": LOGS}),
+    ApiRoute("/v1/client/allocation/{alloc_id}/stats", allocation_stats, {"GET": ALLOC_AGENT_READ}),
 ]

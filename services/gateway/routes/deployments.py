@@ -15,9 +15,16 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import deployment_pb2, query_pb2
+from services.gateway.authz import (
+    READ_JOB,
+    READ_JOB_OBJECT,
+    SUBMIT_JOB_OBJECT,
+    ApiRoute,
+    ns,
+)
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     QueryOptions,
@@ -130,28 +137,29 @@ async def job_latest_deployment(request: Request) -> Response:
     return respond(request, latest, index=meta.index)
 
 
-_ACTION_METHODS = ["PUT", "POST"]
+_ACTION = {"PUT": SUBMIT_JOB_OBJECT, "POST": SUBMIT_JOB_OBJECT}
+_READ_OBJECT = {"GET": READ_JOB_OBJECT}
 
 ROUTES: list[BaseRoute] = [
-    Route("/v1/deployments", deployments, methods=["GET"]),
-    Route("/v1/deployment/allocations/{deployment_id}", deployment_allocations, methods=["GET"]),
-    Route(
+    ApiRoute("/v1/deployments", deployments, {"GET": ns("read-job", filters=True)}),
+    ApiRoute("/v1/deployment/allocations/{deployment_id}", deployment_allocations, _READ_OBJECT),
+    ApiRoute(
         "/v1/deployment/promote/{deployment_id}",
         _action("Promote", deployment_map.promote_request),
-        methods=_ACTION_METHODS,
+        _ACTION,
     ),
-    Route("/v1/deployment/fail/{deployment_id}", _action("Fail", _fail), methods=_ACTION_METHODS),
-    Route(
+    ApiRoute("/v1/deployment/fail/{deployment_id}", _action("Fail", _fail), _ACTION),
+    ApiRoute(
         "/v1/deployment/pause/{deployment_id}",
         _action("Pause", deployment_map.pause_request),
-        methods=_ACTION_METHODS,
+        _ACTION,
     ),
-    Route(
+    ApiRoute(
         "/v1/deployment/allocation-health/{deployment_id}",
         _action("SetAllocHealth", deployment_map.alloc_health_request),
-        methods=_ACTION_METHODS,
+        _ACTION,
     ),
-    Route("/v1/deployment/{deployment_id}", deployment, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/deployments", job_deployments, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/deployment", job_latest_deployment, methods=["GET"]),
+    ApiRoute("/v1/deployment/{deployment_id}", deployment, _READ_OBJECT),
+    ApiRoute("/v1/job/{job_id:path}/deployments", job_deployments, {"GET": READ_JOB}),
+    ApiRoute("/v1/job/{job_id:path}/deployment", job_latest_deployment, {"GET": READ_JOB}),
 ]

@@ -6,9 +6,10 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import eval_pb2, query_pb2
+from services.gateway.authz import READ_JOB_OBJECT, ApiRoute, ns
 from services.gateway.http import QueryOptions, backend_of, bool_param, listing, respond
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import evals as eval_map
@@ -60,7 +61,9 @@ async def evaluation_allocations(request: Request) -> Response:
 
 
 ROUTES: list[BaseRoute] = [
-    Route("/v1/evaluations", evaluations, methods=["GET"]),
-    Route("/v1/evaluation/{eval_id}/allocations", evaluation_allocations, methods=["GET"]),
-    Route("/v1/evaluation/{eval_id}", evaluation, methods=["GET"]),
+    ApiRoute("/v1/evaluations", evaluations, {"GET": ns("read-job", filters=True)}),
+    ApiRoute(
+        "/v1/evaluation/{eval_id}/allocations", evaluation_allocations, {"GET": READ_JOB_OBJECT}
+    ),
+    ApiRoute("/v1/evaluation/{eval_id}", evaluation, {"GET": READ_JOB_OBJECT}),
 ]

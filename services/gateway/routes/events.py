@@ -24,10 +24,11 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from corral.v1 import event_pb2
+from services.gateway.authz import ApiRoute, Need
 from services.gateway.http import (
     backend_of,
     bad_request,
@@ -151,6 +152,14 @@ async def stream(request: Request) -> Response:
     return _EventResponse(events, first)
 
 
+#: Event.Stream decides per event, as Nomad's stream does
+STREAM = Need(
+    summary="shows job, eval, alloc and deployment events of namespaces with `read-job`, "
+    "node events with `node:read`, operator events with `operator:read`",
+    namespace=(("read-job",),),
+    filters=True,
+)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/event/stream", stream, methods=["GET"]),
+    ApiRoute("/v1/event/stream", stream, {"GET": STREAM}),
 ]

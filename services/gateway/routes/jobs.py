@@ -16,11 +16,12 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.runtime.settings import REGION_NAME
 from corral.v1 import job_pb2, periodic_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
+from services.gateway.authz import READ_JOB, SUBMIT_JOB, ApiRoute, ns
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     INT32_MAX,
@@ -364,21 +365,41 @@ async def job_revert(request: Request) -> Response:
     return respond(request, job_map.register_response(resp), index=resp.index)
 
 
+WRITE = {"PUT": SUBMIT_JOB, "POST": SUBMIT_JOB}
+READ = {"GET": READ_JOB}
+#: Nomad's Job.Scale takes either, and its Job.ScaleStatus either of these
+SCALE = ns("scale-job", "submit-job")
+SCALE_STATUS = ns("read-job", "read-job-scaling")
+#: Nomad's Periodic.Force takes either (or its force-periodic-job, which
+#: Corral's policies do not have)
+FORCE = ns("dispatch-job", "submit-job")
+DISPATCH = ns("dispatch-job")
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/job/{job_id:path}/revert", job_revert, methods=["PUT", "POST"]),
-    Route("/v1/jobs", jobs_list_or_register, methods=["GET", "PUT", "POST"]),
-    Route("/v1/job/{job_id:path}/plan", job_plan, methods=["PUT", "POST"]),
-    Route("/v1/job/{job_id:path}/allocations", job_allocations, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/evaluations", job_evaluations, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/versions", job_versions, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/summary", job_summary, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/submission", job_submission, methods=["GET"]),
-    Route("/v1/job/{job_id:path}/scale", job_scale, methods=["GET", "PUT", "POST"]),
-    Route("/v1/job/{job_id:path}/dispatch", job_dispatch, methods=["PUT", "POST"]),
-    Route("/v1/job/{job_id:path}/periodic/force", job_periodic_force, methods=["PUT", "POST"]),
+    ApiRoute("/v1/job/{job_id:path}/revert", job_revert, WRITE),
+    ApiRoute(
+        "/v1/jobs",
+        jobs_list_or_register,
+        {"GET": ns("list-jobs", filters=True), **WRITE},
+    ),
+    ApiRoute("/v1/job/{job_id:path}/plan", job_plan, WRITE),
+    ApiRoute("/v1/job/{job_id:path}/allocations", job_allocations, READ),
+    ApiRoute("/v1/job/{job_id:path}/evaluations", job_evaluations, READ),
+    ApiRoute("/v1/job/{job_id:path}/versions", job_versions, READ),
+    ApiRoute("/v1/job/{job_id:path}/summary", job_summary, READ),
+    ApiRoute("/v1/job/{job_id:path}/submission", job_submission, READ),
+    ApiRoute(
+        "/v1/job/{job_id:path}/scale",
+        job_scale,
+        {"GET": SCALE_STATUS, "PUT": SCALE, "POST": SCALE},
+    ),
+    ApiRoute("/v1/job/{job_id:path}/dispatch", job_dispatch, {"PUT": DISPATCH, "POST": DISPATCH}),
+    ApiRoute(
+        "/v1/job/{job_id:path}/periodic/force", job_periodic_force, {"PUT": FORCE, "POST": FORCE}
+    ),
 ]
 
 #: the bare /v1/job/{id}; app.py puts it after every module's routes
 FALLBACK: list[BaseRoute] = [
-    Route("/v1/job/{job_id:path}", job, methods=["GET", "PUT", "POST", "DELETE"]),
+    ApiRoute("/v1/job/{job_id:path}", job, {**READ, **WRITE, "DELETE": SUBMIT_JOB}),
 ]

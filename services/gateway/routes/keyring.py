@@ -12,11 +12,12 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.domain import variables as var_map
 from corral.security import keyring as kr
 from corral.v1 import keyring_pb2
+from services.gateway.authz import OPEN, OPERATOR_READ, OPERATOR_WRITE, ApiRoute
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -116,9 +117,12 @@ async def openid_configuration(request: Request) -> Response:
 
 
 ROUTES: list[BaseRoute] = [
-    Route("/v1/operator/keyring/keys", keys, methods=["GET"]),
-    Route("/v1/operator/keyring/rotate", rotate, methods=["PUT", "POST"]),
-    Route("/v1/operator/keyring/key/{key_id}", delete_key, methods=["DELETE"]),
-    Route(JWKS_PATH, jwks, methods=["GET"]),
-    Route("/.well-known/openid-configuration", openid_configuration, methods=["GET"]),
+    ApiRoute("/v1/operator/keyring/keys", keys, {"GET": OPERATOR_READ}),
+    ApiRoute(
+        "/v1/operator/keyring/rotate", rotate, {"PUT": OPERATOR_WRITE, "POST": OPERATOR_WRITE}
+    ),
+    ApiRoute("/v1/operator/keyring/key/{key_id}", delete_key, {"DELETE": OPERATOR_WRITE}),
+    # public keys and the issuer's metadata: open, as Nomad's
+    ApiRoute(JWKS_PATH, jwks, {"GET": OPEN}),
+    ApiRoute("/.well-known/openid-configuration", openid_configuration, {"GET": OPEN}),
 ]

@@ -9,10 +9,11 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.domain import object_specs
 from corral.v1 import namespace_pb2, query_pb2
+from services.gateway.authz import MANAGEMENT, ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -83,8 +84,16 @@ async def namespace(request: Request) -> Response:
     return await _upsert(request, name)
 
 
+#: Nomad's Namespace.ListNamespaces shows those the token has any
+#: capability in; Namespace.GetNamespace needs one there
+LISTED = Need(summary="lists the namespaces where the token has any capability", filters=True)
+SEEN = Need(summary="any capability in the namespace", namespace_seen=True, per_object=True)
+_MANAGE = {"PUT": MANAGEMENT, "POST": MANAGEMENT}
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/namespaces", namespaces, methods=["GET"]),
-    Route("/v1/namespace", create, methods=["PUT", "POST"]),
-    Route("/v1/namespace/{name:path}", namespace, methods=["GET", "PUT", "POST", "DELETE"]),
+    ApiRoute("/v1/namespaces", namespaces, {"GET": LISTED}),
+    ApiRoute("/v1/namespace", create, _MANAGE),
+    ApiRoute(
+        "/v1/namespace/{name:path}", namespace, {"GET": SEEN, **_MANAGE, "DELETE": MANAGEMENT}
+    ),
 ]

@@ -8,10 +8,11 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.domain import object_specs
 from corral.v1 import node_pool_pb2, query_pb2
+from services.gateway.authz import ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -120,7 +121,22 @@ async def _jobs(request: Request, name: str) -> Response:
     return await listing(request, q, fetch)
 
 
+#: Nomad's node_pool rules, on the pool the path (or the body) names
+LISTED = Need(summary="lists the pools with `node_pool` read", filters=True)
+READ = Need(
+    summary="`node_pool` read on the pool (its nodes: and `node:read`; its jobs: those "
+    "of namespaces with `list-jobs`)",
+    node_pool=("read",),
+    per_object=True,
+)
+WRITE = Need(summary="`node_pool` write on the pool", node_pool=("write",), per_object=True)
+DELETE = Need(summary="`node_pool` delete on the pool", node_pool=("delete",), per_object=True)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/node/pools", pools, methods=["GET", "PUT", "POST"]),
-    Route("/v1/node/pool/{rest:path}", pool, methods=["GET", "PUT", "POST", "DELETE"]),
+    ApiRoute("/v1/node/pools", pools, {"GET": LISTED, "PUT": WRITE, "POST": WRITE}),
+    ApiRoute(
+        "/v1/node/pool/{rest:path}",
+        pool,
+        {"GET": READ, "PUT": WRITE, "POST": WRITE, "DELETE": DELETE},
+    ),
 ]

@@ -7,10 +7,12 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
+from services.gateway.authz import NODE_READ, NODE_WRITE, ApiRoute, Need
+from services.gateway.authz import UNSERVED as NOT_SERVED
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     INT64_MAX,
@@ -152,9 +154,19 @@ async def node_action(request: Request) -> Response:
     raise unserved(f"{request.method} /v1/node/:id/{request.path_params['action']}")
 
 
-NODE_ACTION = Route(
-    "/v1/node/{node_id}/{action:path}", node_action, methods=["GET", "PUT", "POST", "DELETE"]
+#: endpoints Corral does not serve answer only that (501 or 405)
+UNSERVED = dict.fromkeys(("GET", "PUT", "POST", "DELETE"), NOT_SERVED)
+
+NODE_ACTION = ApiRoute("/v1/node/{node_id}/{action:path}", node_action, UNSERVED)
+
+#: Nomad's Node.GetAllocs: node:read, and only the allocs of namespaces
+#: where the token has read-job
+NODE_ALLOCS = Need(
+    summary="`node:read`; lists only allocs of namespaces with `read-job`",
+    scopes=(("node", "read"),),
+    filters=True,
 )
+NODE_UPDATE = {"PUT": NODE_WRITE, "POST": NODE_WRITE}
 
 
 async def client_stats(request: Request) -> Response:
@@ -177,11 +189,11 @@ async def client_stats(request: Request) -> Response:
 
 
 ROUTES: list[BaseRoute] = [
-    Route("/v1/nodes", nodes, methods=["GET"]),
-    Route("/v1/node/{node_id}/allocations", node_allocations, methods=["GET"]),
-    Route("/v1/node/{node_id}/drain", node_drain, methods=["PUT", "POST"]),
-    Route("/v1/node/{node_id}/eligibility", node_eligibility, methods=["PUT", "POST"]),
-    Route("/v1/node/{node_id}", node, methods=["GET"]),
+    ApiRoute("/v1/nodes", nodes, {"GET": NODE_READ}),
+    ApiRoute("/v1/node/{node_id}/allocations", node_allocations, {"GET": NODE_ALLOCS}),
+    ApiRoute("/v1/node/{node_id}/drain", node_drain, NODE_UPDATE),
+    ApiRoute("/v1/node/{node_id}/eligibility", node_eligibility, NODE_UPDATE),
+    ApiRoute("/v1/node/{node_id}", node, {"GET": NODE_READ}),
     NODE_ACTION,
-    Route("/v1/client/stats", client_stats, methods=["GET"]),
+    ApiRoute("/v1/client/stats", client_stats, {"GET": NODE_READ}),
 ]

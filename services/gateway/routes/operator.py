@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import operator_pb2
+from services.gateway.authz import OPERATOR_READ, OPERATOR_WRITE, ApiRoute
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     QueryOptions,
@@ -52,9 +53,9 @@ async def scheduler_configuration(request: Request) -> Response:
 
 
 ROUTES: list[BaseRoute] = [
-    Route(
+    ApiRoute(
         "/v1/operator/scheduler/configuration",
         scheduler_configuration,
-        methods=["GET", "PUT", "POST"],
+        {"GET": OPERATOR_READ, "PUT": OPERATOR_WRITE, "POST": OPERATOR_WRITE},
     ),
 ]

@@ -8,9 +8,10 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.v1 import query_pb2, scaling_pb2
+from services.gateway.authz import ApiRoute, Need
 from services.gateway.http import QueryOptions, backend_of, listing, respond
 from services.gateway.mapping import scaling as scaling_map
 
@@ -43,7 +44,20 @@ async def policy(request: Request) -> Response:
     return respond(request, scaling_map.policy(resp.policy), index=resp.meta.index)
 
 
+#: Nomad's: list-scaling-policies (read-scaling-policy for one), or both
+#: list-jobs and read-job, in the namespace (the policy's, for one)
+LIST_POLICIES = Need(
+    summary="`list-scaling-policies`, or `list-jobs` and `read-job`, in the namespace",
+    namespace=(("list-scaling-policies", "list-jobs"), ("list-scaling-policies", "read-job")),
+    filters=True,
+)
+READ_POLICY = Need(
+    summary="`read-scaling-policy`, or `list-jobs` and `read-job`, in the policy's namespace",
+    namespace=(("read-scaling-policy", "list-jobs"), ("read-scaling-policy", "read-job")),
+    per_object=True,
+)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/scaling/policies", policies, methods=["GET"]),
-    Route("/v1/scaling/policy/{policy_id:path}", policy, methods=["GET"]),
+    ApiRoute("/v1/scaling/policies", policies, {"GET": LIST_POLICIES}),
+    ApiRoute("/v1/scaling/policy/{policy_id:path}", policy, {"GET": READ_POLICY}),
 ]

@@ -10,11 +10,20 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.domain import services
+from corral.security import access
 from corral.v1 import alloc_pb2, service_pb2
 from corral.v1 import structs_pb2 as pb
+from services.gateway.authz import (
+    ALLOC_AGENT_READ,
+    INVALID,
+    READ_JOB,
+    READ_JOB_OBJECT,
+    ApiRoute,
+    ns,
+)
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -139,12 +148,17 @@ async def alloc_checks(request: Request) -> Response:
     return respond(request, {r.id: service_map.check_result(r) for r in resp.results})
 
 
+#: Nomad's ServiceRegistration.DeleteByID takes either
+DELETE = ns(access.SUBMIT_JOB, access.DELETE_SERVICE)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/services", services_list, methods=["GET"]),
-    Route("/v1/service/{name}", service_get, methods=["GET"]),
-    Route("/v1/service/{name}/{id}", service_delete, methods=["DELETE"]),
-    Route("/v1/service/{name}/{id}/{rest:path}", service_invalid, methods=["GET", "DELETE"]),
-    Route("/v1/job/{job_id:path}/services", job_services, methods=["GET"]),
-    Route("/v1/allocation/{alloc_id}/services", alloc_services, methods=["GET"]),
-    Route("/v1/client/allocation/{alloc_id}/checks", alloc_checks, methods=["GET"]),
+    ApiRoute("/v1/services", services_list, {"GET": ns("read-job", filters=True)}),
+    ApiRoute("/v1/service/{name}", service_get, {"GET": READ_JOB}),
+    ApiRoute("/v1/service/{name}/{id}", service_delete, {"DELETE": DELETE}),
+    ApiRoute(
+        "/v1/service/{name}/{id}/{rest:path}", service_invalid, {"GET": INVALID, "DELETE": INVALID}
+    ),
+    ApiRoute("/v1/job/{job_id:path}/services", job_services, {"GET": READ_JOB}),
+    ApiRoute("/v1/allocation/{alloc_id}/services", alloc_services, {"GET": READ_JOB_OBJECT}),
+    ApiRoute("/v1/client/allocation/{alloc_id}/checks", alloc_checks, {"GET": ALLOC_AGENT_READ}),
 ]

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match, Route
+from starlette.routing import BaseRoute, Match
 
+from services.gateway.authz import UNSERVED, ApiRoute
 from services.gateway.http import NomadError, unserved
 
 #: path prefixes of Nomad's API that Corral documents as not served
@@ -48,10 +49,11 @@ async def catch_all(request: Request) -> Response:
     raise NomadError(404, f"Invalid URL path: {path}")
 
 
-CATCH_ALL = Route(
+#: answers only 404, 405 or 501: nothing a token guards
+CATCH_ALL = ApiRoute(
     "/v1/{rest:path}",
     catch_all,
-    methods=["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"],
+    dict.fromkeys(("GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS"), UNSERVED),
 )
 
 ROUTES: list[BaseRoute] = [CATCH_ALL]

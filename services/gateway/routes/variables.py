@@ -23,11 +23,12 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from corral.domain import variables as var_map
 from corral.v1 import structs_pb2 as pb
 from corral.v1 import variables_pb2
+from services.gateway.authz import ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -207,7 +208,18 @@ async def variable(request: Request) -> Response:
     return await write(request)
 
 
+#: the token's `variables` rules on the variable's path, as Nomad's (or a
+#: workload identity's implicit policy: its own job's variables)
+LISTED = Need(summary="lists the variables whose paths the token may `list`", filters=True)
+READ = Need(summary="`read` on the variable's path", variables=("read",), per_object=True)
+WRITE = Need(summary="`write` on the variable's path", variables=("write",), per_object=True)
+DESTROY = Need(summary="`destroy` on the variable's path", variables=("destroy",), per_object=True)
+
 ROUTES: list[BaseRoute] = [
-    Route("/v1/vars", variables, methods=["GET"]),
-    Route("/v1/var/{path:path}", variable, methods=["GET", "PUT", "POST", "DELETE"]),
+    ApiRoute("/v1/vars", variables, {"GET": LISTED}),
+    ApiRoute(
+        "/v1/var/{path:path}",
+        variable,
+        {"GET": READ, "PUT": WRITE, "POST": WRITE, "DELETE": DESTROY},
+    ),
 ]

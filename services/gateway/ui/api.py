@@ -13,10 +13,10 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from corral.domain.errors import CorralError
+from corral.domain.errors import PermissionDenied
 from corral.security import acl
-from corral.v1 import acl_pb2, eval_pb2
-from services.gateway import http
+from corral.v1 import eval_pb2
+from services.gateway import authz, http
 from services.gateway.mapping.common import to_nomad
 from services.gateway.ui.journey import journey, trace_id
 
@@ -59,38 +59,21 @@ async def overview(request: Request) -> Response:
 
 
 async def capabilities(request: Request) -> Response:
-    """What the request's token may do in `?namespace=`: compiled from the
-    token's policies with Corral's own ACL code (ACL.ResolveToken answers
-    the policies of a secret). With ACLs off every action is allowed; an
-    unknown or expired token is a 403 with the state's reason."""
-    backend = http.backend_of(request)
+    """What the request's token may do in `?namespace=`: the token resolved
+    by the state (ACL.ResolveToken) and compiled by the one compile every
+    server uses (corral.acl_resolve.acl_from_response: a token with no
+    policy that parses grants nothing), so the UI never shows an action the
+    servers would refuse, nor hides one they allow. With ACLs off every
+    action is allowed; an unknown or expired token is a 403 with the
+    state's reason."""
     namespace = request.query_params.get("namespace") or acl.DEFAULT_NAMESPACE
-    secret = http.token_of(request)
     try:
-        resolved = await backend.acl.ResolveToken(
-            acl_pb2.ACLResolveTokenRequest(secret_id=secret), timeout=10
-        )
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-            return JSONResponse({"Enabled": False, "Management": True, "Capabilities": {}})
-        if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-            return Response(
-                " ".join((exc.details() or "Permission denied").split()),
-                status_code=403,
-                media_type="text/plain",
-            )
-        raise
-    management = resolved.type == acl.TOKEN_MANAGEMENT
-    if management:
-        compiled = acl.MANAGEMENT
-    else:
-        rules = []
-        for p in resolved.policies:
-            try:
-                rules.append(acl.parse_policy(p.rules))
-            except CorralError:
-                continue  # a policy the state accepted always parses; skip rather than fail
-        compiled = acl.compile_acl(rules)
+        resolved = await authz.resolve(request)
+    except PermissionDenied as exc:
+        return Response(" ".join(exc.message.split()), status_code=403, media_type="text/plain")
+    if resolved is None:
+        return JSONResponse({"Enabled": False, "Management": True, "Capabilities": {}})
+    compiled = resolved.acl
     caps = {
         name: compiled.allows_namespace(namespace, cap) for name, cap in NAMESPACE_ACTIONS.items()
     }
@@ -100,9 +83,9 @@ async def capabilities(request: Request) -> Response:
     return JSONResponse(
         {
             "Enabled": True,
-            "Management": management,
-            "AccessorID": resolved.accessor_id,
-            "Policies": [p.name for p in resolved.policies],
+            "Management": compiled.is_management,
+            "AccessorID": resolved.response.accessor_id,
+            "Policies": [p.name for p in resolved.response.policies],
             "Namespace": namespace,
             "Capabilities": caps,
         },

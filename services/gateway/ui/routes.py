@@ -1,33 +1,60 @@
 """The web UI's routes, mounted at /ui by the gateway's app.py: the pages,
-their static files (shipped as package data) and the UI's own JSON."""
+their static files (shipped as package data) and the UI's own JSON.
+
+The pages and static files are open, as Nomad's UI assets: they hold no
+data (the script fetches it with the browser's token). The UI's JSON
+answers are decided like the /v1 routes (services/gateway/authz.py)."""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
+from services.gateway.authz import OPEN, READ_JOB_OBJECT, ApiRoute, Need
 from services.gateway.ui import api, pages
 
 STATIC = pages.HERE / "static"
+
+PAGE = {"GET": OPEN}
+#: Eval.Stats and Plan.Stats need operator:read; each refused part answers
+#: its error in the body (the page shows it)
+#: resolved here: an unknown token is a 403, any other is described
+CAPABILITIES = Need(
+    summary="any valid token, or none (it describes the token)", any_token=True, gateway=True
+)
+OVERVIEW = Need(
+    summary="`operator:read` (each refused part answers its error)",
+    scopes=(("operator", "read"),),
+    partial=True,
+)
+
+
+def _static() -> Mount:
+    mount = Mount("/static", StaticFiles(directory=str(STATIC)), name="ui-static")
+    mount.needs = {"GET": OPEN, "HEAD": OPEN}  # type: ignore[attr-defined]
+    return mount
+
 
 ROUTES: list[BaseRoute] = [
     Mount(
         "/ui",
         routes=[
-            Route("/", pages.overview),
-            Route("/jobs", pages.jobs),
-            Route("/jobs/{job_id:path}", pages.job),
-            Route("/allocations/{alloc_id}", pages.alloc),
-            Route("/evaluations", pages.evals),
-            Route("/evaluations/{eval_id}", pages.eval_page),
-            Route("/services", pages.services),
-            Route("/nodes", pages.nodes),
-            Route("/nodes/{node_id}", pages.node),
-            Route("/api/overview", api.overview),
-            Route("/api/capabilities", api.capabilities),
-            Route("/api/evaluation/{eval_id}/journey", api.eval_journey),
-            Mount("/static", StaticFiles(directory=str(STATIC)), name="ui-static"),
-            Route("/{rest:path}", pages.not_found),
+            ApiRoute("/", pages.overview, PAGE),
+            ApiRoute("/jobs", pages.jobs, PAGE),
+            ApiRoute("/jobs/{job_id:path}", pages.job, PAGE),
+            ApiRoute("/allocations/{alloc_id}", pages.alloc, PAGE),
+            ApiRoute("/evaluations", pages.evals, PAGE),
+            ApiRoute("/evaluations/{eval_id}", pages.eval_page, PAGE),
+            ApiRoute("/services", pages.services, PAGE),
+            ApiRoute("/nodes", pages.nodes, PAGE),
+            ApiRoute("/nodes/{node_id}", pages.node, PAGE),
+            ApiRoute("/api/overview", api.overview, {"GET": OVERVIEW}),
+            ApiRoute("/api/capabilities", api.capabilities, {"GET": CAPABILITIES}),
+            ApiRoute(
+                "/api/evaluation/{eval_id}/journey", api.eval_journey, {"GET": READ_JOB_OBJECT}
+            ),
+            _static(),
+            ApiRoute("/{rest:path}", pages.not_found, PAGE),
         ],
     ),
 ]

@@ -19,7 +19,7 @@ from corral.domain import structs
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.structs import NodeStatus
 from corral.runtime.server import GrpcServer
-from corral.security import transport
+from corral.security import access, transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import identities, query, validate
@@ -288,6 +288,10 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         allocs = snap.allocs_by_node(node_id)
         if not request.all:
             allocs = [a for a in allocs if not structs.alloc_terminal(a)]
+        # node:read shows the node, not every namespace's work on it: as
+        # Nomad's Node.GetAllocs, only allocs of namespaces the caller may
+        # read-job in (the access rule checked node:read)
+        allocs = [a for a in allocs if access.may_read_namespace(a.namespace)]
         allocs.sort(key=lambda a: (a.create_index, a.id))
         return node_pb2.NodeAllocationsResponse(allocs=allocs, meta=query.meta(snap, tables))
 

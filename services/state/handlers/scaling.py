@@ -76,8 +76,10 @@ class ScalingServicer(scaling_pb2_grpc.ScalingServicer):
             raise NotFound(f"scaling policy {request.id[:64]!r} not found")
         namespace = policy.target.get("Namespace", "default")
         if not access.may_read_scaling_policies(namespace, access.READ_SCALING_POLICY):
+            # not naming the policy's namespace: it would tell a caller who
+            # may not read it where the policy lives
             raise PermissionDenied(
-                f"Permission denied: read-scaling-policy in namespace {namespace!r}"
+                "Permission denied: read-scaling-policy in the policy's namespace"
             )
         return scaling_pb2.ScalingPolicyResponse(policy=policy, meta=query.meta(snap, TABLES))
 

@@ -70,6 +70,12 @@ async def test_reads_follow_acknowledged_writes_on_both_processes(
     two_states: list[Stubs],
 ) -> None:
     rng = random.Random(7)
+    # A write answered at index 1 could not be asked for with `min_index =
+    # index - 1`: 0 means "do not block" (Nomad's too), and the other process
+    # would answer from whatever it holds. One write first, so every
+    # registration below commits at index 2 or later.
+    warmup = await two_states[0].job.Register(job_pb2.JobRegisterRequest(job=mock.job()))
+    assert warmup.index >= 1
 
     async def client(n: int) -> list[int]:
         indexes = []

@@ -274,3 +274,60 @@ async def test_a_server_acts_for_the_cluster_without_a_token(world: World) -> No
     forged = transport.current().model_copy(update={"server_token": SecretStr("forged")})
     async with transport.dial(world.address, settings=forged) as ch:
         assert await _denied(CALLS[0][1](ch, world))
+
+
+async def test_node_allocations_show_only_namespaces_the_token_may_read(world: World) -> None:
+    """Issue 26, finding 3: node:read shows the node, and of its allocs only
+    those of namespaces where the token has read-job, as Nomad's
+    Node.GetAllocs (before, every namespace's allocs on the node)."""
+    acls = acl_pb2_grpc.ACLStub(world.channel(world.tokens["management"]))
+    made = await acls.CreateToken(
+        acl_pb2.ACLCreateTokenRequest(
+            name="node-and-other", policies=["node-reader", "other-writer"]
+        )
+    )
+    both = node_pb2_grpc.NodeStub(world.channel(made.token.secret_id))
+    request = node_pb2.NodeGetRequest(node_id=world.node_id, all=True)
+    shown = await both.Allocations(request)
+    assert [a.id for a in shown.allocs] == [world.other_alloc_id]
+    # node:read alone: the node's allocs of no namespace
+    node_only = node_pb2_grpc.NodeStub(world.channel(world.tokens["node-reader"]))
+    assert list((await node_only.Allocations(request)).allocs) == []
+    # without node:read at all, refused as before
+    reader = node_pb2_grpc.NodeStub(world.channel(world.tokens["reader"]))
+    assert await _denied(reader.Allocations(request))
+    everything = node_pb2_grpc.NodeStub(world.channel(world.tokens["management"]))
+    all_ids = {a.id for a in (await everything.Allocations(request)).allocs}
+    assert all_ids == {world.alloc_id, world.other_alloc_id}
+
+
+async def test_scale_and_periodic_force_take_nomads_alternatives(world: World) -> None:
+    """Nomad's Job.Scale takes scale-job or submit-job, Periodic.Force
+    dispatch-job or submit-job: a token with the other one is not refused
+    at the door (the handler answers on its own terms)."""
+    from corral.v1 import periodic_pb2, periodic_pb2_grpc
+
+    scale = job_pb2.JobScaleRequest(job_id="web", group="web", count=1)
+    submitter = job_pb2_grpc.JobStub(world.channel(world.tokens["submitter"]))
+    assert not await _denied(submitter.Scale(scale))
+    dispatcher = job_pb2_grpc.JobStub(world.channel(world.tokens["dispatcher"]))
+    assert await _denied(dispatcher.Scale(scale))
+    force = periodic_pb2.PeriodicForceRequest(job_id="web")
+    for token in ("dispatcher", "submitter"):
+        stub = periodic_pb2_grpc.PeriodicStub(world.channel(world.tokens[token]))
+        assert not await _denied(stub.Force(force)), token
+    reader = periodic_pb2_grpc.PeriodicStub(world.channel(world.tokens["reader"]))
+    assert await _denied(reader.Force(force))
+
+
+async def test_a_refusal_on_an_object_named_by_id_does_not_say_where_it_lives(
+    world: World,
+) -> None:
+    """Found by issue 26's namespace audit: refusing an alloc named by id
+    said "read-job in namespace 'default'", telling a token of another
+    namespace where the object lives."""
+    allocs = alloc_pb2_grpc.AllocStub(world.channel(world.tokens["other-writer"]))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await allocs.Get(alloc_pb2.AllocGetRequest(alloc_id=world.alloc_id))
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "default" not in (refused.value.details() or "")

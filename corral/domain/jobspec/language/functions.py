@@ -27,6 +27,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]
 
+from corral.domain.jobspec import limits
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.language import nodes as n
 from corral.domain.jobspec.language.errors import HclError
@@ -39,6 +40,7 @@ from corral.domain.jobspec.language.evaluate import (
     LazyFunction,
     Scope,
 )
+from corral.domain.jobspec.language.parser import MAX_DEPTH
 from corral.domain.jobspec.language.types import (
     NUMBER,
     STRING,
@@ -634,8 +636,10 @@ def _from_json(value: Any) -> Any:
 def jsondecode(s: Any) -> Any:
     text = _s(s)
     try:
-        return _from_json(json.loads(text))
-    except (json.JSONDecodeError, RecursionError) as exc:
+        return _from_json(limits.load_json(text, MAX_DEPTH))
+    except limits.NestingError as exc:
+        raise FunctionError(f"the JSON is {exc}") from None
+    except json.JSONDecodeError as exc:
         raise FunctionError(f"invalid JSON: {exc}") from None
 
 
@@ -685,7 +689,11 @@ def yamldecode(s: Any) -> Any:
 
     try:
         docs = list(yaml.safe_load_all(_s(s)))
-    except (yaml.YAMLError, RecursionError) as exc:
+    except RecursionError:
+        raise FunctionError(
+            f"the YAML is nested more than {MAX_DEPTH} levels deep (the nesting limit)"
+        ) from None
+    except yaml.YAMLError as exc:
         raise FunctionError(f"invalid YAML: {exc}") from None
     if len(docs) != 1:
         raise FunctionError("the YAML must hold exactly one document")
