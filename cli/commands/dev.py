@@ -196,6 +196,19 @@ def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
+def _acl_sentence(acl: bool, replicated_from: str) -> str:
+    """What the start-up message says of ACLs: a region that replicates
+    them has no bootstrap token of its own to print."""
+    if not acl:
+        return ""
+    if replicated_from:
+        return (
+            f". ACLs are on, replicated from region {replicated_from}: "
+            f"use a global token of {replicated_from}"
+        )
+    return ". ACLs are on; the bootstrap (management) token is below"
+
+
 def _check_federation_flags(args: argparse.Namespace) -> None:
     for what, value in (
         ("-region", args.region),
@@ -535,7 +548,7 @@ def _run_roles(
     print(
         f"\nCorral is running.{federated}. The public API is at {state.address}"
         + (" (mutual TLS)" if trust.tls else "")
-        + (". ACLs are on; the bootstrap (management) token is below" if trust.acl else "")
+        + _acl_sentence(trust.acl, args.authoritative_region if replicated else "")
         + f".\nNomad's HTTP API is at {http_addr}/v1 and the web UI at {http_addr}/ui"
         + ".\nIn another terminal:\n\n"
         + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")

@@ -134,7 +134,7 @@ class Federation:
 
 def _tls_env(directory: Path, ca: tuple[bytes, bytes], region: str) -> dict[str, dict[str, str]]:
     (directory / "ca.pem").write_bytes(ca[0])
-    out = {}
+    out: dict[str, dict[str, str]] = {}
     for role in certs.ROLES:
         cert, key = certs.make_cert(ca[0], ca[1], role, region, days=1)
         (directory / f"{region}-{role}.pem").write_bytes(cert)

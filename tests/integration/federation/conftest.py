@@ -36,9 +36,9 @@ def region_settings(dsn: str, region: str, port: int, **federation: object) -> S
         update={
             "listen": f"127.0.0.1:{port}",
             "security": base.security.model_copy(update={"region": region}),
-            "federation": FederationSettings(
-                probe_interval=0.2, replication_backoff=0.2, **federation
-            ),  # type: ignore[arg-type]
+            "federation": FederationSettings.model_validate(
+                {"probe_interval": 0.2, "replication_backoff": 0.2, **federation}
+            ),
         }
     )
 
