@@ -8,7 +8,8 @@ for east runs in east and is read back (its task's NOMAD_REGION and logs
 included); a blocking query and the event stream of east; a global token
 and policy made in west work in east within 10 s, a local token does not;
 east's state killed makes west's requests for east fail naming it while
-west schedules its own; east back, forwarding resumes.
+west schedules its own; east back, forwarding resumes. Also /v1/regions,
+/v1/agent/members, a job routed by its HTTP `Region`, and bad regions.
 
 One pair of regions for the whole module (12 processes): each test builds
 on what the ones before left (the order is the file's)."""
@@ -241,6 +242,19 @@ def test_each_region_knows_the_other_and_the_management_token_reaches_east(
     members = fed.cli("server", "members")
     assert members.returncode == 0, members.stderr
     assert "Links from region west" in members.stdout and "alive" in members.stdout
+    # Nomad's /v1/agent/members: the state servers of both regions
+    status, body, _ = fed.http("/v1/agent/members")
+    assert status == 200, body
+    members_json = json.loads(body)
+    assert members_json["ServerRegion"] == WEST
+    assert {(m["Tags"]["region"], m["Status"]) for m in members_json["Members"]} == {
+        (WEST, "alive"),
+        (EAST, "alive"),
+    }
+    # a region nobody knows, a name that is none
+    status, body, _ = fed.http("/v1/jobs?region=mars")
+    assert status == 400 and body.startswith("No path to region 'mars'"), body
+    assert fed.http("/v1/jobs?region=no%20such")[0] == 400
 
 
 def test_a_job_for_east_run_through_west_runs_in_east_and_reads_back(
@@ -349,6 +363,17 @@ def test_the_event_stream_of_east_through_west(fed: Federation) -> None:
             if seen:
                 break
     assert seen and seen[0]["Topic"] == "Job"
+
+
+def test_a_job_put_to_west_with_region_east_goes_to_east(fed: Federation) -> None:
+    """Through west's HTTP API, the job's own `Region` routes it (Nomad's
+    regionForJob), with no ?region=."""
+    body = {"Job": {**_mock_job("by-region-field"), "Region": EAST}}
+    status, answer, _ = fed.http("/v1/jobs", method="PUT", body=body)
+    assert status == 200, answer
+    code, answer, _ = fed.http("/v1/job/by-region-field?region=east")
+    assert code == 200 and json.loads(answer)["Region"] == EAST
+    assert fed.http("/v1/job/by-region-field")[0] == 404
 
 
 def test_a_global_token_works_in_east_within_10s_a_local_one_does_not(

@@ -15,6 +15,7 @@ import time
 import grpc
 import pytest
 
+from corral.devtools.pgserver import with_database
 from corral.testing import mock
 from corral.v1 import (
     acl_pb2,
@@ -27,7 +28,17 @@ from corral.v1 import (
     job_pb2_grpc,
     query_pb2,
 )
-from tests.integration.federation.conftest import EAST, WEST, Regions, dial, metadata
+from services.state.app import StateApp
+from tests.conftest import drop_database, new_database
+from tests.integration.federation.conftest import (
+    EAST,
+    WEST,
+    Regions,
+    dial,
+    free_port,
+    metadata,
+    region_settings,
+)
 from tests.wait import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -285,6 +296,68 @@ async def test_status_shows_links_servers_and_replication(regions: Regions, root
     assert (link.region, link.status, link.source) == (WEST, "alive", "config")
     assert link.addresses == [regions.west_addr] and link.last_contact
     assert {(x.region, x.status) for x in s.servers} == {(EAST, "alive"), (WEST, "alive")}
+
+
+async def test_a_region_joined_at_run_time_is_kept_and_forgotten_by_force_leave(
+    regions: Regions, root: str, pg_dsn: str, pg_admin_dsn: str, pg_template: str
+) -> None:
+    """`server join` through one west state process: both regions learn
+    each other, the link is kept in west's database (a second west state
+    process over it knows north at once), and `force-leave` forgets it."""
+    name = new_database(pg_admin_dsn, pg_template, "federation_north")
+    north = StateApp(region_settings(with_database(pg_admin_dsn, name), "north", free_port()))
+    west2 = StateApp(region_settings(pg_dsn, WEST, free_port()))
+    await north.start()
+    try:
+        north_addr = north.server.bound_address
+        async with dial(regions.west_addr) as ch:
+            fed = federation_pb2_grpc.FederationStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # agent:write is needed
+                await fed.Join(federation_pb2.FederationJoinRequest(addresses=[north_addr]))
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            joined = await fed.Join(
+                federation_pb2.FederationJoinRequest(addresses=[north_addr]),
+                metadata=metadata(root),
+            )
+        assert (joined.joined, list(joined.regions), joined.error) == (1, ["north"], "")
+        assert "north" in await _regions(regions.west_addr)
+
+        async def north_knows_west() -> bool:
+            return WEST in await _regions(north_addr)
+
+        await until(north_knows_west, what="north learning west from west's probe")
+
+        # kept in west's database: another west state process has it
+        await west2.start()
+        west2_addr = west2.server.bound_address
+
+        async def west2_link() -> federation_pb2.RegionLink | None:
+            async with dial(west2_addr) as ch:
+                s = await federation_pb2_grpc.FederationStub(ch).Status(
+                    federation_pb2.FederationStatusRequest(), metadata=metadata(root)
+                )
+            return next((link for link in s.links if link.region == "north"), None)
+
+        link = await until(west2_link, what="the second west process knowing north")
+        assert (link.source, link.addresses) == ("join", [north_addr])
+
+        # forgotten (north stopped first: a running region probes its way back)
+        await north.stop()
+        async with dial(regions.west_addr) as ch:
+            await federation_pb2_grpc.FederationStub(ch).ForceLeave(
+                federation_pb2.FederationForceLeaveRequest(region="north"),
+                metadata=metadata(root),
+            )
+        assert "north" not in await _regions(regions.west_addr)
+
+        async def west2_forgot() -> bool:
+            return "north" not in await _regions(west2_addr)
+
+        await until(west2_forgot, what="the second west process forgetting north")
+    finally:
+        await west2.stop()
+        await north.stop()
+        drop_database(pg_admin_dsn, name)
 
 
 async def test_hello_is_for_servers_only(regions: Regions) -> None:
