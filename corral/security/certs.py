@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from corral.security.private_files import private_dir
+
 Role = Literal["server", "client", "cli"]
 ROLES: tuple[Role, ...] = get_args(Role)
 
@@ -349,10 +351,11 @@ def write_bundle(
 ) -> Bundle:
     """A throwaway CA and a server, client and cli certificate in `directory`
     (created if need be), with the file names the CLI gives them: what
-    `corral dev -tls` and the tests need in one call. With `ca` (certificate
-    and key PEM) that CA signs them instead of a new one: the regions of a
-    federation share one CA (`corral dev -tls-ca`)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    `corral dev -tls` and the tests need in one call. The directory is 0700
+    (it holds the CA's key). With `ca` (certificate and key PEM) that CA
+    signs them instead of a new one: the regions of a federation share one
+    CA (`corral dev -tls-ca`)."""
+    private_dir(directory)
     if ca is not None:
         load_ca(*ca)  # a mismatched pair would sign what nobody verifies
     ca_pem, ca_key_pem = ca or make_ca()
