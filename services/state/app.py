@@ -52,7 +52,11 @@ class StateApp:
         self.server.guard.resolver = self.ctx.acl
         # the other regions: calls for them are forwarded over these links
         self.federation = Federation(
-            self.db, settings.security.region, settings.federation, settings.security
+            self.db,
+            settings.security.region,
+            settings.federation,
+            settings.security,
+            self.ctx.limits,
         )
         self.ctx.federation = self.federation
         self.server.forwarder = self.federation

@@ -53,6 +53,7 @@ from corral.runtime.settings import ADDRESS, REGION_NAME, SecuritySettings
 from corral.security import tls, transport
 from corral.v1 import federation_pb2, state_pb2
 from services.state import metrics
+from services.state.call_limits import CallLimits
 from services.state.config import FederationSettings
 from services.state.db.database import Database
 from services.state.federation import peers
@@ -164,6 +165,12 @@ class Link:
         )
 
 
+def _blocking(request: Any) -> bool:
+    """Whether a request is a blocking query (`QueryOptions.min_index`)."""
+    query = getattr(request, "query", None)
+    return bool(getattr(query, "min_index", 0))
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, grpc.aio.AioRpcError):
         return f"{exc.code().name}: {exc.details() or ''}".strip()
@@ -182,8 +189,14 @@ class Federation:
         region: str,
         settings: FederationSettings,
         security: SecuritySettings,
+        limits: CallLimits | None = None,
     ) -> None:
         self.db = db
+        #: the bound on calls that wait, per caller's connection: a
+        #: forwarded blocking query or stream holds a coroutine here as the
+        #: local one does, and on the other region it counts against this
+        #: process's one connection there, which every caller shares
+        self.limits = limits or CallLimits()
         self.region = region
         self.settings = settings
         self.security = security
@@ -519,6 +532,12 @@ class Federation:
         )
 
     async def unary(self, region: str, method: str, request: Any, context: Any) -> bytes:
+        if _blocking(request):
+            with self.limits.waiting(f"forwarded blocking query {method}"):
+                return await self._unary(region, method, request, context)
+        return await self._unary(region, method, request, context)
+
+    async def _unary(self, region: str, method: str, request: Any, context: Any) -> bytes:
         link = self._link(region)
         md = forward.metadata(context, region, self.region)
         errors = []
@@ -537,6 +556,13 @@ class Federation:
         raise self._no_path(region, errors)
 
     async def stream(
+        self, region: str, method: str, request: Any, context: Any
+    ) -> AsyncIterator[bytes]:
+        with self.limits.waiting(f"forwarded stream {method}"):
+            async for item in self._stream(region, method, request, context):
+                yield item
+
+    async def _stream(
         self, region: str, method: str, request: Any, context: Any
     ) -> AsyncIterator[bytes]:
         link = self._link(region)

@@ -10,6 +10,7 @@ back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import grpc
@@ -29,6 +30,7 @@ from corral.v1 import (
     query_pb2,
 )
 from services.state.app import StateApp
+from services.state.call_limits import CallLimits
 from tests.conftest import drop_database, new_database
 from tests.integration.federation.conftest import (
     EAST,
@@ -145,6 +147,47 @@ async def test_a_blocking_query_of_east_through_west(regions: Regions, root: str
         answer = await asyncio.wait_for(blocked, 15)
     assert answer.meta.index > first.meta.index
     assert "blocking-wakes" in {j.id for j in answer.jobs}
+
+
+async def test_forwarded_waiting_calls_count_against_the_callers_connection(
+    regions: Regions, root: str
+) -> None:
+    """A forwarded blocking query holds a coroutine on west as a local one
+    does: the caller's connection's bound applies (here 1), so no one
+    caller can use up west's single connection to east for every caller."""
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    fed = regions.west.federation
+    saved, fed.limits = fed.limits, CallLimits(per_connection=1)
+    waiting = query_pb2.QueryOptions(namespace="*", min_index=1 << 40, wait_ms=20_000)
+    try:
+        async with dial(regions.west_addr) as west:
+            jobs = job_pb2_grpc.JobStub(west)
+            held = asyncio.ensure_future(
+                jobs.List(
+                    job_pb2.JobListRequest(query=waiting),
+                    metadata=metadata(root, EAST),
+                    timeout=30,
+                )
+            )
+
+            limits = fed.limits
+            await until(lambda: limits.held() == 1, what="the first call waiting on west")
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await jobs.List(
+                    job_pb2.JobListRequest(query=waiting),
+                    metadata=metadata(root, EAST),
+                    timeout=30,
+                )
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "forwarded blocking query" in (err.value.details() or "")
+            # a call that does not wait goes on
+            await jobs.List(job_pb2.JobListRequest(), metadata=metadata(root, EAST))
+            assert not held.done()
+            held.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await held
+    finally:
+        fed.limits = saved
 
 
 async def test_the_event_stream_of_east_through_west(regions: Regions, root: str) -> None:
