@@ -173,7 +173,16 @@ def _start_region(
     c.start("planner")
     c.start("worker", "--num-schedulers", "1")
     user = {**tls["client"], "CORRAL_SERVER_TOKEN": ""}
-    c.start("agent", "--data-dir", str(workdir / "agent"), "--name", f"{name}-node", env=user)
+    c.start(
+        "agent",
+        "--data-dir",
+        str(workdir / "agent"),
+        "--name",
+        f"{name}-node",
+        "--drivers",
+        "raw_exec,mock",  # raw_exec is off unless named
+        env=user,
+    )
     gateway = c.start("gateway", "--listen", "127.0.0.1:0", env=user)
     region.http = str(gateway.info["http_addr"])
     return region
