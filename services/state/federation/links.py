@@ -448,11 +448,19 @@ class Federation:
         wanted = [check_address(a, f"addresses[{i}]") for i, a in enumerate(addresses)]
         out = federation_pb2.FederationJoinResponse()
         errors = []
-        for address in wanted:
+
+        async def contact(address: str) -> federation_pb2.FederationHello | str:
             try:
-                answer = await self.discover(address)
+                return await self.discover(address)
             except ConfigError as exc:
-                errors.append(str(exc))
+                return str(exc)
+
+        # all at once: a join of many silent addresses takes one probe's
+        # timeout, not one per address
+        answers = await asyncio.gather(*(contact(a) for a in wanted))
+        for address, answer in zip(wanted, answers, strict=True):
+            if isinstance(answer, str):
+                errors.append(answer)
                 continue
             link = await self.learn(answer, via=[address])
             if address in link.endpoints:
