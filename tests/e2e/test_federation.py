@@ -266,25 +266,22 @@ def test_each_region_knows_the_other_and_the_management_token_reaches_east(
     assert fed.http("/v1/jobs?region=no%20such")[0] == 400
 
 
-def test_a_job_for_east_run_through_west_runs_in_east_and_reads_back(
-    fed: Federation, tmp_path: Path
-) -> None:
-    jobfile = tmp_path / "east.nomad.hcl"
-    jobfile.write_text(JOB % {"id": "to-east", "region": EAST})
-    run = fed.cli("job", "run", "-detach", str(jobfile))
+def test_a_job_for_east_run_through_west_runs_in_east_and_reads_back(fed: Federation) -> None:
+    # the documented example (docs/operations.md, Federation)
+    run = fed.cli("job", "run", "-detach", str(ROOT / "examples" / "hello-east.nomad.hcl"))
     assert run.returncode == 0, run.stderr
 
     def running() -> str:
-        code, body, _ = fed.http("/v1/job/to-east/allocations?region=east")
+        code, body, _ = fed.http("/v1/job/hello-east/allocations?region=east")
         allocs = json.loads(body) if code == 200 else []
         return next((a["ID"] for a in allocs if a["ClientStatus"] == "running"), "")
 
     alloc_id = wait_for("the job running in east", running, timeout=60)
-    code, body, _ = fed.http("/v1/job/to-east?region=east")
+    code, body, _ = fed.http("/v1/job/hello-east?region=east")
     assert code == 200 and json.loads(body)["Region"] == EAST
     # it is east's, not west's
-    assert fed.http("/v1/job/to-east")[0] == 404
-    assert fed.cli("job", "status", "to-east", at=fed.east).returncode == 0
+    assert fed.http("/v1/job/hello-east")[0] == 404
+    assert fed.cli("job", "status", "hello-east", at=fed.east).returncode == 0
     # its node is east's agent, and its task saw the real region
     code, body, _ = fed.http(f"/v1/allocation/{alloc_id}?region=east")
     assert code == 200
@@ -293,8 +290,8 @@ def test_a_job_for_east_run_through_west_runs_in_east_and_reads_back(
     assert [n["name"] for n in json.loads(node.stdout)] == ["east-node"]
 
     def logged() -> bool:
-        out = fed.cli("alloc", "logs", "-region", EAST, alloc_id, "main")
-        return out.returncode == 0 and "region=east" in out.stdout
+        out = fed.cli("alloc", "logs", "-region", EAST, alloc_id, "hello")
+        return out.returncode == 0 and f"{alloc_id} in east" in out.stdout
 
     wait_for("the task's log read through west", logged, timeout=30)
     fed.jobs["east"] = alloc_id
@@ -411,7 +408,7 @@ def test_a_global_token_works_in_east_within_10s_a_local_one_does_not(
     refused = fed.cli("job", "status", "-region", EAST, token=local_token)
     assert refused.returncode == 1 and "ACL token not found" in refused.stderr
     # what the readers policy does not grant, east refuses too
-    refused = fed.cli("job", "stop", "-region", EAST, "to-east", token=global_token)
+    refused = fed.cli("job", "stop", "-region", EAST, "hello-east", token=global_token)
     assert refused.returncode == 1 and "Permission denied" in refused.stderr
     members = fed.cli("operator", "members", at=fed.east)
     assert members.returncode == 0, members.stderr
@@ -449,8 +446,8 @@ def test_east_gone_fails_west_requests_for_it_west_schedules_its_own_then_resume
     fed.east.cluster.restart("state")
     wait_for(
         "forwarding to east again",
-        lambda: fed.http("/v1/job/to-east?region=east")[0] == 200,
+        lambda: fed.http("/v1/job/hello-east?region=east")[0] == 200,
         timeout=30,
     )
-    out = fed.cli("job", "status", "-region", EAST, "to-east")
+    out = fed.cli("job", "status", "-region", EAST, "hello-east")
     assert out.returncode == 0, out.stderr
