@@ -41,6 +41,7 @@ from tests.conftest import drop_database, new_database
 from tests.wait import wait_for
 
 WEST, EAST = "west", "east"
+SERVER_ROLES = ("state", "broker", "planner", "worker")
 
 JOB = """
 job "%(id)s" {
@@ -251,6 +252,15 @@ def test_each_region_knows_the_other_and_the_management_token_reaches_east(
     members = fed.cli("server", "members")
     assert members.returncode == 0, members.stderr
     assert "Links from region west" in members.stdout and "alive" in members.stdout
+    # joining a region already known is a join all the same (Nomad's too)
+    joined = fed.cli("server", "join", fed.east.state)
+    assert joined.returncode == 0, joined.stderr
+    assert joined.stdout.strip() == "Joined 1 servers successfully (region east)"
+    # every process of both regions, east's asked through west
+    everyone = fed.cli("operator", "members", "-all-regions", "-json")
+    assert everyone.returncode == 0, everyone.stderr
+    roles = {(m["region"], m["role"]) for m in json.loads(everyone.stdout)}
+    assert {(r, role) for r in (WEST, EAST) for role in SERVER_ROLES} <= roles
     # Nomad's /v1/agent/members: the state servers of both regions
     status, body, _ = fed.http("/v1/agent/members")
     assert status == 200, body
