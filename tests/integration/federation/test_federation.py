@@ -17,6 +17,8 @@ import grpc
 import pytest
 
 from corral.devtools.pgserver import with_database
+from corral.security import acl, transport
+from corral.security.transport import FORWARDED_METADATA_KEY
 from corral.testing import mock
 from corral.v1 import (
     acl_pb2,
@@ -28,6 +30,8 @@ from corral.v1 import (
     job_pb2,
     job_pb2_grpc,
     query_pb2,
+    state_pb2,
+    state_pb2_grpc,
 )
 from services.state.app import StateApp
 from services.state.call_limits import CallLimits
@@ -225,6 +229,40 @@ async def test_an_unknown_region_is_no_path(regions: Regions, root: str) -> None
             )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert (err.value.details() or "").startswith("No path to region 'mars'")
+
+
+async def test_forwarded_calls_are_not_forwarded_again_nor_internal_ones_at_all(
+    regions: Regions, root: str
+) -> None:
+    async with dial(regions.west_addr) as west:
+        jobs = job_pb2_grpc.JobStub(west)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await jobs.List(
+                job_pb2.JobListRequest(),
+                metadata=[*metadata(root, EAST), (FORWARDED_METADATA_KEY, "north")],
+            )
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "forwarded requests are not forwarded again" in (err.value.details() or "")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await state_pb2_grpc.StateStub(west).GetIndex(
+                state_pb2.GetIndexRequest(), metadata=metadata(root, EAST)
+            )
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "is not forwarded to region 'east'" in (err.value.details() or "")
+
+
+async def test_token_replication_carries_the_secrets_hash_never_the_secret(
+    regions: Regions, root: str
+) -> None:
+    # between regions' servers (the session's server token: a plaintext federation)
+    async with transport.dial(regions.west_addr) as west:
+        answer = await federation_pb2_grpc.FederationStub(west).ReplicateTokens(
+            federation_pb2.ReplicationRequest(query=query_pb2.QueryOptions())
+        )
+    assert answer.tokens
+    assert all(t.token.secret_id == "" for t in answer.tokens)
+    assert acl.secret_hash(root) in {t.secret_hash for t in answer.tokens}
+    assert root not in str(answer)
 
 
 async def _policy(address: str, token: str, name: str) -> bool:
