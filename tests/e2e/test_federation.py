@@ -308,13 +308,18 @@ def test_a_job_for_east_run_through_west_runs_in_east_and_reads_back(fed: Federa
 
 
 def test_a_blocking_query_of_east_through_west(fed: Federation) -> None:
-    code, _, headers = fed.http("/v1/jobs?region=east")
+    """On a variable of east that nothing else touches, so that only the
+    write below can end the wait."""
+    path = "/v1/var/fed/blocking?region=east"
+    status, body, _ = fed.http(path, method="PUT", body={"Items": {"n": "1"}})
+    assert status == 200, body
+    code, _, headers = fed.http(path)
     assert code == 200
     index = int(headers.get("X-Nomad-Index", "0"))
     answer: dict[str, Any] = {}
 
     def block() -> None:
-        answer["reply"] = fed.http(f"/v1/jobs?region=east&index={index}&wait=30s")
+        answer["reply"] = fed.http(f"{path}&index={index}&wait=30s")
 
     waiter = threading.Thread(target=block)
     started = time.monotonic()
@@ -322,17 +327,15 @@ def test_a_blocking_query_of_east_through_west(fed: Federation) -> None:
     # not a settling wait: the proof that the query is parked on east's index
     time.sleep(1)
     assert waiter.is_alive()
-    status, _, _ = fed.http(
-        "/v1/jobs?region=east",
-        method="PUT",
-        body={"Job": _mock_job("wakes-blocking")},
-    )
-    assert status == 200
+    status, body, _ = fed.http(path, method="PUT", body={"Items": {"n": "2"}})
+    assert status == 200, body
     waiter.join(30)
     code, body, headers = answer["reply"]
     assert code == 200 and time.monotonic() - started < 30
     assert int(headers.get("X-Nomad-Index", "0")) > index
-    assert "wakes-blocking" in {j["ID"] for j in json.loads(body)}
+    assert json.loads(body)["Items"] == {"n": "2"}
+    # it is east's variable, not west's
+    assert fed.http("/v1/var/fed/blocking")[0] == 404
 
 
 def _mock_job(job_id: str) -> dict[str, Any]:
