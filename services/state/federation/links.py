@@ -211,6 +211,11 @@ class Federation:
             enabled=False, source_region=self.authoritative_region, status="disabled"
         )
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        #: held while the joined links change in memory and in the database
+        #: together (a join, a forget, a refresh from the database): a
+        #: refresh that read the table before a join saved must not drop
+        #: the link the join just made
+        self._joined = asyncio.Lock()
         # forwarded and relayed calls: no server token (they are users' calls)
         self._user = security.model_copy(update={"server_token": SecretStr("")})
         for entry in settings.peers:
@@ -292,7 +297,10 @@ class Federation:
     async def refresh(self) -> None:
         """Take up what the database holds: regions joined through another
         state process of this region, and regions forgotten there."""
-        stored = await peers.load(self.db)
+        async with self._joined:
+            self._take_up(await peers.load(self.db))
+
+    def _take_up(self, stored: dict[str, list[str]]) -> None:
         for name, addresses in stored.items():
             link = self.links.get(name)
             if link is None:
@@ -342,6 +350,10 @@ class Federation:
         database unless it is configured), its servers. An address that
         answers stays; one the region no longer advertises goes once it
         fails."""
+        async with self._joined:
+            return await self._learn(hello, via)
+
+    async def _learn(self, hello: federation_pb2.FederationHello, via: Sequence[str]) -> Link:
         name = hello.region
         link = self.links.get(name)
         if link is None:
@@ -474,17 +486,18 @@ class Federation:
 
     async def force_leave(self, region: str) -> None:
         check_region(region, "region")
-        link = self.links.get(region)
-        if link is None:
-            raise NotFound(f"region {region!r} is not known here")
-        if link.source == CONFIG:
-            raise InvalidArgument(
-                "region",
-                f"region {region!r} is configured (--federation-peer): remove it from the "
-                "configuration instead",
-            )
-        await peers.forget(self.db, region)
-        del self.links[region]
+        async with self._joined:
+            link = self.links.get(region)
+            if link is None:
+                raise NotFound(f"region {region!r} is not known here")
+            if link.source == CONFIG:
+                raise InvalidArgument(
+                    "region",
+                    f"region {region!r} is configured (--federation-peer): remove it from the "
+                    "configuration instead",
+                )
+            await peers.forget(self.db, region)
+            del self.links[region]
         log.info("forgot region %s", region)
 
     async def status(
