@@ -310,7 +310,11 @@ class Agent:
 
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
-        self.templates = TemplateClient(self._channel, retry=self.settings.template_retry())
+        self.templates = TemplateClient(
+            self._channel,
+            retry=self.settings.template_retry(),
+            region=self.settings.security.region,
+        )
         if self.settings.gateway_addr and self.resolver is not None:
             self.task_api = TaskAPI(
                 self.settings.gateway_addr, self.resolver, security=self.settings.security

@@ -28,6 +28,7 @@ from corral.domain.lifecycle import DEFAULT_LOG_MAX_FILE_SIZE_MB, DEFAULT_LOG_MA
 from corral.domain.structs import ClientStatus, DesiredStatus, TaskStateName, copy_msg
 from corral.domain.template import block as template_block
 from corral.runtime import telemetry
+from corral.security import transport
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics, taskenv, volume_hook
 from services.agent.alloc_services import AllocServices
@@ -306,6 +307,7 @@ class TaskRunner:
             dirs=dirs,
             home=str(self.dir),
             resources=self.resources(),
+            region=transport.current().region,
         )
 
     def group(self) -> pb.TaskGroup:

@@ -464,9 +464,8 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
     body.src.origins.setdefault("job.id", (body.src.lines.get(body.path), body.display))
     job.name = body.string("name") or label
     job.namespace = body.string("namespace") or ""
-    region = body.string("region")
-    if region not in (None, "global"):
-        raise body.fail("region", f'Corral has a single region, "global"; got {region!r}')
+    # the region it runs in ("global", or none: the region that registers it)
+    job.region = body.string("region") or ""
     job.type = body.string("type") or ""
     priority = body.integer("priority")
     if priority is not None:

@@ -46,7 +46,6 @@ _RENAMES = {
 # meaning for a submitted job; accepted and ignored whatever their value.
 _IGNORED = frozenset(
     {
-        "Region",
         "Status",
         "StatusDescription",
         "Stable",

@@ -29,6 +29,7 @@ from services.gateway.http import (
     listing,
     metadata_of,
     object_body,
+    region_of,
     respond,
 )
 from services.gateway.mapping import allocs as alloc_map
@@ -131,7 +132,7 @@ async def allocation_stats(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     resp = (
         await backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Stats(
             alloc_pb2.AllocStatsRequest(
                 alloc_id=alloc.id, task=request.query_params.get("task", "")
@@ -161,7 +162,7 @@ async def allocation_signal(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     await (
         backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Signal(
             alloc_pb2.AllocSignalRequest(alloc_id=alloc.id, task=task, signal=signal),
             metadata=metadata_of(request),
@@ -182,7 +183,7 @@ async def allocation_restart(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     await (
         backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Restart(
             alloc_pb2.AllocRestartRequest(alloc_id=alloc.id, task=task, all_tasks=all_tasks),
             metadata=metadata_of(request),
@@ -212,7 +213,7 @@ async def logs(request: Request) -> Response:
     backend = backend_of(request)
     md = metadata_of(request)
     alloc, address = await alloc_agent(request)
-    logs_call: Any = backend.client_alloc(address).Logs
+    logs_call: Any = backend.client_alloc(address, region_of(request)).Logs
     stream = logs_call(
         alloc_pb2.AllocLogsRequest(
             alloc_id=alloc.id, task=task, type=kind, follow=follow, offset=offset, origin=origin

@@ -27,6 +27,7 @@ from services.gateway.http import (
     bool_param,
     int_param,
     metadata_of,
+    region_of,
     respond,
 )
 from services.gateway.mapping.common import rfc3339
@@ -57,7 +58,7 @@ async def ls(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     resp = (
         await backend_of(request)
-        .client_fs(address)
+        .client_fs(address, region_of(request))
         .List(
             alloc_pb2.FsListRequest(alloc_id=alloc.id, path=path),
             metadata=metadata_of(request),
@@ -72,7 +73,7 @@ async def stat(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     resp = (
         await backend_of(request)
-        .client_fs(address)
+        .client_fs(address, region_of(request))
         .Stat(
             alloc_pb2.FsStatRequest(alloc_id=alloc.id, path=path),
             metadata=metadata_of(request),
@@ -98,7 +99,7 @@ async def _stream(
     before the answer starts, so a bad path is a 4xx, not a broken body."""
     alloc, address = await alloc_agent(request)
     fs_request.alloc_id = alloc.id
-    call: Any = backend_of(request).client_fs(address).Stream
+    call: Any = backend_of(request).client_fs(address, region_of(request)).Stream
     stream = call(
         fs_request,
         metadata=metadata_of(request),

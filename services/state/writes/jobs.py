@@ -388,6 +388,10 @@ async def register_job(
     await admit(tx, job)
     scaling.canonicalize(job)  # targets name this job (a dispatched child, a revert)
     current = await tx.get_job(job.namespace, job.id)
+    if current is not None and not current.region and job.region:
+        # stored before jobs carried their region: it was this region's
+        current = copy_msg(current)
+        current.region = job.region
     check_update(current, job, dispatch=dispatch)
     if enforce_index:
         have = current.job_modify_index if current is not None else 0

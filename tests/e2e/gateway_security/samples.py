@@ -122,6 +122,14 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/status/peers": const(Sample("/v1/status/peers")),
         "/v1/regions": const(Sample("/v1/regions")),
         "/v1/agent/self": const(Sample("/v1/agent/self")),
+        # the federation: the state servers of every region; joining an
+        # address that refuses (200 with num_joined 0) and forgetting a region
+        # nobody knows (404)
+        "/v1/agent/members": const(Sample("/v1/agent/members")),
+        "/v1/agent/join": const(Sample("/v1/agent/join", params={"address": "127.0.0.1:1"})),
+        "/v1/agent/force-leave": const(
+            Sample("/v1/agent/force-leave", params={"node": "gw-no-such-region"})
+        ),
         "/v1/job/{job_id:path}/revert": job_path("/revert", body={"JobVersion": 0}),
         "/v1/jobs": lambda m: Sample("/v1/jobs", body=job_json(cluster) if m != "GET" else None),
         "/v1/job/{job_id:path}/plan": job_path("/plan", body=job_json(cluster)),
