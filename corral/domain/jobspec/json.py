@@ -61,6 +61,9 @@ _IGNORED = frozenset(
         "VaultToken",
         "VaultNamespace",
         "ConsulNamespace",
+        # a scaling policy's namespace: the state sets the job's, as Nomad's
+        # servers do (a job read through the API shows it)
+        "Namespace",
     }
 )
 _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {

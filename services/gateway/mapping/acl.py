@@ -23,13 +23,14 @@ def policy_stub(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
     return {
         "Name": p.name,
         "Description": p.description,
+        "JobACL": None,
         "CreateIndex": p.create_index,
         "ModifyIndex": p.modify_index,
     }
 
 
 def policy(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
-    return {**policy_stub(p), "Rules": p.rules, "JobACL": None}
+    return {**policy_stub(p), "Rules": p.rules}
 
 
 def token_stub(t: acl_pb2.ACLToken) -> dict[str, Any]:
@@ -70,8 +71,9 @@ def policy_from_body(name: str, body: dict[str, Any]) -> acl_pb2.ACLPolicy:
 
 
 def _ttl(value: Any) -> int:
-    """`ExpirationTTL`: nanoseconds, or a duration string ("1h")."""
-    if value is None:
+    """`ExpirationTTL`: nanoseconds, or a duration string ("1h"); "" is no
+    TTL (what Nomad's Go client sends for a token without one)."""
+    if value is None or value == "":
         return 0
     if isinstance(value, bool):
         raise ValueError("ExpirationTTL must be a duration")

@@ -39,6 +39,9 @@ _FIELD_RENAMES = {
     "crons": "Specs",
     "l_target": "LTarget",
     "r_target": "RTarget",
+    # a plan's DesiredUpdates
+    "reconnect_updates": "Reconnect",
+    "disconnect_updates": "Disconnect",
 }
 
 #: Go's zero time.Time, as Nomad's JSON shows an unset one
@@ -119,8 +122,33 @@ def to_nomad(msg: Message, overrides: Mapping[str, Override] | None = None) -> d
     return out
 
 
+def networks(items: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Network JSON completed as Nomad's api.NetworkResource and api.Port
+    (in place; returned for chaining)."""
+    from services.gateway.mapping.absent import fill, fill_all
+
+    for net in items or ():
+        fill("NetworkResource", net)
+        fill_all("Port", net.get("ReservedPorts"))
+        fill_all("Port", net.get("DynamicPorts"))
+    return items
+
+
+def complete_resources(out: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Resources JSON as Nomad's api.Resources: the devices an alloc was
+    given are Corral's own (Nomad shows them in AllocatedResources), the
+    fields Corral lacks at Nomad's unset values (in place)."""
+    from services.gateway.mapping.absent import fill
+
+    if out is None:
+        return None
+    out.pop("AllocatedDevices", None)
+    networks(out.get("Networks"))
+    return fill("Resources", out)
+
+
 def resources(msg: Message | None) -> dict[str, Any] | None:
     """Resources as Nomad's api.Resources (networks and devices included)."""
     if msg is None:
         return None
-    return to_nomad(msg)
+    return complete_resources(to_nomad(msg))

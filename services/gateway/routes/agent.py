@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute
 from corral.v1 import operator_pb2
 from services.gateway.authz import OPEN, ApiRoute, Need
 from services.gateway.http import backend_of, metadata_of, respond
+from services.gateway.mapping.absent import fill
 from services.gateway.mapping.jobs import REGION
 
 
@@ -62,13 +63,16 @@ async def agent_self(request: Request) -> Response:
             "Client": {"Enabled": False},
             "TLSConfig": {"EnableHTTP": bool(settings.security.tls)},
         },
-        "member": {
-            "Name": "corral-gateway",
-            "Addr": backend.state_addr.rpartition(":")[0],
-            "Port": int(backend.state_addr.rpartition(":")[2] or 0),
-            "Tags": {"region": REGION, "dc": "dc1", "role": "gateway"},
-            "Status": "alive",
-        },
+        "member": fill(
+            "AgentMember",
+            {
+                "Name": "corral-gateway",
+                "Addr": backend.state_addr.rpartition(":")[0],
+                "Port": int(backend.state_addr.rpartition(":")[2] or 0),
+                "Tags": {"region": REGION, "dc": "dc1", "role": "gateway"},
+                "Status": "alive",
+            },
+        ),
         "stats": {},
     }
     return respond(request, body)

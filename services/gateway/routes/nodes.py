@@ -78,8 +78,6 @@ def _update_response(resp: node_pb2.NodeUpdateResponse) -> dict[str, Any]:
         "EvalCreateIndex": resp.eval_create_index,
         "NodeModifyIndex": resp.node_modify_index,
         "Index": resp.index,
-        "LastContact": 0,
-        "KnownLeader": True,
     }
 
 
