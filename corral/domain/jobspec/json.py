@@ -147,10 +147,15 @@ def _scalar(fd: Any, value: Any, path: str) -> Any:
     return int(value)
 
 
-def _fill(msg: Message, data: Any, path: str) -> None:
+def _fill(msg: Message, data: Any, path: str, explicit: dict[str, set[str]] | None = None) -> None:
+    """`data` (Nomad's JSON) into `msg`. `explicit` collects what the input
+    set, zeros included (`"Count": 0`, `"Unlimited": false`): Nomad's api
+    types hold these as pointers, so a written zero is kept rather than
+    taken for "unset" by the defaults (defaults.canonicalize)."""
     if not isinstance(data, dict):
         raise validate.FieldProblem(path, f"expected an object, got {type(data).__name__}")
     fields = msg.DESCRIPTOR.fields_by_name
+    given = explicit.setdefault(path, set()) if explicit is not None else None
     for key, value in data.items():
         name = _snake(key)
         fd = fields.get(name)
@@ -161,6 +166,9 @@ def _fill(msg: Message, data: Any, path: str) -> None:
             raise validate.FieldProblem(f"{path}.{key}", "is not supported by Corral")
         if value is None:
             continue
+        if given is not None and explicit is not None:
+            given.add(name)
+            explicit.setdefault(fpath, set())
         target = getattr(msg, name)
         if fd.message_type is not None and fd.message_type.full_name == "google.protobuf.Struct":
             if not isinstance(value, dict):
@@ -172,7 +180,7 @@ def _fill(msg: Message, data: Any, path: str) -> None:
             vfd = fd.message_type.fields_by_name["value"]
             for k, v in value.items():
                 if vfd.message_type is not None:
-                    _fill(target[k], v, f"{fpath}[{k}]")
+                    _fill(target[k], v, f"{fpath}[{k}]", explicit)
                 else:
                     target[k] = _scalar(vfd, v, f"{fpath}[{k}]")
         elif fd.is_repeated:
@@ -180,20 +188,20 @@ def _fill(msg: Message, data: Any, path: str) -> None:
                 raise validate.FieldProblem(fpath, "expected a list")
             for i, item in enumerate(value):
                 if fd.message_type is not None:
-                    _fill(target.add(), item, f"{fpath}[{i}]")
+                    _fill(target.add(), item, f"{fpath}[{i}]", explicit)
                 else:
                     target.append(_scalar(fd, item, f"{fpath}[{i}]"))
         elif fd.message_type is not None:
-            _fill(target, value, fpath)
+            _fill(target, value, fpath, explicit)
             target.SetInParent()
         else:
             setattr(msg, name, _scalar(fd, value, fpath))
 
 
-def _nomad_job(data: dict[str, Any]) -> pb.Job:
+def _nomad_job(data: dict[str, Any], explicit: dict[str, set[str]]) -> pb.Job:
     job = pb.Job()
     service_blocks.nomad_json(data)
-    _fill(job, data, "job")
+    _fill(job, data, "job", explicit)
     # Nomad's JSON names the disconnect block's fields like ours, and the
     # seed-era group fields map the same way the HCL ones do.
     return job
@@ -216,15 +224,16 @@ def _parse(text: str, filename: str) -> pb.Job:
     if not isinstance(data, dict):
         raise JobspecError(filename, None, "", "expected a JSON object holding a job")
     try:
+        explicit: dict[str, set[str]] = {}
         if "Job" in data:
-            job = _nomad_job(data["Job"])
+            job = _nomad_job(data["Job"], explicit)
         elif "job" in data and isinstance(data["job"], dict):
             job = _proto_job(data["job"], filename)
         elif any(k[:1].isupper() for k in data):
-            job = _nomad_job(data)
+            job = _nomad_job(data, explicit)
         else:
             job = _proto_job(data, filename)
-        defaults.canonicalize(job)
+        defaults.canonicalize(job, explicit)
         validate.check(job)
     except validate.FieldProblem as problem:
         raise JobspecError(filename, None, problem.path, problem.problem) from None
@@ -240,8 +249,9 @@ def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
     if limits.json_depth(data) > limits.MAX_NESTING_DEPTH:
         raise JobspecError(filename, None, "", str(limits.NestingError(what=limits.JSON_LEVELS)))
     try:
-        job = _nomad_job(data)
-        defaults.canonicalize(job)
+        explicit: dict[str, set[str]] = {}
+        job = _nomad_job(data, explicit)
+        defaults.canonicalize(job, explicit)
         validate.check(job)
     except validate.FieldProblem as problem:
         raise JobspecError(filename, None, nomad_path(problem.path), problem.problem) from None

@@ -76,6 +76,8 @@ ABSENT: dict[str, dict[str, Any]] = {
         "SuccessBeforePassing": 0,
         "TLSServerName": "",
     },
+    "WorkloadIdentity": {"ExtraClaims": None, "ServiceName": ""},
+    "RequestedDevice": {"Affinities": None},
     "NetworkResource": {"CIDR": "", "DNS": None, "Device": "", "IP": ""},
     "Port": {"IgnoreCollision": False},
     "Resources": {"IOPS": 0, "NUMA": None, "SecretsMB": 0},

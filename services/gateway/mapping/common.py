@@ -138,12 +138,13 @@ def complete_resources(out: dict[str, Any] | None) -> dict[str, Any] | None:
     """Resources JSON as Nomad's api.Resources: the devices an alloc was
     given are Corral's own (Nomad shows them in AllocatedResources), the
     fields Corral lacks at Nomad's unset values (in place)."""
-    from services.gateway.mapping.absent import fill
+    from services.gateway.mapping.absent import fill, fill_all
 
     if out is None:
         return None
     out.pop("AllocatedDevices", None)
     networks(out.get("Networks"))
+    fill_all("RequestedDevice", out.get("Devices"))
     return fill("Resources", out)
 
 

@@ -11,7 +11,7 @@ from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.absent import fill
+from services.gateway.mapping.absent import fill, fill_all
 from services.gateway.mapping.common import complete_resources, networks, rfc3339, to_nomad
 from services.gateway.mapping.evals import evaluation, metrics
 from services.gateway.mapping.services import check_header
@@ -55,6 +55,8 @@ def job(msg: pb.Job) -> dict[str, Any]:
             tg["Scaling"]["Namespace"] = msg.namespace
         for task in tg.get("Tasks") or []:
             fill("Task", task)
+            fill("WorkloadIdentity", task.get("Identity"))
+            fill_all("WorkloadIdentity", task.get("Identities"))
             complete_resources(task.get("Resources"))
             _nomad_services(task)
             for policy in task.get("ScalingPolicies") or []:
