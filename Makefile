@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint proto proto-check unit bench bench-full chaos clean promtool rules-check chromium fuzz
+.PHONY: dev test lint proto proto-check unit bench bench-full bench-ab chaos soak clean promtool rules-check chromium fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -91,11 +91,23 @@ bench: $(STAMP)
 bench-full: $(STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 
+# the old revision and this tree interleaved on the same machine, W1 and W2,
+# 3 rounds each (bench/ab.py), e.g. make bench-ab OLD=main AB_ARGS="--rounds 5"
+bench-ab: $(STAMP)
+	@test -n "$(OLD)" || { echo "usage: make bench-ab OLD=<rev> [AB_ARGS=...]"; exit 2; }
+	$(PY) -m bench.ab --old $(OLD) $(AB_ARGS)
+
 # kill -9 of every role, leader kills with standbys, PostgreSQL stopped and
 # killed, under load; prints the table and fails on any loss (bench/chaos.py).
 # `make test` runs the short profile (tests/e2e/test_chaos.py).
 chaos: $(STAMP)
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# An hour of job churn on `corral dev` with Nomad's default GC settings, RSS
+# per role sampled each minute and plotted (bench/soak.py); not in `make test`.
+# SOAK_ARGS, e.g. --minutes 10 for a short run.
+soak: $(STAMP)
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,18 +76,19 @@ def say(text: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def git_rev() -> str:
+def git_rev(tree: Path = ROOT) -> str:
+    """The short commit of `tree`, `+` when it has uncommitted changes."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
+            cwd=tree,
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
+            cwd=tree,
             capture_output=True,
             text=True,
             check=False,
@@ -118,8 +120,14 @@ class Suite:
         *,
         w1l_rate: float = 0.0,
         compare: Path | None = None,
+        ledger: bool = True,
+        roles_from: Path | None = None,
+        roles_python: str = "",
     ) -> None:
         self.profile = profile
+        self.ledger = ledger  # count the ledger in the roles (bench/ledger.py)
+        self.roles_from = roles_from  # the roles' source tree (bench.ab); None: this one
+        self.roles_python = roles_python  # and interpreter; "": this one
         self.only = only
         self.out_dir = out_dir
         self.w1l_rate = w1l_rate  # jobs/s; used when W1 does not run first
@@ -131,7 +139,7 @@ class Suite:
         self.run: dict[str, Any] = {
             "profile": profile.name,
             "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "git_rev": git_rev(),
+            "git_rev": git_rev(roles_from or ROOT),
             "machine": machine(),
             "sizes": {k: v for k, v in vars(profile).items() if not k.startswith("_")},
             "baselines_before": None,
@@ -152,7 +160,9 @@ class Suite:
             self._pg = EmbeddedPostgres(self.tmp / "pg", delete_on_stop=True)
             self.admin_dsn = self._pg.start()
 
-    def new_database(self, label: str) -> str:
+    def new_database(self, label: str, migrate: bool = True) -> str:
+        """A fresh database; `migrate` applies this tree's migrations (a
+        cluster's own `services.state migrate` applies its tree's)."""
         from corral.devtools.pgserver import with_database
         from services.state.db.migrate import upgrade
 
@@ -161,7 +171,8 @@ class Suite:
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         dsn = with_database(self.admin_dsn, name)
-        upgrade(dsn)
+        if migrate:
+            upgrade(dsn)
         return dsn
 
     # ------------------------------------------------------------ phases
@@ -179,7 +190,15 @@ class Suite:
     def cluster(self, label: str, workers: int = 1, loops: int = 0, nodes: int = 0) -> BenchCluster:
         p = self.profile
         nodes = nodes or p.nodes
-        spec = ClusterSpec(nodes=nodes, workers=workers, loops=loops, state_args=p.heartbeat_args)
+        spec = ClusterSpec(
+            nodes=nodes,
+            workers=workers,
+            loops=loops,
+            state_args=p.heartbeat_args,
+            ledger=self.ledger,
+            code_root=self.roles_from,
+            python=self.roles_python,
+        )
         say(
             f"starting cluster {label}: {nodes} nodes, {workers} worker process(es)"
             + (f" x {loops} loops" if loops else "")
@@ -188,7 +207,7 @@ class Suite:
         cl = BenchCluster(
             spec,
             data_dir=self.tmp / label,
-            dsn=self.new_database(label),
+            dsn=self.new_database(label, migrate=False),
             postgres_pid=postmaster_pid(self.tmp / "pg"),
         )
         cl.start()
@@ -385,7 +404,17 @@ def headline(result: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    """SIGTERM (bench.ab stopping a run) unwinds like an error, so the
+    clusters and the embedded PostgreSQL are stopped on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # started in the background of a non-interactive shell, SIGINT comes
+    # ignored: take Python's handler back so Ctrl-C stops a run cleanly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="1/10 scale, under 5 minutes")
     p.add_argument(
@@ -411,6 +440,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--compare", default="", help="a previous results JSON: the summary shows old -> new"
+    )
+    p.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="do not load the ledger's counters into the roles (RPC counts and plans remain)",
+    )
+    p.add_argument(
+        "--roles-from",
+        default="",
+        help="run the roles from this source tree (bench.ab: an older revision's worktree)",
+    )
+    p.add_argument(
+        "--roles-python",
+        default="",
+        help="the interpreter of the roles, for a tree whose dependencies differ (default: this)",
     )
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
@@ -439,7 +483,19 @@ def main(argv: list[str] | None = None) -> int:
         if not sizes or min(sizes) <= 0:
             p.error("--scaling-nodes: every size must be a positive number of nodes")
         profile = dataclasses.replace(profile, scaling_nodes=sizes)
-    suite = Suite(profile, only, Path(args.out), w1l_rate=args.w1l_rate, compare=compare)
+    roles_from = Path(args.roles_from).resolve() if args.roles_from else None
+    if roles_from is not None and not (roles_from / "services" / "state").is_dir():
+        p.error(f"--roles-from: {roles_from} holds no Corral source tree")
+    suite = Suite(
+        profile,
+        only,
+        Path(args.out),
+        w1l_rate=args.w1l_rate,
+        compare=compare,
+        ledger=not args.no_ledger,
+        roles_from=roles_from,
+        roles_python=args.roles_python,
+    )
     return suite.execute()
 
 

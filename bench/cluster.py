@@ -38,6 +38,9 @@ from cli.supervisor import RoleProcess, StartError, stop_all
 from corral.security import transport
 
 LOG_RETENTION = 5_000_000
+#: on the roles' PYTHONPATH, it loads the ledger's counters into each
+#: (bench/ledger_site/corral_ledger_probe.py)
+LEDGER_SITE = Path(__file__).resolve().parent / "ledger_site"
 
 
 @dataclass
@@ -114,6 +117,24 @@ def postmaster_pid(data_dir: Path) -> int | None:
         return None
 
 
+def role_paths(ledger: bool, code_root: Path | None, pythonpath: str = "") -> dict[str, str]:
+    """The environment that makes the roles import the ledger's counters
+    (`ledger`) and their code from `code_root`: that tree first on
+    PYTHONPATH, and PYTHONSAFEPATH so the working directory (this tree)
+    does not come before it."""
+    paths = []
+    env: dict[str, str] = {}
+    if code_root is not None:
+        paths.append(str(code_root))
+        env["PYTHONSAFEPATH"] = "1"
+    if ledger:
+        paths.append(str(LEDGER_SITE))
+    if not paths:
+        return env
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *([pythonpath] if pythonpath else [])])
+    return env
+
+
 @dataclass
 class ClusterSpec:
     nodes: int = 5000
@@ -127,6 +148,13 @@ class ClusterSpec:
     sim_register_rate: float = 1000.0
     state_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: count the ledger in every role (bench/ledger.py)
+    ledger: bool = True
+    #: run the roles from this source tree (`bench.ab`: an older revision
+    #: checked out elsewhere) instead of this one
+    code_root: Path | None = None
+    #: and with this interpreter (its virtualenv's packages; "": this one)
+    python: str = ""
 
 
 class BenchCluster:
@@ -157,6 +185,7 @@ class BenchCluster:
             {"PYTHONUNBUFFERED": "1", "CORRAL_LOG_FORMAT": "text", "CORRAL_LOG_LEVEL": "WARNING"}
         )
         self.env.update(spec.extra_env)
+        self.env.update(role_paths(spec.ledger, spec.code_root, self.env.get("PYTHONPATH", "")))
         # the roles' shared server token (plaintext cluster); this process
         # uses it too, for the internal reads it measures with
         token = self.env.get("CORRAL_SERVER_TOKEN") or secrets.token_urlsafe(32)
@@ -281,7 +310,12 @@ class BenchCluster:
         if module != "services.agent.sim":
             argv = [*argv, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
         rp = RoleProcess(
-            name, module, argv, self.logs / f"{name}.log", self.run_dir / f"{name}.json"
+            name,
+            module,
+            argv,
+            self.logs / f"{name}.log",
+            self.run_dir / f"{name}.json",
+            python=self.spec.python,
         )
         self.roles[name] = rp
         rp.start(self.env)
@@ -299,7 +333,8 @@ class BenchCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / "migrate.log", "ab") as log:
             proc = subprocess.run(
-                [sys.executable, "-m", "services.state", "migrate", "--dsn", self.dsn],
+                [self.spec.python or sys.executable]
+                + ["-m", "services.state", "migrate", "--dsn", self.dsn],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
@@ -321,6 +356,14 @@ class BenchCluster:
 
     def process_figures(self) -> dict[str, dict[str, float]]:
         return {name: st.figures() for name, st in self.stats.items()}
+
+    def metrics_addrs(self) -> dict[str, str]:
+        """host:port of each role's Prometheus /metrics (the simulator has none)."""
+        return {
+            name: str(rp.info["metrics"])
+            for name, rp in self.roles.items()
+            if rp.info.get("metrics")
+        }
 
     def pids(self) -> dict[str, int]:
         """The role processes (PostgreSQL is not Python: not profiled)."""

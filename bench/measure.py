@@ -97,6 +97,16 @@ def eval_latencies_ms(
     return [float(r[0]) for r in rows]
 
 
+def nodes_used(conn: psycopg.Connection[Any], job_like: str, after_index: int = 0) -> int:
+    """Distinct nodes the matching jobs' allocs created after `after_index`
+    went to (packing: fewer is tighter)."""
+    row = conn.execute(
+        "SELECT count(DISTINCT node_id) FROM allocs WHERE job_id LIKE %s AND create_index > %s",
+        (job_like, after_index),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def eval_counts(
     conn: psycopg.Connection[Any], job_like: str, after_index: int = 0
 ) -> dict[str, int]:
@@ -258,3 +268,46 @@ def placement_to_running_ms(
         else:
             out.append((at - placed).total_seconds() * 1000)
     return out, missing
+
+
+#: the kind of a commit, by the event types of its change batch, in the
+#: order a batch holding several is counted under (the write batcher may
+#: put a registration, eval writes and client updates in one commit)
+COMMIT_KINDS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("plan", frozenset({"PlanResult"})),
+    ("job", frozenset({"JobRegistered", "JobDeregistered", "JobStatusUpdated"})),
+    ("client update", frozenset({"NodeAllocUpdate", "AllocationUpdated"})),
+    ("eval", frozenset({"EvaluationUpdated"})),
+)
+
+
+def commit_kind(event_types: set[str]) -> str:
+    """`plan`, `job`, `client update`, `eval`, `node` or `other`: the first
+    of `COMMIT_KINDS` the batch holds an event of, else `node` when it holds
+    a node event, else `other`."""
+    for kind, types in COMMIT_KINDS:
+        if event_types & types:
+            return kind
+    if any(t.startswith("Node") for t in event_types):
+        return "node"
+    return "other"
+
+
+def commit_kinds(
+    conn: psycopg.Connection[Any], after_index: int, until_index: int
+) -> dict[str, int]:
+    """Indexes written in (`after_index`, `until_index`] by `commit_kind`,
+    and `shared`: those whose batch held more than one kind."""
+    out: dict[str, int] = {}
+    rows = conn.execute(
+        "SELECT payload FROM change_log WHERE index > %s AND index <= %s",
+        (after_index, until_index),
+    )
+    for (payload,) in rows:
+        types = {ev.type for ev in pb.ChangeBatch.FromString(payload).events}
+        kind = commit_kind(types)
+        out[kind] = out.get(kind, 0) + 1
+        held = sum(1 for _, t in COMMIT_KINDS if types & t)
+        if held > 1:
+            out["shared"] = out.get("shared", 0) + 1
+    return out

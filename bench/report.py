@@ -40,6 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import ledger as ledger_mod
 from bench.baselines import percentile
 
 # ---------------------------------------------------------------- anchors
@@ -570,6 +571,8 @@ def figures(run: Mapping[str, Any]) -> dict[str, float]:
                 put(f"{label} CPU-ms {role}", float(v))
         for key in ("replacement_p99_s", "scheduler_runs", "node_status_changes", "quiescence_s"):
             put(f"{label} {key}", _num(w, key))
+        if isinstance(w.get("ledger"), Mapping):
+            out.update(ledger_mod.figures(label, w["ledger"]))
     m1 = run.get("m1")
     if isinstance(m1, Mapping):
         for c in m1.get("cases") or []:
@@ -895,7 +898,200 @@ def _section_compare(old: Mapping[str, Any], new: Mapping[str, Any], name: str) 
     if not rows:
         return []
     title = f"## Compared with {name} ({old.get('git_rev', '?')}, {old.get('profile', '?')})"
-    return [title, "", *_table(["figure", "old", "new", "change"], rows), ""]
+    lines = [title, "", *_table(["figure", "old", "new", "change"], rows), ""]
+    method_rows = compare_methods(old, new)
+    if method_rows:
+        lines += ["### Ledger by method, old → new (per placement)", ""]
+        lines += [*_table(["figure", "old", "new", "change"], method_rows), ""]
+    return lines
+
+
+def ledger_method_figures(run: Mapping[str, Any]) -> dict[str, float]:
+    """`bench.ledger.method_figures` of every workload of `run`."""
+    out: dict[str, float] = {}
+    for label, w in _flat_workloads(run):
+        if isinstance(w.get("ledger"), Mapping):
+            out.update(ledger_mod.method_figures(label, w["ledger"]))
+    return out
+
+
+def compare_methods(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[list[str]]:
+    """[figure, old, new, change] for the calls and bytes per placement of
+    every method, in the workloads both runs have a ledger of; a method only
+    one run called shows 0 for the other."""
+    a, b = ledger_method_figures(old), ledger_method_figures(new)
+    workloads = {n.split(" ", 1)[0] for n in a} & {n.split(" ", 1)[0] for n in b}
+    rows = []
+    for name in [*b, *(n for n in a if n not in b)]:
+        if name.split(" ", 1)[0] not in workloads:
+            continue
+        va, vb = a.get(name, 0.0), b.get(name, 0.0)
+        change = f"{(vb - va) / abs(va) * 100:+.0f}%" if va else ("new" if vb else "")
+        rows.append([name, _fmt(va, 3), _fmt(vb, 3), change])
+    return rows
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+def _section_ledger(run: Mapping[str, Any]) -> list[str]:
+    """Issue 30's per-placement ledger of every workload that has one."""
+    items = [
+        (label, w["ledger"])
+        for label, w in _flat_workloads(run)
+        if isinstance(w.get("ledger"), dict)
+    ]
+    if not items:
+        return []
+    lines = [
+        "## Per-placement ledger",
+        "",
+        "Per placement: RPCs served by the roles (the bench's own stats polls left out), the "
+        "protobuf bytes their servers read and wrote, protobuf encodes/decodes and SQL "
+        "statements in the roles (not the simulator); plans and commits per eval.",
+        "",
+    ]
+    rows = []
+    for label, lg in items:
+        pl = lg.get("plans") or {}
+        pbuf = lg.get("protobuf") or {}
+        share = pl.get("partial_share")
+        rows.append(
+            [
+                label,
+                _fmt((lg.get("rpcs") or {}).get("per_placement"), 2),
+                _fmt(_kb((lg.get("bytes") or {}).get("per_placement")), 2),
+                _fmt(pbuf.get("encodes_per_placement"), 2),
+                _fmt(pbuf.get("decodes_per_placement"), 2),
+                _fmt((lg.get("sql") or {}).get("per_placement"), 2),
+                _fmt(pl.get("plans_per_eval"), 2),
+                f"{_fmt(pl.get('plans_partial'))} / {_fmt(pl.get('plans_applied'))}"
+                + (
+                    f" ({share * 100:.0f}%)"
+                    if isinstance(share, int | float) and pl.get("plans_applied")
+                    else ""
+                ),
+                _fmt(pl.get("node_plans_rejected")),
+                _fmt(pl.get("commits_per_eval"), 2),
+                _fmt(pl.get("plan_commits_per_eval"), 2),
+                _fmt(pl.get("planner_commits_per_eval"), 2),
+                _fmt(pl.get("evals_failed")),
+                _fmt(pl.get("nodes_per_1000_allocs")),
+            ]
+        )
+    headers = [
+        "workload",
+        "RPCs",
+        "KB on the wire",
+        "pb encodes",
+        "pb decodes",
+        "SQL",
+        "plans/eval",
+        "partial / applied",
+        "node-plans rejected",
+        "commits/eval",
+        "plan commits/eval",
+        "planner commits/eval",
+        "evals failed",
+        "nodes per 1,000 allocs",
+    ]
+    lines += [*_table(headers, rows), ""]
+    claims = [
+        f"{label} {lg['claims'].get('claimed', 0):,} claimed, "
+        f"{lg['claims'].get('conflict', 0):,} conflicts (selected again), "
+        f"{lg['claims'].get('forced', 0):,} forced"
+        for label, lg in items
+        if isinstance(lg.get("claims"), dict)
+    ]
+    if claims:
+        lines += ["Worker loops' placement claims: " + "; ".join(claims) + ".", ""]
+    lines += _ledger_kinds(run)
+    for label, lg in items:
+        methods = _top_methods(lg.get("by_method") or {})
+        if not methods:
+            continue
+        mrows = [
+            [
+                m.removeprefix("/corral.v1."),
+                str(f.get("server", "")),
+                _fmt(f.get("calls")),
+                _fmt(f.get("per_placement"), 3),
+                _fmt(f.get("messages")) if lg.get("probe") else "–",
+                _fmt(f.get("bytes_per_placement")) if lg.get("probe") else "–",
+                ", ".join(f"{k} {_fmt(v)}" for k, v in (f.get("callers") or {}).items()),
+            ]
+            for m, f in methods
+        ]
+        lines += [f"### {label}: RPCs by method", ""]
+        headers = ["method", "served by", "calls", "per placement", "messages", "bytes/placement"]
+        lines += _table([*headers, "callers"], mrows)
+        lines.append("")
+    lines += _ledger_by_role(items)
+    return lines
+
+
+def _top_methods(by_method: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The most called methods, and the ones that move the most bytes
+    (a long-lived stream has messages but no call in the window)."""
+    calls = list(by_method.items())[: ledger_mod.TOP_METHODS]
+    heavy = sorted(
+        by_method.items(),
+        key=lambda kv: -(kv[1].get("request_bytes", 0) + kv[1].get("response_bytes", 0)),
+    )[:3]
+    return calls + [kv for kv in heavy if kv not in calls]
+
+
+def _kb(v: Any) -> float | None:
+    return float(v) / 1024 if isinstance(v, int | float) else None
+
+
+def _ledger_kinds(run: Mapping[str, Any]) -> list[str]:
+    kinds = ("plan", "job", "eval", "client update", "node", "other", "shared")
+    rows = []
+    for label, w in _flat_workloads(run):
+        k = w.get("commit_kinds")
+        if isinstance(k, dict) and k:
+            rows.append([label, _fmt(w.get("indexes")), *[_fmt(k.get(x, 0)) for x in kinds]])
+    if not rows:
+        return []
+    return [
+        "### Commits by kind (indexes written; `shared`: a batch holding several kinds, "
+        "counted under the first)",
+        "",
+        *_table(["workload", "indexes", *kinds], rows),
+        "",
+    ]
+
+
+def _ledger_by_role(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    rows = []
+    top = []
+    for label, lg in items:
+        pbuf = (lg.get("protobuf") or {}).get("by_role") or {}
+        sql = lg.get("sql") or {}
+        placed = float(lg.get("placements") or 0)
+        for role in sorted(set(pbuf) | set(sql.get("by_role") or {})):
+            n_sql = (sql.get("by_role") or {}).get(role, 0)
+            rows.append(
+                [
+                    label,
+                    role,
+                    _fmt((pbuf.get(role) or {}).get("per_placement"), 3),
+                    _fmt(n_sql / placed if placed else 0.0, 3),
+                ]
+            )
+        for s in (sql.get("top") or [])[: ledger_mod.TOP_STATEMENTS]:
+            top.append(
+                [label, str(s["role"]), _fmt(s.get("per_placement"), 3), str(s["statement"])[:100]]
+            )
+    lines: list[str] = []
+    if rows:
+        lines += ["### Protobuf encodes + decodes and SQL statements per placement, by role", ""]
+        lines += [*_table(["workload", "role", "pb", "SQL"], rows), ""]
+    if top:
+        lines += ["### Top SQL statements", ""]
+        lines += [*_table(["workload", "role", "per placement", "statement"], top), ""]
+    return lines
 
 
 def _section_m1(run: Mapping[str, Any]) -> list[str]:
@@ -1015,6 +1211,7 @@ def markdown(
         lines += [f"- {d}" for d in drift] + [""]
     lines += _section_baselines(run)
     lines += _section_workloads(run)
+    lines += _section_ledger(run)
     lines += _section_w1l(run)
     lines += _section_s1(run)
     lines += _section_m1(run)

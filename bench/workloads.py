@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import psycopg
 
-from bench import jobs, measure, openloop
+from bench import jobs, ledger, measure, openloop
 from bench.cluster import BenchCluster
 from bench.profiler import Profiler
 from bench.report import (
@@ -219,11 +219,13 @@ class Window:
     start_index: int = 0
     plan_before: plan_pb2.PlanStats | None = None
     profiler: Profiler | None = None
+    ledger_before: dict[str, ledger.Scrape] = field(default_factory=dict)
 
     async def __aenter__(self) -> Window:
         with self.ctx.db() as conn:
             self.start_index = measure.latest_index(conn)
         self.plan_before = await self.ctx.plan_stats()
+        self.ledger_before = await scrape_ledger(self.ctx)
         self.ctx.cluster.mark()
         self.profiler = Profiler(self.ctx.results_dir / "profiles")
         self.profiler.start(self.ctx.cluster.pids(), self.label)
@@ -235,6 +237,7 @@ class Window:
     async def finish(self, job_like: str, out: dict[str, Any]) -> dict[str, Any]:
         """Fill `out` with every figure of the jobs matching `job_like`."""
         assert self.profiler is not None and self.plan_before is not None
+        ledger_after = await scrape_ledger(self.ctx)
         out["processes"] = self.ctx.cluster.process_figures()
         out["profile_top"] = self.profiler.stop()
         if self.profiler.error:
@@ -245,6 +248,8 @@ class Window:
             p = measure.placements(conn, job_like, self.start_index)
             lat = measure.eval_latencies_ms(conn, job_like, self.start_index)
             counts = measure.eval_counts(conn, job_like, self.start_index)
+            kinds = measure.commit_kinds(conn, self.start_index, end_index)
+            used = measure.nodes_used(conn, job_like, self.start_index)
         rejected = plan_after.nodes_rejected - self.plan_before.nodes_rejected
         evals = sum(counts.values())
         out.update(
@@ -266,12 +271,29 @@ class Window:
             }
         )
         out["commits_per_eval"] = round(out["indexes"] / evals, 2) if evals else 0.0
+        out["commit_kinds"] = kinds
+        out["nodes_used"] = used
         out["steady_placements_per_s"] = round(steady_rate(out["timeline"]), 1)
         cpu = sum(f["cpu_s"] for name, f in out["processes"].items() if name != "sim")
         out["cpu_ms_per_placement"] = round(cpu * 1000 / p.count, 3) if p.count else 0.0
         out["cpu_ms_by_role"] = cpu_ms_by_role(out["processes"], p.count)
+        deltas = {
+            name: ledger.diff(self.ledger_before[name], after)
+            for name, after in ledger_after.items()
+            if name in self.ledger_before
+        }
+        out["ledger"] = ledger.build(deltas, p.count, out)
         out["invariants"] = await check_invariants(self.ctx)
         return out
+
+
+async def scrape_ledger(ctx: Context) -> dict[str, ledger.Scrape]:
+    """Every role's ledger counters now (bench/ledger.py)."""
+
+    def scrape_all() -> dict[str, ledger.Scrape]:
+        return {name: ledger.scrape(addr) for name, addr in ctx.cluster.metrics_addrs().items()}
+
+    return await asyncio.to_thread(scrape_all)
 
 
 async def check_invariants(ctx: Context) -> dict[str, Any]:

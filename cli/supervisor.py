@@ -67,6 +67,8 @@ class RoleProcess:
     ready_path: Path
     proc: subprocess.Popen[bytes] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: the interpreter that runs the role ("": this one)
+    python: str = ""
     _log: IO[bytes] | None = None
 
     @property
@@ -90,7 +92,8 @@ class RoleProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._log.write(f"\n---- corral dev: starting {self.role} at {time.ctime()}\n".encode())
         self._log.flush()
-        cmd = [sys.executable, "-m", self.module, *self.argv, "--ready-file", str(self.ready_path)]
+        python = self.python or sys.executable
+        cmd = [python, "-m", self.module, *self.argv, "--ready-file", str(self.ready_path)]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,

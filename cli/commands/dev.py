@@ -45,6 +45,7 @@ from cli.supervisor import (
     stop_all,
 )
 from corral.security.keyring import write_kek_file
+from corral.security.private_files import private_dir, write_private
 
 if TYPE_CHECKING:
     from corral.devtools.pgserver import EmbeddedPostgres
@@ -157,6 +158,12 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+RAW_EXEC_NOTICE = (
+    "The dev agent enables the raw_exec driver: its tasks run as you, without "
+    "isolation. Agents outside dev mode leave it off unless --drivers names it."
+)
+
+
 def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
@@ -207,7 +214,9 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                     warnings.simplefilter("ignore")
                     from corral.devtools.pgserver import EmbeddedPostgres
 
-                    pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
+                    pg = EmbeddedPostgres(
+                        data_dir / "pg", delete_on_stop=args.ephemeral, private_parent=data_dir
+                    )
                     # A signal in the middle of start() would leave a server we
                     # hold no handle to; hold signals until it has returned.
                     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -284,10 +293,10 @@ def data_directory(given: str | None, *, ephemeral: bool) -> Path:
         parent = Path(given).resolve() if given else None
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="corral-dev-", dir=parent))
-    data_dir = Path(given or DEFAULT_DATA_DIR).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return data_dir
+        return Path(tempfile.mkdtemp(prefix="corral-dev-", dir=parent))  # made 0700
+    # 0700: it holds dev.json (the exports, the management token), the ACL
+    # bootstrap token, the throwaway CA's key and the agent's secret
+    return private_dir(Path(given or DEFAULT_DATA_DIR).resolve())
 
 
 def _run_roles(
@@ -392,8 +401,9 @@ def _run_roles(
         worker_env,
     )
     if not args.no_agent:
-        agent_dir = data_dir / "agent"
-        agent_dir.mkdir(parents=True, exist_ok=True)
+        # as `nomad agent -dev`: raw_exec on, which no agent has otherwise
+        _say(RAW_EXEC_NOTICE)
+        agent_dir = private_dir(data_dir / "agent")
         start(
             "agent",
             [
@@ -433,7 +443,8 @@ def _run_roles(
         }
         for r in roles
     }
-    (data_dir / "dev.json").write_text(
+    write_private(
+        data_dir / "dev.json",
         json.dumps(
             {
                 "address": state.address,
@@ -446,7 +457,7 @@ def _run_roles(
                 "exports": trust.exports(),
             },
             indent=2,
-        )
+        ),
     )
     scrape = dev_metrics.write_scrape_config(
         data_dir, {r: v["metrics"] for r, v in summary.items()}

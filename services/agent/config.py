@@ -61,10 +61,12 @@ class AgentSettings(ServerSettings):
         default_factory=dict, description="node meta key=value (repeat the flag for more)"
     )
     drivers: Annotated[CommaList, AfterValidator(_known_drivers)] = Field(
-        default_factory=lambda: list(DRIVERS),
-        description="enabled task drivers (exec, raw_exec, mock); a driver that cannot work "
-        "on this node (exec without root, cgroups or namespaces) is reported unhealthy and "
-        "gets nothing placed",
+        default_factory=lambda: [d for d in DRIVERS if d != "raw_exec"],
+        description="enabled task drivers (exec, raw_exec, mock); raw_exec only when named "
+        "(it runs tasks as the agent's own user, without isolation: off unless configured, "
+        "as in Nomad; `corral dev` turns it on); a driver that cannot work on this node "
+        "(exec without root, cgroups or namespaces) is reported unhealthy and gets nothing "
+        "placed",
     )
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"

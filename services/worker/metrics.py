@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 
 DEQUEUE_EVAL = Histogram(
     "corral_worker_dequeue_eval_seconds", "Time to dequeue an eval (nomad.worker.dequeue_eval)"
@@ -32,3 +38,28 @@ BEHIND_STATE = Counter(
     "corral_worker_behind_state_total",
     "Evals nacked because the replica could not reach their index",
 )
+
+
+class _ClaimsCollector(Collector):
+    """`corral_worker_placement_claims_total{outcome}`, read at scrape time
+    from the process's pool (scheduler/feasible/inflight.py): `claimed`,
+    `conflict` (another loop claimed the chosen node first: selected
+    again), `forced` (claimed after repeated conflicts)."""
+
+    def __init__(self) -> None:
+        self.source: InFlightPlacements | None = None
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "corral_worker_placement_claims",
+            "Placements claimed for the other scheduler loops of this process, by outcome",
+            labels=["outcome"],
+        )
+        if self.source is not None:
+            for outcome, n in self.source.outcomes.items():
+                family.add_metric([outcome], n)
+        yield family
+
+
+PLACEMENT_CLAIMS = _ClaimsCollector()
+REGISTRY.register(PLACEMENT_CLAIMS)

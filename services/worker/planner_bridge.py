@@ -27,6 +27,7 @@ from corral.domain.store import StateSnapshot
 from corral.runtime import telemetry
 from corral.v1 import plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 
 if TYPE_CHECKING:
     from services.worker.worker import Worker
@@ -54,6 +55,15 @@ class Journey:
         ev.plan_submit_time = self.plan_submit_time if own else 0
 
 
+def accepted_nodes(plan: pb.Plan, result: pb.PlanResult) -> set[str]:
+    """The nodes whose part of `plan` committed: all but the rejected ones,
+    none when an all-at-once plan had one rejected."""
+    rejected = set(result.rejected_nodes)
+    if plan.all_at_once and rejected:
+        return set()
+    return {n for n in plan.node_allocation if n not in rejected}
+
+
 class WorkerPlanner:
     """Implements the scheduler's `Planner` and `CorePlanner` protocols."""
 
@@ -65,6 +75,8 @@ class WorkerPlanner:
         snapshot: StateSnapshot,
         traceparent: str = "",
         journey: Journey | None = None,
+        *,
+        inflight: InFlightPlacements | None = None,
     ) -> None:
         self.loop = loop
         self.worker = worker
@@ -73,6 +85,8 @@ class WorkerPlanner:
         self.traceparent = traceparent
         self.plans_submitted = 0
         self.journey = journey if journey is not None else Journey()
+        #: the process's reservations: settled with each plan result
+        self.inflight = inflight
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the worker's loop inside the scheduler thread's
@@ -98,11 +112,20 @@ class WorkerPlanner:
         self.plans_submitted += 1
         if not self.journey.plan_submit_time:
             self.journey.plan_submit_time = structs.now_ns()
-        resp: plan_pb2.PlanSubmitResponse = self._run(self.worker.submit_plan(plan))
+        try:
+            resp: plan_pb2.PlanSubmitResponse = self._run(self.worker.submit_plan(plan))
+        except BaseException:
+            if self.inflight is not None:  # not known to have committed: unclaimed
+                self.inflight.settle(plan.eval_id, set(), 0)
+            raise
         result = resp.result
+        if self.inflight is not None:
+            self.inflight.settle(plan.eval_id, accepted_nodes(plan, result), result.alloc_index)
         if result.refresh_index:
             snap = self._run(self.worker.wait_for_refresh(result.refresh_index))
             self.snapshot = snap
+            if self.inflight is not None:
+                self.inflight.begin(plan.eval_id, snap.index)
             return result, snap
         return result, None
 

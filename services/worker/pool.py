@@ -26,7 +26,9 @@ from corral.domain.structs import JobType
 from corral.runtime.replica import Replica
 from corral.security import access
 from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
+from services.worker import metrics
 from services.worker.config import MAX_SCHEDULERS, WorkerSettings
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,11 @@ class WorkerPool:
             max_workers=MAX_SCHEDULERS, thread_name_prefix="scheduler"
         )
         self._lock = asyncio.Lock()
+        #: what each loop's eval placed, for the other loops to count until
+        #: their snapshot holds it: no two loops bid for the same capacity
+        #: (services/worker/scheduler/feasible/inflight.py)
+        self.inflight = InFlightPlacements()
+        metrics.PLACEMENT_CLAIMS.source = self.inflight
         #: this process's lease with the broker (unique per process start)
         self.lease_id = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._heartbeat: asyncio.Task[None] | None = None

@@ -342,7 +342,10 @@ class Worker:
         self, ev: pb.Evaluation, token: str, snapshot: StateSnapshot, journey: Journey
     ) -> bool:
         loop = asyncio.get_running_loop()
-        planner = WorkerPlanner(loop, self, token, snapshot, ev.traceparent, journey)
+        inflight = self.pool.inflight
+        planner = WorkerPlanner(
+            loop, self, token, snapshot, ev.traceparent, journey, inflight=inflight
+        )
         sched_log = logging.LoggerAdapter(log, {"eval_id": ev.id, "job_id": ev.job_id})
         start = time.perf_counter()
         ctx = otel_context.get_current()  # the scheduler's thread joins this trace
@@ -362,9 +365,11 @@ class Worker:
                     planner,
                     log=sched_log.logger,
                     gc_config=self.pool.settings.gc.config(),
+                    inflight=inflight,
                 )
                 sched.process(ev)
 
+        inflight.begin(ev.id, snapshot.index)
         try:
             await loop.run_in_executor(self.pool.executor, run)
         except Exception as exc:
@@ -379,6 +384,7 @@ class Worker:
             )
             return False
         finally:
+            inflight.end(ev.id)
             metrics.INVOKE_SCHEDULER.labels(ev.type).observe(time.perf_counter() - start)
         self.evals_processed += 1
         metrics.EVALS_PROCESSED.labels("ok").inc()

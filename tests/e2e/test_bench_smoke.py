@@ -44,7 +44,21 @@ def test_bench_quick_runs_and_writes_results(tmp_path: Path) -> None:
     assert w3["invariants"]["ok"]
     assert w5["invariants"]["ok"]
     assert w5["scheduler_runs"] + w5["evals_cancelled"] == w5["evals"]
+    # the ledger (bench/ledger.py): RPCs, bytes, protobuf and SQL counted in
+    # every role, plans per eval
+    lg = w3["ledger"]
+    assert sorted(lg["probe"]) == ["broker", "planner", "state", "worker0"]
+    assert lg["by_method"]["/corral.v1.Plan/Submit"]["callers"] == {"workers": 1}
+    assert lg["by_method"]["/corral.v1.Job/Register"]["callers"] == {"outside": 1}
+    assert "/corral.v1.Eval/Stats" not in lg["by_method"]
+    # the replicas' change feed: a stream opened before the window, its bytes counted
+    assert lg["by_method"]["/corral.v1.State/Subscribe"]["response_bytes"] > 0
+    assert lg["bytes"]["total"] > 0 and lg["sql"]["statements"] > 0
+    assert lg["protobuf"]["encodes"] > 0 and lg["protobuf"]["decodes"] > 0
+    assert lg["plans"]["plans_per_eval"] == 1.0 and lg["plans"]["partial_share"] == 0.0
+    assert w3["commit_kinds"]["plan"] == 1
     assert "# Corral benchmark" in proc.stdout
+    assert "## Per-placement ledger" in proc.stdout
 
 
 def test_bench_w1l_and_s1_run_and_report(tmp_path: Path) -> None:

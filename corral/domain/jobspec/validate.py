@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import driver_config, identity, periodic, scaling, services
+from corral.domain import driver_config, identity, periodic, regexp, scaling, services
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.jobspec import limits
 from corral.domain.structs import (
@@ -209,6 +209,14 @@ def _restart(rp: pb.RestartPolicy, path: str) -> None:
         _not_negative(getattr(rp, f), f"{path}.{f}")
 
 
+def _pattern(pattern: str, path: str) -> None:
+    """RE2 (Go's syntax, as the servers match): what it refuses, the state
+    would refuse too."""
+    problem = regexp.pattern_problem(pattern)
+    if problem is not None:
+        raise FieldProblem(path, f"invalid regular expression: {problem}")
+
+
 def _placement(
     constraints: Iterable[pb.Constraint],
     affinities: Iterable[pb.Affinity],
@@ -221,10 +229,7 @@ def _placement(
         if c.operand not in OPERANDS_WITHOUT_ATTRIBUTE and not c.l_target:
             raise FieldProblem(f"{cp}.l_target", f"{c.operand or '='} needs an attribute")
         if c.operand == "regexp":
-            try:
-                re.compile(c.r_target)
-            except re.error as exc:
-                raise FieldProblem(f"{cp}.r_target", f"invalid regular expression: {exc}") from None
+            _pattern(c.r_target, f"{cp}.r_target")
     for i, a in enumerate(affinities):
         ap = f"{path}.affinities[{i}]"
         _one_of(a.operand, CONSTRAINT_OPERANDS, f"{ap}.operand")
@@ -232,6 +237,8 @@ def _placement(
             raise FieldProblem(f"{ap}.l_target", "an attribute is required")
         if a.weight == 0 or not -100 <= a.weight <= 100:
             raise FieldProblem(f"{ap}.weight", f"must be -100..100 and not 0, got {a.weight}")
+        if a.operand == "regexp":
+            _pattern(a.r_target, f"{ap}.r_target")
     for i, s in enumerate(spreads):
         sp = f"{path}.spreads[{i}]"
         if not s.attribute:

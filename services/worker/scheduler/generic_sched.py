@@ -13,6 +13,7 @@ from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.scheduler.interfaces import Planner, SchedulerError
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import AllocNameIndex, next_delay, reschedule_policy
@@ -37,8 +38,11 @@ class GenericScheduler:
         *,
         batch: bool,
         max_placements: int | None = None,
+        inflight: InFlightPlacements | None = None,
     ) -> None:
         self.snap = snapshot
+        #: sibling scheduler loops' placements (feasible/inflight.py)
+        self.inflight = inflight
         #: placements one eval may materialise (services/worker/scheduler/limits.py)
         self.max_placements = limits.max_placements() if max_placements is None else max_placements
         self.planner = planner
@@ -177,7 +181,9 @@ class GenericScheduler:
         self.deployment_id = ""
         self._deployment_groups = set()
         self.eval_deployment_id = ""
-        self.placer = Placer(self.snap, self.plan, self.log, self.batch, self.job)
+        self.placer = Placer(
+            self.snap, self.plan, self.log, self.batch, self.job, inflight=self.inflight
+        )
 
         self._compute_job_allocs()
 

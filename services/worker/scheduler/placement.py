@@ -14,8 +14,13 @@ from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import util
 from services.worker.scheduler.feasible.context import EvalContext
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.scheduler.feasible.rank import RankedNode
 from services.worker.scheduler.feasible.stack import GenericStack, SelectOptions, SystemStack
+
+#: selects one placement may take when other loops keep claiming the
+#: chosen node first; the last choice is then claimed regardless
+MAX_CLAIM_ATTEMPTS = 4
 
 
 class Placer:
@@ -33,12 +38,15 @@ class Placer:
         *,
         system: bool = False,
         sysbatch: bool = False,
+        inflight: InFlightPlacements | None = None,
     ) -> None:
 
         self.snap = snap
         self.plan = plan
         self.log = log
-        self.ctx = EvalContext(snap, plan, log)
+        #: the worker process's claims (feasible/inflight.py); None: Nomad's view
+        self.inflight = inflight
+        self.ctx = EvalContext(snap, plan, log, inflight)
         self.stack: GenericStack | SystemStack
         if system:
             self.stack = SystemStack(sysbatch, self.ctx)
@@ -65,14 +73,34 @@ class Placer:
         alloc_name: str,
         penalty_node_ids: set[str] | None = None,
         preferred_node: pb.Node | None = None,
+        claim: bool = True,
     ) -> RankedNode | None:
-
+        """The node for one alloc of `tg`; in a worker process its resources
+        are claimed there for the other loops (`claim`: the caller puts the
+        alloc in the plan). When another loop claimed on the chosen node
+        while this one ranked it, the node is ranked again, by selecting
+        again."""
         opts = SelectOptions(
             alloc_name=alloc_name,
             penalty_node_ids=penalty_node_ids or set(),
             preferred_nodes=[preferred_node] if preferred_node is not None else [],
         )
-        return self.stack.select(tg, opts)
+        option = self.stack.select(tg, opts)
+        inflight = self.inflight
+        if inflight is None or not claim:
+            return option
+        ev = self.plan.eval_id
+        for attempt in range(1, MAX_CLAIM_ATTEMPTS + 1):
+            if option is None:
+                return None
+            node_id = option.node.id
+            r = option.alloc_resources
+            usage = (r.cpu, r.cores, r.memory_mb, r.disk_mb or tg.ephemeral_disk.size_mb, 1)
+            seen = self.ctx.claims_seen(node_id) if attempt < MAX_CLAIM_ATTEMPTS else None
+            if inflight.claim(ev, node_id, seen, usage):
+                return option
+            option = self.stack.select(tg, opts)
+        return option
 
     def nodes_filtered(self) -> int:
         return int(self.ctx.metrics.nodes_filtered)
@@ -98,7 +126,7 @@ class Placer:
         util.append_stopped_alloc(self.plan, existing, util.ALLOC_IN_PLACE)
         try:
             self.stack.set_nodes([node])
-            option = self.select(tg, alloc_name=existing.name)
+            option = self.select(tg, alloc_name=existing.name, claim=False)
         finally:
             util.pop_update(self.plan, existing)
             if self.nodes:

@@ -26,6 +26,7 @@ from corral.domain.structs import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.scheduler.interfaces import Planner
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import disconnect_timeout, expired
@@ -213,8 +214,11 @@ class SystemScheduler:
         *,
         sysbatch: bool,
         max_placements: int | None = None,
+        inflight: InFlightPlacements | None = None,
     ) -> None:
         self.snap = snapshot
+        #: sibling scheduler loops' placements (feasible/inflight.py)
+        self.inflight = inflight
         #: placements one eval may materialise (services/worker/scheduler/limits.py)
         self.max_placements = limits.max_placements() if max_placements is None else max_placements
         self.planner = planner
@@ -306,7 +310,14 @@ class SystemScheduler:
         self.failed_tg_allocs = {}
         self.followups = []
         self.placer = Placer(
-            self.snap, self.plan, self.log, True, self.job, system=True, sysbatch=self.sysbatch
+            self.snap,
+            self.plan,
+            self.log,
+            True,
+            self.job,
+            system=True,
+            sysbatch=self.sysbatch,
+            inflight=self.inflight,
         )
         self.placer.nodes, self.placer.nodes_by_dc = self.nodes, self.nodes_by_dc
 

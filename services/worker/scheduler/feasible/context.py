@@ -23,6 +23,8 @@ from corral.domain import structs
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible.constraints import MatchCache
+from services.worker.scheduler.feasible.inflight import Claim, InFlightPlacements
 
 #: number of best-scored nodes whose scores are kept in the metric
 MAX_RETAINED_NODE_SCORES = 5
@@ -143,11 +145,19 @@ class EvalContext:
     """Shared state of one eval's placement work (see module docstring)."""
 
     def __init__(
-        self, snapshot: StateSnapshot, plan: pb.Plan, log: logging.Logger | None = None
+        self,
+        snapshot: StateSnapshot,
+        plan: pb.Plan,
+        log: logging.Logger | None = None,
+        inflight: InFlightPlacements | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.plan = plan
         self.log = log or _LOG
+        #: what the worker's other loops claimed and this snapshot lacks
+        #: (feasible/inflight.py); None outside a worker: Nomad's view
+        self.inflight = inflight
+        self._foreign: dict[str, tuple[int, Claim | None]] = {}
         self._metrics = pb.AllocMetric()
         # per-node counts of the current select, kept in plain ints and
         # dicts and written into the protobuf metric when it is read (a
@@ -158,6 +168,8 @@ class EvalContext:
         self._filtered: dict[tuple[str, str], int] = {}
         self._exhausted: dict[tuple[str, str], int] = {}
         self.eligibility = EvalEligibility()
+        #: regexp patterns and version constraints parsed for this eval
+        self.match_cache = MatchCache()
         self._base: dict[str, list[pb.Allocation]] = {}
         self._proposed: dict[str, tuple[_Fingerprint, list[pb.Allocation]]] = {}
         self._computed_class: dict[str, str] = {}
@@ -334,6 +346,26 @@ class EvalContext:
             out.extend(placed)
         self._proposed[node_id] = (fp, out)
         return out
+
+    def foreign_usage(self, node_id: str) -> Claim | None:
+        """What the worker's other loops claimed on the node and this
+        snapshot lacks (cpu MHz, cores, memory, disk, allocs), or None;
+        re-read only when the node's claims changed."""
+        inflight = self.inflight
+        if inflight is None:
+            return None
+        version = inflight.versions.get(node_id, 0)  # before the claims: see inflight.py
+        hit = self._foreign.get(node_id)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        usage = inflight.foreign(node_id, self.plan.eval_id, self.snapshot.index)
+        self._foreign[node_id] = (version, usage)
+        return usage
+
+    def claims_seen(self, node_id: str) -> int:
+        """The version of the node's claims its last `foreign_usage` read."""
+        hit = self._foreign.get(node_id)
+        return hit[0] if hit is not None else 0
 
     def invalidate(self, node_id: str | None = None) -> None:
         """Drop cached proposed allocs (of one node, or all)."""

@@ -96,9 +96,13 @@ def preempt_for_task_group(
     max_parallel_of: Mapping[tuple[str, str, str], int] | None = None,
     already_preempted: Mapping[tuple[str, str, str], int] | None = None,
     priority_of: Mapping[str, int] | None = None,
+    claimed: tuple[int, int, int, int, int] | None = None,
 ) -> list[pb.Allocation] | None:
     """Allocs of `current` (the node's proposed allocs) to evict so that
-    `ask` fits, or None if no allowed set frees enough.
+    `ask` fits, or None if no allowed set frees enough. `claimed` (cpu MHz,
+    cores, memory, disk, allocs) is in use on the node besides `current`
+    and cannot be evicted: what the worker's other loops claimed there
+    (feasible/inflight.py).
 
     `max_parallel_of` / `already_preempted` are keyed by (namespace, job,
     group): the victim group's migrate max_parallel and how many of its
@@ -109,6 +113,9 @@ def preempt_for_task_group(
     done = dict(already_preempted or {})
     prio_of = priority_of or {}
     used = Usage()
+    if claimed is not None:
+        cpu, cores, mem, disk, n = claimed
+        used = Usage(cpu + cores * capacity.mhz_per_core, cores, mem, disk, n)
     cands: list[_Candidate] = []
     ns = namespace or "default"
     for a in current:

@@ -40,9 +40,14 @@ from corral.domain.fit import (
 )
 from corral.domain.structs import SchedulerAlgorithm
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.feasible.constraints import check_constraint, resolve_target
+from services.worker.scheduler.feasible.constraints import (
+    MatchCache,
+    check_constraint,
+    resolve_target,
+)
 from services.worker.scheduler.feasible.context import EvalContext
 from services.worker.scheduler.feasible.devices import device_matches
+from services.worker.scheduler.feasible.inflight import Claim
 from services.worker.scheduler.feasible.preemption import preempt_for_task_group
 from services.worker.scheduler.feasible.spread import SCORER_NAME as SPREAD_SCORER
 from services.worker.scheduler.feasible.spread import SpreadScorer
@@ -96,7 +101,19 @@ def score_fit_spread(cap: Capacity, used: Usage) -> float:
     return min(max(score, 0.0), BINPACK_MAX_FIT_SCORE)
 
 
-def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
+def _with_claims(used: Usage, claims: Claim, mhz_per_core: int) -> Usage:
+    """`used` plus what the worker's other loops claimed on the node."""
+    cpu, cores, mem, disk, n = claims
+    return Usage(
+        used.cpu + cpu + cores * mhz_per_core,
+        used.cores + cores,
+        used.memory_mb + mem,
+        used.disk_mb + disk,
+        used.allocs + n,
+    )
+
+
+def affinity_score(affinities: list[pb.Affinity], node: pb.Node, cache: MatchCache) -> float:
     """Σ weights of matching affinities / Σ |weights|."""
     total_w = sum(abs(a.weight) for a in affinities)
     if total_w == 0:
@@ -105,7 +122,7 @@ def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
     for a in affinities:
         lval, lok = resolve_target(a.l_target, node)
         rval, rok = resolve_target(a.r_target, node)
-        if check_constraint(a.operand, lval, rval, lok, rok):
+        if check_constraint(a.operand, lval, rval, lok, rok, cache):
             score += a.weight
     return score / total_w
 
@@ -144,12 +161,22 @@ class Ranker:
         self._needs_devices = False
         self._preempted_counts: dict[tuple[str, str, str], int] | None = None
         # node id -> (its proposed allocs, ask key, exhausted dimension, fit,
-        # collisions) at its last visit; the key names the job, group and
-        # ask, so a group with another ask never reuses another's fit
+        # collisions, the other loops' claims on it) at its last visit; the
+        # key names the job, group and ask, so a group with another ask never
+        # reuses another's fit
         self._ask_key: tuple[str, str, int, int, int, int] = ("", "", 0, 0, 0, 0)
         self._fit_memo: dict[
-            str, tuple[list[pb.Allocation], tuple[str, str, int, int, int, int], str, float, int]
+            str,
+            tuple[
+                list[pb.Allocation],
+                tuple[str, str, int, int, int, int],
+                str,
+                float,
+                int,
+                Claim | None,
+            ],
         ] = {}
+        self._foreign: Claim | None = None  # the node being ranked's
 
     def set_job(self, job: pb.Job) -> None:
         """The job to rank for, with the scheduler configuration of its node
@@ -287,7 +314,7 @@ class Ranker:
             for req in t.resources.devices:
                 want = req.count or 1
                 for dev in devices:
-                    if not device_matches(req, dev):
+                    if not device_matches(req, dev, self.ctx.match_cache):
                         continue
                     key = (dev.vendor, dev.type, dev.name)
                     free = acct.free_instances(key)
@@ -321,7 +348,7 @@ class Ranker:
         return self._preempted_counts
 
     def _preempt(
-        self, cap: Capacity, proposed: list[pb.Allocation], ask: Usage
+        self, cap: Capacity, proposed: list[pb.Allocation], ask: Usage, foreign: Claim | None
     ) -> list[pb.Allocation] | None:
         job = self.job
         assert job is not None
@@ -350,6 +377,7 @@ class Ranker:
             max_parallel_of=max_parallel,
             already_preempted=self._already_preempted(),
             priority_of=priority_of,
+            claimed=foreign,
         )
 
     # ------------------------------------------------------------ rank
@@ -364,11 +392,14 @@ class Ranker:
         job = self.job
         assert tg is not None and job is not None
         proposed = ctx.proposed_allocs(node.id)
+        # capacity the worker's other loops claimed here (feasible/inflight.py)
+        foreign = self._foreign = ctx.foreign_usage(node.id) if ctx.inflight is not None else None
         memo = self._fit_memo.get(node.id)
         if (
             memo is not None
             and memo[0] is proposed
             and memo[1] == self._ask_key
+            and memo[5] == foreign
             and not memo[2]
             and not self._needs_network
             and not self._needs_devices
@@ -379,6 +410,8 @@ class Ranker:
             return self._score(node, proposed, memo[3], memo[4], None, [])
         cap = self.capacity(node)
         used = self._usage(node.id, proposed, cap.mhz_per_core)
+        if foreign is not None:
+            used = _with_claims(used, foreign, cap.mhz_per_core)
         if self._needs_network and not self._ports_available(node, proposed):
             return None
         devices: dict[str, list[pb.AllocatedDevice]] | None = None
@@ -389,7 +422,12 @@ class Ranker:
         ask_cpu = self._cpu + self._cores * cap.mhz_per_core
         cpu = used.cpu + ask_cpu
         mem = used.memory_mb + self._mem
-        if memo is not None and memo[0] is proposed and memo[1] == self._ask_key:
+        if (
+            memo is not None
+            and memo[0] is proposed
+            and memo[1] == self._ask_key
+            and memo[5] == foreign
+        ):
             dim, fit, collisions = memo[2], memo[3], memo[4]
         else:
             fit = -1.0
@@ -409,10 +447,9 @@ class Ranker:
                 dim = "disk"
         victims: list[pb.Allocation] = []
         if dim:
-            if memo is None or memo[0] is not proposed or memo[1] != self._ask_key:
-                self._fit_memo[node.id] = (proposed, self._ask_key, dim, -1.0, -1)
+            self._fit_memo[node.id] = (proposed, self._ask_key, dim, -1.0, -1, foreign)
             ask = Usage(ask_cpu, self._cores, self._mem, self._disk, 1)
-            found = self._preempt(cap, proposed, ask) if self.evict else None
+            found = self._preempt(cap, proposed, ask, foreign) if self.evict else None
             if not found:
                 ctx.exhausted_node(node, dim)
                 return None
@@ -458,7 +495,14 @@ class Ranker:
                     if a.job_id == jid and a.task_group == tgn:
                         collisions += 1
                 if not victims:
-                    self._fit_memo[node.id] = (proposed, self._ask_key, "", fit, collisions)
+                    self._fit_memo[node.id] = (
+                        proposed,
+                        self._ask_key,
+                        "",
+                        fit,
+                        collisions,
+                        self._foreign,
+                    )
             if collisions:
                 s = -(collisions + 1) / max(tg.count, 1)
                 scores["job-anti-affinity"] = s
@@ -467,7 +511,7 @@ class Ranker:
                 scores["node-reschedule-penalty"] = -1.0
                 total -= 1.0
             if self.affinities:
-                s = affinity_score(self.affinities, node)
+                s = affinity_score(self.affinities, node, self.ctx.match_cache)
                 scores["node-affinity"] = s
                 total += s
             spread = self.spread
