@@ -25,7 +25,14 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from corral.domain.errors import LEADER_METADATA_KEY, CorralError, NotLeader, bounded_message
+from corral.domain.errors import (
+    FIELD_METADATA_KEY,
+    LEADER_METADATA_KEY,
+    CorralError,
+    InvalidArgument,
+    NotLeader,
+    bounded_message,
+)
 from corral.runtime import rpc_metrics
 from corral.security import acl, tls, transport
 from corral.security.access import Guard, Resolver
@@ -60,7 +67,14 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     md: tuple[tuple[str, str], ...] = ()
     if isinstance(err, NotLeader) and err.leader_address:
         md = ((LEADER_METADATA_KEY, err.leader_address),)
+    elif isinstance(err, InvalidArgument) and _metadata_safe(err.field):
+        md = ((FIELD_METADATA_KEY, err.field),)
     return err.code, err.message, md
+
+
+def _metadata_safe(value: str) -> bool:
+    """Whether gRPC carries `value` as a text metadata value as it is."""
+    return 0 < len(value) <= 1000 and value.isascii() and value.isprintable()
 
 
 Translate = Callable[[BaseException], CorralError | None]

@@ -266,6 +266,16 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     bad["Job"]["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"] = -5
     status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(bad).encode())
     assert status == 400 and "memory" in body.lower(), body
+    # errors name the fields as the caller sent them (Nomad's JSON), whether
+    # the gateway's parse refuses them or the state's checks
+    three = web_job("three")
+    three["Job"]["TaskGroups"][0]["Count"] = "three"
+    status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(three).encode())
+    assert (status, body) == (400, "Job.TaskGroups[0].Count: expected a whole number, got 'three'")
+    crowded = web_job("crowded")
+    crowded["Job"]["TaskGroups"][0]["Meta"] = {f"k{i}": "v" for i in range(1001)}
+    status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(crowded).encode())
+    assert status == 400 and body.startswith("Job.TaskGroups[0].Meta: "), body
     status, _, body = http(dev, "GET", "/v1/job/no-such-job")
     assert status == 404, body
     # values out of their field's range are the caller's mistake, not a 500

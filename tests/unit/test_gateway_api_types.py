@@ -11,13 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 import pytest
 
+from corral.domain.errors import FIELD_METADATA_KEY, InvalidArgument
+from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec import parse_job
 from corral.domain.structs import SECOND
+from corral.runtime.server import _status_for as server_status_for
 from corral.testing import mock
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
+from services.gateway.http import grpc_error_response
 from services.gateway.mapping import allocs, deployments, evals, jobs, nodes
 from tests.apitypes.check import check
 
@@ -280,3 +285,68 @@ def test_the_checker_accepts_what_nomad_sends() -> None:
     # a field Nomad's server sends beyond the api struct (structs.JobRegisterResponse)
     assert problems({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "Warnings": "",
                      "Index": 3}, "JobRegisterResponse") == []  # fmt: skip
+
+
+# -- errors in the caller's vocabulary ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("proto", "nomad"),
+    [
+        ("job", "Job"),
+        ("job.task_groups[0].count", "Job.TaskGroups[0].Count"),
+        (
+            "job.task_groups[0].tasks[1].resources.memory_mb",
+            "Job.TaskGroups[0].Tasks[1].Resources.MemoryMB",
+        ),
+        ("job.meta[a.b]", "Job.Meta[a.b]"),
+        (
+            "job.task_groups[0].tasks[0].config.port_map.http",
+            "Job.TaskGroups[0].Tasks[0].Config.port_map.http",
+        ),
+        (
+            "job.task_groups[0].services[0].checks[0].tls_skip_verify",
+            "Job.TaskGroups[0].Services[0].Checks[0].TLSSkipVerify",
+        ),
+        ("job.periodic.crons[0]", "Job.Periodic.Specs[0]"),
+        (
+            "job.task_groups[0].spreads[0].spread_target[1].percent",
+            "Job.TaskGroups[0].Spreads[0].SpreadTarget[1].Percent",
+        ),
+    ],
+)
+def test_a_proto_path_reads_as_nomads_json_path(proto: str, nomad: str) -> None:
+    assert jobspec_json.nomad_path(proto) == nomad
+
+
+def test_the_gateways_parse_names_nomads_fields() -> None:
+    data = jobs.job(rich_job())
+    data["TaskGroups"][0]["Count"] = "three"
+    with pytest.raises(jobs.JobInputError) as caught:
+        jobs.from_nomad(data)
+    assert str(caught.value) == "Job.TaskGroups[0].Count: expected a whole number, got 'three'"
+
+
+def _refusal(message: str, field: str | None) -> grpc.aio.AioRpcError:
+    trailing = grpc.aio.Metadata()
+    if field is not None:
+        trailing.add(FIELD_METADATA_KEY, field)
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(), trailing, message
+    )
+
+
+def test_the_states_refusal_of_a_job_names_nomads_fields() -> None:
+    # the state names the field in its trailing metadata (corral.runtime.server)
+    code, message, md = server_status_for(
+        InvalidArgument("job.task_groups[0].meta", "has 1001 entries, more than 1000")
+    )
+    assert md == ((FIELD_METADATA_KEY, "job.task_groups[0].meta"),)
+    answer = grpc_error_response(_refusal(message, dict(md)[FIELD_METADATA_KEY]))
+    assert answer.status_code == 400
+    assert answer.body == b"Job.TaskGroups[0].Meta: has 1001 entries, more than 1000"
+    # other objects' fields, and refusals without a field, are left as sent
+    for message, field in (("job_id: is required", "job_id"), ("no such thing", None)):
+        assert grpc_error_response(_refusal(message, field)).body == message.encode()
+    # a field gRPC cannot carry as text metadata is not sent (the message still is)
+    assert server_status_for(InvalidArgument("job.meta[é]", "x"))[2] == ()

@@ -73,7 +73,16 @@ _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {
     "reschedule_policy": "ReschedulePolicy",
     "restart_policy": "RestartPolicy",
 }
-_ACRONYMS = {"id": "ID", "cpu": "CPU", "mb": "MB", "ui": "UI", "cni": "CNI", "url": "URL"}
+_ACRONYMS = {
+    "id": "ID",
+    "cpu": "CPU",
+    "mb": "MB",
+    "ui": "UI",
+    "cni": "CNI",
+    "url": "URL",
+    "tls": "TLS",
+    "ttl": "TTL",
+}
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z][a-z])")
 
 
@@ -83,11 +92,23 @@ def _snake(name: str) -> str:
     return _CAMEL.sub(lambda m: "_" + (m.group(1) or m.group(2)), name).lower()
 
 
+#: one step of a field path: a name and its subscripts (`meta[a.b]`: a map
+#: key may hold dots)
+_PATH_PART = re.compile(r"(?:[^.[]|\[[^\]]*\])+")
+#: objects whose keys are the user's, not Nomad's field names
+_FREE_FORM = frozenset({"config"})
+
+
 def nomad_path(path: str) -> str:
     """A proto field path (`job.task_groups[0].resources.memory_mb`) in
-    Nomad's JSON names (`Job.TaskGroups[0].Resources.MemoryMB`)."""
+    Nomad's JSON names (`Job.TaskGroups[0].Resources.MemoryMB`). What
+    follows a task's `config` is the driver's own keys, kept as written."""
     out: list[str] = []
-    for part in path.split("."):
+    parts = _PATH_PART.findall(path)
+    for i, part in enumerate(parts):
+        if i > 0 and parts[i - 1] in _FREE_FORM:
+            out.extend(parts[i:])
+            break
         name, bracket, rest = part.partition("[")
         if name in _NOMAD_NAMES:
             nomad = _NOMAD_NAMES[name]
