@@ -24,6 +24,7 @@ from services.gateway.routes import (
     events,
     jobs,
     keyring,
+    metrics,
     namespaces,
     node_pools,
     nodes,
@@ -32,6 +33,7 @@ from services.gateway.routes import (
     scaling,
     services,
     unserved,
+    validate,
     variables,
 )
 from services.gateway.ui import routes as ui
@@ -54,11 +56,13 @@ ROUTE_MODULES: list[ModuleType] = [
     acl,
     events,
     parse,
+    validate,
     services,
     namespaces,
     scaling,
     variables,
     keyring,
+    metrics,
     ui,
 ]
 

@@ -465,3 +465,48 @@ def test_the_gateway_counts_requests_by_route_template(dev: DevProcess) -> None:
     assert 'route="/v1/{rest:path}"' in text
     assert "no-such-job" not in text  # ids never become label values
     assert "grpc_client_handled_total{" in text
+
+
+def test_validate_job(dev: DevProcess) -> None:
+    n = client(dev)
+    # python-nomad answers this one as the `requests` response, unparsed
+    good = n.validate.validate_job(web_job("checked")).json()
+    assert good["ValidationErrors"] is None and good["Error"] == "", good
+    assert good["DriverConfigValidated"] is True
+    bad = web_job("checked")
+    bad["Job"]["TaskGroups"][0]["Count"] = -1
+    answer = n.validate.validate_job(bad).json()
+    assert answer["ValidationErrors"] == ["Job.TaskGroups[0].Count: must not be negative"]
+    assert answer["Error"] == answer["ValidationErrors"][0]
+    # nothing was written
+    with pytest.raises(nomad.api.exceptions.URLNotFoundNomadException):
+        n.job.get_job("checked")
+    status, _, body = http(dev, "PUT", "/v1/validate/job", b"{}")
+    assert (status, body) == (400, "Job must be specified")
+    # read-job in the job's namespace, as Nomad's Job.Validate
+    status, _, _ = http(dev, "PUT", "/v1/validate/job", json.dumps(web_job("c")).encode(), "")
+    assert status == 403
+
+
+def test_agent_members_are_the_server_processes(dev: DevProcess) -> None:
+    members = client(dev).agent.get_members()
+    assert members["ServerRegion"] == "global", members
+    roles = {m["Tags"]["role"] for m in members["Members"]}
+    assert {"state", "broker", "planner", "worker"} <= roles and "agent" not in roles, roles
+    for m in members["Members"]:
+        assert m["Status"] == "alive" and m["Addr"] and 0 < m["Port"] < 2**16, m
+    leaders = [m for m in members["Members"] if m["Tags"]["leader"] == "true"]
+    assert "state" in {m["Tags"]["role"] for m in leaders}, members
+    status, _, _ = http(dev, "GET", "/v1/agent/members", token="")
+    assert status == 403
+
+
+def test_metrics_in_json_and_for_prometheus(dev: DevProcess) -> None:
+    http(dev, "GET", "/v1/regions")
+    summary = client(dev).metrics.get_metrics()
+    routes = {c["Labels"].get("route") for c in summary["Counters"]}
+    assert "/v1/regions" in routes, summary["Counters"]
+    assert isinstance(summary["Gauges"], list) and summary["Timestamp"]
+    status, headers, text = http(dev, "GET", "/v1/metrics?format=prometheus", token="")
+    assert status == 200 and headers["content-type"].startswith("text/plain"), headers
+    assert 'corral_http_requests_total{code="200",method="GET",route="/v1/regions"}' in text

@@ -350,3 +350,18 @@ def test_the_states_refusal_of_a_job_names_nomads_fields() -> None:
         assert grpc_error_response(_refusal(message, field)).body == message.encode()
     # a field gRPC cannot carry as text metadata is not sent (the message still is)
     assert server_status_for(InvalidArgument("job.meta[é]", "x"))[2] == ()
+
+
+def test_the_gateways_metrics_have_the_shape_of_nomads_summary() -> None:
+    from services.gateway.metrics import REQUESTS, SECONDS
+    from services.gateway.routes.metrics import summary
+
+    REQUESTS.labels("GET", "/v1/probe", "200").inc(2)
+    SECONDS.labels("/v1/probe").observe(0.5)
+    SECONDS.labels("/v1/probe").observe(1.5)
+    shown = summary()
+    assert problems(shown, "MetricsSummary") == []
+    (counted,) = [c for c in shown["Counters"] if c["Labels"].get("route") == "/v1/probe"]
+    assert counted["Name"] == "corral_http_requests" and counted["Count"] == 2
+    (timed,) = [s for s in shown["Samples"] if s["Labels"] == {"route": "/v1/probe"}]
+    assert (timed["Count"], timed["Sum"], timed["Mean"]) == (2, 2.0, 1.0)

@@ -1,15 +1,18 @@
 """Cluster-level endpoints clients probe before anything else:
-/v1/status/leader, /v1/status/peers, /v1/agent/self, /v1/regions."""
+/v1/status/leader, /v1/status/peers, /v1/agent/self, /v1/regions, and
+/v1/agent/members (Corral's server processes as Nomad's server members)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import grpc
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from corral.v1 import operator_pb2
-from services.gateway.authz import OPEN, ApiRoute, Need
+from corral.v1 import operator_pb2, state_pb2
+from services.gateway.authz import OPEN, OPERATOR_READ, ApiRoute, Need
 from services.gateway.http import backend_of, metadata_of, respond
 from services.gateway.mapping.absent import fill
 from services.gateway.mapping.jobs import REGION
@@ -78,6 +81,49 @@ async def agent_self(request: Request) -> Response:
     return respond(request, body)
 
 
+def _member(m: state_pb2.Member) -> dict[str, Any]:
+    """A server process as Nomad's api.AgentMember: `Tags` carry its role,
+    whether it leads its role (`leader`), its version (`build`) and id."""
+    host, _, port = m.address.rpartition(":")
+    tags = {
+        **m.tags,
+        "role": m.role,
+        "id": m.id,
+        "region": REGION,
+        "dc": "dc1",
+        "build": m.version,
+        "leader": "true" if m.leader else "false",
+    }
+    digits = int(port) if port.isdigit() else 0
+    member = {
+        "Name": f"{m.id}.{REGION}",
+        "Addr": host,
+        "Port": digits if digits < 2**16 else 0,
+        "Tags": tags,
+        "Status": "alive",
+    }
+    return fill("AgentMember", member) or member
+
+
+async def agent_members(request: Request) -> Response:
+    """Nomad's server members: every registered process of the server
+    roles (state, broker, planner, worker; client agents are nodes, as in
+    Nomad). A process leaves the list when its registration lapses, so each
+    one listed is alive. Needs `operator:read` (Corral's Operator.Members;
+    Nomad's asks `node:read`)."""
+    resp = await backend_of(request).operator.Members(
+        operator_pb2.MembersRequest(), metadata=metadata_of(request), timeout=10
+    )
+    servers = sorted((m for m in resp.members if m.role != "agent"), key=lambda m: (m.role, m.id))
+    body = {
+        "ServerName": "corral-gateway",
+        "ServerRegion": REGION,
+        "ServerDC": "dc1",
+        "Members": [_member(m) for m in servers],
+    }
+    return respond(request, body)
+
+
 async def agent_health(request: Request) -> Response:
     """Nomad's agent health: `server.ok` when the state service (the
     gateway's one dependency) answers its health check; 500 otherwise, so
@@ -98,4 +144,5 @@ ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/status/peers", peers, {"GET": STATUS}),
     ApiRoute("/v1/regions", regions, {"GET": OPEN}),
     ApiRoute("/v1/agent/self", agent_self, {"GET": AGENT_READ}),
+    ApiRoute("/v1/agent/members", agent_members, {"GET": OPERATOR_READ}),
 ]

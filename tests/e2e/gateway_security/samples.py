@@ -122,6 +122,8 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/status/peers": const(Sample("/v1/status/peers")),
         "/v1/regions": const(Sample("/v1/regions")),
         "/v1/agent/self": const(Sample("/v1/agent/self")),
+        "/v1/agent/members": const(Sample("/v1/agent/members")),
+        "/v1/metrics": const(Sample("/v1/metrics")),
         "/v1/job/{job_id:path}/revert": job_path("/revert", body={"JobVersion": 0}),
         "/v1/jobs": lambda m: Sample("/v1/jobs", body=job_json(cluster) if m != "GET" else None),
         "/v1/job/{job_id:path}/plan": job_path("/plan", body=job_json(cluster)),
@@ -226,6 +228,9 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/acl/token/{accessor_id}": token,
         "/v1/event/stream": const(Sample("/v1/event/stream", params={"topic": "Job"}, stream=True)),
         "/v1/jobs/parse": const(Sample("/v1/jobs/parse", body=parse_body)),
+        "/v1/validate/job": const(
+            Sample("/v1/validate/job", namespace=a.namespace, body=service_job("v", a.namespace))
+        ),
         "/ui/": const(Sample("/ui/")),
         "/ui/jobs": const(Sample("/ui/jobs")),
         "/ui/jobs/{job_id:path}": const(Sample(f"/ui/jobs/{d.job_id}")),
