@@ -31,6 +31,7 @@ from services.gateway.routes import (
     operator,
     parse,
     scaling,
+    search,
     services,
     unserved,
     validate,
@@ -63,6 +64,7 @@ ROUTE_MODULES: list[ModuleType] = [
     variables,
     keyring,
     metrics,
+    search,
     ui,
 ]
 

@@ -284,6 +284,12 @@ CALLS: list[Call] = [
     Call("GET", "/v1/status/peers", r("/v1/status/peers"), "[]string"),
     Call("GET", "/v1/regions", r("/v1/regions"), "[]string"),
     Call("GET", "/v1/agent/self", r("/v1/agent/self"), "AgentSelf"),
+    Call("GET", "/v1/agent/members", r("/v1/agent/members"), "ServerMembers"),
+    Call("GET", "/v1/metrics", r("/v1/metrics"), "MetricsSummary"),
+    Call("PUT", "/v1/search", r("/v1/search", {"Prefix": "w", "Context": "all"}),
+         "SearchResponse"),
+    Call("POST", "/v1/search", r("/v1/search", {"Prefix": "", "Context": "jobs"}),
+         "SearchResponse"),
     # jobs: reads
     Call("GET", "/v1/jobs", r("/v1/jobs"), "[]JobListStub"),
     Call("GET", "/v1/job/{job_id:path}", r("/v1/job/web"), "Job"),
@@ -305,6 +311,10 @@ CALLS: list[Call] = [
     Call("PUT", "/v1/jobs/parse", r("/v1/jobs/parse", {"JobHCL": WEB_HCL, "Canonicalize": True}),
          "Job"),
     Call("POST", "/v1/jobs/parse", r("/v1/jobs/parse", {"JobHCL": WEB_HCL}), "Job"),
+    Call("PUT", "/v1/validate/job", lambda w: Req("/v1/validate/job",
+         body={"Job": w.ok("GET", "/v1/job/web")}), "JobValidateResponse"),
+    Call("POST", "/v1/validate/job", r("/v1/validate/job", {"Job": batch("types-invalid",
+         Priority=-1)}), "JobValidateResponse"),
     Call("PUT", "/v1/job/{job_id:path}/plan",
          lambda w: Req("/v1/job/too-big/plan", body={"Job": w.ok("GET", "/v1/job/too-big"),
                                                       "Diff": True}),
@@ -516,6 +526,8 @@ NOT_WALKED = {
     "/v1/service/{name}/{id}/{rest:path}": "answers only Nomad's 400 invalid URI",
     "/.well-known/jwks.json": "a JWKS (RFC 7517), not a type of Nomad's api package",
     "/.well-known/openid-configuration": "OIDC discovery, not a type of Nomad's api package",
+    "/v1/acl/token/{accessor_id}": "its PUT and POST (token update) answer 501 only; "
+    "GET and DELETE are walked",
     "/v1/acl/bootstrap": "answers once per cluster (corral dev -acl has bootstrapped it); "
     "the same ACLToken shape as token create",
 }

@@ -510,3 +510,40 @@ def test_metrics_in_json_and_for_prometheus(dev: DevProcess) -> None:
     status, headers, text = http(dev, "GET", "/v1/metrics?format=prometheus", token="")
     assert status == 200 and headers["content-type"].startswith("text/plain"), headers
     assert 'corral_http_requests_total{code="200",method="GET",route="/v1/regions"}' in text
+
+
+def test_prefix_search(dev: DevProcess) -> None:
+    n = client(dev)
+    for job_id in ("srch-a", "srch-b"):
+        n.jobs.register_job(web_job(job_id))
+    found = n.search.search("srch-", "jobs")
+    assert found["Matches"] == {"jobs": ["srch-a", "srch-b"]}, found
+    assert found["Truncations"] == {"jobs": False}
+    evals = n.job.get_evaluations("srch-a")
+    everything = n.search.search(evals[0]["ID"][:7], "all")
+    assert evals[0]["ID"] in everything["Matches"]["evals"], everything
+    assert {"jobs", "allocs", "nodes", "evals", "deployment", "namespaces"} <= set(
+        everything["Matches"]
+    )
+    nodes = n.nodes.get_nodes()
+    assert n.search.search(nodes[0]["ID"][:4], "nodes")["Matches"]["nodes"] == [nodes[0]["ID"]]
+    # tokens: a node reader's `all` leaves out what it may not list; alone, 403
+    rules = {"Name": "node-reader", "Rules": 'node { policy = "read" }'}
+    assert http(dev, "PUT", "/v1/acl/policy/node-reader", json.dumps(rules).encode())[0] == 200
+    status, _, body = http(
+        dev, "PUT", "/v1/acl/token", json.dumps({"Name": "n", "Policies": ["node-reader"]}).encode()
+    )
+    reader = json.loads(body)["SecretID"]
+    status, _, body = http(dev, "PUT", "/v1/search", b'{"Prefix": "", "Context": "all"}', reader)
+    matches = json.loads(body)["Matches"]
+    assert status == 200 and matches["nodes"] == [nodes[0]["ID"]], body
+    assert not {"jobs", "allocs", "evals", "deployment", "scaling_policy"} & set(matches)
+    # the listings that filter (namespaces, pools, variables) show nothing it may not see
+    assert not any(matches[c] for c in set(matches) - {"nodes"}), body
+    query = b'{"Prefix": "srch", "Context": "jobs"}'
+    assert http(dev, "PUT", "/v1/search", query, reader)[0] == 403
+    assert http(dev, "PUT", "/v1/search", query, "")[0] == 403
+    status, _, body = http(dev, "PUT", "/v1/search", b'{"Prefix": "s", "Context": "volumes"}')
+    assert status == 400 and "volumes" in body, body
+    for job_id in ("srch-a", "srch-b"):
+        n.job.deregister_job(job_id, purge=True)
