@@ -164,6 +164,8 @@ RULES: dict[str, Rule] = {
     # read-job or read-job-scaling
     "/corral.v1.Job/ScaleStatus": PER_OBJECT,
     "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Evaluate": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Stable": ns(SUBMIT_JOB),
     "/corral.v1.Job/Dispatch": ns("dispatch-job"),
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),

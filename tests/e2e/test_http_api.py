@@ -300,7 +300,7 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "DELETE", "/v1/job/some-job/summary")
     assert (status, body) == (405, "Invalid method")
-    status, _, body = http(dev, "POST", "/v1/job/some-job/evaluate")
+    status, _, body = http(dev, "POST", "/v1/job/some-job/actions")
     assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/jobs?index=1&wait=soon")
     assert status == 400 and "wait" in body
@@ -547,3 +547,37 @@ def test_prefix_search(dev: DevProcess) -> None:
     assert status == 400 and "volumes" in body, body
     for job_id in ("srch-a", "srch-b"):
         n.job.deregister_job(job_id, purge=True)
+
+
+def test_force_evaluate_and_stability(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("evaluated"))
+    before = {e["ID"] for e in n.job.get_evaluations("evaluated")}
+    answer = n.job.evaluate_job("evaluated")
+    assert answer["EvalID"] and answer["EvalID"] not in before, answer
+    evals = {e["ID"]: e for e in n.job.get_evaluations("evaluated")}
+    assert evals[answer["EvalID"]]["TriggeredBy"] == "job-register"
+    forced = {"JobID": "evaluated", "EvalOptions": {"ForceReschedule": True}}
+    status, _, body = http(dev, "PUT", "/v1/job/evaluated/evaluate", json.dumps(forced).encode())
+    assert status == 200 and json.loads(body)["EvalID"], body
+    status, _, body = http(dev, "PUT", "/v1/job/evaluated/evaluate", b'{"JobID": "other"}')
+    assert (status, body) == (400, "JobID not same as job name")
+    # stability: python-nomad's stable_job, then the version reads stable
+    marked = n.job.stable_job("evaluated", 0, True)
+    assert marked["Index"] > 0, marked
+    assert n.job.get_job("evaluated")["Stable"] is True
+    n.job.stable_job("evaluated", 0, False)
+    assert n.job.get_job("evaluated")["Stable"] is False
+    status, _, body = http(
+        dev, "PUT", "/v1/job/evaluated/stable", b'{"JobID": "evaluated", "JobVersion": 9}'
+    )
+    assert status == 404 and "at version 9 not found" in body, body
+    # a token that may read but not submit
+    rules = {"Name": "job-reader", "Rules": 'namespace "default" { policy = "read" }'}
+    http(dev, "PUT", "/v1/acl/policy/job-reader", json.dumps(rules).encode())
+    _, _, made = http(
+        dev, "PUT", "/v1/acl/token", json.dumps({"Name": "r", "Policies": ["job-reader"]}).encode()
+    )
+    reader = json.loads(made)["SecretID"]
+    assert http(dev, "PUT", "/v1/job/evaluated/evaluate", None, reader)[0] == 403
+    n.job.deregister_job("evaluated", purge=True)

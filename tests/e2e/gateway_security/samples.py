@@ -126,6 +126,10 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/metrics": const(Sample("/v1/metrics")),
         "/v1/search": const(Sample("/v1/search", body={"Prefix": d.job_id[:3], "Context": "jobs"})),
         "/v1/job/{job_id:path}/revert": job_path("/revert", body={"JobVersion": 0}),
+        "/v1/job/{job_id:path}/evaluate": job_path("/evaluate"),
+        "/v1/job/{job_id:path}/stable": job_path(
+            "/stable", body={"JobID": d.job_id, "JobVersion": 0, "Stable": True}
+        ),
         "/v1/jobs": lambda m: Sample("/v1/jobs", body=job_json(cluster) if m != "GET" else None),
         "/v1/job/{job_id:path}/plan": job_path("/plan", body=job_json(cluster)),
         "/v1/job/{job_id:path}/allocations": job_path("/allocations"),
