@@ -519,6 +519,11 @@ CALLS: list[Call] = [
          lambda w: Req(f"/v1/node/{w.node_id}/drain", body={"DrainSpec": None,
                                                               "MarkEligible": True}),
          "NodeDrainUpdateResponse"),
+    # a purge of a node that is not there (the walk's one node stays)
+    Call("PUT", "/v1/node/{node_id}/purge", r(f"/v1/node/{uuid.uuid4()}/purge"), None,
+         status=404),
+    Call("POST", "/v1/node/{node_id}/purge", r(f"/v1/node/{uuid.uuid4()}/purge"), None,
+         status=404),
     # the end: stop an alloc, delete a service instance, deregister jobs
     Call("PUT", "/v1/allocation/{alloc_id}/stop",
          lambda w: Req(f"/v1/allocation/{w.batch_alloc}/stop"), "AllocStopResponse"),

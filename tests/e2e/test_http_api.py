@@ -26,6 +26,8 @@ import grpc
 import nomad
 import pytest
 
+from corral.testing import mock
+from corral.v1 import node_pb2
 from services.gateway.backend import Backend, token_metadata
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.wait import wait_for
@@ -294,7 +296,7 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "GET", "/v1/volumes")
     assert status == 501 and "docs/http-api.md" in body
-    status, _, body = http(dev, "POST", "/v1/node/some-node/purge")
+    status, _, body = http(dev, "POST", "/v1/node/some-node/meta")
     assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/node/some-node/drain")
     assert (status, body) == (405, "Invalid method")
@@ -581,3 +583,31 @@ def test_force_evaluate_and_stability(dev: DevProcess) -> None:
     reader = json.loads(made)["SecretID"]
     assert http(dev, "PUT", "/v1/job/evaluated/evaluate", None, reader)[0] == 403
     n.job.deregister_job("evaluated", purge=True)
+
+
+async def test_node_purge(dev: DevProcess) -> None:
+    """A node registered beside the cluster's own (in a datacenter no job
+    here asks for), purged with python-nomad."""
+    backend = Backend(dev.info["address"])
+    try:
+        fake = mock.node(datacenter="dc-purge")
+        await backend.nodes.Register(
+            node_pb2.NodeRegisterRequest(node=fake), metadata=token_metadata(dev.token)
+        )
+    finally:
+        await backend.close()
+    n = client(dev)
+    assert n.node.get_node(fake.id)["Datacenter"] == "dc-purge"
+    answer = n.node.purge_node(fake.id)
+    assert answer["NodeModifyIndex"] > 0 and answer["Index"] >= answer["NodeModifyIndex"], answer
+    with pytest.raises(nomad.api.exceptions.URLNotFoundNomadException):
+        n.node.get_node(fake.id)
+    status, _, _ = http(dev, "PUT", f"/v1/node/{fake.id}/purge")
+    assert status == 404
+    # node:write, as Nomad's
+    rules = {"Name": "node-reader", "Rules": 'node { policy = "read" }'}
+    http(dev, "PUT", "/v1/acl/policy/node-reader", json.dumps(rules).encode())
+    reader = json.loads(
+        http(dev, "PUT", "/v1/acl/token", b'{"Name": "p", "Policies": ["node-reader"]}')[2]
+    )["SecretID"]
+    assert http(dev, "PUT", f"/v1/node/{fake.id}/purge", None, reader)[0] == 403

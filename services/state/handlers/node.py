@@ -99,7 +99,12 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             tx.delete_node(node)
             evals = await writes.node_evals(tx, node)
         self.heartbeats.forget(request.node_id)
-        return node_pb2.NodeUpdateResponse(eval_ids=[e.id for e in evals], index=tx.index)
+        return node_pb2.NodeUpdateResponse(
+            eval_ids=[e.id for e in evals],
+            eval_create_index=tx.index if evals else 0,
+            node_modify_index=tx.index,
+            index=tx.index,
+        )
 
     async def UpdateStatus(
         self, request: node_pb2.NodeUpdateStatusRequest, context: Context

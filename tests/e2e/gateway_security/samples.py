@@ -198,7 +198,9 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             Sample(f"/v1/node/{cluster.node_id}/eligibility", body={"Eligibility": "eligible"})
         ),
         "/v1/node/{node_id}": const(Sample(f"/v1/node/{cluster.node_id}")),
-        "/v1/node/{node_id}/{action:path}": const(Sample(f"/v1/node/{cluster.node_id}/purge")),
+        "/v1/node/{node_id}/{action:path}": const(Sample(f"/v1/node/{cluster.node_id}/meta")),
+        # not the cluster's one node: an allowed purge would remove it
+        "/v1/node/{node_id}/purge": const(Sample(f"/v1/node/{uuid.uuid4()}/purge")),
         "/v1/operator/scheduler/configuration": lambda m: Sample(
             "/v1/operator/scheduler/configuration", body=None if m == "GET" else scheduler
         ),
