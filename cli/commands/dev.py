@@ -1,11 +1,12 @@
 """`corral dev` (also `corral agent -dev`): a whole Corral on one machine.
 
 Embedded PostgreSQL, migrations, then every role as its own process, started
-by module name and in dependency order — state, broker, planner, worker and
-one client agent (exec, raw_exec and mock drivers) — each waited for through its
-ready file. Prints a table of the processes, then watches them: Ctrl-C or
-SIGTERM stops every role (SIGTERM, SIGKILL after a grace period) and the
-database, so nothing is left running. A role (or the database) that exits
+by module name and in dependency order — state, broker, planner, worker, the
+gateway and one client agent (exec, raw_exec and mock drivers; its tasks' Task
+API proxies to the gateway) — each waited for through its ready file. Prints
+a table of the processes, then watches them: Ctrl-C or SIGTERM stops every
+role (SIGTERM, SIGKILL after a grace period) and the database, so nothing is
+left running. A role (or the database) that exits
 on its own is restarted after a backoff (1 s, doubling up to 30 s); one that
 dies 5 times within a minute is given up on: everything is
 stopped and the exit code is 1.
@@ -400,8 +401,21 @@ def _run_roles(
         ],
         worker_env,
     )
+    gateway = start(
+        "gateway",
+        [
+            "--state-addr",
+            state.address,
+            "--listen",
+            f"{bind}:{args.http_port}",
+            "--metrics-listen",
+            f"{bind}:0",
+        ],
+    )
+    http_addr = str(gateway.info.get("http_addr") or f"http://{gateway.address}")
     if not args.no_agent:
-        # as `nomad agent -dev`: raw_exec on, which no agent has otherwise
+        # as `nomad agent -dev`: raw_exec on, which no agent has otherwise;
+        # after the gateway: its tasks' Task API sockets proxy to it
         _say(RAW_EXEC_NOTICE)
         agent_dir = private_dir(data_dir / "agent")
         start(
@@ -417,22 +431,13 @@ def _run_roles(
             {
                 "CORRAL_AGENT_DATA_DIR": str(agent_dir),
                 "CORRAL_AGENT_DRIVERS": "exec,raw_exec,mock",
+                # a dev agent leaves nothing behind (a killed one is restarted
+                # by the supervisor and adopts its tasks)
+                "CORRAL_AGENT_STOP_TASKS_ON_SHUTDOWN": "true",
                 "CORRAL_AGENT_NODE_NAME": socket.gethostname(),
+                "CORRAL_AGENT_GATEWAY_ADDR": http_addr,
             },
         )
-
-    gateway = start(
-        "gateway",
-        [
-            "--state-addr",
-            state.address,
-            "--listen",
-            f"{bind}:{args.http_port}",
-            "--metrics-listen",
-            f"{bind}:0",
-        ],
-    )
-    http_addr = str(gateway.info.get("http_addr") or f"http://{gateway.address}")
 
     summary = {
         r.role: {

@@ -36,11 +36,13 @@ class AgentProcess:
         # the agent receives log and stats requests only, and resolves their
         # tokens through the state
         self.acl_channel = transport.dial(settings.state_addr)
+        # one token cache for the agent's RPCs and its tasks' Task API
+        self.resolver = RemoteResolver(self.acl_channel)
         self.server = GrpcServer(
             settings.listen,
             name="agent",
             settings=settings.security,
-            resolver=RemoteResolver(self.acl_channel),
+            resolver=self.resolver,
             max_receive_bytes=4 * 1024 * 1024,
         )
         self.agent: Agent | None = None
@@ -60,7 +62,7 @@ class AgentProcess:
         )
         await self.server.start()
         address = self.settings.advertise or self.server.bound_address
-        self.agent = Agent(self.settings, http_addr=address)
+        self.agent = Agent(self.settings, http_addr=address, resolver=self.resolver)
         await self.agent.start()
         log.info("client agent ready: node %s", self.agent.node.id)
         # not a cluster member: members are the servers (Nomad's `server

@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 
 from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
+from corral.domain.jobspec import templates as template_blocks
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import structs_pb2 as pb
 
@@ -38,6 +39,7 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
@@ -64,6 +66,8 @@ _IGNORED = frozenset(
         # a scaling policy's namespace: the state sets the job's, as Nomad's
         # servers do (a job read through the API shows it)
         "Namespace",
+        # LogConfig's old field, ignored by Nomad since 1.5.4 (Disabled replaced it)
+        "Enabled",
     }
 )
 _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {
@@ -219,13 +223,18 @@ def _fill(msg: Message, data: Any, path: str, explicit: dict[str, set[str]] | No
             setattr(msg, name, _scalar(fd, value, fpath))
 
 
-def _nomad_job(data: dict[str, Any], explicit: dict[str, set[str]]) -> pb.Job:
+def _nomad_job(data: dict[str, Any]) -> tuple[pb.Job, dict[str, set[str]]]:
+    """The job, and the fields Nomad's JSON set that a zero would not tell
+    (for the defaults): what it wrote, zeros included (`"Count": 0`,
+    `"Unlimited": false`: Nomad's api types hold these as pointers, so a
+    written zero is kept rather than taken for "unset")."""
     job = pb.Job()
     service_blocks.nomad_json(data)
+    explicit = template_blocks.nomad_json(data)
     _fill(job, data, "job", explicit)
     # Nomad's JSON names the disconnect block's fields like ours, and the
     # seed-era group fields map the same way the HCL ones do.
-    return job
+    return job, explicit
 
 
 def parse(text: str, filename: str = "<stdin>") -> pb.Job:
@@ -244,14 +253,14 @@ def _parse(text: str, filename: str) -> pb.Job:
         raise JobspecError(filename, None, "", str(exc)) from None
     if not isinstance(data, dict):
         raise JobspecError(filename, None, "", "expected a JSON object holding a job")
+    explicit: dict[str, set[str]] = {}
     try:
-        explicit: dict[str, set[str]] = {}
         if "Job" in data:
-            job = _nomad_job(data["Job"], explicit)
+            job, explicit = _nomad_job(data["Job"])
         elif "job" in data and isinstance(data["job"], dict):
             job = _proto_job(data["job"], filename)
         elif any(k[:1].isupper() for k in data):
-            job = _nomad_job(data, explicit)
+            job, explicit = _nomad_job(data)
         else:
             job = _proto_job(data, filename)
         defaults.canonicalize(job, explicit)
@@ -270,8 +279,7 @@ def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
     if limits.json_depth(data) > limits.MAX_NESTING_DEPTH:
         raise JobspecError(filename, None, "", str(limits.NestingError(what=limits.JSON_LEVELS)))
     try:
-        explicit: dict[str, set[str]] = {}
-        job = _nomad_job(data, explicit)
+        job, explicit = _nomad_job(data)
         defaults.canonicalize(job, explicit)
         validate.check(job)
     except validate.FieldProblem as problem:

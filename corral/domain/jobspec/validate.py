@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import driver_config, identity, periodic, regexp, scaling, services
+from corral.domain import driver_config, identity, lifecycle, periodic, regexp, scaling, services
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.jobspec import limits
 from corral.domain.structs import (
@@ -23,6 +23,7 @@ from corral.domain.structs import (
     RESTART_MODES,
     JobType,
 )
+from corral.domain.template import block as template_block
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
@@ -192,12 +193,24 @@ def check(job: pb.Job) -> None:
             found = identity.problems(task)
             if found is not None:
                 raise FieldProblem(f"{tp}.{found[0]}", found[1])
+            found = template_block.problems(task)
+            if found is not None:
+                raise FieldProblem(f"{tp}.{found[0]}", found[1])
             if task.HasField("dispatch_payload"):
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise FieldProblem(f"{tp}.dispatch_payload.file", problem)
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise FieldProblem(f"{tp}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise FieldProblem(f"{tp}.log_config.{logs[0]}", logs[1])
         if sum(1 for t in tg.tasks if t.leader) > 1:
             raise FieldProblem(gp, "only one task may be the leader")
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise FieldProblem(f"{gp}.tasks", problem)
     found = services.problem(job)
     if found is not None:
         raise FieldProblem(*found)

@@ -77,6 +77,9 @@ ABSENT: dict[str, dict[str, Any]] = {
         "TLSServerName": "",
     },
     "WorkloadIdentity": {"ExtraClaims": None, "ServiceName": ""},
+    # deprecated since Nomad 1.5.4 (Disabled replaced it); Nomad's servers
+    # do not send it, so Go's client holds nil
+    "LogConfig": {"Enabled": None},
     "RequestedDevice": {"Affinities": None},
     "NetworkResource": {"CIDR": "", "DNS": None, "Device": "", "IP": ""},
     "Port": {"IgnoreCollision": False},

@@ -55,6 +55,7 @@ def job(msg: pb.Job) -> dict[str, Any]:
             tg["Scaling"]["Namespace"] = msg.namespace
         for task in tg.get("Tasks") or []:
             fill("Task", task)
+            fill("LogConfig", task.get("LogConfig"))
             fill("WorkloadIdentity", task.get("Identity"))
             fill_all("WorkloadIdentity", task.get("Identities"))
             complete_resources(task.get("Resources"))

@@ -11,6 +11,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from corral.domain import (
     identity,
+    lifecycle,
     namespaces,
     node_pools,
     periodic,
@@ -30,6 +31,7 @@ from corral.domain.structs import (
     Trigger,
     copy_msg,
 )
+from corral.domain.template import block as template_block
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -167,6 +169,18 @@ def validate_job(job: pb.Job) -> None:
             found = identity.problems(task)
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            found = template_block.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise InvalidArgument(f"{tf}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise InvalidArgument(f"{tf}.log_config.{logs[0]}", logs[1])
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise InvalidArgument(f"{f}.tasks", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
         _service_bounds(tg.services, f"{f}.services")
         for k, task in enumerate(tg.tasks):
@@ -314,6 +328,8 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            template_block.canonicalize(task)
+            lifecycle.default_log_config(task)
     services.canonicalize(job)
     scaling.canonicalize(job)
     return job
