@@ -266,6 +266,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ACL/ListTokens": MANAGEMENT,
     "/corral.v1.ACL/GetToken": MANAGEMENT,
     "/corral.v1.ACL/DeleteTokens": MANAGEMENT,
+    "/corral.v1.ACL/UpdateToken": MANAGEMENT,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"

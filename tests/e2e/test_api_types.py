@@ -132,7 +132,7 @@ class World:
     client_token_accessor: str
     key_id: str
     #: objects a call made for a later call (ids of created things)
-    made: dict[str, str] = field(default_factory=dict)
+    made: dict[str, Any] = field(default_factory=dict)
 
     def call(self, method: str, path: str, **kw: Any) -> Answer:
         kw.setdefault("token", self.token)
@@ -433,6 +433,14 @@ CALLS: list[Call] = [
          r("/v1/acl/token", {"Name": "go2", "Type": "client", "Policies": ["types-read"],
                              "ExpirationTTL": 3_600_000_000_000}),
          "ACLToken"),
+    # api.ACLTokens.Update sends the token as read, changed
+    Call("PUT", "/v1/acl/token/{accessor_id}",
+         lambda w: Req(f"/v1/acl/token/{w.made['token_to_update']['AccessorID']}",
+                       body={**w.made["token_to_update"], "Name": "renamed"}), "ACLToken"),
+    Call("POST", "/v1/acl/token/{accessor_id}",
+         lambda w: Req(f"/v1/acl/token/{w.made['token_to_update']['AccessorID']}",
+                       body={**w.made["token_to_update"], "Type": "management",
+                             "Policies": None}), "ACLToken"),
     Call("DELETE", "/v1/acl/token/{accessor_id}",
          lambda w: Req(f"/v1/acl/token/{w.made['token_to_delete']}"), None),
     Call("DELETE", "/v1/acl/policy/{name}", r("/v1/acl/policy/types-two"), None),
@@ -524,6 +532,21 @@ CALLS: list[Call] = [
          status=404),
     Call("POST", "/v1/node/{node_id}/purge", r(f"/v1/node/{uuid.uuid4()}/purge"), None,
          status=404),
+    # signals and restarts at the alloc's agent (api.Allocations.Signal
+    # decodes a GenericResponse, Restart an empty struct)
+    Call("PUT", "/v1/client/allocation/{alloc_id}/signal",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/signal",
+                       body={"Signal": "SIGWINCH", "Task": "server"}), "GenericResponse"),
+    # (SIGWINCH: the task's http.server ignores it; no Signal would be SIGINT)
+    Call("POST", "/v1/client/allocation/{alloc_id}/signal",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/signal",
+                       body={"Signal": "SIGWINCH"}), "GenericResponse"),
+    Call("PUT", "/v1/client/allocation/{alloc_id}/restart",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/restart",
+                       body={"TaskName": "server"}), "any"),
+    Call("POST", "/v1/client/allocation/{alloc_id}/restart",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/restart",
+                       body={"AllTasks": True}), "any"),
     # the end: stop an alloc, delete a service instance, deregister jobs
     Call("PUT", "/v1/allocation/{alloc_id}/stop",
          lambda w: Req(f"/v1/allocation/{w.batch_alloc}/stop"), "AllocStopResponse"),
@@ -542,8 +565,6 @@ NOT_WALKED = {
     "/v1/service/{name}/{id}/{rest:path}": "answers only Nomad's 400 invalid URI",
     "/.well-known/jwks.json": "a JWKS (RFC 7517), not a type of Nomad's api package",
     "/.well-known/openid-configuration": "OIDC discovery, not a type of Nomad's api package",
-    "/v1/acl/token/{accessor_id}": "its PUT and POST (token update) answer 501 only; "
-    "GET and DELETE are walked",
     "/v1/acl/bootstrap": "answers once per cluster (corral dev -acl has bootstrapped it); "
     "the same ACLToken shape as token create",
 }
@@ -580,6 +601,14 @@ def _prepare(world: World, call: Call) -> None:
         active = [k for k in world.ok("GET", "/v1/operator/keyring/keys") if k["State"] == "active"]
         world.ok("PUT", "/v1/operator/keyring/rotate")
         world.made["old_key"] = active[0]["KeyID"]
+    elif call.template == "/v1/acl/token/{accessor_id}" and call.method in ("PUT", "POST"):
+        made = world.ok(
+            "PUT",
+            "/v1/acl/token",
+            body={"Name": "upd", "Type": "client", "Policies": ["types-read"],
+                  "ExpirationTTL": "1h"},
+        )  # fmt: skip
+        world.made["token_to_update"] = world.ok("GET", f"/v1/acl/token/{made['AccessorID']}")
     elif call.template == "/v1/acl/token/{accessor_id}" and call.method == "DELETE":
         made = world.ok(
             "PUT",
@@ -593,6 +622,22 @@ def _prepare(world: World, call: Call) -> None:
     elif call.template.startswith(("/v1/deployment/promote/", "/v1/deployment/fail/")):
         if call.method == "POST" or "fail" in call.template:
             world.made["deployment"] = _new_deployment(world, healthy="promote" in call.template)
+    elif call.template.endswith(("/signal", "/restart")):
+        # the deployments replaced web's first allocs: one running now
+        world.made["running"] = wait_for(
+            "a running web alloc",
+            lambda: next(
+                (
+                    a["ID"]
+                    for a in world.ok("GET", "/v1/job/web/allocations")
+                    if a["ClientStatus"] == "running"
+                    and a["DesiredStatus"] == "run"
+                    and a["TaskStates"]["server"]["State"] == "running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
     elif call.template == "/v1/service/{name}/{id}":
         world.made["service_instance"] = world.ok("GET", "/v1/service/web")[0]["ID"]
 

@@ -611,3 +611,39 @@ async def test_node_purge(dev: DevProcess) -> None:
         http(dev, "PUT", "/v1/acl/token", b'{"Name": "p", "Policies": ["node-reader"]}')[2]
     )["SecretID"]
     assert http(dev, "PUT", f"/v1/node/{fake.id}/purge", None, reader)[0] == 403
+
+
+def test_acl_token_update(dev: DevProcess) -> None:
+    n = client(dev)
+    for name, rules in (
+        ("upd-read", 'namespace "default" { policy = "read" }'),
+        ("upd-nodes", 'node { policy = "read" }'),
+    ):
+        n.acl.create_policy(name, {"Name": name, "Rules": rules})
+    made = n.acl.create_token({"Name": "before", "Type": "client", "Policies": ["upd-read"]})
+    secret = made["SecretID"]
+    assert http(dev, "GET", "/v1/nodes", token=secret)[0] == 403
+    token = n.acl.get_token(made["AccessorID"])
+    updated = n.acl.update_token(
+        made["AccessorID"], {**token, "Name": "after", "Policies": ["upd-read", "upd-nodes"]}
+    )
+    assert updated["Name"] == "after" and updated["Policies"] == ["upd-read", "upd-nodes"]
+    assert updated["ModifyIndex"] > token["ModifyIndex"]
+    # the same secret, the new rules (the gateway's token cache holds 30 s)
+    wait_for(
+        "the new rules", lambda: http(dev, "GET", "/v1/nodes", token=secret)[0] == 200, timeout=60
+    )
+    status, _, body = http(
+        dev,
+        "PUT",
+        f"/v1/acl/token/{made['AccessorID']}",
+        json.dumps({**token, "Global": True}).encode(),
+    )
+    assert (status, body) == (400, "cannot toggle global mode"), body
+    status, _, body = http(
+        dev, "PUT", f"/v1/acl/token/{made['AccessorID']}", json.dumps({"Name": "x"}).encode()
+    )
+    assert (status, body) == (400, "ACL token accessor does not match request path")
+    # a management token's, as Nomad's ACL.UpsertTokens
+    own = json.dumps({**token, "Type": "management", "Policies": None}).encode()
+    assert http(dev, "PUT", f"/v1/acl/token/{made['AccessorID']}", own, secret)[0] == 403

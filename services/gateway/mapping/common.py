@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -65,6 +66,23 @@ def rfc3339(ns: int) -> str:
     seconds, frac = divmod(int(ns), 1_000_000_000)
     base = dt.datetime.fromtimestamp(seconds, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{frac:09d}Z" if frac else f"{base}Z"
+
+
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
+
+
+def from_rfc3339(text: str) -> int:
+    """Go's time.Time JSON as Unix nanoseconds (`rfc3339`'s inverse); Go's
+    zero time is 0. Raises ValueError for anything else."""
+    if text == ZERO_TIME:
+        return 0
+    m = _RFC3339.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not an RFC 3339 time")
+    base, frac, zone = m.groups()
+    offset = "+00:00" if zone == "Z" else zone
+    when = dt.datetime.fromisoformat(base + offset)
+    return int(when.timestamp()) * 1_000_000_000 + int((frac or "").ljust(9, "0"))
 
 
 def _scalar(fd: Any, value: Any) -> Any:

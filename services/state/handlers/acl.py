@@ -157,6 +157,22 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
             raise NotFound(f"ACL token {request.accessor_id!r} not found")
         return acl_pb2.ACLTokenResponse(token=token, index=index)
 
+    async def UpdateToken(
+        self, request: acl_pb2.ACLUpdateTokenRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse:
+        acl_writes.accessor_id(request.accessor_id, "accessor_id")
+        acl_writes.validate_token(
+            acl_pb2.ACLCreateTokenRequest(
+                name=request.name, type=request.type, policies=request.policies
+            ),
+            self.min_ttl_ns,
+            self.max_ttl_ns,
+        )
+        async with self.ctx.write() as tx:
+            token = await acl_writes.update_token(tx, request)
+        self._written()
+        return acl_pb2.ACLTokenResponse(token=token, index=tx.index)
+
     async def DeleteTokens(
         self, request: acl_pb2.ACLDeleteTokensRequest, context: Context
     ) -> acl_pb2.ACLWriteResponse:

@@ -114,7 +114,8 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         if method == "GET":
             listed = cluster.http.ok("GET", "/v1/acl/tokens", token=cluster.management)
             return Sample(f"/v1/acl/token/{listed[0]['AccessorID']}")
-        return Sample(f"/v1/acl/token/{uuid.uuid4()}", body={"Name": "x"})
+        accessor = str(uuid.uuid4())  # none: the state decides (403) before it looks
+        return Sample(f"/v1/acl/token/{accessor}", body={"AccessorID": accessor, "Name": "x"})
 
     return {
         "/v1/agent/health": const(Sample("/v1/agent/health")),
