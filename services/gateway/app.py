@@ -33,6 +33,7 @@ from services.gateway.routes import (
     scaling,
     search,
     services,
+    system,
     unserved,
     validate,
     variables,
@@ -65,6 +66,7 @@ ROUTE_MODULES: list[ModuleType] = [
     keyring,
     metrics,
     search,
+    system,
     ui,
 ]
 

@@ -647,3 +647,26 @@ def test_acl_token_update(dev: DevProcess) -> None:
     # a management token's, as Nomad's ACL.UpsertTokens
     own = json.dumps({**token, "Type": "management", "Policies": None}).encode()
     assert http(dev, "PUT", f"/v1/acl/token/{made['AccessorID']}", own, secret)[0] == 403
+
+
+def test_force_gc(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("collected"))
+    wait_for("the job's alloc", lambda: running_allocs(n, "collected", 1))
+    n.job.deregister_job("collected")  # stopped, not purged: the collector's
+    wait_for(
+        "its allocs to stop",
+        lambda: all(
+            a["ClientStatus"] in ("complete", "failed", "lost")
+            for a in n.job.get_allocations("collected")
+        ),
+        timeout=60,
+    )
+    status, _, body = http(dev, "PUT", "/v1/system/gc")
+    assert (status, body) == (200, ""), body
+    wait_for(
+        "the stopped job to be collected",
+        lambda: http(dev, "GET", "/v1/job/collected")[0] == 404,
+        timeout=60,
+    )
+    assert http(dev, "PUT", "/v1/system/gc", token="")[0] == 403

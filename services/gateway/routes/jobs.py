@@ -63,6 +63,7 @@ JOB_ACTIONS = frozenset(
         "submission",
         "action",
         "actions",
+        "tag",
     }
 )
 
@@ -148,7 +149,7 @@ def _job_id(request: Request) -> str:
 async def job(request: Request) -> Response:
     job_id = _job_id(request)
     head, _, tail = job_id.rpartition("/")
-    if head and (tail in JOB_ACTIONS or job_id.endswith("/periodic/force")):
+    if head and (tail in JOB_ACTIONS or job_id.endswith(("/periodic/force", "/dispatch/payload"))):
         # an action of a job: served with another method, or not at all
         from services.gateway.routes.unserved import wrong_method
 
