@@ -207,6 +207,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Node/GetClientAllocs": NODE,
     "/corral.v1.Node/SignIdentities": NODE,
     "/corral.v1.Node/Deregister": scope("node", "write"),
+    "/corral.v1.Node/Evaluate": scope("node", "write"),
     "/corral.v1.Node/UpdateDrain": scope("node", "write"),
     "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
     "/corral.v1.Node/List": scope("node", "read"),

@@ -527,6 +527,10 @@ CALLS: list[Call] = [
          lambda w: Req(f"/v1/node/{w.node_id}/drain", body={"DrainSpec": None,
                                                               "MarkEligible": True}),
          "NodeDrainUpdateResponse"),
+    Call("PUT", "/v1/node/{node_id}/evaluate",
+         lambda w: Req(f"/v1/node/{w.node_id}/evaluate"), "nodeEvaluateAnswer"),
+    Call("POST", "/v1/node/{node_id}/evaluate",
+         lambda w: Req(f"/v1/node/{w.node_id}/evaluate"), "nodeEvaluateAnswer"),
     # a purge of a node that is not there (the walk's one node stays)
     Call("PUT", "/v1/node/{node_id}/purge", r(f"/v1/node/{uuid.uuid4()}/purge"), None,
          status=404),
@@ -753,6 +757,15 @@ def test_route_answers_nomad_types(world: World, call: Call) -> None:
 local_structs(
     keyringRotateResponse={"Key": "*RootKeyMeta", "Index": "int"},
     periodicForceResponse={"EvalID": "string", "EvalCreateIndex": "int", "Index": "int"},
+    # api.Nodes.ForceEvaluate decodes nodeEvalResponse{EvalID}; Nomad's server
+    # sends structs.NodeUpdateResponse (EvalIDs, ...): Corral sends both
+    nodeEvaluateAnswer={
+        "EvalID": "string",
+        "EvalIDs": "[]string",
+        "EvalCreateIndex": "int",
+        "NodeModifyIndex": "int",
+        "Index": "int",
+    },
 )
 
 #: fields Corral adds to Nomad's structs, each documented in docs/http-api.md

@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -425,36 +426,6 @@ def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> No
     assert children[0]["ParentID"] == "cron"
 
 
-def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
-    """Last: it drains the cluster's one node."""
-    n = client(dev)
-    node_id = n.nodes.get_nodes()[0]["ID"]
-    resp = n.node.eligible_node(node_id, ineligible=True)
-    assert resp["NodeModifyIndex"] > 0
-    assert n.node.get_node(node_id)["SchedulingEligibility"] == "ineligible"
-    n.node.eligible_node(node_id, eligible=True)
-    assert n.node.get_node(node_id)["SchedulingEligibility"] == "eligible"
-
-    spec = {"Deadline": 60 * 1_000_000_000, "IgnoreSystemJobs": False}
-    n.node.drain_node_with_spec(node_id, spec)
-    node = n.node.get_node(node_id)
-    assert node["DrainStrategy"]["Deadline"] == spec["Deadline"]
-    assert node["SchedulingEligibility"] == "ineligible"
-    n.node.drain_node_with_spec(node_id, None, mark_eligible=True)
-    wait_for(
-        "the drain to end",
-        lambda: (
-            (got := n.node.get_node(node_id))["DrainStrategy"] is None
-            and got["SchedulingEligibility"] == "eligible"
-        ),
-    )
-    # Nomad's pre-0.8 form, as python-nomad's drain_node sends it
-    n.node.drain_node(node_id, enable=True)
-    assert n.node.get_node(node_id)["DrainStrategy"] is not None
-    n.node.drain_node(node_id, enable=False)
-    wait_for("the drain to end", lambda: n.node.get_node(node_id)["DrainStrategy"] is None)
-
-
 def test_the_gateway_counts_requests_by_route_template(dev: DevProcess) -> None:
     http(dev, "GET", "/v1/jobs")
     http(dev, "GET", "/v1/job/no-such-job")
@@ -670,3 +641,48 @@ def test_force_gc(dev: DevProcess) -> None:
         timeout=60,
     )
     assert http(dev, "PUT", "/v1/system/gc", token="")[0] == 403
+
+
+def test_node_evaluate(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("on-node"))
+    allocs = wait_for("the job's alloc", lambda: running_allocs(n, "on-node", 1))
+    node_id = allocs[0]["NodeID"]
+    answer = n.node.evaluate_node(node_id)
+    assert answer["EvalID"] == answer["EvalIDs"][0] and answer["EvalCreateIndex"] > 0, answer
+    created = {e["ID"]: e for e in n.job.get_evaluations("on-node")}
+    ours = [created[i] for i in answer["EvalIDs"] if i in created]
+    assert ours and ours[0]["TriggeredBy"] == "node-update" and ours[0]["NodeID"] == node_id
+    assert http(dev, "PUT", f"/v1/node/{uuid.uuid4()}/evaluate")[0] == 404
+    assert http(dev, "PUT", f"/v1/node/{node_id}/evaluate", token="")[0] == 403
+    n.job.deregister_job("on-node", purge=True)
+
+
+def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
+    """Last: it drains the cluster's one node."""
+    n = client(dev)
+    node_id = n.nodes.get_nodes()[0]["ID"]
+    resp = n.node.eligible_node(node_id, ineligible=True)
+    assert resp["NodeModifyIndex"] > 0
+    assert n.node.get_node(node_id)["SchedulingEligibility"] == "ineligible"
+    n.node.eligible_node(node_id, eligible=True)
+    assert n.node.get_node(node_id)["SchedulingEligibility"] == "eligible"
+
+    spec = {"Deadline": 60 * 1_000_000_000, "IgnoreSystemJobs": False}
+    n.node.drain_node_with_spec(node_id, spec)
+    node = n.node.get_node(node_id)
+    assert node["DrainStrategy"]["Deadline"] == spec["Deadline"]
+    assert node["SchedulingEligibility"] == "ineligible"
+    n.node.drain_node_with_spec(node_id, None, mark_eligible=True)
+    wait_for(
+        "the drain to end",
+        lambda: (
+            (got := n.node.get_node(node_id))["DrainStrategy"] is None
+            and got["SchedulingEligibility"] == "eligible"
+        ),
+    )
+    # Nomad's pre-0.8 form, as python-nomad's drain_node sends it
+    n.node.drain_node(node_id, enable=True)
+    assert n.node.get_node(node_id)["DrainStrategy"] is not None
+    n.node.drain_node(node_id, enable=False)
+    wait_for("the drain to end", lambda: n.node.get_node(node_id)["DrainStrategy"] is None)

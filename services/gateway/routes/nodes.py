@@ -154,8 +154,21 @@ async def node_purge(request: Request) -> Response:
     return respond(request, _update_response(resp), index=resp.index)
 
 
+async def node_evaluate(request: Request) -> Response:
+    """Nomad's node evaluate: an eval of every job with work on the node
+    (and of the system jobs that take it)."""
+    resp = await backend_of(request).nodes.Evaluate(
+        node_pb2.NodeEvaluateRequest(node_id=request.path_params["node_id"]),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    # Nomad's Go client decodes `EvalID` (its servers send only `EvalIDs`)
+    body = {"EvalID": resp.eval_ids[0] if resp.eval_ids else "", **_update_response(resp)}
+    return respond(request, body, index=resp.index)
+
+
 async def node_action(request: Request) -> Response:
-    """Nomad's other node actions (evaluate, meta): not served."""
+    """Nomad's other node actions (meta): not served."""
     from services.gateway.routes.unserved import wrong_method
 
     if wrong_method(request, skip=NODE_ACTION):
@@ -203,6 +216,7 @@ ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/node/{node_id}/drain", node_drain, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}/eligibility", node_eligibility, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}/purge", node_purge, NODE_UPDATE),
+    ApiRoute("/v1/node/{node_id}/evaluate", node_evaluate, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}", node, {"GET": NODE_READ}),
     NODE_ACTION,
     ApiRoute("/v1/client/stats", client_stats, {"GET": NODE_READ}),

@@ -15,7 +15,8 @@ matches)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -23,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from corral.domain.errors import PermissionDenied
 from corral.v1 import (
     alloc_pb2,
     deployment_pb2,
@@ -35,6 +37,7 @@ from corral.v1 import (
     scaling_pb2,
     variables_pb2,
 )
+from services.gateway import authz
 from services.gateway.authz import ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend
 from services.gateway.http import (
@@ -49,77 +52,53 @@ from services.gateway.http import (
 #: Nomad's limit of matches per context
 TRUNCATE_LIMIT = 20
 
-Lister = Callable[[Backend, query_pb2.QueryOptions, Any], Awaitable[tuple[list[str], Any]]]
+
+@dataclass(frozen=True)
+class Context:
+    """How one of Nomad's search contexts is listed: the list RPC of the
+    backend, its request message, the answer's repeated field and the
+    matched attribute of each item."""
+
+    rpc: Callable[[Backend], Any]
+    request: Callable[..., Any]
+    items: str
+    key: str
+
+    async def matches(
+        self, b: Backend, q: query_pb2.QueryOptions, md: Any, shown: Callable[[str], bool]
+    ) -> tuple[list[str], Any]:
+        """The matching ids of the items of the namespaces `shown` accepts."""
+        resp = await self.rpc(b)(self.request(query=q), metadata=md, timeout=DEFAULT_TIMEOUT)
+        items = getattr(resp, self.items)
+        return [getattr(i, self.key) for i in items if shown(_namespace_of(i))], resp.meta
 
 
-async def _jobs(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.jobs.List(job_pb2.JobListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT)
-    return [j.id for j in r.jobs], r.meta
-
-
-async def _evals(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.evals.List(eval_pb2.EvalListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT)
-    return [e.id for e in r.evals], r.meta
-
-
-async def _allocs(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.allocs.List(
-        alloc_pb2.AllocListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    return [a.id for a in r.allocs], r.meta
-
-
-async def _nodes(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.nodes.List(node_pb2.NodeListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT)
-    return [n.id for n in r.nodes], r.meta
-
-
-async def _deployments(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.deployments.List(
-        deployment_pb2.DeploymentListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    return [d.id for d in r.deployments], r.meta
-
-
-async def _node_pools(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.node_pools.List(
-        node_pool_pb2.NodePoolListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    return [p.name for p in r.node_pools], r.meta
-
-
-async def _namespaces(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.namespaces.List(
-        namespace_pb2.NamespaceListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    return [n.name for n in r.namespaces], r.meta
-
-
-async def _scaling(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.scaling.ListPolicies(
-        scaling_pb2.ScalingPolicyListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    return [p.id for p in r.policies], r.meta
-
-
-async def _variables(b: Backend, q: query_pb2.QueryOptions, md: Any) -> tuple[list[str], Any]:
-    r = await b.variables.List(
-        variables_pb2.VariablesListRequest(query=q), metadata=md, timeout=DEFAULT_TIMEOUT
-    )
-    return [v.path for v in r.variables], r.meta
+def _namespace_of(item: Any) -> str:
+    """An item's namespace (nodes, pools and namespaces have none)."""
+    return str(getattr(item, "namespace", "")) or "default"
 
 
 #: Nomad's contexts (structs.Context) Corral has, in Nomad's order
-CONTEXTS: dict[str, Lister] = {
-    "allocs": _allocs,
-    "jobs": _jobs,
-    "nodes": _nodes,
-    "node_pools": _node_pools,
-    "evals": _evals,
-    "deployment": _deployments,
-    "scaling_policy": _scaling,
-    "variables": _variables,
-    "namespaces": _namespaces,
+CONTEXTS: dict[str, Context] = {
+    "allocs": Context(lambda b: b.allocs.List, alloc_pb2.AllocListRequest, "allocs", "id"),
+    "jobs": Context(lambda b: b.jobs.List, job_pb2.JobListRequest, "jobs", "id"),
+    "nodes": Context(lambda b: b.nodes.List, node_pb2.NodeListRequest, "nodes", "id"),
+    "node_pools": Context(
+        lambda b: b.node_pools.List, node_pool_pb2.NodePoolListRequest, "node_pools", "name"
+    ),
+    "evals": Context(lambda b: b.evals.List, eval_pb2.EvalListRequest, "evals", "id"),
+    "deployment": Context(
+        lambda b: b.deployments.List, deployment_pb2.DeploymentListRequest, "deployments", "id"
+    ),
+    "scaling_policy": Context(
+        lambda b: b.scaling.ListPolicies, scaling_pb2.ScalingPolicyListRequest, "policies", "id"
+    ),
+    "variables": Context(
+        lambda b: b.variables.List, variables_pb2.VariablesListRequest, "variables", "path"
+    ),
+    "namespaces": Context(
+        lambda b: b.namespaces.List, namespace_pb2.NamespaceListRequest, "namespaces", "name"
+    ),
 }
 #: Nomad's contexts of objects Corral does not have
 ABSENT = ("plugins", "volumes", "host_volumes")
@@ -146,13 +125,20 @@ async def prefix_search(request: Request) -> Response:
     wanted = _contexts(body.get("Context"))
     namespace = request.query_params.get("namespace") or "default"
     backend, md = backend_of(request), metadata_of(request)
+    readable = await _job_readers(request)
     matches: dict[str, list[str] | None] = {}
     truncations: dict[str, bool] = {}
     index = 0
     for context in wanted:
         query = query_pb2.QueryOptions(prefix=prefix, per_page=TRUNCATE_LIMIT, namespace=namespace)
+        # Nomad's job search asks read-job (Corral's job listing list-jobs)
+        shown = readable if context == "jobs" else _everything
+        if namespace != "*" and not shown(namespace):
+            if len(wanted) > 1:
+                continue
+            raise NomadError(403, "Permission denied")
         try:
-            found, meta = await CONTEXTS[context](backend, query, md)
+            found, meta = await CONTEXTS[context].matches(backend, query, md, shown)
         except grpc.aio.AioRpcError as exc:
             if exc.code() in _DENIED and len(wanted) > 1:
                 continue  # left out of `all`, as Nomad's filtered contexts
@@ -174,13 +160,30 @@ async def prefix_search(request: Request) -> Response:
     return respond(request, body, index=index)
 
 
-#: each context decided by its listing's rule at the state: `read-job` for
-#: jobs, evals, allocs and deployments (the tests' sample searches jobs)
+def _everything(_namespace: str) -> bool:
+    return True
+
+
+async def _job_readers(request: Request) -> Callable[[str], bool]:
+    """Which namespaces' jobs the token may find: `read-job`, as Nomad's
+    search asks (ACLs off: all)."""
+    try:
+        resolved = await authz.resolve(request)
+    except PermissionDenied:
+        raise NomadError(403, "Permission denied") from None
+    if resolved is None:
+        return _everything
+    found = resolved.acl
+    return lambda namespace: found.allows_namespace(namespace, "read-job")
+
+
+#: each context decided by its listing's rule at the state (jobs: and
+#: `read-job`, decided here); the tests' sample searches jobs
 SEARCH = Need(
-    summary="each context its listing's need (`read-job` in the namespace for jobs, evals, "
-    "allocs, deployments; `node:read` for nodes; ...); `all` leaves out the contexts the "
-    "token may not list",
-    namespace=(("read-job",),),
+    summary="each context its listing's need: `list-jobs` and `read-job` in the namespace for "
+    "jobs, `read-job` for evals, allocs, deployments, `node:read` for nodes, ...; `all` "
+    "leaves out the contexts the token may not list",
+    namespace=(("list-jobs",), ("read-job",)),
     filters=True,
 )
 

@@ -161,6 +161,20 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/allocation/{alloc_id}/services": objects_path(
             "/v1/allocation/", d, "alloc", "/services"
         ),
+        # a task the alloc does not have: the need is decided, nothing is
+        # signalled or restarted (the other tests read the running task)
+        "/v1/client/allocation/{alloc_id}/signal": const(
+            Sample(
+                f"/v1/client/allocation/{d.alloc_ids[0]}/signal",
+                body={"Signal": "SIGWINCH", "Task": "no-such-task"},
+            )
+        ),
+        "/v1/client/allocation/{alloc_id}/restart": const(
+            Sample(
+                f"/v1/client/allocation/{d.alloc_ids[0]}/restart",
+                body={"TaskName": "no-such-task"},
+            )
+        ),
         "/v1/client/allocation/{alloc_id}/checks": const(
             Sample(f"/v1/client/allocation/{d.alloc_ids[0]}/checks")
         ),
@@ -203,6 +217,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/node/{node_id}/{action:path}": const(Sample(f"/v1/node/{cluster.node_id}/meta")),
         # not the cluster's one node: an allowed purge would remove it
         "/v1/node/{node_id}/purge": const(Sample(f"/v1/node/{uuid.uuid4()}/purge")),
+        "/v1/node/{node_id}/evaluate": const(Sample(f"/v1/node/{cluster.node_id}/evaluate")),
         "/v1/operator/scheduler/configuration": lambda m: Sample(
             "/v1/operator/scheduler/configuration", body=None if m == "GET" else scheduler
         ),
