@@ -551,7 +551,6 @@ CALLS: list[Call] = [
     Call("POST", "/v1/client/allocation/{alloc_id}/restart",
          lambda w: Req(f"/v1/client/allocation/{w.made['running']}/restart",
                        body={"AllTasks": True}), "any"),
-    Call("PUT", "/v1/system/gc", r("/v1/system/gc"), None),
     # the end: stop an alloc, delete a service instance, deregister jobs
     Call("PUT", "/v1/allocation/{alloc_id}/stop",
          lambda w: Req(f"/v1/allocation/{w.batch_alloc}/stop"), "AllocStopResponse"),
@@ -561,6 +560,8 @@ CALLS: list[Call] = [
          lambda w: Req(f"/v1/service/web/{w.made['service_instance']}"), None),
     Call("DELETE", "/v1/job/{job_id:path}", r("/v1/job/types-put", purge="true"),
          "JobDeregisterResponse"),
+    # last: the collector takes the finished jobs and allocs the calls above name
+    Call("PUT", "/v1/system/gc", r("/v1/system/gc"), None),
 ]  # fmt: skip
 
 #: routes of the table that answer no type of Nomad's api package
