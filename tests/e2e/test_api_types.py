@@ -339,6 +339,8 @@ CALLS: list[Call] = [
     Call("GET", "/v1/client/stats", lambda w: Req("/v1/client/stats", {"node_id": w.node_id}),
          "HostStats"),
     Call("GET", "/v1/evaluations", r("/v1/evaluations"), "[]Evaluation"),
+    Call("GET", "/v1/evaluations/count",
+         r("/v1/evaluations/count", filter='Status == "complete"'), "EvalCountResponse"),
     Call("GET", "/v1/evaluation/{eval_id}",
          lambda w: Req(f"/v1/evaluation/{w.blocked_eval}", {"related": "true"}), "Evaluation"),
     Call("GET", "/v1/evaluation/{eval_id}/allocations",

@@ -530,6 +530,8 @@ def test_force_evaluate_and_stability(dev: DevProcess) -> None:
     assert answer["EvalID"] and answer["EvalID"] not in before, answer
     evals = {e["ID"]: e for e in n.job.get_evaluations("evaluated")}
     assert evals[answer["EvalID"]]["TriggeredBy"] == "job-register"
+    status, _, body = http(dev, "GET", '/v1/evaluations/count?filter=JobID%20%3D%3D%20"evaluated"')
+    assert status == 200 and json.loads(body)["Count"] == len(evals), body
     forced = {"JobID": "evaluated", "EvalOptions": {"ForceReschedule": True}}
     status, _, body = http(dev, "PUT", "/v1/job/evaluated/evaluate", json.dumps(forced).encode())
     assert status == 200 and json.loads(body)["EvalID"], body

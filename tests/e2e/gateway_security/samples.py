@@ -146,6 +146,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/job/{job_id:path}/dispatch": job_path("/dispatch", cluster.dispatch_job, body={}),
         "/v1/job/{job_id:path}/periodic/force": job_path("/periodic/force", cluster.periodic_job),
         "/v1/allocations": const(Sample("/v1/allocations")),
+        "/v1/evaluations/count": const(Sample("/v1/evaluations/count")),
         # a write: on team-a's alloc (the audit ran before), granted there
         "/v1/allocation/{alloc_id}/stop": objects_path("/v1/allocation/", a, "alloc", "/stop"),
         "/v1/allocation/{alloc_id}": objects_path("/v1/allocation/", d, "alloc"),
