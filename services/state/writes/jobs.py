@@ -32,6 +32,7 @@ from corral.domain.structs import (
     copy_msg,
 )
 from corral.domain.template import block as template_block
+from corral.domain.topics import EventType
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -452,7 +453,7 @@ async def evaluate_job(
             ):
                 alloc = copy_msg(alloc)
                 alloc.desired_transition.force_reschedule = True
-                tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+                tx.put_alloc(alloc, EventType.ALLOCATION_UPDATE_DESIRED_STATUS)
     ev = new_eval(job, Trigger.JOB_REGISTER)
     ev.job_modify_index = job.job_modify_index
     tx.put_eval(ev)
@@ -477,7 +478,7 @@ async def set_stability(
     if old is None:
         job = copy_msg(job)
         job.stable = stable
-        tx.put_job(job, "JobStabilityUpdated")
+        tx.put_job(job, EventType.JOB_STABILITY_UPDATED)
         return job
     old = copy_msg(old)
     old.stable = stable
@@ -637,7 +638,7 @@ async def deregister_job(
         job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
         if _launches_children(job):
             job.status = JobStatus.DEAD
-        tx.put_job(job, "JobDeregistered")
+        tx.put_job(job, EventType.JOB_DEREGISTERED)
     ev = new_eval(job, Trigger.JOB_DEREGISTER, traceparent=traceparent)
     ev.job_modify_index = tx.index
     tx.put_eval(ev)
@@ -673,4 +674,4 @@ async def refresh_job_status(
     if status != job.status:
         job = copy_msg(job)
         job.status = status
-        tx.put_job(job, "JobStatusUpdated", index=index)
+        tx.put_job(job, EventType.JOB_STATUS_UPDATED, index=index)
