@@ -16,7 +16,7 @@ import pytest
 
 from corral.domain.errors import FIELD_METADATA_KEY, InvalidArgument
 from corral.domain.jobspec import json as jobspec_json
-from corral.domain.jobspec import parse_job
+from corral.domain.jobspec.load import parse_job
 from corral.domain.structs import SECOND
 from corral.runtime.server import _status_for as server_status_for
 from corral.testing import mock

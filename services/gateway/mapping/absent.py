@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.gateway.mapping.common import ZERO_TIME
+#: Go's zero time.Time, as Nomad's JSON shows an unset one
+ZERO_TIME = "0001-01-01T00:00:00Z"
+
 
 ABSENT: dict[str, dict[str, Any]] = {
     "Job": {

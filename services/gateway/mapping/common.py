@@ -17,6 +17,8 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from services.gateway.mapping.absent import ZERO_TIME, fill, fill_all
+
 #: word → Nomad's (Go's) spelling of it in a field name
 _ACRONYMS = {
     "id": "ID",
@@ -45,8 +47,6 @@ _FIELD_RENAMES = {
     "disconnect_updates": "Disconnect",
 }
 
-#: Go's zero time.Time, as Nomad's JSON shows an unset one
-ZERO_TIME = "0001-01-01T00:00:00Z"
 
 Override = Callable[[Any], Any]
 
@@ -143,8 +143,6 @@ def to_nomad(msg: Message, overrides: Mapping[str, Override] | None = None) -> d
 def networks(items: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     """Network JSON completed as Nomad's api.NetworkResource and api.Port
     (in place; returned for chaining)."""
-    from services.gateway.mapping.absent import fill, fill_all
-
     for net in items or ():
         fill("NetworkResource", net)
         fill_all("Port", net.get("ReservedPorts"))
@@ -156,8 +154,6 @@ def complete_resources(out: dict[str, Any] | None) -> dict[str, Any] | None:
     """Resources JSON as Nomad's api.Resources: the devices an alloc was
     given are Corral's own (Nomad shows them in AllocatedResources), the
     fields Corral lacks at Nomad's unset values (in place)."""
-    from services.gateway.mapping.absent import fill, fill_all
-
     if out is None:
         return None
     out.pop("AllocatedDevices", None)

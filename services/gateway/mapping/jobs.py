@@ -126,7 +126,6 @@ _STUB: tuple[Field, ...] = (
     "modify_index",
     "job_modify_index",
     "submit_time",
-    "version",
     "node_pool",
     ("Meta", lambda m: dict(m.meta) or None),
 )
