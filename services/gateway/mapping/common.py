@@ -17,7 +17,8 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from services.gateway.mapping.absent import ZERO_TIME, fill, fill_all
+from services.gateway.mapping.absent import ZERO_TIME as ZERO_TIME  # its users import it here
+from services.gateway.mapping.absent import fill, fill_all
 
 #: word → Nomad's (Go's) spelling of it in a field name
 _ACRONYMS = {
