@@ -14,6 +14,9 @@ from typing import Any
 import grpc
 
 LEADER_METADATA_KEY = "corral-leader"
+#: the trailing metadata of an INVALID_ARGUMENT that names its field (an
+#: `InvalidArgument.field`), so a gateway can name it in its caller's words
+FIELD_METADATA_KEY = "corral-field"
 
 #: The longest status message a caller is sent, in bytes as gRPC carries it
 #: (percent-encoded in the `grpc-message` trailer). Clients drop trailers

@@ -25,10 +25,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from corral.domain.errors import (
+    FIELD_METADATA_KEY,
     LEADER_METADATA_KEY,
     NO_RETRY_METADATA,
     CorralError,
     FailedPrecondition,
+    InvalidArgument,
     NoRegionPath,
     NotLeader,
     bounded_message,
@@ -68,9 +70,16 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     md: tuple[tuple[str, str], ...] = ()
     if isinstance(err, NotLeader) and err.leader_address:
         md = ((LEADER_METADATA_KEY, err.leader_address),)
-    if isinstance(err, NoRegionPath):
+    elif isinstance(err, NoRegionPath):
         md = NO_RETRY_METADATA
+    elif isinstance(err, InvalidArgument) and _metadata_safe(err.field):
+        md = ((FIELD_METADATA_KEY, err.field),)
     return err.code, err.message, md
+
+
+def _metadata_safe(value: str) -> bool:
+    """Whether gRPC carries `value` as a text metadata value as it is."""
+    return 0 < len(value) <= 1000 and value.isascii() and value.isprintable()
 
 
 Translate = Callable[[BaseException], CorralError | None]

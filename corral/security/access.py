@@ -176,6 +176,8 @@ RULES: dict[str, Rule] = {
     # read-job or read-job-scaling
     "/corral.v1.Job/ScaleStatus": PER_OBJECT,
     "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Evaluate": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Stable": ns(SUBMIT_JOB),
     "/corral.v1.Job/Dispatch": ns("dispatch-job"),
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),
@@ -223,6 +225,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Node/GetClientAllocs": NODE,
     "/corral.v1.Node/SignIdentities": NODE,
     "/corral.v1.Node/Deregister": scope("node", "write"),
+    "/corral.v1.Node/Evaluate": scope("node", "write"),
     "/corral.v1.Node/UpdateDrain": scope("node", "write"),
     "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
     "/corral.v1.Node/List": scope("node", "read"),
@@ -292,6 +295,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Federation/Hello": PEER,
     "/corral.v1.Federation/ReplicatePolicies": PEER,
     "/corral.v1.Federation/ReplicateTokens": PEER,
+    "/corral.v1.ACL/UpdateToken": MANAGEMENT,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"

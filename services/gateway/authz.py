@@ -139,15 +139,16 @@ async def resolve(request: Request) -> Resolved | None:
         return None
 
 
-async def check(request: Request, need: Need) -> None:
-    """Refuse with 403 unless the request's token meets a `gateway` need."""
+async def check(request: Request, need: Need, namespace: str = "") -> None:
+    """Refuse with 403 unless the request's token meets a `gateway` need in
+    `namespace` (default: the request's `?namespace=`)."""
     try:
         resolved = await resolve(request)
     except PermissionDenied:
         raise NomadError(403, "Permission denied") from None
     if resolved is None:
         return
-    namespace = request.query_params.get("namespace") or acl.DEFAULT_NAMESPACE
+    namespace = namespace or request.query_params.get("namespace") or acl.DEFAULT_NAMESPACE
     if not allows(resolved.acl, need, namespace):
         raise NomadError(403, "Permission denied")
 
@@ -155,7 +156,9 @@ async def check(request: Request, need: Need) -> None:
 def _guarded(endpoint: Endpoint, needs: Mapping[str, Need]) -> Endpoint:
     async def guarded(request: Request) -> Response:
         need = needs.get(request.method) or needs.get("GET")
-        if need is not None and need.gateway:
+        # a per-object need is checked by the handler, once it knows the
+        # object's namespace (a job body's `Namespace`)
+        if need is not None and need.gateway and not need.per_object:
             await check(request, need)
         return await endpoint(request)
 

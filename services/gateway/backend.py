@@ -43,6 +43,7 @@ from corral.v1 import (
     plan_pb2_grpc,
     scaling_pb2_grpc,
     service_pb2_grpc,
+    system_pb2_grpc,
     variables_pb2_grpc,
 )
 
@@ -102,6 +103,7 @@ class Backend:
         self.variables = variables_pb2_grpc.VariablesStub(self.channel)
         self.keyring = keyring_pb2_grpc.KeyringStub(self.channel)
         self.federation = federation_pb2_grpc.FederationStub(self.channel)
+        self.system = system_pb2_grpc.SystemStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         #: request tokens resolved by the state (ACL.ResolveToken) and compiled
         #: as every server compiles them, for the few routes the gateway

@@ -31,6 +31,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from corral.domain.errors import (
+    FIELD_METADATA_KEY,
     NO_REGION_PATH,
     CorralError,
     PermissionDenied,
@@ -39,6 +40,7 @@ from corral.domain.errors import (
 )
 from corral.domain.jobspec import limits
 from corral.domain.jobspec.duration import parse_duration
+from corral.domain.jobspec.json import nomad_path
 from corral.runtime.settings import REGION_NAME
 from corral.security.access import MAX_PUBLIC_REQUEST_BYTES
 from corral.security.transport import REGION_METADATA_KEY
@@ -360,7 +362,21 @@ def grpc_error_response(exc: grpc.aio.AioRpcError) -> PlainTextResponse:
         message = f"No cluster leader or the state service is unreachable: {details}"
     else:
         message = details or code.name.lower().replace("_", " ")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            message = _in_nomads_words(exc, message)
     return PlainTextResponse(message, status_code=status)
+
+
+def _in_nomads_words(exc: grpc.aio.AioRpcError, message: str) -> str:
+    """A state's refusal of a job names the field by its proto path
+    (`job.task_groups[0].count: ...`, in its trailing metadata too); the
+    caller sent Nomad's JSON, so it reads `Job.TaskGroups[0].Count: ...`."""
+    field = next((str(v) for k, v in exc.trailing_metadata() or () if k == FIELD_METADATA_KEY), "")
+    if not (field == "job" or field.startswith(("job.", "job["))):
+        return message
+    if not message.startswith(field):
+        return message
+    return nomad_path(field) + message[len(field) :]
 
 
 async def handle_grpc_error(request: Request, exc: Exception) -> Response:

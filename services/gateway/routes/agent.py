@@ -17,6 +17,7 @@ from corral.v1 import federation_pb2, operator_pb2
 from services.gateway.authz import NODE_READ, OPEN, ApiRoute, Need, scope
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import QueryOptions, backend_of, bad_request, metadata_of, respond
+from services.gateway.mapping.absent import fill
 
 
 async def _state_members(request: Request) -> list[str]:
@@ -57,7 +58,7 @@ async def regions(request: Request) -> Response:
 def _member(server: federation_pb2.RegionServer) -> dict[str, Any]:
     """A state server as Nomad's api.AgentMember."""
     host, _, port = server.address.rpartition(":")
-    return {
+    member: dict[str, Any] = {
         "Name": server.name,
         "Addr": host.strip("[]"),
         "Port": int(port) if port.isdigit() else 0,
@@ -77,6 +78,8 @@ def _member(server: federation_pb2.RegionServer) -> dict[str, Any]:
         "DelegateMax": 5,
         "DelegateCur": 4,
     }
+    fill("AgentMember", member)
+    return member
 
 
 async def agent_members(request: Request) -> Response:
@@ -143,13 +146,16 @@ async def agent_self(request: Request) -> Response:
             "Client": {"Enabled": False},
             "TLSConfig": {"EnableHTTP": bool(settings.security.tls)},
         },
-        "member": {
-            "Name": "corral-gateway",
-            "Addr": backend.state_addr.rpartition(":")[0],
-            "Port": int(backend.state_addr.rpartition(":")[2] or 0),
-            "Tags": {"region": region, "dc": "dc1", "role": "gateway"},
-            "Status": "alive",
-        },
+        "member": fill(
+            "AgentMember",
+            {
+                "Name": "corral-gateway",
+                "Addr": backend.state_addr.rpartition(":")[0],
+                "Port": int(backend.state_addr.rpartition(":")[2] or 0),
+                "Tags": {"region": region, "dc": "dc1", "role": "gateway"},
+                "Status": "alive",
+            },
+        ),
         "stats": {},
     }
     return respond(request, body)

@@ -65,6 +65,7 @@ JOB_ACTIONS = frozenset(
         "submission",
         "action",
         "actions",
+        "tag",
     }
 )
 
@@ -166,7 +167,7 @@ def _job_id(request: Request) -> str:
 async def job(request: Request) -> Response:
     job_id = _job_id(request)
     head, _, tail = job_id.rpartition("/")
-    if head and (tail in JOB_ACTIONS or job_id.endswith("/periodic/force")):
+    if head and (tail in JOB_ACTIONS or job_id.endswith(("/periodic/force", "/dispatch/payload"))):
         # an action of a job: served with another method, or not at all
         from services.gateway.routes.unserved import wrong_method
 
@@ -365,6 +366,65 @@ async def job_revert(request: Request) -> Response:
     return respond(request, job_map.register_response(resp), index=resp.index)
 
 
+async def _optional_body(request: Request) -> dict[str, Any]:
+    body = await json_body(request)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
+
+
+async def job_evaluate(request: Request) -> Response:
+    """Nomad's force-evaluate: a body is optional (Nomad's compatibility
+    with clients sending none); with one, its `JobID` must name the job."""
+    job_id = _job_id(request)
+    body = await _optional_body(request)
+    if body:
+        if not body.get("JobID"):
+            raise bad_request("Job ID must be specified")
+        if body["JobID"] != job_id:
+            raise bad_request("JobID not same as job name")
+    options = body.get("EvalOptions") or {}
+    if not isinstance(options, dict):
+        raise bad_request("EvalOptions must be a JSON object")
+    force = options.get("ForceReschedule", False)
+    if not isinstance(force, bool):
+        raise bad_request("EvalOptions.ForceReschedule must be true or false")
+    resp = await backend_of(request).jobs.Evaluate(
+        job_pb2.JobEvaluateRequest(
+            job_id=job_id, namespace=_namespace(request), force_reschedule=force
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.register_response(resp), index=resp.index)
+
+
+async def job_stable(request: Request) -> Response:
+    job_id = _job_id(request)
+    body = await _optional_body(request)
+    if not body.get("JobID"):
+        raise bad_request("JobID must be specified")
+    if body["JobID"] != job_id:
+        raise bad_request("Job ID does not match")
+    stable = body.get("Stable", False)
+    if not isinstance(stable, bool):
+        raise bad_request("Stable must be true or false")
+    resp = await backend_of(request).jobs.Stable(
+        job_pb2.JobStableRequest(
+            job_id=job_id,
+            namespace=_namespace(request),
+            version=whole(body.get("JobVersion"), "JobVersion"),
+            stable=stable,
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    out = {"JobModifyIndex": resp.job_modify_index, "Index": resp.index}
+    return respond(request, out, index=resp.index)
+
+
 WRITE = {"PUT": SUBMIT_JOB, "POST": SUBMIT_JOB}
 READ = {"GET": READ_JOB}
 #: Nomad's Job.Scale takes either, and its Job.ScaleStatus either of these
@@ -377,6 +437,8 @@ DISPATCH = ns("dispatch-job")
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/job/{job_id:path}/revert", job_revert, WRITE),
+    ApiRoute("/v1/job/{job_id:path}/evaluate", job_evaluate, WRITE),
+    ApiRoute("/v1/job/{job_id:path}/stable", job_stable, WRITE),
     ApiRoute(
         "/v1/jobs",
         jobs_list_or_register,

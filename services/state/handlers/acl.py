@@ -191,6 +191,28 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
             raise NotFound(f"ACL token {request.accessor_id!r} not found")
         return acl_pb2.ACLTokenResponse(token=token, index=index)
 
+    async def UpdateToken(  # type: ignore[override]
+        self, request: acl_pb2.ACLUpdateTokenRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse | bytes:
+        acl_writes.accessor_id(request.accessor_id, "accessor_id")
+        if (
+            # a global token is the authoritative region's to change
+            await acl_reads.any_global(self.ctx.db, [request.accessor_id])
+            and (forwarded := await self._to_authority("UpdateToken", request, context)) is not None
+        ):
+            return forwarded
+        acl_writes.validate_token(
+            acl_pb2.ACLCreateTokenRequest(
+                name=request.name, type=request.type, policies=request.policies
+            ),
+            self.min_ttl_ns,
+            self.max_ttl_ns,
+        )
+        async with self.ctx.write() as tx:
+            token = await acl_writes.update_token(tx, request)
+        self._written()
+        return acl_pb2.ACLTokenResponse(token=token, index=tx.index)
+
     async def DeleteTokens(  # type: ignore[override]
         self, request: acl_pb2.ACLDeleteTokensRequest, context: Context
     ) -> acl_pb2.ACLWriteResponse | bytes:

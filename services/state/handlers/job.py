@@ -25,8 +25,10 @@ from services.state.writes.jobs import (
     MAX_GROUP_COUNT,
     canonicalize,
     deregister_job,
+    evaluate_job,
     register_job,
     scale_job,
+    set_stability,
     validate_job,
 )
 
@@ -281,6 +283,41 @@ class JobServicer(job_pb2_grpc.JobServicer):
             jobs=[(namespace, request.job_id)],
         )
         return _registered(done)
+
+    async def Evaluate(
+        self, request: job_pb2.JobEvaluateRequest, context: Context
+    ) -> job_pb2.JobRegisterResponse:
+        _job_ref(request.job_id, request.namespace)
+        namespace = request.namespace or "default"
+        done = await self.ctx.batcher.submit(
+            lambda tx: evaluate_job(
+                tx, namespace, request.job_id, force_reschedule=request.force_reschedule
+            ),
+            jobs=[(namespace, request.job_id)],
+        )
+        job, ev = done.value
+        return job_pb2.JobRegisterResponse(
+            eval_id=ev.id,
+            eval_create_index=done.index,
+            job_modify_index=job.job_modify_index,
+            index=done.index,
+            version=job.version,
+        )
+
+    async def Stable(
+        self, request: job_pb2.JobStableRequest, context: Context
+    ) -> job_pb2.JobStableResponse:
+        _job_ref(request.job_id, request.namespace)
+        namespace = request.namespace or "default"
+        done = await self.ctx.batcher.submit(
+            lambda tx: set_stability(
+                tx, namespace, request.job_id, request.version, request.stable
+            ),
+            jobs=[(namespace, request.job_id)],
+        )
+        return job_pb2.JobStableResponse(
+            index=done.index, job_modify_index=done.value.job_modify_index
+        )
 
     async def Plan(
         self, request: job_pb2.JobPlanRequest, context: Context
