@@ -576,7 +576,16 @@ def figures(run: Mapping[str, Any]) -> dict[str, float]:
         for role, v in by_role.items():
             if role != "total":
                 put(f"{label} CPU-ms {role}", float(v))
-        for key in ("replacement_p99_s", "scheduler_runs", "node_status_changes", "quiescence_s"):
+        for key in (
+            "replacement_p99_s",
+            "scheduler_runs",
+            "evals_cancelled",
+            "node_status_changes",
+            "burst_s",
+            "quiescence_s",
+            "placed_after_resume_s",
+            "canceled_after_resume_s",
+        ):
             put(f"{label} {key}", _num(w, key))
         if isinstance(w.get("ledger"), Mapping):
             out.update(ledger_mod.figures(label, w["ledger"]))
