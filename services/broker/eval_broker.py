@@ -121,8 +121,13 @@ def _supersede(
     rule keeps the best (highest priority, then highest modify index) and
     supersedes the others, whose work the best one's later run does.
     Returns (superseded, the one to enqueue or None)."""
-    rest = [entry for entry in pending if not covered_by(entry[3], snapshot_index)]
-    superseded = [entry[3] for entry in pending if covered_by(entry[3], snapshot_index)]
+    superseded: list[pb.Evaluation] = []
+    rest: list[QueueEntry] = []
+    for entry in pending:
+        if covered_by(entry[3], snapshot_index):
+            superseded.append(entry[3])
+        else:
+            rest.append(entry)
     if not rest:
         return superseded, None
     heapq.heapify(rest)
