@@ -33,7 +33,7 @@ TABLES = ("nodes",)
 LeaderAddress = Callable[[], Awaitable[str]]
 
 
-def list_stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
+def list_stub(snap: Any, n: pb.Node, *, resources: bool = False) -> node_pb2.NodeListStub:
     stub = node_pb2.NodeListStub(
         id=n.id,
         name=n.name,
@@ -51,6 +51,9 @@ def list_stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
     for name, d in n.drivers.items():
         stub.drivers[name].detected = d.detected
         stub.drivers[name].healthy = d.healthy
+    if resources:
+        stub.node_resources.CopyFrom(n.node_resources)
+        stub.reserved_resources.CopyFrom(n.reserved_resources)
     return stub
 
 
@@ -266,7 +269,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         ]
         page, token = query.paginate(nodes, lambda n: n.id, request.query)
         return node_pb2.NodeListResponse(
-            nodes=[list_stub(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
+            nodes=[list_stub(snap, n, resources=request.resources) for n in page],
+            meta=query.meta(snap, TABLES, token),
         )
 
     async def Get(

@@ -63,7 +63,7 @@ async function api(path, opts) {
       body = text;
     }
   }
-  return { body: body, index: index };
+  return { body: body, index: index, nextToken: resp.headers.get("X-Nomad-NextToken") || "" };
 }
 
 async function get(path) {
@@ -227,6 +227,39 @@ function allowed(cap) {
   return !CAPS || !CAPS.Enabled || CAPS.Management || Boolean((CAPS.Capabilities || {})[cap]);
 }
 
+// With ACLs on, an anonymous request (no token in the box) sees only what
+// the anonymous policy grants: a list that comes back empty then says so
+// and asks for a token, rather than "no jobs yet" under a green dot.
+function signedOut() {
+  return Boolean(CAPS && CAPS.Enabled && !CAPS.Management && !token());
+}
+
+// The words of an empty list: `what` ("jobs") with `cap`, the capability
+// a token needs to see any ("list-jobs"), or null when none is asked.
+function emptyList(what, fallback, cap) {
+  if (signedOut()) {
+    showSignin(what);
+    return h("span", { class: "signin-row" }, "Sign in to see " + what + ": ACLs are enabled and an anonymous request sees none. Enter an ACL token above.");
+  }
+  if (CAPS && CAPS.Enabled && !CAPS.Management && cap && !allowed(cap)) {
+    return "this token may not see " + what + " (it lacks " + cap + ")";
+  }
+  return fallback;
+}
+
+function showSignin(what) {
+  const box = $("signin");
+  box.hidden = false;
+  box.replaceChildren(
+    h("strong", {}, "Sign in to see " + what + "."),
+    " ACLs are enabled on this cluster and no token is set, so the gateway answers only what the anonymous policy allows. ",
+    h("a", { href: "#token-input", onclick: (ev) => { ev.preventDefault(); $("token-input").focus(); } }, "Enter an ACL token"),
+    " (its secret ID) in the box at the top right."
+  );
+  setLive("signin", "signed out · nothing to follow until a token is set");
+  document.body.dataset.signin = "true";
+}
+
 function setupToken() {
   const input = $("token-input");
   input.value = token();
@@ -275,6 +308,7 @@ function debounced(fn, ms) {
 
 function setLive(state, text) {
   const el = $("live");
+  if (el.dataset.live === "signin" && state !== "signin") return;
   el.dataset.live = state;
   el.textContent = text;
 }
@@ -358,6 +392,140 @@ async function poll(path, onEvents) {
     // a gateway that does not block answers at once: do not spin
     if (Date.now() - started < 500) await pause(1000);
   }
+}
+
+// ------------------------------------------------------------------ lists
+
+// A Go string literal for a filter expression (the search box's text).
+function goString(text) {
+  return '"' + String(text).replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"';
+}
+
+// The search box as a Nomad filter expression: any of `fields` contains the
+// text (go-bexpr's `contains` is a substring test on strings).
+function searchFilter(text, fields) {
+  const t = text.trim();
+  if (!t) return "";
+  return fields.map((f) => f + " contains " + goString(t)).join(" or ");
+}
+
+function both(a, b) {
+  if (a && b) return "(" + a + ") and (" + b + ")";
+  return a || b || "";
+}
+
+// A list paged by the gateway (Nomad's per_page and next_token, sorted by
+// ID as the state pages), narrowed by a search box and a Nomad filter
+// expression (?filter=, evaluated by the gateway before it pages); the
+// search, filter and page size live in the address so a view can be shared.
+// The page shown is read again on each event of `topics`.
+//   spec: { list, path, params, search: [fields], row, empty, what, cap, topics, fallback }
+async function pagedList(spec) {
+  const list = spec.list;
+  const url = new URL(location.href);
+  const state = {
+    search: url.searchParams.get("search") || "",
+    filter: url.searchParams.get("filter") || "",
+    perPage: Number(url.searchParams.get("per_page") || 50),
+    tokens: [""], // the next_token of each page seen, page 1 first
+    next: "",
+  };
+  const search = $(list + "-search");
+  const filter = $(list + "-filter");
+  const per = $(list + "-per-page");
+  search.value = state.search;
+  filter.value = state.filter;
+  if (![...per.options].some((o) => Number(o.value) === state.perPage)) {
+    per.append(h("option", { value: state.perPage }, state.perPage));
+  }
+  per.value = String(state.perPage);
+
+  const remember = () => {
+    const u = new URL(location.href);
+    for (const [k, v] of [["search", state.search], ["filter", state.filter], ["per_page", state.perPage === 50 ? "" : state.perPage]]) {
+      if (v) u.searchParams.set(k, v);
+      else u.searchParams.delete(k);
+    }
+    history.replaceState(null, "", u.toString());
+  };
+
+  const load = async () => {
+    const started = performance.now();
+    const token = state.tokens[state.tokens.length - 1];
+    const expr = both(searchFilter(state.search, spec.search), state.filter);
+    let res;
+    try {
+      res = await api(spec.path + q(Object.assign({}, spec.params || {}, { per_page: state.perPage, next_token: token, filter: expr })));
+      $(list + "-error").hidden = true;
+    } catch (e) {
+      if (e.status === 400) {
+        // a bad filter: say so by the box and keep what was shown
+        $(list + "-error").hidden = false;
+        $(list + "-error").textContent = e.message;
+        return;
+      }
+      throw e;
+    }
+    const items = res.body || [];
+    state.next = res.nextToken;
+    const narrowed = Boolean(expr);
+    fill(
+      list,
+      items.map(spec.row),
+      narrowed ? "nothing matches" : state.tokens.length > 1 ? "no more " + spec.what : emptyList(spec.what, spec.empty, spec.cap)
+    );
+    $(list + "-prev").disabled = state.tokens.length <= 1;
+    $(list + "-next").disabled = !state.next;
+    $(list + "-page").textContent = "page " + state.tokens.length + (items.length ? " · " + items.length + " shown" : "");
+    const ms = performance.now() - started;
+    $(list + "-timing").textContent = "answered in " + Math.round(ms) + " ms";
+    document.body.dataset.lastLoadMs = String(Math.round(ms));
+    document.body.dataset.listPage = String(state.tokens.length);
+    document.body.dataset.listToken = token;
+  };
+  const first = () => {
+    state.tokens = [""];
+    return load().catch(pageError);
+  };
+  let typing = null;
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      state.search = search.value;
+      remember();
+      first();
+    }, 250);
+  });
+  $(list + "-bar").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.search = search.value;
+    state.filter = filter.value.trim();
+    remember();
+    first();
+  });
+  filter.addEventListener("change", () => {
+    state.filter = filter.value.trim();
+    remember();
+    first();
+  });
+  per.addEventListener("change", () => {
+    state.perPage = Number(per.value);
+    remember();
+    first();
+  });
+  $(list + "-next").addEventListener("click", () => {
+    if (!state.next) return;
+    state.tokens.push(state.next);
+    load().catch(pageError);
+  });
+  $(list + "-prev").addEventListener("click", () => {
+    if (state.tokens.length <= 1) return;
+    state.tokens.pop();
+    load().catch(pageError);
+  });
+  await load();
+  if (signedOut() && document.body.dataset.signin === "true") return;
+  follow(spec.topics, debounced(load, 300), spec.fallback || spec.path + q(spec.params || {}));
 }
 
 // ------------------------------------------------------------------ pages
@@ -467,30 +635,31 @@ function groupCounts(summary) {
 }
 
 PAGES.jobs = async function () {
-  const load = async () => {
-    const jobs = await get("/v1/jobs?namespace=*");
-    fill(
-      "jobs",
-      jobs.map((j) => {
-        const c = groupCounts(j.JobSummary);
-        return h(
-          "tr",
-          { "data-job": j.ID },
-          h("td", {}, jobLink(j.ID, j.Namespace)),
-          h("td", {}, j.Namespace),
-          h("td", {}, j.Type),
-          h("td", {}, j.Priority),
-          h("td", {}, badge(j.Status)),
-          h("td", {}, Object.keys((j.JobSummary && j.JobSummary.Summary) || {}).length),
-          h("td", { class: "counts" }, countsText(c))
-        );
-      }),
-      "no jobs yet"
-    );
-  };
-  await load();
   setupRegister();
-  follow(["Job:*"], debounced(load, 250), "/v1/jobs?namespace=*");
+  await pagedList({
+    list: "jobs",
+    path: "/v1/jobs",
+    params: { namespace: "*" },
+    search: ["ID", "Name"],
+    what: "jobs",
+    empty: "no jobs yet",
+    cap: "list-jobs",
+    topics: ["Job:*"],
+    row: (j) => {
+      const c = groupCounts(j.JobSummary);
+      return h(
+        "tr",
+        { "data-job": j.ID },
+        h("td", {}, jobLink(j.ID, j.Namespace)),
+        h("td", {}, j.Namespace),
+        h("td", {}, j.Type),
+        h("td", {}, j.Priority),
+        h("td", {}, badge(j.Status)),
+        h("td", {}, Object.keys((j.JobSummary && j.JobSummary.Summary) || {}).length),
+        h("td", { class: "counts" }, countsText(c))
+      );
+    },
+  });
 };
 
 function countsText(c) {
@@ -971,29 +1140,28 @@ async function streamLogs(allocId, task, type, signal) {
 // -------- evaluations
 
 PAGES.evals = async function () {
-  const load = async () => {
-    const evals = await get("/v1/evaluations?namespace=*&per_page=200");
-    evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
-    fill(
-      "evals",
-      evals.map((e) =>
-        h(
-          "tr",
-          { "data-eval": e.ID },
-          h("td", {}, evalLink(e.ID)),
-          h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
-          h("td", {}, e.Type),
-          h("td", {}, e.TriggeredBy),
-          h("td", {}, e.Priority),
-          h("td", {}, badge(e.Status)),
-          h("td", {}, fmtTime(e.CreateTime))
-        )
+  await pagedList({
+    list: "evals",
+    path: "/v1/evaluations",
+    params: { namespace: "*" },
+    search: ["ID", "JobID"],
+    what: "evaluations",
+    empty: "no evaluations",
+    cap: "read-job",
+    topics: ["Evaluation:*"],
+    row: (e) =>
+      h(
+        "tr",
+        { "data-eval": e.ID },
+        h("td", {}, evalLink(e.ID)),
+        h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
+        h("td", {}, e.Type),
+        h("td", {}, e.TriggeredBy),
+        h("td", {}, e.Priority),
+        h("td", {}, badge(e.Status)),
+        h("td", {}, fmtTime(e.CreateTime))
       ),
-      "no evaluations"
-    );
-  };
-  await load();
-  follow(["Evaluation:*"], debounced(load, 250), "/v1/evaluations?namespace=*");
+  });
 };
 
 PAGES.eval = async function () {
@@ -1066,29 +1234,109 @@ function renderJourney(j) {
 // -------- nodes
 
 PAGES.nodes = async function () {
+  await pagedList({
+    list: "nodes",
+    path: "/v1/nodes",
+    search: ["ID", "Name", "Address"],
+    what: "clients",
+    empty: "no client nodes registered",
+    topics: ["Node:*"],
+    row: (n) =>
+      h(
+        "tr",
+        { "data-node": n.ID },
+        h("td", {}, nodeLink(n.ID)),
+        h("td", {}, n.Name),
+        h("td", {}, n.Address || "—"),
+        h("td", {}, n.Datacenter),
+        h("td", {}, n.NodeClass || "—"),
+        h("td", {}, n.NodePool || "—"),
+        h("td", {}, badge(n.Status)),
+        h("td", {}, n.SchedulingEligibility),
+        h("td", {}, n.Drain ? badge("draining") : "no")
+      ),
+  });
+};
+
+// -------- allocations
+
+PAGES.allocs = async function () {
+  await pagedList({
+    list: "allocs",
+    path: "/v1/allocations",
+    params: { namespace: "*" },
+    search: ["ID", "Name", "JobID", "NodeName"],
+    what: "allocations",
+    empty: "no allocations",
+    cap: "read-job",
+    topics: ["Allocation:*"],
+    row: (a) =>
+      h(
+        "tr",
+        { "data-alloc": a.ID, "data-status": a.ClientStatus },
+        h("td", {}, allocLink(a.ID)),
+        h("td", {}, a.Name),
+        h("td", {}, jobLink(a.JobID, a.Namespace)),
+        h("td", {}, a.TaskGroup),
+        h("td", {}, a.NodeID ? nodeLink(a.NodeID, a.NodeName || short(a.NodeID)) : "—"),
+        h("td", {}, a.DesiredStatus),
+        h("td", {}, badge(a.ClientStatus)),
+        h("td", {}, ago(a.ModifyTime))
+      ),
+  });
+};
+
+// -------- deployments
+
+PAGES.deployments = async function () {
+  let reload = null;
+  const row = (d) => {
+    const tr = deploymentRow(d, () => reload && reload());
+    // the job's column, after the ID
+    tr.children[0].after(h("td", {}, jobLink(d.JobID, d.Namespace)));
+    return tr;
+  };
+  await pagedList({
+    list: "deployments",
+    path: "/v1/deployments",
+    params: { namespace: "*" },
+    search: ["ID", "JobID"],
+    what: "deployments",
+    empty: "no deployments",
+    cap: "read-job",
+    topics: ["Deployment:*"],
+    row: row,
+  });
+  reload = () => $("deployments-bar").requestSubmit();
+};
+
+// -------- servers
+
+PAGES.servers = async function () {
   const load = async () => {
-    const nodes = await get("/v1/nodes");
-    nodes.sort((a, b) => a.Name.localeCompare(b.Name));
+    const body = await get(UI + "/api/members");
     fill(
-      "nodes",
-      nodes.map((n) =>
+      "servers",
+      (body.Members || []).map((m) =>
         h(
           "tr",
-          { "data-node": n.ID },
-          h("td", {}, nodeLink(n.ID)),
-          h("td", {}, n.Name),
-          h("td", {}, n.Datacenter),
-          h("td", {}, n.NodeClass || "—"),
-          h("td", {}, badge(n.Status)),
-          h("td", {}, n.SchedulingEligibility),
-          h("td", {}, n.Drain ? badge("draining") : "no")
+          { "data-member": m.ID, "data-role": m.Role, "data-leader": m.Leader ? "true" : "false" },
+          h("td", {}, m.Role),
+          h("td", { class: "mono" }, m.ID),
+          h("td", {}, m.Address || "—"),
+          h("td", {}, m.Leader ? badge("leader") : "—"),
+          h("td", {}, m.Version || "—"),
+          h("td", {}, fmtTime(m.StartedAt)),
+          h("td", {}, ago(m.LastSeen))
         )
       ),
-      "no nodes registered"
+      "no control-plane process is registered"
     );
   };
   await load();
-  follow(["Node:*"], debounced(load, 250), "/v1/nodes");
+  // leadership and membership changes are no state events: read again
+  setLive("poll", "live · read every 5 s");
+  setInterval(() => load().catch(pageError), 5000);
 };
 
 function allocUsage(a) {
@@ -1219,6 +1467,185 @@ PAGES.node = async function () {
   };
   await load();
   follow(["Node:" + id, "Allocation:*"], debounced(load, 250), base);
+};
+
+// -------- topology
+
+// A colour per job, stable across reloads (a hash of namespace and id).
+function jobColour(ns, job) {
+  let x = 2166136261;
+  const key = ns + "/" + job;
+  for (let i = 0; i < key.length; i++) {
+    x ^= key.charCodeAt(i);
+    x = Math.imul(x, 16777619);
+  }
+  return "hsl(" + (Math.abs(x) % 360) + " 55% 46%)";
+}
+
+function pct(part, whole) {
+  return whole > 0 ? Math.min(100, (100 * part) / whole) : 0;
+}
+
+// One bar of a node: its allocations' shares of `total`, side by side, as a
+// gradient (one element per bar however many allocations it holds).
+function barGradient(allocs, col, total) {
+  if (!total || !allocs.length) return "";
+  const stops = [];
+  let at = 0;
+  for (const a of allocs) {
+    const w = pct(a[col], total);
+    if (w <= 0) continue;
+    const c = jobColour(a[1], a[2]);
+    const end = Math.min(100, at + w);
+    stops.push(c + " " + at.toFixed(2) + "%", c + " " + Math.max(at, end - 0.6).toFixed(2) + "%", "#fff " + Math.max(at, end - 0.6).toFixed(2) + "%", "#fff " + end.toFixed(2) + "%");
+    at = end;
+  }
+  if (!stops.length) return "";
+  stops.push("transparent " + at.toFixed(2) + "%", "transparent 100%");
+  return "linear-gradient(90deg, " + stops.join(", ") + ")";
+}
+
+PAGES.topology = async function () {
+  const box = $("topology");
+  const detail = $("topology-detail");
+  let data = null;
+  let byId = new Map();
+  let selected = "";
+  const F = { ID: 0, Namespace: 1, JobID: 2, TaskGroup: 3, ClientStatus: 4, CPU: 5, MemoryMB: 6 };
+
+  const showNode = (id) => {
+    selected = id;
+    for (const el of box.querySelectorAll(".tnode.sel")) el.classList.remove("sel");
+    const n = byId.get(id);
+    if (!n) {
+      detail.replaceChildren(h("p", { class: "muted" }, "Select a node to see its allocations."));
+      return;
+    }
+    const tile = box.querySelector(".tnode[data-node='" + CSS.escape(id) + "']");
+    if (tile) tile.classList.add("sel");
+    detail.replaceChildren(
+      h("h2", {}, nodeLink(n.ID, n.Name)),
+      h("p", {}, badge(n.Status), " ", n.Eligibility, n.Drain ? [" ", badge("draining")] : ""),
+      h(
+        "dl",
+        { class: "meta" },
+        h("dt", {}, "CPU"),
+        h("dd", { "data-detail": "cpu" }, n.CPUAllocated + " / " + n.CPU + " MHz (" + Math.round(pct(n.CPUAllocated, n.CPU)) + "%)"),
+        h("dt", {}, "Memory"),
+        h("dd", { "data-detail": "mem" }, n.MemoryAllocated + " / " + n.MemoryMB + " MiB (" + Math.round(pct(n.MemoryAllocated, n.MemoryMB)) + "%)")
+      ),
+      h("h3", {}, n.Allocs.length + " allocation(s)"),
+      h(
+        "table",
+        { class: "list", id: "topology-allocs" },
+        h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "ID"), h("th", {}, "Job"), h("th", {}, "Group"), h("th", {}, "Status"), h("th", {}, "CPU"), h("th", {}, "Mem"))),
+        h(
+          "tbody",
+          {},
+          ...n.Allocs.map((a) =>
+            h(
+              "tr",
+              { "data-alloc": a[F.ID] },
+              h("td", {}, h("i", { class: "sw", style: "background:" + jobColour(a[F.Namespace], a[F.JobID]) })),
+              h("td", {}, allocLink(a[F.ID])),
+              h("td", {}, jobLink(a[F.JobID], a[F.Namespace])),
+              h("td", {}, a[F.TaskGroup]),
+              h("td", {}, badge(a[F.ClientStatus])),
+              h("td", { class: "num" }, a[F.CPU]),
+              h("td", { class: "num" }, a[F.MemoryMB])
+            )
+          )
+        )
+      )
+    );
+  };
+
+  const render = () => {
+    const frag = document.createDocumentFragment();
+    byId = new Map();
+    for (const g of data.Groups) {
+      let cpu = 0, cpuA = 0, mem = 0, memA = 0, allocs = 0;
+      const grid = h("div", { class: "tgrid" });
+      for (const n of g.Nodes) {
+        byId.set(n.ID, n);
+        cpu += n.CPU; cpuA += n.CPUAllocated; mem += n.MemoryMB; memA += n.MemoryAllocated; allocs += n.Allocs.length;
+        const tile = document.createElement("div");
+        tile.className = "tnode s-" + n.Status + (n.Drain ? " draining" : "") + (n.Eligibility === "ineligible" ? " inelig" : "");
+        tile.dataset.node = n.ID;
+        tile.title = n.Name + " · " + n.Status + " · CPU " + Math.round(pct(n.CPUAllocated, n.CPU)) + "% · memory " + Math.round(pct(n.MemoryAllocated, n.MemoryMB)) + "% · " + n.Allocs.length + " alloc(s)";
+        const c = document.createElement("div");
+        c.className = "b";
+        c.style.backgroundImage = barGradient(n.Allocs, F.CPU, n.CPU);
+        const m = document.createElement("div");
+        m.className = "b";
+        m.style.backgroundImage = barGradient(n.Allocs, F.MemoryMB, n.MemoryMB);
+        tile.append(c, m);
+        grid.append(tile);
+      }
+      frag.append(
+        h(
+          "section",
+          { class: "tgroup", "data-datacenter": g.Datacenter, "data-class": g.NodeClass, "data-nodes": g.Nodes.length },
+          h(
+            "h2",
+            {},
+            g.Datacenter,
+            h("span", { class: "muted" }, " · class " + (g.NodeClass || "none")),
+            h("small", { class: "muted" }, " " + g.Nodes.length + " node(s), " + allocs + " allocation(s), CPU " + Math.round(pct(cpuA, cpu)) + "%, memory " + Math.round(pct(memA, mem)) + "%")
+          ),
+          grid
+        )
+      );
+    }
+    box.replaceChildren(frag);
+    if (!data.Groups.length) box.replaceChildren(h("p", { class: "muted" }, "no client nodes registered"));
+    const t = data.Totals;
+    $("topology-totals").replaceChildren(
+      h("div", { class: "card" }, h("h2", {}, "Clients"), h("p", { class: "big", id: "topology-nodes" }, t.Nodes), h("p", { class: "muted" }, data.Groups.length + " datacenter/class group(s)")),
+      h("div", { class: "card" }, h("h2", {}, "Allocations"), h("p", { class: "big", id: "topology-allocs-count" }, t.Allocs), h("p", { class: "muted" }, "live ones, on their nodes")),
+      h("div", { class: "card" }, h("h2", {}, "CPU allocated"), h("p", { class: "big" }, Math.round(pct(t.CPUAllocated, t.CPU)) + "%"), h("p", { class: "muted" }, t.CPUAllocated + " of " + t.CPU + " MHz")),
+      h("div", { class: "card" }, h("h2", {}, "Memory allocated"), h("p", { class: "big" }, Math.round(pct(t.MemoryAllocated, t.MemoryMB)) + "%"), h("p", { class: "muted" }, t.MemoryAllocated + " of " + t.MemoryMB + " MiB"))
+    );
+    highlight();
+    if (selected) showNode(selected);
+  };
+
+  // the search: nodes whose name or id, or one of whose allocations' job,
+  // contains the text stay lit, the others dim
+  const highlight = () => {
+    const text = $("topology-search").value.trim().toLowerCase();
+    box.classList.toggle("searching", Boolean(text));
+    let hits = 0;
+    for (const tile of box.querySelectorAll(".tnode")) {
+      const n = byId.get(tile.dataset.node);
+      const hit = Boolean(text) && (n.Name.toLowerCase().includes(text) || n.ID.startsWith(text) || n.Allocs.some((a) => a[F.JobID].toLowerCase().includes(text)));
+      tile.classList.toggle("hit", hit);
+      if (hit) hits++;
+    }
+    box.dataset.hits = String(hits);
+    if (text && hits === 1) showNode(box.querySelector(".tnode.hit").dataset.node);
+  };
+
+  const load = async () => {
+    const started = performance.now();
+    data = await get(UI + "/api/topology");
+    const fetched = performance.now();
+    render();
+    // the figure after the layout the drawing caused
+    void box.offsetHeight;
+    const ms = performance.now() - started;
+    $("topology-timing").textContent =
+      "answered in " + Math.round(fetched - started) + " ms, drawn in " + Math.round(performance.now() - fetched) + " ms";
+    document.body.dataset.lastLoadMs = String(Math.round(ms));
+  };
+  box.addEventListener("click", (ev) => {
+    const tile = ev.target.closest(".tnode");
+    if (tile) showNode(tile.dataset.node);
+  });
+  $("topology-search").addEventListener("input", highlight);
+  $("topology-bar").addEventListener("submit", (ev) => ev.preventDefault());
+  await load();
+  follow(["Node:*", "Allocation:*"], debounced(load, 1000), UI + "/api/topology");
 };
 
 // ------------------------------------------------------------------ start
