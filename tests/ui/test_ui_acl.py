@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -162,3 +163,43 @@ def test_token_box_decides_what_is_shown(acl_dev: DevProcess, reader_token: str,
         "the token cleared",
         lambda d: d.execute_script("return localStorage.getItem('corral.token')") is None,
     )
+
+
+def test_signed_out_jobs_page_asks_for_a_token(
+    acl_dev: DevProcess, driver: Any, tmp_path: Path
+) -> None:
+    """With ACLs on and no token, the jobs list says to sign in (not "no
+    jobs yet" under a green live dot) while jobs exist; with the token
+    they show."""
+    from selenium.webdriver.common.by import By
+
+    mgmt = management_token(acl_dev)
+    spec = tmp_path / "ui-secret.nomad.hcl"
+    spec.write_text(
+        (ROOT / "examples" / "batch.nomad.hcl")
+        .read_text()
+        .replace('job "batch"', 'job "ui-secret"')
+    )
+    corral(acl_dev, "job", "run", "-detach", str(spec), token=mgmt)
+    ui = http_base(acl_dev) + "/ui"
+    driver.get(ui + "/jobs")
+    driver.execute_script("localStorage.removeItem('corral.token')")
+    open_page(driver, ui + "/jobs")
+    wait_until(
+        driver, "the sign-in notice", lambda d: d.find_element(By.ID, "signin").is_displayed()
+    )
+    assert "Sign in to see jobs" in driver.find_element(By.ID, "signin").text
+    assert driver.find_element(By.ID, "live").get_attribute("data-live") == "signin"
+    table = driver.find_element(By.ID, "jobs").text
+    assert "Sign in to see jobs" in table and "no jobs yet" not in table
+    screenshot(driver, "acl-signin")
+
+    use_token(driver, mgmt)
+    wait_until(driver, "the job listed", present("tr[data-job='ui-secret']"))
+    assert not driver.find_element(By.ID, "signin").is_displayed()
+    wait_until(
+        driver,
+        "the live stream",
+        lambda d: d.find_element(By.ID, "live").get_attribute("data-live") == "stream",
+    )
+    use_token(driver, "")

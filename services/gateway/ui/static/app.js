@@ -915,8 +915,14 @@ PAGES.alloc = async function () {
   const id = document.body.dataset.alloc;
   let logsTask = null;
   let logsAbort = null;
+  let shown = null; // the alloc as last read
+  let stopUsage = null;
   const load = async () => {
     const a = await get("/v1/allocation/" + encodeURIComponent(id));
+    shown = a;
+    const live = a.ClientStatus === "running" || a.ClientStatus === "pending";
+    if (live && !stopUsage) stopUsage = followUsage(id, () => allocUsage(shown));
+    if (!live && !stopUsage) $("usage-status").textContent = "the allocation is " + a.ClientStatus + ": no usage to read";
     $("title").textContent = "Allocation " + a.Name;
     if (CAPS === null) await loadCapabilities(a.Namespace);
     meta("alloc-meta", [
@@ -1022,6 +1028,79 @@ PAGES.alloc = async function () {
   );
   setInterval(loadServices, 3000);
 };
+
+// -------- resource usage charts
+
+const SVG = "http://www.w3.org/2000/svg";
+// samples kept per chart: two minutes at one read every 2 s
+const USAGE_SAMPLES = 60;
+
+function svgEl(tag, attrs) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+}
+
+// A line of `values` (oldest first) against `limit` (the allocated amount,
+// a dashed line), scaled to whichever is larger.
+function drawChart(id, values, limit, label) {
+  const box = $(id);
+  const svg = box.querySelector("svg");
+  const top = Math.max(limit || 0, ...values, 1) * 1.1;
+  const W = 300;
+  const H = 90;
+  const x = (i) => (W * i) / (USAGE_SAMPLES - 1);
+  const y = (v) => H - (H * v) / top;
+  const start = USAGE_SAMPLES - values.length;
+  const pts = values.map((v, i) => x(start + i).toFixed(1) + "," + y(v).toFixed(1));
+  const children = [];
+  if (pts.length) {
+    children.push(svgEl("polygon", { class: "area", points: x(start).toFixed(1) + "," + H + " " + pts.join(" ") + " " + x(USAGE_SAMPLES - 1).toFixed(1) + "," + H }));
+    children.push(svgEl("polyline", { points: pts.join(" ") }));
+  }
+  if (limit) children.push(svgEl("line", { class: "limit", x1: 0, x2: W, y1: y(limit), y2: y(limit) }));
+  svg.replaceChildren(...children);
+  box.dataset.samples = String(values.length);
+  box.querySelector(".now").textContent = label;
+}
+
+// Poll the alloc's usage from its client (/v1/client/allocation/:id/stats,
+// as Nomad's UI does) while it runs; each chart shows the last two minutes
+// against what the alloc was allocated.
+function followUsage(allocId, allocated) {
+  const cpu = [];
+  const mem = [];
+  const status = $("usage-status");
+  let stopped = false;
+  const read = async () => {
+    if (stopped || PAGE_ABORT.signal.aborted) return;
+    try {
+      const u = await get("/v1/client/allocation/" + encodeURIComponent(allocId) + "/stats");
+      const r = u.ResourceUsage || {};
+      const c = (r.CpuStats && r.CpuStats.TotalTicks) || 0;
+      const m = ((r.MemoryStats && (r.MemoryStats.RSS || r.MemoryStats.Usage)) || 0) / (1024 * 1024);
+      cpu.push(c);
+      mem.push(m);
+      if (cpu.length > USAGE_SAMPLES) cpu.shift();
+      if (mem.length > USAGE_SAMPLES) mem.shift();
+      const cur = allocated();
+      drawChart("chart-cpu", cpu, cur.cpu, Math.round(c) + " / " + cur.cpu + " MHz");
+      drawChart("chart-mem", mem, cur.mem, m.toFixed(1) + " / " + cur.mem + " MiB");
+      status.textContent = "from the client, every 2 s · last " + fmtTime(u.Timestamp);
+      $("charts").hidden = false;
+    } catch (e) {
+      // no client to ask, or the alloc is not running there (any more)
+      status.textContent = "no resource usage reported" + (e.message ? ": " + e.message : "");
+      if (!cpu.length) $("charts").hidden = true;
+    }
+  };
+  read();
+  const timer = setInterval(read, 2000);
+  return () => {
+    stopped = true;
+    clearInterval(timer);
+  };
+}
 
 // -------- services (Nomad's native service discovery)
 
@@ -1664,6 +1743,8 @@ async function start() {
     document.body.dataset.ready = "true";
   } catch (e) {
     pageError(e);
+    // refused for want of a token: say how to get in
+    if (e.status === 403 && signedOut()) showSignin("this page");
     setLive("error", e.status === 403 ? "not live: this token may not read this page (see the token box)" : "not live");
     document.body.dataset.ready = "error";
   }
