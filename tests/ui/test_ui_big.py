@@ -78,10 +78,24 @@ async def seed(dsn: str, objects: tuple[list[pb.Node], list[pb.Job], list[pb.All
         await db.close()
 
 
+async def put_allocs(dsn: str, allocs: list[pb.Allocation], *, delete: bool = False) -> None:
+    db = Database(dsn, pool_size=1)
+    try:
+        async with db.write() as tx:
+            for a in allocs:
+                if delete:
+                    tx.delete_alloc(a)
+                else:
+                    tx.put_alloc(a)
+    finally:
+        await db.close()
+
+
 class Big:
     def __init__(self, dev: DevProcess, objects: Any) -> None:
         self.dev = dev
         self.nodes: list[pb.Node] = objects[0]
+        self.jobs: list[pb.Job] = objects[1]
         self.allocs: list[pb.Allocation] = objects[2]
         self.ui = http_base(dev) + "/ui"
 
@@ -179,6 +193,44 @@ def test_topology_draws_5000_nodes(big: Big, driver: Any) -> None:
     assert listed == {a.id for a in big.allocs if a.node_id == node.id}
     assert len(listed) == 2
     screenshot(driver, "topology-node")
+
+    # live: an allocation placed on the node shows on its tile and in its
+    # list without a reload
+    driver.execute_script("window.__corralNoReload = true")
+    extra = mock.alloc(big.jobs[0], node, index=9999)
+    asyncio.run(put_allocs(str(big.dev.info["dsn"]), [extra]))
+    wait_until(
+        driver,
+        "the new allocation on the node",
+        present(f"#topology-allocs tr[data-alloc='{extra.id}']"),
+    )
+    assert "3 alloc(s)" in str(
+        driver.find_element(By.CSS_SELECTOR, f".tnode[data-node='{node.id}']").get_attribute(
+            "title"
+        )
+    )
+    assert driver.find_element(By.ID, "topology-allocs-count").text == str(ALLOCS + 1)
+    assert driver.execute_script("return window.__corralNoReload === true")
+    # back as seeded for the other tests (as the garbage collector would)
+    asyncio.run(put_allocs(str(big.dev.info["dsn"]), [extra], delete=True))
+    wait_until(
+        driver,
+        "the deleted allocation gone from the node",
+        lambda d: d.find_element(By.ID, "topology-allocs-count").text == str(ALLOCS),
+    )
+
+
+def test_overview_counts_the_big_cluster(big: Big, driver: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_page(driver, big.ui + "/")
+    wait_until(
+        driver,
+        "the counts",
+        lambda d: f"{NODES} of {NODES}" in d.find_element(By.ID, "cluster").text,
+    )
+    assert f"{ALLOCS} of" in driver.find_element(By.ID, "cluster").text
+    report("overview counts (5,000 nodes, 10,000 allocations)", [last_load_ms(driver)])
 
 
 def test_page_through_10000_allocations(big: Big, driver: Any) -> None:

@@ -27,6 +27,13 @@ OVERVIEW = Need(
     scopes=(("operator", "read"),),
     partial=True,
 )
+#: counted from Job.List, Node.List and Alloc.List with the request's token
+CLUSTER = Need(
+    summary="`node:read` for the node counts; jobs and allocations of the namespaces with "
+    "`list-jobs` / `read-job` (each refused part answers its error)",
+    scopes=(("node", "read"),),
+    partial=True,
+)
 #: Node.List needs node:read; Alloc.List over `*` keeps the namespaces the
 #: token may read-job in
 TOPOLOGY = Need(
@@ -62,6 +69,7 @@ ROUTES: list[BaseRoute] = [
             ApiRoute("/servers", pages.servers, PAGE),
             ApiRoute("/api/overview", api.overview, {"GET": OVERVIEW}),
             ApiRoute("/api/capabilities", api.capabilities, {"GET": CAPABILITIES}),
+            ApiRoute("/api/cluster", api.cluster, {"GET": CLUSTER}),
             ApiRoute("/api/topology", api.topology, {"GET": TOPOLOGY}),
             ApiRoute("/api/members", api.members, {"GET": OPERATOR_READ}),
             ApiRoute(

@@ -241,6 +241,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/ui/deployments": const(Sample("/ui/deployments")),
         "/ui/servers": const(Sample("/ui/servers")),
         "/ui/api/overview": const(Sample("/ui/api/overview")),
+        "/ui/api/cluster": const(Sample("/ui/api/cluster")),
         "/ui/api/topology": const(Sample("/ui/api/topology")),
         "/ui/api/members": const(Sample("/ui/api/members")),
         "/ui/api/capabilities": const(Sample("/ui/api/capabilities")),

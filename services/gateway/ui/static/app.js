@@ -525,7 +525,9 @@ async function pagedList(spec) {
   });
   await load();
   if (signedOut() && document.body.dataset.signin === "true") return;
-  follow(spec.topics, debounced(load, 300), spec.fallback || spec.path + q(spec.params || {}));
+  // the fallback's blocking query answers on any change of the list's
+  // table: one row of it is enough
+  follow(spec.topics, debounced(load, 300), spec.fallback || spec.path + q(Object.assign({}, spec.params || {}, { per_page: 1 })));
 }
 
 // ------------------------------------------------------------------ pages
@@ -538,15 +540,10 @@ PAGES.overview = async function () {
   const WINDOW_S = 10;
   // Placements: allocations created (an Allocation event at the alloc's
   // own CreateIndex) in the last WINDOW_S seconds. Where only blocking
-  // queries are served, allocations new to the list count instead.
+  // queries are served, the growth of the allocation count counts instead.
   const placed = []; // ms of each placement
-  const known = new Set(); // alloc ids already seen
-  let listed = false;
-  const place = (id) => {
-    if (known.has(id)) return;
-    known.add(id);
-    placed.push(Date.now());
-  };
+  let streamed = false;
+  let lastCount = null;
   const rate = () => {
     const cut = Date.now() - WINDOW_S * 1000;
     while (placed.length && placed[0] < cut) placed.shift();
@@ -587,40 +584,48 @@ PAGES.overview = async function () {
       $("stats-error").textContent = "cluster stats: " + e.message;
     }
   };
+  // the counts come from the gateway (/ui/api/cluster): the browser never
+  // fetches every job, node and allocation to count them
   const cluster = async () => {
-    const [jobs, nodes, allocs] = await Promise.all([
-      get("/v1/jobs?namespace=*"),
-      get("/v1/nodes"),
-      get("/v1/allocations?namespace=*"),
-    ]);
-    for (const a of allocs) {
-      if (listed) place(a.ID);
-      else known.add(a.ID);
+    const started = performance.now();
+    const c = await get(UI + "/api/cluster");
+    const errors = c.Errors || {};
+    if (!streamed && c.Allocs !== null && lastCount !== null && c.Allocs > lastCount) {
+      for (let i = lastCount; i < c.Allocs; i++) placed.push(Date.now());
     }
-    listed = true;
+    if (c.Allocs !== null) lastCount = c.Allocs;
     rate();
-    const running = allocs.filter((a) => a.ClientStatus === "running").length;
+    const count = (v, err) => (v === null ? h("span", { class: "muted", title: err || "" }, "not readable") : v);
     meta("cluster", [
-      ["jobs", jobs.length],
-      ["nodes ready", nodes.filter((n) => n.Status === "ready").length + " of " + nodes.length],
-      ["allocations running", running + " of " + allocs.length],
+      ["jobs", count(c.Jobs, errors.Jobs)],
+      ["nodes ready", c.Nodes === null ? count(null, errors.Nodes) : c.NodesReady + " of " + c.Nodes],
+      ["allocations running", c.Allocs === null ? count(null, errors.Allocs) : c.AllocsRunning + " of " + c.Allocs],
     ]);
+    document.body.dataset.lastLoadMs = String(Math.round(performance.now() - started));
   };
   await Promise.all([stats(), cluster()]);
   setInterval(stats, 2000);
   setInterval(rate, 1000);
-  const refresh = debounced(cluster, 250);
+  // counts re-read at most once a second however busy the stream
+  const refresh = debounced(cluster, 1000);
+  const seen = new Set(); // placements already counted (a reconnect may replay a few)
   follow(
     ["Allocation:*", "Node:*", "Job:*"],
     (events) => {
+      if (events.length) streamed = true;
       for (const ev of events) {
         const a = ev.Payload && ev.Payload.Allocation;
-        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index) place(a.ID);
+        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index && !seen.has(a.ID)) {
+          if (seen.size > 100000) seen.clear();
+          seen.add(a.ID);
+          placed.push(Date.now());
+        }
       }
       rate();
       refresh();
     },
-    "/v1/allocations?namespace=*"
+    // a blocking query answers on any change of the table: one row is enough
+    "/v1/allocations?namespace=*&per_page=1"
   );
 };
 
@@ -1724,7 +1729,8 @@ PAGES.topology = async function () {
   $("topology-search").addEventListener("input", highlight);
   $("topology-bar").addEventListener("submit", (ev) => ev.preventDefault());
   await load();
-  follow(["Node:*", "Allocation:*"], debounced(load, 1000), UI + "/api/topology");
+  // a reload costs the gateway both lists: at most one every 2 s
+  follow(["Node:*", "Allocation:*"], debounced(load, 2000), "/v1/allocations?namespace=*&per_page=1");
 };
 
 // ------------------------------------------------------------------ start
