@@ -21,7 +21,7 @@ import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.e2e.test_services import WEB
-from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, screenshot, wait_until
 from tests.wait import wait_for
 
 pytestmark = [
@@ -57,15 +57,6 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
         yield started
     finally:
         stop_dev(started)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    d = new_driver()
-    try:
-        yield d
-    finally:
-        d.quit()
 
 
 def open_page(driver: Any, url: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
-from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, screenshot, wait_until
 from tests.ui.test_ui import ROOT, get_json, http_base, open_page, present
 from tests.wait import wait_for
 
@@ -77,15 +77,6 @@ def reader_token(acl_dev: DevProcess) -> str:
         )
     )  # fmt: skip
     return str(created["secret_id"])
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    d = new_driver()
-    try:
-        yield d
-    finally:
-        d.quit()
 
 
 def use_token(driver: Any, token: str) -> None:

@@ -25,7 +25,7 @@ from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
 from tests.devprocess import DevProcess, start_dev, stop_dev
-from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, screenshot, wait_until
 from tests.ui.test_ui import get_json, http_base, open_page, present, rows
 from tests.wait import wait_for
 
@@ -129,15 +129,6 @@ def seen_totals(objects: Any) -> dict[str, int]:
         "MemoryMB": sum(n.node_resources.memory_mb - n.reserved_resources.memory_mb for n in nodes),
         "MemoryAllocated": 1024 * len(allocs),
     }
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    d = new_driver()
-    try:
-        yield d
-    finally:
-        d.quit()
 
 
 def report(what: str, figures: list[int]) -> None:
