@@ -107,6 +107,7 @@ def test_token_box_decides_what_is_shown(acl_dev: DevProcess, reader_token: str,
     )
     assert "403" in driver.find_element(By.ID, "flash").text
     assert driver.find_element(By.ID, "token-status").text == "anonymous"
+    assert "Sign in to see this page" in driver.find_element(By.ID, "signin").text
     screenshot(driver, "acl-anonymous")
 
     # the management token, entered in the box, is kept across pages
@@ -184,6 +185,16 @@ def test_signed_out_jobs_page_asks_for_a_token(
     table = driver.find_element(By.ID, "jobs").text
     assert "Sign in to see jobs" in table and "no jobs yet" not in table
     screenshot(driver, "acl-signin")
+    # the overview cannot count what the anonymous token may not read
+    open_page(driver, ui + "/")
+    wait_until(
+        driver,
+        "the overview's sign-in notice",
+        lambda d: d.find_element(By.ID, "signin").is_displayed(),
+    )
+    assert "not readable" in driver.find_element(By.ID, "cluster").text
+
+    open_page(driver, ui + "/jobs")
 
     use_token(driver, mgmt)
     wait_until(driver, "the job listed", present("tr[data-job='ui-secret']"))

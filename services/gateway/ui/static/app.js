@@ -602,6 +602,7 @@ PAGES.overview = async function () {
       ["allocations running", c.Allocs === null ? count(null, errors.Allocs) : c.AllocsRunning + " of " + c.Allocs],
     ]);
     document.body.dataset.lastLoadMs = String(Math.round(performance.now() - started));
+    if (signedOut() && (c.Nodes === null || (!c.Jobs && !allowed("list-jobs")))) showSignin("the cluster");
   };
   await Promise.all([stats(), cluster()]);
   setInterval(stats, 2000);
