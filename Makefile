@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint proto proto-check unit bench bench-full bench-ab chaos clean promtool rules-check chromium fuzz
+.PHONY: dev test lint proto proto-check unit bench bench-full bench-ab chaos soak clean promtool rules-check chromium fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,6 +102,12 @@ bench-ab: $(STAMP)
 # `make test` runs the short profile (tests/e2e/test_chaos.py).
 chaos: $(STAMP)
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# An hour of job churn on `corral dev` with Nomad's default GC settings, RSS
+# per role sampled each minute and plotted (bench/soak.py); not in `make test`.
+# SOAK_ARGS, e.g. --minutes 10 for a short run.
+soak: $(STAMP)
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -27,6 +27,7 @@ import collections
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,8 @@ class Options:
     nodes: int = 300
     count: int = 5
     lifetime: float = 20.0
+    cpu: int = 20
+    memory: int = 32
     gc_threshold: float = 30.0
     gc_interval: float = 10.0
     warmup: float = 90.0
@@ -80,24 +83,26 @@ def gc_env(opts: Options) -> dict[str, str]:
 
 
 def rss_mb(cluster: BenchCluster) -> dict[str, float]:
+    return rss_of({name: rp.pid for name, rp in cluster.roles.items() if name in ROLES})
+
+
+def rss_of(pids: dict[str, int]) -> dict[str, float]:
+    """Each process's RSS in MB (0 for one that is gone)."""
     out: dict[str, float] = {}
-    for name in ROLES:
-        rp = cluster.roles.get(name)
-        if rp is None:
-            continue
+    for name, pid in pids.items():
         try:
-            out[name] = round(psutil.Process(rp.pid).memory_info().rss / 2**20, 1)
+            out[name] = round(psutil.Process(pid).memory_info().rss / 2**20, 1)
         except psutil.Error:
             out[name] = 0.0
     return out
 
 
-def held_objects(cluster: BenchCluster) -> dict[str, int]:
+def held_objects(dsn: str) -> dict[str, int]:
     """Rows the state holds (what every replica holds too)."""
     import psycopg
 
     counts: dict[str, int] = {}
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         for table in ("jobs", "job_versions", "evals", "allocs", "deployments"):
             row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608
             counts[table] = int(row[0]) if row else 0
@@ -105,17 +110,17 @@ def held_objects(cluster: BenchCluster) -> dict[str, int]:
 
 
 async def drive(
-    cluster: BenchCluster, opts: Options, churn: Churn, until: float, marks: dict[str, Any]
+    state_addr: str, opts: Options, churn: Churn, until: float, tick: Callable[[float], None]
 ) -> None:
     """Register at the rate; stop each job its lifetime later, every other
-    one purged; take the warm-up sample when the warm-up ends."""
-    async with transport.dial(cluster.state_addr) as channel:
+    one purged; `tick(seconds since the start)` between steps (health
+    checks, samples)."""
+    async with transport.dial(state_addr) as channel:
         jobs = job_pb2_grpc.JobStub(channel)
         live: collections.deque[tuple[float, str]] = collections.deque()
         slots = asyncio.Semaphore(IN_FLIGHT)
         tasks: set[asyncio.Task[None]] = set()
         started = time.monotonic()
-        warm_at = started + opts.warmup
 
         async def call(kind: str, coro: Any) -> None:
             async with slots:
@@ -135,10 +140,7 @@ async def drive(
             now = time.monotonic()
             if now >= until:
                 break
-            if "warm" not in marks and now >= warm_at:
-                marks["warm"] = {"rss_mb": rss_mb(cluster), "objects": held_objects(cluster)}
-                marks["warm_t"] = round(now - started, 1)
-            cluster.check_alive()
+            tick(now - started)
             while live and live[0][0] <= now:
                 _, job_id = live.popleft()
                 purge = churn.stopped % 2 == 1
@@ -159,7 +161,7 @@ async def drive(
                     "register",
                     jobs.Register(
                         job_pb2.JobRegisterRequest(
-                            job=service(job_id, opts.count, cpu=20, memory=32)
+                            job=service(job_id, opts.count, cpu=opts.cpu, memory=opts.memory)
                         ),
                         timeout=30,
                     ),
@@ -185,8 +187,16 @@ def run(opts: Options) -> tuple[dict[str, Any], int]:
         booted = rss_mb(cluster)
         t0 = time.monotonic()
         until = t0 + opts.minutes * 60
-        asyncio.run(drive(cluster, opts, churn, until, marks))
-        end: dict[str, Any] = {"rss_mb": rss_mb(cluster), "objects": held_objects(cluster)}
+
+        def tick(elapsed: float) -> None:
+            """The start sample once the warm-up is over."""
+            if "warm" not in marks and elapsed >= opts.warmup:
+                marks["warm"] = {"rss_mb": rss_mb(cluster), "objects": held_objects(cluster.dsn)}
+                marks["warm_t"] = round(elapsed, 1)
+            cluster.check_alive()
+
+        asyncio.run(drive(cluster.state_addr, opts, churn, until, tick))
+        end: dict[str, Any] = {"rss_mb": rss_mb(cluster), "objects": held_objects(cluster.dsn)}
         elapsed = time.monotonic() - t0
     warm = marks.get("warm", {"rss_mb": booted, "objects": {}})
     rows = []

@@ -23,6 +23,7 @@ import grpc
 
 from corral.runtime.settings import SecuritySettings
 from corral.security import certs, transport
+from corral.security.private_files import write_private
 from corral.v1 import acl_pb2, acl_pb2_grpc
 
 TOKEN_FILE = "acl-bootstrap-token"
@@ -106,6 +107,4 @@ def bootstrap(trust: DevTrust, data_dir: Path, address: str) -> None:
     finally:
         channel.close()
     trust.token = resp.token.secret_id
-    fd = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(trust.token + "\n")
+    write_private(saved, trust.token + "\n")

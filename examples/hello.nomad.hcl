@@ -1,4 +1,6 @@
 # A long-running service: one raw_exec task printing "hello" every 2 seconds.
+# raw_exec is on in `corral dev`; other agents run it only with
+# `--drivers raw_exec,...` (it is off unless configured, as in Nomad).
 #
 #   corral job run examples/hello.nomad.hcl
 #   corral job status hello

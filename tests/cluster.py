@@ -134,11 +134,14 @@ class Cluster:
         if role == "worker":
             args += ["--planner-addr", self.planner_addr]
         args += list(extra)
+        # a test's agent stops its tasks when it stops (nothing outlives the
+        # test); a test of adoption after a graceful restart says otherwise
+        defaults = {"CORRAL_AGENT_STOP_TASKS_ON_SHUTDOWN": "true"} if role == "agent" else {}
         proc = Proc(
             role=role,
             name=name,
             args=args,
-            env={**self.env, **(env or {})},
+            env={**self.env, **defaults, **(env or {})},
             ready_file=ready,
             log_file=self.workdir / f"{name}.log",
         )

@@ -1,4 +1,4 @@
-"""`corral alloc status [-stats]|stop|logs`."""
+"""`corral alloc status [-stats]|stop|logs|signal|restart`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cli.commands import group, not_found
 from cli.context import CliError, Context, common
 from cli.monitor import monitor_eval
 from cli.output import fmt_ago, fmt_bytes, fmt_time, heading, kv, print_json, short, table
-from corral.v1 import alloc_pb2, node_pb2
+from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2
 from corral.v1 import structs_pb2 as pb
 
 
@@ -59,6 +59,35 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-c", "--bytes", dest="bytes", type=int, default=0, help="bytes with -tail")
     common(p, verbose=True)
     p.set_defaults(func=cmd_logs)
+
+    p = allocs.add_parser(
+        "signal", help="Send a signal to an allocation's running tasks, or to one of them"
+    )
+    p.add_argument("alloc")
+    p.add_argument("task", nargs="?", default="", help="only this task (default: every task)")
+    p.add_argument("-task", "--task", dest="task_flag", default="")
+    p.add_argument(
+        "-s", "--signal", dest="signal", default="SIGKILL", help="signal name (default SIGKILL)"
+    )
+    common(p, verbose=True)
+    p.set_defaults(func=cmd_signal)
+
+    p = allocs.add_parser(
+        "restart",
+        help="Restart an allocation's running tasks, one task, or every task (-all-tasks)",
+    )
+    p.add_argument("alloc")
+    p.add_argument("task", nargs="?", default="", help="only this task")
+    p.add_argument("-task", "--task", dest="task_flag", default="")
+    p.add_argument(
+        "-all-tasks",
+        "--all-tasks",
+        dest="all_tasks",
+        action="store_true",
+        help="restart every task, dead ones too, in lifecycle order",
+    )
+    common(p, verbose=True)
+    p.set_defaults(func=cmd_restart)
 
 
 def get_alloc(ctx: Context, alloc_id: str) -> pb.Allocation:
@@ -305,4 +334,52 @@ def cmd_logs(args: argparse.Namespace, ctx: Context) -> int:
         first = False
         out.write(data)
         out.flush()
+    return 0
+
+
+def _client_alloc(ctx: Context, a: pb.Allocation) -> alloc_pb2_grpc.ClientAllocStub:
+    """The ClientAlloc service of the agent running `a`."""
+    if not a.node_id:
+        raise CliError(f'allocation "{short(a.id)}" is not placed on a node')
+    node = ctx.client.nodes.Get(node_pb2.NodeGetRequest(node_id=a.node_id), timeout=30).node
+    if not node.http_addr:
+        raise CliError(f'node "{short(node.id)}" does not advertise an address to reach its agent')
+    return ctx.client.client_alloc(node.http_addr)
+
+
+def _task_of(a: pb.Allocation, task: str) -> str:
+    """`task` when the alloc has it (Nomad's validateTaskExistsInAllocation)."""
+    names = sorted(a.task_resources) or sorted(a.task_states)
+    if task and names and task not in names:
+        found = "\n".join(f"  {n}" for n in names)
+        raise CliError(f"Could not find task named: {task}, found:\n{found}")
+    return task
+
+
+def cmd_signal(args: argparse.Namespace, ctx: Context) -> int:
+    a = get_alloc(ctx, args.alloc)
+    task = _task_of(a, args.task_flag or args.task)
+    try:
+        _client_alloc(ctx, a).Signal(
+            alloc_pb2.AllocSignalRequest(alloc_id=a.id, task=task, signal=args.signal), timeout=60
+        )
+    except grpc.RpcError as exc:
+        raise CliError(f"Error signalling allocation: {exc.details()}") from None  # type: ignore[attr-defined]
+    return 0
+
+
+def cmd_restart(args: argparse.Namespace, ctx: Context) -> int:
+    task = args.task_flag or args.task
+    if args.all_tasks and task:
+        raise CliError("The -all-tasks option is not allowed when restarting a specific task.")
+    a = get_alloc(ctx, args.alloc)
+    task = _task_of(a, task)
+    try:
+        _client_alloc(ctx, a).Restart(
+            alloc_pb2.AllocRestartRequest(alloc_id=a.id, task=task, all_tasks=args.all_tasks),
+            timeout=120,
+        )
+    except grpc.RpcError as exc:
+        target = "task" if task else "allocation"
+        raise CliError(f"Failed to restart {target}:\n\n{exc.details()}") from None  # type: ignore[attr-defined]
     return 0

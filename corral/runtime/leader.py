@@ -70,6 +70,7 @@ class LeaderElection:
         lock_id: int | None = None,
         retry_interval: float = 1.0,
         keepalive_interval: float = 1.0,
+        keepalive_timeout: float = 5.0,
     ) -> None:
         self.dsn = dsn
         self.role = role
@@ -77,6 +78,11 @@ class LeaderElection:
         self.lock_id = role_lock_id(role) if lock_id is None else lock_id
         self.retry_interval = retry_interval
         self.keepalive_interval = keepalive_interval
+        #: a keepalive unanswered this long means the lock's connection is
+        #: gone: step down. A process stalled meanwhile (a long callback, a
+        #: starved CPU) does not lose it: the answer waiting in the socket is
+        #: read before the timeout is (tests/integration/test_leader.py)
+        self.keepalive_timeout = keepalive_timeout
         self._leader = False
         self._stop = asyncio.Event()
         self._conn: psycopg.AsyncConnection[Any] | None = None
@@ -137,7 +143,9 @@ class LeaderElection:
         assert self._conn is not None
         while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._conn.execute("SELECT 1"), timeout=5.0)
+                await asyncio.wait_for(
+                    self._conn.execute("SELECT 1"), timeout=self.keepalive_timeout
+                )
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 log.error("%s: leader connection lost: %s", self.role, exc)
                 return

@@ -11,6 +11,7 @@ reported.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import signal
@@ -63,6 +64,17 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
 
 
 Translate = Callable[[BaseException], CorralError | None]
+
+#: the grpc context of the call the current task serves (each RPC runs in a
+#: task of its own): who is calling, for per-connection bounds
+_CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("corral_call", default=None)
+
+
+def current_peer() -> str:
+    """The connection the current call came on (`ipv4:10.0.0.7:51234`), or
+    '' outside a call."""
+    context = _CALL.get()
+    return str(context.peer()) if context is not None else ""
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -117,6 +129,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
             async def unary_unary(request: Any, context: Context) -> Any:
                 uu_metrics.started.inc()
+                _CALL.set(context)
                 start = time.perf_counter()
                 try:
                     if guard is None:
@@ -148,6 +161,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
                 us_metrics.started.inc()
+                _CALL.set(context)
                 start = time.perf_counter()
                 try:
                     if guard is not None:

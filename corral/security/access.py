@@ -176,6 +176,8 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Alloc/Stop": PER_OBJECT,
     "/corral.v1.ClientAlloc/Logs": PER_OBJECT,
     "/corral.v1.ClientAlloc/Stats": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
+    "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
     "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
     "/corral.v1.Evals/Get": PER_OBJECT,
@@ -290,10 +292,11 @@ def require_namespace(namespace: str, capability: str) -> None:
 
 def may_read_services(namespace: str) -> bool:
     """Whether the caller may read the service catalog of `namespace`
-    (Nomad's AllowServiceRegistrationReadList): read-job there. Every read
-    of service registrations by name or namespace asks here, so a workload
-    identity's implicit read of its own namespace has one place to go."""
-    return current_acl().allows_namespace(namespace or "default", READ_JOB)
+    (Nomad's AllowServiceRegistrationReadList): read-job there, or a
+    workload identity of that namespace (what a task's templates read
+    `nomadService` with). Every read of service registrations by name or
+    namespace asks here."""
+    return current_acl().allows_service_read(namespace or "default")
 
 
 def require_service_read(namespace: str) -> None:

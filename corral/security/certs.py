@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from corral.security.private_files import private_dir
+
 Role = Literal["server", "client", "cli"]
 ROLES: tuple[Role, ...] = get_args(Role)
 
@@ -319,8 +321,9 @@ def write_bundle(
 ) -> Bundle:
     """A throwaway CA and a server, client and cli certificate in `directory`
     (created if need be), with the file names the CLI gives them: what
-    `corral dev -tls` and the tests need in one call."""
-    directory.mkdir(parents=True, exist_ok=True)
+    `corral dev -tls` and the tests need in one call. The directory is 0700
+    (it holds the CA's key)."""
+    private_dir(directory)
     ca_pem, ca_key_pem = make_ca()
     ca_name, ca_key_name = ca_file_name(domain)
     save_pair(directory / ca_name, directory / ca_key_name, ca_pem, ca_key_pem)

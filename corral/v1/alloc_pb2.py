@@ -26,7 +26,7 @@ from corral.v1 import structs_pb2 as corral_dot_v1_dot_structs__pb2
 from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/alloc.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\"r\n\x10\x41llocListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x15\n\rclient_status\x18\x04 \x01(\t\"d\n\x11\x41llocListResponse\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"K\n\x0f\x41llocGetRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"b\n\x10\x41llocGetResponse\x12*\n\x05\x61lloc\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"?\n\x10\x41llocStopRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x19\n\x11no_shutdown_delay\x18\x02 \x01(\x08\"3\n\x11\x41llocStopResponse\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\"p\n\x10\x41llocLogsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0e\n\x06origin\x18\x06 \x01(\t\".\n\x0e\x41llocLogsChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"&\n\x12\x41llocChecksRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\"D\n\x13\x41llocChecksResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.corral.v1.types.CheckResult\"3\n\x11\x41llocStatsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\"H\n\x12\x41llocStatsResponse\x12\x32\n\x05usage\x18\x01 \x01(\x0b\x32#.corral.v1.types.AllocResourceUsage2\xcd\x01\n\x05\x41lloc\x12\x41\n\x04List\x12\x1b.corral.v1.AllocListRequest\x1a\x1c.corral.v1.AllocListResponse\x12>\n\x03Get\x12\x1a.corral.v1.AllocGetRequest\x1a\x1b.corral.v1.AllocGetResponse\x12\x41\n\x04Stop\x12\x1b.corral.v1.AllocStopRequest\x1a\x1c.corral.v1.AllocStopResponse2\xde\x01\n\x0b\x43lientAlloc\x12@\n\x04Logs\x12\x1b.corral.v1.AllocLogsRequest\x1a\x19.corral.v1.AllocLogsChunk0\x01\x12G\n\x06\x43hecks\x12\x1d.corral.v1.AllocChecksRequest\x1a\x1e.corral.v1.AllocChecksResponse\x12\x44\n\x05Stats\x12\x1c.corral.v1.AllocStatsRequest\x1a\x1d.corral.v1.AllocStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/alloc.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\"r\n\x10\x41llocListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x15\n\rclient_status\x18\x04 \x01(\t\"d\n\x11\x41llocListResponse\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"K\n\x0f\x41llocGetRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"b\n\x10\x41llocGetResponse\x12*\n\x05\x61lloc\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"?\n\x10\x41llocStopRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x19\n\x11no_shutdown_delay\x18\x02 \x01(\x08\"3\n\x11\x41llocStopResponse\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\"p\n\x10\x41llocLogsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0e\n\x06origin\x18\x06 \x01(\t\"<\n\x0e\x41llocLogsChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\"D\n\x12\x41llocSignalRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0e\n\x06signal\x18\x03 \x01(\t\"\x15\n\x13\x41llocSignalResponse\"H\n\x13\x41llocRestartRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x11\n\tall_tasks\x18\x03 \x01(\x08\"\x16\n\x14\x41llocRestartResponse\"&\n\x12\x41llocChecksRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\"D\n\x13\x41llocChecksResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.corral.v1.types.CheckResult\"3\n\x11\x41llocStatsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\"H\n\x12\x41llocStatsResponse\x12\x32\n\x05usage\x18\x01 \x01(\x0b\x32#.corral.v1.types.AllocResourceUsage2\xcd\x01\n\x05\x41lloc\x12\x41\n\x04List\x12\x1b.corral.v1.AllocListRequest\x1a\x1c.corral.v1.AllocListResponse\x12>\n\x03Get\x12\x1a.corral.v1.AllocGetRequest\x1a\x1b.corral.v1.AllocGetResponse\x12\x41\n\x04Stop\x12\x1b.corral.v1.AllocStopRequest\x1a\x1c.corral.v1.AllocStopResponse2\xf3\x02\n\x0b\x43lientAlloc\x12@\n\x04Logs\x12\x1b.corral.v1.AllocLogsRequest\x1a\x19.corral.v1.AllocLogsChunk0\x01\x12G\n\x06\x43hecks\x12\x1d.corral.v1.AllocChecksRequest\x1a\x1e.corral.v1.AllocChecksResponse\x12\x44\n\x05Stats\x12\x1c.corral.v1.AllocStatsRequest\x1a\x1d.corral.v1.AllocStatsResponse\x12G\n\x06Signal\x12\x1d.corral.v1.AllocSignalRequest\x1a\x1e.corral.v1.AllocSignalResponse\x12J\n\x07Restart\x12\x1e.corral.v1.AllocRestartRequest\x1a\x1f.corral.v1.AllocRestartResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,17 +48,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ALLOCLOGSREQUEST']._serialized_start=597
   _globals['_ALLOCLOGSREQUEST']._serialized_end=709
   _globals['_ALLOCLOGSCHUNK']._serialized_start=711
-  _globals['_ALLOCLOGSCHUNK']._serialized_end=757
-  _globals['_ALLOCCHECKSREQUEST']._serialized_start=759
-  _globals['_ALLOCCHECKSREQUEST']._serialized_end=797
-  _globals['_ALLOCCHECKSRESPONSE']._serialized_start=799
-  _globals['_ALLOCCHECKSRESPONSE']._serialized_end=867
-  _globals['_ALLOCSTATSREQUEST']._serialized_start=869
-  _globals['_ALLOCSTATSREQUEST']._serialized_end=920
-  _globals['_ALLOCSTATSRESPONSE']._serialized_start=922
-  _globals['_ALLOCSTATSRESPONSE']._serialized_end=994
-  _globals['_ALLOC']._serialized_start=997
-  _globals['_ALLOC']._serialized_end=1202
-  _globals['_CLIENTALLOC']._serialized_start=1205
-  _globals['_CLIENTALLOC']._serialized_end=1427
+  _globals['_ALLOCLOGSCHUNK']._serialized_end=771
+  _globals['_ALLOCSIGNALREQUEST']._serialized_start=773
+  _globals['_ALLOCSIGNALREQUEST']._serialized_end=841
+  _globals['_ALLOCSIGNALRESPONSE']._serialized_start=843
+  _globals['_ALLOCSIGNALRESPONSE']._serialized_end=864
+  _globals['_ALLOCRESTARTREQUEST']._serialized_start=866
+  _globals['_ALLOCRESTARTREQUEST']._serialized_end=938
+  _globals['_ALLOCRESTARTRESPONSE']._serialized_start=940
+  _globals['_ALLOCRESTARTRESPONSE']._serialized_end=962
+  _globals['_ALLOCCHECKSREQUEST']._serialized_start=964
+  _globals['_ALLOCCHECKSREQUEST']._serialized_end=1002
+  _globals['_ALLOCCHECKSRESPONSE']._serialized_start=1004
+  _globals['_ALLOCCHECKSRESPONSE']._serialized_end=1072
+  _globals['_ALLOCSTATSREQUEST']._serialized_start=1074
+  _globals['_ALLOCSTATSREQUEST']._serialized_end=1125
+  _globals['_ALLOCSTATSRESPONSE']._serialized_start=1127
+  _globals['_ALLOCSTATSRESPONSE']._serialized_end=1199
+  _globals['_ALLOC']._serialized_start=1202
+  _globals['_ALLOC']._serialized_end=1407
+  _globals['_CLIENTALLOC']._serialized_start=1410
+  _globals['_CLIENTALLOC']._serialized_end=1781
 # @@protoc_insertion_point(module_scope)

@@ -208,21 +208,112 @@ class AllocLogsChunk(_message.Message):
 
     DATA_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
     offset: _builtins.int
+    """of `data` in `file`"""
+    file: _builtins.str
+    """alloc/logs/<task>.<type>.<n>: the rotated file it is from"""
     def __init__(
         self,
         *,
         data: _builtins.bytes = ...,
         offset: _builtins.int = ...,
+        file: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "offset", b"offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file", b"file", "offset", b"offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AllocLogsChunk: _TypeAlias = AllocLogsChunk  # noqa: Y015
+
+@_typing.final
+class AllocSignalRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    SIGNAL_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    """the full id of an alloc this agent runs"""
+    task: _builtins.str
+    """"" = every running task"""
+    signal: _builtins.str
+    """a name, "SIGUSR1" or "USR1" (default SIGKILL, as Nomad's CLI)"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+        signal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "signal", b"signal", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocSignalRequest: _TypeAlias = AllocSignalRequest  # noqa: Y015
+
+@_typing.final
+class AllocSignalResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocSignalResponse: _TypeAlias = AllocSignalResponse  # noqa: Y015
+
+@_typing.final
+class AllocRestartRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    ALL_TASKS_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    """the full id of an alloc this agent runs"""
+    task: _builtins.str
+    """only this task ("" = the running tasks)"""
+    all_tasks: _builtins.bool
+    """every task, dead ones too, in lifecycle order (not with task)"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+        all_tasks: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_tasks", b"all_tasks", "alloc_id", b"alloc_id", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocRestartRequest: _TypeAlias = AllocRestartRequest  # noqa: Y015
+
+@_typing.final
+class AllocRestartResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocRestartResponse: _TypeAlias = AllocRestartResponse  # noqa: Y015
 
 @_typing.final
 class AllocChecksRequest(_message.Message):

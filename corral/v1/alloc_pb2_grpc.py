@@ -210,6 +210,16 @@ class ClientAllocStub:
                 request_serializer=corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocStatsResponse.FromString,
                 _registered_method=True)
+        self.Signal = channel.unary_unary(
+                '/corral.v1.ClientAlloc/Signal',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.AllocSignalRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocSignalResponse.FromString,
+                _registered_method=True)
+        self.Restart = channel.unary_unary(
+                '/corral.v1.ClientAlloc/Restart',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.AllocRestartRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocRestartResponse.FromString,
+                _registered_method=True)
 
 
 class ClientAllocServicer:
@@ -241,6 +251,26 @@ class ClientAllocServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Signal(self, request, context):
+        """Send a signal to the running tasks of an alloc, or to one of them
+        (Nomad's ClientAllocations.Signal): alloc-lifecycle in the alloc's
+        namespace. FAILED_PRECONDITION when the task is not running,
+        INVALID_ARGUMENT for a signal the node does not know.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Restart(self, request, context):
+        """Restart one task, the running tasks, or every task again in lifecycle
+        order (Nomad's ClientAllocations.Restart): alloc-lifecycle in the
+        alloc's namespace. A restart asked for is not counted against the
+        restart policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClientAllocServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -258,6 +288,16 @@ def add_ClientAllocServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.FromString,
                     response_serializer=corral_dot_v1_dot_alloc__pb2.AllocStatsResponse.SerializeToString,
+            ),
+            'Signal': grpc.unary_unary_rpc_method_handler(
+                    servicer.Signal,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocSignalRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.AllocSignalResponse.SerializeToString,
+            ),
+            'Restart': grpc.unary_unary_rpc_method_handler(
+                    servicer.Restart,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocRestartRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.AllocRestartResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -343,6 +383,60 @@ class ClientAlloc:
             '/corral.v1.ClientAlloc/Stats',
             corral_dot_v1_dot_alloc__pb2.AllocStatsRequest.SerializeToString,
             corral_dot_v1_dot_alloc__pb2.AllocStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Signal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientAlloc/Signal',
+            corral_dot_v1_dot_alloc__pb2.AllocSignalRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.AllocSignalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Restart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientAlloc/Restart',
+            corral_dot_v1_dot_alloc__pb2.AllocRestartRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.AllocRestartResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,18 @@ class ClientAllocStub:
     namespace. NOT_FOUND for an alloc this node does not run, or a task it
     does not have.
     """
+    Signal: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocSignalRequest, _alloc_pb2.AllocSignalResponse]
+    """Send a signal to the running tasks of an alloc, or to one of them
+    (Nomad's ClientAllocations.Signal): alloc-lifecycle in the alloc's
+    namespace. FAILED_PRECONDITION when the task is not running,
+    INVALID_ARGUMENT for a signal the node does not know.
+    """
+    Restart: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocRestartRequest, _alloc_pb2.AllocRestartResponse]
+    """Restart one task, the running tasks, or every task again in lifecycle
+    order (Nomad's ClientAllocations.Restart): alloc-lifecycle in the
+    alloc's namespace. A restart asked for is not counted against the
+    restart policy.
+    """
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
@@ -107,6 +119,18 @@ class ClientAllocAsyncStub(ClientAllocStub):
     cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
     namespace. NOT_FOUND for an alloc this node does not run, or a task it
     does not have.
+    """
+    Signal: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocSignalRequest, _alloc_pb2.AllocSignalResponse]  # type: ignore[assignment]
+    """Send a signal to the running tasks of an alloc, or to one of them
+    (Nomad's ClientAllocations.Signal): alloc-lifecycle in the alloc's
+    namespace. FAILED_PRECONDITION when the task is not running,
+    INVALID_ARGUMENT for a signal the node does not know.
+    """
+    Restart: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocRestartRequest, _alloc_pb2.AllocRestartResponse]  # type: ignore[assignment]
+    """Restart one task, the running tasks, or every task again in lifecycle
+    order (Nomad's ClientAllocations.Restart): alloc-lifecycle in the
+    alloc's namespace. A restart asked for is not counted against the
+    restart policy.
     """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
@@ -141,6 +165,30 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
         cgroups (Nomad's ClientAllocations.Stats): read-job in the alloc's
         namespace. NOT_FOUND for an alloc this node does not run, or a task it
         does not have.
+        """
+
+    @_abc_1.abstractmethod
+    def Signal(
+        self,
+        request: _alloc_pb2.AllocSignalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocSignalResponse, _abc.Awaitable[_alloc_pb2.AllocSignalResponse]]:
+        """Send a signal to the running tasks of an alloc, or to one of them
+        (Nomad's ClientAllocations.Signal): alloc-lifecycle in the alloc's
+        namespace. FAILED_PRECONDITION when the task is not running,
+        INVALID_ARGUMENT for a signal the node does not know.
+        """
+
+    @_abc_1.abstractmethod
+    def Restart(
+        self,
+        request: _alloc_pb2.AllocRestartRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocRestartResponse, _abc.Awaitable[_alloc_pb2.AllocRestartResponse]]:
+        """Restart one task, the running tasks, or every task again in lifecycle
+        order (Nomad's ClientAllocations.Restart): alloc-lifecycle in the
+        alloc's namespace. A restart asked for is not counted against the
+        restart policy.
         """
 
 def add_ClientAllocServicer_to_server(servicer: ClientAllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

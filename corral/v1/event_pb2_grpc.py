@@ -45,7 +45,11 @@ class EventServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Stream(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The change log's events, filtered, from an index or from now, with a
+        heartbeat every 10 s. Written at the reader's pace: one that reads
+        nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+        naming the index to resubscribe from (Nomad closes such subscriptions).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

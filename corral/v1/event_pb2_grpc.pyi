@@ -32,11 +32,21 @@ class EventStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> EventAsyncStub: ...
     Stream: _grpc.UnaryStreamMultiCallable[_event_pb2.EventStreamRequest, _event_pb2.EventStreamResponse]
+    """The change log's events, filtered, from an index or from now, with a
+    heartbeat every 10 s. Written at the reader's pace: one that reads
+    nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+    naming the index to resubscribe from (Nomad closes such subscriptions).
+    """
 
 @_typing.type_check_only
 class EventAsyncStub(EventStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Stream: _aio.UnaryStreamMultiCallable[_event_pb2.EventStreamRequest, _event_pb2.EventStreamResponse]  # type: ignore[assignment]
+    """The change log's events, filtered, from an index or from now, with a
+    heartbeat every 10 s. Written at the reader's pace: one that reads
+    nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+    naming the index to resubscribe from (Nomad closes such subscriptions).
+    """
 
 class EventServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -44,6 +54,11 @@ class EventServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _event_pb2.EventStreamRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_event_pb2.EventStreamResponse], _abc.AsyncIterator[_event_pb2.EventStreamResponse]]: ...
+    ) -> _typing.Union[_abc.Iterator[_event_pb2.EventStreamResponse], _abc.AsyncIterator[_event_pb2.EventStreamResponse]]:
+        """The change log's events, filtered, from an index or from now, with a
+        heartbeat every 10 s. Written at the reader's pace: one that reads
+        nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+        naming the index to resubscribe from (Nomad closes such subscriptions).
+        """
 
 def add_EventServicer_to_server(servicer: EventServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -118,6 +118,8 @@ class NodeServicer:
     def UpdateAlloc(self, request, context):
         """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
         ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+        Alloc ids that are not stored are ignored (as Nomad); a call naming none
+        that is writes nothing and answers the current index.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -49,6 +49,8 @@ class NodeStub:
     UpdateAlloc: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateAllocRequest, _node_pb2.NodeUpdateAllocResponse]
     """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
     ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+    Alloc ids that are not stored are ignored (as Nomad); a call naming none
+    that is writes nothing and answers the current index.
     """
     GetClientAllocs: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeClientAllocsRequest, _node_pb2.NodeClientAllocsResponse]
     """Blocking query: the allocs the node should run, when they change."""
@@ -78,6 +80,8 @@ class NodeAsyncStub(NodeStub):
     UpdateAlloc: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateAllocRequest, _node_pb2.NodeUpdateAllocResponse]  # type: ignore[assignment]
     """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
     ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+    Alloc ids that are not stored are ignored (as Nomad); a call naming none
+    that is writes nothing and answers the current index.
     """
     GetClientAllocs: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeClientAllocsRequest, _node_pb2.NodeClientAllocsResponse]  # type: ignore[assignment]
     """Blocking query: the allocs the node should run, when they change."""
@@ -128,6 +132,8 @@ class NodeServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_node_pb2.NodeUpdateAllocResponse, _abc.Awaitable[_node_pb2.NodeUpdateAllocResponse]]:
         """Client-side alloc status. Refused (FAILED_PRECONDITION) unless the node is
         ready or initializing, and (PERMISSION_DENIED) for an alloc of another node.
+        Alloc ids that are not stored are ignored (as Nomad); a call naming none
+        that is writes nothing and answers the current index.
         """
 
     @_abc_1.abstractmethod

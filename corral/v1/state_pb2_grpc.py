@@ -112,7 +112,9 @@ class StateServicer:
     def Subscribe(self, request, context):
         """Every change after from_index, gap-free and in index order, forever.
         A from_index older than the retained log fails with OUT_OF_RANGE: the
-        subscriber must re-bootstrap from Snapshot.
+        subscriber must re-bootstrap from Snapshot. A subscriber that reads
+        nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+        naming the index to resubscribe from.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -43,7 +43,9 @@ class StateStub:
     Subscribe: _grpc.UnaryStreamMultiCallable[_state_pb2.SubscribeRequest, _structs_pb2.ChangeBatch]
     """Every change after from_index, gap-free and in index order, forever.
     A from_index older than the retained log fails with OUT_OF_RANGE: the
-    subscriber must re-bootstrap from Snapshot.
+    subscriber must re-bootstrap from Snapshot. A subscriber that reads
+    nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+    naming the index to resubscribe from.
     """
     UpsertEvals: _grpc.UnaryUnaryMultiCallable[_state_pb2.UpsertEvalsRequest, _state_pb2.WriteResponse]
     """Insert or update evaluations in one transaction at one index. Completing
@@ -95,7 +97,9 @@ class StateAsyncStub(StateStub):
     Subscribe: _aio.UnaryStreamMultiCallable[_state_pb2.SubscribeRequest, _structs_pb2.ChangeBatch]  # type: ignore[assignment]
     """Every change after from_index, gap-free and in index order, forever.
     A from_index older than the retained log fails with OUT_OF_RANGE: the
-    subscriber must re-bootstrap from Snapshot.
+    subscriber must re-bootstrap from Snapshot. A subscriber that reads
+    nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+    naming the index to resubscribe from.
     """
     UpsertEvals: _aio.UnaryUnaryMultiCallable[_state_pb2.UpsertEvalsRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
     """Insert or update evaluations in one transaction at one index. Completing
@@ -162,7 +166,9 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_structs_pb2.ChangeBatch], _abc.AsyncIterator[_structs_pb2.ChangeBatch]]:
         """Every change after from_index, gap-free and in index order, forever.
         A from_index older than the retained log fails with OUT_OF_RANGE: the
-        subscriber must re-bootstrap from Snapshot.
+        subscriber must re-bootstrap from Snapshot. A subscriber that reads
+        nothing for --stream-stall-timeout is dropped with RESOURCE_EXHAUSTED
+        naming the index to resubscribe from.
         """
 
     @_abc_1.abstractmethod

@@ -489,8 +489,8 @@ class RestartPolicy(_message.Message):
     mode: _builtins.str
     """"fail" or "delay" """
     render_templates: _builtins.bool
-    """Re-render templates on restart (Nomad 1.9); stored and returned: Corral
-    has no template block yet.
+    """Re-render the task's templates before each restart (Nomad 1.9): the
+    first render runs again, fetching every dependency anew.
     """
     def __init__(
         self,
@@ -1227,6 +1227,9 @@ class Task(_message.Message):
     SCALING_POLICIES_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     IDENTITIES_FIELD_NUMBER: _builtins.int
+    TEMPLATES_FIELD_NUMBER: _builtins.int
+    LIFECYCLE_FIELD_NUMBER: _builtins.int
+    LOG_CONFIG_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -1235,7 +1238,9 @@ class Task(_message.Message):
     kill_signal: _builtins.str
     leader: _builtins.bool
     shutdown_delay: _builtins.int
-    """Time between deregistering the task's services and killing it (ns)."""
+    """Time between deregistering the task's services and killing it (ns):
+    the client waits this long before it sends the kill signal.
+    """
     @_builtins.property
     def config(self) -> _struct_pb2.Struct:
         """driver configuration"""
@@ -1283,6 +1288,24 @@ class Task(_message.Message):
         audience and TTL.
         """
 
+    @_builtins.property
+    def templates(self) -> _containers.RepeatedCompositeFieldContainer[Global___Template]:
+        """The task's `template` blocks: rendered by the client before the task
+        starts and again whenever what they read changes (docs/templates.md).
+        """
+
+    @_builtins.property
+    def lifecycle(self) -> Global___TaskLifecycleConfig:
+        """When the task runs in its alloc relative to the main tasks (Nomad's
+        lifecycle block); unset: a main task.
+        """
+
+    @_builtins.property
+    def log_config(self) -> Global___LogConfig:
+        """How the client keeps the task's stdout and stderr (Nomad's logs block;
+        the jobspec parser always sets it, 10 files of 10 MB by default).
+        """
+
     def __init__(
         self,
         *,
@@ -1305,14 +1328,185 @@ class Task(_message.Message):
         scaling_policies: _abc.Iterable[Global___ScalingPolicy] | None = ...,
         identity: Global___WorkloadIdentity | None = ...,
         identities: _abc.Iterable[Global___WorkloadIdentity] | None = ...,
+        templates: _abc.Iterable[Global___Template] | None = ...,
+        lifecycle: Global___TaskLifecycleConfig | None = ...,
+        log_config: Global___LogConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "lifecycle", b"lifecycle", "log_config", b"log_config", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class Template(_message.Message):
+    """Nomad's Template: a file (or environment variables) rendered from Go's
+    template language with the task's environment and, through the task's
+    workload identity, Nomad Variables and services (docs/templates.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_PATH_FIELD_NUMBER: _builtins.int
+    DEST_PATH_FIELD_NUMBER: _builtins.int
+    EMBEDDED_TMPL_FIELD_NUMBER: _builtins.int
+    CHANGE_MODE_FIELD_NUMBER: _builtins.int
+    CHANGE_SIGNAL_FIELD_NUMBER: _builtins.int
+    CHANGE_SCRIPT_FIELD_NUMBER: _builtins.int
+    SPLAY_FIELD_NUMBER: _builtins.int
+    PERMS_FIELD_NUMBER: _builtins.int
+    UID_FIELD_NUMBER: _builtins.int
+    GID_FIELD_NUMBER: _builtins.int
+    LEFT_DELIM_FIELD_NUMBER: _builtins.int
+    RIGHT_DELIM_FIELD_NUMBER: _builtins.int
+    ENVVARS_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    ERR_MISSING_KEY_FIELD_NUMBER: _builtins.int
+    ONCE_FIELD_NUMBER: _builtins.int
+    source_path: _builtins.str
+    """`source`: a template file in the task directory"""
+    dest_path: _builtins.str
+    """`destination`: relative to the task directory (may reach the alloc dir)"""
+    embedded_tmpl: _builtins.str
+    """`data`: the template text itself"""
+    change_mode: _builtins.str
+    """"restart" (default), "noop", "signal" or "script" """
+    change_signal: _builtins.str
+    """change_mode "signal": e.g. "SIGHUP" (upper-cased)"""
+    splay: _builtins.int
+    """ns; a random wait of up to this before the change_mode acts (default 5s)"""
+    perms: _builtins.str
+    """octal file mode of the destination (default "0644")"""
+    uid: _builtins.int
+    """owner of the destination (unset or -1: the agent's user)"""
+    gid: _builtins.int
+    """group of the destination (unset or -1: the agent's group)"""
+    left_delim: _builtins.str
+    """default "{{" """
+    right_delim: _builtins.str
+    """default "}}" """
+    envvars: _builtins.bool
+    """`env`: KEY=VALUE lines read into the task's environment"""
+    err_missing_key: _builtins.bool
+    """`error_on_missing_key`: a missing map key fails the render"""
+    once: _builtins.bool
+    """render once before the task starts, never watch"""
+    @_builtins.property
+    def change_script(self) -> Global___ChangeScript:
+        """change_mode "script" """
+
+    @_builtins.property
+    def wait(self) -> Global___TemplateWaitConfig:
+        """quiescence before a re-render"""
+
+    def __init__(
+        self,
+        *,
+        source_path: _builtins.str = ...,
+        dest_path: _builtins.str = ...,
+        embedded_tmpl: _builtins.str = ...,
+        change_mode: _builtins.str = ...,
+        change_signal: _builtins.str = ...,
+        change_script: Global___ChangeScript | None = ...,
+        splay: _builtins.int = ...,
+        perms: _builtins.str = ...,
+        uid: _builtins.int | None = ...,
+        gid: _builtins.int | None = ...,
+        left_delim: _builtins.str = ...,
+        right_delim: _builtins.str = ...,
+        envvars: _builtins.bool = ...,
+        wait: Global___TemplateWaitConfig | None = ...,
+        err_missing_key: _builtins.bool = ...,
+        once: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gid", b"_gid", "_uid", b"_uid", "change_script", b"change_script", "gid", b"gid", "uid", b"uid", "wait", b"wait"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gid", b"_gid", "_uid", b"_uid", "change_mode", b"change_mode", "change_script", b"change_script", "change_signal", b"change_signal", "dest_path", b"dest_path", "embedded_tmpl", b"embedded_tmpl", "envvars", b"envvars", "err_missing_key", b"err_missing_key", "gid", b"gid", "left_delim", b"left_delim", "once", b"once", "perms", b"perms", "right_delim", b"right_delim", "source_path", b"source_path", "splay", b"splay", "uid", b"uid", "wait", b"wait"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__gid: _TypeAlias = _typing.Literal["gid"]  # noqa: Y015
+    _WhichOneofArgType__gid: _TypeAlias = _typing.Literal["_gid", b"_gid"]  # noqa: Y015
+    _WhichOneofReturnType__uid: _TypeAlias = _typing.Literal["uid"]  # noqa: Y015
+    _WhichOneofArgType__uid: _TypeAlias = _typing.Literal["_uid", b"_uid"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gid) -> _WhichOneofReturnType__gid | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__uid) -> _WhichOneofReturnType__uid | None: ...
+
+Global___Template: _TypeAlias = Template  # noqa: Y015
+
+@_typing.final
+class ChangeScript(_message.Message):
+    """Nomad's ChangeScript: a command run in the task when its template changes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMAND_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    FAIL_ON_ERROR_FIELD_NUMBER: _builtins.int
+    RUN_ON_FIRST_RENDER_FIELD_NUMBER: _builtins.int
+    command: _builtins.str
+    timeout: _builtins.int
+    """ns; default 5s"""
+    fail_on_error: _builtins.bool
+    """a failing script kills (and fails) the task"""
+    run_on_first_render: _builtins.bool
+    """also run it once the task is running after the first render"""
+    @_builtins.property
+    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        command: _builtins.str = ...,
+        args: _abc.Iterable[_builtins.str] | None = ...,
+        timeout: _builtins.int = ...,
+        fail_on_error: _builtins.bool = ...,
+        run_on_first_render: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "fail_on_error", b"fail_on_error", "run_on_first_render", b"run_on_first_render", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChangeScript: _TypeAlias = ChangeScript  # noqa: Y015
+
+@_typing.final
+class TemplateWaitConfig(_message.Message):
+    """Nomad's WaitConfig of a template: after a change, render once nothing
+    changed for `min`, or at the latest `max` after the first change.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_FIELD_NUMBER: _builtins.int
+    MAX_FIELD_NUMBER: _builtins.int
+    min: _builtins.int
+    """ns"""
+    max: _builtins.int
+    """ns"""
+    def __init__(
+        self,
+        *,
+        min: _builtins.int | None = ...,
+        max: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max", b"_max", "_min", b"_min", "max", b"max", "min", b"min"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max", b"_max", "_min", b"_min", "max", b"max", "min", b"min"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max: _TypeAlias = _typing.Literal["max"]  # noqa: Y015
+    _WhichOneofArgType__max: _TypeAlias = _typing.Literal["_max", b"_max"]  # noqa: Y015
+    _WhichOneofReturnType__min: _TypeAlias = _typing.Literal["min"]  # noqa: Y015
+    _WhichOneofArgType__min: _TypeAlias = _typing.Literal["_min", b"_min"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max) -> _WhichOneofReturnType__max | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min) -> _WhichOneofReturnType__min | None: ...
+
+Global___TemplateWaitConfig: _TypeAlias = TemplateWaitConfig  # noqa: Y015
 
 @_typing.final
 class WorkloadIdentity(_message.Message):
@@ -1369,6 +1563,66 @@ class WorkloadIdentity(_message.Message):
 Global___WorkloadIdentity: _TypeAlias = WorkloadIdentity  # noqa: Y015
 
 @_typing.final
+class TaskLifecycleConfig(_message.Message):
+    """Nomad's TaskLifecycleConfig: prestart tasks run before the main tasks
+    (which wait for the non-sidecar ones to succeed), poststart tasks once
+    the main tasks are running, poststop tasks after they ended; a sidecar
+    keeps running (restarted by its restart policy) beside the main tasks.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOOK_FIELD_NUMBER: _builtins.int
+    SIDECAR_FIELD_NUMBER: _builtins.int
+    hook: _builtins.str
+    """"prestart", "poststart" or "poststop" """
+    sidecar: _builtins.bool
+    """prestart and poststart only"""
+    def __init__(
+        self,
+        *,
+        hook: _builtins.str = ...,
+        sidecar: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hook", b"hook", "sidecar", b"sidecar"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskLifecycleConfig: _TypeAlias = TaskLifecycleConfig  # noqa: Y015
+
+@_typing.final
+class LogConfig(_message.Message):
+    """Nomad's LogConfig: the task's output is kept in at most `max_files`
+    files of `max_file_size_mb` each per stream (alloc/logs/<task>.<stream>.N),
+    the oldest removed as new ones are opened; `disabled` keeps nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_FILES_FIELD_NUMBER: _builtins.int
+    MAX_FILE_SIZE_MB_FIELD_NUMBER: _builtins.int
+    DISABLED_FIELD_NUMBER: _builtins.int
+    max_files: _builtins.int
+    max_file_size_mb: _builtins.int
+    disabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        max_files: _builtins.int = ...,
+        max_file_size_mb: _builtins.int = ...,
+        disabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled", b"disabled", "max_file_size_mb", b"max_file_size_mb", "max_files", b"max_files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogConfig: _TypeAlias = LogConfig  # noqa: Y015
+
+@_typing.final
 class TaskGroup(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1420,7 +1674,7 @@ class TaskGroup(_message.Message):
     prevent_reschedule_on_lost: _builtins.bool
     shutdown_delay: _builtins.int
     """Time between deregistering the group's services and stopping its tasks
-    (ns).
+    (ns): the client waits this long before it kills them.
     """
     max_run_duration: _builtins.int
     """The longest an allocation of this group may run before it is stopped
@@ -2324,6 +2578,12 @@ class TaskEvent(_message.Message):
     FAILS_TASK_FIELD_NUMBER: _builtins.int
     RESTART_REASON_DELAY_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
+    KILL_TIMEOUT_FIELD_NUMBER: _builtins.int
+    KILL_REASON_FIELD_NUMBER: _builtins.int
+    RESTART_REASON_FIELD_NUMBER: _builtins.int
+    FAILED_SIBLING_FIELD_NUMBER: _builtins.int
+    TASK_SIGNAL_FIELD_NUMBER: _builtins.int
+    TASK_SIGNAL_REASON_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """"Received", "Started", "Terminated", "Restarting", "Killing", ..."""
     time: _builtins.int
@@ -2333,6 +2593,18 @@ class TaskEvent(_message.Message):
     signal: _builtins.int
     fails_task: _builtins.bool
     restart_reason_delay: _builtins.int
+    kill_timeout: _builtins.int
+    """ns; Killing: how long before the task is force killed"""
+    kill_reason: _builtins.str
+    """Killing: why, when not a plain stop"""
+    restart_reason: _builtins.str
+    """Restarting, Not Restarting, Restart Signaled"""
+    failed_sibling: _builtins.str
+    """Sibling Task Failed: which task failed"""
+    task_signal: _builtins.str
+    """Signaling: the signal's name"""
+    task_signal_reason: _builtins.str
+    """Signaling: why"""
     @_builtins.property
     def details(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -2347,10 +2619,16 @@ class TaskEvent(_message.Message):
         fails_task: _builtins.bool = ...,
         restart_reason_delay: _builtins.int = ...,
         details: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        kill_timeout: _builtins.int = ...,
+        kill_reason: _builtins.str = ...,
+        restart_reason: _builtins.str = ...,
+        failed_sibling: _builtins.str = ...,
+        task_signal: _builtins.str = ...,
+        task_signal_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "display_message", b"display_message", "exit_code", b"exit_code", "fails_task", b"fails_task", "message", b"message", "restart_reason_delay", b"restart_reason_delay", "signal", b"signal", "time", b"time", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "display_message", b"display_message", "exit_code", b"exit_code", "failed_sibling", b"failed_sibling", "fails_task", b"fails_task", "kill_reason", b"kill_reason", "kill_timeout", b"kill_timeout", "message", b"message", "restart_reason", b"restart_reason", "restart_reason_delay", b"restart_reason_delay", "signal", b"signal", "task_signal", b"task_signal", "task_signal_reason", b"task_signal_reason", "time", b"time", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,6 +1,7 @@
 """`python -m services.agent` — a client node: runs allocations with the
-exec, raw_exec and mock drivers, registers and checks their services, and
-serves their logs, resource usage and check results.
+exec and mock drivers by default (raw_exec only when `--drivers` names it,
+as Nomad ships it off), registers and checks their services, and serves
+their logs, resource usage and check results.
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers exec,raw_exec,mock]
@@ -16,6 +17,7 @@ from corral.runtime import runner
 from corral.runtime.server import GrpcServer
 from corral.security import transport
 from corral.security.acl_resolve import RemoteResolver
+from corral.security.private_files import private_dir
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
@@ -34,18 +36,20 @@ class AgentProcess:
         # the agent receives log and stats requests only, and resolves their
         # tokens through the state
         self.acl_channel = transport.dial(settings.state_addr)
+        # one token cache for the agent's RPCs and its tasks' Task API
+        self.resolver = RemoteResolver(self.acl_channel)
         self.server = GrpcServer(
             settings.listen,
             name="agent",
             settings=settings.security,
-            resolver=RemoteResolver(self.acl_channel),
+            resolver=self.resolver,
             max_receive_bytes=4 * 1024 * 1024,
         )
         self.agent: Agent | None = None
 
     async def start(self) -> runner.Ready:
-        data_dir = self.settings.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # the node's secret and the allocs' files: the agent's alone
+        data_dir = private_dir(self.settings.data_dir)
         self.server.add(
             alloc_pb2_grpc.add_ClientAllocServicer_to_server,
             ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc),
@@ -58,7 +62,7 @@ class AgentProcess:
         )
         await self.server.start()
         address = self.settings.advertise or self.server.bound_address
-        self.agent = Agent(self.settings, http_addr=address)
+        self.agent = Agent(self.settings, http_addr=address, resolver=self.resolver)
         await self.agent.start()
         log.info("client agent ready: node %s", self.agent.node.id)
         # not a cluster member: members are the servers (Nomad's `server

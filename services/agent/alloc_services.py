@@ -299,6 +299,12 @@ class AllocServices:
         self.sync.clear(self._owner(""))
         for task in list(self._tasks_active):
             self.task_stopped(task)
+        await self.halt()
+
+    async def halt(self) -> None:
+        """The agent shuts down leaving the alloc running (its tasks are
+        adopted by the next agent): the checks stop here, the instances stay
+        registered."""
         self.watcher.clear()
         if self._poll is not None:
             self._poll.cancel()

@@ -3,7 +3,7 @@
     <data-dir>/allocs/<alloc id>/
         alloc/              shared by the alloc's tasks (NOMAD_ALLOC_DIR)
             data/  tmp/
-            logs/           <task>.stdout.0, <task>.stderr.0
+            logs/           <task>.stdout.0..N, <task>.stderr.0..N (rotated)
         <task>/             the task's directory; the exec driver's root
             local/          NOMAD_TASK_DIR
             secrets/        NOMAD_SECRETS_DIR
@@ -54,10 +54,15 @@ class TaskDir:
     def tmp(self) -> Path:
         return self.dir / "tmp"
 
-    def log_path(self, kind: str) -> Path:
-        """stdout or stderr, where Nomad keeps them (the first file of its
-        rotation, alloc/logs/<task>.<kind>.0)."""
-        return self.alloc_dir / LOGS / f"{self.name}.{kind}.0"
+    @property
+    def log_dir(self) -> Path:
+        """The alloc's alloc/logs, where every task's output is kept."""
+        return self.alloc_dir / LOGS
+
+    def log_path(self, kind: str, index: int = 0) -> Path:
+        """stdout or stderr, where Nomad keeps them: file `index` of the
+        rotation, alloc/logs/<task>.<kind>.<index>."""
+        return self.log_dir / f"{self.name}.{kind}.{index}"
 
     def build(self) -> None:
         _mkdir(self.dir, 0o777)

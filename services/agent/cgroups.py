@@ -394,6 +394,11 @@ class V1:
             dirs["cpuset"] = self._cpuset / "share"
         return V1Task(scope, dirs, bool(cores), cores)
 
+    def open(self, scope: str, cores: list[int]) -> V1Task:
+        dirs = {c: self.mounts.v1[c] / self.parent / scope for c in ("memory", "cpu", "cpuacct")}
+        dirs["cpuset"] = self._cpuset / "reserve" / scope if cores else self._cpuset / "share"
+        return V1Task(scope, dirs, bool(cores), cores)
+
 
 # ---------------------------------------------------------------- v2
 
@@ -501,6 +506,9 @@ class V2:
             _write(d / "cpuset.cpus", format_cpus(cores))
         return V2Task(scope, d, cores)
 
+    def open(self, scope: str, cores: list[int]) -> V2Task:
+        return V2Task(scope, self.parent / ("reserve" if cores else "share") / scope, cores)
+
 
 # ---------------------------------------------------------------- the agent's view
 
@@ -513,6 +521,8 @@ class Backend(Protocol):
     def share(self, cpus: list[int]) -> None: ...
 
     def create(self, scope: str, limits: Limits, cores: list[int]) -> TaskCgroup: ...
+
+    def open(self, scope: str, cores: list[int]) -> TaskCgroup: ...
 
 
 class CgroupManager:
@@ -557,6 +567,17 @@ class CgroupManager:
         except OSError:
             self.release_cores(scope)
             raise
+
+    def adopt(self, scope: str, cores: list[int]) -> TaskCgroup:
+        """The cgroup of a run found still running after an agent restart, as
+        it was made (its limits stand); its reserved cores are taken again
+        (Nomad's restoreCores)."""
+        assert self.backend is not None
+        if cores:
+            self.partition.adopt(scope, cores)
+            with contextlib.suppress(OSError):
+                self.backend.share(self.partition.shared())
+        return self.backend.open(scope, cores)
 
     def release_cores(self, scope: str) -> None:
         self.partition.release(scope)

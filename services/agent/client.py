@@ -5,6 +5,14 @@ status — three independent loops over the three client RPCs of seed 003.
 After a network cut the agent keeps its tasks running. `Node.UpdateAlloc`
 is refused until the node is ready again, so pending status updates are
 kept and retried after the next successful heartbeat (seed 003's order).
+
+The client state (services/agent/state_db.py) outlives the agent: at
+start-up, before it registers, the agent rebuilds a runner for every alloc
+it holds and adopts the tasks still running (Nomad's restoreState); the
+first answer from the servers then stops what they stopped meanwhile and
+forgets what they garbage collected. A graceful stop leaves the tasks
+running for the next agent, as Nomad's does, unless the agent is told to
+stop them (`--stop-tasks-on-shutdown`, what `corral dev` asks).
 """
 
 from __future__ import annotations
@@ -13,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import platform
 import socket
 import time
@@ -26,6 +33,8 @@ import psutil
 from corral.domain import structs
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
+from corral.security.acl_resolve import RemoteResolver
+from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import drivers as task_drivers
@@ -37,7 +46,10 @@ from services.agent.cpuset import Compute
 from services.agent.drivers import Driver
 from services.agent.runner import AllocRunner
 from services.agent.service_sync import ServiceSync
+from services.agent.state_db import StateDB
 from services.agent.stats import HostStats
+from services.agent.task_api import TaskAPI
+from services.agent.template_data import TemplateClient
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +71,7 @@ def fingerprint(
     compute = host_compute()
     cores, mhz = compute.cores, compute.mhz_per_core
     mem = psutil.virtual_memory().total // (1024 * 1024)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     disk = psutil.disk_usage(str(settings.data_dir)).free // (1024 * 1024)
     try:
         ip = socket.gethostbyname(socket.gethostname())
@@ -129,8 +141,16 @@ def setup_cgroups(settings: AgentSettings, compute: Compute) -> CgroupManager:
 
 
 class Agent:
-    def __init__(self, settings: AgentSettings, *, http_addr: str = "") -> None:
-        """`http_addr` is where this node serves ClientAlloc (logs, stats)."""
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        http_addr: str = "",
+        resolver: RemoteResolver | None = None,
+    ) -> None:
+        """`http_addr` is where this node serves ClientAlloc (logs, stats);
+        `resolver` checks the tokens tasks send to their Task API (without
+        it, or without `gateway_addr`, tasks get no Task API socket)."""
         self.settings = settings
         self.compute = host_compute()
         self.cgroups = setup_cgroups(settings, self.compute)
@@ -138,7 +158,13 @@ class Agent:
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.host_stats = HostStats(settings.data_dir, self.compute)
         self.node.id, self.node.secret_id = self._identity()
+        self.db = StateDB(settings.data_dir)
         self.runners: dict[str, AllocRunner] = {}
+        #: stops of allocs under way (the servers stopped or forgot them)
+        self._stops: dict[str, asyncio.Task[None]] = {}
+        # the node's side of the service catalog, and the checks' HTTP clients
+        self.service_sync = ServiceSync(self._upsert_services, self._deregister_services)
+        self.checker = Checker()
         self.jobs: dict[tuple[str, str, int], pb.Job] = {}
         self._dirty: set[str] = set()
         self._dirty_event = asyncio.Event()
@@ -147,21 +173,20 @@ class Agent:
         self._ttl = 10.0
         self._channel: grpc.aio.Channel | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        # the node's side of the service catalog, and the checks' HTTP clients
-        self.service_sync = ServiceSync(self._upsert_services, self._deregister_services)
-        self.checker = Checker()
+        self.resolver = resolver
+        #: the tasks' templates read the cluster over the agent's channel
+        self.templates: TemplateClient | None = None
+        self.task_api: TaskAPI | None = None
 
     def _identity(self) -> tuple[str, str]:
         """The node id and secret survive restarts (data_dir/client.json,
-        created 0600: it holds the node's secret)."""
-        path = self.settings.data_dir / "client.json"
+        0600 in a 0700 directory, as Nomad's client state directory)."""
+        path = private_dir(self.settings.data_dir) / "client.json"
         if path.exists():
             data = json.loads(path.read_text())
             return str(data["node_id"]), str(data["secret_id"])
         ident = {"node_id": str(uuid.uuid4()), "secret_id": str(uuid.uuid4())}
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(ident))
+        write_private(path, json.dumps(ident))
         return ident["node_id"], ident["secret_id"]
 
     # ------------------------------------------------------------ resource usage
@@ -214,6 +239,45 @@ class Agent:
         assert self._channel is not None
         return node_pb2_grpc.NodeStub(self._channel)
 
+    def _runner(self, alloc: pb.Allocation, job: pb.Job, **kw: object) -> AllocRunner:
+        return AllocRunner(
+            alloc,
+            job,
+            self.drivers,
+            self.settings.data_dir,
+            self._mark,
+            node=self.node,
+            db=self.db,
+            max_kill_timeout=self.settings.max_kill_timeout,
+            sign=self.sign_identities,
+            sync=self.service_sync,
+            checker=self.checker,
+            templates=self.templates,
+            task_api=self.task_api,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    async def restore(self) -> None:
+        """Rebuild a runner for every alloc of the client state and adopt
+        its tasks (Nomad's Client.restoreState); each reports its state
+        once the servers answered."""
+        for stored in self.db.load():
+            alloc, job = stored.alloc, stored.job
+            self.jobs[(job.namespace, job.id, job.version)] = job
+            runner = self._runner(alloc, job, stored=stored)
+            await runner.restore()
+            self.runners[alloc.id] = runner
+            adopted = sum(t.running for t in runner.tasks)
+            log.info(
+                "restored alloc %s (%s): %d of %d tasks running",
+                alloc.id,
+                alloc.name,
+                adopted,
+                len(runner.tasks),
+                extra={"alloc_id": alloc.id},
+            )
+            runner.start()
+
     @property
     def catalog(self) -> service_pb2_grpc.ServiceRegistrationAsyncStub:
         assert self._channel is not None
@@ -237,6 +301,12 @@ class Agent:
 
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
+        self.templates = TemplateClient(self._channel, retry=self.settings.template_retry())
+        if self.settings.gateway_addr and self.resolver is not None:
+            self.task_api = TaskAPI(
+                self.settings.gateway_addr, self.resolver, security=self.settings.security
+            )
+        await self.restore()
         await self._register()
         self.service_sync.start()
         metrics.ALLOCS.add_source(self._alloc_statuses)
@@ -249,7 +319,9 @@ class Agent:
         ]
 
     async def stop(self) -> None:
-        """Stop reporting; tasks are stopped too (a dev agent leaves nothing behind)."""
+        """Stop reporting. The tasks keep running for the next agent to
+        adopt, unless `stop_tasks_on_shutdown` (a dev agent leaves nothing
+        behind)."""
         self._stop.set()
         metrics.ALLOCS.remove_source(self._alloc_statuses)
         metrics.USAGE.remove_source(self)
@@ -258,10 +330,20 @@ class Agent:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        await asyncio.gather(*(r.stop() for r in self.runners.values()))
-        await self.service_sync.flush(5.0)  # the stopped allocs' services leave the catalog
+        if self.settings.stop_tasks_on_shutdown:
+            await asyncio.gather(*(r.stop() for r in self.runners.values()))
+            await asyncio.gather(*self._stops.values(), return_exceptions=True)
+        else:
+            for t in self._stops.values():
+                t.cancel()
+            await asyncio.gather(*self._stops.values(), return_exceptions=True)
+            await asyncio.gather(*(r.detach() for r in self.runners.values()))
+        await self.service_sync.flush(5.0)  # what the stops deregistered reaches the catalog
         await self.service_sync.stop()
         await self.checker.close()
+        if self.task_api is not None:
+            await self.task_api.close()
+        self.db.close()
         if self._channel is not None:
             await self._channel.close()
 
@@ -340,18 +422,37 @@ class Agent:
                 await asyncio.sleep(1.0)
                 continue
             for job in resp.jobs:
-                self.jobs[(job.namespace, job.id, job.version)] = job
-            await self._reconcile(resp)
+                key = (job.namespace, job.id, job.version)
+                if key not in self.jobs:  # a version never changes
+                    self.jobs[key] = structs.copy_msg(job)  # see _reconcile
+            await self._reconcile(resp, starting_over=index == 0)
             index = resp.index
 
-    async def _reconcile(self, resp: node_pb2.NodeClientAllocsResponse) -> None:
+    async def _reconcile(
+        self, resp: node_pb2.NodeClientAllocsResponse, *, starting_over: bool = False
+    ) -> None:
+        """Run what is new, stop what the servers stopped, forget what they
+        garbage collected. `starting_over`: the answer to a query from index
+        0, which leaves out allocs the servers hold as finished (so a client
+        without them never runs them again): one this agent still runs
+        ended on the servers' side (lost while the agent was away) and is
+        stopped.
+
+        What a runner keeps is copied out of `resp`: a message taken from a
+        parsed response keeps the whole response alive (one upb arena), so
+        runners holding allocs of many responses held all of them: the agent
+        grew by 160 MB in 11 minutes of churn (issue 26's soak)."""
+        sent = set()
         for alloc in resp.full_allocs:
+            sent.add(alloc.id)
             runner = self.runners.get(alloc.id)
             if structs.alloc_server_terminal(alloc) or alloc.desired_status != DesiredStatus.RUN:
-                if runner is not None and not runner.done:
-                    log.info("stopping alloc %s (%s)", alloc.id, alloc.desired_description)
-                    await runner.stop()
-                    self._mark(runner)
+                if runner is not None:
+                    if alloc.modify_index != runner.alloc.modify_index:
+                        runner.updated(structs.copy_msg(alloc), None)
+                    if not runner.done:
+                        log.info("stopping alloc %s (%s)", alloc.id, alloc.desired_description)
+                        self._stop_alloc(runner)
                 continue
             if runner is None:
                 if structs.alloc_client_terminal(alloc):
@@ -360,50 +461,62 @@ class Agent:
                 if job is None:
                     log.warning("alloc %s: job version %d unknown", alloc.id, alloc.job_version)
                     continue
-                runner = AllocRunner(
-                    alloc,
-                    job,
-                    self.drivers,
-                    self.settings.data_dir,
-                    self._mark,
-                    node=self.node,
-                    sign=self.sign_identities,
-                    sync=self.service_sync,
-                    checker=self.checker,
-                )
+                alloc = structs.copy_msg(alloc)
+                self.db.put_alloc(alloc, job)  # before anything runs
+                runner = self._runner(alloc, job)
                 self.runners[alloc.id] = runner
                 log.info(
                     "starting alloc %s (%s)", alloc.id, alloc.name, extra={"alloc_id": alloc.id}
                 )
                 runner.start()
-            else:
-                runner.alloc = alloc
+            elif alloc.modify_index != runner.alloc.modify_index:  # changed since
                 # an in-place update moves the alloc to a newer job version
                 newer = self.jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
-                if newer is not None:
-                    runner.job = newer
-                runner.updated()
+                runner.updated(
+                    structs.copy_msg(alloc),
+                    newer if newer is not None and newer is not runner.job else None,
+                )
+        if starting_over:
+            for alloc_id, runner in list(self.runners.items()):
+                if alloc_id in resp.allocs and alloc_id not in sent and not runner.done:
+                    log.info("stopping alloc %s: finished on the servers", alloc_id)
+                    self._stop_alloc(runner)
+            self._dirty.update(self.runners)  # tell the servers where every alloc is
+            self._dirty_event.set()
         gone = set(self.runners) - set(resp.allocs)
-        for alloc_id in gone:  # garbage collected on the server
-            runner = self.runners.pop(alloc_id)
-            await runner.stop()
+        for alloc_id in gone:  # garbage collected on the servers
+            self._stop_alloc(self.runners.pop(alloc_id), forget=True)
+        # the job versions no alloc of this node runs any more: every version
+        # ever placed here was kept before, growing the agent under churn
+        wanted = {
+            (r.alloc.namespace, r.alloc.job_id, r.alloc.job_version) for r in self.runners.values()
+        }
+        for key in [k for k in self.jobs if k not in wanted]:
+            del self.jobs[key]
 
-    async def sign_identities(
-        self, alloc_id: str, task: str, names: Sequence[str]
-    ) -> node_pb2.NodeSignIdentitiesResponse:
-        """Workload identities of one of our tasks, signed by the state."""
-        resp: node_pb2.NodeSignIdentitiesResponse = await self.stub.SignIdentities(
-            node_pb2.NodeSignIdentitiesRequest(
-                node_id=self.node.id,
-                secret_id=self.node.secret_id,
-                identities=[
-                    node_pb2.WorkloadIdentityRequest(alloc_id=alloc_id, task=task, identity=n)
-                    for n in names
-                ],
-            ),
-            timeout=30,
-        )
-        return resp
+    def _stop_alloc(self, runner: AllocRunner, *, forget: bool = False) -> None:
+        """Stop an alloc's tasks in the background (a shutdown_delay must
+        not hold up the other allocs); `forget` drops it from the client
+        state once its tasks are gone."""
+        alloc_id = runner.alloc.id
+        if alloc_id in self._stops and not forget:
+            return
+
+        async def stop() -> None:
+            await runner.stop()
+            if forget:
+                self.db.delete_alloc(alloc_id)
+
+        task = asyncio.create_task(stop(), name=f"stop-alloc-{alloc_id[:8]}")
+        self._stops[alloc_id] = task
+
+        def finished(t: asyncio.Task[None]) -> None:
+            if self._stops.get(alloc_id) is t:
+                del self._stops[alloc_id]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("stopping alloc %s", alloc_id, exc_info=t.exception())
+
+        task.add_done_callback(finished)
 
     def _mark(self, runner: AllocRunner) -> None:
         self._dirty.add(runner.alloc.id)
@@ -434,3 +547,20 @@ class Agent:
                 # FAILED_PRECONDITION: not ready yet (after a disconnect) —
                 # the next successful heartbeat sets the event again
                 log.info("alloc update deferred: %s", exc.details())
+
+    async def sign_identities(
+        self, alloc_id: str, task: str, names: Sequence[str]
+    ) -> node_pb2.NodeSignIdentitiesResponse:
+        """Workload identities of one of our tasks, signed by the state."""
+        resp: node_pb2.NodeSignIdentitiesResponse = await self.stub.SignIdentities(
+            node_pb2.NodeSignIdentitiesRequest(
+                node_id=self.node.id,
+                secret_id=self.node.secret_id,
+                identities=[
+                    node_pb2.WorkloadIdentityRequest(alloc_id=alloc_id, task=task, identity=n)
+                    for n in names
+                ],
+            ),
+            timeout=30,
+        )
+        return resp

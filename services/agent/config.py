@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field
 from corral.domain import driver_config
 from corral.runtime.settings import CommaList, KeyValues, Option, ServerSettings, StateAddr
 from services.agent.drivers.exec import DEFAULT_CHROOT_ENV, ExecSettings
+from services.agent.template_data import Retry
 
 DRIVERS = ("exec", "raw_exec", "mock")
 
@@ -49,7 +50,8 @@ class AgentSettings(ServerSettings):
     data_dir: Annotated[Path, AfterValidator(Path.resolve)] = Field(
         Path(".corral/agent"),
         validate_default=True,
-        description="alloc directories and the node's identity (client.json)",
+        description="alloc directories, the node's identity (client.json) and the client "
+        "state the tasks are adopted from after a restart (client/state.db)",
     )
     datacenter: str = Field("dc1", min_length=1, description="the node's datacenter")
     node_class: str = Field("", description="the node's class")
@@ -61,13 +63,26 @@ class AgentSettings(ServerSettings):
         default_factory=dict, description="node meta key=value (repeat the flag for more)"
     )
     drivers: Annotated[CommaList, AfterValidator(_known_drivers)] = Field(
-        default_factory=lambda: list(DRIVERS),
-        description="enabled task drivers (exec, raw_exec, mock); a driver that cannot work "
-        "on this node (exec without root, cgroups or namespaces) is reported unhealthy and "
-        "gets nothing placed",
+        default_factory=lambda: [d for d in DRIVERS if d != "raw_exec"],
+        description="enabled task drivers (exec, raw_exec, mock); raw_exec only when named "
+        "(it runs tasks as the agent's own user, without isolation: off unless configured, "
+        "as in Nomad; `corral dev` turns it on); a driver that cannot work on this node "
+        "(exec without root, cgroups or namespaces) is reported unhealthy and gets nothing "
+        "placed",
     )
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"
+    )
+    max_kill_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="seconds: the longest a task's kill_timeout may make the agent wait before "
+        "it force kills the task (Nomad's max_kill_timeout)",
+    )
+    stop_tasks_on_shutdown: bool = Field(
+        False,
+        description="stop every task when the agent stops (corral dev does); otherwise they keep "
+        "running and the next agent with this data dir adopts them, as Nomad's client does",
     )
     reserved_memory_mb: int = Field(256, ge=0, description="memory (MB) kept from allocations")
     reserved_cpu: int = Field(100, ge=0, description="CPU (MHz) kept from allocations")
@@ -107,6 +122,31 @@ class AgentSettings(ServerSettings):
     exec_no_pivot_root: bool = Field(
         False, description="enter exec tasks' roots with chroot instead of pivot_root"
     )
+    gateway_addr: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="the HTTP API (a gateway's http(s)://host:port) each task's Task API socket "
+        "(secrets/api.sock) proxies to; empty: tasks get no Task API socket",
+    )
+    template_retry_attempts: int = Field(
+        12,
+        ge=0,
+        description="times a template's failing query is retried before its task fails (0: "
+        "forever; Nomad's template nomad_retry attempts)",
+    )
+    template_retry_backoff: float = Field(
+        0.25, gt=0, description="seconds before the first retry of a template's query, doubling"
+    )
+    template_retry_max_backoff: float = Field(
+        60.0, gt=0, description="the longest wait between retries of a template's query"
+    )
+
+    def template_retry(self) -> Retry:
+        return Retry(
+            attempts=self.template_retry_attempts,
+            backoff=self.template_retry_backoff,
+            max_backoff=self.template_retry_max_backoff,
+        )
 
     def exec_settings(self) -> ExecSettings:
         return ExecSettings(

@@ -109,6 +109,9 @@ class TaskIdentities:
         self.wanted = exposed(task)
         #: identity name -> expiry (Unix s; 0 = none) of what was written
         self.expires: dict[str, float] = {}
+        #: the default identity's JWT once signed (it has no TTL: valid while
+        #: the alloc runs)
+        self._default_token = ""
 
     async def _fetch(self, wanted: Sequence[pb.WorkloadIdentity]) -> dict[str, str]:
         try:
@@ -137,12 +140,33 @@ class TaskIdentities:
         if not self.wanted:
             return {}
         tokens = await self._fetch(self.wanted)
+        self._default_token = tokens.get(ids.DEFAULT_IDENTITY, self._default_token)
         env = {}
         for wid in self.wanted:
             self._write(wid, tokens[wid.name])
             if wid.env:
                 env[env_name(wid)] = tokens[wid.name]
         return env
+
+    async def default_token(self) -> str:
+        """The task's default identity, whether or not the task sees it:
+        what its templates read the cluster with (Nomad's templates use the
+        task's identity, never the node's). Raises IdentityError."""
+        if not self._default_token:
+            default = ids.task_identity(self.task, ids.DEFAULT_IDENTITY)
+            assert default is not None  # every task has one
+            self._default_token = (await self._fetch([default]))[ids.DEFAULT_IDENTITY]
+        return self._default_token
+
+    async def refresh(self) -> None:
+        """After an agent restart, for a task adopted still running: sign its
+        TTL identities again and rewrite their files (when they expire was
+        not kept), so that `renew` goes on from there."""
+        expiring = [w for w in self.wanted if w.ttl]
+        if expiring:
+            tokens = await self._fetch(expiring)
+            for wid in expiring:
+                self._write(wid, tokens[wid.name])
 
     def _next_renewal(self) -> float | None:
         """Seconds until the first identity with a TTL needs renewing."""

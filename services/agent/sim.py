@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import random
 import signal
 import sys
@@ -42,6 +41,7 @@ from corral.domain import structs
 from corral.runtime import runner
 from corral.runtime.settings import CommaList, KeyValues, Option, ProcessSettings, StateAddr
 from corral.security import transport
+from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.drivers import parse_duration, task_config
@@ -111,14 +111,7 @@ def save_secrets(data_dir: Path | None, secrets: dict[str, str]) -> None:
     so a simulator killed mid-write leaves the previous file intact."""
     if data_dir is None:
         return
-    data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = data_dir / f".{SECRETS_FILE}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"secrets": secrets}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, data_dir / SECRETS_FILE)
+    write_private(private_dir(data_dir) / SECRETS_FILE, json.dumps({"secrets": secrets}))
 
 
 class SimNode:

@@ -23,6 +23,7 @@ from corral.domain.errors import (
     InvalidArgument,
     NotFound,
     NotLeader,
+    TakingOffice,
 )
 from corral.domain.structs import EvalStatus, JobType, is_blocked_eval
 from corral.runtime import telemetry
@@ -51,6 +52,20 @@ WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
 log = logging.getLogger(__name__)
 
 ROLE = "broker"
+
+
+async def require_in_office(
+    is_leader: Callable[[], bool], enabled: bool, leader_address: Callable[[], Awaitable[str]]
+) -> None:
+    """Serve only as the leader in office: a standby points at the leader; a
+    leader still restoring its evals says so and names itself (callers back
+    off and retry it: corral/runtime/rpc.py)."""
+    if not is_leader():
+        raise NotLeader(ROLE, await leader_address())
+    if not enabled:
+        raise TakingOffice(ROLE, await leader_address())
+
+
 #: the longest worker id a Dequeue or Heartbeat may name
 MAX_WORKER_ID = 128
 # how long Reblock waits for its own write to reach the replica (and so the
@@ -100,8 +115,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.on_ack = on_ack
 
     async def _require_leader(self) -> None:
-        if not self.is_leader() or not self.broker.enabled:
-            raise NotLeader(ROLE, await self.leader_address())
+        await require_in_office(self.is_leader, self.broker.enabled, self.leader_address)
 
     # ------------------------------------------------------------ dequeue / ack
 
@@ -412,8 +426,7 @@ class CoreGCServicer(system_pb2_grpc.CoreGCServicer):
             raise InvalidArgument(
                 "timeout_ms", f"at most {int(FORCE_GC_MAX_WAIT * 1000)} ms may be waited"
             )
-        if not self.is_leader() or not self.broker.enabled:
-            raise NotLeader(ROLE, await self.leader_address())
+        await require_in_office(self.is_leader, self.broker.enabled, self.leader_address)
         wait = None if request.detach else (request.timeout_ms / 1000 or FORCE_GC_WAIT)
         eval_id, complete = await self.forced.run(wait=wait)
         return system_pb2.SystemGCResponse(eval_id=eval_id, complete=complete)
@@ -455,8 +468,7 @@ class PeriodicServicer(periodic_pb2_grpc.PeriodicServicer):
     ) -> periodic_pb2.PeriodicForceResponse:
         if not request.job_id:
             raise InvalidArgument("job_id", "is required")
-        if not self.is_leader() or not self.dispatcher.enabled:
-            raise NotLeader(ROLE, await self.leader_address())
+        await require_in_office(self.is_leader, self.dispatcher.enabled, self.leader_address)
         launched = await self.dispatcher.force(request.namespace, request.job_id)
         return periodic_pb2.PeriodicForceResponse(
             eval_id=launched.response.eval_id,

@@ -28,22 +28,12 @@ import uvicorn
 
 from corral.domain.errors import ConfigError
 from corral.runtime import runner
+from corral.runtime.embedded_http import EmbeddedServer
 from services.gateway.app import create_app
 from services.gateway.backend import Backend, user_security
 from services.gateway.config import GatewaySettings
 
 log = logging.getLogger("services.gateway")
-
-
-class _Server(uvicorn.Server):
-    """uvicorn inside the runner's event loop: the runner owns the signals."""
-
-    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
-        return None
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Any:  # uvicorn >= 0.29
-        yield
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -146,7 +136,7 @@ class GatewayProcess:
         self.settings = settings
         self.backend: Backend | None = None
         self.app: Any = None
-        self.server: _Server | None = None
+        self.server: EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._reload: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[None] | None = None
@@ -166,7 +156,7 @@ class GatewayProcess:
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load the HTTPS certificate: {exc}") from exc
         sock = bind(config.host, config.port)
-        self.server = _Server(config)
+        self.server = EmbeddedServer(config)
         self._task = asyncio.create_task(self.server.serve(sockets=[sock]), name="http")
         while not self.server.started:
             if self._task.done():

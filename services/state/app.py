@@ -14,6 +14,7 @@ from corral.runtime.server import GrpcServer
 from corral.v1 import state_pb2
 from services.state import handlers, metrics
 from services.state.app_context import StateContext
+from services.state.call_limits import CallLimits
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
 from services.state.feed import ChangeFeed
@@ -39,6 +40,8 @@ class StateApp:
             feed=self.feed,
             job_max_source_size=settings.job_max_source_size,
             shutting_down=self.server.shutting_down,
+            limits=CallLimits(settings.max_waiting_per_connection),
+            stream_stall_timeout=settings.stream_stall_timeout,
             keyring_settings=settings.keyring,
             region=settings.security.region,
         )

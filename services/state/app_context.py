@@ -17,7 +17,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from corral.runtime.slow_readers import STALL_TIMEOUT_S
 from services.state.acl import DatabaseResolver
+from services.state.call_limits import CallLimits
 from services.state.config import KeyringSettings
 from services.state.db.database import Database, WriteTx
 from services.state.feed import ChangeFeed
@@ -36,6 +38,10 @@ class StateContext:
     #: the largest job submission kept (StateSettings.job_max_source_size)
     job_max_source_size: int = 1_000_000
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
+    #: bounds on the calls that wait (blocking queries, streams)
+    limits: CallLimits = field(default_factory=CallLimits)
+    #: a stream reader taking nothing this long is dropped (slow_readers)
+    stream_stall_timeout: float = STALL_TIMEOUT_S
     keyring_settings: KeyringSettings = field(default_factory=KeyringSettings)
     region: str = "global"
     batcher: WriteBatcher = field(init=False)

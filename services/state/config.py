@@ -131,6 +131,19 @@ class StateSettings(ServerSettings):
         description="serialized bytes of recent change batches kept in memory for subscribers "
         "a little behind (about 4x that in memory); older ones are read from the change log",
     )
+    stream_stall_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="an Event.Stream or State.Subscribe reader that takes nothing this long "
+        "(s) while messages wait for it is dropped: RESOURCE_EXHAUSTED naming the index to "
+        "resubscribe from",
+    )
+    max_waiting_per_connection: int = Field(
+        1024,
+        ge=1,
+        description="blocking queries and streams one client connection may hold open at "
+        "once (the HTTP gateway is one connection for all its users)",
+    )
     job_max_source_size: int = Field(
         1_000_000,
         ge=0,

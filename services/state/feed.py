@@ -32,6 +32,9 @@ from services.state.db.snapshot import load_dump
 log = logging.getLogger(__name__)
 
 READ_BATCH = 1000
+#: a subscriber behind the ring reads the change log in pages of at most
+#: this many serialized bytes (a page is held while its reader is slow)
+SUBSCRIBER_PAGE_BYTES = 4 * 2**20
 VISIBLE_TIMEOUT_S = 30.0
 #: default bound of the ring: serialized bytes of the batches it holds
 RING_BYTES = 4 * 2**20
@@ -325,7 +328,7 @@ class ChangeFeed:
                     yield batch
                     last = batch.index
                 continue
-            batches = await self.db.read_log(last, READ_BATCH)
+            batches = await self.db.read_log(last, READ_BATCH, max_bytes=SUBSCRIBER_PAGE_BYTES)
             if not batches or batches[0].index != last + 1:
                 oldest = await self.db.oldest_retained_index()
                 raise OutOfRange(

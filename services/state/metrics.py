@@ -10,12 +10,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import REGISTRY, Counter, Histogram, Metric
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import JobStatus, NodeStatus
+from corral.runtime.slow_readers import SlowReader
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -34,6 +35,31 @@ BATCH_SIZE = Histogram(
     "Operations coalesced into one node-write batch",
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500),
 )
+
+WAITING_CALLS = Gauge(
+    "corral_state_waiting_calls",
+    "Blocking queries and streams this state process holds open now",
+)
+WAITING_REFUSED = Counter(
+    "corral_state_waiting_refused_total",
+    "Waiting calls refused because their connection (or node) held its bound already",
+)
+STREAMS_DROPPED = Counter(
+    "corral_state_streams_dropped_total",
+    "Stream readers dropped for taking nothing for --stream-stall-timeout, by RPC",
+    ["rpc"],
+)
+
+
+@contextlib.contextmanager
+def dropped_counted(rpc: str) -> Iterator[None]:
+    """Count a stream whose reader was dropped as slow (`SlowReader`)."""
+    try:
+        yield
+    except SlowReader:
+        STREAMS_DROPPED.labels(rpc).inc()
+        raise
+
 
 # ------------------------------------------------------------ cluster gauges
 #

@@ -26,17 +26,19 @@ async def snapshot_for(
     """The newest snapshot; with `min_index`, wait until one of `tables` was
     written after it (or the wait runs out, then answer anyway)."""
     snap = ctx.feed.snapshot()
-    if not query.min_index:
+    if not query.min_index or table_index(snap, tables) > query.min_index:
         return snap
     wait = query.wait_ms / 1000 if query.wait_ms > 0 else DEFAULT_WAIT_S
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait, MAX_WAIT_S)
-    while table_index(snap, tables) <= query.min_index:
-        remaining = deadline - loop.time()
-        if remaining <= 0 or ctx.shutting_down.is_set():
-            break
-        await ctx.feed.wait_advance(remaining)
-        snap = ctx.feed.snapshot()
+    # one of this connection's waiting calls (call_limits.py) while it waits
+    with ctx.limits.waiting("a blocking query"):
+        while table_index(snap, tables) <= query.min_index:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or ctx.shutting_down.is_set():
+                break
+            await ctx.feed.wait_advance(remaining)
+            snap = ctx.feed.snapshot()
     if table_index(snap, tables) <= query.min_index:
         telemetry.mark_idle()  # timed out with nothing new: no trace of its own
     return snap

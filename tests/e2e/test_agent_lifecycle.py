@@ -31,7 +31,14 @@ def start(c: Cluster, tmp: Path, agents: int) -> None:
     c.start("worker", "--num-schedulers", "2")
     for i in range(agents):
         c.start(
-            "agent", "--data-dir", str(tmp / f"agent{i}"), "--name", f"agent{i}", name=f"agent{i}"
+            "agent",
+            "--data-dir",
+            str(tmp / f"agent{i}"),
+            "--name",
+            f"agent{i}",
+            "--drivers",
+            "raw_exec,mock",  # raw_exec is off unless named
+            name=f"agent{i}",
         )
 
 

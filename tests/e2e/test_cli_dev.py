@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cli.commands.dev import RAW_EXEC_NOTICE
 from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -159,6 +160,9 @@ def test_variables_from_flags_and_environment(dev: Dev, tmp_path: Path) -> None:
 
 
 def test_alloc_logs_show_raw_exec_output(dev: Dev) -> None:
+    """raw_exec is off on agents unless configured (issue 26, finding 7);
+    `corral dev` turns it on for its agent and says so, as nomad -dev."""
+    assert f"==> {RAW_EXEC_NOTICE}\n" in dev.output
     if not statuses(dev, "hello"):
         corral(dev, "job", "run", "-detach", str(EXAMPLES / "hello.nomad.hcl"))
     alloc = wait_for(
@@ -434,23 +438,6 @@ def test_every_role_serves_its_metrics_and_a_scrape_config_names_them(dev: Dev) 
     assert 'corral_client_allocs{status="running"}' in _scrape(roles["agent"]["metrics"])
 
 
-# --------------------------------------------------------------- shutdown (last)
-
-
-def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
-    pids = [r["pid"] for r in dev.info["roles"].values()]
-    dev.proc.send_signal(signal.SIGINT)
-    assert dev.proc.wait(90) == 0, "".join(dev.output)
-    for pid in pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        pytest.fail(f"process {pid} still running after corral dev stopped")
-    assert not (dev.data_dir / "dev.json").exists()
-    assert (dev.data_dir / "logs" / "state.log").exists()
-
-
 def _scrape(address: str) -> str:
     import urllib.request
 
@@ -482,3 +469,20 @@ def test_operator_members_names_the_state_leader(dev: Dev) -> None:
         return [bool(m.get("leader")) for m in members if m["role"] == "state"]
 
     wait_for("the state member marked leader", lambda: state_leaders() == [True])
+
+
+# --------------------------------------------------------------- shutdown (last)
+
+
+def test_zz_ctrl_c_stops_everything(dev: Dev) -> None:
+    pids = [r["pid"] for r in dev.info["roles"].values()]
+    dev.proc.send_signal(signal.SIGINT)
+    assert dev.proc.wait(90) == 0, "".join(dev.output)
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        pytest.fail(f"process {pid} still running after corral dev stopped")
+    assert not (dev.data_dir / "dev.json").exists()
+    assert (dev.data_dir / "logs" / "state.log").exists()

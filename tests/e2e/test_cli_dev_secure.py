@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from corral.devtools.pgserver import PGSERVER_USER
 from tests.devprocess import start_dev, stop_dev
 from tests.wait import wait_for
 
@@ -65,8 +68,9 @@ def corral(
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureDev]:
+    # a directory `corral dev` makes itself (pytest's own are 0700 already)
     started = start_dev(
-        tmp_path_factory.mktemp("corral-dev-secure"),
+        tmp_path_factory.mktemp("corral-dev-secure") / "data",
         "-tls",
         "-acl",
         env={k: v for k, v in os.environ.items() if k != "CORRAL_SERVER_TOKEN"},
@@ -169,3 +173,56 @@ def test_no_secret_reaches_a_log(dev: SecureDev) -> None:
         for secret in secrets:
             assert secret not in text, log.name
         assert "PRIVATE KEY" not in text and key not in text, log.name
+
+
+def test_files_holding_secrets_are_the_owners_alone(dev: SecureDev) -> None:
+    """Issue 26, finding 5: dev.json (the management token) and the agent's
+    client.json (node id and secret) were 0644 in 0755 directories. Every
+    file of the data directory that holds the token, the node's secret or a
+    private key is 0600 in a 0700 directory, the data directory included."""
+    data = dev.data_dir
+
+    def mode(path: Path) -> int:
+        return path.stat().st_mode & 0o777
+
+    postmaster = psutil.Process(int((data / "pg" / "postmaster.pid").read_text().split()[0]))
+
+    def closed(directory: Path) -> bool:
+        if mode(directory) == 0o700:
+            return True
+        # as root, the embedded PostgreSQL runs as the user `pgserver`, which
+        # must pass through the data directory to reach pg/ (and nobody else)
+        return (
+            directory == data
+            and os.geteuid() == 0
+            and mode(directory) == 0o710
+            and directory.stat().st_gid == postmaster.gids().real
+        )
+
+    node_secret = json.loads((data / "agent" / "client.json").read_text())["secret_id"]
+    secrets = (dev.exports["CORRAL_TOKEN"], node_secret, "PRIVATE KEY")
+    holding = []
+    for path in data.rglob("*"):
+        if "pg" in path.relative_to(data).parts[:1] or not path.is_file():
+            continue  # PostgreSQL's own files: initdb makes them 0700/0600
+        text = path.read_text(errors="replace")
+        if any(secret in text for secret in secrets):
+            holding.append(path.relative_to(data).as_posix())
+            assert mode(path) == 0o600, path
+            assert closed(path.parent), (path.parent, oct(mode(path.parent)))
+    assert closed(data)
+    if os.geteuid() == 0:
+        # and the server still reaches its files, as its checkpoints must
+        pg = pwd.getpwnam(PGSERVER_USER)
+        assert postmaster.uids().real == pg.pw_uid
+        reach = subprocess.run(
+            ["stat", str(data / "pg" / "global" / "pg_control")],
+            user=pg.pw_uid,
+            group=postmaster.gids().real,
+            extra_groups=[],
+            capture_output=True,
+            check=False,
+        )
+        assert reach.returncode == 0, reach.stderr
+    assert {"dev.json", "acl-bootstrap-token", "agent/client.json"} <= set(holding)
+    assert any(p.startswith("tls/") and p.endswith("-key.pem") for p in holding)

@@ -180,3 +180,50 @@ async def test_a_rotated_ca_bundle_is_picked_up_without_a_restart(
     bundle.replace(pki.dir / "ca.pem")
     assert await _refused(c.state_addr, newcomer) == grpc.StatusCode.OK
     assert c.procs["state"].popen.pid == pid and c.procs["state"].alive  # type: ignore[union-attr]
+
+
+def _https_status(base: str, pki: Pki, client: SecuritySettings | None) -> int:
+    """GET /v1/status/leader over HTTPS, verifying the gateway against the
+    cluster's CA; with `client`, presenting that certificate."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(pki.dir / "ca.pem"))
+    context.check_hostname = False  # the certificate names its role, not 127.0.0.1
+    if client is not None:
+        context.load_cert_chain(client.cert_file, client.key_file)
+    with urllib.request.urlopen(f"{base}/v1/status/leader", context=context, timeout=30) as r:
+        return int(r.status)
+
+
+def test_the_https_gateway_requires_client_certificates_when_told(
+    make_cluster: Callable[..., Cluster], pki: Pki
+) -> None:
+    """Issue 26, finding 6 (docs/security.md, docs/http-api.md): the HTTPS
+    gateway accepts callers without a client certificate by default (the ACL
+    token decides, as Nomad's `verify_https_client = false`);
+    `--http-verify-clients` requires one the cluster's CA signed."""
+    c = make_cluster(**Pki.env(pki.issue("server", "server")))
+    c.start("state")
+    gateway_env = Pki.env(pki.issue("client", "gateway"))
+    optional = c.start("gateway", "--listen", "127.0.0.1:0", name="gw", env=gateway_env)
+    required = c.start(
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-verify-clients",
+        "true",
+        name="gw-verify",
+        env=gateway_env,
+    )
+    cli = pki.issue("cli", "cli")
+    foreign_ca = certs.make_ca(days=30)
+    foreign = pki.issue("cli", "foreign", ca=foreign_ca)
+
+    assert _https_status(optional.info["http_addr"], pki, None) == 200
+    assert _https_status(required.info["http_addr"], pki, cli) == 200
+    for caller in (None, foreign):
+        # refused in the TLS handshake: the connection closes with no HTTP answer
+        # (TLS 1.3 reports the alert to the client as a closed connection)
+        with pytest.raises(OSError):
+            _https_status(required.info["http_addr"], pki, caller)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 
@@ -77,3 +79,49 @@ async def test_a_failed_takeover_steps_down_and_campaigns_again(fresh_pg_dsn: st
     await e.stop()
     await task
     assert attempts == ["+", "-", "+", "-"]
+
+
+async def test_a_stalled_leader_keeps_its_lock(fresh_pg_dsn: str) -> None:
+    """A busy machine must not cost a leader its lock (issue 26, finding
+    9): the process stalls longer than the keepalive timeout while a
+    keepalive is in flight (a long callback; a starved CPU looks the same
+    from inside), yet the answer waiting in its socket is read before the
+    timeout fires, and it stays leader with the same connection."""
+    events: list[str] = []
+
+    async def elected() -> None:
+        events.append("+")
+
+    async def lost() -> None:
+        events.append("-")
+
+    a = LeaderElection(
+        fresh_pg_dsn,
+        "stallrole",
+        "10.0.0.1:4647",
+        retry_interval=0.1,
+        keepalive_interval=0.05,
+        keepalive_timeout=0.5,
+    )
+    task = asyncio.create_task(a.run(elected, lost))
+    await until(lambda: a.is_leader)
+    conn = a._conn
+    assert conn is not None
+    loop = asyncio.get_running_loop()
+    real_execute = conn.execute
+    answered: list[int] = []
+
+    async def stalled_execute(*args: Any, **kwargs: Any) -> Any:
+        if len(answered) < 3:  # block the loop just after the query is sent
+            loop.call_soon(time.sleep, 1.5)
+        result = await real_execute(*args, **kwargs)
+        answered.append(1)
+        return result
+
+    conn.execute = stalled_execute  # type: ignore[method-assign]
+    # three stalled keepalives, then two plain ones on the same connection
+    await until(lambda: len(answered) >= 5 or not a.is_leader, what="five keepalives")
+    assert a.is_leader and a._conn is conn and events == ["+"]
+    assert await find_leader(fresh_pg_dsn, "stallrole") == "10.0.0.1:4647"
+    await a.stop()
+    await task

@@ -252,6 +252,7 @@ def test_write_bundle_makes_a_ca_and_every_role(tmp_path: Path) -> None:
         cert = _cert(bundle.cert_file(role).read_bytes())
         _verifier(ca_pem).build_client_verifier().verify(cert, [])
     assert bundle.ca_key_file.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "tls").stat().st_mode & 0o777 == 0o700  # it holds the CA's key
 
 
 class _Whoami(health_pb2_grpc.HealthServicer):  # type: ignore[misc]

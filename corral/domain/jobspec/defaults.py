@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from corral.domain import identity, scaling, services
+from corral.domain.lifecycle import default_log_config
 from corral.domain.structs import JobType
+from corral.domain.template import block as template_block
 from corral.v1 import structs_pb2 as pb
 
 SECOND = 1_000_000_000
@@ -136,7 +138,9 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 task.resources.memory_mb = DEFAULT_MEMORY_MB
             if task.kill_timeout == 0 and f"{tpath}.kill_timeout" not in explicit:
                 task.kill_timeout = DEFAULT_KILL_TIMEOUT
+            default_log_config(task)
             identity.canonicalize(task)
+            template_block.canonicalize(task, explicit, tpath)
             if task.HasField("restart_policy"):
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit

@@ -21,6 +21,7 @@ from typing import Any
 from corral.domain import scaling
 from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
+from corral.domain.jobspec import templates as template_blocks
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.config import BLOCK, Decoded, decode
@@ -35,14 +36,11 @@ from corral.v1 import structs_pb2 as pb
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "template",
         "artifact",
         "vault",
         "consul",
         "volume",
         "volume_mount",
-        "lifecycle",
-        "logs",
         "csi_plugin",
         "connect",
         "multiregion",
@@ -591,6 +589,38 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     service_blocks.read(body, task.services)
     _task_scaling(body, task)
     _identities(body, task)
+    template_blocks.read(body, task)
+    lb = body.block("lifecycle", f"{body.proto}.lifecycle")
+    if lb is not None:
+        task.lifecycle.SetInParent()
+        _fill(task.lifecycle, lb, [("hook", "str", "hook"), ("sidecar", "bool", "sidecar")])
+        lb.done()
+    gb = body.block("logs", f"{body.proto}.log_config")
+    if gb is not None:
+        chosen = _fill(
+            task.log_config,
+            gb,
+            [
+                ("max_files", "int", "max_files"),
+                ("max_file_size", "int", "max_file_size_mb"),
+                ("disabled", "bool", "disabled"),
+            ],
+        )
+        # written as 0 is not left out: Nomad refuses it rather than default it
+        if "max_files" in chosen and task.log_config.max_files < 1:
+            raise gb.fail(
+                "max_files", f"minimum number of files is 1; got {task.log_config.max_files}"
+            )
+        if "max_file_size_mb" in chosen and task.log_config.max_file_size_mb < 1:
+            raise gb.fail(
+                "max_file_size",
+                f"minimum file size is 1MB; got {task.log_config.max_file_size_mb}",
+            )
+        if gb.boolean("enabled") is False:
+            # Nomad ignores the old `enabled` (1.5.4 swapped it for `disabled`):
+            # refused rather than ignored when it asks for what it no longer does
+            raise gb.fail("enabled", "enabled = false is ignored by Nomad; use disabled = true")
+        gb.done()
     body.done()
 
 

@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 
 from corral.domain.jobspec import defaults, limits, validate
 from corral.domain.jobspec import services as service_blocks
+from corral.domain.jobspec import templates as template_blocks
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import structs_pb2 as pb
 
@@ -38,6 +39,7 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
@@ -61,6 +63,8 @@ _IGNORED = frozenset(
         "VaultToken",
         "VaultNamespace",
         "ConsulNamespace",
+        # LogConfig's old field, ignored by Nomad since 1.5.4 (Disabled replaced it)
+        "Enabled",
     }
 )
 _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {
@@ -187,13 +191,16 @@ def _fill(msg: Message, data: Any, path: str) -> None:
             setattr(msg, name, _scalar(fd, value, fpath))
 
 
-def _nomad_job(data: dict[str, Any]) -> pb.Job:
+def _nomad_job(data: dict[str, Any]) -> tuple[pb.Job, dict[str, set[str]]]:
+    """The job, and the fields Nomad's JSON set that a zero would not tell
+    (for the defaults)."""
     job = pb.Job()
     service_blocks.nomad_json(data)
+    explicit = template_blocks.nomad_json(data)
     _fill(job, data, "job")
     # Nomad's JSON names the disconnect block's fields like ours, and the
     # seed-era group fields map the same way the HCL ones do.
-    return job
+    return job, explicit
 
 
 def parse(text: str, filename: str = "<stdin>") -> pb.Job:
@@ -212,16 +219,17 @@ def _parse(text: str, filename: str) -> pb.Job:
         raise JobspecError(filename, None, "", str(exc)) from None
     if not isinstance(data, dict):
         raise JobspecError(filename, None, "", "expected a JSON object holding a job")
+    explicit: dict[str, set[str]] = {}
     try:
         if "Job" in data:
-            job = _nomad_job(data["Job"])
+            job, explicit = _nomad_job(data["Job"])
         elif "job" in data and isinstance(data["job"], dict):
             job = _proto_job(data["job"], filename)
         elif any(k[:1].isupper() for k in data):
-            job = _nomad_job(data)
+            job, explicit = _nomad_job(data)
         else:
             job = _proto_job(data, filename)
-        defaults.canonicalize(job)
+        defaults.canonicalize(job, explicit)
         validate.check(job)
     except validate.FieldProblem as problem:
         raise JobspecError(filename, None, problem.path, problem.problem) from None
@@ -237,8 +245,8 @@ def from_nomad(data: dict[str, Any], filename: str = "<request>") -> pb.Job:
     if limits.json_depth(data) > limits.MAX_NESTING_DEPTH:
         raise JobspecError(filename, None, "", str(limits.NestingError(what=limits.JSON_LEVELS)))
     try:
-        job = _nomad_job(data)
-        defaults.canonicalize(job)
+        job, explicit = _nomad_job(data)
+        defaults.canonicalize(job, explicit)
         validate.check(job)
     except validate.FieldProblem as problem:
         raise JobspecError(filename, None, nomad_path(problem.path), problem.problem) from None

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import driver_config, identity, periodic, scaling, services
+from corral.domain import driver_config, identity, lifecycle, periodic, regexp, scaling, services
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.jobspec import limits
 from corral.domain.structs import (
@@ -23,6 +23,7 @@ from corral.domain.structs import (
     RESTART_MODES,
     JobType,
 )
+from corral.domain.template import block as template_block
 from corral.v1 import structs_pb2 as pb
 
 JOB_TYPES = (JobType.SERVICE, JobType.BATCH, JobType.SYSTEM, JobType.SYSBATCH)
@@ -192,12 +193,24 @@ def check(job: pb.Job) -> None:
             found = identity.problems(task)
             if found is not None:
                 raise FieldProblem(f"{tp}.{found[0]}", found[1])
+            found = template_block.problems(task)
+            if found is not None:
+                raise FieldProblem(f"{tp}.{found[0]}", found[1])
             if task.HasField("dispatch_payload"):
                 problem = payload_file_problem(task.dispatch_payload.file)
                 if problem is not None:
                     raise FieldProblem(f"{tp}.dispatch_payload.file", problem)
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise FieldProblem(f"{tp}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise FieldProblem(f"{tp}.log_config.{logs[0]}", logs[1])
         if sum(1 for t in tg.tasks if t.leader) > 1:
             raise FieldProblem(gp, "only one task may be the leader")
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise FieldProblem(f"{gp}.tasks", problem)
     found = services.problem(job)
     if found is not None:
         raise FieldProblem(*found)
@@ -207,6 +220,14 @@ def _restart(rp: pb.RestartPolicy, path: str) -> None:
     _one_of(rp.mode, RESTART_MODES, f"{path}.mode")
     for f in ("attempts", "interval", "delay"):
         _not_negative(getattr(rp, f), f"{path}.{f}")
+
+
+def _pattern(pattern: str, path: str) -> None:
+    """RE2 (Go's syntax, as the servers match): what it refuses, the state
+    would refuse too."""
+    problem = regexp.pattern_problem(pattern)
+    if problem is not None:
+        raise FieldProblem(path, f"invalid regular expression: {problem}")
 
 
 def _placement(
@@ -221,10 +242,7 @@ def _placement(
         if c.operand not in OPERANDS_WITHOUT_ATTRIBUTE and not c.l_target:
             raise FieldProblem(f"{cp}.l_target", f"{c.operand or '='} needs an attribute")
         if c.operand == "regexp":
-            try:
-                re.compile(c.r_target)
-            except re.error as exc:
-                raise FieldProblem(f"{cp}.r_target", f"invalid regular expression: {exc}") from None
+            _pattern(c.r_target, f"{cp}.r_target")
     for i, a in enumerate(affinities):
         ap = f"{path}.affinities[{i}]"
         _one_of(a.operand, CONSTRAINT_OPERANDS, f"{ap}.operand")
@@ -232,6 +250,8 @@ def _placement(
             raise FieldProblem(f"{ap}.l_target", "an attribute is required")
         if a.weight == 0 or not -100 <= a.weight <= 100:
             raise FieldProblem(f"{ap}.weight", f"must be -100..100 and not 0, got {a.weight}")
+        if a.operand == "regexp":
+            _pattern(a.r_target, f"{ap}.r_target")
     for i, s in enumerate(spreads):
         sp = f"{path}.spreads[{i}]"
         if not s.attribute:

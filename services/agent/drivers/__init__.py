@@ -15,6 +15,7 @@ from services.agent.drivers.base import (
     TaskHandle,
     TaskResources,
     parse_duration,
+    parse_signal,
     task_config,
 )
 from services.agent.drivers.exec import ExecDriver, ExecSettings
@@ -35,6 +36,7 @@ __all__ = [
     "TaskResources",
     "build",
     "parse_duration",
+    "parse_signal",
     "task_config",
 ]
 

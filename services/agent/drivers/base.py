@@ -1,13 +1,15 @@
 """The driver interface, after Nomad's plugins/drivers: a driver
 fingerprints itself and starts a task from a `TaskConfig`; the `TaskHandle`
 it returns waits, stops, signals and measures that one run and carries the
-`state` the agent keeps to find the run again (Nomad's driver state for
-RecoverTask). The task runner (services/agent/runner.py) owns everything
-above one run: restarts, events, the alloc's status."""
+`state` the agent keeps to find the run again; `recover` takes that state
+after an agent restart (Nomad's RecoverTask). The task runner
+(services/agent/runner.py) owns everything above one run: restarts,
+events, the alloc's status."""
 
 from __future__ import annotations
 
 import re
+import signal as signals
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +19,7 @@ from google.protobuf.json_format import MessageToDict
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import TaskDir
 from services.agent.cgroups import Usage
+from services.agent.executor.logmon import LogSpec
 
 _UNITS = {
     "ns": 1,
@@ -45,6 +48,20 @@ def parse_duration(value: Any) -> float:
     return sum(float(n) * _UNITS[u] for n, u in parts) / 1e9
 
 
+def parse_signal(name: str) -> int:
+    """A signal by name ("SIGUSR1", "USR1", any case) or number; ValueError
+    for one this node does not know."""
+    text = name.strip().upper()
+    if text.isdigit() and 0 < int(text) < signals.NSIG:
+        return int(text)
+    if text and not text.startswith("SIG"):
+        text = "SIG" + text
+    sig = getattr(signals, text, None)
+    if not isinstance(sig, signals.Signals) or text.startswith("SIG_"):
+        raise ValueError(f"invalid signal {name!r}")
+    return int(sig)
+
+
 def task_config(task: pb.Task) -> dict[str, Any]:
     return MessageToDict(task.config) if task.HasField("config") else {}
 
@@ -60,6 +77,7 @@ class ExitResult:
     error: str = ""
     killed: bool = False  # we stopped it
     oom_killed: bool = False  # the kernel's OOM killer struck
+    finished_at: int = 0  # Unix ns, when known (an exit recorded while the agent was away)
 
     @property
     def successful(self) -> bool:
@@ -91,11 +109,26 @@ class TaskConfig:
     state_dir: Path
     resources: TaskResources = field(default_factory=TaskResources)
     user: str = ""
+    #: the logs block: how many files of how many MB per stream, or none
+    log_max_files: int = 10
+    log_max_file_size_mb: int = 10
+    logs_disabled: bool = False
 
     @property
     def scope(self) -> str:
         """The run's name on the node (its cgroup): `<alloc id>.<task>`."""
         return f"{self.alloc_id}.{self.name}"
+
+    def log_spec(self) -> LogSpec | None:
+        """Where the run's stdout and stderr go (None: nowhere)."""
+        if self.logs_disabled:
+            return None
+        return LogSpec(
+            dir=str(self.task_dir.log_dir),
+            task=self.name,
+            max_files=self.log_max_files,
+            max_bytes=self.log_max_file_size_mb * 1024 * 1024,
+        )
 
 
 class TaskHandle(Protocol):
@@ -129,3 +162,9 @@ class Driver(Protocol):
     def fingerprint(self) -> pb.DriverInfo: ...
 
     async def start(self, cfg: TaskConfig) -> TaskHandle: ...
+
+    async def recover(self, state: dict[str, Any]) -> TaskHandle | ExitResult | None:
+        """The run a handle's `state` names, after an agent restart: a handle
+        when it still runs, how it ended when it ended meanwhile, None when
+        it never started."""
+        ...

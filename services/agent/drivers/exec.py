@@ -18,14 +18,15 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.domain import driver_config
 from corral.domain.driver_config import CapabilityError
 from corral.v1 import structs_pb2 as pb
 from services.agent import allocdir
 from services.agent.cgroups import CgroupManager
-from services.agent.drivers.base import DriverError, TaskConfig
-from services.agent.drivers.executor_handle import ExecutorHandle, executor_env
+from services.agent.drivers.base import DriverError, ExitResult, TaskConfig
+from services.agent.drivers.executor_handle import ExecutorHandle, executor_env, recover_executor
 from services.agent.drivers.limits import create_cgroup
 from services.agent.drivers.rawexec import check_config
 from services.agent.executor.spec import Bind, Isolation, LaunchSpec
@@ -170,8 +171,7 @@ class ExecDriver:
             args=[str(a) for a in _strings(config.get("args"))],
             env=env,
             cwd=str(config.get("work_dir") or "/"),
-            stdout=str(td.log_path("stdout")),
-            stderr=str(td.log_path("stderr")),
+            logs=cfg.log_spec(),
             state_dir=str(cfg.state_dir),
             user=user,
             capabilities=capabilities,
@@ -184,6 +184,9 @@ class ExecDriver:
         except BaseException:
             self.cgroups.remove(cgroup)
             raise
+
+    async def recover(self, state: dict[str, Any]) -> ExecutorHandle | ExitResult | None:
+        return await recover_executor(state, self.cgroups)
 
 
 def _strings(value: object) -> list[str]:

@@ -1,6 +1,8 @@
 """`mock`: pretends to run a task, for tests and simulation (Nomad's mock
 driver, reduced): runs for `run_for` (forever when 0 or absent) and exits
-with `exit_code`; `start_error` fails the start."""
+with `exit_code`; `start_error` fails the start. A restarted agent
+recovers a mock run from its state: it runs on for what is left of
+`run_for`, or has ended meanwhile."""
 
 from __future__ import annotations
 
@@ -16,21 +18,30 @@ from services.agent.drivers.base import DriverError, ExitResult, TaskConfig, par
 
 
 class MockHandle:
-    def __init__(self, run_for: float, exit_code: int, pid: int) -> None:
+    def __init__(
+        self, run_for: float, exit_code: int, pid: int, started_at: float | None = None
+    ) -> None:
         self.pid = pid
         self._exit_code = exit_code
         self._stopped = asyncio.Event()
         self._run_for = run_for
+        self._started_at = time.time() if started_at is None else started_at
         self._killed = False
 
     @property
     def state(self) -> dict[str, Any]:
-        return {"pid": self.pid}
+        return {
+            "pid": self.pid,
+            "run_for": self._run_for,
+            "exit_code": self._exit_code,
+            "started_at": self._started_at,
+        }
 
     async def wait(self) -> ExitResult:
         if self._run_for > 0:
+            left = self._started_at + self._run_for - time.time()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), self._run_for)
+                await asyncio.wait_for(self._stopped.wait(), max(0.0, left))
         else:
             await self._stopped.wait()
         if self._killed:
@@ -72,3 +83,15 @@ class MockDriver:
             int(config.get("exit_code", 0)),
             MockDriver._next_pid,
         )
+
+    async def recover(self, state: dict[str, Any]) -> MockHandle | ExitResult | None:
+        try:
+            run_for = float(state["run_for"])
+            started_at = float(state["started_at"])
+            exit_code = int(state["exit_code"])
+            pid = int(state["pid"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if run_for > 0 and time.time() >= started_at + run_for:
+            return ExitResult(exit_code=exit_code, finished_at=int((started_at + run_for) * 1e9))
+        return MockHandle(run_for, exit_code, pid, started_at)

@@ -6,12 +6,13 @@ task still gets its own cgroup — memory limit, CPU shares, cores and usage
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 from corral.domain import driver_config
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import CgroupManager
-from services.agent.drivers.base import DriverError, TaskConfig
-from services.agent.drivers.executor_handle import ExecutorHandle
+from services.agent.drivers.base import DriverError, ExitResult, TaskConfig
+from services.agent.drivers.executor_handle import ExecutorHandle, recover_executor
 from services.agent.drivers.limits import create_cgroup
 from services.agent.executor.spec import LaunchSpec
 
@@ -45,8 +46,7 @@ class RawExecDriver:
             args=[str(a) for a in config.get("args", [])],
             env=cfg.env,
             cwd=str(config.get("work_dir") or cfg.task_dir.local),
-            stdout=str(cfg.task_dir.log_path("stdout")),
-            stderr=str(cfg.task_dir.log_path("stderr")),
+            logs=cfg.log_spec(),
             state_dir=str(cfg.state_dir),
             user=cfg.user,
             cgroup_procs=cgroup.procs_files if cgroup else [],
@@ -58,3 +58,6 @@ class RawExecDriver:
             if cgroup is not None and self.cgroups is not None:
                 self.cgroups.remove(cgroup)
             raise
+
+    async def recover(self, state: dict[str, Any]) -> ExecutorHandle | ExitResult | None:
+        return await recover_executor(state, self.cgroups)

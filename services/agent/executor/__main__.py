@@ -1,10 +1,15 @@
 """`python -m services.agent.executor`: one per task run, Nomad's executor.
 
 The agent starts it in a session of its own and writes a `LaunchSpec` on
-its stdin. It starts the task (services/agent/executor/launch.py), answers
-one JSON line on stdout — `{"pid": N}` (the host pid to signal: the task
-itself for raw_exec, the task's init for exec) or `{"error": "..."}` — then
-waits for the task and writes the exit record into its state directory.
+its stdin. It starts the task (services/agent/executor/launch.py), records
+the identity of the process to signal (the task itself for raw_exec, the
+task's init for exec) in `task.json`, answers one JSON line on stdout —
+`{"pid": N}` or `{"error": "..."}` — then waits for the task and writes the
+exit record into its state directory. The task's stdout and stderr are
+pipes the executor's logmon threads copy into rotated files
+(services/agent/executor/logmon.py), so log rotation goes on while the
+agent is away. An agent that died meanwhile misses the answer: the
+executor carries on regardless.
 
 A separate process rather than the agent's own child because it is the
 task's parent: it outlives an agent restart, so the task keeps running and
@@ -21,13 +26,20 @@ import sys
 import time
 from pathlib import Path
 
-from services.agent.executor import launch, linux
-from services.agent.executor.spec import EXIT_FILE, ExitRecord, LaunchSpec
+from services.agent.executor import launch, linux, logmon
+from services.agent.executor.spec import TASK_FILE, ExitRecord, LaunchSpec, write_identity
+
+#: how long the logmon threads may take to drain the pipes once the task
+#: ended (a daemonised child of a raw_exec task may hold them open forever)
+DRAIN_TIMEOUT = 2.0
 
 
 def _answer(**reply: object) -> None:
-    sys.stdout.write(json.dumps(reply) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        pass  # the agent is gone; a restarted one finds us through our files
 
 
 def _read_all(fd: int) -> bytes:
@@ -53,16 +65,28 @@ def _oom_kills(paths: list[str]) -> int:
     return total
 
 
+def _outputs(spec: LaunchSpec) -> tuple[int, int, list[tuple[str, int]]]:
+    """The task's stdout and stderr: pipes into logmon, or /dev/null when
+    its logs are disabled; and the read ends to pump."""
+    if spec.logs is None:
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        return null, os.dup(null), []
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    return out_w, err_w, [("stdout", out_r), ("stderr", err_r)]
+
+
 def run(spec: LaunchSpec) -> int:
     state_dir = Path(spec.state_dir)
-    (state_dir / EXIT_FILE).unlink(missing_ok=True)
-    stdout = os.open(spec.stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-    stderr = os.open(spec.stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    stdout, stderr, reads = _outputs(spec)
     errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
     results_r, results_w = os.pipe2(os.O_CLOEXEC)
     # never written: its read end turns readable (EOF) when we are gone
     lifeline_r, _lifeline_w = os.pipe2(os.O_CLOEXEC)
     oom_before = _oom_kills(spec.oom_counters)
+    # the log threads start before the PID namespace is unshared: no thread
+    # can be made after that
+    pumps = [logmon.start(spec.logs, name, fd) for name, fd in reads if spec.logs is not None]
     if spec.isolation is not None and spec.isolation.pid_namespace:
         linux.unshare(linux.CLONE_NEWPID)  # our next child is PID 1 there
     sys.stdout.flush()
@@ -91,8 +115,12 @@ def run(spec: LaunchSpec) -> int:
         os.waitpid(child, 0)
         _answer(error=problem)
         return 0
+    write_identity(state_dir / TASK_FILE, child)
     _answer(pid=child)
     _, status = os.waitpid(child, 0)
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    for pump in pumps:
+        pump.join(max(0.0, deadline - time.monotonic()))
     reported = _read_all(results_r).strip()
     os.close(results_r)
     if reported.isdigit():

@@ -1,11 +1,20 @@
 """What the agent asks an executor to run (`LaunchSpec`, sent as JSON on the
 executor's stdin so the task's environment never touches the disk), what the
 executor answers once the task started (one JSON line on its stdout), and
-the exit record it leaves in its state directory when the task ends.
+the files in its state directory:
 
-The exit record is a file, not a message, so that whoever watches the
-executor later (this agent, or the same agent after a restart) learns how
-the task ended even if nobody was listening at the time."""
+    handle.json     whether the run is isolated, its cgroup and cores,
+                    written by the agent before it starts the executor
+    executor.json   the executor's identity (pid, start time, boot), written
+                    by the agent before it sends the spec
+    task.json       the identity of the process to signal, written by the
+                    executor once the task started, before it answers
+    exit.json       how the task ended, written when it did
+
+They are files, not messages, so that whoever watches the executor later
+(this agent, or the same agent after a restart, even one killed halfway
+through a launch) finds the run and learns how it ended even if nobody
+was listening at the time."""
 
 from __future__ import annotations
 
@@ -15,8 +24,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.agent.executor.identity import ProcessIdentity
+from services.agent.executor.logmon import LogSpec
+
 EXIT_FILE = "exit.json"
 LOG_FILE = "executor.log"
+EXECUTOR_FILE = "executor.json"
+TASK_FILE = "task.json"
+HANDLE_FILE = "handle.json"
+#: what a launch leaves in the state directory (cleared before the next one)
+RUN_FILES = (EXIT_FILE, EXECUTOR_FILE, TASK_FILE, HANDLE_FILE)
 
 
 @dataclass
@@ -51,8 +68,9 @@ class LaunchSpec:
     args: list[str]
     env: dict[str, str]
     cwd: str
-    stdout: str
-    stderr: str
+    #: where the task's stdout and stderr go (None: nowhere, Nomad's
+    #: `logs { disabled = true }`)
+    logs: LogSpec | None
     #: the executor's own directory (exit record, its log), outside the task's reach
     state_dir: str
     #: run as this user ("" = as the executor, root)
@@ -73,7 +91,8 @@ class LaunchSpec:
     def from_json(cls, text: str) -> LaunchSpec:
         data = json.loads(text)
         iso = data.pop("isolation", None)
-        spec = cls(**data)
+        logs = data.pop("logs", None)
+        spec = cls(logs=LogSpec(**logs) if logs is not None else None, **data)
         if iso is not None:
             binds = [Bind(**b) for b in iso.pop("binds", [])]
             spec.isolation = Isolation(binds=binds, **iso)
@@ -99,10 +118,7 @@ class ExitRecord:
         return cls(os.waitstatus_to_exitcode(status), 0, oom_killed, finished_at=finished_at)
 
     def write(self, state_dir: Path) -> None:
-        """Atomically: a reader sees the whole record or none."""
-        tmp = state_dir / (EXIT_FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, state_dir / EXIT_FILE)
+        write_json(state_dir / EXIT_FILE, asdict(self))
 
     @classmethod
     def read(cls, state_dir: Path) -> ExitRecord | None:
@@ -111,3 +127,32 @@ class ExitRecord:
         except FileNotFoundError:
             return None
         return cls(**data)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically (a reader sees the whole file or none), 0600."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def write_identity(path: Path, pid: int) -> ProcessIdentity | None:
+    """The identity of `pid` into `path` (None, and no file, if it is gone)."""
+    ident = ProcessIdentity.of(pid)
+    if ident is not None:
+        write_json(path, ident.dump())
+    return ident
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_identity(path: Path) -> ProcessIdentity | None:
+    return ProcessIdentity.load(read_json(path))

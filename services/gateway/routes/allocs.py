@@ -1,6 +1,7 @@
 """/v1/allocations, /v1/allocation/:id, /v1/allocation/:id/stop, and what
-the alloc's agent serves: task logs at /v1/client/fs/logs/:alloc and
-resource usage at /v1/client/allocation/:alloc/stats."""
+the alloc's agent serves: task logs at /v1/client/fs/logs/:alloc, resource
+usage at /v1/client/allocation/:alloc/stats, and signals and restarts at
+/v1/client/allocation/:alloc/signal and /restart."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from services.gateway.http import (
     int_param,
     listing,
     metadata_of,
+    object_body,
     respond,
 )
 from services.gateway.mapping import allocs as alloc_map
@@ -134,6 +136,56 @@ async def allocation_stats(request: Request) -> Response:
     return respond(request, stats_map.alloc_usage(resp.usage))
 
 
+def _text(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(f"{key} must be a string")
+    return value
+
+
+async def allocation_signal(request: Request) -> Response:
+    """Nomad's PUT/POST /v1/client/allocation/:id/signal, body
+    {"Signal": "SIGUSR1", "Task": "web"}: every running task without Task.
+    No Signal is SIGINT, what Nomad's drivers send for one they are not given."""
+    body = await object_body(request, required=False)
+    signal, task = _text(body, "Signal") or "SIGINT", _text(body, "Task")
+    alloc, address = await alloc_agent(request)
+    await (
+        backend_of(request)
+        .client_alloc(address)
+        .Signal(
+            alloc_pb2.AllocSignalRequest(alloc_id=alloc.id, task=task, signal=signal),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+    )
+    return respond(request, {"Index": 0})
+
+
+async def allocation_restart(request: Request) -> Response:
+    """Nomad's PUT/POST /v1/client/allocation/:id/restart, body
+    {"TaskName": "web"} or {"AllTasks": true}; none restarts the running tasks."""
+    body = await object_body(request, required=False)
+    task = _text(body, "TaskName")
+    all_tasks = body.get("AllTasks") or False
+    if not isinstance(all_tasks, bool):
+        raise bad_request("AllTasks must be true or false")
+    alloc, address = await alloc_agent(request)
+    await (
+        backend_of(request)
+        .client_alloc(address)
+        .Restart(
+            alloc_pb2.AllocRestartRequest(alloc_id=alloc.id, task=task, all_tasks=all_tasks),
+            metadata=metadata_of(request),
+            # the old runs end first: a kill timeout of the agent's maximum
+            timeout=DEFAULT_TIMEOUT + 60,
+        )
+    )
+    return respond(request, {"Index": 0})
+
+
 async def logs(request: Request) -> Response:
     """Nomad's log streaming: JSON frames {"Data": base64, "File", "Offset"}
     one after another, or the raw bytes with `plain=true`."""
@@ -168,12 +220,15 @@ async def logs(request: Request) -> Response:
         first: alloc_pb2.AllocLogsChunk | None = await it.__anext__()
     except StopAsyncIteration:
         first = None
-    file = f"alloc/logs/{task}.{kind}.0"
 
     def frame(chunk: alloc_pb2.AllocLogsChunk) -> bytes:
         if plain:
             return chunk.data
-        body = {"Data": base64.b64encode(chunk.data).decode(), "File": file, "Offset": chunk.offset}
+        body = {
+            "Data": base64.b64encode(chunk.data).decode(),
+            "File": chunk.file,
+            "Offset": chunk.offset,
+        }
         return json.dumps(body).encode()
 
     async def body() -> AsyncIterator[bytes]:
@@ -202,10 +257,30 @@ LOGS = Need(
     per_object=True,
 )
 
+#: Nomad's needs alloc-lifecycle; the gateway finds the alloc's agent with
+#: Alloc.Get and Node.Get first (read-job, node:read), and the agent checks
+#: alloc-lifecycle itself
+ALLOC_LIFECYCLE = Need(
+    summary="`alloc-lifecycle` and `read-job` in the alloc's namespace, and `node:read`",
+    namespace=(("alloc-lifecycle",), ("read-job",)),
+    scopes=(("node", "read"),),
+    per_object=True,
+)
+
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/allocations", allocations, {"GET": ns("read-job", filters=True)}),
     ApiRoute("/v1/allocation/{alloc_id}/stop", allocation_stop, {"PUT": STOP, "POST": STOP}),
     ApiRoute("/v1/allocation/{alloc_id}", allocation, {"GET": READ_JOB_OBJECT}),
     ApiRoute("/v1/client/fs/logs/{alloc_id}", logs, {"GET": LOGS}),
     ApiRoute("/v1/client/allocation/{alloc_id}/stats", allocation_stats, {"GET": ALLOC_AGENT_READ}),
+    ApiRoute(
+        "/v1/client/allocation/{alloc_id}/signal",
+        allocation_signal,
+        {"PUT": ALLOC_LIFECYCLE, "POST": ALLOC_LIFECYCLE},
+    ),
+    ApiRoute(
+        "/v1/client/allocation/{alloc_id}/restart",
+        allocation_restart,
+        {"PUT": ALLOC_LIFECYCLE, "POST": ALLOC_LIFECYCLE},
+    ),
 ]

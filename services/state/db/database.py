@@ -1303,11 +1303,25 @@ class Database:
         )
         return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
-    async def read_log(self, after: int, limit: int = 1000) -> list[pb.ChangeBatch]:
-        rows = await self._query(
-            "SELECT payload FROM change_log WHERE index > %s ORDER BY index LIMIT %s",
-            (after, limit),
-        )
+    async def read_log(
+        self, after: int, limit: int = 1000, *, max_bytes: int = 0
+    ) -> list[pb.ChangeBatch]:
+        """Up to `limit` change batches after index `after`, in order; with
+        `max_bytes`, only as many as fit in that many serialized bytes (at
+        least one): a subscriber's page, whatever the batches' size."""
+        if not max_bytes:
+            rows = await self._query(
+                "SELECT payload FROM change_log WHERE index > %s ORDER BY index LIMIT %s",
+                (after, limit),
+            )
+        else:
+            rows = await self._query(
+                "SELECT payload FROM (SELECT index, payload, octet_length(payload) AS size, "
+                "sum(octet_length(payload)) OVER (ORDER BY index) AS upto FROM change_log "
+                "WHERE index > %s ORDER BY index LIMIT %s) page "
+                "WHERE upto - size < %s ORDER BY index",
+                (after, limit, max_bytes),
+            )
         return [pb.ChangeBatch.FromString(r[0]) for r in rows]
 
     async def truncate_log(self, keep: int) -> int:

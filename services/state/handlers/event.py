@@ -3,19 +3,19 @@ by topic (and key), from an index or from now, with heartbeats."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from corral.domain import structs
 from corral.domain.errors import InvalidArgument
 from corral.runtime.server import GrpcServer
+from corral.runtime.slow_readers import send_stream, with_heartbeats
 from corral.security import access, acl
 from corral.security.acl import ACL, VARIABLE_LIST
 from corral.v1 import event_pb2, event_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app_context import StateContext
+from services.state.metrics import dropped_counted
 
 Context = Any
 HEARTBEAT_S = 10.0
@@ -61,9 +61,9 @@ class EventServicer(event_pb2_grpc.EventServicer):
     def __init__(self, ctx: StateContext) -> None:
         self.ctx = ctx
 
-    async def Stream(
+    async def Stream(  # type: ignore[override]  # writes with context.write
         self, request: event_pb2.EventStreamRequest, context: Context
-    ) -> AsyncIterator[event_pb2.EventStreamResponse]:
+    ) -> None:
         filters: dict[str, set[str]] = {}
         for i, t in enumerate(request.topics):
             if t.topic != "*" and t.topic not in structs.Topic.ALL:
@@ -103,37 +103,33 @@ class EventServicer(event_pb2_grpc.EventServicer):
             return False
 
         from_index = request.from_index or self.ctx.feed.index
-        queue: asyncio.Queue[pb.ChangeBatch | None] = asyncio.Queue(maxsize=1024)
+        feed = self.ctx.feed
 
-        async def pump() -> None:
-            try:
-                async for batch in self.ctx.feed.subscribe(from_index, self.ctx.shutting_down):
-                    await queue.put(batch)
-            finally:
-                await queue.put(None)
-
-        task = asyncio.create_task(pump())
-        try:
-            while True:
-                try:
-                    batch = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
-                except TimeoutError:
-                    await recheck(acl_changed=False)
-                    yield event_pb2.EventStreamResponse(index=self.ctx.feed.index, heartbeat=True)
-                    continue
+        async def responses() -> AsyncIterator[tuple[int, event_pb2.EventStreamResponse]]:
+            """(the index a resubscription would start from, the message)"""
+            last = from_index
+            batches = feed.subscribe(from_index, self.ctx.shutting_down)
+            async for batch in with_heartbeats(batches, HEARTBEAT_S):
                 if batch is None:
-                    if task.done() and task.exception() is not None:
-                        raise task.exception()  # type: ignore[misc]
-                    return
+                    await recheck(acl_changed=False)
+                    yield last, event_pb2.EventStreamResponse(index=feed.index, heartbeat=True)
+                    continue
+                last = batch.index
                 if any(e.topic in structs.Topic.ACL for e in batch.events):
                     await recheck(acl_changed=True)
                 events = [e for e in batch.events if wanted(e)]
                 if events:
-                    yield event_pb2.EventStreamResponse(index=batch.index, events=events)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                    yield last, event_pb2.EventStreamResponse(index=last, events=events)
+
+        # each stream writes at its reader's pace, bounded (slow_readers.py):
+        # a reader that stops is dropped, the others never wait for it
+        with self.ctx.limits.waiting("an event stream"), dropped_counted("Event.Stream"):
+            await send_stream(
+                context,
+                responses(),
+                stall_timeout=self.ctx.stream_stall_timeout,
+                what="Event.Stream",
+            )
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:

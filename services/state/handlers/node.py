@@ -10,6 +10,7 @@ services/state/node_identity.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import grpc
 
 from corral.domain import structs
 from corral.domain.errors import InvalidArgument, NotFound
+from corral.domain.store import StateSnapshot
 from corral.domain.structs import NodeStatus
 from corral.runtime.server import GrpcServer
 from corral.security import access, transport
@@ -207,24 +209,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         loop = asyncio.get_running_loop()
         wait = request.wait_ms / 1000 if request.wait_ms > 0 else query.DEFAULT_WAIT_S
         deadline = loop.time() + min(wait, query.MAX_WAIT_S)
-        checked = -1  # the node incarnation (create index) whose secret was checked
-        while True:
-            snap = self.ctx.feed.snapshot()
-            node = snap.node_by_id(request.node_id)
-            if node is None:
-                raise NotFound(f"node {request.node_id} not found")
-            if node.create_index != checked:
-                await self.ctx.node_secrets.check(node, request.secret_id)
-                checked = node.create_index
-            allocs = snap.allocs_by_node(request.node_id)
-            newest = max((a.alloc_modify_index for a in allocs), default=0)
-            index = max(newest, 1)
-            if not request.min_index or newest > request.min_index:
-                break
-            remaining = deadline - loop.time()
-            if remaining <= 0 or self.ctx.shutting_down.is_set():
-                break
-            await self.ctx.feed.wait_node(request.node_id, min(remaining, 30.0))
+        with contextlib.ExitStack() as holding:
+            snap, allocs, index = await self._client_allocs(request, deadline, holding)
         resp = node_pb2.NodeClientAllocsResponse(index=index)
         jobs: dict[tuple[str, str, int], pb.Job] = {}
         for a in allocs:
@@ -240,6 +226,41 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
                 jobs[(a.namespace, a.job_id, a.job_version)] = job
         resp.jobs.extend(jobs.values())
         return resp
+
+    async def _client_allocs(
+        self,
+        request: node_pb2.NodeClientAllocsRequest,
+        deadline: float,
+        holding: contextlib.ExitStack,
+    ) -> tuple[StateSnapshot, list[pb.Allocation], int]:
+        """The node's allocs once newer than `request.min_index` (or at the
+        deadline): the snapshot, the allocs and their index. While it waits
+        it holds one of the node's waiting calls (`CallLimits.node_waiting`),
+        taken after the secret was checked: nobody else can use up a node's
+        share."""
+        loop = asyncio.get_running_loop()
+        checked = -1  # the node incarnation (create index) whose secret was checked
+        waiting = False
+        while True:
+            snap = self.ctx.feed.snapshot()
+            node = snap.node_by_id(request.node_id)
+            if node is None:
+                raise NotFound(f"node {request.node_id} not found")
+            if node.create_index != checked:
+                await self.ctx.node_secrets.check(node, request.secret_id)
+                checked = node.create_index
+            allocs = snap.allocs_by_node(request.node_id)
+            newest = max((a.alloc_modify_index for a in allocs), default=0)
+            index = max(newest, 1)
+            if not request.min_index or newest > request.min_index:
+                return snap, allocs, index
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.ctx.shutting_down.is_set():
+                return snap, allocs, index
+            if not waiting:
+                holding.enter_context(self.ctx.limits.node_waiting(request.node_id))
+                waiting = True
+            await self.ctx.feed.wait_node(request.node_id, min(remaining, 30.0))
 
     async def SignIdentities(
         self, request: node_pb2.NodeSignIdentitiesRequest, context: Context

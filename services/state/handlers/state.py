@@ -18,8 +18,9 @@ from corral.domain import structs
 from corral.domain.errors import InvalidArgument
 from corral.runtime import telemetry
 from corral.runtime.feed_view import FeedView, check_topics
+from corral.runtime.slow_readers import send_stream
 from corral.v1 import state_pb2, state_pb2_grpc
-from services.state import validate
+from services.state import metrics, validate
 from services.state.app_context import StateContext
 from services.state.db.database import WriteTx
 from services.state.db.snapshot import Dump, stream_dump
@@ -120,13 +121,28 @@ class StateServicer(state_pb2_grpc.StateServicer):
 
     async def Subscribe(  # type: ignore[override]  # serialized batches, see above
         self, request: state_pb2.SubscribeRequest, context: Context
-    ) -> AsyncIterator[bytes]:
-        """Yields each batch already serialized (`add_state_servicer`): the
-        feed encodes a batch once for every subscriber of the same view."""
+    ) -> None:
+        """Writes each batch already serialized (`add_state_servicer`): the
+        feed encodes a batch once for every subscriber of the same view. At
+        the subscriber's pace, bounded: one that stops reading is dropped
+        (`corral.runtime.slow_readers`) and resubscribes from its index."""
         view = _view(request.topics, request.alloc_view)
         feed = self.ctx.feed
-        async for batch in feed.subscribe(request.from_index, self.ctx.shutting_down):
-            yield feed.encoded(batch, view)
+
+        async def batches() -> AsyncIterator[tuple[int, bytes]]:
+            async for batch in feed.subscribe(request.from_index, self.ctx.shutting_down):
+                yield batch.index, feed.encoded(batch, view)
+
+        with (
+            self.ctx.limits.waiting("a change-feed subscription"),
+            metrics.dropped_counted("State.Subscribe"),
+        ):
+            await send_stream(
+                context,
+                batches(),
+                stall_timeout=self.ctx.stream_stall_timeout,
+                what="State.Subscribe",
+            )
 
     async def UpsertEvals(
         self, request: state_pb2.UpsertEvalsRequest, context: Context

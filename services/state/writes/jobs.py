@@ -9,7 +9,17 @@ from collections.abc import Sequence
 
 from google.protobuf.struct_pb2 import Struct
 
-from corral.domain import identity, namespaces, node_pools, periodic, scaling, services, structs
+from corral.domain import (
+    identity,
+    lifecycle,
+    namespaces,
+    node_pools,
+    periodic,
+    regexp,
+    scaling,
+    services,
+    structs,
+)
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import (
@@ -20,6 +30,7 @@ from corral.domain.structs import (
     Trigger,
     copy_msg,
 )
+from corral.domain.template import block as template_block
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -61,6 +72,9 @@ def validate_job(job: pb.Job) -> None:
         )
     if len(job.name) > validate.MAX_ID_LEN:
         raise InvalidArgument("job.name", f"is longer than {validate.MAX_ID_LEN} characters")
+    for i, dc in enumerate(job.datacenters):
+        # a `*` glob becomes an RE2 pattern in every scheduler pass
+        validate.name_length(dc, f"job.datacenters[{i}]")
     _constraints(job.constraints, "job.constraints")
     _affinities(job.affinities, "job.affinities")
     _spreads(job.spreads, "job.spreads")
@@ -154,6 +168,18 @@ def validate_job(job: pb.Job) -> None:
             found = identity.problems(task)
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            found = template_block.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            problem = lifecycle.lifecycle_problem(task)
+            if problem is not None:
+                raise InvalidArgument(f"{tf}.lifecycle.hook", problem)
+            logs = lifecycle.log_config_problem(task, tg.ephemeral_disk.size_mb)
+            if logs is not None:
+                raise InvalidArgument(f"{tf}.log_config.{logs[0]}", logs[1])
+        problem = lifecycle.main_task_problem(tg)
+        if problem is not None:
+            raise InvalidArgument(f"{f}.tasks", problem)
         _reschedule_delays(tg.reschedule_policy, f"{f}.reschedule_policy")
         _service_bounds(tg.services, f"{f}.services")
         for k, task in enumerate(tg.tasks):
@@ -227,6 +253,8 @@ def _constraints(cs: Sequence[pb.Constraint], field: str) -> None:
             validate.one_of(operand, _OPERANDS, f"{field}[{i}].operand")
         if operand not in structs.OPERANDS_WITHOUT_ATTRIBUTE and not c.l_target:
             raise InvalidArgument(f"{field}[{i}].l_target", "is required")
+        if operand == "regexp":
+            _pattern(c.r_target, f"{field}[{i}].r_target")
 
 
 def _affinities(affs: Sequence[pb.Affinity], field: str) -> None:
@@ -236,6 +264,17 @@ def _affinities(affs: Sequence[pb.Affinity], field: str) -> None:
             raise InvalidArgument(f"{field}[{i}].weight", "must be between -100 and 100 and not 0")
         if a.operand and a.operand not in _OPERANDS:
             validate.one_of(a.operand, _OPERANDS, f"{field}[{i}].operand")
+        if a.operand == "regexp":
+            _pattern(a.r_target, f"{field}[{i}].r_target")
+
+
+def _pattern(pattern: str, field: str) -> None:
+    """A `regexp` target must compile with RE2, the engine the scheduler
+    matches with (Nomad's Go regexp, at submission as Nomad does): refused
+    here, not found to match nothing on every node later."""
+    problem = regexp.pattern_problem(pattern)
+    if problem is not None:
+        raise InvalidArgument(field, f"invalid regular expression: {problem}")
 
 
 def _spreads(spreads: Sequence[pb.Spread], field: str) -> None:
@@ -288,6 +327,8 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            template_block.canonicalize(task)
+            lifecycle.default_log_config(task)
     services.canonicalize(job)
     scaling.canonicalize(job)
     return job

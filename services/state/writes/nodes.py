@@ -288,7 +288,11 @@ async def update_allocs(
     """Client-side alloc status (Node.UpdateAlloc) from the node the
     updates name, proven by its `secret_id`. Every stored alloc updated
     must be on that node: one that is not refuses the whole call before
-    anything is queued."""
+    anything is queued. An alloc id that is not stored (never was, or
+    garbage-collected since the client saw it) is ignored, as Nomad's
+    `Node.UpdateAlloc` and FSM do; a call naming no stored alloc writes
+    nothing, so the index does not move (before, the node's
+    `last_alloc_update_index` was stamped anyway: a write per call)."""
     updates = list(updates)
     node_id = updates[0].node_id
     node = await tx.get_node(node_id)
@@ -310,10 +314,12 @@ async def update_allocs(
     evals: dict[tuple[str, str], pb.Evaluation] = {}
     jobs: dict[tuple[str, str], pb.Job | None] = {}
     finished: set[tuple[str, str]] = set()  # jobs whose status may change
+    updated = 0
     for upd in updates:
         cur = stored.get(upd.id)
         if cur is None:
             continue
+        updated += 1
         alloc = copy_msg(cur)
         was_unknown = cur.client_status == ClientStatus.UNKNOWN
         alloc.client_status = upd.client_status
@@ -347,6 +353,8 @@ async def update_allocs(
                 tx.put_eval(ev)
                 evals[key] = ev
         tx.put_alloc(alloc, "AllocationUpdated")
+    if not updated:
+        return node, []
     # a job's status only moves when an alloc starts or stops being client-terminal
     for ns, job_id in finished:
         await refresh_job_status(tx, ns, job_id)

@@ -245,6 +245,14 @@ def tasks_updated(job_a: pb.Job, job_b: pb.Job, group: str) -> str:
             return f"task {at.name} networks"
         if at.kill_signal != bt.kill_signal or at.leader != bt.leader:
             return f"task {at.name} lifecycle"
+        # the client orders an alloc's tasks once, when it starts them
+        # (Corral's own: Nomad leaves a changed lifecycle block in place)
+        if at.lifecycle != bt.lifecycle:
+            return f"task {at.name} lifecycle"
+        # where the output goes is set when the task starts (Nomad: only a
+        # change of disabled; the sizes are updated in place)
+        if at.log_config.disabled != bt.log_config.disabled:
+            return f"task {at.name} log disabled"
     return ""
 
 

@@ -96,3 +96,46 @@ async def test_stats_of_an_alloc_this_node_does_not_run_or_a_missing_task(
             await logs.Stats(request)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
         assert (err.value.details() or "").startswith(problem), err.value.details()
+
+
+async def test_signal_and_restart_refuse_what_they_cannot_do(
+    logs: alloc_pb2_grpc.ClientAllocAsyncStub,
+) -> None:
+    """The alloc's task was never started here: nothing to signal or restart."""
+    cases: list[tuple[object, grpc.StatusCode, str]] = [
+        (
+            logs.Signal(alloc_pb2.AllocSignalRequest(alloc_id=ALLOC, signal="SIGNOPE")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "signal: unknown signal 'SIGNOPE'",
+        ),
+        (
+            logs.Signal(alloc_pb2.AllocSignalRequest(alloc_id=ALLOC, task="db", signal="HUP")),
+            grpc.StatusCode.NOT_FOUND,
+            "task 'db' not found",
+        ),
+        (
+            logs.Signal(alloc_pb2.AllocSignalRequest(alloc_id=ALLOC, task="web")),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "task 'web' is not running",
+        ),
+        (
+            logs.Restart(alloc_pb2.AllocRestartRequest(alloc_id=ALLOC, task="web", all_tasks=True)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "task: task name cannot be set when restarting all tasks",
+        ),
+        (
+            logs.Restart(alloc_pb2.AllocRestartRequest(alloc_id=ALLOC, task="web")),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "task 'web' is not running",
+        ),
+        (
+            logs.Restart(alloc_pb2.AllocRestartRequest(alloc_id="elsewhere")),
+            grpc.StatusCode.NOT_FOUND,
+            "alloc 'elsewhere' is not on this node",
+        ),
+    ]
+    for call, code, problem in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call  # type: ignore[misc]
+        assert err.value.code() == code, err.value.details()
+        assert (err.value.details() or "").startswith(problem), err.value.details()

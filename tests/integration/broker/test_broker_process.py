@@ -6,6 +6,8 @@ capacity, and restore after the leader is killed."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -15,12 +17,15 @@ import pytest
 
 from corral.domain.errors import leader_from_error
 from corral.domain.structs import new_id
+from corral.runtime.leader import find_leader
+from corral.runtime.rpc import LeaderChannel
 from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
 from tests.cluster import Cluster
+from tests.leaders import TEST_LEADER_ADDRESS, hold_leadership, in_office
 from tests.wait import until
 
 FAST = [
@@ -98,10 +103,12 @@ async def finish(stub: eval_pb2_grpc.EvalAsyncStub, got: eval_pb2.EvalDequeueRes
 
 
 @pytest.fixture
-def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
+async def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     c = make_cluster()
     c.start("state")
-    c.start("broker", *FAST, name="broker")
+    broker = c.start("broker", *FAST, name="broker")
+    # its ready file comes before its election: the tests call it directly
+    await in_office(broker.address)
     return c
 
 
@@ -131,6 +138,59 @@ async def test_standby_redirects_to_leader(cluster: Cluster) -> None:
             await dequeue(eval_pb2_grpc.EvalStub(ch), 100)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert leader_from_error(err.value) == cluster.procs["broker"].address
+
+
+async def test_a_leader_taking_office_says_so_and_callers_retry_it(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    """Issue 26, finding 9: under load this module's tests failed with
+    "this broker is not the leader; leader=<address>", which read as if
+    leadership had moved. It had not: the address was the broker's own. A
+    leader role writes its ready file before its election, and one that has
+    won the lock but is still restoring (on_elected) refused with that
+    message; the tests called it at once with a bare stub (the module's
+    fixture now waits for `in_office`). Here the window is held open
+    deterministically: the state is stopped while the broker takes office."""
+    c = make_cluster()
+    state = c.start("state")
+    with hold_leadership(c.dsn, "broker"):
+        broker = c.start("broker", *FAST, name="broker")
+        async with transport.dial(broker.address) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await dequeue(eval_pb2_grpc.EvalStub(ch), 100)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # a standby ...
+        assert leader_from_error(err.value) == TEST_LEADER_ADDRESS  # ... naming the leader
+        assert state.popen is not None
+        os.kill(state.popen.pid, signal.SIGSTOP)  # the broker's restore will wait
+    try:
+        await until(
+            lambda: find_leader(c.dsn, "broker"), what="the broker wins the lock", timeout=30
+        )
+        assert await find_leader(c.dsn, "broker") == broker.address
+        async with transport.dial(broker.address) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await dequeue(eval_pb2_grpc.EvalStub(ch), 100)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert (err.value.details() or "").startswith(
+            "this broker is the leader but still taking office"
+        ), err.value.details()
+        assert leader_from_error(err.value) == broker.address
+    finally:
+        os.kill(state.popen.pid, signal.SIGCONT)
+    # a caller that follows the leader rides it out: it backs off and retries
+    channel = LeaderChannel([broker.address])
+    try:
+        got = await channel.call(
+            lambda ch: eval_pb2_grpc.EvalStub(ch).Dequeue,
+            eval_pb2.EvalDequeueRequest(
+                schedulers=["service"], timeout_ms=100, scheduler_version=1
+            ),
+            timeout=10,
+        )
+    finally:
+        await channel.close()
+    assert not got.eval.id  # answered: in office, nothing queued
+    await in_office(broker.address)
 
 
 async def test_delivery_limit_fails_the_eval_with_a_follow_up(cluster: Cluster) -> None:

@@ -18,9 +18,9 @@ import nomad.api.exceptions
 import pytest
 import uvicorn
 
+from corral.runtime.embedded_http import EmbeddedServer
 from corral.testing import mock
 from corral.v1 import acl_pb2, acl_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
-from services.gateway.__main__ import _Server
 from services.gateway.app import create_app
 from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
@@ -87,7 +87,7 @@ async def http(state_app: StateApp) -> AsyncIterator[Http]:
         tokens[name] = made.token.secret_id
     backend = Backend(address)
     app = create_app(GatewaySettings(state_addr=address), backend)
-    server = _Server(
+    server = EmbeddedServer(
         uvicorn.Config(
             app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off"
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from corral.domain.structs import ClientStatus, copy_msg
+from corral.domain.structs import ClientStatus, copy_msg, new_id
 from corral.security import transport
 from corral.testing import mock
 from corral.v1 import (
@@ -229,6 +229,38 @@ async def test_a_node_updates_and_reads_only_its_own_allocs(app: StateApp, stubs
         node_pb2.NodeClientAllocsRequest(node_id=a.id, secret_id=a.secret_id)
     )
     assert list(got.allocs) == [mine.id]
+
+
+async def test_updates_of_unknown_allocs_are_ignored_and_move_no_index(
+    app: StateApp, stubs: Stubs
+) -> None:
+    """Issue 26, finding 10: a node reporting alloc ids that do not exist
+    (with its correct secret) got OK and moved the index by one per call.
+    Each unknown id is ignored, as Nomad's Node.UpdateAlloc does; a call
+    naming none that exists writes nothing. Beside a real alloc, the real
+    one is updated and the unknown one still ignored."""
+    node = await ready_node(app, stubs.node)
+    mine = await running_alloc(app, node, "job-a")
+    before = await census(app.db)
+    ghosts = [
+        pb.Allocation(id=new_id(), node_id=node.id, client_status=ClientStatus.COMPLETE)
+        for _ in range(3)
+    ]
+    for _ in range(5):
+        resp = await stubs.node.UpdateAlloc(
+            node_pb2.NodeUpdateAllocRequest(allocs=ghosts, secret_id=node.secret_id)
+        )
+        assert not resp.eval_ids
+    assert await census(app.db) == before
+    assert resp.index == before["index"]
+
+    own = pb.Allocation(id=mine.id, node_id=node.id, client_status=ClientStatus.COMPLETE)
+    resp = await stubs.node.UpdateAlloc(
+        node_pb2.NodeUpdateAllocRequest(allocs=[ghosts[0], own], secret_id=node.secret_id)
+    )
+    assert resp.index == before["index"] + 1  # type: ignore[operator]
+    assert stored_status(app, mine.id) == ClientStatus.COMPLETE
+    assert app.feed.snapshot().alloc_by_id(ghosts[0].id) is None
 
 
 async def test_no_read_path_returns_a_node_secret(app: StateApp, stubs: Stubs) -> None:

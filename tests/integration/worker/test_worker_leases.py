@@ -25,20 +25,22 @@ from tests.integration.worker.test_worker_process import (
     plan_commits,
     register,
 )
+from tests.leaders import in_office
 from tests.wait import until
 
 
-def start_servers(c: Cluster, *broker_args: str) -> None:
+async def start_servers(c: Cluster, *broker_args: str) -> None:
     c.start("state")
-    c.start("broker", *broker_args)
+    broker = c.start("broker", *broker_args)
     c.start("planner", "--broker-addr", c.broker_addr)
+    await in_office(broker.address)  # the tests call it with bare stubs
 
 
 async def test_a_killed_workers_eval_is_redelivered_within_10_s(
     make_cluster: Callable[..., Cluster],
 ) -> None:
     c = make_cluster()
-    start_servers(c)  # default nack timeout (60 s) and lease ttl (5 s)
+    await start_servers(c)  # default nack timeout (60 s) and lease ttl (5 s)
     c.start(
         "worker",
         "--num-schedulers",
@@ -67,7 +69,7 @@ async def test_a_killed_workers_eval_is_redelivered_within_10_s(
 
 async def test_a_slow_worker_keeps_its_lease(make_cluster: Callable[..., Cluster]) -> None:
     c = make_cluster()
-    start_servers(c, "--worker-lease-ttl", "2")
+    await start_servers(c, "--worker-lease-ttl", "2")
     c.start(
         "worker", "--num-schedulers", "1", env={"CORRAL_WORKER_FAULT": "busy-scheduler"}, name="w"
     )
@@ -85,7 +87,7 @@ async def test_ack_without_the_outcome_written_does_not_leave_the_eval_pending(
     make_cluster: Callable[..., Cluster],
 ) -> None:
     c = make_cluster()
-    start_servers(c, "--worker-lease-ttl", "2")
+    await start_servers(c, "--worker-lease-ttl", "2")
     await add_nodes(c.dsn)
     eval_id = await register(c, job("careless", count=2))
     async with transport.dial(c.broker_addr) as ch:

@@ -18,13 +18,12 @@ from services.agent.drivers import (
     DriverError,
     ExecDriver,
     ExecSettings,
-    ExitResult,
     MockDriver,
     RawExecDriver,
     TaskConfig,
     parse_duration,
 )
-from services.agent.runner import AllocRunner, RestartTracker
+from services.agent.runner import AllocRunner
 from tests.wait import until
 
 
@@ -103,20 +102,6 @@ async def test_mock_driver_runs_for_and_exits_with_code(tmp_path: Path) -> None:
     cfg = config(tmp_path, {"run_for": "100ms", "exit_code": 2}, {})
     result = await (await MockDriver().start(cfg)).wait()
     assert result.exit_code == 2
-
-
-def test_restart_tracker_attempts_within_interval_then_fail() -> None:
-    policy = pb.RestartPolicy(attempts=2, interval=60 * 10**9, delay=10**9, mode="fail")
-    tracker = RestartTracker(policy, batch=False)
-    failed = ExitResult(exit_code=1)
-    assert tracker.next(failed) == 1.0
-    assert tracker.next(failed) == 1.0
-    assert tracker.next(failed) is None
-    assert RestartTracker(policy, batch=True).next(ExitResult()) is None  # batch success is final
-    delay = RestartTracker(
-        pb.RestartPolicy(attempts=0, interval=5 * 10**9, mode="delay"), batch=False
-    )
-    assert delay.next(failed) == 5.0
 
 
 async def test_alloc_runner_reports_complete_and_failed(tmp_path: Path) -> None:

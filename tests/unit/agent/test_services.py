@@ -375,8 +375,10 @@ async def test_a_stopping_alloc_deregisters_then_waits_its_shutdown_delays(
         await runner.stop()
         assert fake.registered == {}
         kinds = [e.type for e in task.state.events]
-        # deregistered, waited, then killed
-        assert kinds.index("Waiting for shutdown delay") < kinds.index("Killing")
+        # deregistered, waited, then killed; Nomad records the Killing event
+        # when the kill is asked for, before the delay is waited out
+        assert kinds.index("Killing") < kinds.index("Waiting for shutdown delay")
+        assert kinds.index("Waiting for shutdown delay") < kinds.index("Terminated")
         assert task.state.state == TaskStateName.DEAD
     finally:
         await checker.close()

@@ -545,7 +545,7 @@ EOT%s
         ("resources {\n memory = 64\n memory_max = 32\n }", "must be >= memory"),
         ('shutdown_delay = "-1s"', "must not be negative"),
         ("resources {\n secrets = 10\n }", "the secrets argument is not supported by Corral"),
-        ('lifecycle {\n hook = "prestart"\n }', "the lifecycle block is not supported by Corral"),
+        ('lifecycle {\n hook = "prestart"\n }', "must have at least one main task"),
     ],
 )
 def test_task_argument_limits(body, problem):

@@ -19,7 +19,11 @@ from services.worker.scheduler.feasible.checker import (
     FILTER_MISSING_DRIVERS,
     FeasibilityChecker,
 )
-from services.worker.scheduler.feasible.constraints import check_constraint, resolve_target
+from services.worker.scheduler.feasible.constraints import (
+    MatchCache,
+    check_constraint,
+    resolve_target,
+)
 from services.worker.scheduler.feasible.context import EvalContext, EvalEligibility
 from services.worker.scheduler.feasible.devices import has_devices
 from services.worker.scheduler.feasible.versions import parse_version
@@ -175,7 +179,7 @@ CASES = [
 
 @pytest.mark.parametrize(("op", "lval", "rval", "lok", "rok", "want"), CASES)
 def test_check_constraint(op: str, lval: str, rval: str, lok: bool, rok: bool, want: bool) -> None:
-    assert check_constraint(op, lval, rval, lok, rok) is want
+    assert check_constraint(op, lval, rval, lok, rok, MatchCache()) is want
 
 
 @pytest.mark.parametrize(
@@ -196,7 +200,7 @@ def test_check_constraint(op: str, lval: str, rval: str, lok: bool, rok: bool, w
     ],
 )
 def test_version_operand(version: str, constraint: str, want: bool) -> None:
-    assert check_constraint("version", version, constraint, True, True) is want
+    assert check_constraint("version", version, constraint, True, True, MatchCache()) is want
 
 
 @pytest.mark.parametrize(
@@ -210,7 +214,7 @@ def test_version_operand(version: str, constraint: str, want: bool) -> None:
     ],
 )
 def test_semver_operand(version: str, constraint: str, want: bool) -> None:
-    assert check_constraint("semver", version, constraint, True, True) is want
+    assert check_constraint("semver", version, constraint, True, True, MatchCache()) is want
 
 
 def test_parse_version_pads_segments() -> None:
@@ -351,13 +355,13 @@ def _gpu_node(count: int = 2, model: str = "1080ti", memory: str = "11") -> pb.N
 )
 def test_has_devices(name: str, count: int, constraints: list[pb.Constraint], want: bool) -> None:
     req = pb.RequestedDevice(name=name, count=count, constraints=constraints)
-    assert has_devices(_gpu_node(), [req]) is want
+    assert has_devices(_gpu_node(), [req], MatchCache()) is want
 
 
 def test_device_requests_share_node_capacity() -> None:
     reqs = [pb.RequestedDevice(name="gpu", count=1), pb.RequestedDevice(name="gpu", count=1)]
-    assert has_devices(_gpu_node(2), reqs)
-    assert not has_devices(_gpu_node(1), reqs)
+    assert has_devices(_gpu_node(2), reqs, MatchCache())
+    assert not has_devices(_gpu_node(1), reqs, MatchCache())
 
 
 def test_devices_filter_in_checker() -> None:

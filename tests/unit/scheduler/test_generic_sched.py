@@ -380,6 +380,28 @@ def test_destructive_update_replaces_allocs():
     assert sorted(a.name for a in new) == sorted(a.name for a in allocs)
 
 
+def test_log_sizes_update_in_place_but_a_lifecycle_or_disabled_logs_do_not():
+    """Nomad's tasksUpdated: only `logs.disabled` of the logs block is
+    destructive; Corral also replaces allocs whose task changes its
+    lifecycle (the client orders the tasks once, when the alloc starts)."""
+    for change, destructive in (
+        (lambda t: setattr(t.log_config, "max_files", 3), False),
+        (lambda t: setattr(t.log_config, "disabled", True), True),
+        (lambda t: t.lifecycle.CopyFrom(pb.TaskLifecycleConfig(hook="poststart")), True),
+    ):
+        h, nodes = cluster(3)
+        job = mock.job(count=2)
+        extra = mock.task("side")
+        job.task_groups[0].tasks.append(extra)
+        job = register(h, job)
+        allocs = running_allocs(h, job, nodes, 2)
+        change(job.task_groups[0].tasks[1])
+        job = register(h, job)
+        run(h, job)
+        stopped = {s.alloc_id for s in stops(h.last_plan())}
+        assert stopped == ({a.id for a in allocs} if destructive else set())
+
+
 def test_rolling_update_without_deployment_creates_rolling_eval():
     """A batch job has no deployment: its max_parallel batches are paced
     by `stagger` (service jobs are paced by their deployment, see

@@ -15,6 +15,7 @@ from corral.domain.store import StateStore
 from corral.domain.structs import DesiredStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible.constraints import MatchCache
 from services.worker.scheduler.feasible.context import EvalContext
 from services.worker.scheduler.feasible.rank import (
     Ranker,
@@ -326,8 +327,8 @@ def test_node_affinity() -> None:
         pb.Affinity(l_target="${node.class}", r_target="small", operand="=", weight=50),
         pb.Affinity(l_target="${attr.kernel.name}", r_target="linux", operand="=", weight=-100),
     ]
-    assert affinity_score(affs, n) == pytest.approx((50 - 100) / 200)
-    assert affinity_score([], n) == 0.0
+    assert affinity_score(affs, n, MatchCache()) == pytest.approx((50 - 100) / 200)
+    assert affinity_score([], n, MatchCache()) == 0.0
 
     job = _job(cpu=1, memory_mb=1)
     job.affinities.append(affs[0])

@@ -21,6 +21,7 @@ from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import (
     DISTINCT_HOSTS,
     DISTINCT_PROPERTY,
+    MatchCache,
     check_constraint,
     constraint_string,
     resolve_target,
@@ -37,14 +38,16 @@ FILTER_MISSING_DEVICES = "missing devices"
 # --------------------------------------------------------------------------- checkers
 
 
-def meets_constraints(node: pb.Node, constraints: Sequence[pb.Constraint]) -> pb.Constraint | None:
+def meets_constraints(
+    node: pb.Node, constraints: Sequence[pb.Constraint], cache: MatchCache
+) -> pb.Constraint | None:
     """The first constraint `node` fails, or None."""
     for c in constraints:
         if c.operand in (DISTINCT_HOSTS, DISTINCT_PROPERTY):
             continue
         lval, lok = resolve_target(c.l_target, node)
         rval, rok = resolve_target(c.r_target, node)
-        if not check_constraint(c.operand, lval, rval, lok, rok):
+        if not check_constraint(c.operand, lval, rval, lok, rok, cache):
             return c
     return None
 
@@ -171,7 +174,7 @@ class FeasibilityChecker:
             return elig.job_reasons.get(cls, FILTER_CLASS_INELIGIBLE)
         if status == ClassStatus.ELIGIBLE:
             return ""
-        failed = meets_constraints(node, self.job_constraints)
+        failed = meets_constraints(node, self.job_constraints, self.ctx.match_cache)
         reason = constraint_string(failed) if failed is not None else ""
         if status == ClassStatus.UNKNOWN:
             elig.set_job_eligibility(not reason, cls, reason)
@@ -191,10 +194,10 @@ class FeasibilityChecker:
         if not has_drivers(node, tgc.drivers):
             reason = FILTER_MISSING_DRIVERS
         else:
-            failed = meets_constraints(node, tgc.constraints)
+            failed = meets_constraints(node, tgc.constraints, self.ctx.match_cache)
             if failed is not None:
                 reason = constraint_string(failed)
-            elif not has_devices(node, tgc.devices):
+            elif not has_devices(node, tgc.devices, self.ctx.match_cache):
                 reason = FILTER_MISSING_DEVICES
         if status == ClassStatus.UNKNOWN:
             elig.set_tg_eligibility(not reason, tg_name, cls, reason)

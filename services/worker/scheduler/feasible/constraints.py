@@ -1,15 +1,25 @@
 """Constraint operators and targets (Nomad's `checkConstraint` and
 `resolveTarget`): how `${attr.*}`, `${meta.*}` and `${node.*}` resolve on a
-node or device, and what each operator means."""
+node or device, and what each operator means.
+
+`regexp` patterns run on RE2 (`corral.regexp`: linear time, Go's syntax);
+they and `version`/`semver` constraints are parsed once per eval into a
+`MatchCache` the eval context owns (Nomad's `EvalContext` regexp and
+version caches), so no pattern a user sent outlives the eval that used it.
+"""
 
 from __future__ import annotations
 
 import functools
-import re
 
 from corral.domain import structs
+from corral.domain.regexp import Pattern, PatternError, compile_pattern
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.feasible.versions import version_match
+from services.worker.scheduler.feasible.versions import (
+    VersionConstraint,
+    parse_version_constraint,
+    version_match,
+)
 
 DISTINCT_HOSTS = "distinct_hosts"
 DISTINCT_PROPERTY = "distinct_property"
@@ -68,7 +78,41 @@ def constraint_string(c: pb.Constraint | pb.Affinity) -> str:
     return f"{c.l_target} {c.operand} {c.r_target}"
 
 
-def check_constraint(operand: str, lval: str, rval: str, lfound: bool, rfound: bool) -> bool:
+class MatchCache:
+    """The patterns and version constraints one eval has parsed, each once
+    (a constraint is checked against every candidate node). A pattern RE2
+    refuses is cached as None: it matches nothing (the state refuses such
+    patterns at registration; jobs stored before that rule still schedule)."""
+
+    __slots__ = ("_regexps", "_versions")
+
+    def __init__(self) -> None:
+        self._regexps: dict[str, Pattern | None] = {}
+        self._versions: dict[str, VersionConstraint | None] = {}
+
+    def regexp(self, pattern: str) -> Pattern | None:
+        try:
+            return self._regexps[pattern]
+        except KeyError:
+            pass
+        try:
+            compiled: Pattern | None = compile_pattern(pattern)
+        except PatternError:
+            compiled = None
+        self._regexps[pattern] = compiled
+        return compiled
+
+    def version_constraint(self, text: str) -> VersionConstraint | None:
+        try:
+            return self._versions[text]
+        except KeyError:
+            parsed = self._versions[text] = parse_version_constraint(text)
+            return parsed
+
+
+def check_constraint(
+    operand: str, lval: str, rval: str, lfound: bool, rfound: bool, cache: MatchCache
+) -> bool:
     """Evaluate one operand (distinct_* are handled elsewhere and pass)."""
     if operand in ("=", "==", "is"):
         return lfound and rfound and lval == rval
@@ -81,13 +125,21 @@ def check_constraint(operand: str, lval: str, rval: str, lfound: bool, rfound: b
     if operand == "is_not_set":
         return not lfound
     if operand == "version":
-        return lfound and rfound and version_match(lval, rval, strict_semver=False)
+        return (
+            lfound
+            and rfound
+            and version_match(lval, cache.version_constraint(rval), strict_semver=False)
+        )
     if operand == "semver":
-        return lfound and rfound and version_match(lval, rval, strict_semver=True)
+        return (
+            lfound
+            and rfound
+            and version_match(lval, cache.version_constraint(rval), strict_semver=True)
+        )
     if operand == "regexp":
         if not (lfound and rfound):
             return False
-        rx = _regex(rval)
+        rx = cache.regexp(rval)
         return rx is not None and rx.search(lval) is not None
     if operand in ("set_contains", "set_contains_all"):
         return lfound and rfound and _split_set(rval) <= _split_set(lval)
@@ -99,14 +151,6 @@ def check_constraint(operand: str, lval: str, rval: str, lfound: bool, rfound: b
 @functools.lru_cache(maxsize=4096)
 def _split_set(value: str) -> frozenset[str]:
     return frozenset(p.strip() for p in value.split(","))
-
-
-@functools.lru_cache(maxsize=1024)
-def _regex(pattern: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(pattern)
-    except re.error:
-        return None
 
 
 def _check_order(op: str, lval: str, rval: str) -> bool:

@@ -23,6 +23,7 @@ from corral.domain import structs
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible.constraints import MatchCache
 from services.worker.scheduler.feasible.inflight import Claim, InFlightPlacements
 
 #: number of best-scored nodes whose scores are kept in the metric
@@ -167,6 +168,8 @@ class EvalContext:
         self._filtered: dict[tuple[str, str], int] = {}
         self._exhausted: dict[tuple[str, str], int] = {}
         self.eligibility = EvalEligibility()
+        #: regexp patterns and version constraints parsed for this eval
+        self.match_cache = MatchCache()
         self._base: dict[str, list[pb.Allocation]] = {}
         self._proposed: dict[str, tuple[_Fingerprint, list[pb.Allocation]]] = {}
         self._computed_class: dict[str, str] = {}

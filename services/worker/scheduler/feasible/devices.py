@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.feasible.constraints import check_constraint, resolve_device_target
+from services.worker.scheduler.feasible.constraints import (
+    MatchCache,
+    check_constraint,
+    resolve_device_target,
+)
 
 
 def split_device_name(name: str) -> tuple[str, str, str]:
@@ -19,7 +23,7 @@ def split_device_name(name: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def device_matches(req: pb.RequestedDevice, dev: pb.NodeDevice) -> bool:
+def device_matches(req: pb.RequestedDevice, dev: pb.NodeDevice, cache: MatchCache) -> bool:
     """The node device group is what `req` names and meets its constraints."""
     vendor, dtype, name = split_device_name(req.name)
     if dtype != dev.type or (vendor and vendor != dev.vendor) or (name and name != dev.name):
@@ -27,12 +31,12 @@ def device_matches(req: pb.RequestedDevice, dev: pb.NodeDevice) -> bool:
     for c in req.constraints:
         lval, lok = resolve_device_target(c.l_target, dev)
         rval, rok = resolve_device_target(c.r_target, dev)
-        if not check_constraint(c.operand, lval, rval, lok, rok):
+        if not check_constraint(c.operand, lval, rval, lok, rok, cache):
             return False
     return True
 
 
-def has_devices(node: pb.Node, requests: Sequence[pb.RequestedDevice]) -> bool:
+def has_devices(node: pb.Node, requests: Sequence[pb.RequestedDevice], cache: MatchCache) -> bool:
     """Every request can be met by one device group of the node (capacity
     only; what is already in use is the ranker's concern)."""
     if not requests:
@@ -41,7 +45,7 @@ def has_devices(node: pb.Node, requests: Sequence[pb.RequestedDevice]) -> bool:
     for req in requests:
         want = req.count or 1
         for i, dev in enumerate(node.node_resources.devices):
-            if available[i] >= want and device_matches(req, dev):
+            if available[i] >= want and device_matches(req, dev, cache):
                 available[i] -= want
                 break
         else:

@@ -40,7 +40,11 @@ from corral.domain.fit import (
 )
 from corral.domain.structs import SchedulerAlgorithm
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.feasible.constraints import check_constraint, resolve_target
+from services.worker.scheduler.feasible.constraints import (
+    MatchCache,
+    check_constraint,
+    resolve_target,
+)
 from services.worker.scheduler.feasible.context import EvalContext
 from services.worker.scheduler.feasible.devices import device_matches
 from services.worker.scheduler.feasible.inflight import Claim
@@ -109,7 +113,7 @@ def _with_claims(used: Usage, claims: Claim, mhz_per_core: int) -> Usage:
     )
 
 
-def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
+def affinity_score(affinities: list[pb.Affinity], node: pb.Node, cache: MatchCache) -> float:
     """Σ weights of matching affinities / Σ |weights|."""
     total_w = sum(abs(a.weight) for a in affinities)
     if total_w == 0:
@@ -118,7 +122,7 @@ def affinity_score(affinities: list[pb.Affinity], node: pb.Node) -> float:
     for a in affinities:
         lval, lok = resolve_target(a.l_target, node)
         rval, rok = resolve_target(a.r_target, node)
-        if check_constraint(a.operand, lval, rval, lok, rok):
+        if check_constraint(a.operand, lval, rval, lok, rok, cache):
             score += a.weight
     return score / total_w
 
@@ -310,7 +314,7 @@ class Ranker:
             for req in t.resources.devices:
                 want = req.count or 1
                 for dev in devices:
-                    if not device_matches(req, dev):
+                    if not device_matches(req, dev, self.ctx.match_cache):
                         continue
                     key = (dev.vendor, dev.type, dev.name)
                     free = acct.free_instances(key)
@@ -507,7 +511,7 @@ class Ranker:
                 scores["node-reschedule-penalty"] = -1.0
                 total -= 1.0
             if self.affinities:
-                s = affinity_score(self.affinities, node)
+                s = affinity_score(self.affinities, node, self.ctx.match_cache)
                 scores["node-affinity"] = s
                 total += s
             spread = self.spread

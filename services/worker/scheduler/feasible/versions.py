@@ -52,10 +52,18 @@ def _cmp_pre(a: str, b: str) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def parse_version(text: str) -> Version | None:
+    """A node's version attribute (cached: nodes repeat theirs)."""
+    return _parse_version(text)
+
+
+def _parse_version(text: str) -> Version | None:
     m = _VERSION_RE.match(text.strip())
     if m is None:
         return None
-    segs = [int(s) for s in m.group("segs").split(".")]
+    try:
+        segs = [int(s) for s in m.group("segs").split(".")]
+    except ValueError:  # more digits than Python converts (go-version: int64)
+        return None
     specified = len(segs)
     while len(segs) < 3:
         segs.append(0)
@@ -64,10 +72,14 @@ def parse_version(text: str) -> Version | None:
 
 _OPS = ("~>", ">=", "<=", "!=", ">", "<", "=")
 
+#: "> 1.2, < 2.0" parsed: ((">", 1.2.0), ("<", 2.0.0))
+VersionConstraint = tuple[tuple[str, Version], ...]
 
-@functools.lru_cache(maxsize=1024)
-def parse_version_constraint(text: str) -> tuple[tuple[str, Version], ...] | None:
-    """ "> 1.2, < 2.0" into ((op, version), ...); None if malformed."""
+
+def parse_version_constraint(text: str) -> VersionConstraint | None:
+    """ "> 1.2, < 2.0" into ((op, version), ...); None if malformed. Not
+    cached here: the text is a user's, so the eval that uses it caches it
+    (`constraints.MatchCache`)."""
     out: list[tuple[str, Version]] = []
     for raw in text.split(","):
         part = raw.strip()
@@ -77,16 +89,16 @@ def parse_version_constraint(text: str) -> tuple[tuple[str, Version], ...] | Non
                 op = cand
                 part = part[len(cand) :].strip()
                 break
-        v = parse_version(part)
+        v = _parse_version(part)
         if v is None:
             return None
         out.append((op, v))
     return tuple(out) if out else None
 
 
-def version_match(lval: str, rval: str, *, strict_semver: bool) -> bool:
+def version_match(lval: str, cons: VersionConstraint | None, *, strict_semver: bool) -> bool:
+    """Does the version `lval` (a node's) meet the parsed constraint?"""
     v = parse_version(lval)
-    cons = parse_version_constraint(rval)
     if v is None or cons is None:
         return False
     for op, c in cons:
