@@ -234,8 +234,9 @@ function signedOut() {
   return Boolean(CAPS && CAPS.Enabled && !CAPS.Management && !token());
 }
 
-// The words of an empty list: `what` ("jobs") with `cap`, the capability
-// a token needs to see any ("list-jobs"), or null when none is asked.
+// The words of an empty list of `what` ("jobs"): ask to sign in when signed
+// out; name `cap` (the capability a token needs to see any, e.g.
+// "list-jobs"; may be omitted) when the token lacks it; else `fallback`.
 function emptyList(what, fallback, cap) {
   if (signedOut()) {
     showSignin(what);
@@ -426,7 +427,7 @@ async function pagedList(spec) {
   const state = {
     search: url.searchParams.get("search") || "",
     filter: url.searchParams.get("filter") || "",
-    perPage: Number(url.searchParams.get("per_page") || 50),
+    perPage: Math.floor(Number(url.searchParams.get("per_page"))) || 50,
     tokens: [""], // the next_token of each page seen, page 1 first
     next: "",
   };
@@ -439,6 +440,7 @@ async function pagedList(spec) {
     per.append(h("option", { value: state.perPage }, state.perPage));
   }
   per.value = String(state.perPage);
+  // a page size the gateway refuses (above its cap, negative) shows its 400
 
   const remember = () => {
     const u = new URL(location.href);
