@@ -11,7 +11,7 @@ from corral.v1 import node_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.mapping import nodes as node_map
 from services.gateway.ui.topology import ALLOC_FIELDS, topology
-from services.state.handlers.node import list_stub
+from services.state import stubs
 
 
 class _NoAllocs:
@@ -20,7 +20,7 @@ class _NoAllocs:
 
 
 def stub(n: pb.Node, *, resources: bool = True) -> node_pb2.NodeListStub:
-    return list_stub(_NoAllocs(), n, resources=resources)
+    return stubs.node(_NoAllocs(), n, resources=resources)  # type: ignore[arg-type]
 
 
 def test_the_list_stub_carries_resources_only_when_asked() -> None:

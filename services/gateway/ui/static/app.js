@@ -146,6 +146,42 @@ function nodeLink(id, text) {
 
 // Nomad's times are int64 Unix nanoseconds, or RFC 3339 strings where its
 // struct holds a Go time.Time (Go's zero time = unset): milliseconds or null.
+// One row renderer per object: a table names the columns it shows, in
+// order; every table of allocations (job, evaluation, node pages) and of
+// evaluations (job and evaluations pages) builds its rows here.
+const ALLOC_CELLS = {
+  id: (a) => h("td", {}, allocLink(a.ID)),
+  name: (a) => h("td", {}, a.Name),
+  job: (a) => h("td", {}, jobLink(a.JobID, a.Namespace)),
+  group: (a) => h("td", {}, a.TaskGroup),
+  node: (a) => h("td", {}, a.NodeID ? nodeLink(a.NodeID, a.NodeName || short(a.NodeID)) : "—"),
+  version: (a) => h("td", {}, a.JobVersion),
+  desired: (a) => h("td", {}, a.DesiredStatus),
+  status: (a) => h("td", {}, badge(a.ClientStatus)),
+  modified: (a) => h("td", {}, ago(a.ModifyTime)),
+  created: (a) => h("td", {}, fmtTime(a.CreateTime)),
+  cpu: (a) => h("td", { class: "num" }, allocUsage(a).cpu),
+  memory: (a) => h("td", { class: "num" }, allocUsage(a).mem),
+};
+
+function allocRow(a, columns) {
+  return h("tr", { "data-alloc": a.ID, "data-status": a.ClientStatus }, ...columns.map((c) => ALLOC_CELLS[c](a)));
+}
+
+const EVAL_CELLS = {
+  id: (e) => h("td", {}, evalLink(e.ID)),
+  job: (e) => h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
+  type: (e) => h("td", {}, e.Type),
+  triggeredBy: (e) => h("td", {}, e.TriggeredBy),
+  priority: (e) => h("td", {}, e.Priority),
+  status: (e) => h("td", {}, badge(e.Status)),
+  created: (e) => h("td", {}, fmtTime(e.CreateTime)),
+};
+
+function evalRow(e, columns) {
+  return h("tr", { "data-eval": e.ID }, ...columns.map((c) => EVAL_CELLS[c](e)));
+}
+
 function millis(t) {
   if (!t) return null;
   if (typeof t === "string") {
@@ -752,19 +788,7 @@ PAGES.job = async function () {
     allocs.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "allocs",
-      allocs.map((a) =>
-        h(
-          "tr",
-          { "data-alloc": a.ID, "data-status": a.ClientStatus },
-          h("td", {}, allocLink(a.ID)),
-          h("td", {}, a.TaskGroup),
-          h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
-          h("td", {}, a.JobVersion),
-          h("td", {}, a.DesiredStatus),
-          h("td", {}, badge(a.ClientStatus)),
-          h("td", {}, ago(a.ModifyTime))
-        )
-      ),
+      allocs.map((a) => allocRow(a, ["id", "group", "node", "version", "desired", "status", "modified"])),
       "no allocations"
     );
     fill(
@@ -775,16 +799,7 @@ PAGES.job = async function () {
     evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "evals",
-      evals.map((e) =>
-        h(
-          "tr",
-          { "data-eval": e.ID },
-          h("td", {}, evalLink(e.ID)),
-          h("td", {}, e.TriggeredBy),
-          h("td", {}, badge(e.Status)),
-          h("td", {}, fmtTime(e.CreateTime))
-        )
-      ),
+      evals.map((e) => evalRow(e, ["id", "triggeredBy", "status", "created"])),
       "no evaluations"
     );
     renderVersions(versions);
@@ -1236,18 +1251,7 @@ PAGES.evals = async function () {
     empty: "no evaluations",
     cap: "read-job",
     topics: ["Evaluation:*"],
-    row: (e) =>
-      h(
-        "tr",
-        { "data-eval": e.ID },
-        h("td", {}, evalLink(e.ID)),
-        h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
-        h("td", {}, e.Type),
-        h("td", {}, e.TriggeredBy),
-        h("td", {}, e.Priority),
-        h("td", {}, badge(e.Status)),
-        h("td", {}, fmtTime(e.CreateTime))
-      ),
+    row: (e) => evalRow(e, ["id", "job", "type", "triggeredBy", "priority", "status", "created"]),
   });
 };
 
@@ -1271,21 +1275,7 @@ PAGES.eval = async function () {
       ["Previous / next / blocked", [ev.PreviousEval, ev.NextEval, ev.BlockedEval].filter(Boolean).map((x) => evalLink(x)).flatMap((x) => [x, " "])],
     ]);
     renderJourney(j);
-    fill(
-      "allocs",
-      allocs.map((a) =>
-        h(
-          "tr",
-          { "data-alloc": a.ID },
-          h("td", {}, allocLink(a.ID)),
-          h("td", {}, a.TaskGroup),
-          h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
-          h("td", {}, badge(a.ClientStatus)),
-          h("td", {}, fmtTime(a.CreateTime))
-        )
-      ),
-      "none"
-    );
+    fill("allocs", allocs.map((a) => allocRow(a, ["id", "group", "node", "status", "created"])), "none");
   };
   await load();
   follow(["Evaluation:*", "Allocation:*"], debounced(load, 300), "/v1/evaluation/" + encodeURIComponent(id) + "/allocations");
@@ -1357,19 +1347,7 @@ PAGES.allocs = async function () {
     empty: "no allocations",
     cap: "read-job",
     topics: ["Allocation:*"],
-    row: (a) =>
-      h(
-        "tr",
-        { "data-alloc": a.ID, "data-status": a.ClientStatus },
-        h("td", {}, allocLink(a.ID)),
-        h("td", {}, a.Name),
-        h("td", {}, jobLink(a.JobID, a.Namespace)),
-        h("td", {}, a.TaskGroup),
-        h("td", {}, a.NodeID ? nodeLink(a.NodeID, a.NodeName || short(a.NodeID)) : "—"),
-        h("td", {}, a.DesiredStatus),
-        h("td", {}, badge(a.ClientStatus)),
-        h("td", {}, ago(a.ModifyTime))
-      ),
+    row: (a) => allocRow(a, ["id", "name", "job", "group", "node", "desired", "status", "modified"]),
   });
 };
 
@@ -1517,20 +1495,7 @@ PAGES.node = async function () {
     allocs.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "allocs",
-      allocs.map((a) => {
-        const u = allocUsage(a);
-        return h(
-          "tr",
-          { "data-alloc": a.ID },
-          h("td", {}, allocLink(a.ID)),
-          h("td", {}, jobLink(a.JobID, a.Namespace)),
-          h("td", {}, a.TaskGroup),
-          h("td", {}, a.DesiredStatus),
-          h("td", {}, badge(a.ClientStatus)),
-          h("td", { class: "num" }, u.cpu),
-          h("td", { class: "num" }, u.mem)
-        );
-      }),
+      allocs.map((a) => allocRow(a, ["id", "job", "group", "desired", "status", "cpu", "memory"])),
       "no allocations"
     );
     const drain = $("drain-toggle");

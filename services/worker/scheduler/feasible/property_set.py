@@ -4,7 +4,8 @@ in the state and in the plan being built."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
@@ -160,68 +161,68 @@ class PropertySet:
         applied to the per-value counts."""
         plan = self.ctx.plan
         changed: set[str] = set()
-        placed = self._placed
-        proposed = self.proposed
-        seen = 0
-        for node_id, lst in plan.node_allocation.items():
-            allocs = lst.allocs
-            size = len(allocs)
-            fp = (size, allocs[size - 1].id if size else "")
-            hit = placed.get(node_id)
-            if hit is not None:
-                seen += 1
-                if hit[0] == fp:
-                    continue
-            v, ok = self._value_of_node_id(node_id)
-            if not ok:
-                placed[node_id] = (fp, "", 0)
-                continue
-            key = self.targeted(v)
-            n = self._count_placed(allocs)
-            old = hit[2] if hit is not None else 0
-            placed[node_id] = (fp, key, n)
-            if n != old:
-                _bump(proposed, key, n - old)
-                changed.add(key)
-        if seen < len(placed):  # node entries dropped from the plan
-            present = plan.node_allocation
-            for node_id in [k for k in placed if k not in present]:
-                _, key, n = placed.pop(node_id)
-                if n:
-                    _bump(proposed, key, -n)
-                    changed.add(key)
-        stopped = self._stopped
-        cleared = self.cleared
-        seen = 0
-        for node_id, stop_list in plan.node_update.items():
-            entries = stop_list.stops
-            size = len(entries)
-            fp = (size, entries[size - 1].alloc_id if size else "")
-            hit = stopped.get(node_id)
-            if hit is not None:
-                seen += 1
-                if hit[0] == fp:
-                    continue
-            v, ok = self._value_of_node_id(node_id)
-            if not ok:
-                stopped[node_id] = (fp, "", 0)
-                continue
-            key = self.targeted(v)
-            n = self._count_stopped(entries)
-            old = hit[2] if hit is not None else 0
-            stopped[node_id] = (fp, key, n)
-            if n != old:
-                _bump(cleared, key, n - old)
-                changed.add(key)
-        if seen < len(stopped):
-            present_stops = plan.node_update
-            for node_id in [k for k in stopped if k not in present_stops]:
-                _, key, n = stopped.pop(node_id)
-                if n:
-                    _bump(cleared, key, -n)
-                    changed.add(key)
+        self._refresh(
+            plan.node_allocation,
+            lambda lst: lst.allocs,
+            lambda a: a.id,
+            self._placed,
+            self.proposed,
+            self._count_placed,
+            changed,
+        )
+        self._refresh(
+            plan.node_update,
+            lambda lst: lst.stops,
+            lambda s: s.alloc_id,
+            self._stopped,
+            self.cleared,
+            self._count_stopped,
+            changed,
+        )
         for key in changed:
             self._recombine(key)
+
+    def _refresh(
+        self,
+        lists: Mapping[str, Any],
+        entries_of: Callable[[Any], Sequence[Any]],
+        id_of: Callable[[Any], str],
+        cache: dict[str, tuple[tuple[int, str], str, int]],
+        counts: dict[str, int],
+        count: Callable[[Any], int],
+        changed: set[str],
+    ) -> None:
+        """Recount the plan's per-node lists (placements or stops) that
+        changed since the last refresh into `counts` by value, `cache`
+        remembering each node's fingerprint, value and count; the values
+        whose count moved join `changed`."""
+        seen = 0
+        for node_id, lst in lists.items():
+            entries = entries_of(lst)
+            size = len(entries)
+            fp = (size, id_of(entries[size - 1]) if size else "")
+            hit = cache.get(node_id)
+            if hit is not None:
+                seen += 1
+                if hit[0] == fp:
+                    continue
+            v, ok = self._value_of_node_id(node_id)
+            if not ok:
+                cache[node_id] = (fp, "", 0)
+                continue
+            key = self.targeted(v)
+            n = count(entries)
+            old = hit[2] if hit is not None else 0
+            cache[node_id] = (fp, key, n)
+            if n != old:
+                _bump(counts, key, n - old)
+                changed.add(key)
+        if seen < len(cache):  # node entries dropped from the plan
+            for node_id in [k for k in cache if k not in lists]:
+                _, key, n = cache.pop(node_id)
+                if n:
+                    _bump(counts, key, -n)
+                    changed.add(key)
 
     def _recombine(self, key: str) -> None:
         """Recompute one value's combined use and the count histogram."""
