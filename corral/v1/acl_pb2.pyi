@@ -79,7 +79,7 @@ class ACLToken(_message.Message):
     type: _builtins.str
     """"client" or "management" """
     is_global: _builtins.bool
-    """Nomad's Global; kept for compatibility (one region)"""
+    """Nomad's Global: replicated to every region of a federation"""
     create_time: _builtins.int
     """Unix ns"""
     expiration_time: _builtins.int
@@ -325,7 +325,10 @@ class ACLCreateTokenRequest(_message.Message):
     type: _builtins.str
     """"client" (default) or "management" """
     is_global: _builtins.bool
-    """Nomad's Global (one region: no effect)"""
+    """Nomad's Global: created in the authoritative region (a request made
+    elsewhere is forwarded there) and replicated to every other region.
+    A local token (false) works in its own region only.
+    """
     expiration_ttl: _builtins.int
     """Lifetime in ns; 0 = never expires. Otherwise between the state's
     acl token_min_expiration_ttl and token_max_expiration_ttl.

@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from corral.domain.errors import PermissionDenied
 from corral.security import acl
@@ -175,6 +175,15 @@ class ApiRoute(Route):
         if "GET" in self.needs:
             self.needs.setdefault("HEAD", self.needs["GET"])
         super().__init__(path, _guarded(endpoint, self.needs), methods=list(needs), **kw)
+
+
+class ApiWebSocketRoute(WebSocketRoute):
+    """A WebSocket route and what its caller's token needs (its RPC decides:
+    the socket opens first, and a refusal closes it, as Nomad's)."""
+
+    def __init__(self, path: str, endpoint: Any, need: Need, **kw: Any) -> None:
+        self.needs: dict[str, Need] = {"GET": need, "HEAD": need}
+        super().__init__(path, endpoint, **kw)
 
 
 def needs_of(route: Any) -> dict[str, Need]:

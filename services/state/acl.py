@@ -91,14 +91,15 @@ async def _rows(db: Database, sql: str, params: Sequence[Any] = ()) -> list[tupl
         return await cur.fetchall()
 
 
-async def table_index(db: Database, tables: Sequence[str]) -> int:
-    """The last index that wrote any of `tables` (at least 1)."""
+async def table_index(db: Database, tables: Sequence[str], floor: int = 1) -> int:
+    """The last index that wrote any of `tables` (at least `floor`: reads
+    answer 1 for tables never written, as every blocking index is >= 1)."""
     rows = await _rows(
         db,
         "SELECT coalesce(max(index), 0) FROM table_indexes WHERE name = ANY(%s)",
         (list(tables),),
     )
-    return max(1, int(rows[0][0]) if rows else 0)
+    return max(floor, int(rows[0][0]) if rows else 0)
 
 
 async def list_policies(db: Database, *, with_rules: bool = False) -> list[acl_pb2.ACLPolicy]:
@@ -141,6 +142,17 @@ async def get_token(db: Database, accessor_id: str) -> acl_pb2.ACLToken | None:
         db, f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens WHERE accessor_id = %s", (accessor_id,)
     )
     return token_from_row(rows[0]) if rows else None
+
+
+async def any_global(db: Database, accessor_ids: Sequence[str]) -> bool:
+    """Whether any of these tokens is global (its writes belong to the
+    authoritative region of a federation)."""
+    rows = await _rows(
+        db,
+        "SELECT 1 FROM acl_tokens WHERE global AND accessor_id = ANY(%s) LIMIT 1",
+        (list(accessor_ids),),
+    )
+    return bool(rows)
 
 
 async def token_by_secret(db: Database, secret_id: str) -> acl_pb2.ACLToken | None:

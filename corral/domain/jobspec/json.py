@@ -39,13 +39,13 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "SELinuxLabel": "selinux_label",
     "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
 _IGNORED = frozenset(
     {
-        "Region",
         "Status",
         "StatusDescription",
         "Stable",

@@ -39,6 +39,7 @@ _FIELD_RENAMES = {
     "crons": "Specs",
     "l_target": "LTarget",
     "r_target": "RTarget",
+    "selinux_label": "SELinuxLabel",
 }
 
 #: Go's zero time.Time, as Nomad's JSON shows an unset one

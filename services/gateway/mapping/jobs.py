@@ -18,7 +18,7 @@ from services.gateway.mapping.common import Field, entry, rfc3339, to_nomad
 from services.gateway.mapping.evals import evaluation
 from services.gateway.mapping.services import check_header
 
-#: the one region a Corral cluster is (Nomad's default region's name)
+#: the region of a job stored before jobs carried theirs (Nomad's default name)
 REGION = "global"
 
 
@@ -45,7 +45,7 @@ def job(msg: pb.Job) -> dict[str, Any]:
             "periodic": lambda p: _periodic(p) if msg.HasField("periodic") else None,
         },
     )
-    out["Region"] = REGION
+    out["Region"] = msg.region or REGION
     out["Multiregion"] = None
     out["Dispatched"] = msg.dispatched
     for tg in out.get("TaskGroups") or []:

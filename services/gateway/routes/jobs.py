@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from corral.runtime.settings import REGION_NAME
 from corral.v1 import job_pb2, periodic_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.authz import READ_JOB, SUBMIT_JOB, ApiRoute, ns
@@ -32,6 +33,7 @@ from services.gateway.http import (
     json_body,
     listing,
     metadata_of,
+    region_of,
     respond,
     unserved,
     whole,
@@ -90,12 +92,28 @@ def _parse_job(request: Request, data: Any) -> pb.Job:
     return job
 
 
+def _job_region(request: Request, body: Any, job: pb.Job) -> str:
+    """Where a submitted job goes and runs (Nomad's regionForJob):
+    `?region=`, else the request body's `Region`, else the job's own
+    (`global` meaning none), else '' (the gateway's region). The job is
+    given that region; the call is forwarded there."""
+    given = body.get("Region") if isinstance(body, dict) else None
+    region = region_of(request) or (given if isinstance(given, str) else "") or job.region
+    if region == "global":
+        region = ""
+    if region and not REGION_NAME.match(region):
+        raise bad_request(f"Invalid region: {region[:100]!r}")
+    job.region = region
+    return region
+
+
 async def _register(request: Request, path_id: str | None) -> Response:
     body = await json_body(request)
     data = _job_arg(body)
     if path_id is not None and isinstance(data, dict) and data.get("ID") not in (None, path_id):
         raise bad_request("Job ID does not match name")
     job = _parse_job(request, data)
+    region = _job_region(request, body, job)
     try:
         submission = job_map.submission_from_nomad(body.get("Submission"))
     except JobInputError as exc:
@@ -111,7 +129,7 @@ async def _register(request: Request, path_id: str | None) -> Response:
             eval_priority=priority,
             submission=submission,
         ),
-        metadata=metadata_of(request),
+        metadata=metadata_of(request, region),
         timeout=DEFAULT_TIMEOUT,
     )
     return respond(request, job_map.register_response(resp), index=resp.index)
@@ -248,9 +266,10 @@ async def job_plan(request: Request) -> Response:
     if isinstance(data, dict) and data.get("ID") not in (None, job_id):
         raise bad_request("Job ID does not match")
     job = _parse_job(request, data)
+    region = _job_region(request, body, job)
     resp = await backend_of(request).jobs.Plan(
         job_pb2.JobPlanRequest(job=job, diff=bool(body.get("Diff"))),
-        metadata=metadata_of(request),
+        metadata=metadata_of(request, region),
         timeout=DEFAULT_TIMEOUT,
     )
     return respond(request, job_map.plan_response(resp), index=resp.index)

@@ -24,6 +24,7 @@ from services.gateway.http import (
     json_body,
     listing,
     metadata_of,
+    region_of,
     respond,
     unserved,
     whole,
@@ -185,7 +186,7 @@ async def client_stats(request: Request) -> Response:
     )
     if not got.node.http_addr:
         raise NomadError(404, f"node {got.node.id} has no address to reach its agent")
-    resp = await backend.client_stats(got.node.http_addr).Stats(
+    resp = await backend.client_stats(got.node.http_addr, region_of(request)).Stats(
         node_pb2.ClientStatsRequest(), metadata=md, timeout=DEFAULT_TIMEOUT
     )
     return respond(request, stats_map.host_stats(resp.stats))

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 
 from corral.domain import namespaces, periodic, structs, topics
-from corral.domain.errors import InvalidArgument, NotFound, Unavailable
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.runtime.server import GrpcServer
@@ -116,6 +116,20 @@ def _submission(
     return sub, ""
 
 
+def place_in_region(job: pb.Job, region: str) -> None:
+    """A job runs in the region whose servers register it: empty or
+    "global" becomes this region (as Nomad's agent does); another region's
+    job is refused here, naming where to send it."""
+    if job.region in ("", "global"):
+        job.region = region
+    elif job.region != region:
+        raise FailedPrecondition(
+            f"job region {job.region!r} is not this region ({region!r}): register the job "
+            f"with region {job.region!r} (`corral job run` and the HTTP API forward it there; "
+            f"a gRPC call carries x-corral-region: {job.region})"
+        )
+
+
 def _job_ref(job_id: str, namespace: str) -> None:
     """A job id and namespace a write will look up in the database."""
     validate.require_id(job_id, "job_id")
@@ -141,6 +155,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
+        place_in_region(job, self.ctx.region)
         if request.eval_priority and not (
             structs.MIN_PRIORITY <= request.eval_priority <= structs.MAX_PRIORITY
         ):
@@ -276,6 +291,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
+        place_in_region(job, self.ctx.region)
         snap = self.ctx.feed.snapshot()
         ns = snap.namespace_by_name(job.namespace)
         if ns is not None and not job.node_pool:

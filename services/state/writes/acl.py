@@ -19,7 +19,7 @@ from corral.domain import topics
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.topics import EventType
 from corral.security import acl
-from corral.v1 import acl_pb2
+from corral.v1 import acl_pb2, federation_pb2
 from services.state.acl import POLICIES_TABLE, TOKENS_TABLE, from_ns, to_ns
 from services.state.db.database import WriteTx
 
@@ -130,6 +130,29 @@ async def upsert_policies(tx: WriteTx, policies: Sequence[acl_pb2.ACLPolicy]) ->
             (p.name, p.description, p.rules, tx.index, tx.index),
         )
         tx.record(topics.ACL_POLICY.event(p.name, EventType.ACL_POLICY_UPSERTED))
+    await _touch(tx, POLICIES_TABLE)
+
+
+async def replicate_policies(
+    tx: WriteTx, upsert: Sequence[acl_pb2.ACLPolicy], delete: Sequence[str]
+) -> None:
+    """Make this region's policies the authoritative region's (ACL
+    replication, services/state/federation/replication.py): no namespace
+    check (namespaces are each region's own; a rule naming one that does
+    not exist here grants nothing until it does)."""
+    for p in upsert:
+        await tx.conn.execute(
+            "INSERT INTO acl_policies (name, description, rules, create_index, modify_index) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+            "description = excluded.description, rules = excluded.rules, "
+            "modify_index = excluded.modify_index",
+            (p.name, p.description, p.rules, tx.index, tx.index),
+        )
+        tx.record(topics.ACL_POLICY.event(p.name, EventType.ACL_POLICY_UPSERTED))
+    if delete:
+        await tx.conn.execute("DELETE FROM acl_policies WHERE name = ANY(%s)", (list(delete),))
+        for name in delete:
+            tx.record(topics.ACL_POLICY.event(name, EventType.ACL_POLICY_DELETED, deleted=True))
     await _touch(tx, POLICIES_TABLE)
 
 
@@ -263,14 +286,56 @@ async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
     await _touch(tx, TOKENS_TABLE)
 
 
-async def delete_expired_tokens(tx: WriteTx, expired_before_ns: int) -> list[str]:
+async def replicate_tokens(
+    tx: WriteTx, upsert: Sequence[federation_pb2.ReplicatedToken], delete: Sequence[str]
+) -> None:
+    """Make this region's global tokens the authoritative region's (ACL
+    replication): the same accessor ids, secret hashes, policies and times;
+    local tokens are left alone."""
+    for rt in upsert:
+        t = rt.token
+        await tx.conn.execute(
+            "INSERT INTO acl_tokens (accessor_id, secret_hash, name, type, policies, global, "
+            "create_time, expiration_time, create_index, modify_index) "
+            "VALUES (%s, %s, %s, %s, %s, true, %s, %s, %s, %s) ON CONFLICT (accessor_id) "
+            "DO UPDATE SET secret_hash = excluded.secret_hash, name = excluded.name, "
+            "type = excluded.type, policies = excluded.policies, global = true, "
+            "create_time = excluded.create_time, expiration_time = excluded.expiration_time, "
+            "modify_index = excluded.modify_index",
+            (
+                t.accessor_id,
+                rt.secret_hash,
+                t.name,
+                t.type,
+                list(t.policies),
+                from_ns(t.create_time),
+                from_ns(t.expiration_time),
+                tx.index,
+                tx.index,
+            ),
+        )
+        tx.record(topics.ACL_TOKEN.event(t.accessor_id, EventType.ACL_TOKEN_UPSERTED))
+    if delete:
+        await tx.conn.execute(
+            "DELETE FROM acl_tokens WHERE global AND accessor_id = ANY(%s)", (list(delete),)
+        )
+        for a in delete:
+            tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
+    await _touch(tx, TOKENS_TABLE)
+
+
+async def delete_expired_tokens(
+    tx: WriteTx, expired_before_ns: int, *, local_only: bool = False
+) -> list[str]:
     """Delete every token that expired before `expired_before_ns` (Unix ns);
     their accessor ids. An expired token already answers PERMISSION_DENIED;
-    this keeps the table from growing with them (Nomad's expired token GC)."""
+    this keeps the table from growing with them (Nomad's expired token GC).
+    `local_only` outside the authoritative region: global tokens are
+    collected there and their deletion replicated."""
     cur = await tx.conn.execute(
         "DELETE FROM acl_tokens WHERE expiration_time IS NOT NULL AND expiration_time < %s "
-        "RETURNING accessor_id",
-        (from_ns(expired_before_ns),),
+        "AND NOT (global AND %s) RETURNING accessor_id",
+        (from_ns(expired_before_ns), local_only),
     )
     deleted = sorted(r[0] for r in await cur.fetchall())
     for a in deleted:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.struct_pb2 import Struct
 
 from corral.domain import (
+    artifacts,
     identity,
     lifecycle,
     namespaces,
@@ -19,6 +20,7 @@ from corral.domain import (
     scaling,
     services,
     structs,
+    volumes,
 )
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -185,9 +187,9 @@ def validate_job(job: pb.Job) -> None:
         _service_bounds(tg.services, f"{f}.services")
         for k, task in enumerate(tg.tasks):
             _service_bounds(task.services, f"{f}.tasks[{k}].services")
-    found = scaling.problem(job)
-    if found is not None:
-        raise InvalidArgument(*found)
+    for found in (scaling.problem(job), volumes.problem(job), artifacts.problem(job)):
+        if found is not None:
+            raise InvalidArgument(*found)
     if job.node_pool:
         pool_problem = node_pools.name_problem(job.node_pool)
         if pool_problem is not None:
@@ -328,6 +330,8 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            for artifact in task.artifacts:
+                artifacts.canonicalize(artifact)
             template_block.canonicalize(task)
             lifecycle.default_log_config(task)
     services.canonicalize(job)
@@ -384,6 +388,10 @@ async def register_job(
     await admit(tx, job)
     scaling.canonicalize(job)  # targets name this job (a dispatched child, a revert)
     current = await tx.get_job(job.namespace, job.id)
+    if current is not None and not current.region and job.region:
+        # stored before jobs carried their region: it was this region's
+        current = copy_msg(current)
+        current.region = job.region
     check_update(current, job, dispatch=dispatch)
     if enforce_index:
         have = current.job_modify_index if current is not None else 0

@@ -122,6 +122,14 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/status/peers": const(Sample("/v1/status/peers")),
         "/v1/regions": const(Sample("/v1/regions")),
         "/v1/agent/self": const(Sample("/v1/agent/self")),
+        # the federation: the state servers of every region; joining an
+        # address that refuses (200 with num_joined 0) and forgetting a region
+        # nobody knows (404)
+        "/v1/agent/members": const(Sample("/v1/agent/members")),
+        "/v1/agent/join": const(Sample("/v1/agent/join", params={"address": "127.0.0.1:1"})),
+        "/v1/agent/force-leave": const(
+            Sample("/v1/agent/force-leave", params={"node": "gw-no-such-region"})
+        ),
         "/v1/job/{job_id:path}/revert": job_path("/revert", body={"JobVersion": 0}),
         "/v1/jobs": lambda m: Sample("/v1/jobs", body=job_json(cluster) if m != "GET" else None),
         "/v1/job/{job_id:path}/plan": job_path("/plan", body=job_json(cluster)),
@@ -186,6 +194,18 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/scaling/policy/{policy_id:path}": const(
             Sample(f"/v1/scaling/policy/{policies[0]['ID']}")
         ),
+        **{
+            f"/v1/client/fs/{kind}/{{alloc_id}}": const(
+                Sample(f"/v1/client/fs/{kind}/{d.alloc_ids[0]}", params=params)
+            )
+            for kind, params in (
+                ("ls", {"path": "/"}),
+                ("stat", {"path": "alloc"}),
+                ("cat", {"path": f"alloc/logs/{d.task}.stdout.0"}),
+                ("readat", {"path": f"alloc/logs/{d.task}.stdout.0", "offset": "0", "limit": "4"}),
+                ("stream", {"path": f"alloc/logs/{d.task}.stdout.0", "follow": "false"}),
+            )
+        },
         "/v1/client/fs/logs/{alloc_id}": const(
             Sample(
                 f"/v1/client/fs/logs/{d.alloc_ids[0]}",
