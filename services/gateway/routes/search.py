@@ -124,14 +124,19 @@ def wanted_contexts(context: Any) -> list[str]:
     return [context]
 
 
-async def prefix_search(request: Request) -> Response:
+async def search_body(request: Request, field: str) -> tuple[str, list[str]]:
+    """A search request's text (`Prefix` or `Text`) and its contexts."""
     body = await json_body(request)
     if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object with Prefix and Context")
-    prefix = body.get("Prefix") or ""
-    if not isinstance(prefix, str):
-        raise bad_request("Prefix must be a string")
-    wanted = wanted_contexts(body.get("Context"))
+        raise bad_request(f"request body must be a JSON object with {field} and Context")
+    text = body.get(field) or ""
+    if not isinstance(text, str):
+        raise bad_request(f"{field} must be a string")
+    return text, wanted_contexts(body.get("Context"))
+
+
+async def prefix_search(request: Request) -> Response:
+    prefix, wanted = await search_body(request, "Prefix")
     namespace = request.query_params.get("namespace") or "default"
     backend, md = backend_of(request), metadata_of(request)
     readable = await job_readers(request)

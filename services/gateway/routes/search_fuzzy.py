@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute
 from corral.v1 import job_pb2, query_pb2, structs_pb2
 from services.gateway.authz import ApiRoute
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend
-from services.gateway.http import NomadError, backend_of, bad_request, json_body, metadata_of
+from services.gateway.http import NomadError, backend_of, bad_request, metadata_of
 from services.gateway.routes.search import (
     CONTEXTS,
     DENIED,
@@ -42,8 +42,8 @@ from services.gateway.routes.search import (
     job_readers,
     namespace_of,
     namespace_shown,
+    search_body,
     search_response,
-    wanted_contexts,
 )
 
 #: Nomad's `search.limit_query`: objects scanned per context
@@ -107,7 +107,7 @@ def _scope_single(context: str, item: Any) -> tuple[str, list[str]]:
     return item.name, []  # namespaces
 
 
-def _match_job(found: Found, job: structs_pb2.Job) -> None:
+def match_job(found: Found, job: structs_pb2.Job) -> None:
     """The job's name and the names and driver configs inside it."""
     ns, jid = job.namespace or "default", job.id
     found.add("jobs", job.name, [ns, jid])
@@ -141,21 +141,15 @@ async def _jobs(found: Found, b: Backend, stubs: list[Any], md: Any) -> None:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 continue  # deleted since it was listed
             raise
-        _match_job(found, resp.job)
+        match_job(found, resp.job)
 
 
 async def fuzzy_search(request: Request) -> Response:
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object with Text and Context")
-    text = body.get("Text") or ""
-    if not isinstance(text, str):
-        raise bad_request("Text must be a string")
+    text, wanted = await search_body(request, "Text")
     if len(text) < MIN_TERM_LENGTH:
         raise bad_request(
             f"fuzzy search query must be at least {MIN_TERM_LENGTH} characters, got {len(text)}"
         )
-    wanted = wanted_contexts(body.get("Context"))
     namespace = request.query_params.get("namespace") or "default"
     uuid_prefix = request.query_params.get("prefix") or ""
     backend, md = backend_of(request), metadata_of(request)
