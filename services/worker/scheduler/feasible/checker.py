@@ -166,7 +166,27 @@ class FeasibilityChecker:
 
     # -- the memoised part: only node data covered by the computed class
 
-    def _job_reason(self, node: pb.Node, cls: str) -> str:
+    @property
+    def memoisable(self) -> bool:
+        """No constraint of the job or group targets unique node data, so
+        the class-level checks hold for every node of a class."""
+        return self._memoisable
+
+    def class_reason(self, node: pb.Node, *, record: bool) -> str:
+        """Why `node`'s class fails the job's and group's class-level checks
+        ("" when it passes). `record` memoises the outcome and reports it to
+        `EvalEligibility` as visiting a node of the class does; without it
+        nothing is written (the class may not be visited at all)."""
+        cls = node.computed_class or self.ctx.computed_class(node)
+        reason = self._class_failure.get(cls)
+        if reason is not None:
+            return reason
+        reason = self._job_reason(node, cls, record) or self._tg_reason(node, cls, record)
+        if record and self._memoisable:
+            self._class_failure[cls] = reason
+        return reason
+
+    def _job_reason(self, node: pb.Node, cls: str, record: bool = True) -> str:
         """Why the job's constraints rule the node out ("" when they do not)."""
         elig = self.ctx.eligibility
         status = elig.job_status(cls)
@@ -176,11 +196,11 @@ class FeasibilityChecker:
             return ""
         failed = meets_constraints(node, self.job_constraints, self.ctx.match_cache)
         reason = constraint_string(failed) if failed is not None else ""
-        if status == ClassStatus.UNKNOWN:
+        if status == ClassStatus.UNKNOWN and record:
             elig.set_job_eligibility(not reason, cls, reason)
         return reason
 
-    def _tg_reason(self, node: pb.Node, cls: str) -> str:
+    def _tg_reason(self, node: pb.Node, cls: str, record: bool = True) -> str:
         """Why the group's drivers, constraints or devices rule the node out."""
         elig = self.ctx.eligibility
         tg_name = self.tg.name if self.tg is not None else ""
@@ -199,7 +219,7 @@ class FeasibilityChecker:
                 reason = constraint_string(failed)
             elif not has_devices(node, tgc.devices, self.ctx.match_cache):
                 reason = FILTER_MISSING_DEVICES
-        if status == ClassStatus.UNKNOWN:
+        if status == ClassStatus.UNKNOWN and record:
             elig.set_tg_eligibility(not reason, tg_name, cls, reason)
         return reason
 

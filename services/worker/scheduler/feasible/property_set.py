@@ -4,7 +4,7 @@ in the state and in the plan being built."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
@@ -64,6 +64,9 @@ class PropertySet:
         # plan node id -> (fingerprint of its list, targeted value, count)
         self._placed: dict[str, tuple[tuple[int, str], str, int]] = {}
         self._stopped: dict[str, tuple[tuple[int, str], str, int]] = {}
+        # where this set stands in the context's plan-edit journal
+        self._journal_epoch = -1
+        self._journal_pos = 0
         if not error:
             self._populate_existing()
             self.populate_proposed()
@@ -154,74 +157,129 @@ class PropertySet:
     def populate_proposed(self) -> None:
         """Bring the counts up to date with the plan (call before each select).
 
-        Only plan nodes whose placement or stop list changed since the last
-        refresh (length or last element differ, as `EvalContext`'s
-        proposed-alloc cache checks) are recounted; their difference is
-        applied to the per-value counts."""
-        plan = self.ctx.plan
+        While the context journals plan edits (`EvalContext.track_plan_edits`)
+        only the journaled nodes are recounted; otherwise every plan node is
+        looked at and only those whose placement or stop list changed since
+        the last refresh (length or last element differ, as `EvalContext`'s
+        proposed-alloc cache checks) are recounted. Either way the
+        difference is applied to the per-value counts."""
+        ctx = self.ctx
+        edited = ctx.journal_since(self._journal_epoch, self._journal_pos)
         changed: set[str] = set()
+        if edited is not None:
+            self._journal_pos += len(edited)
+            for node_id in dict.fromkeys(edited):
+                self._recount_node(node_id, changed)
+        else:
+            self._scan_plan(changed)
+            if ctx.journal is not None:
+                self._journal_epoch = ctx.journal_epoch
+                self._journal_pos = len(ctx.journal)
+        for key in changed:
+            self._recombine(key)
+
+    def _recount_node(self, node_id: str, changed: set[str]) -> None:
+        """Recount one node's placements and stops in the plan."""
+        plan = self.ctx.plan
+        lst = plan.node_allocation.get(node_id)
+        if lst is not None:
+            self._update_placed(node_id, lst.allocs, self._placed.get(node_id), changed)
+        elif node_id in self._placed:
+            self._drop(self._placed, self.proposed, node_id, changed)
+        stops = plan.node_update.get(node_id)
+        if stops is not None:
+            self._update_stopped(node_id, stops.stops, self._stopped.get(node_id), changed)
+        elif node_id in self._stopped:
+            self._drop(self._stopped, self.cleared, node_id, changed)
+
+    def _scan_plan(self, changed: set[str]) -> None:
+        """Recount every plan node whose lists changed since the last look."""
+        plan = self.ctx.plan
         placed = self._placed
-        proposed = self.proposed
         seen = 0
         for node_id, lst in plan.node_allocation.items():
-            allocs = lst.allocs
-            size = len(allocs)
-            fp = (size, allocs[size - 1].id if size else "")
             hit = placed.get(node_id)
             if hit is not None:
                 seen += 1
-                if hit[0] == fp:
+                allocs = lst.allocs
+                size = len(allocs)
+                if hit[0] == (size, allocs[size - 1].id if size else ""):
                     continue
-            v, ok = self._value_of_node_id(node_id)
-            if not ok:
-                placed[node_id] = (fp, "", 0)
-                continue
-            key = self.targeted(v)
-            n = self._count_placed(allocs)
-            old = hit[2] if hit is not None else 0
-            placed[node_id] = (fp, key, n)
-            if n != old:
-                _bump(proposed, key, n - old)
-                changed.add(key)
+            self._update_placed(node_id, lst.allocs, hit, changed)
         if seen < len(placed):  # node entries dropped from the plan
             present = plan.node_allocation
             for node_id in [k for k in placed if k not in present]:
-                _, key, n = placed.pop(node_id)
-                if n:
-                    _bump(proposed, key, -n)
-                    changed.add(key)
+                self._drop(placed, self.proposed, node_id, changed)
         stopped = self._stopped
-        cleared = self.cleared
         seen = 0
         for node_id, stop_list in plan.node_update.items():
-            entries = stop_list.stops
-            size = len(entries)
-            fp = (size, entries[size - 1].alloc_id if size else "")
             hit = stopped.get(node_id)
             if hit is not None:
                 seen += 1
-                if hit[0] == fp:
+                entries = stop_list.stops
+                size = len(entries)
+                if hit[0] == (size, entries[size - 1].alloc_id if size else ""):
                     continue
-            v, ok = self._value_of_node_id(node_id)
-            if not ok:
-                stopped[node_id] = (fp, "", 0)
-                continue
-            key = self.targeted(v)
-            n = self._count_stopped(entries)
-            old = hit[2] if hit is not None else 0
-            stopped[node_id] = (fp, key, n)
-            if n != old:
-                _bump(cleared, key, n - old)
-                changed.add(key)
+            self._update_stopped(node_id, stop_list.stops, hit, changed)
         if seen < len(stopped):
             present_stops = plan.node_update
             for node_id in [k for k in stopped if k not in present_stops]:
-                _, key, n = stopped.pop(node_id)
-                if n:
-                    _bump(cleared, key, -n)
-                    changed.add(key)
-        for key in changed:
-            self._recombine(key)
+                self._drop(stopped, self.cleared, node_id, changed)
+
+    def _update_placed(
+        self,
+        node_id: str,
+        allocs: Sequence[pb.Allocation],
+        hit: tuple[tuple[int, str], str, int] | None,
+        changed: set[str],
+    ) -> None:
+        size = len(allocs)
+        fp = (size, allocs[size - 1].id if size else "")
+        v, ok = self._value_of_node_id(node_id)
+        if not ok:
+            self._placed[node_id] = (fp, "", 0)
+            return
+        key = self.targeted(v)
+        n = self._count_placed(allocs)
+        old = hit[2] if hit is not None else 0
+        self._placed[node_id] = (fp, key, n)
+        if n != old:
+            _bump(self.proposed, key, n - old)
+            changed.add(key)
+
+    def _update_stopped(
+        self,
+        node_id: str,
+        entries: Sequence[pb.AllocStop],
+        hit: tuple[tuple[int, str], str, int] | None,
+        changed: set[str],
+    ) -> None:
+        size = len(entries)
+        fp = (size, entries[size - 1].alloc_id if size else "")
+        v, ok = self._value_of_node_id(node_id)
+        if not ok:
+            self._stopped[node_id] = (fp, "", 0)
+            return
+        key = self.targeted(v)
+        n = self._count_stopped(entries)
+        old = hit[2] if hit is not None else 0
+        self._stopped[node_id] = (fp, key, n)
+        if n != old:
+            _bump(self.cleared, key, n - old)
+            changed.add(key)
+
+    @staticmethod
+    def _drop(
+        cache: dict[str, tuple[tuple[int, str], str, int]],
+        counts: dict[str, int],
+        node_id: str,
+        changed: set[str],
+    ) -> None:
+        """A node's entry left the plan: take back what it counted."""
+        _, key, n = cache.pop(node_id)
+        if n:
+            _bump(counts, key, -n)
+            changed.add(key)
 
     def _recombine(self, key: str) -> None:
         """Recompute one value's combined use and the count histogram."""
@@ -254,6 +312,7 @@ class PropertySet:
         for cache in (self._placed, self._stopped):
             for node_id, (_, key, n) in cache.items():
                 cache[node_id] = ((-1, ""), key, n)
+        self._journal_epoch = -1
 
     def combined_use(self) -> dict[str, int]:
         """existing + proposed − stopped, per (targeted) value (read-only)."""
