@@ -39,7 +39,9 @@ Asks the index does not cover fall back to the walk: ports or devices
 (which depend on which ports and instances a node has free), eviction,
 `distinct_hosts` or `distinct_property`, constraints on unique node data,
 spreads whose targets give a value no share (their boost depends on the
-order nodes were scored in), and fewer nodes than `MIN_NODES`.
+order nodes were scored in), and fewer nodes than `MIN_NODES`. Short walks
+walk too (`MIN_VISITS`): binpack alone ranks ⌈log2 n⌉ nodes, a few dozen
+visits that cost less than the index's passes over every node.
 """
 
 from __future__ import annotations
@@ -52,7 +54,11 @@ import numpy.typing as npt
 from corral.domain.fit import Capacity, Usage
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.checker import FeasibilityChecker
-from services.worker.scheduler.feasible.context import EvalContext, target_escapes
+from services.worker.scheduler.feasible.context import (
+    MAX_RETAINED_NODE_SCORES,
+    EvalContext,
+    target_escapes,
+)
 from services.worker.scheduler.feasible.rank import (
     RankedNode,
     Ranker,
@@ -61,10 +67,14 @@ from services.worker.scheduler.feasible.rank import (
 )
 from services.worker.scheduler.feasible.spread import LOWEST, SCORER_NAME, TARGETED, SpreadScorer
 
-__all__ = ["MIN_NODES", "VERIFY", "ClassIndex"]
+__all__ = ["MIN_NODES", "MIN_VISITS", "VERIFY", "ClassIndex"]
 
 #: below this many candidate nodes the walk is as cheap as the arrays
 MIN_NODES = 64
+#: the index answers a select whose limit, or the last select's visits,
+#: reach this: shorter walks (binpack ranks ⌈log2 n⌉ nodes) cost less
+#: than the index's passes over every node
+MIN_VISITS = 128
 #: replay every indexed select with the node walk and fail on any
 #: difference (the scheduler tests turn it on)
 VERIFY = False
@@ -103,6 +113,11 @@ class _GroupView:
     affinity: _Floats | None
     collisions: _Ints
     recorded: _Bools  # per class: eligibility reported (a node was visited)
+    unrecorded: int  # classes not reported yet
+    #: per class, the id of its (node class, filter reason) in `filters`
+    #: (0: the class is feasible)
+    filter_key: _Ints
+    filters: list[tuple[str, str]]
 
 
 @dataclass(slots=True)
@@ -174,7 +189,7 @@ class ClassIndex:
             self._build(nodes)
         self._refresh()
         view = self._view(tg)
-        by_order, spread_sum = self._spread_scores(view)
+        by_order, targeted, spread_sum = self._spread_scores(view)
         if not by_order:
             return None
         table = self._ask_table()
@@ -235,12 +250,11 @@ class ClassIndex:
             best = int(taken[int(np.argmax(final[taken]))])  # first of equals
 
         self._count_window(view, dim, offset, visited)
-        if spread is not None:
+        if targeted:
             self._lower_lowest_boost(view, order[:seen])
         # top scores: the best five ranked nodes visited, earlier first on ties
-        top = np.argsort(-final[:seen], kind="stable")[:5]
         ctx = self.ctx
-        for j in sorted(int(t) for t in top):
+        for j in _top_positions(final[:seen], MAX_RETAINED_NODE_SCORES):
             node = nodes[int(order[j])]
             scores = _scores(j, fit, anti, coll, penalty, aff, spread)
             meta = {
@@ -275,19 +289,21 @@ class ClassIndex:
             feasible = np.concatenate((view.feasible[offset:], view.feasible[: end - n]))
         ctx = self.ctx
         ctx.visits += visited
-        ncls = len(self._reps)
-        per_class = np.bincount(cls, minlength=ncls)
-        for found in np.flatnonzero(per_class):
-            c = int(found)
-            if not view.recorded[c]:
-                self.checker.class_reason(self._reps[c], record=True)
-                view.recorded[c] = True
-            r = int(view.class_reason[c])
-            if r:
-                ctx.count_filtered(self._reps[c].node_class, view.reasons[r], int(per_class[c]))
+        if view.unrecorded:
+            seen = np.bincount(cls, minlength=len(self._reps)) > 0
+            for found in np.flatnonzero(seen & ~view.recorded):
+                self.checker.class_reason(self._reps[int(found)], record=True)
+                view.recorded[int(found)] = True
+                view.unrecorded -= 1
+        if len(view.filters) > 1:
+            per_key = np.bincount(view.filter_key[cls], minlength=len(view.filters))
+            for key in np.flatnonzero(per_key[1:]):
+                node_class, reason = view.filters[int(key) + 1]
+                ctx.count_filtered(node_class, reason, int(per_key[int(key) + 1]))
         full = feasible & (wdim != 0)
         if full.any():
             ndims = len(self._dims)
+            ncls = len(self._reps)
             keys = np.bincount(cls[full] * ndims + wdim[full], minlength=ncls * ndims)
             for key in np.flatnonzero(keys):
                 c, d = divmod(int(key), ndims)
@@ -295,13 +311,14 @@ class ClassIndex:
 
     # ------------------------------------------------------------ spreads
 
-    def _spread_scores(self, view: _GroupView) -> tuple[bool, _Floats | None]:
+    def _spread_scores(self, view: _GroupView) -> tuple[bool, bool, _Floats | None]:
         """Each node's summed spread boost for this select (None: no
         spreads), after False when a value's boost depends on the order
-        nodes are scored in."""
+        nodes are scored in, and whether some value has a target."""
         sp = self.spread
         if not sp.active:
-            return True, None
+            return True, False, None
+        targeted = False
         total: _Floats = np.zeros(len(self._cls))
         for i, s in enumerate(view.spreads):
             table = np.empty(len(s.values))
@@ -311,10 +328,11 @@ class ClassIndex:
                     continue
                 b, kind = sp.value_boost(i, value)
                 if kind == LOWEST:
-                    return False, None
+                    return False, False, None
+                targeted = targeted or kind == TARGETED
                 table[j] = b
             total = total + table[s.ids]
-        return True, total
+        return True, targeted, total
 
     def _lower_lowest_boost(self, view: _GroupView, scored: _Ints) -> None:
         """The walk lowers the spread's lowest boost seen with every
@@ -465,6 +483,17 @@ class ClassIndex:
                 reasons.append(r)
             class_reason[c] = rid
         feasible: _Bools = (class_reason == 0)[self._cls]
+        filters: list[tuple[str, str]] = [("", "")]
+        filter_ids: dict[tuple[str, str], int] = {}
+        filter_key = np.zeros(len(self._reps), np.int64)
+        for c, rep in enumerate(self._reps):
+            if class_reason[c]:
+                pair = (rep.node_class, reasons[int(class_reason[c])])
+                fid = filter_ids.get(pair)
+                if fid is None:
+                    fid = filter_ids[pair] = len(filters)
+                    filters.append(pair)
+                filter_key[c] = fid
         view = _GroupView(
             tg=tg,
             class_reason=class_reason,
@@ -474,6 +503,9 @@ class ClassIndex:
             affinity=self._affinities(),
             collisions=self._collisions(tg),
             recorded=np.zeros(len(self._reps), np.bool_),
+            unrecorded=len(self._reps),
+            filter_key=filter_key,
+            filters=filters,
         )
         self._views[tg.name] = view
         return view
@@ -507,6 +539,18 @@ class ClassIndex:
         per_class = np.array([affinity_score(affinities, r, cache) for r in self._reps])
         out: _Floats = per_class[self._cls]
         return out
+
+
+def _top_positions(scores: _Floats, k: int) -> list[int]:
+    """Positions of the `k` highest scores, earlier first among equals
+    (the context's retained scores), in position order."""
+    n = len(scores)
+    if n <= k:
+        return list(range(n))
+    kth = np.partition(scores, n - k)[n - k]  # the kth highest
+    above = np.flatnonzero(scores > kth)
+    ties = np.flatnonzero(scores == kth)[: k - len(above)]
+    return sorted(int(i) for i in np.concatenate((above, ties)))
 
 
 def _scores(

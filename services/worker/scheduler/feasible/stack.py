@@ -169,6 +169,7 @@ class GenericStack(_BaseStack):
         super().__init__(ctx, generic=True)
         assert self.spread is not None
         self.index = class_index.ClassIndex(ctx, self.checker, self.ranker, self.spread)
+        self._visits = 0  # nodes the last select visited
         self.batch = batch
         self.limit = 2
         self._shuffled_input: list[pb.Node] | None = None
@@ -230,18 +231,27 @@ class GenericStack(_BaseStack):
             limit = max(tg.count, NODE_LIMIT_FOR_FEASIBILITY_CHECKS)
         src = self.source
         n = len(src.nodes)
-        if n >= class_index.MIN_NODES and self.index.usable():
+        # the index's fixed cost pays off only for long walks: with spreads
+        # or affinities (the limit is the group's count), or when the last
+        # select had to visit many nodes (few feasible or fitting)
+        if (
+            n >= class_index.MIN_NODES
+            and max(limit, self._visits) >= class_index.MIN_VISITS
+            and self.index.usable()
+        ):
             offset = src.offset
             lowest = self.spread.lowest_boost if self.spread is not None else 0.0
             found = self.index.select(tg, src.nodes, offset, limit)
             if found is not None:
                 option, visited = found
                 src.offset = (offset + visited) % n
-                src.seen = visited
+                src.seen = self._visits = visited
                 if class_index.VERIFY:
                     self._verify(option, offset, lowest, limit)
                 return self._finish(option, start)
-        return self._finish(self._walk(limit), start)
+        option = self._walk(limit)
+        self._visits = src.seen
+        return self._finish(option, start)
 
     def _walk(self, limit: int) -> RankedNode | None:
         """The select node by node: the best of the first `limit` ranked."""
