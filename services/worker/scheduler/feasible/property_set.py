@@ -4,7 +4,7 @@ in the state and in the plan being built."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
@@ -235,17 +235,8 @@ class PropertySet:
     ) -> None:
         size = len(allocs)
         fp = (size, allocs[size - 1].id if size else "")
-        v, ok = self._value_of_node_id(node_id)
-        if not ok:
-            self._placed[node_id] = (fp, "", 0)
-            return
-        key = self.targeted(v)
-        n = self._count_placed(allocs)
-        old = hit[2] if hit is not None else 0
-        self._placed[node_id] = (fp, key, n)
-        if n != old:
-            _bump(self.proposed, key, n - old)
-            changed.add(key)
+        count = self._count_placed
+        self._update(self._placed, self.proposed, node_id, fp, hit, changed, lambda: count(allocs))
 
     def _update_stopped(
         self,
@@ -256,16 +247,31 @@ class PropertySet:
     ) -> None:
         size = len(entries)
         fp = (size, entries[size - 1].alloc_id if size else "")
+        count = self._count_stopped
+        self._update(self._stopped, self.cleared, node_id, fp, hit, changed, lambda: count(entries))
+
+    def _update(
+        self,
+        cache: dict[str, tuple[tuple[int, str], str, int]],
+        counts: dict[str, int],
+        node_id: str,
+        fp: tuple[int, str],
+        hit: tuple[tuple[int, str], str, int] | None,
+        changed: set[str],
+        count: Callable[[], int],
+    ) -> None:
+        """Recount one node's placements (into `proposed`) or stops (into
+        `cleared`) and apply the difference to its value's count."""
         v, ok = self._value_of_node_id(node_id)
         if not ok:
-            self._stopped[node_id] = (fp, "", 0)
+            cache[node_id] = (fp, "", 0)
             return
         key = self.targeted(v)
-        n = self._count_stopped(entries)
+        n = count()
         old = hit[2] if hit is not None else 0
-        self._stopped[node_id] = (fp, key, n)
+        cache[node_id] = (fp, key, n)
         if n != old:
-            _bump(self.cleared, key, n - old)
+            _bump(counts, key, n - old)
             changed.add(key)
 
     @staticmethod
