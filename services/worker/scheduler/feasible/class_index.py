@@ -69,20 +69,24 @@ from services.worker.scheduler.feasible.spread import LOWEST, SCORER_NAME, TARGE
 
 __all__ = ["MIN_NODES", "MIN_VISITS", "VERIFY", "ClassIndex"]
 
-#: below this many candidate nodes the walk is as cheap as the arrays
-MIN_NODES = 64
-#: the index answers a select whose limit, or the last select's visits,
-#: reach this: shorter walks (binpack ranks ⌈log2 n⌉ nodes) cost less
-#: than the index's passes over every node
-MIN_VISITS = 128
-#: replay every indexed select with the node walk and fail on any
-#: difference (the scheduler tests turn it on)
-VERIFY = False
-
 #: nodes scoring at or below this are skipped while better ones may come
 SKIP_SCORE_THRESHOLD = 0.0
 #: at most this many low-scoring nodes are skipped
 MAX_SKIP = 3
+#: the visit limit for groups with affinities or spreads (Nomad's
+#: node_limit_for_feasibility_checks default)
+NODE_LIMIT_FOR_FEASIBILITY_CHECKS = 100
+
+#: below this many candidate nodes the walk is as cheap as the arrays
+MIN_NODES = 64
+#: the index answers a select whose limit, or the last select's visits,
+#: reach this (every spread or affinity select does): shorter walks
+#: (binpack ranks ⌈log2 n⌉ nodes) cost less than the index's passes over
+#: every node
+MIN_VISITS = NODE_LIMIT_FOR_FEASIBILITY_CHECKS
+#: replay every indexed select with the node walk and fail on any
+#: difference (the scheduler tests turn it on)
+VERIFY = False
 
 _Ints = npt.NDArray[np.int64]
 _Floats = npt.NDArray[np.float64]

@@ -42,13 +42,11 @@ from services.worker.scheduler.feasible.spread import SpreadScorer
 
 __all__ = ["GenericStack", "RankedNode", "SelectOptions", "SystemStack"]
 
-#: nodes scoring at or below this are skipped while better ones may come
-SKIP_SCORE_THRESHOLD = 0.0
-#: at most this many low-scoring nodes are skipped
-MAX_SKIP = 3
-#: the visit limit for groups with affinities or spreads (Nomad's
-#: node_limit_for_feasibility_checks default)
-NODE_LIMIT_FOR_FEASIBILITY_CHECKS = 100
+# the skip rule and the spread/affinity limit live with the class index,
+# which computes the same walk
+SKIP_SCORE_THRESHOLD = class_index.SKIP_SCORE_THRESHOLD
+MAX_SKIP = class_index.MAX_SKIP
+NODE_LIMIT_FOR_FEASIBILITY_CHECKS = class_index.NODE_LIMIT_FOR_FEASIBILITY_CHECKS
 
 
 @dataclass
