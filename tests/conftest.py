@@ -36,6 +36,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Each checkout its own root for pytest's temporary directories. At every
+# session start pytest closes its per-user directory (/tmp/pytest-of-root)
+# to 0700; as root the embedded PostgreSQL runs as a user of its own, which
+# then cannot reach the data of another session's `corral dev` on the same
+# machine (initdb: Permission denied). Short on purpose: task sockets live
+# under these directories and AF_UNIX paths are at most 107 bytes.
+_TEMPROOT = Path(tempfile.gettempdir()) / f"ct-{hashlib.sha1(bytes(ROOT)).hexdigest()[:6]}"
+_TEMPROOT.mkdir(mode=0o755, exist_ok=True)
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(_TEMPROOT))
 MIGRATIONS = ROOT / "services" / "state" / "db" / "migrations"
 
 

@@ -142,7 +142,7 @@ class TaskRunner:
         )
         self.owner = owner
         self._api_socket: TaskSocket | None = None
-        #: an adopted task's templates rendering again (see _watch_templates_adopted)
+        #: an adopted task's hooks running again (see _adopted_hooks)
         self._adopting: asyncio.Task[None] | None = None
         self._renewing: asyncio.Task[None] | None = None
         #: a restart under way (one at a time: check_restart asks again and again)
@@ -524,21 +524,25 @@ class TaskRunner:
         self.local["run_complete"] = True
         self._persist_local()
 
-    def _watch_templates_adopted(self) -> None:
-        """An adopted task's templates are rendered again and watched (Nomad
-        runs the template hook on restore), in the background: its run is
-        watched meanwhile. What they render the first time changes nothing
-        in the running task (its files only)."""
-        if self.templates is None or self._adopting is not None:
+    def _adopted_hooks(self) -> None:
+        """An adopted task's Task API socket is listened on again (the last
+        agent's went with it) and its templates are rendered again and
+        watched (Nomad runs these hooks on restore), in the background: its
+        run is watched meanwhile. What they render the first time changes
+        nothing in the running task (its files only)."""
+        if self._adopting is not None:
             return
 
-        async def render() -> None:
+        async def hooks() -> None:
+            await self._open_task_api(self.task_env())
+            if self.templates is None:
+                return
             try:
                 await self._prestart_templates()
             except (TemplateFailed, TemplateHookError) as exc:
                 log.warning("templates of adopted task %s: %s", self.name, exc)
 
-        self._adopting = asyncio.create_task(render(), name=f"templates-{self.name}")
+        self._adopting = asyncio.create_task(hooks(), name=f"adopted-{self.name}")
 
     def _should_stop(self) -> bool:
         """The alloc is over for this task (Nomad's shouldShutdown): a
@@ -571,7 +575,7 @@ class TaskRunner:
                 if self.services is not None:
                     self.services.task_started(self.name)
                 self._renew_identities(adopted=True)
-                self._watch_templates_adopted()
+                self._adopted_hooks()
             self.started.set()
             if result is None:
                 result = await self._wait()

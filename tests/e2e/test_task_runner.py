@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -293,6 +294,74 @@ def test_a_killed_agent_adopts_its_running_tasks(dev: Dev) -> None:
     stopped = wait_for("the allocs to finish", lambda: _finished(dev, "ticker", 3), timeout=60)
     for a in stopped:
         assert _events(a, "tick")[-3:] == ["Killing", "Terminated", "Killed"]
+
+
+RENDERED = """
+job "rendered" {
+  datacenters = ["dc1"]
+
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "while :; do sleep 1; done"]
+      }
+
+      template {
+        destination = "local/out.txt"
+        change_mode = "noop"
+        data        = <<EOT
+colour={{ with nomadVar "nomad/jobs/rendered" }}{{ .colour }}{{ end }}
+EOT
+      }
+
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+"""
+
+
+def test_an_adopted_tasks_templates_and_task_api_go_on(dev: Dev) -> None:
+    """After a kill -9 of the agent, the adopted task's templates are
+    watched again (a changed variable re-renders its file) and its Task
+    API socket is listened on again (the old agent's went with it)."""
+    dev.ok("var", "put", "-force", "nomad/jobs/rendered", "colour=red")
+    dev.run(RENDERED)
+    (alloc,) = wait_for("the rendered task", lambda: _running(dev, "rendered", 1, "t"), timeout=90)
+    task_dir = dev.agent_dir / "allocs" / alloc.id / "t"
+    out = task_dir / "local" / "out.txt"
+    wait_for("the first render", lambda: out.exists() and out.read_text() == "colour=red\n")
+    pid = read_identity(dev.executor_dir(alloc, "t") / "task.json")
+    assert pid is not None
+
+    dev.kill_agent(alloc.id)
+
+    def answers() -> bool:
+        # through the directory's descriptor: the socket's path is longer
+        # than an AF_UNIX address may be
+        fd = os.open(task_dir / "secrets", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.connect(f"/proc/self/fd/{fd}/api.sock")
+                except OSError:
+                    return False
+            return True
+        finally:
+            os.close(fd)
+
+    wait_for("the Task API socket to be listened on again", answers, timeout=60)
+    dev.ok("var", "put", "-force", "nomad/jobs/rendered", "colour=blue")
+    wait_for("the re-render", lambda: out.read_text() == "colour=blue\n", timeout=60)
+    # the same process all along (change_mode noop)
+    assert read_identity(dev.executor_dir(alloc, "t") / "task.json") == pid
+    dev.ok("job", "stop", "-purge", "-detach", "rendered")
 
 
 WATCHER = """
