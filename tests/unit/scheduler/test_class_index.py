@@ -46,19 +46,22 @@ def indexed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 def _cluster(n: int = 60) -> list[pb.Node]:
-    """Nodes of several sizes, datacenters, racks and classes."""
+    """Nodes of several sizes, datacenters, racks and classes; every fifth
+    has room for one dynamic port only."""
     nodes = []
     for i in range(n):
-        nodes.append(
-            mock.node(
-                node_id=f"00000000-0000-4000-8000-{i:012d}",
-                datacenter=("dc1", "dc2", "dc3")[i % 3],
-                node_class=("small", "large")[i % 2],
-                cpu=(4000, 8000)[i % 2],
-                memory_mb=(8192, 16384)[i % 2],
-                meta={"rack": f"r{i % 7}"},
-            )
+        node = mock.node(
+            node_id=f"00000000-0000-4000-8000-{i:012d}",
+            datacenter=("dc1", "dc2", "dc3")[i % 3],
+            node_class=("small", "large")[i % 2],
+            cpu=(4000, 8000)[i % 2],
+            memory_mb=(8192, 16384)[i % 2],
+            meta={"rack": f"r{i % 7}"},
         )
+        if i % 5 == 0:
+            node.node_resources.min_dynamic_port = 21000
+            node.node_resources.max_dynamic_port = 21000
+        nodes.append(node)
     return nodes
 
 
@@ -141,12 +144,18 @@ def _binpack_only(job: pb.Job) -> None:
     pass
 
 
+def _dynamic_ports(job: pb.Job) -> None:
+    job.task_groups[0].networks.add(dynamic_ports=[pb.Port(label="http")])
+    _even_spread(job)
+
+
 SHAPES: dict[str, Callable[[pb.Job], None]] = {
     "binpack": _binpack_only,
     "even spread": _even_spread,
     "targeted spread": _targeted_spread,
     "affinities": _affinity,
     "constraints": _constrained,
+    "dynamic ports": _dynamic_ports,
 }
 
 

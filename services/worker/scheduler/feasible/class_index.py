@@ -35,8 +35,11 @@ plan-edit journal names (`EvalContext.track_plan_edits`), and where the
 worker's other loops claimed (`InFlightPlacements.changes_since`): each
 select re-reads those nodes only.
 
-Asks the index does not cover fall back to the walk: ports or devices
-(which depend on which ports and instances a node has free), eviction,
+A group's dynamic ports join the usage state as the node's free ports in
+its dynamic range (-1 when its ports already collide), read once an ask
+has networks. Asks the index does not cover fall back to the walk: static
+ports or devices (which depend on which ports and instances a node has
+free), eviction,
 `distinct_hosts` or `distinct_property`, constraints on unique node data,
 spreads whose targets give a value no share (their boost depends on the
 order nodes were scored in), and fewer nodes than `MIN_NODES`. Short walks
@@ -91,7 +94,7 @@ VERIFY = False
 _Ints = npt.NDArray[np.int64]
 _Floats = npt.NDArray[np.float64]
 _Bools = npt.NDArray[np.bool_]
-_StateKey = tuple[int, int, int, int, int, int]
+_StateKey = tuple[int, int, int, int, int, int, int]
 
 
 @dataclass(slots=True)
@@ -156,7 +159,9 @@ class ClassIndex:
         self._caps: list[Capacity] = []
         self._state: _Ints = np.zeros(0, np.int64)
         self._state_ids: dict[_StateKey, int] = {}
-        self._states: list[tuple[int, int, int, int, int, int]] = []
+        self._states: list[_StateKey] = []
+        #: whether states count free dynamic ports (since an ask had networks)
+        self._ports = False
         self._dims: list[str] = [""]
         self._dim_ids: dict[str, int] = {"": 0}
         self._asks: dict[tuple[object, ...], _AskTable] = {}
@@ -191,6 +196,9 @@ class ClassIndex:
         n = len(nodes)
         if nodes is not self._nodes:
             self._build(nodes)
+        if self.ranker.needs_network and not self._ports:
+            self._ports = True
+            self._epoch = -1  # re-read every node's state, with its ports
         self._refresh()
         view = self._view(tg)
         by_order, targeted, spread_sum = self._spread_scores(view)
@@ -389,6 +397,7 @@ class ClassIndex:
         self._states = []
         self._asks = {}
         self._views = {}
+        self._ports = False
         self._epoch = -1
 
     def _refresh(self) -> None:
@@ -428,7 +437,16 @@ class ClassIndex:
         proposed = ctx.proposed_allocs(node.id)
         foreign = ctx.foreign_usage(node.id) if ctx.inflight is not None else None
         used = self.ranker.usage(node, proposed, foreign)
-        key = (int(self._cls[i]), used.cpu, used.cores, used.memory_mb, used.disk_mb, used.allocs)
+        room = self.ranker.dynamic_room(node, proposed) if self._ports else 0
+        key = (
+            int(self._cls[i]),
+            used.cpu,
+            used.cores,
+            used.memory_mb,
+            used.disk_mb,
+            used.allocs,
+            room,
+        )
         sid = self._state_ids.get(key)
         if sid is None:
             sid = self._state_ids[key] = len(self._states)
@@ -458,9 +476,9 @@ class ClassIndex:
         states = self._states
         if len(table.dims) < len(states):
             caps = self._caps
-            for c, cpu, cores, mem, disk, allocs in states[len(table.dims) :]:
+            for c, cpu, cores, mem, disk, allocs, room in states[len(table.dims) :]:
                 used = Usage(cpu, cores, mem, disk, allocs)
-                dim, fit = ranker.fit_outcome(caps[c], used)
+                dim, fit = ranker.fit_outcome(caps[c], used, room)
                 d = self._dim_ids.get(dim)
                 if d is None:
                     d = self._dim_ids[dim] = len(self._dims)

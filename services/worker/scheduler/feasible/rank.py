@@ -247,10 +247,29 @@ class Ranker:
         return cap
 
     def class_scorable(self) -> bool:
-        """Does the current ask depend on nothing but the node's class and
-        its summed usage (no ports, no devices, no eviction)? Then nodes of
-        one class with equal usage fit and score alike (`ClassIndex`)."""
-        return self.generic and not (self.evict or self._needs_network or self._needs_devices)
+        """Does the current ask depend on nothing but the node's class, its
+        summed usage and its free dynamic ports (no static ports, no
+        devices, no eviction)? Then nodes of one class in the same state
+        fit and score alike (`ClassIndex`)."""
+        return self.generic and not (self.evict or self._static_ports or self._needs_devices)
+
+    @property
+    def needs_network(self) -> bool:
+        return self._needs_network
+
+    def dynamic_room(self, node: pb.Node, proposed: list[pb.Allocation]) -> int:
+        """Free ports in the node's dynamic range next to `proposed`; -1
+        when their ports already collide."""
+        idx, reason, in_range = self._port_index(node, proposed)
+        if reason:
+            return -1
+        return (idx.max_dynamic_port - idx.min_dynamic_port + 1) - in_range
+
+    def _dynamic_ports_dim(self, room: int) -> str:
+        """Why the group's dynamic ports do not fit in `room` free ones."""
+        if self._dynamic_ports and room < self._dynamic_ports:
+            return "network: dynamic port selection failed"
+        return ""
 
     def exceeded_dimension(self, cap: Capacity, used: Usage, cpu: int, mem: int) -> str:
         """The first dimension the ask exceeds next to `used` ("" if it
@@ -268,10 +287,16 @@ class Ranker:
             return "disk"
         return ""
 
-    def fit_outcome(self, cap: Capacity, used: Usage) -> tuple[str, float]:
+    def fit_outcome(self, cap: Capacity, used: Usage, room: int) -> tuple[str, float]:
         """(exceeded dimension, normalised fit score) of the ask on a node
-        with capacity `cap` already using `used` (claims included); the fit
-        is -1 when a dimension is exceeded."""
+        with capacity `cap` already using `used` (claims included) and
+        `room` free dynamic ports (-1: its ports collide; read only when
+        the ask has networks); the fit is -1 when a dimension is exceeded."""
+        if self._needs_network:
+            if room < 0:
+                return "network: port collision", -1.0
+            if dim := self._dynamic_ports_dim(room):
+                return dim, -1.0
         cpu = used.cpu + self._cpu + self._cores * cap.mhz_per_core
         mem = used.memory_mb + self._mem
         dim = self.exceeded_dimension(cap, used, cpu, mem)
@@ -293,7 +318,7 @@ class Ranker:
     @property
     def ask_key(self) -> tuple[object, ...]:
         """Names the current ask and everything its fit score depends on."""
-        return (*self._ask_key, self.spread_algorithm)
+        return (*self._ask_key, self.spread_algorithm, self._needs_network, self._dynamic_ports)
 
     def usage(self, node: pb.Node, proposed: list[pb.Allocation], foreign: Claim | None) -> Usage:
         """What the node's proposed allocs and the other loops' claims use."""
@@ -346,8 +371,8 @@ class Ranker:
             seen.add(v)
             if lo <= v <= hi:
                 in_range += 1
-        if self._dynamic_ports and (hi - lo + 1) - in_range < self._dynamic_ports:
-            self.ctx.exhausted_node(node, "network: dynamic port selection failed")
+        if dim := self._dynamic_ports_dim((hi - lo + 1) - in_range):
+            self.ctx.exhausted_node(node, dim)
             return False
         return True
 
