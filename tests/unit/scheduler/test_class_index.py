@@ -144,6 +144,18 @@ def _binpack_only(job: pb.Job) -> None:
     pass
 
 
+def _distinct_hosts_job(job: pb.Job) -> None:
+    job.constraints.add(operand="distinct_hosts", r_target="true")
+    _even_spread(job)
+
+
+def _distinct_hosts_group(job: pb.Job) -> None:
+    job.task_groups[0].constraints.add(operand="distinct_hosts")
+    job.task_groups[0].affinities.add(
+        l_target="${meta.rack}", r_target="r3", operand="=", weight=40
+    )
+
+
 def _dynamic_ports(job: pb.Job) -> None:
     job.task_groups[0].networks.add(dynamic_ports=[pb.Port(label="http")])
     _even_spread(job)
@@ -156,6 +168,8 @@ SHAPES: dict[str, Callable[[pb.Job], None]] = {
     "affinities": _affinity,
     "constraints": _constrained,
     "dynamic ports": _dynamic_ports,
+    "distinct hosts (job)": _distinct_hosts_job,
+    "distinct hosts (group)": _distinct_hosts_group,
 }
 
 

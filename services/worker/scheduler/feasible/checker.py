@@ -26,7 +26,7 @@ from services.worker.scheduler.feasible.constraints import (
     constraint_string,
     resolve_target,
 )
-from services.worker.scheduler.feasible.context import ClassStatus, EvalContext
+from services.worker.scheduler.feasible.context import ClassStatus, EvalContext, target_escapes
 from services.worker.scheduler.feasible.devices import has_devices
 from services.worker.scheduler.feasible.property_set import PropertySet, distinct_property_sets
 
@@ -96,6 +96,20 @@ def distinct_hosts_enabled(constraints: Iterable[pb.Constraint]) -> bool:
     return False
 
 
+def distinct_hosts_blocked(
+    proposed: Iterable[pb.Allocation], job: pb.Job, task_group: str, *, job_level: bool
+) -> bool:
+    """Do a node's `proposed` allocs rule it out under distinct_hosts: an
+    alloc of the job (job-level constraint) or of its group?"""
+    ns = job.namespace or "default"
+    for a in proposed:
+        if a.job_id != job.id or (a.namespace or "default") != ns:
+            continue
+        if job_level or a.task_group == task_group:
+            return True
+    return False
+
+
 # --------------------------------------------------------------------------- the checks
 
 
@@ -124,6 +138,7 @@ class FeasibilityChecker:
         self._class_failure_by_tg: dict[str, dict[str, str]] = {}
         self._class_failure: dict[str, str] = {}
         self._memoisable = False
+        self._class_level = False
         #: for the select loop: the group's class memo (class -> why it
         #: failed, "" = passed), and whether a node whose class passed needs
         #: no further check (no distinct_hosts, no distinct_property), so
@@ -150,6 +165,10 @@ class FeasibilityChecker:
         self.tg_cons, self.tg_distinct_hosts = cons[1], cons[2]
         elig = self.ctx.eligibility
         self._memoisable = not elig.job_escaped and not elig.tg_escaped.get(tg.name, False)
+        self._class_level = not any(
+            target_escapes(c.l_target) or target_escapes(c.r_target)
+            for c in (*self.job_constraints, *cons[1].constraints)
+        )
         self._class_failure = self._class_failure_by_tg.setdefault(tg.name, {})
         psets = self._psets_by_tg.get(tg.name)
         if psets is None:
@@ -167,10 +186,12 @@ class FeasibilityChecker:
     # -- the memoised part: only node data covered by the computed class
 
     @property
-    def memoisable(self) -> bool:
+    def class_level(self) -> bool:
         """No constraint of the job or group targets unique node data, so
-        the class-level checks hold for every node of a class."""
-        return self._memoisable
+        the class-level checks (all but distinct_*) hold for every node of
+        a class. (Memoisation also stops at distinct_* constraints, which
+        `EvalEligibility` counts as escaping for blocked evals.)"""
+        return self._class_level
 
     def class_reason(self, node: pb.Node, *, record: bool) -> str:
         """Why `node`'s class fails the job's and group's class-level checks
@@ -228,15 +249,21 @@ class FeasibilityChecker:
     def _distinct_hosts_ok(self, node: pb.Node) -> bool:
         if not (self.job_distinct_hosts or self.tg_distinct_hosts):
             return True
-        job = self.job
-        tg = self.tg
-        assert job is not None and tg is not None
-        for a in self.ctx.proposed_allocs(node.id):
-            if a.job_id != job.id or (a.namespace or "default") != (job.namespace or "default"):
-                continue
-            if self.job_distinct_hosts or a.task_group == tg.name:
-                return False
-        return True
+        assert self.job is not None and self.tg is not None
+        proposed = self.ctx.proposed_allocs(node.id)
+        return not distinct_hosts_blocked(
+            proposed, self.job, self.tg.name, job_level=self.job_distinct_hosts
+        )
+
+    @property
+    def distinct_hosts(self) -> bool:
+        """Whether the group's nodes must not run the job (or group) yet."""
+        return self.use_distinct_hosts and (self.job_distinct_hosts or self.tg_distinct_hosts)
+
+    @property
+    def property_sets_free(self) -> bool:
+        """No distinct_property constraint applies to the group."""
+        return not self.property_sets
 
     def feasible(self, node: pb.Node) -> bool:
         ctx = self.ctx

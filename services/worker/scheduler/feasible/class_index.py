@@ -39,8 +39,7 @@ A group's dynamic ports join the usage state as the node's free ports in
 its dynamic range (-1 when its ports already collide), read once an ask
 has networks. Asks the index does not cover fall back to the walk: static
 ports or devices (which depend on which ports and instances a node has
-free), eviction,
-`distinct_hosts` or `distinct_property`, constraints on unique node data,
+free), eviction, `distinct_property`, constraints on unique node data,
 spreads whose targets give a value no share (their boost depends on the
 order nodes were scored in), and fewer nodes than `MIN_NODES`. Short walks
 walk too (`MIN_VISITS`): binpack alone ranks ⌈log2 n⌉ nodes, a few dozen
@@ -50,13 +49,15 @@ visits that cost less than the index's passes over every node.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from corral.domain.fit import Capacity, Usage
 from corral.v1 import structs_pb2 as pb
-from services.worker.scheduler.feasible.checker import FeasibilityChecker
+from services.worker.scheduler.feasible.checker import FeasibilityChecker, distinct_hosts_blocked
+from services.worker.scheduler.feasible.constraints import DISTINCT_HOSTS
 from services.worker.scheduler.feasible.context import (
     MAX_RETAINED_NODE_SCORES,
     EvalContext,
@@ -94,6 +95,7 @@ VERIFY = False
 _Ints = npt.NDArray[np.int64]
 _Floats = npt.NDArray[np.float64]
 _Bools = npt.NDArray[np.bool_]
+_T = TypeVar("_T", bound=np.generic)
 _StateKey = tuple[int, int, int, int, int, int, int]
 
 
@@ -125,6 +127,10 @@ class _GroupView:
     #: (0: the class is feasible)
     filter_key: _Ints
     filters: list[tuple[str, str]]
+    #: distinct_hosts: None when off, else whether it is job-level, and
+    #: per node whether it is ruled out (it holds the job or group)
+    distinct_job_level: bool | None
+    blocked: _Bools | None
 
 
 @dataclass(slots=True)
@@ -182,8 +188,8 @@ class ClassIndex:
         checker = self.checker
         return (
             self.ctx.journal is not None
-            and checker.plain
-            and checker.memoisable
+            and checker.property_sets_free
+            and checker.class_level
             and self.ranker.class_scorable()
         )
 
@@ -207,7 +213,8 @@ class ClassIndex:
         table = self._ask_table()
         state = self._state
         dim = table.dim_array[state]
-        ranked = view.feasible & (dim == 0)
+        feasible = view.feasible if view.blocked is None else view.feasible & ~view.blocked
+        ranked = feasible & (dim == 0)
         pos = np.flatnonzero(ranked)
         k = int(np.searchsorted(pos, offset))
         order = np.concatenate((pos[k:], pos[:k]))  # ranked nodes, walk order
@@ -261,7 +268,7 @@ class ClassIndex:
         if len(taken):
             best = int(taken[int(np.argmax(final[taken]))])  # first of equals
 
-        self._count_window(view, dim, offset, visited)
+        self._count_window(view, feasible, dim, offset, visited)
         if targeted:
             self._lower_lowest_boost(view, order[:seen])
         # top scores: the best five ranked nodes visited, earlier first on ties
@@ -285,20 +292,15 @@ class ClassIndex:
         )
         return option, visited
 
-    def _count_window(self, view: _GroupView, dim: _Ints, offset: int, visited: int) -> None:
+    def _count_window(
+        self, view: _GroupView, feasible_all: _Bools, dim: _Ints, offset: int, visited: int
+    ) -> None:
         """The metric counts of the visited nodes: evaluated, filtered by
-        class reason, exhausted by dimension; and the eligibility of the
-        classes visited, as the walk reports it."""
-        n = len(self._cls)
-        end = offset + visited
-        if end <= n:
-            cls = self._cls[offset:end]
-            wdim = dim[offset:end]
-            feasible = view.feasible[offset:end]
-        else:
-            cls = np.concatenate((self._cls[offset:], self._cls[: end - n]))
-            wdim = np.concatenate((dim[offset:], dim[: end - n]))
-            feasible = np.concatenate((view.feasible[offset:], view.feasible[: end - n]))
+        class reason or distinct_hosts, exhausted by dimension; and the
+        eligibility of the classes visited, as the walk reports it."""
+        cls = _window(self._cls, offset, visited)
+        wdim = _window(dim, offset, visited)
+        feasible = _window(feasible_all, offset, visited)
         ctx = self.ctx
         ctx.visits += visited
         if view.unrecorded:
@@ -312,6 +314,14 @@ class ClassIndex:
             for key in np.flatnonzero(per_key[1:]):
                 node_class, reason = view.filters[int(key) + 1]
                 ctx.count_filtered(node_class, reason, int(per_key[int(key) + 1]))
+        if view.blocked is not None:
+            # class-feasible nodes the distinct_hosts check ruled out
+            ruled_out = _window(view.feasible, offset, visited) & ~feasible
+            if ruled_out.any():
+                per_class = np.bincount(cls[ruled_out], minlength=len(self._reps))
+                for found in np.flatnonzero(per_class):
+                    c = int(found)
+                    ctx.count_filtered(self._reps[c].node_class, DISTINCT_HOSTS, int(per_class[c]))
         full = feasible & (wdim != 0)
         if full.any():
             ndims = len(self._dims)
@@ -419,6 +429,7 @@ class ClassIndex:
                 self._update(i)
             for view in self._views.values():
                 view.collisions = self._collisions(view.tg)
+                view.blocked = self._blocked(view.tg, view.distinct_job_level)
             return
         self._journal_pos += len(edited)
         pos = self._pos
@@ -428,6 +439,8 @@ class ClassIndex:
                 self._update(at)
                 for view in self._views.values():
                     view.collisions[at] = self._node_collisions(view.tg, at)
+                    if view.blocked is not None:
+                        view.blocked[at] = self._node_blocked(view, at)
 
     def _update(self, i: int) -> None:
         """Node `i`'s usage state from its proposed allocs and claims."""
@@ -458,6 +471,28 @@ class ClassIndex:
         assert self._nodes is not None and self.ranker.job is not None
         proposed = self.ctx.proposed_allocs(self._nodes[i].id)
         return job_collisions(proposed, self.ranker.job.id, tg.name)
+
+    def _node_blocked(self, view: _GroupView, i: int) -> bool:
+        """Does distinct_hosts rule node `i` out for the view's group?"""
+        assert self._nodes is not None and self.ranker.job is not None
+        proposed = self.ctx.proposed_allocs(self._nodes[i].id)
+        job_level = bool(view.distinct_job_level)
+        return distinct_hosts_blocked(proposed, self.ranker.job, view.tg.name, job_level=job_level)
+
+    def _blocked(self, tg: pb.TaskGroup, job_level: bool | None) -> _Bools | None:
+        """Per node, whether distinct_hosts rules it out (None when off)."""
+        if job_level is None:
+            return None
+        assert self._nodes is not None and self.ranker.job is not None
+        job = self.ranker.job
+        proposed = self.ctx.proposed_allocs
+        return np.array(
+            [
+                distinct_hosts_blocked(proposed(n.id), job, tg.name, job_level=job_level)
+                for n in self._nodes
+            ],
+            np.bool_,
+        )
 
     def _collisions(self, tg: pb.TaskGroup) -> _Ints:
         """Allocs of the job and group `tg` on every node."""
@@ -516,6 +551,7 @@ class ClassIndex:
                     fid = filter_ids[pair] = len(filters)
                     filters.append(pair)
                 filter_key[c] = fid
+        distinct = checker.job_distinct_hosts if checker.distinct_hosts else None
         view = _GroupView(
             tg=tg,
             class_reason=class_reason,
@@ -528,6 +564,8 @@ class ClassIndex:
             unrecorded=len(self._reps),
             filter_key=filter_key,
             filters=filters,
+            distinct_job_level=distinct,
+            blocked=self._blocked(tg, distinct),
         )
         self._views[tg.name] = view
         return view
@@ -561,6 +599,15 @@ class ClassIndex:
         per_class = np.array([affinity_score(affinities, r, cache) for r in self._reps])
         out: _Floats = per_class[self._cls]
         return out
+
+
+def _window(values: npt.NDArray[_T], offset: int, visited: int) -> npt.NDArray[_T]:
+    """`values` of the `visited` nodes from `offset`, wrapping around."""
+    end = offset + visited
+    n = len(values)
+    if end <= n:
+        return values[offset:end]
+    return np.concatenate((values[offset:], values[: end - n]))
 
 
 def _top_positions(scores: _Floats, k: int) -> list[int]:
