@@ -10,7 +10,7 @@ visited ~2,500 nodes per placement, 3 million node visits in all).
 For most asks a node's outcome depends on nothing that differs between
 nodes of one class in the same state:
 
-* feasibility on the node's computed class (memoisable constraints only);
+* feasibility on the node's computed class (no constraint on unique data);
 * fit and the bin-packing score on the class's capacity and the node's
   summed usage (its proposed allocs plus the other loops' claims);
 * job anti-affinity on how many allocs of the job and group it holds;
