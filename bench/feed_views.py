@@ -22,8 +22,10 @@ from collections.abc import Callable
 
 import grpc
 
+from corral.domain import topics
 from corral.domain.store import StateStore
-from corral.domain.structs import Topic, new_id
+from corral.domain.structs import new_id
+from corral.domain.topics import EventType
 from corral.runtime import event_loop, feed_view
 from corral.runtime.feed_view import FeedView
 from corral.testing import mock
@@ -56,16 +58,16 @@ def w2_batch(index: int) -> pb.ChangeBatch:
             meta.scores["node-reschedule-penalty"] = 0.0
         batch.events.add(
             index=index,
-            topic=Topic.ALLOCATION,
-            type="PlanResult",
+            topic=topics.ALLOCATION.name,
+            type=EventType.PLAN_RESULT,
             key=a.id,
             namespace=a.namespace,
             allocation=a,
         )
     batch.events.add(
         index=index,
-        topic=Topic.EVALUATION,
-        type="PlanResult",
+        topic=topics.EVALUATION.name,
+        type=EventType.PLAN_RESULT,
         key=new_id(),
         evaluation=mock.eval_for(j),
     )

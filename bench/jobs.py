@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.domain.jobspec import parse_job
+from corral.domain.jobspec.load import parse_job
 from corral.v1 import structs_pb2 as pb
 
 

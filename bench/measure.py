@@ -13,7 +13,9 @@ from typing import Any
 
 import psycopg
 
-from corral.domain.structs import ClientStatus, Topic
+from corral.domain import topics
+from corral.domain.structs import ClientStatus
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 
 
@@ -235,7 +237,7 @@ def running_commits(
     for created, payload in rows:
         batch = pb.ChangeBatch.FromString(payload)
         for ev in batch.events:
-            if ev.topic != Topic.ALLOCATION or not ev.HasField("allocation"):
+            if ev.topic != topics.ALLOCATION.name or not ev.HasField("allocation"):
                 continue
             a = ev.allocation
             if (
@@ -274,10 +276,15 @@ def placement_to_running_ms(
 #: order a batch holding several is counted under (the write batcher may
 #: put a registration, eval writes and client updates in one commit)
 COMMIT_KINDS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("plan", frozenset({"PlanResult"})),
-    ("job", frozenset({"JobRegistered", "JobDeregistered", "JobStatusUpdated"})),
-    ("client update", frozenset({"NodeAllocUpdate", "AllocationUpdated"})),
-    ("eval", frozenset({"EvaluationUpdated"})),
+    ("plan", frozenset({EventType.PLAN_RESULT})),
+    (
+        "job",
+        frozenset(
+            {EventType.JOB_REGISTERED, EventType.JOB_DEREGISTERED, EventType.JOB_STATUS_UPDATED}
+        ),
+    ),
+    ("client update", frozenset({EventType.NODE_ALLOC_UPDATE, EventType.ALLOCATION_UPDATED})),
+    ("eval", frozenset({EventType.EVALUATION_UPDATED})),
 )
 
 

@@ -29,8 +29,9 @@ from typing import Any
 
 import psutil
 
+from corral.domain import topics
 from corral.domain.store import StateStore
-from corral.domain.structs import Topic
+from corral.domain.topics import EventType
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 
@@ -59,8 +60,10 @@ def batches(jobs: int, count: int, nodes: list[pb.Node]) -> tuple[list[bytes], l
         job.id = f"mem-{j}"
         ev = mock.eval_for(job)
         reg = pb.ChangeBatch(index=index)
-        reg.events.add(topic=Topic.JOB, type="JobRegistered", job=job)
-        reg.events.add(topic=Topic.EVALUATION, type="EvaluationUpdated", evaluation=ev)
+        reg.events.add(topic=topics.JOB.name, type=EventType.JOB_REGISTERED, job=job)
+        reg.events.add(
+            topic=topics.EVALUATION.name, type=EventType.EVALUATION_UPDATED, evaluation=ev
+        )
         regs.append(reg.SerializeToString())
         index += 1
     for j in range(jobs):
@@ -72,7 +75,7 @@ def batches(jobs: int, count: int, nodes: list[pb.Node]) -> tuple[list[bytes], l
             a = mock.alloc(job, nodes[(j * count + i) % len(nodes)])
             a.name = f"{job_id}.web[{i}]"
             a.metrics.CopyFrom(metrics)
-            plan.events.add(topic=Topic.ALLOCATION, type="PlanResult", allocation=a)
+            plan.events.add(topic=topics.ALLOCATION.name, type=EventType.PLAN_RESULT, allocation=a)
         plans.append(plan.SerializeToString())
         index += 1
     return regs, plans
@@ -88,7 +91,9 @@ def _fill(jobs: int, count: int, *, trace: bool, lean: bool) -> tuple[StateStore
     heap when `trace`)."""
     nodes = [mock.node() for _ in range(100)]
     store = StateStore(lean=lean)
-    store.apply(pb.ChangeBatch(index=1, events=[pb.Event(topic=Topic.NODE, node=n) for n in nodes]))
+    store.apply(
+        pb.ChangeBatch(index=1, events=[pb.Event(topic=topics.NODE.name, node=n) for n in nodes])
+    )
     regs, plans = batches(jobs, count, nodes)
     gc.collect()
     if trace:

@@ -10,7 +10,9 @@ variables are set (`corral.security.transport.dial_sync`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import grpc
 
@@ -58,6 +60,20 @@ def resolve_token(flag: str | None) -> str:
     return (flag or os.environ.get(ENV_TOKEN) or "").strip()
 
 
+S = TypeVar("S")
+
+
+class _Stub(Generic[S]):
+    """A client attribute: the stub of one public service on the client's
+    channel to the state service."""
+
+    def __init__(self, stub: Callable[[grpc.Channel], S]) -> None:
+        self.stub = stub
+
+    def __get__(self, client: Client, owner: object = None) -> S:
+        return self.stub(client.channel())
+
+
 @dataclass
 class Client:
     address: str
@@ -82,37 +98,14 @@ class Client:
             )
         return self._channels[key]
 
-    @property
-    def acl(self) -> acl_pb2_grpc.ACLStub:
-        return acl_pb2_grpc.ACLStub(self.channel())
-
-    @property
-    def jobs(self) -> job_pb2_grpc.JobStub:
-        return job_pb2_grpc.JobStub(self.channel())
-
-    @property
-    def nodes(self) -> node_pb2_grpc.NodeStub:
-        return node_pb2_grpc.NodeStub(self.channel())
-
-    @property
-    def allocs(self) -> alloc_pb2_grpc.AllocStub:
-        return alloc_pb2_grpc.AllocStub(self.channel())
-
-    @property
-    def evals(self) -> eval_pb2_grpc.EvalsStub:
-        return eval_pb2_grpc.EvalsStub(self.channel())
-
-    @property
-    def deployments(self) -> deployment_pb2_grpc.DeploymentStub:
-        return deployment_pb2_grpc.DeploymentStub(self.channel())
-
-    @property
-    def events(self) -> event_pb2_grpc.EventStub:
-        return event_pb2_grpc.EventStub(self.channel())
-
-    @property
-    def operator(self) -> operator_pb2_grpc.OperatorStub:
-        return operator_pb2_grpc.OperatorStub(self.channel())
+    acl = _Stub(acl_pb2_grpc.ACLStub)
+    jobs = _Stub(job_pb2_grpc.JobStub)
+    nodes = _Stub(node_pb2_grpc.NodeStub)
+    allocs = _Stub(alloc_pb2_grpc.AllocStub)
+    evals = _Stub(eval_pb2_grpc.EvalsStub)
+    deployments = _Stub(deployment_pb2_grpc.DeploymentStub)
+    events = _Stub(event_pb2_grpc.EventStub)
+    operator = _Stub(operator_pb2_grpc.OperatorStub)
 
     @property
     def services(self) -> service_pb2_grpc.ServiceRegistrationStub:

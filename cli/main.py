@@ -49,7 +49,7 @@ from cli.context import (
     UsageError,
     grpc_message,
 )
-from corral.domain.jobspec import JobspecError
+from corral.domain.jobspec.errors import JobspecError
 
 
 def build_parser() -> Parser:

@@ -19,7 +19,8 @@ from lark.exceptions import LarkError
 from cli.context import CliError
 from cli.output import fmt_time, heading, kv
 from corral.domain import variables as nomad_json
-from corral.domain.template import Template, TemplateError
+from corral.domain.template.errors import TemplateError
+from corral.domain.template.template import Template
 from corral.v1 import structs_pb2 as pb
 
 FORMATS_IN = ("hcl", "json")

@@ -6,6 +6,7 @@ stopped with Ctrl-C."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 180.0
@@ -46,9 +48,18 @@ class DevProcess:
 
 
 def cli(
-    address: str, *args: str, stdin: str | None = None, timeout: float = 120
+    address: str,
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 120,
+    token: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`corral ARGS -address ADDRESS`, its output captured."""
+    """`corral ARGS -address ADDRESS`, its output captured; with `token`,
+    as that token (CORRAL_TOKEN, the environment's server token left out)."""
+    env = None
+    if token is not None:
+        env = {**os.environ, "CORRAL_TOKEN": token}
+        env.pop("CORRAL_SERVER_TOKEN", None)
     return subprocess.run(
         [sys.executable, "-m", "cli", *args, "-address", address],
         cwd=ROOT,
@@ -56,8 +67,44 @@ def cli(
         text=True,
         timeout=timeout,
         input=stdin,
+        env=env,
         check=False,
     )
+
+
+class DevClient:
+    """A test's hands on a `corral dev -acl`: Nomad's HTTP API and the CLI,
+    as the management token unless told another."""
+
+    def __init__(self, dev: DevProcess, tmp: Path) -> None:
+        self.dev = dev
+        self.tmp = tmp
+        self.url = dev.http_addr
+        self.token = dev.token
+
+    def request(
+        self, method: str, path: str, token: str | None = None, **kw: Any
+    ) -> requests.Response:
+        headers = {"X-Nomad-Token": self.token if token is None else token}
+        return requests.request(method, self.url + path, headers=headers, timeout=30, **kw)
+
+    def get(self, path: str, token: str | None = None, **params: Any) -> requests.Response:
+        return self.request("GET", path, token, params=params)
+
+    def ok(self, path: str, **params: Any) -> Any:
+        resp = self.get(path, **params)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def corral(self, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        return cli(self.dev.info["address"], *args, token=self.token if token is None else token)
+
+    def run(self, name: str, spec: str) -> None:
+        """`corral job run -detach` of the job file `spec`."""
+        path = self.tmp / f"{name}.nomad.hcl"
+        path.write_text(spec)
+        done = self.corral("job", "run", "-detach", str(path))
+        assert done.returncode == 0, done.stderr
 
 
 def start_dev(data_dir: Path, *flags: str, env: dict[str, str] | None = None) -> DevProcess:

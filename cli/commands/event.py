@@ -8,23 +8,11 @@ import json
 from cli.commands import group
 from cli.context import CliError, Context, common
 from cli.output import to_dict
-from corral.domain.structs import Topic
+from corral.domain import topics
 from corral.v1 import event_pb2
+from corral.v1 import structs_pb2 as pb
 
-TOPICS = (*Topic.ALL, "*")
-# Nomad's CLI shorthands
-ALIASES = {
-    "Eval": "Evaluation",
-    "Alloc": "Allocation",
-    "job": "Job",
-    "eval": "Evaluation",
-    "evaluation": "Evaluation",
-    "alloc": "Allocation",
-    "allocation": "Allocation",
-    "node": "Node",
-    "deployment": "Deployment",
-    "operator": "Operator",
-}
+TOPICS = (*topics.STREAMED_NAMES, topics.ANY)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -61,10 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def parse_topic(text: str) -> event_pb2.EventTopic:
     topic, _, key = text.partition(":")
-    topic = ALIASES.get(topic, topic)
+    topic = topics.parse_alias(topic)
     if topic not in TOPICS:
         raise CliError(f"unknown topic {topic!r} (expected one of {', '.join(TOPICS)})")
-    return event_pb2.EventTopic(topic=topic, key="" if key in ("", "*") else key)
+    return event_pb2.EventTopic(topic=topic, key="" if key in ("", topics.ANY) else key)
 
 
 def cmd_stream(args: argparse.Namespace, ctx: Context) -> int:
@@ -96,30 +84,27 @@ def cmd_stream(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def _detail(ev: object) -> str:
+def _detail(ev: pb.Event) -> str:
     """A few words of what changed, for the human view."""
-    from corral.v1 import structs_pb2 as pb
-
-    assert isinstance(ev, pb.Event)
-    which = ev.WhichOneof("payload")
-    if which == "evaluation":
+    topic = topics.of(ev)
+    if topic is topics.EVALUATION:
         e = ev.evaluation
         return f"  job={e.job_id} status={e.status} triggered_by={e.triggered_by}"
-    if which == "allocation":
+    if topic is topics.ALLOCATION:
         a = ev.allocation
         return (
             f"  job={a.job_id} group={a.task_group} "
             f"desired={a.desired_status} client={a.client_status}"
         )
-    if which == "job":
+    if topic is topics.JOB:
         j = ev.job
         return f"  version={j.version} status={j.status}" + (" stop" if j.stop else "")
-    if which == "node":
+    if topic is topics.NODE:
         n = ev.node
         return f"  status={n.status} eligibility={n.scheduling_eligibility}"
-    if which == "deployment":
+    if topic is topics.DEPLOYMENT:
         return f"  job={ev.deployment.job_id} status={ev.deployment.status}"
-    if which == "variable":
+    if topic is topics.VARIABLE:
         v = ev.variable
         return f"  namespace={v.namespace} modify_index={v.modify_index}" + (
             " deleted" if ev.deleted else ""

@@ -11,23 +11,18 @@ import sys
 
 import grpc
 
-from cli.commands import group, not_found
+from cli.commands import group, job_periodic
 from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows, promote
 from cli.context import CliError, Context, common, grpc_message
 from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
-from cli.deployment_monitor import group_rows, wait_and_monitor
+from cli.deployment_monitor import group_rows
 from cli.diff_output import write_job_diff
-from cli.monitor import monitor_eval, monitor_placements, write_placement_failure
+from cli.jobs import after_register, job_status, list_jobs, resolve_job, write_job_list
+from cli.monitor import monitor_eval, write_placement_failure
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table
 from cli.plan_output import changes, write_plan
-from corral.domain.jobspec import (
-    JobspecError,
-    parse_job,
-    read_job_file,
-    submission,
-    var_inputs,
-)
-from corral.domain.jobspec.duration import format_duration
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job, read_job_file, submission, var_inputs
 from corral.domain.structs import EvalStatus
 from corral.runtime import telemetry
 from corral.v1 import deployment_pb2, job_pb2, query_pb2
@@ -216,89 +211,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_dispatch)
 
-    from cli.commands import job_periodic
-
     job_periodic.register(jobs)
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def resolve_job(ctx: Context, job_id: str, namespace: str = "") -> pb.Job:
-    """The job with this id, or the only job whose id starts with it."""
-    try:
-        resp = ctx.client.jobs.Get(
-            job_pb2.JobGetRequest(job_id=job_id, query=query_pb2.QueryOptions(namespace=namespace)),
-            timeout=30,
-        )
-        return resp.job
-    except grpc.RpcError as exc:
-        if not not_found(exc):
-            raise
-    matches = list_jobs(ctx, prefix=job_id, namespace=namespace)
-    if len(matches) == 1:
-        return resolve_job(ctx, matches[0].id, matches[0].namespace)
-    if not matches:
-        raise CliError(f'no job with id or prefix "{job_id}" (see `corral job status`)')
-    ids = ", ".join(m.id for m in matches[:10])
-    raise CliError(f'prefix "{job_id}" matched {len(matches)} jobs ({ids}); give more of the id')
-
-
-def list_jobs(ctx: Context, *, prefix: str = "", namespace: str = "") -> list[job_pb2.JobListStub]:
-    """Every page of Job.List."""
-    out: list[job_pb2.JobListStub] = []
-    token = ""
-    while True:
-        resp = ctx.client.jobs.List(
-            job_pb2.JobListRequest(
-                query=query_pb2.QueryOptions(
-                    prefix=prefix, next_token=token, namespace=namespace, per_page=500
-                )
-            ),
-            timeout=30,
-        )
-        out.extend(resp.jobs)
-        token = resp.meta.next_token
-        if not token:
-            return out
-
-
-def _after_register(
-    ctx: Context,
-    args: argparse.Namespace,
-    job_id: str,
-    namespace: str,
-    eval_id: str,
-    version: int | None,
-    eval_index: int,
-) -> int:
-    """Shared tail of run/scale/stop/dispatch: monitor unless -detach."""
-    if not eval_id:
-        ctx.out.write(f'Job "{job_id}" registered (periodic or parameterized: no evaluation)\n')
-        return 0
-    if args.detach:
-        ctx.out.write(f"Evaluation ID: {eval_id}\n")
-        return 0
-    result = monitor_eval(
-        ctx.client, eval_id, ctx.out, verbose=getattr(args, "verbose", False), min_index=eval_index
-    )
-    if result.exit_code == 1 or version is None:
-        return result.exit_code
-    code = monitor_placements(
-        ctx.client,
-        job_id,
-        namespace,
-        version,
-        ctx.out,
-        expect_full=not result.placement_failures,
-    )
-    if result.exit_code:
-        return result.exit_code
-    # a deployment's verdict decides (a failed alloc may be replaced or reverted)
-    verdict = wait_and_monitor(
-        ctx.client, job_id, namespace, version, ctx.out, verbose=getattr(args, "verbose", False)
-    )
-    return code if verdict is None else verdict
 
 
 # ------------------------------------------------------------------ run / plan
@@ -332,10 +245,8 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
         # -json without -detach: print the answer, then wait quietly
         ctx.out = io.StringIO()
     if job.periodic.enabled and job.HasField("periodic"):
-        from cli.commands.job_periodic import next_launch_text
-
         ctx.out.write("Job registration successful\n")
-        ctx.out.write(f"Approximate next launch time: {next_launch_text(job)}\n")
+        ctx.out.write(f"Approximate next launch time: {job_periodic.next_launch_text(job)}\n")
         return 0
     if job.HasField("parameterized"):
         ctx.out.write(
@@ -344,7 +255,7 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     if resp.warnings:
         ctx.err.write(f"Job Warnings:\n{resp.warnings}\n\n")
-    return _after_register(
+    return after_register(
         ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
     )
 
@@ -383,28 +294,6 @@ def cmd_validate(args: argparse.Namespace, ctx: Context) -> int:
 # ------------------------------------------------------------------ status
 
 
-def write_job_list(ctx: Context, jobs: list[job_pb2.JobListStub]) -> None:
-    """Nomad's job list table (with a Namespace column when several show)."""
-    several = len({j.namespace for j in jobs}) > 1
-    headers: list[str] = ["ID", "Namespace", "Type", "Priority", "Status", "Submit Date"]
-    rows: list[list[object]] = [
-        [
-            j.id,
-            j.namespace,
-            j.type,
-            j.priority,
-            _job_status(j.status, j.stop),
-            fmt_time(j.submit_time),
-        ]
-        for j in jobs
-    ]
-    if not several:
-        headers.pop(1)
-        for r in rows:
-            r.pop(1)
-    table(headers, rows, ctx.out)
-
-
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     if not args.job:
         jobs = list_jobs(ctx, namespace=args.namespace)
@@ -426,8 +315,6 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
         ).allocs
     )
     evals = list(ctx.client.jobs.Evaluations(get, timeout=30).evals)
-    from cli.commands import job_periodic
-
     parent = job_periodic.is_periodic_parent(job)
     if args.json:
         print_json(
@@ -452,7 +339,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
             ("Datacenters", join(job.datacenters)),
             ("Namespace", job.namespace),
             ("Node Pool", job.node_pool),
-            ("Status", _job_status(job.status, job.stop)),
+            ("Status", job_status(job.status, job.stop)),
             ("Periodic", str(job.HasField("periodic") and job.periodic.enabled).lower()),
             ("Parameterized", str(job.HasField("parameterized")).lower()),
             ("Version", job.version),
@@ -517,7 +404,7 @@ def _parameterized(ctx: Context, job: pb.Job) -> None:
         return
     table(
         ("ID", "Status"),
-        [(j.id, _job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
+        [(j.id, job_status(j.status, j.stop)) for j in sorted(children, key=lambda j: j.id)],
         ctx.out,
     )
 
@@ -551,10 +438,6 @@ def _d(m: object) -> dict[str, object]:
     from cli.output import to_dict
 
     return to_dict(m)  # type: ignore[arg-type]
-
-
-def _job_status(status: str, stop: bool) -> str:
-    return f"{status} (stopped)" if stop and status != "dead" else status
 
 
 def _alloc_table(ctx: Context, allocs: list[pb.Allocation], verbose: bool) -> None:
@@ -649,7 +532,7 @@ def cmd_scale(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         print_json(resp, ctx.out)
         return 0
-    return _after_register(
+    return after_register(
         ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
     )
 
@@ -688,7 +571,7 @@ def cmd_dispatch(args: argparse.Namespace, ctx: Context) -> int:
     ctx.out.write(
         f"Dispatched Job ID = {resp.dispatched_job_id}\nEvaluation ID     = {resp.eval_id}\n\n"
     )
-    return _after_register(
+    return after_register(
         ctx, args, resp.dispatched_job_id, args.namespace, resp.eval_id, 0, resp.eval_create_index
     )
 
@@ -757,7 +640,7 @@ def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
         print_json(resp, ctx.out)
         return 0
     ctx.out.write(f'Job "{job.id}" reverted to version {args.version} as version {resp.version}\n')
-    return _after_register(
+    return after_register(
         ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
     )
 
@@ -847,4 +730,4 @@ def _inspect_source(ctx: Context, job: pb.Job, version: int | None, with_vars: b
     return 0
 
 
-__all__ = ["format_duration", "register", "resolve_job"]
+__all__ = ["register"]

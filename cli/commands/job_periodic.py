@@ -10,6 +10,7 @@ from typing import Any
 
 from cli.commands import group
 from cli.context import Context, common
+from cli.jobs import after_register, list_jobs, resolve_job
 from cli.output import fmt_time, heading, print_json, table
 from corral.domain import periodic
 from corral.domain.jobspec.duration import format_duration
@@ -31,8 +32,6 @@ def register(jobs: Any) -> None:
 
 
 def cmd_force(args: argparse.Namespace, ctx: Context) -> int:
-    from cli.commands.job import _after_register, resolve_job
-
     job = resolve_job(ctx, args.job, args.namespace)
     stub = periodic_pb2_grpc.PeriodicStub(ctx.client.channel())
     resp: periodic_pb2.PeriodicForceResponse = stub.Force(
@@ -45,7 +44,7 @@ def cmd_force(args: argparse.Namespace, ctx: Context) -> int:
         ctx.out.write(f"Job {resp.child_job_id!r} launched\nEvaluation ID: {resp.eval_id}\n")
         return 0
     ctx.out.write(f'Launched job "{resp.child_job_id}"\n')
-    return _after_register(
+    return after_register(
         ctx, args, resp.child_job_id, job.namespace, resp.eval_id, 0, resp.eval_create_index
     )
 
@@ -68,8 +67,6 @@ def is_periodic_parent(job: pb.Job) -> bool:
 
 def children(ctx: Context, job: pb.Job) -> list[job_pb2.JobListStub]:
     """The launched children still in state, oldest first."""
-    from cli.commands.job import list_jobs
-
     found = list_jobs(ctx, prefix=job.id + periodic.LAUNCH_SUFFIX, namespace=job.namespace)
     return sorted((c for c in found if c.parent_id == job.id), key=lambda c: c.create_index)
 

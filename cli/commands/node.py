@@ -9,6 +9,7 @@ import grpc
 
 from cli.commands import group, node_pool, not_found
 from cli.context import CliError, Context, common
+from cli.nodes import write_node_list
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table, to_dict
 from corral.domain.jobspec.duration import format_duration, parse_duration
 from corral.domain.structs import Eligibility
@@ -61,31 +62,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_eligibility)
 
     node_pool.register(nodes)
-
-
-def write_node_list(
-    ctx: Context, nodes: list[node_pb2.NodeListStub], *, verbose: bool, allocs: bool = False
-) -> None:
-    """Nomad's node list table."""
-    headers = ["ID", "Node Pool", "DC", "Name", "Class", "Drain", "Eligibility", "Status"]
-    if allocs:
-        headers.append("Running Allocs")
-    rows = []
-    for n in nodes:
-        row = [
-            short(n.id, verbose),
-            n.node_pool,
-            n.datacenter,
-            n.name,
-            n.node_class or "<none>",
-            str(n.drain).lower(),
-            n.scheduling_eligibility,
-            n.status,
-        ]
-        if allocs:
-            row.append(str(n.running_allocs))
-        rows.append(row)
-    table(headers, rows, ctx.out)
 
 
 def list_nodes(ctx: Context, *, prefix: str = "", status: str = "") -> list[node_pb2.NodeListStub]:

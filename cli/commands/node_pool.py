@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 from cli.context import CliError, Context, all_pages, by_prefix, common, read_input
+from cli.jobs import write_job_list
+from cli.nodes import write_node_list
 from cli.output import heading, kv, print_json, table
 from corral.domain import object_specs
 from corral.v1 import job_pb2, node_pb2, node_pool_pb2, query_pb2
@@ -126,8 +128,6 @@ def cmd_delete(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace, ctx: Context) -> int:
-    from cli.commands.node import write_node_list
-
     pool = _resolve(ctx, args.pool)
 
     def page(token: str) -> tuple[list[node_pb2.NodeListStub], str]:
@@ -150,8 +150,6 @@ def cmd_nodes(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace, ctx: Context) -> int:
-    from cli.commands.job import write_job_list
-
     pool = _resolve(ctx, args.pool)
 
     def page(token: str) -> tuple[list[job_pb2.JobListStub], str]:

@@ -4,13 +4,15 @@
 Three places apply plans: the state service (the real write), the planner's
 optimistic overlay (so the next plan is evaluated as if this one were
 already replicated) and the scheduler test harness. They all call
-`merge_plan`, so a scheduler test exercises the merge production runs and
+`merge_plan`, and record what it returns as the same events
+(`plan_events`), so a scheduler test exercises the merge production runs and
 the overlay cannot drift from what the state writes.
 
 The caller reads what the merge needs (`PlanReads`: the allocs, deployments
 and eval the plan names, plus the plan's job as stored now), hands in
-lookups over them, the index the plan commits at and the time, and writes
-what comes back. No I/O here.
+lookups over them (`merge_on_snapshot` does it for an in-memory snapshot),
+the index the plan commits at and the time, and writes what comes back. No
+I/O here.
 
 The rules:
 
@@ -51,8 +53,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from corral.domain import deployments
+from corral.domain import deployments, topics
+from corral.domain.store import StateSnapshot
 from corral.domain.structs import (
     ClientStatus,
     DeploymentStatus,
@@ -61,10 +65,6 @@ from corral.domain.structs import (
 )
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
-
-#: the event type of every object a plan writes; the broker knows by it that
-#: an eval event is a plan's modify-index bump, not a new submission
-PLAN_RESULT_EVENT = "PlanResult"
 
 #: client statuses the scheduler may force onto an alloc (its node went
 #: down or disconnected); any other client status belongs to the client
@@ -185,6 +185,40 @@ def merge_plan(
         bumped.modify_index = index
         bumped.modify_time = now
         out.eval = bumped
+    return out
+
+
+def merge_on_snapshot(
+    plan: state_pb2.AppliedPlan,
+    snap: StateSnapshot,
+    *,
+    ev: pb.Evaluation | None,
+    index: int,
+    now: int,
+) -> PlanWrites:
+    """`merge_plan` over the objects of an in-memory snapshot (the planner's
+    overlay, the scheduler harness)."""
+    return merge_plan(
+        plan,
+        job=snap.job_by_id(plan.namespace, plan.job_id) if plan.job_id else None,
+        alloc=snap.alloc_by_id,
+        deployment=snap.deployment_by_id,
+        ev=ev,
+        index=index,
+        now=now,
+    )
+
+
+def plan_events(writes: PlanWrites, into: Any = None) -> list[pb.Event]:
+    """The changes `writes` records, in the order the state writes them:
+    every alloc, deployment and the eval's bump as a `PlanResult` event
+    (Nomad's type for everything its plan apply writes). With `into` (a
+    batch's events) they are built there."""
+    result = topics.EventType.PLAN_RESULT
+    out = [topics.ALLOCATION.event(a, result, into=into) for a in writes.allocs.values()]
+    out += [topics.DEPLOYMENT.event(d, result, into=into) for d in writes.deployments.values()]
+    if writes.eval is not None:
+        out.append(topics.EVALUATION.event(writes.eval, result, into=into))
     return out
 
 

@@ -19,31 +19,14 @@ from typing import Any
 
 from immutables import Map
 
-from corral.domain import regexp
-from corral.domain.structs import DEFAULT_NAMESPACE, Topic
+from corral.domain import regexp, topics
+from corral.domain.structs import DEFAULT_NAMESPACE
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 
 JobKey = tuple[str, str]
 #: (namespace, registration id), as Nomad keys service registrations
 ServiceKey = tuple[str, str]
-
-#: table name for each event topic, as used by table indexes
-TOPIC_TABLE = {
-    Topic.JOB: "jobs",
-    Topic.EVALUATION: "evals",
-    Topic.ALLOCATION: "allocs",
-    Topic.NODE: "nodes",
-    Topic.DEPLOYMENT: "deployments",
-    Topic.OPERATOR: "scheduler_config",
-    Topic.JOB_SUMMARY: "job_summary",
-    Topic.SERVICE: "service_registrations",
-    Topic.NODE_POOL: "node_pools",
-    Topic.NAMESPACE: "namespaces",
-    Topic.SCALING_POLICY: "scaling_policy",
-    Topic.SCALING_EVENT: "scaling_event",
-    Topic.VARIABLE: "variables",
-    Topic.ROOT_KEY: "root_keys",
-}
 
 _EMPTY: Map[Any, Any] = Map()
 
@@ -366,40 +349,28 @@ class StateStore:
         """A snapshot from whole tables (a State.Snapshot stream, or a test)."""
         store = StateStore(lean=lean)
         batch = pb.ChangeBatch(index=index)
-        for j in job_versions:
-            batch.events.add(topic=Topic.JOB, type="JobVersion", job=j)
-        for j in jobs:
-            batch.events.add(topic=Topic.JOB, type="JobRegistered", job=j)
-        for n in nodes:
-            batch.events.add(topic=Topic.NODE, type="NodeRegistration", node=n)
-        for a in allocs:
-            batch.events.add(topic=Topic.ALLOCATION, type="AllocationUpdated", allocation=a)
-        for e in evals:
-            batch.events.add(topic=Topic.EVALUATION, type="EvaluationUpdated", evaluation=e)
-        for d in deployments:
-            batch.events.add(topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", deployment=d)
-        for s in job_summaries:
-            batch.events.add(topic=Topic.JOB_SUMMARY, type="JobSummary", job_summary=s)
-        for r in service_registrations:
-            batch.events.add(
-                topic=Topic.SERVICE, type="ServiceRegistration", service_registration=r
-            )
-        if scheduler_config is not None:
-            batch.events.add(
-                topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=scheduler_config
-            )
-        for ns in namespaces:
-            batch.events.add(topic=Topic.NAMESPACE, type="NamespaceUpserted", namespace_object=ns)
-        for pool in node_pools:
-            batch.events.add(topic=Topic.NODE_POOL, type="NodePoolUpserted", node_pool=pool)
-        for sp in scaling_policies:
-            batch.events.add(
-                topic=Topic.SCALING_POLICY, type="ScalingPolicyUpserted", scaling_policy=sp
-            )
-        for se in scaling_events:
-            batch.events.add(
-                topic=Topic.SCALING_EVENT, type="ScalingEventRecorded", job_scaling_events=se
-            )
+        contents: list[tuple[topics.Topic, str, Iterable[Any]]] = [
+            (topics.JOB, EventType.JOB_VERSION, job_versions),
+            (topics.JOB, EventType.JOB_REGISTERED, jobs),
+            (topics.NODE, EventType.NODE_REGISTRATION, nodes),
+            (topics.ALLOCATION, EventType.ALLOCATION_UPDATED, allocs),
+            (topics.EVALUATION, EventType.EVALUATION_UPDATED, evals),
+            (topics.DEPLOYMENT, EventType.DEPLOYMENT_STATUS_UPDATE, deployments),
+            (topics.JOB_SUMMARY, EventType.JOB_SUMMARY, job_summaries),
+            (
+                topics.OPERATOR,
+                EventType.SCHEDULER_CONFIG,
+                [scheduler_config] if scheduler_config is not None else [],
+            ),
+            (topics.NAMESPACE, EventType.NAMESPACE_UPSERTED, namespaces),
+            (topics.NODE_POOL, EventType.NODE_POOL_UPSERTED, node_pools),
+            (topics.SCALING_POLICY, EventType.SCALING_POLICY_UPSERTED, scaling_policies),
+            (topics.SCALING_EVENT, EventType.SCALING_EVENT_RECORDED, scaling_events),
+            (topics.SERVICE, EventType.SERVICE_REGISTRATION, service_registrations),
+        ]
+        for topic, type_, objs in contents:
+            for obj in objs:
+                batch.events.add(topic=topic.name, type=type_, **{topic.payload: obj})
         store.apply(batch, stamp_tables=False)
         snap = store.snapshot()
         tables = Map(table_indexes or {})
@@ -445,9 +416,9 @@ class StateStore:
         touched: set[str] = set()
 
         for ev in batch.events:
-            kind = ev.WhichOneof("payload")
+            kind = topics.of(ev)
             touched.add(ev.topic)
-            if kind == "job":
+            if kind is topics.JOB:
                 job = ev.job
                 key = _jk(job.namespace, job.id)
                 if ev.deleted:
@@ -457,7 +428,7 @@ class StateStore:
                         job_versions = job_versions.delete(key)
                     continue
                 job_versions = _set_nested(job_versions, key, job.version, job)
-                if ev.type != "JobVersion":
+                if ev.type != EventType.JOB_VERSION:
                     cur = jobs.get(key)
                     if (
                         cur is None
@@ -465,7 +436,7 @@ class StateStore:
                         or cur.create_index != job.create_index
                     ):
                         jobs[key] = job
-            elif kind == "allocation":
+            elif kind is topics.ALLOCATION:
                 a = ev.allocation
                 jkey = _jk(a.namespace, a.job_id)
                 old = allocs.get(a.id)
@@ -486,17 +457,25 @@ class StateStore:
                 by_job.set(jkey, a.id, a)
                 by_node.set(a.node_id, a.id, a)
                 by_eval.set(a.eval_id, a.id, a)
-            elif kind == "evaluation":
-                e = ev.evaluation
-                jkey = _jk(e.namespace, e.job_id)
+            elif kind is topics.EVALUATION or kind is topics.DEPLOYMENT:
+                # kept by id, indexed by job
+                if kind is topics.EVALUATION:
+                    o: Any = ev.evaluation
+                    by_id: Any = evals
+                    by_job_of = evals_by_job
+                else:
+                    o = ev.deployment
+                    by_id = deployments
+                    by_job_of = deps_by_job
+                jkey = _jk(o.namespace, o.job_id)
                 if ev.deleted:
-                    if e.id in evals:
-                        del evals[e.id]
-                        evals_by_job.delete(jkey, e.id)
+                    if o.id in by_id:
+                        del by_id[o.id]
+                        by_job_of.delete(jkey, o.id)
                     continue
-                evals[e.id] = e
-                evals_by_job.set(jkey, e.id, e)
-            elif kind == "node":
+                by_id[o.id] = o
+                by_job_of.set(jkey, o.id, o)
+            elif kind is topics.NODE:
                 n = ev.node
                 old_node = nodes.get(n.id)
                 if old_node is not None and (ev.deleted or old_node.datacenter != n.datacenter):
@@ -507,17 +486,7 @@ class StateStore:
                     continue
                 nodes[n.id] = n
                 by_dc.set(n.datacenter, n.id, n)
-            elif kind == "deployment":
-                d = ev.deployment
-                jkey = _jk(d.namespace, d.job_id)
-                if ev.deleted:
-                    if d.id in deployments:
-                        del deployments[d.id]
-                        deps_by_job.delete(jkey, d.id)
-                    continue
-                deployments[d.id] = d
-                deps_by_job.set(jkey, d.id, d)
-            elif kind == "job_summary":
+            elif kind is topics.JOB_SUMMARY:
                 js = ev.job_summary
                 key = _jk(js.namespace, js.job_id)
                 if ev.deleted:
@@ -525,9 +494,9 @@ class StateStore:
                         del summaries[key]
                     continue
                 summaries[key] = js
-            elif kind == "scheduler_config":
+            elif kind is topics.OPERATOR:
                 sched_config = ev.scheduler_config
-            elif kind == "service_registration":
+            elif kind is topics.SERVICE:
                 r = ev.service_registration
                 skey = _jk(r.namespace, r.id)
                 prev = services.get(skey)
@@ -554,8 +523,8 @@ class StateStore:
         if stamp_tables and batch.index:
             tm = table_indexes.mutate()
             for topic in touched:
-                table = TOPIC_TABLE.get(topic)
-                if table is not None:
+                table = topics.index_of(topic)
+                if table:
                     tm[table] = batch.index
             table_indexes = tm.finish()
 
@@ -598,7 +567,7 @@ def _put(m: Map[Any, Any], key: Any, value: Any, deleted: bool) -> Map[Any, Any]
 
 def _apply_object(
     ev: pb.Event,
-    kind: str,
+    kind: topics.Topic,
     namespaces: Map[str, pb.Namespace],
     node_pools: Map[str, pb.NodePool],
     policies: Map[str, pb.ScalingPolicy],
@@ -612,11 +581,11 @@ def _apply_object(
 ]:
     """The rarely written objects (namespaces, node pools, scaling policies
     and events): one immutable-map update each, no batch-wide mutation."""
-    if kind == "namespace_object":
+    if kind is topics.NAMESPACE:
         namespaces = _put(namespaces, ev.namespace_object.name, ev.namespace_object, ev.deleted)
-    elif kind == "node_pool":
+    elif kind is topics.NODE_POOL:
         node_pools = _put(node_pools, ev.node_pool.name, ev.node_pool, ev.deleted)
-    elif kind == "scaling_policy":
+    elif kind is topics.SCALING_POLICY:
         p = ev.scaling_policy
         policies = _put(policies, p.id, p, ev.deleted)
         jkey = _jk(p.target.get("Namespace", ""), p.target.get("Job", ""))
@@ -624,7 +593,7 @@ def _apply_object(
             policies_by_job.delete(jkey, p.id)
         else:
             policies_by_job.set(jkey, p.id, p)
-    elif kind == "job_scaling_events":
+    elif kind is topics.SCALING_EVENT:
         se = ev.job_scaling_events
         scaling_events = _put(scaling_events, _jk(se.namespace, se.job_id), se, ev.deleted)
     return namespaces, node_pools, policies, scaling_events

@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
@@ -159,53 +159,6 @@ class DeploymentStatus:
     ACTIVE = frozenset((RUNNING, PAUSED, PENDING, INITIALIZING, BLOCKED))
 
 
-class Topic:
-    JOB = "Job"
-    EVALUATION = "Evaluation"
-    ALLOCATION = "Allocation"
-    NODE = "Node"
-    DEPLOYMENT = "Deployment"
-    OPERATOR = "Operator"
-    JOB_SUMMARY = "JobSummary"
-    NODE_POOL = "NodePool"
-    #: Nomad Variables: metadata only (never items), type "VariableUpdated"
-    #: (`deleted` for a delete), shown per path to callers who may list it
-    VARIABLE = "Variable"
-    SERVICE = "Service"  # service registrations (Nomad's TopicService)
-
-    ALL = (
-        JOB,
-        EVALUATION,
-        ALLOCATION,
-        NODE,
-        DEPLOYMENT,
-        OPERATOR,
-        JOB_SUMMARY,
-        NODE_POOL,
-        VARIABLE,
-        SERVICE,
-    )
-
-    # Namespaces, scaling policies and scaling events are in the change log
-    # (every replica and state process keeps them) but, as in Nomad, not
-    # offered by Event.Stream: they are not in ALL.
-    NAMESPACE = "Namespace"
-    SCALING_POLICY = "ScalingPolicy"
-    SCALING_EVENT = "ScalingEvent"
-    INTERNAL = (NAMESPACE, SCALING_POLICY, SCALING_EVENT)
-
-    # Root key writes (key only: a key id) tell every state process to look
-    # at the keyring again; not in ALL, so Event.Stream never offers them.
-    ROOT_KEY = "RootKey"
-
-    # ACL writes are in the change log (key only: a policy name or a token's
-    # accessor id, never a secret) so every state process can drop cached
-    # tokens; they are not in ALL, so Event.Stream never offers them.
-    ACL_POLICY = "ACLPolicy"
-    ACL_TOKEN = "ACLToken"
-    ACL = (ACL_POLICY, ACL_TOKEN)
-
-
 #: every constraint/affinity operand Nomad knows
 CONSTRAINT_OPERANDS = (
     "=",
@@ -261,6 +214,40 @@ def copy_msg(msg: M) -> M:
     out = type(msg)()
     out.CopyFrom(msg)
     return out
+
+
+_SHARED_FIELDS: dict[tuple[type[Message], type[Message]], tuple[str, ...]] = {}
+
+
+def _shared_fields(target: type[Message], source: type[Message]) -> tuple[str, ...]:
+    """The scalar fields (single or repeated, without explicit presence)
+    that `target` and `source` both have, by name and type."""
+    theirs = {f.name: f for f in source.DESCRIPTOR.fields}
+    names = []
+    for f in target.DESCRIPTOR.fields:
+        other = theirs.get(f.name)
+        if (
+            other is not None
+            and f.message_type is None
+            and other.message_type is None
+            and f.type == other.type
+            and f.is_repeated == other.is_repeated
+            and not f.has_presence
+        ):
+            names.append(f.name)
+    return tuple(names)
+
+
+def project(target: type[M], source: Message, **values: Any) -> M:
+    """A `target` (a list stub, a summary) holding the scalar fields it
+    shares with `source` by name and type, and `values` (which win, and
+    give what it holds under other names or computed)."""
+    key = (target, type(source))
+    names = _SHARED_FIELDS.get(key)
+    if names is None:
+        names = _SHARED_FIELDS[key] = _shared_fields(target, type(source))
+    copied = {n: getattr(source, n) for n in names if n not in values}
+    return target(**copied, **values)
 
 
 def new_id() -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
-from corral.domain.store import TOPIC_TABLE
-from corral.domain.structs import Topic
+from corral.domain import topics
+from corral.domain.topics import Topic
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 
@@ -42,35 +42,9 @@ Dropped = Literal[
 #: what the scheduling view leaves out of an alloc
 SCHEDULING_DROPS: tuple[Dropped, ...] = ("metrics",)
 #: and the status view: everything sized by the job's tasks (ids, job, node,
-#: eval, statuses, deployment health and indexes stay)
-STATUS_DROPS: tuple[Dropped, ...] = (
-    "metrics",
-    "resources",
-    "task_resources",
-    "task_states",
-    "alloc_states",
-    "reschedule_tracker",
-    "desired_transition",
-    "preempted_allocations",
-    "client_description",
-    "desired_description",
-)
+#: eval, statuses, deployment health and indexes stay), all of `Dropped`
+STATUS_DROPS: tuple[Dropped, ...] = get_args(Dropped)
 _DROPS: dict[int, tuple[Dropped, ...]] = {SCHEDULING: SCHEDULING_DROPS, STATUS: STATUS_DROPS}
-
-#: snapshot tables of each topic (a job's older versions come with its jobs)
-TOPIC_SNAPSHOT_TABLES = {
-    Topic.JOB: ("jobs", "job_versions"),
-    Topic.NODE: ("nodes",),
-    Topic.ALLOCATION: ("allocs",),
-    Topic.EVALUATION: ("evals",),
-    Topic.DEPLOYMENT: ("deployments",),
-    Topic.JOB_SUMMARY: ("job_summaries",),
-    Topic.SERVICE: ("service_registrations",),
-    Topic.NODE_POOL: ("node_pools",),
-    Topic.NAMESPACE: ("namespaces",),
-    Topic.SCALING_POLICY: ("scaling_policies",),
-    Topic.SCALING_EVENT: ("scaling_events",),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +69,18 @@ class FeedView:
         """Snapshot tables this view holds (None: all)."""
         if not self.topics:
             return None
-        return {t for topic in self.topics for t in TOPIC_SNAPSHOT_TABLES.get(topic, ())}
+        return {t for topic in self._topics() for t in topic.tables}
 
     def table_indexes(self, indexes: dict[str, int]) -> dict[str, int]:
         """The table indexes a replica of this view stamps as it applies
         batches: only its topics' tables."""
         if not self.topics:
             return dict(indexes)
-        keep = {TOPIC_TABLE[t] for t in self.topics if t in TOPIC_TABLE}
+        keep = {topic.index for topic in self._topics()}
         return {t: i for t, i in indexes.items() if t in keep}
+
+    def _topics(self) -> list[Topic]:
+        return [t for t in map(topics.named, self.topics) if t is not None]
 
     def alloc(self, alloc: pb.Allocation) -> pb.Allocation:
         """`alloc` as this view holds it (the same message for FULL)."""
@@ -157,11 +134,21 @@ class FeedView:
 #: (about 0.0017), and the state is the bottleneck. It shares the
 #: scheduling view, which the state encodes once for every replica.
 BROKER_STATUS_VIEW = FeedView.of(
-    (Topic.JOB, Topic.EVALUATION, Topic.ALLOCATION, Topic.NODE, Topic.DEPLOYMENT, Topic.OPERATOR),
+    (
+        t.name
+        for t in (
+            topics.JOB,
+            topics.EVALUATION,
+            topics.ALLOCATION,
+            topics.NODE,
+            topics.DEPLOYMENT,
+            topics.OPERATOR,
+        )
+    ),
     STATUS,
 )
 
 
-def check_topics(topics: Iterable[str]) -> list[str]:
+def check_topics(names: Iterable[str]) -> list[str]:
     """Topics a subscriber may not name (not feed topics)."""
-    return sorted(set(topics) - set(Topic.ALL) - set(Topic.INTERNAL))
+    return sorted(set(names) - set(topics.FOLLOWED_NAMES))

@@ -7,7 +7,10 @@ keeps it registered as a cluster member, writes the ready file that `corral
 dev` and the tests wait for, and stops it gracefully on SIGTERM or SIGINT.
 The broker and the planner share one more piece, `LeaderRole`: a replica
 kept warm, a gRPC server that answers as a standby until this process wins
-the advisory-lock election, and the on_elected/on_lost hooks.
+the advisory-lock election, and the on_elected/on_lost hooks. A role that
+serves HTTP (the gateway) is an `HttpRole`: its ASGI application on the one
+HTTP bootstrap (corral/runtime/http_server.py), started, reloading its
+certificates, reported ready and stopped like every other role.
 """
 
 from __future__ import annotations
@@ -23,12 +26,21 @@ from typing import Any, Protocol, TypeVar
 
 from corral.domain.errors import ConfigError
 from corral.runtime import event_loop, telemetry
+from corral.runtime.http_server import Https, HttpServer
 from corral.runtime.leader import LeaderElection
 from corral.runtime.probe import LEADER_SERVICE
 from corral.runtime.process import new_member_id, register_member_loop, tune_gc, write_ready_file
 from corral.runtime.replica import Replica
 from corral.runtime.server import GrpcServer, install_signal_handlers
-from corral.runtime.settings import Dsn, ProcessSettings, ServerSettings, Settings, StateAddr, load
+from corral.runtime.settings import (
+    Dsn,
+    HttpSettings,
+    ProcessSettings,
+    ServerSettings,
+    Settings,
+    StateAddr,
+    load,
+)
 from corral.security import transport
 from corral.security.acl_resolve import RemoteResolver
 from corral.v1 import state_pb2
@@ -269,4 +281,62 @@ class LeaderRole:
             await self._lost()
         await self.replica.stop()
         await self._acl_channel.close()
+        await self.close()
+
+
+class HttpRole:
+    """The skeleton of a role that serves HTTP (the gateway).
+
+    A subclass builds its ASGI application in `open` (called inside the
+    running event loop, so it may open gRPC channels there), may start
+    background work in `on_started`, and closes its clients in `close`,
+    after the server stopped. The server is `HttpServer` on `listen`, HTTPS
+    with the process's certificates (or `http_cert_file`/`http_key_file`)
+    when TLS is on."""
+
+    def __init__(self, settings: HttpSettings) -> None:
+        self.settings = settings
+        self.role = settings.ROLE
+        self.server: HttpServer | None = None
+
+    # -- what a role fills in
+
+    def open(self) -> Any:
+        """The ASGI application to serve."""
+        raise NotImplementedError
+
+    async def on_started(self) -> None:
+        """The server accepts connections (`self.server.url`)."""
+
+    async def close(self) -> None:
+        """Close the role's own clients, after the server stopped."""
+
+    # -- the skeleton
+
+    def https(self) -> Https | None:
+        s, sec = self.settings, self.settings.security
+        if not sec.tls:
+            return None
+        return Https(
+            cert_file=s.http_cert_file or sec.cert_file,
+            key_file=s.http_key_file or sec.key_file,
+            ca_file=sec.ca_file,
+            verify_clients=s.http_verify_clients,
+        )
+
+    async def start(self) -> Ready:
+        app = self.open()
+        try:
+            self.server = HttpServer(self.settings.listen, app, name=self.role, https=self.https())
+            await self.server.start()
+        except BaseException:
+            await self.close()
+            raise
+        await self.on_started()
+        log.info("%s serving HTTP on %s", self.role, self.server.url)
+        return Ready(address=self.server.bound_address, info={"http_addr": self.server.url})
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
         await self.close()

@@ -15,7 +15,6 @@ import contextvars
 import inspect
 import logging
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -28,7 +27,8 @@ from grpc_reflection.v1alpha import reflection
 from corral.domain.errors import LEADER_METADATA_KEY, CorralError, NotLeader, bounded_message
 from corral.runtime import rpc_metrics
 from corral.security import acl, tls, transport
-from corral.security.access import Guard, Resolver
+from corral.security.access import Guard
+from corral.security.acl_resolve import Resolver
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,39 @@ def current_peer() -> str:
     '' outside a call."""
     context = _CALL.get()
     return str(context.peer()) if context is not None else ""
+
+
+Fail = Callable[[Context, BaseException], Awaitable[None]]
+
+
+class _Call:
+    """One call through `ErrorInterceptor`, unary or streaming alike: its
+    metrics (started, then handled by status and latency), and an exception
+    the handler raised turned into a status by `fail` (it aborts the call).
+    A cancelled call and grpc's own abort pass through untouched."""
+
+    __slots__ = ("context", "fail", "metrics", "start")
+
+    def __init__(self, fail: Fail, metrics: rpc_metrics.MethodMetrics, context: Context) -> None:
+        self.fail = fail
+        self.metrics = metrics
+        self.context = context
+        self.start = 0.0
+
+    async def __aenter__(self) -> None:
+        self.metrics.started.inc()
+        _CALL.set(self.context)
+        self.start = time.perf_counter()
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if isinstance(exc, Exception) and not isinstance(
+                exc, asyncio.CancelledError | grpc.aio.AbortError
+            ):
+                await self.fail(self.context, exc)
+        finally:
+            code = rpc_metrics.server_code(self.context, exc)
+            self.metrics.finished(code, time.perf_counter() - self.start)
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -128,10 +161,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             uu_metrics = rpc_metrics.SERVER.get(rpc_metrics.UNARY, method)
 
             async def unary_unary(request: Any, context: Context) -> Any:
-                uu_metrics.started.inc()
-                _CALL.set(context)
-                start = time.perf_counter()
-                try:
+                async with _Call(fail, uu_metrics, context):
                     if guard is None:
                         return await inner_uu(request, context)
                     reset = acl.CURRENT.set(await guard.check(method, request, context))
@@ -139,16 +169,6 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         return await inner_uu(request, context)
                     finally:
                         acl.CURRENT.reset(reset)
-                except (CorralError, Exception) as exc:
-                    if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
-                        raise
-                    await fail(context, exc)
-                    raise
-                finally:
-                    uu_metrics.finished(
-                        rpc_metrics.server_code(context, sys.exc_info()[1]),
-                        time.perf_counter() - start,
-                    )
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
@@ -160,10 +180,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             us_metrics = rpc_metrics.SERVER.get(rpc_metrics.SERVER_STREAM, method)
 
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
-                us_metrics.started.inc()
-                _CALL.set(context)
-                start = time.perf_counter()
-                try:
+                async with _Call(fail, us_metrics, context):
                     if guard is not None:
                         acl.CURRENT.set(await guard.check(method, request, context))
                     stream = inner_us(request, context)
@@ -174,16 +191,6 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         return
                     async for item in stream:
                         yield item
-                except (CorralError, Exception) as exc:
-                    if isinstance(exc, asyncio.CancelledError | grpc.aio.AbortError):
-                        raise
-                    await fail(context, exc)
-                    raise
-                finally:
-                    us_metrics.finished(
-                        rpc_metrics.server_code(context, sys.exc_info()[1]),
-                        time.perf_counter() - start,
-                    )
 
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,

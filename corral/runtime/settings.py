@@ -284,6 +284,24 @@ class ServerSettings(ProcessSettings):
     )
 
 
+class HttpSettings(ProcessSettings):
+    """A role that serves HTTP (corral/runtime/http_server.py): with the TLS
+    files set it serves HTTPS with the same certificates, or its own."""
+
+    listen: str = Field("127.0.0.1:0", description="HTTP listen host:port (port 0: any free port)")
+    http_cert_file: str = Field(
+        "",
+        description="certificate (PEM) the HTTPS listener presents (default: the TLS "
+        "cert_file); it must allow server auth, e.g. a `client` role certificate",
+    )
+    http_key_file: str = Field("", description="its private key (default: the TLS key_file)")
+    http_verify_clients: bool = Field(
+        False,
+        description="with TLS, require HTTPS clients to present a certificate the CA signed "
+        "(default: optional; the ACL token decides what a caller may do)",
+    )
+
+
 # -- flags ------------------------------------------------------------------
 
 S = TypeVar("S", bound=Settings)

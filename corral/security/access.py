@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import hmac
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from corral.domain.errors import (
     ConfigError,
@@ -37,6 +37,7 @@ from corral.domain.errors import (
     ResourceExhausted,
 )
 from corral.security import acl, tls
+from corral.security.acl_resolve import Resolver
 from corral.security.transport import SERVER_TOKEN_METADATA_KEY, SecuritySettings
 
 
@@ -270,10 +271,6 @@ ACL_SERVICE = "/corral.v1.ACL/"
 
 #: services any caller may use (gRPC health checks, server reflection)
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-
-
-class Resolver(Protocol):
-    async def resolve(self, secret_id: str) -> acl.ACL: ...
 
 
 def current_acl() -> acl.ACL:

@@ -41,6 +41,8 @@ ANONYMOUS_ACCESSOR = "anonymous"
 
 
 class Resolver(Protocol):
+    """What the access interceptor (corral/security/access.py) asks."""
+
     async def resolve(self, secret_id: str) -> acl.ACL:
         """The ACL of `secret_id` ('' = anonymous); PermissionDenied for an
         unknown or expired token."""
@@ -163,7 +165,45 @@ class TokenCache:
         self.generation += 1
 
 
-class RemoteResolver:
+class CachingResolver:
+    """What every resolver does around its lookup: answers cached by the
+    secret's hash (`TokenCache`), a cached miss refused at once, the expiry
+    checked on every answer, cached or not. A subclass fetches what the
+    cache does not hold (`_fetch`) and caches it."""
+
+    def __init__(self, cache: TokenCache, wall_clock: Callable[[], int]) -> None:
+        self.cache = cache
+        self._wall = wall_clock
+
+    async def resolve(self, secret_id: str) -> acl.ACL:
+        return (await self.resolve_token(secret_id)).acl
+
+    async def resolve_token(self, secret_id: str) -> Resolved:
+        key = acl.secret_hash(secret_id)
+        hit = self.cache.get(key)
+        if isinstance(hit, str):
+            raise PermissionDenied(hit)
+        if hit is None:
+            hit = await self._fetch(key, secret_id)
+        check_expiry(hit.expiration_time, self._wall())
+        self._check(hit)
+        return hit
+
+    def invalidate(self) -> None:
+        """Forget every cached answer (an ACL table was written)."""
+        self.cache.clear()
+
+    async def _fetch(self, key: str, secret_id: str) -> Resolved:
+        """The token of `secret_id` (`key` its hash), looked up and cached;
+        PermissionDenied for an unknown or expired one."""
+        raise NotImplementedError
+
+    def _check(self, resolved: Resolved) -> None:
+        """What else must hold each time a token is used, cached or not
+        (PermissionDenied when it does not)."""
+
+
+class RemoteResolver(CachingResolver):
     """Resolves tokens through the state's `ACL.ResolveToken` on `channel`
     (a grpc.aio channel the role owns), caching answers for `ttl` seconds
     and misses for `miss_ttl`, so repeated bad tokens do not reach the
@@ -184,42 +224,31 @@ class RemoteResolver:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
+        super().__init__(
+            TokenCache(ttl, miss_ttl, max_entries=max_entries, clock=clock), wall_clock
+        )
         self._stub = acl_pb2_grpc.ACLStub(channel)
-        self.cache = TokenCache(ttl, miss_ttl, max_entries=max_entries, clock=clock)
         self.timeout = timeout
-        self._wall = wall_clock
         self._inflight: dict[str, asyncio.Future[Resolved]] = {}
         self._slots = asyncio.Semaphore(max_inflight)
         #: ResolveToken calls made (tests and metrics read it)
         self.calls = 0
 
-    async def resolve(self, secret_id: str) -> acl.ACL:
-        return (await self.resolve_token(secret_id)).acl
-
-    async def resolve_token(self, secret_id: str) -> Resolved:
-        key = acl.secret_hash(secret_id)
-        hit = self.cache.get(key)
-        if isinstance(hit, str):
-            raise PermissionDenied(hit)
-        if hit is None:
-            fut = self._inflight.get(key)
-            if fut is None:
-                fut = asyncio.ensure_future(self._fetch(key, secret_id))
-                self._inflight[key] = fut
-                fut.add_done_callback(lambda f: self._done(key, f))
-            hit = await asyncio.shield(fut)
-        check_expiry(hit.expiration_time, self._wall())
-        return hit
-
-    def invalidate(self) -> None:
-        self.cache.clear()
+    async def _fetch(self, key: str, secret_id: str) -> Resolved:
+        """Concurrent lookups of one secret share one call."""
+        fut = self._inflight.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(self._call(key, secret_id))
+            self._inflight[key] = fut
+            fut.add_done_callback(lambda f: self._done(key, f))
+        return await asyncio.shield(fut)
 
     def _done(self, key: str, fut: asyncio.Future[Resolved]) -> None:
         self._inflight.pop(key, None)
         if not fut.cancelled():
             fut.exception()  # retrieved: waiters that went away leave no warning
 
-    async def _fetch(self, key: str, secret_id: str) -> Resolved:
+    async def _call(self, key: str, secret_id: str) -> Resolved:
         generation = self.cache.generation
         try:
             async with self._slots:

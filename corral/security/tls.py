@@ -10,10 +10,15 @@ agent's certificate cannot call what only servers may; clients check the
 server's certificate against the role name, not the address they dialled
 (pods move; the name `server.<region>.corral` does not).
 
-Certificates rotate without a restart (cert-manager renews them in place):
-the server asks `CertificateFiles.changed` on every handshake and loads the
-new pair when the files change; clients build a new channel for new calls
-(`ReloadingChannel`), and calls in flight finish on the old one.
+Certificates rotate without a restart (cert-manager renews them in place).
+One rule notices and loads replaced files, `CertificateWatch`: a file
+counts as replaced when its inode, size or modification time changes, and
+files that cannot be loaded yet (half-written mid-rotation) keep the old
+pair until a later look. The gRPC server looks on every handshake and loads
+the new pair; clients look at most every `CHECK_INTERVAL` and build a new
+channel for new calls (`ReloadingChannel`), calls in flight finishing on the
+old one; the HTTPS listener (corral/runtime/http_server.py) looks
+periodically and loads the new chain into its context.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -59,17 +65,52 @@ class CertificateFiles:
         out.append(_read("key", self.key_file))
         return out[0], out[1], out[2]
 
-    def stamp(self) -> tuple[tuple[int, int, int], ...]:
-        """What changes when any file is replaced (inode, size, mtime); a
-        file briefly missing mid-rotation counts as unchanged."""
-        stamps = []
-        for path in (self.ca_file, self.cert_file, self.key_file):
-            try:
-                st = os.stat(path)
-                stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
-            except OSError:
-                stamps.append((0, 0, 0))
-        return tuple(stamps)
+    def watch(self) -> CertificateWatch:
+        """A watch on these files (the one rule for noticing rotations)."""
+        return CertificateWatch((self.ca_file, self.cert_file, self.key_file), "TLS files")
+
+
+T = TypeVar("T")
+Stamp = tuple[tuple[int, int, int], ...]
+
+
+def _stamp(paths: Sequence[str]) -> Stamp:
+    """What changes when any file is replaced (inode, size, mtime); a file
+    briefly missing mid-rotation stamps as absent."""
+    stamps = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append((0, 0, 0))
+    return tuple(stamps)
+
+
+class CertificateWatch:
+    """Notices replaced certificate files and loads them again: the one
+    reload rule of every listener and channel (see the module docstring)."""
+
+    def __init__(self, paths: Sequence[str], what: str) -> None:
+        self.paths = tuple(p for p in paths if p)
+        self.what = what
+        self._stamp = _stamp(self.paths)
+
+    def reload(self, load: Callable[[], T]) -> T | None:
+        """`load()` when the files changed since the last load; None when
+        they did not, or cannot be loaded yet (then the next look tries
+        again and the caller keeps what it has)."""
+        now = _stamp(self.paths)
+        if now == self._stamp:
+            return None
+        try:
+            loaded = load()
+        except (ConfigError, OSError, ssl.SSLError) as exc:
+            log.warning("%s changed but cannot be loaded yet: %s", self.what, exc)
+            return None
+        self._stamp = now
+        log.info("%s changed: loaded for new connections", self.what)
+        return loaded
 
 
 def _read(what: str, path: str) -> bytes:
@@ -83,24 +124,16 @@ def _read(what: str, path: str) -> bytes:
 def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
     """Credentials that require a client certificate from our CA and pick
     up replaced files at the next handshake."""
-    ca, chain, key = files.read()
-    stamp = files.stamp()
+    watch = files.watch()
 
-    def fetch() -> grpc.ServerCertificateConfiguration | None:
-        nonlocal stamp
-        now = files.stamp()
-        if now == stamp:
-            return None
-        try:
-            ca, chain, key = files.read()
-        except ConfigError as exc:  # mid-rotation: keep serving the old pair
-            log.warning("TLS files changed but cannot be read yet: %s", exc)
-            return None
-        stamp = now
-        log.info("TLS certificate files changed: loaded for new connections")
+    def configuration() -> grpc.ServerCertificateConfiguration:
+        ca, chain, key = files.read()
         return grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=ca)
 
-    initial = grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=ca)
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        return watch.reload(configuration)
+
+    initial = configuration()
     # grpc calls `fetch` per handshake; None (unchanged) is documented, not typed
     return grpc.dynamic_ssl_server_credentials(
         initial,
@@ -162,7 +195,7 @@ class ReloadingChannel(grpc.aio.Channel):  # type: ignore[misc]
     def __init__(self, files: CertificateFiles, build: Callable[[grpc.ChannelCredentials], Any]):
         self._files = files
         self._build = build
-        self._stamp = files.stamp()
+        self._watch = files.watch()
         self._checked = time.monotonic()
         self._inner: grpc.aio.Channel = build(channel_credentials(files))
         self._retired: list[asyncio.Task[None]] = []
@@ -171,18 +204,11 @@ class ReloadingChannel(grpc.aio.Channel):  # type: ignore[misc]
         now = time.monotonic()
         if now - self._checked >= CHECK_INTERVAL:
             self._checked = now
-            stamp = self._files.stamp()
-            if stamp != self._stamp:
-                try:
-                    creds = channel_credentials(self._files)
-                except ConfigError as exc:
-                    log.warning("TLS files changed but cannot be read yet: %s", exc)
-                else:
-                    self._stamp = stamp
-                    old, self._inner = self._inner, self._build(creds)
-                    self._retired = [t for t in self._retired if not t.done()]
-                    self._retired.append(asyncio.ensure_future(self._retire(old)))
-                    log.info("TLS certificate files changed: new connections use them")
+            creds = self._watch.reload(lambda: channel_credentials(self._files))
+            if creds is not None:
+                old, self._inner = self._inner, self._build(creds)
+                self._retired = [t for t in self._retired if not t.done()]
+                self._retired.append(asyncio.ensure_future(self._retire(old)))
         return self._inner
 
     @staticmethod

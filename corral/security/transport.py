@@ -66,7 +66,9 @@ def current() -> SecuritySettings:
 
 
 class _Metadata:
-    """Adds fixed metadata (the tokens) to every call of a channel."""
+    """Adds fixed metadata (the tokens) to every call of a channel, asyncio
+    or blocking: grpc hands both kinds of interceptor its call details as
+    a named tuple."""
 
     def __init__(self, pairs: list[tuple[str, str]]) -> None:
         self.pairs = pairs
@@ -86,6 +88,16 @@ class _UnaryMetadata(_Metadata, grpc.aio.UnaryUnaryClientInterceptor):  # type: 
 class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return await continuation(self._details(details), request)
+
+
+class _SyncMetadata(  # type: ignore[misc]
+    _Metadata, grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
+):
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
 
 
 def call_metadata(
@@ -204,45 +216,6 @@ def dial(
             address, creds, options=opts, interceptors=interceptors
         ),
     )
-
-
-class _SyncMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        self.pairs = pairs
-
-    def _details(self, details: Any) -> Any:
-        return _SyncDetails(
-            details.method,
-            details.timeout,
-            [*(details.metadata or ()), *self.pairs],
-            details.credentials,
-            getattr(details, "wait_for_ready", None),
-            getattr(details, "compression", None),
-        )
-
-    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._details(details), request)
-
-    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
-        return continuation(self._details(details), request)
-
-
-class _SyncDetails(grpc.ClientCallDetails):  # type: ignore[misc]
-    def __init__(
-        self,
-        method: str,
-        timeout: float | None,
-        metadata: Any,
-        credentials: Any,
-        wait_for_ready: Any,
-        compression: Any,
-    ) -> None:
-        self.method = method
-        self.timeout = timeout
-        self.metadata = metadata
-        self.credentials = credentials
-        self.wait_for_ready = wait_for_ready
-        self.compression = compression
 
 
 def dial_sync(

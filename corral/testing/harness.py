@@ -14,15 +14,19 @@ and a fresh snapshot, so the schedulers' retry paths run for real.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from corral.domain import deployments, structs
-from corral.domain.plan_commit import applied_plan, new_alloc_ids, stamp_result
-from corral.domain.plan_results import PLAN_RESULT_EVENT, merge_plan
+from corral.domain import deployments, structs, topics
+from corral.domain.plan_commit import applied_plan, committable, new_alloc_ids, stamp_result
+from corral.domain.plan_results import merge_on_snapshot, plan_events
 from corral.domain.store import StateSnapshot, StateStore
-from corral.domain.structs import Topic
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.factory import new_scheduler
+
+#: why the harness rejects a node's part of a plan (`reject_nodes`)
+REJECTED = "rejected by the test"
 
 
 class Harness:
@@ -69,18 +73,33 @@ class Harness:
         self.store.apply(batch)
         return index
 
-    def upsert_nodes(self, *nodes: pb.Node) -> int:
+    def _upsert(
+        self,
+        topic: topics.Topic,
+        type_: str,
+        objs: Iterable[Any],
+        prepare: Callable[[Any, int], None] | None = None,
+    ) -> int:
+        """Write copies of `objs` at one new index, created there unless
+        they carry a create index, modified there."""
         index = self._index + 1
         out = []
-        for n in nodes:
-            n2 = structs.copy_msg(n)
-            if not n2.create_index:
-                n2.create_index = index
-            n2.modify_index = index
-            if not n2.computed_class:
-                n2.computed_class = structs.computed_class(n2)
-            out.append(pb.Event(topic=Topic.NODE, type="NodeRegistration", key=n2.id, node=n2))
+        for obj in objs:
+            o = structs.copy_msg(obj)
+            if not o.create_index:
+                o.create_index = index
+            o.modify_index = index
+            if prepare is not None:
+                prepare(o, index)
+            out.append(topic.event(o, type_))
         return self._write(out)
+
+    def upsert_nodes(self, *nodes: pb.Node) -> int:
+        def prepare(n: pb.Node, _index: int) -> None:
+            if not n.computed_class:
+                n.computed_class = structs.computed_class(n)
+
+        return self._upsert(topics.NODE, EventType.NODE_REGISTRATION, nodes, prepare)
 
     def upsert_jobs(self, *jobs: pb.Job, keep_indexes: bool = False) -> int:
         """Register jobs; unless `keep_indexes`, a job's modify and
@@ -104,51 +123,26 @@ class Harness:
                 j2.job_modify_index = index
             if not j2.submit_time:
                 j2.submit_time = self._time()
-            out.append(pb.Event(topic=Topic.JOB, type="JobRegistered", key=j2.id, job=j2))
+            out.append(topics.JOB.event(j2, EventType.JOB_REGISTERED))
         return self._write(out)
 
     def upsert_allocs(self, *allocs: pb.Allocation) -> int:
-        index = self._index + 1
-        out = []
         now = self._time()
-        for a in allocs:
-            a2 = structs.copy_msg(a)
-            if not a2.create_index:
-                a2.create_index = index
-            a2.modify_index = index
-            a2.alloc_modify_index = index
-            if not a2.create_time:
-                a2.create_time = now
-            if not a2.modify_time:
-                a2.modify_time = now
-            out.append(
-                pb.Event(topic=Topic.ALLOCATION, type="AllocationUpdated", key=a2.id, allocation=a2)
-            )
-        return self._write(out)
+
+        def prepare(a: pb.Allocation, index: int) -> None:
+            a.alloc_modify_index = index
+            if not a.create_time:
+                a.create_time = now
+            if not a.modify_time:
+                a.modify_time = now
+
+        return self._upsert(topics.ALLOCATION, EventType.ALLOCATION_UPDATED, allocs, prepare)
 
     def upsert_evals(self, *evals: pb.Evaluation) -> int:
-        index = self._index + 1
-        out = []
-        for e in evals:
-            e2 = structs.copy_msg(e)
-            if not e2.create_index:
-                e2.create_index = index
-            e2.modify_index = index
-            out.append(
-                pb.Event(topic=Topic.EVALUATION, type="EvaluationUpdated", key=e2.id, evaluation=e2)
-            )
-        return self._write(out)
+        return self._upsert(topics.EVALUATION, EventType.EVALUATION_UPDATED, evals)
 
     def upsert_deployments(self, *deps: pb.Deployment) -> int:
-        index = self._index + 1
-        out = []
-        for d in deps:
-            d2 = structs.copy_msg(d)
-            if not d2.create_index:
-                d2.create_index = index
-            d2.modify_index = index
-            out.append(self._deployment_event(d2))
-        return self._write(out)
+        return self._upsert(topics.DEPLOYMENT, EventType.DEPLOYMENT_STATUS_UPDATE, deps)
 
     def set_alloc_health(self, alloc_id: str, healthy: bool) -> int:
         """What a client reports when an alloc of a deployment becomes
@@ -161,27 +155,19 @@ class Harness:
         a.deployment_status.timestamp = self._time()
         index = self._index + 1
         a.modify_index = index
-        out = [pb.Event(topic=Topic.ALLOCATION, type="AllocationUpdated", key=a.id, allocation=a)]
+        out = [topics.ALLOCATION.event(a, EventType.ALLOCATION_UPDATED)]
         d = snap.deployment_by_id(a.deployment_id)
         if d is not None:
             d = structs.copy_msg(d)
             if deployments.count_health(d, a.task_group, before, healthy, self._time()):
                 d.modify_index = index
-                out.append(self._deployment_event(d))
+                out.append(topics.DEPLOYMENT.event(d, EventType.DEPLOYMENT_STATUS_UPDATE))
         return self._write(out)
-
-    @staticmethod
-    def _deployment_event(d: pb.Deployment) -> pb.Event:
-        return pb.Event(
-            topic=Topic.DEPLOYMENT, type="DeploymentStatusUpdate", key=d.id, deployment=d
-        )
 
     def set_scheduler_config(self, config: pb.SchedulerConfiguration) -> int:
         """Operator scheduler configuration (algorithm, preemption)."""
         c = structs.copy_msg(config)
-        return self._write(
-            [pb.Event(topic=Topic.OPERATOR, type="SchedulerConfig", scheduler_config=c)]
-        )
+        return self._write([topics.OPERATOR.event(c, EventType.SCHEDULER_CONFIG)])
 
     # ------------------------------------------------------------ running schedulers
 
@@ -198,14 +184,22 @@ class Harness:
     # ------------------------------------------------------------ Planner
 
     def submit_plan(self, plan: pb.Plan) -> tuple[pb.PlanResult, StateSnapshot | None]:
-        """Commit `plan` as the planner would: decide which nodes' parts
-        commit (every node, less `reject_nodes`), build the same
-        `AppliedPlan` the planner builds and merge it with the state's own
-        merge (`corral.domain.plan_results`), at one new index."""
+        """Commit `plan` as the planner would: the commit rule decides which
+        nodes' parts commit (every node, less `reject_nodes`), and the part
+        that does is written as the planner writes it (the same
+        `AppliedPlan`, the state's own merge and events), at one new index."""
         self.plans.append(structs.copy_msg(plan))
         snap = self.store.snapshot()
-        result = self._committable(snap, plan)
-        if not _writes_anything(result):
+        rejecting = self.reject_plans is None or self.reject_plans > 0
+        evaluation = committable(
+            snap,
+            plan,
+            lambda node_id: REJECTED if rejecting and node_id in self.reject_nodes else "",
+        )
+        if evaluation.partial and self.reject_plans is not None:
+            self.reject_plans -= 1
+        result = evaluation.result
+        if evaluation.is_noop() and not result.node_preemptions:
             result.alloc_index = snap.index
         else:
             result.alloc_index = self._write(self._plan_events(snap, plan, result))
@@ -216,40 +210,6 @@ class Harness:
             return result, self.store.snapshot()
         return result, None
 
-    def _committable(self, snap: StateSnapshot, plan: pb.Plan) -> pb.PlanResult:
-        """The part of `plan` the planner would commit: a rejected node
-        loses its whole update set, an all-at-once plan everything;
-        preemptions of allocs already terminal are left out."""
-        nodes = set(plan.node_update) | set(plan.node_allocation)
-        rejecting = self.reject_plans is None or self.reject_plans > 0
-        rejected = sorted(n for n in nodes if n in self.reject_nodes) if rejecting else []
-        if rejected and self.reject_plans is not None:
-            self.reject_plans -= 1
-        result = pb.PlanResult()
-        result.rejected_nodes.extend(rejected)
-        if rejected and plan.all_at_once:
-            return result
-        for node_id in sorted(nodes - set(rejected)):
-            if node_id in plan.node_update and plan.node_update[node_id].stops:
-                result.node_update[node_id].CopyFrom(plan.node_update[node_id])
-            if node_id in plan.node_allocation and plan.node_allocation[node_id].allocs:
-                result.node_allocation[node_id].CopyFrom(plan.node_allocation[node_id])
-            if node_id in plan.node_preemptions:
-                for stop in plan.node_preemptions[node_id].stops:
-                    cur = snap.alloc_by_id(stop.alloc_id)
-                    if cur is not None and not structs.alloc_terminal(cur):
-                        result.node_preemptions[node_id].stops.append(stop)
-        if plan.HasField("deployment"):
-            result.deployment.CopyFrom(plan.deployment)
-            if rejected:  # canaries count only once placed
-                placed = {a.id for lst in result.node_allocation.values() for a in lst.allocs}
-                for state in result.deployment.task_groups.values():
-                    keep = [c for c in state.placed_canaries if c in placed]
-                    del state.placed_canaries[:]
-                    state.placed_canaries.extend(keep)
-        result.deployment_updates.extend(plan.deployment_updates)
-        return result
-
     def _plan_events(
         self, snap: StateSnapshot, plan: pb.Plan, result: pb.PlanResult
     ) -> list[pb.Event]:
@@ -257,33 +217,13 @@ class Harness:
         index = self._index + 1
         now = self._time()
         write = applied_plan(snap, plan, result, now)
-        writes = merge_plan(
-            write,
-            job=snap.job_by_id(write.namespace, write.job_id) if write.job_id else None,
-            alloc=snap.alloc_by_id,
-            deployment=snap.deployment_by_id,
-            ev=snap.eval_by_id(plan.eval_id),
-            index=index,
-            now=now,
+        writes = merge_on_snapshot(
+            write, snap, ev=snap.eval_by_id(plan.eval_id), index=index, now=now
         )
-        events = [
-            pb.Event(topic=Topic.ALLOCATION, type=PLAN_RESULT_EVENT, key=a.id, allocation=a)
-            for a in writes.allocs.values()
-        ]
-        events += [
-            pb.Event(topic=Topic.DEPLOYMENT, type=PLAN_RESULT_EVENT, key=d.id, deployment=d)
-            for d in writes.deployments.values()
-        ]
-        if writes.eval is not None:
-            e = writes.eval
-            events.append(
-                pb.Event(topic=Topic.EVALUATION, type=PLAN_RESULT_EVENT, key=e.id, evaluation=e)
-            )
+        events = plan_events(writes)
         for e in write.evals:  # preemption evals
             e.create_index = e.modify_index = index
-            events.append(
-                pb.Event(topic=Topic.EVALUATION, type="EvaluationUpdated", key=e.id, evaluation=e)
-            )
+            events.append(topics.EVALUATION.event(e, topics.EventType.EVALUATION_UPDATED))
         return events
 
     def update_eval(self, ev: pb.Evaluation) -> None:
@@ -307,82 +247,48 @@ class Harness:
         if not e.create_time:
             e.create_time = self._time()
         e.modify_time = self._time()
-        self._write(
-            [pb.Event(topic=Topic.EVALUATION, type="EvaluationUpdated", key=e.id, evaluation=e)]
-        )
+        self._write([topics.EVALUATION.event(e, EventType.EVALUATION_UPDATED)])
 
     # ------------------------------------------------------------ CorePlanner
 
-    def delete_evals(self, eval_ids: Sequence[str], alloc_ids: Sequence[str]) -> None:
-        snap = self.store.snapshot()
-        events = []
-        for eid in eval_ids:
-            e = snap.eval_by_id(eid)
-            if e is not None:
-                events.append(
-                    pb.Event(
-                        topic=Topic.EVALUATION,
-                        type="EvaluationDeleted",
-                        key=eid,
-                        deleted=True,
-                        evaluation=e,
-                    )
-                )
-        for aid in alloc_ids:
-            a = snap.alloc_by_id(aid)
-            if a is not None:
-                events.append(
-                    pb.Event(
-                        topic=Topic.ALLOCATION,
-                        type="AllocationDeleted",
-                        key=aid,
-                        deleted=True,
-                        allocation=a,
-                    )
-                )
-        self.deleted_evals.extend(eval_ids)
-        self.deleted_allocs.extend(alloc_ids)
+    def _delete(self, *changes: tuple[topics.Topic, str, Iterable[Any]]) -> None:
+        """Delete the objects found (a None was not stored), of each
+        (topic, event type, objects), at one index."""
+        events = [
+            topic.event(obj, type_, deleted=True)
+            for topic, type_, found in changes
+            for obj in found
+            if obj is not None
+        ]
         if events:
             self._write(events)
+
+    def delete_evals(self, eval_ids: Sequence[str], alloc_ids: Sequence[str]) -> None:
+        snap = self.store.snapshot()
+        self.deleted_evals.extend(eval_ids)
+        self.deleted_allocs.extend(alloc_ids)
+        self._delete(
+            (topics.EVALUATION, EventType.EVALUATION_DELETED, map(snap.eval_by_id, eval_ids)),
+            (topics.ALLOCATION, EventType.ALLOCATION_DELETED, map(snap.alloc_by_id, alloc_ids)),
+        )
 
     def delete_jobs(self, jobs: Sequence[tuple[str, str]]) -> None:
         snap = self.store.snapshot()
-        events = []
-        for ns, jid in jobs:
-            j = snap.job_by_id(ns, jid)
-            if j is not None:
-                events.append(
-                    pb.Event(topic=Topic.JOB, type="JobDeregistered", key=jid, deleted=True, job=j)
-                )
         self.deleted_jobs.extend(jobs)
-        if events:
-            self._write(events)
+        found = (snap.job_by_id(ns, jid) for ns, jid in jobs)
+        self._delete((topics.JOB, EventType.JOB_DEREGISTERED, found))
 
     def delete_nodes(self, node_ids: Sequence[str]) -> None:
         snap = self.store.snapshot()
-        events = []
-        for nid in node_ids:
-            n = snap.node_by_id(nid)
-            if n is not None:
-                events.append(
-                    pb.Event(
-                        topic=Topic.NODE, type="NodeDeregistration", key=nid, deleted=True, node=n
-                    )
-                )
         self.deleted_nodes.extend(node_ids)
-        if events:
-            self._write(events)
+        found = map(snap.node_by_id, node_ids)
+        self._delete((topics.NODE, EventType.NODE_DEREGISTRATION, found))
 
     def delete_deployments(self, deployment_ids: Sequence[str]) -> None:
         snap = self.store.snapshot()
-        events = []
-        for did in deployment_ids:
-            d = snap.deployment_by_id(did)
-            if d is not None:
-                events.append(pb.Event(topic=Topic.DEPLOYMENT, key=did, deleted=True, deployment=d))
         self.deleted_deployments.extend(deployment_ids)
-        if events:
-            self._write(events)
+        found = map(snap.deployment_by_id, deployment_ids)
+        self._delete((topics.DEPLOYMENT, EventType.DEPLOYMENT_DELETED, found))
 
     # ------------------------------------------------------------ assertions helpers
 
@@ -413,14 +319,3 @@ class Harness:
     def last_eval(self) -> pb.Evaluation:
         assert self.evals, "no eval update"
         return self.evals[-1]
-
-
-def _writes_anything(result: pb.PlanResult) -> bool:
-    """A result with nothing to commit is answered without a write."""
-    return bool(
-        result.node_update
-        or result.node_allocation
-        or result.node_preemptions
-        or result.HasField("deployment")
-        or result.deployment_updates
-    )

@@ -37,13 +37,13 @@ from corral.security.acl_resolve import RemoteResolver
 from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.agent import drivers as task_drivers
 from services.agent import metrics
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
 from services.agent.checks import Checker
 from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
-from services.agent.drivers import Driver
+from services.agent.drivers.base import Driver
+from services.agent.drivers.build import build as build_drivers
 from services.agent.runner import AllocRunner
 from services.agent.service_sync import ServiceSync
 from services.agent.state_db import StateDB
@@ -154,7 +154,7 @@ class Agent:
         self.settings = settings
         self.compute = host_compute()
         self.cgroups = setup_cgroups(settings, self.compute)
-        self.drivers = task_drivers.build(settings.drivers, self.cgroups, settings.exec_settings())
+        self.drivers = build_drivers(settings.drivers, self.cgroups, settings.exec_settings())
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.host_stats = HostStats(settings.data_dir, self.compute)
         self.node.id, self.node.secret_id = self._identity()

@@ -17,7 +17,7 @@ from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import logs
 from services.agent.allocdir import AllocDir
-from services.agent.drivers import parse_signal
+from services.agent.drivers.base import parse_signal
 from services.agent.runner import TaskNotRunning
 
 #: Nomad's capability for signals and restarts

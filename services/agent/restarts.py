@@ -23,7 +23,7 @@ from typing import Any
 from corral.domain.jobspec.duration import format_duration
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
-from services.agent.drivers import ExitResult
+from services.agent.drivers.base import ExitResult
 
 #: share of the delay added at random (Nomad's jitter)
 JITTER = 0.25

@@ -22,6 +22,7 @@ from opentelemetry import trace
 
 from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
+from corral.domain.errors import ConfigError
 from corral.domain.jobspec.duration import format_duration
 from corral.domain.lifecycle import DEFAULT_LOG_MAX_FILE_SIZE_MB, DEFAULT_LOG_MAX_FILES
 from corral.domain.structs import ClientStatus, DesiredStatus, TaskStateName, copy_msg
@@ -38,7 +39,7 @@ from services.agent.allocdir import (
 )
 from services.agent.checks import Checker
 from services.agent.cpuset import Compute
-from services.agent.drivers import (
+from services.agent.drivers.base import (
     Driver,
     DriverError,
     ExitResult,
@@ -401,7 +402,7 @@ class TaskRunner:
         if self._api_socket is None:
             try:
                 self._api_socket = await self.ar.task_api.open(self.task_dir.secrets, self.owner)
-            except OSError as exc:
+            except (OSError, ConfigError) as exc:
                 log.warning("task %s: no Task API socket: %s", self.task.name, exc)
                 return
         if self.identities is not None and any(w.env for w in self.identities.wanted):

@@ -44,7 +44,7 @@ from corral.security import transport
 from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.agent.drivers import parse_duration, task_config
+from services.agent.drivers.base import parse_duration, task_config
 
 log = logging.getLogger("services.agent.sim")
 

@@ -22,7 +22,6 @@ make the agent bind (and chown) a socket elsewhere. WebSocket endpoints
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -33,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from corral.domain.errors import PermissionDenied
-from corral.runtime.embedded_http import EmbeddedServer
+from corral.runtime.http_server import HttpServer
 from corral.runtime.settings import SecuritySettings
 from corral.security.acl_resolve import RemoteResolver
 
@@ -188,15 +186,12 @@ def upstream_ssl(security: SecuritySettings) -> ssl.SSLContext | None:
 class TaskSocket:
     """One task's socket and the server answering on it."""
 
-    def __init__(self, server: EmbeddedServer, serving: asyncio.Task[None], path: Path) -> None:
+    def __init__(self, server: HttpServer, path: Path) -> None:
         self.server = server
-        self.serving = serving
         self.path = path
 
     async def close(self) -> None:
-        self.server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(self.serving, 5)
+        await self.server.stop(grace=5)
         with contextlib.suppress(OSError):
             self.path.unlink()
 
@@ -222,22 +217,24 @@ class TaskAPI:
 
     async def open(self, secrets_dir: Path, user: str) -> TaskSocket:
         """Listen on `secrets_dir/api.sock` for a task running as `user`
-        ("" = no user of its own). OSError when the socket cannot be made."""
+        ("" = no user of its own). OSError when the socket cannot be made,
+        ConfigError when it cannot be served."""
         sock = _bind(secrets_dir, user)
-        config = uvicorn.Config(
+        server = HttpServer(
+            sock,
             self.app,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            server_header=False,
+            name="task-api",
             proxy_headers=False,
             limit_concurrency=MAX_CONCURRENT,
             timeout_graceful_shutdown=1,
             ws="none",
         )
-        server = EmbeddedServer(config)
-        serving = asyncio.create_task(server.serve(sockets=[sock]), name="task-api")
-        return TaskSocket(server, serving, secrets_dir / SOCKET_NAME)
+        try:
+            await server.start()
+        except BaseException:
+            sock.close()
+            raise
+        return TaskSocket(server, secrets_dir / SOCKET_NAME)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from corral.domain.template import (
+from corral.domain.template.nomad import (
     UNKNOWN,
     Dependency,
     FileDependency,

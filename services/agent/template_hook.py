@@ -28,7 +28,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from corral.domain.template import Dependency, NomadTemplate, RenderResult, TemplateError, block
+from corral.domain.template import block
+from corral.domain.template.errors import TemplateError
+from corral.domain.template.nomad import Dependency
+from corral.domain.template.render import NomadTemplate, RenderResult
 from corral.v1 import structs_pb2 as pb
 from services.agent import alloc_sandbox, taskenv
 from services.agent.template_data import TemplateData

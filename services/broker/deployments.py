@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from corral.domain import deployments, structs
+from corral.domain import deployments, structs, topics
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import DeploymentStatus
 from corral.v1 import deployment_pb2, deployment_pb2_grpc, state_pb2, state_pb2_grpc
@@ -134,7 +134,7 @@ class DeploymentWatcher:
 
     def on_batch(self, batch: pb.ChangeBatch, snap: StateSnapshot) -> None:
         """Replica listener: a deployment changed."""
-        if any(e.WhichOneof("payload") == "deployment" for e in batch.events):
+        if any(topics.of(e) is topics.DEPLOYMENT for e in batch.events):
             self.wake.set()
 
     def on_reset(self, snap: StateSnapshot) -> None:

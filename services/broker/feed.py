@@ -11,9 +11,10 @@ token, so the router leaves it alone."""
 
 from __future__ import annotations
 
-from corral.domain.plan_results import PLAN_RESULT_EVENT
+from corral.domain import topics
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, EvalStatus, node_ready
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.eval_broker import EvalBroker
@@ -81,18 +82,22 @@ class FeedRouter:
         if not self.enabled:
             return
         for event in batch.events:
-            kind = event.WhichOneof("payload")
-            if kind == "evaluation":
+            topic = topics.of(event)
+            if topic is topics.EVALUATION:
                 # A plan's commit bumps its eval's modify index: the eval is
                 # outstanding here already, and routing it again would run it
                 # a second time after its ack.
-                if not event.deleted and event.type != PLAN_RESULT_EVENT and not self.drop_evals:
+                if (
+                    not event.deleted
+                    and event.type != EventType.PLAN_RESULT
+                    and not self.drop_evals
+                ):
                     self._route_eval(event.evaluation)
-            elif kind == "node":
+            elif topic is topics.NODE:
                 self._route_node(event, batch.index)
-            elif kind == "allocation":
+            elif topic is topics.ALLOCATION:
                 self._route_alloc(event, snap, batch.index)
-            elif kind == "scheduler_config":
+            elif topic is topics.OPERATOR:
                 self.broker.set_paused(event.scheduler_config.pause_eval_broker)
 
     def _reblocking(self, ev: pb.Evaluation) -> bool:

@@ -221,33 +221,34 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             "its outcome with Eval.Update before acking it, or nack it"
         )
 
+    async def _by_token(
+        self, op: Callable[[str, str], object], request: eval_pb2.EvalAckRequest
+    ) -> eval_pb2.EvalAckResponse:
+        """An operation on an outstanding eval, by its id and the token of
+        its delivery (the broker checks the token)."""
+        await self._require_leader()
+        op(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
+
     async def Nack(
         self, request: eval_pb2.EvalAckRequest, context: Context
     ) -> eval_pb2.EvalAckResponse:
-        await self._require_leader()
-        self.broker.nack(request.eval_id, request.token)
-        return eval_pb2.EvalAckResponse()
+        return await self._by_token(self.broker.nack, request)
 
     async def OutstandingReset(
         self, request: eval_pb2.EvalAckRequest, context: Context
     ) -> eval_pb2.EvalAckResponse:
-        await self._require_leader()
-        self.broker.outstanding_reset(request.eval_id, request.token)
-        return eval_pb2.EvalAckResponse()
+        return await self._by_token(self.broker.outstanding_reset, request)
 
     async def PauseNackTimeout(
         self, request: eval_pb2.EvalAckRequest, context: Context
     ) -> eval_pb2.EvalAckResponse:
-        await self._require_leader()
-        self.broker.pause_nack_timeout(request.eval_id, request.token)
-        return eval_pb2.EvalAckResponse()
+        return await self._by_token(self.broker.pause_nack_timeout, request)
 
     async def ResumeNackTimeout(
         self, request: eval_pb2.EvalAckRequest, context: Context
     ) -> eval_pb2.EvalAckResponse:
-        await self._require_leader()
-        self.broker.resume_nack_timeout(request.eval_id, request.token)
-        return eval_pb2.EvalAckResponse()
+        return await self._by_token(self.broker.resume_nack_timeout, request)
 
     # ------------------------------------------------------------ writes from workers
 

@@ -33,10 +33,10 @@ from datetime import UTC, datetime
 
 import grpc
 
-from corral.domain import periodic
+from corral.domain import periodic, topics
 from corral.domain.errors import FailedPrecondition, NotFound
 from corral.domain.store import StateSnapshot
-from corral.domain.structs import DEFAULT_NAMESPACE, Topic, alloc_terminal, eval_terminal
+from corral.domain.structs import DEFAULT_NAMESPACE, alloc_terminal, eval_terminal
 from corral.runtime.replica import Replica
 from corral.v1 import job_pb2, job_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
@@ -207,7 +207,7 @@ class PeriodicDispatcher:
             return
         now = self.clock()
         for event in batch.events:
-            if event.topic != Topic.JOB or not event.HasField("job"):
+            if topics.of(event) is not topics.JOB:
                 continue
             if event.deleted:
                 self.tracker.remove(key_of(event.job))

@@ -7,11 +7,11 @@ calls every declared route and method with a token that lacks the need
 (403) and one that holds it (not 403).
 
 Who decides: most routes call public RPCs with the request's token, and the
-RPC's rule (corral.access.RULES) decides, as Nomad's HTTP agent forwards to
+RPC's rule (corral.security.access.RULES) decides, as Nomad's HTTP agent forwards to
 its RPC endpoints. A route whose answer no RPC guards (parsing a job file,
 the agent's own configuration, the web UI's token summary) is decided here
 (`gateway=True`), with the token resolved by the state's ACL.ResolveToken
-and compiled by corral.acl_resolve, the same code every server uses.
+and compiled by corral.security.acl_resolve, the same code every server uses.
 docs/http-api.md lists every route's need."""
 
 from __future__ import annotations

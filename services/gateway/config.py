@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 
-from corral.runtime.settings import Option, ProcessSettings, StateAddr
+from corral.runtime.settings import HttpSettings, Option, StateAddr
 
 
-class GatewaySettings(ProcessSettings):
+class GatewaySettings(HttpSettings):
     """An HTTP gateway process: stateless, any number of them behind a load
     balancer; each one is only a client of the public gRPC API."""
 
@@ -19,17 +19,6 @@ class GatewaySettings(ProcessSettings):
         "127.0.0.1:4647",
         description="HTTP listen host:port of Nomad's /v1 API and the UI (port 0: any free "
         "port); with the TLS files set it serves HTTPS with the same certificates",
-    )
-    http_cert_file: str = Field(
-        "",
-        description="certificate (PEM) the HTTPS listener presents (default: the TLS "
-        "cert_file); it must allow server auth, e.g. a `client` role certificate",
-    )
-    http_key_file: str = Field("", description="its private key (default: the TLS key_file)")
-    http_verify_clients: bool = Field(
-        False,
-        description="with TLS, require HTTPS clients to present a certificate the CA signed "
-        "(default: optional; the ACL token decides what a caller may do)",
     )
     state_addr: StateAddr
     broker_addr: Annotated[str, Option(env="CORRAL_BROKER_ADDR")] = Field(
@@ -47,3 +36,11 @@ class GatewaySettings(ProcessSettings):
         description="the web UI links an eval's trace id here: a URL with {trace_id} in it, "
         "e.g. http://localhost:16686/trace/{trace_id} for Jaeger (empty: the id is shown only)",
     )
+
+    @model_validator(mode="after")
+    def _a_user_never_a_server(self) -> GatewaySettings:
+        """The gateway calls the cluster as a user: no server token on any
+        of its channels, even when the environment holds one."""
+        if self.security.server_token.get_secret_value():
+            self.security = self.security.model_copy(update={"server_token": SecretStr("")})
+        return self

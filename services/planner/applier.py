@@ -42,14 +42,14 @@ from corral.domain.errors import (
     NotFound,
     Unavailable,
 )
-from corral.domain.plan_commit import applied_plan, new_alloc_ids, stamp_result
+from corral.domain.plan_commit import PlanEvaluation, applied_plan, new_alloc_ids, stamp_result
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import now_ns
 from corral.runtime import telemetry
 from corral.v1 import state_pb2
 from services.planner import metrics
 from services.planner.config import FAULT_EXIT_BEFORE_APPLY, PlannerSettings
-from services.planner.evaluate import PlanEvaluation, evaluate_plan
+from services.planner.evaluate import evaluate_plan
 from services.planner.overlay import Overlay, OverlayEntry
 from services.planner.plan_queue import ERR_FLUSHED, PendingPlan, PlanQueue
 from services.planner.state_client import PlanWriter

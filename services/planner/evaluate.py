@@ -4,24 +4,22 @@
 Schedulers work on snapshots that may be stale, so every node a plan touches
 is checked again here against the planner's snapshot (replica plus the
 optimistic overlay of plans already applied). Each node is judged on its
-own; a node that fails is left out of the result whole (its stops and its
-placements), and an all-at-once plan is emptied by any failure.
+own here; what a verdict does to the result (a node that fails is left out
+whole, an all-at-once plan is emptied by any failure, the canaries are
+corrected) is the commit rule in `corral.domain.plan_commit`.
 
 Pure: reads one immutable snapshot, no SQL, no RPCs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-
 from corral.domain.fit import allocs_fit
+from corral.domain.plan_commit import PlanEvaluation, committable, live_allocs, proposed_allocs
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import (
     ClientStatus,
     Eligibility,
     NodeStatus,
-    alloc_terminal,
     replace_on_disconnect,
     task_group,
 )
@@ -34,58 +32,11 @@ REASON_NOT_READY = "node is not ready for placements"
 REASON_INELIGIBLE = "node is not eligible"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRejection:
-    node_id: str
-    reason: str
-
-
-@dataclass(slots=True)
-class PlanEvaluation:
-    """The committable part of a plan, and why the rest was left out.
-
-    `result.alloc_index` is filled in by the applier once written;
-    `result.refresh_index` is set when any node was rejected.
-    """
-
-    result: pb.PlanResult
-    rejections: list[NodeRejection] = field(default_factory=list)
-
-    @property
-    def partial(self) -> bool:
-        return bool(self.rejections)
-
-    def is_noop(self) -> bool:
-        """Nothing to write (Nomad's PlanResult.IsNoOp)."""
-        r = self.result
-        return not (
-            r.node_update
-            or r.node_allocation
-            or r.deployment_updates
-            or r.HasField("deployment")
-            or r.ineligible_nodes
-        )
-
-
-def plan_node_ids(plan: pb.Plan) -> list[str]:
-    """Every node the plan stops or places on, stops first, no repeats."""
-    seen: dict[str, None] = {}
-    for nid in plan.node_update:
-        seen.setdefault(nid, None)
-    for nid in plan.node_allocation:
-        seen.setdefault(nid, None)
-    return list(seen)
-
-
 def _placements(plan: pb.Plan, node_id: str) -> list[pb.Allocation]:
     # `in` first: indexing a protobuf message map inserts the key.
     if node_id not in plan.node_allocation:
         return []
     return list(plan.node_allocation[node_id].allocs)
-
-
-def _stop_ids(stops: pb.AllocStopList | None) -> Iterable[str]:
-    return (s.alloc_id for s in stops.stops) if stops is not None else ()
 
 
 def _alloc_group(snap: StateSnapshot, plan: pb.Plan, alloc: pb.Allocation) -> pb.TaskGroup | None:
@@ -138,7 +89,7 @@ def evaluate_node_plan(snap: StateSnapshot, plan: pb.Plan, node_id: str) -> str:
     if node.status != NodeStatus.READY:
         return REASON_NOT_READY
 
-    existing = [a for a in snap.allocs_by_node(node_id) if not alloc_terminal(a)]
+    existing = live_allocs(snap, node_id)
     existing_ids = {a.id for a in existing}
     # Only in-place updates of allocs already there: allowed even on an
     # ineligible or full node (nothing new is asked of it).
@@ -147,59 +98,11 @@ def evaluate_node_plan(snap: StateSnapshot, plan: pb.Plan, node_id: str) -> str:
     if node.scheduling_eligibility == Eligibility.INELIGIBLE or node.drain:
         return REASON_INELIGIBLE
 
-    remove: set[str] = {a.id for a in placements}
-    remove.update(_stop_ids(plan.node_update.get(node_id)))
-    remove.update(_stop_ids(plan.node_preemptions.get(node_id)))
-    proposed = [a for a in existing if a.id not in remove]
-    proposed.extend(placements)
-    fit = allocs_fit(node, proposed, check_devices=True)
+    fit = allocs_fit(node, proposed_allocs(existing, plan, node_id), check_devices=True)
     return "" if fit.fits else fit.dimension
 
 
-def _correct_deployment_canaries(result: pb.PlanResult) -> None:
-    """After a partial commit, a deployment lists as placed canaries only
-    those actually placed."""
-    if not result.HasField("deployment"):
-        return
-    placed = {a.id for lst in result.node_allocation.values() for a in lst.allocs}
-    for state in result.deployment.task_groups.values():
-        if state.placed_canaries:
-            keep = [c for c in state.placed_canaries if c in placed]
-            del state.placed_canaries[:]
-            state.placed_canaries.extend(keep)
-
-
 def evaluate_plan(snap: StateSnapshot, plan: pb.Plan) -> PlanEvaluation:
-    """Check every node of `plan` against `snap`; return what may commit."""
-    result = pb.PlanResult()
-    if plan.HasField("deployment"):
-        result.deployment.CopyFrom(plan.deployment)
-    result.deployment_updates.extend(plan.deployment_updates)
-    evaluation = PlanEvaluation(result)
-
-    for node_id in plan_node_ids(plan):
-        reason = evaluate_node_plan(snap, plan, node_id)
-        if reason:
-            evaluation.rejections.append(NodeRejection(node_id, reason))
-            if plan.all_at_once:
-                result.Clear()
-                break
-            continue
-        if node_id in plan.node_update and plan.node_update[node_id].stops:
-            result.node_update[node_id].CopyFrom(plan.node_update[node_id])
-        if node_id in plan.node_allocation and plan.node_allocation[node_id].allocs:
-            result.node_allocation[node_id].CopyFrom(plan.node_allocation[node_id])
-        if node_id in plan.node_preemptions:
-            live = []
-            for stop in plan.node_preemptions[node_id].stops:
-                cur = snap.alloc_by_id(stop.alloc_id)
-                if cur is not None and not alloc_terminal(cur):
-                    live.append(stop)
-            if live:
-                result.node_preemptions[node_id].stops.extend(live)
-
-    if evaluation.rejections:
-        result.rejected_nodes.extend(r.node_id for r in evaluation.rejections)
-        result.refresh_index = snap.refresh_index() or snap.index
-        _correct_deployment_canaries(result)
-    return evaluation
+    """Check every node of `plan` against `snap`; return what may commit
+    (the commit rule, `corral.domain.plan_commit.committable`)."""
+    return committable(snap, plan, lambda node_id: evaluate_node_plan(snap, plan, node_id))

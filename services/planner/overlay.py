@@ -6,8 +6,9 @@ replica learns of N's commit only through the change feed a little later.
 Evaluating N+1 on the bare replica would let it take capacity N already
 took, so every applied result is also applied here, to an in-memory copy of
 the replica's snapshot, as a synthetic `ChangeBatch` built by the merge the
-state service runs (`corral.domain.plan_results.merge_plan`: placements created or
-updated in place, stops and preemptions as diffs onto the newest copy).
+state service runs and recorded as the state records it
+(`corral.domain.plan_results`: placements created or updated in place, stops
+and preemptions as diffs onto the newest copy).
 Nomad does the same on its optimistic snapshot (`snap.UpsertPlanResults` in
 plan_apply.go).
 
@@ -21,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.domain.plan_results import PLAN_RESULT_EVENT, merge_plan
+from corral.domain.plan_results import merge_on_snapshot, plan_events
 from corral.domain.store import StateSnapshot, StateStore
-from corral.domain.structs import Topic, now_ns
+from corral.domain.structs import now_ns
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 
@@ -34,22 +35,9 @@ def plan_change_batch(snap: StateSnapshot, plan: state_pb2.AppliedPlan, now: int
     (index 0: it moves no table index and no snapshot index; the objects'
     indexes are 0 too, the commit index being unknown yet). The eval's
     modify-index bump is left to the commit: evaluating plans never reads it."""
-    writes = merge_plan(
-        plan,
-        job=snap.job_by_id(plan.namespace, plan.job_id) if plan.job_id else None,
-        alloc=snap.alloc_by_id,
-        deployment=snap.deployment_by_id,
-        ev=None,
-        index=0,
-        now=now,
-    )
+    writes = merge_on_snapshot(plan, snap, ev=None, index=0, now=now)
     batch = pb.ChangeBatch()
-    for alloc in writes.allocs.values():
-        batch.events.add(
-            topic=Topic.ALLOCATION, type=PLAN_RESULT_EVENT, key=alloc.id, allocation=alloc
-        )
-    for d in writes.deployments.values():
-        batch.events.add(topic=Topic.DEPLOYMENT, type=PLAN_RESULT_EVENT, key=d.id, deployment=d)
+    plan_events(writes, into=batch.events)
     return batch
 
 

@@ -21,12 +21,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from corral.domain import topics
 from corral.domain.errors import PermissionDenied
-from corral.domain.structs import Topic
 from corral.security import acl, identity
 from corral.security.acl_resolve import (
     ANONYMOUS_ACCESSOR,
     NOT_FOUND,
+    CachingResolver,
     Resolved,
     TokenCache,
     acl_from_response,
@@ -184,7 +185,7 @@ class WorkloadResolver(Protocol):
     def check(self, claim: acl_pb2.WorkloadClaim) -> str: ...
 
 
-class DatabaseResolver:
+class DatabaseResolver(CachingResolver):
     """The state role's `Resolver`: tokens from the database, each answer
     (and each miss) kept for `ttl` seconds at most. A JWT is a workload
     identity: resolved by `workloads` (its signature checked once per
@@ -199,45 +200,34 @@ class DatabaseResolver:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
+        super().__init__(TokenCache(ttl, ttl, max_entries=max_entries, clock=clock), wall_clock)
         self.db = db
-        self.cache = TokenCache(ttl, ttl, max_entries=max_entries, clock=clock)
-        self._wall = wall_clock
         #: database lookups made (tests read it)
         self.lookups = 0
         #: set by the state app once the keyring exists
         self.workloads: WorkloadResolver | None = None
 
-    async def resolve(self, secret_id: str) -> acl.ACL:
-        return (await self.resolve_token(secret_id)).acl
+    async def _fetch(self, key: str, secret_id: str) -> Resolved:
+        self.lookups += 1
+        generation = self.cache.generation
+        if self.workloads is not None and identity.looks_like_jwt(secret_id):
+            # not cached when refused: its alloc may reach this process's
+            # state a moment after the JWT was signed by another one
+            resp = await self.workloads.resolve(secret_id)
+        else:
+            try:
+                resp = await lookup(self.db, secret_id, self._wall())
+            except PermissionDenied as exc:
+                self.cache.put(key, exc.message, generation)
+                raise
+        resolved = Resolved(resp, acl_from_response(resp))
+        self.cache.put(key, resolved, generation)
+        return resolved
 
-    async def resolve_token(self, secret_id: str) -> Resolved:
-        key = acl.secret_hash(secret_id)
-        hit = self.cache.get(key)
-        if isinstance(hit, str):
-            raise PermissionDenied(hit)
-        if hit is None:
-            self.lookups += 1
-            generation = self.cache.generation
-            if self.workloads is not None and identity.looks_like_jwt(secret_id):
-                # not cached when refused: its alloc may reach this process's
-                # state a moment after the JWT was signed by another one
-                resp = await self.workloads.resolve(secret_id)
-            else:
-                try:
-                    resp = await lookup(self.db, secret_id, self._wall())
-                except PermissionDenied as exc:
-                    self.cache.put(key, exc.message, generation)
-                    raise
-            hit = Resolved(resp, acl_from_response(resp))
-            self.cache.put(key, hit, generation)
-        check_expiry(hit.expiration_time, self._wall())
-        if self.workloads is not None and hit.response.HasField("workload"):
-            self.workloads.check(hit.response.workload)
-        return hit
-
-    def invalidate(self) -> None:
-        """Forget every cached answer (an ACL table was written)."""
-        self.cache.clear()
+    def _check(self, resolved: Resolved) -> None:
+        """A workload identity's alloc is checked on every use."""
+        if self.workloads is not None and resolved.response.HasField("workload"):
+            self.workloads.check(resolved.response.workload)
 
     async def follow(self, feed: ChangeFeed, stop: asyncio.Event) -> None:
         """Invalidate on every ACL write any state process commits, until
@@ -245,7 +235,7 @@ class DatabaseResolver:
         while not stop.is_set():
             try:
                 async for batch in feed.subscribe(feed.index, stop):
-                    if any(ev.topic in Topic.ACL for ev in batch.events):
+                    if any(ev.topic in topics.ACL_NAMES for ev in batch.events):
                         self.invalidate()
             except asyncio.CancelledError:
                 raise

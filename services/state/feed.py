@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
+from corral.domain import topics
 from corral.domain.errors import OutOfRange, Unavailable
 from corral.domain.store import StateSnapshot, StateStore
 from corral.runtime.feed_view import FeedView
@@ -225,9 +226,13 @@ class ChangeFeed:
         if not self._node_waiters:
             return
         for ev in batch.events:
-            kind = ev.WhichOneof("payload")
+            topic = topics.of(ev)
             node_id = (
-                ev.allocation.node_id if kind == "allocation" else ev.key if kind == "node" else ""
+                ev.allocation.node_id
+                if topic is topics.ALLOCATION
+                else ev.key
+                if topic is topics.NODE
+                else ""
             )
             waiter = self._node_waiters.pop(node_id, None) if node_id else None
             if waiter is not None:

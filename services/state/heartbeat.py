@@ -26,6 +26,7 @@ import time
 
 from corral.domain import structs
 from corral.domain.structs import JobType, NodeStatus, Trigger, copy_msg
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
 from services.state.app_context import StateContext
@@ -199,7 +200,7 @@ class Drainer:
                     continue  # gone, or marked since the snapshot was taken
                 alloc = copy_msg(cur)
                 alloc.desired_transition.migrate = True
-                tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+                tx.put_alloc(alloc, EventType.ALLOCATION_UPDATE_DESIRED_STATUS)
                 job = await tx.get_job(a.namespace, a.job_id)
                 if job is not None:
                     jobs[structs.job_key(a.namespace, a.job_id)] = job

@@ -28,8 +28,8 @@ import psycopg
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from corral.domain import topics
 from corral.domain.errors import ConfigError, FailedPrecondition
-from corral.domain.structs import Topic
 from corral.security import keyring as kr
 from corral.v1 import structs_pb2 as pb
 from services.state.config import KeyringSettings
@@ -234,7 +234,7 @@ class Keyring:
         """After this process's own root-key write committed."""
         for batch in tx.batches:
             for ev in batch.events:
-                if ev.topic == Topic.ROOT_KEY:
+                if ev.topic == topics.ROOT_KEY.name:
                     self.changed(ev.key, ev.deleted)
 
     async def follow(self, feed: ChangeFeed, stop: asyncio.Event) -> None:
@@ -243,7 +243,7 @@ class Keyring:
             try:
                 async for batch in feed.subscribe(feed.index, stop):
                     for ev in batch.events:
-                        if ev.topic == Topic.ROOT_KEY:
+                        if ev.topic == topics.ROOT_KEY.name:
                             self.changed(ev.key, ev.deleted)
             except asyncio.CancelledError:
                 raise

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from corral.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from corral.v1 import structs_pb2 as pb
-
-if TYPE_CHECKING:  # the database module seals node rows with this one
-    from services.state.db.database import Database
 
 #: longer secrets are refused; Nomad's (and ours) are UUIDs
 SECRET_MAX_LENGTH = 128
@@ -83,12 +80,19 @@ def redact(node: pb.Node) -> None:
     node.secret_hash = ""
 
 
+class NodeTable(Protocol):
+    """Where `NodeSecrets` reads a node's row (the state's `Database`,
+    whose writes seal node rows with this module)."""
+
+    async def get_node(self, node_id: str) -> pb.Node | None: ...
+
+
 class NodeSecrets:
     """Secret checks for what is served from the feed's snapshot (which
     holds no hashes): the hash is read from the nodes table once per node
     incarnation, then remembered."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: NodeTable) -> None:
         self.db = db
         self._hashes: dict[str, tuple[int, str]] = {}
 

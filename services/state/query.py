@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.store import StateSnapshot
@@ -93,3 +93,46 @@ def resolve_prefix(ids: Sequence[str], prefix: str, kind: str) -> str:
         shown = ", ".join(sorted(matches)[:5])
         raise InvalidArgument(f"{kind}_id", f"prefix {prefix!r} matches several {kind}s: {shown}")
     return matches[0]
+
+
+class Listed(Protocol):
+    """What a listing filters on: an object of a job, in a namespace."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def job_id(self) -> str: ...
+
+
+L = TypeVar("L", bound=Listed)
+
+
+def listing(
+    query: query_pb2.QueryOptions,
+    job_id: str,
+    of_job: Callable[[str, str], list[L]],
+    others: Callable[[], list[L]],
+    **equal: str,
+) -> list[L]:
+    """The objects a List shows: of `job_id` when the request names one
+    (its index `of_job(namespace, job_id)` when the namespace is one, else
+    `others()`), in the query's namespace, their id starting with its
+    prefix, and equal to the request's other filters that are given
+    (`equal`: field name -> value, '' for not given)."""
+    if job_id and query.namespace != "*":
+        candidates = of_job(query.namespace or "default", job_id)
+    else:
+        candidates = others()
+    wanted = [(name, value) for name, value in equal.items() if value]
+    return [
+        o
+        for o in candidates
+        if namespace_matches(query, o.namespace)
+        and (not job_id or o.job_id == job_id)
+        and o.id.startswith(query.prefix)
+        and all(getattr(o, name) == value for name, value in wanted)
+    ]

@@ -9,12 +9,19 @@ other UNAVAILABLE answers move on to the next configured address.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from corral.domain.errors import leader_from_error
 from corral.security import transport
+
+
+class RoleClient(Protocol):
+    """Calls a method of a leader-elected role's service by name, following
+    the leader (broker: `Eval`, planner: `Plan`)."""
+
+    async def call(self, method: str, request: Any, *, timeout: float) -> Any: ...
 
 
 class LeaderClient:

@@ -155,10 +155,25 @@ class WorkerSettings(ServerSettings):
     def _known_schedulers(cls, value: list[str]) -> list[str]:
         """The pool's own rule (Worker.SetConfig applies it too), checked
         here so a bad flag is a usage error, not a crash at start."""
-        from services.worker.pool import validate_config  # the pool imports this module
-
         try:
             validate_config(0, value)
         except InvalidArgument as exc:
             raise ValueError(str(exc).partition(": ")[2]) from None
         return value
+
+
+def validate_config(num: int, enabled: list[str]) -> None:
+    """The pool's rule for its loops (at start and on Worker.SetConfig)."""
+    if not 0 <= num <= MAX_SCHEDULERS:
+        raise InvalidArgument("num_schedulers", f"must be between 0 and {MAX_SCHEDULERS}")
+    if not enabled:
+        raise InvalidArgument("enabled_schedulers", "must not be empty")
+    unknown = [s for s in enabled if s not in JobType.ALL]
+    if unknown:
+        raise InvalidArgument(
+            "enabled_schedulers", f"unknown scheduler type(s): {', '.join(unknown)}"
+        )
+    if JobType.CORE not in enabled:
+        raise InvalidArgument(
+            "enabled_schedulers", f"must include {JobType.CORE!r} (garbage collection)"
+        )

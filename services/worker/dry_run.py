@@ -7,17 +7,24 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Executor
 
-from corral.domain import structs
+from corral.domain import structs, topics
 from corral.domain.errors import InvalidArgument
+from corral.domain.plan_commit import committable
 from corral.domain.store import StateSnapshot, StateStore
-from corral.domain.structs import EvalStatus, JobStatus, Topic, Trigger
+from corral.domain.structs import EvalStatus, JobStatus, Trigger
+from corral.domain.topics import EventType
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.factory import new_scheduler
 
 
+def _accept(_node_id: str) -> str:
+    return ""
+
+
 class DryRunPlanner:
-    """Records what a scheduler would do; every plan 'commits' in full."""
+    """Records what a scheduler would do; by the commit rule every node
+    accepts its part, so every plan 'commits' in full."""
 
     def __init__(self, snapshot: StateSnapshot) -> None:
         self.snapshot = snapshot
@@ -27,15 +34,8 @@ class DryRunPlanner:
 
     def submit_plan(self, plan: pb.Plan) -> tuple[pb.PlanResult, StateSnapshot | None]:
         self.plans.append(structs.copy_msg(plan))
-        result = pb.PlanResult(alloc_index=self.snapshot.index)
-        for node_id, stops in plan.node_update.items():
-            result.node_update[node_id].CopyFrom(stops)
-        for node_id, allocs in plan.node_allocation.items():
-            result.node_allocation[node_id].CopyFrom(allocs)
-        for node_id, stops in plan.node_preemptions.items():
-            result.node_preemptions[node_id].CopyFrom(stops)
-        if plan.HasField("deployment"):
-            result.deployment.CopyFrom(plan.deployment)
+        result = committable(self.snapshot, plan, _accept).result
+        result.alloc_index = self.snapshot.index
         return result, None
 
     def update_eval(self, ev: pb.Evaluation) -> None:
@@ -62,8 +62,7 @@ def snapshot_with_job(snapshot: StateSnapshot, job: pb.Job) -> tuple[StateSnapsh
     job.job_modify_index = index
     job.status = current.status if current is not None else JobStatus.PENDING
     store = StateStore(snapshot)
-    batch = pb.ChangeBatch(index=index)
-    batch.events.add(topic=Topic.JOB, type="JobRegistered", key=job.id, job=job)
+    batch = pb.ChangeBatch(index=index, events=[topics.JOB.event(job, EventType.JOB_REGISTERED)])
     return store.apply(batch), job
 
 

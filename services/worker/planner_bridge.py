@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
 
@@ -29,10 +29,20 @@ from corral.v1 import plan_pb2, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.inflight import InFlightPlacements
 
-if TYPE_CHECKING:
-    from services.worker.worker import Worker
-
 T = TypeVar("T")
+
+
+class Loop(Protocol):
+    """The calls a scheduler loop (services/worker/worker.py) makes for its
+    planner, on the event loop."""
+
+    async def submit_plan(self, plan: pb.Plan) -> plan_pb2.PlanSubmitResponse: ...
+
+    async def wait_for_refresh(self, index: int) -> StateSnapshot: ...
+
+    async def eval_write(self, op: str, evals: list[pb.Evaluation], token: str) -> None: ...
+
+    async def garbage_collect(self, request: state_pb2.GarbageCollectRequest) -> None: ...
 
 
 @dataclass
@@ -70,7 +80,7 @@ class WorkerPlanner:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        worker: Worker,
+        worker: Loop,
         token: str,
         snapshot: StateSnapshot,
         traceparent: str = "",

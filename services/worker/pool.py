@@ -16,29 +16,21 @@ import logging
 import os
 import socket
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import grpc
 
 from corral.domain.errors import InvalidArgument
-from corral.domain.structs import JobType
 from corral.runtime.replica import Replica
 from corral.security import access
 from corral.v1 import eval_pb2, state_pb2_grpc, worker_pb2
 from services.worker import metrics
-from services.worker.config import MAX_SCHEDULERS, WorkerSettings
+from services.worker.clients import RoleClient
+from services.worker.config import MAX_SCHEDULERS, WorkerSettings, validate_config
 from services.worker.scheduler.feasible.inflight import InFlightPlacements
 from services.worker.worker import Worker
 
 log = logging.getLogger(__name__)
-
-
-class RoleClient(Protocol):
-    """Calls a method of a leader-elected role's service by name, following
-    the leader (broker: `Eval`, planner: `Plan`)."""
-
-    async def call(self, method: str, request: Any, *, timeout: float) -> Any: ...
 
 
 class WorkerPool:
@@ -60,7 +52,7 @@ class WorkerPool:
         self.workers: list[Worker] = []
         # One thread per loop: a scheduler blocks its thread while its plan
         # is applied, and other loops keep scheduling meanwhile.
-        self.executor = ThreadPoolExecutor(
+        self.executor: Executor = ThreadPoolExecutor(
             max_workers=MAX_SCHEDULERS, thread_name_prefix="scheduler"
         )
         self._lock = asyncio.Lock()
@@ -175,19 +167,3 @@ class WorkerPool:
             await asyncio.gather(*(w.wait_stopped(30) for w in extra))
             self.workers = [w for w in self.workers if w not in extra]
         log.info("worker pool: %d schedulers, enabled %s", num, ",".join(self.enabled_schedulers))
-
-
-def validate_config(num: int, enabled: list[str]) -> None:
-    if not 0 <= num <= MAX_SCHEDULERS:
-        raise InvalidArgument("num_schedulers", f"must be between 0 and {MAX_SCHEDULERS}")
-    if not enabled:
-        raise InvalidArgument("enabled_schedulers", "must not be empty")
-    unknown = [s for s in enabled if s not in JobType.ALL]
-    if unknown:
-        raise InvalidArgument(
-            "enabled_schedulers", f"unknown scheduler type(s): {', '.join(unknown)}"
-        )
-    if JobType.CORE not in enabled:
-        raise InvalidArgument(
-            "enabled_schedulers", f"must include {JobType.CORE!r} (garbage collection)"
-        )

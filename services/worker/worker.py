@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Executor
+from typing import Any, Protocol
 
 import grpc
 from opentelemetry import context as otel_context
@@ -28,14 +29,15 @@ from corral.domain import structs
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import EvalStatus
 from corral.runtime import telemetry
-from corral.v1 import eval_pb2, plan_pb2, state_pb2
+from corral.runtime.replica import Replica
+from corral.v1 import eval_pb2, plan_pb2, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.worker import metrics
+from services.worker.clients import RoleClient
+from services.worker.config import WorkerSettings
 from services.worker.planner_bridge import Journey, WorkerPlanner
 from services.worker.scheduler.factory import new_scheduler
-
-if TYPE_CHECKING:
-    from services.worker.pool import WorkerPool
+from services.worker.scheduler.feasible.inflight import InFlightPlacements
 
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer("corral.worker")
@@ -48,6 +50,23 @@ def _canceled_meanwhile(snapshot: StateSnapshot, ev: pb.Evaluation) -> bool:
     would overwrite `canceled` with `complete`."""
     stored = snapshot.eval_by_id(ev.id)
     return stored is not None and stored.status == EvalStatus.CANCELED
+
+
+class LoopPool(Protocol):
+    """What a loop shares with the other loops of its pool
+    (services/worker/pool.py): the settings, the replica, the executor its
+    scheduler runs on, the clients, the process's broker lease and the
+    placements its loops have in flight."""
+
+    settings: WorkerSettings
+    enabled_schedulers: list[str]
+    lease_id: str
+    replica: Replica
+    executor: Executor
+    broker: RoleClient
+    planner: RoleClient
+    state: state_pb2_grpc.StateAsyncStub
+    inflight: InFlightPlacements
 
 
 class Status:
@@ -111,7 +130,7 @@ class WorkerStopping(Exception):
 
 
 class Worker:
-    def __init__(self, pool: WorkerPool, worker_id: str) -> None:
+    def __init__(self, pool: LoopPool, worker_id: str) -> None:
         self.pool = pool
         self.id = worker_id
         self.status = Status.STARTING

@@ -46,7 +46,16 @@ def start(c: Cluster, data_dir: Path, **env: str) -> None:
     c.start("broker", *BROKER)
     c.start("planner")
     c.start("worker", "--num-schedulers", "2")
-    c.start("agent", "--data-dir", str(data_dir), "--name", "a0", env=env)
+    c.start(
+        "agent",
+        "--data-dir",
+        str(data_dir),
+        "--name",
+        "a0",
+        "--drivers",
+        "raw_exec,mock",  # raw_exec is off unless named
+        env=env,
+    )
 
 
 async def allocs(c: Cluster, job_id: str) -> list[pb.Allocation]:

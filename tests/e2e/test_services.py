@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,8 +26,8 @@ from corral.domain.structs import NodeStatus
 from corral.security import transport
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from tests.cluster import ROOT, Cluster
-from tests.devprocess import DevProcess, start_dev, stop_dev
+from tests.cluster import Cluster
+from tests.devprocess import DevClient, start_dev, stop_dev
 from tests.e2e.test_agent_lifecycle import nodes, start
 from tests.wait import until, wait_for
 
@@ -132,42 +130,8 @@ job "restarting" {
 """
 
 
-class Dev:
+class Dev(DevClient):
     """`corral dev -acl`: the gateway with the management token, the CLI."""
-
-    def __init__(self, dev: DevProcess, tmp: Path) -> None:
-        self.dev = dev
-        self.tmp = tmp
-        self.url = dev.info["http_addr"]
-        self.token = dev.token
-
-    def get(self, path: str, token: str | None = None, **params: Any) -> requests.Response:
-        headers = {"X-Nomad-Token": self.token if token is None else token}
-        return requests.get(self.url + path, params=params, headers=headers, timeout=30)
-
-    def ok(self, path: str, **params: Any) -> Any:
-        resp = self.get(path, **params)
-        assert resp.status_code == 200, resp.text
-        return resp.json()
-
-    def corral(self, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "CORRAL_TOKEN": self.token if token is None else token}
-        env.pop("CORRAL_SERVER_TOKEN", None)
-        return subprocess.run(
-            [sys.executable, "-m", "cli", *args, "-address", self.dev.info["address"]],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
-
-    def run(self, name: str, spec: str) -> None:
-        path = self.tmp / f"{name}.nomad.hcl"
-        path.write_text(spec)
-        done = self.corral("job", "run", "-detach", str(path))
-        assert done.returncode == 0, done.stderr
 
     def deployment(self, job: str) -> dict[str, Any]:
         found: dict[str, Any] = self.ok(f"/v1/job/{job}/deployment") or {}

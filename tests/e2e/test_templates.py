@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +28,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.devprocess import DevProcess, start_dev, stop_dev
+from tests.devprocess import DevClient, start_dev, stop_dev
 from tests.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,44 +176,10 @@ job "%(name)s" {
 """
 
 
-class Dev:
-    def __init__(self, dev: DevProcess, tmp: Path) -> None:
-        self.dev = dev
-        self.tmp = tmp
-        self.url = dev.http_addr
-        self.token = dev.token
-
-    def request(self, method: str, path: str, token: str | None = None, **kw: Any) -> Any:
-        headers = {"X-Nomad-Token": self.token if token is None else token}
-        return requests.request(method, self.url + path, headers=headers, timeout=30, **kw)
-
-    def ok(self, path: str, **params: Any) -> Any:
-        resp = self.request("GET", path, params=params)
-        assert resp.status_code == 200, resp.text
-        return resp.json()
-
+class Dev(DevClient):
     def put_var(self, path: str, **items: str) -> None:
         resp = self.request("PUT", f"/v1/var/{path}", json={"Items": items})
         assert resp.status_code == 200, resp.text
-
-    def corral(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "CORRAL_TOKEN": self.token}
-        env.pop("CORRAL_SERVER_TOKEN", None)
-        return subprocess.run(
-            [sys.executable, "-m", "cli", *args, "-address", self.dev.info["address"]],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
-
-    def run(self, name: str, spec: str) -> None:
-        path = self.tmp / f"{name}.nomad.hcl"
-        path.write_text(spec)
-        done = self.corral("job", "run", "-detach", str(path))
-        assert done.returncode == 0, done.stderr
 
     def allocs(self, job: str) -> list[dict[str, Any]]:
         return [self.ok(f"/v1/allocation/{a['ID']}") for a in self.ok(f"/v1/job/{job}/allocations")]

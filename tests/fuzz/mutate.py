@@ -18,7 +18,7 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 from hypothesis import strategies as st
 
-from corral.domain import structs
+from corral.domain import structs, topics
 from corral.domain.structs import new_id
 from corral.testing import mock
 from corral.v1 import query_pb2
@@ -65,7 +65,7 @@ ACCEPTED: dict[str, tuple[str, ...]] = {
     "scheduling_eligibility": structs.Eligibility.ALL,
     "type": structs.JobType.ALL,
     "triggered_by": tuple(sorted(structs.Trigger.ALL)),
-    "topic": (*structs.Topic.ALL, "*"),
+    "topic": (*topics.STREAMED_NAMES, topics.ANY),
     "origin": ("start", "end"),
     "schedulers": structs.JobType.ALL,
     "enabled_schedulers": structs.JobType.ALL,

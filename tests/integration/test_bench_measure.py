@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from bench import measure
-from corral.domain.structs import Topic
+from corral.domain import topics
 from corral.v1 import structs_pb2 as pb
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)
@@ -32,7 +32,7 @@ def alloc(alloc_id: str, job_id: str, status: str) -> pb.Allocation:
 def log(conn: psycopg.Connection[Any], index: int, ms: float, *allocs: pb.Allocation) -> None:
     batch = pb.ChangeBatch(index=index)
     for a in allocs:
-        batch.events.add(topic=Topic.ALLOCATION, type="AllocationUpdated", allocation=a)
+        batch.events.add(topic=topics.ALLOCATION.name, type="AllocationUpdated", allocation=a)
     conn.execute(
         "INSERT INTO change_log (index, created_at, payload) VALUES (%s, %s, %s)",
         (index, at(ms), batch.SerializeToString()),

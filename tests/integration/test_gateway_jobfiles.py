@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from corral.domain.jobspec import JobspecError
+from corral.domain.jobspec.errors import JobspecError
 from services.gateway.jobfiles import JobFileParser, ParserBusy
 
 JOB = 'job "web" {\n  group "g" {\n    task "t" {\n      driver = "mock"\n    }\n  }\n}\n'

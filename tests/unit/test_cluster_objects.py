@@ -9,10 +9,10 @@ import json
 import pytest
 from google.protobuf import json_format
 
-from corral.domain import namespaces, node_pools, object_specs, scaling
-from corral.domain.jobspec import JobspecError, parse_job
+from corral.domain import namespaces, node_pools, object_specs, scaling, topics
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job
 from corral.domain.store import StateStore
-from corral.domain.structs import Topic
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 
@@ -192,10 +192,10 @@ def test_store_keeps_the_objects_and_their_indexes() -> None:
     events = pb.JobScalingEvents(namespace="n", job_id="j")
     events.scaling_events["web"].events.add(message="up")
     batch = pb.ChangeBatch(index=5)
-    batch.events.add(topic=Topic.NAMESPACE, namespace_object=pb.Namespace(name="n"))
-    batch.events.add(topic=Topic.NODE_POOL, node_pool=pb.NodePool(name="gpu"))
-    batch.events.add(topic=Topic.SCALING_POLICY, scaling_policy=policy)
-    batch.events.add(topic=Topic.SCALING_EVENT, job_scaling_events=events)
+    batch.events.add(topic=topics.NAMESPACE.name, namespace_object=pb.Namespace(name="n"))
+    batch.events.add(topic=topics.NODE_POOL.name, node_pool=pb.NodePool(name="gpu"))
+    batch.events.add(topic=topics.SCALING_POLICY.name, scaling_policy=policy)
+    batch.events.add(topic=topics.SCALING_EVENT.name, job_scaling_events=events)
     snap = store.apply(batch)
     assert snap.namespace_by_name("n") is not None and snap.node_pool_by_name("gpu") is not None
     assert [p.id for p in snap.scaling_policies_by_job("n", "j")] == ["p1"]
@@ -206,8 +206,8 @@ def test_store_keeps_the_objects_and_their_indexes() -> None:
         "node_pools": 5,
     }
     gone = pb.ChangeBatch(index=6)
-    gone.events.add(topic=Topic.SCALING_POLICY, scaling_policy=policy, deleted=True)
-    gone.events.add(topic=Topic.NODE_POOL, node_pool=pb.NodePool(name="gpu"), deleted=True)
+    gone.events.add(topic=topics.SCALING_POLICY.name, scaling_policy=policy, deleted=True)
+    gone.events.add(topic=topics.NODE_POOL.name, node_pool=pb.NodePool(name="gpu"), deleted=True)
     snap = store.apply(gone)
     assert snap.scaling_policy_by_id("p1") is None and not snap.scaling_policies_by_job("n", "j")
     assert snap.node_pool_by_name("gpu") is None and snap.table_index("scaling_policy") == 6

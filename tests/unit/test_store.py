@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from corral.domain import topics
 from corral.domain.store import StateStore
-from corral.domain.structs import Topic
 from corral.v1 import structs_pb2 as pb
 
 
@@ -14,10 +14,12 @@ def _batch(index: int, *events: pb.Event) -> pb.ChangeBatch:
 def test_snapshot_taken_before_changes_does_not_see_them() -> None:
     store = StateStore()
     node = pb.Node(id="n1", datacenter="dc1", status="ready")
-    store.apply(_batch(1, pb.Event(topic=Topic.NODE, type="NodeRegistration", node=node)))
+    store.apply(_batch(1, pb.Event(topic=topics.NODE.name, type="NodeRegistration", node=node)))
     before = store.snapshot()
     alloc = pb.Allocation(id="a1", job_id="web", namespace="default", node_id="n1", eval_id="e1")
-    store.apply(_batch(2, pb.Event(topic=Topic.ALLOCATION, type="PlanResult", allocation=alloc)))
+    store.apply(
+        _batch(2, pb.Event(topic=topics.ALLOCATION.name, type="PlanResult", allocation=alloc))
+    )
     after = store.snapshot()
 
     assert before.index == 1 and after.index == 2
@@ -32,17 +34,19 @@ def test_snapshot_taken_before_changes_does_not_see_them() -> None:
 def test_old_batches_are_ignored_and_deletes_clean_secondary_indexes() -> None:
     store = StateStore()
     node = pb.Node(id="n1", datacenter="dc1")
-    store.apply(_batch(5, pb.Event(topic=Topic.NODE, node=node)))
-    store.apply(_batch(4, pb.Event(topic=Topic.NODE, node=pb.Node(id="n2", datacenter="dc1"))))
+    store.apply(_batch(5, pb.Event(topic=topics.NODE.name, node=node)))
+    store.apply(
+        _batch(4, pb.Event(topic=topics.NODE.name, node=pb.Node(id="n2", datacenter="dc1")))
+    )
     assert store.snapshot().node_by_id("n2") is None
 
     moved = pb.Node(id="n1", datacenter="dc2")
-    store.apply(_batch(6, pb.Event(topic=Topic.NODE, node=moved)))
+    store.apply(_batch(6, pb.Event(topic=topics.NODE.name, node=moved)))
     snap = store.snapshot()
     assert [n.id for n in snap.nodes_in_datacenters(["dc2"])] == ["n1"]
     assert snap.nodes_in_datacenters(["dc1"]) == []
 
-    store.apply(_batch(7, pb.Event(topic=Topic.NODE, node=moved, deleted=True)))
+    store.apply(_batch(7, pb.Event(topic=topics.NODE.name, node=moved, deleted=True)))
     assert store.snapshot().nodes_in_datacenters(["dc2"]) == []
     assert store.snapshot().node_by_id("n1") is None
 
@@ -51,8 +55,8 @@ def test_job_versions_are_kept_and_current_is_newest() -> None:
     store = StateStore()
     v0 = pb.Job(id="web", namespace="default", version=0, create_index=1)
     v1 = pb.Job(id="web", namespace="default", version=1, create_index=1)
-    store.apply(_batch(1, pb.Event(topic=Topic.JOB, type="JobRegistered", job=v0)))
-    store.apply(_batch(2, pb.Event(topic=Topic.JOB, type="JobRegistered", job=v1)))
+    store.apply(_batch(1, pb.Event(topic=topics.JOB.name, type="JobRegistered", job=v0)))
+    store.apply(_batch(2, pb.Event(topic=topics.JOB.name, type="JobRegistered", job=v1)))
     snap = store.snapshot()
     job = snap.job_by_id("default", "web")
     assert job is not None and job.version == 1
@@ -89,7 +93,7 @@ def test_an_alloc_updated_by_a_newer_eval_moves_between_eval_indexes() -> None:
         )
 
     def put(a: pb.Allocation, deleted: bool = False) -> pb.Event:
-        return pb.Event(topic=Topic.ALLOCATION, type="x", allocation=a, deleted=deleted)
+        return pb.Event(topic=topics.ALLOCATION.name, type="x", allocation=a, deleted=deleted)
 
     store.apply(_batch(1, put(alloc("e1"))))
     store.apply(_batch(2, put(alloc("e2")), put(alloc("e3", "running"))))
@@ -117,7 +121,9 @@ def test_a_lean_store_keeps_allocs_without_their_placement_metrics() -> None:
     alloc.resources.cpu = 250
 
     def batch() -> pb.ChangeBatch:
-        return _batch(1, pb.Event(topic=Topic.ALLOCATION, type="PlanResult", allocation=alloc))
+        return _batch(
+            1, pb.Event(topic=topics.ALLOCATION.name, type="PlanResult", allocation=alloc)
+        )
 
     full = StateStore()
     full.apply(batch())

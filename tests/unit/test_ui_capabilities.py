@@ -1,5 +1,5 @@
 """Issue 26, finding 8: the web UI's capability check (/ui/api/capabilities)
-compiles a token with the servers' own compile (corral.acl_resolve's
+compiles a token with the servers' own compile (corral.security.acl_resolve's
 acl_from_response, which the state and every resolver use), so the UI hides
 exactly what the servers would refuse. Before, the UI compiled the policies
 with its own loop, which did not fall back to deny-all as the servers do."""

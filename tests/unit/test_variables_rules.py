@@ -305,7 +305,8 @@ job "web" {
 
 
 def test_identity_blocks_in_hcl() -> None:
-    from corral.domain.jobspec import JobspecError, hcl
+    from corral.domain.jobspec import hcl
+    from corral.domain.jobspec.errors import JobspecError
 
     task = hcl.parse(IDENTITY_JOB % "", "web.nomad.hcl").task_groups[0].tasks[0]
     assert task.identity.env and task.identity.file
@@ -330,7 +331,7 @@ def test_identity_blocks_in_hcl() -> None:
 
 
 def test_identity_blocks_in_nomads_json() -> None:
-    from corral.domain.jobspec import JobspecError
+    from corral.domain.jobspec.errors import JobspecError
     from corral.domain.jobspec.json import from_nomad
 
     job = {

@@ -10,14 +10,12 @@ names, ports, check types and intervals)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral.domain import services
 from corral.domain.jobspec import validate
+from corral.domain.jobspec.body import Body
 from corral.v1 import structs_pb2 as pb
-
-if TYPE_CHECKING:  # hcl.py imports this module
-    from corral.domain.jobspec.hcl import Body
 
 #: service arguments and blocks only Consul acts on (HCL name: what to call
 #: it); Nomad's JSON names them in PascalCase (`_json_name`)

@@ -4,13 +4,11 @@ mean and which values are right is `corral.domain.template.block`'s."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral.domain.jobspec import validate
+from corral.domain.jobspec.body import Body
 from corral.v1 import structs_pb2 as pb
-
-if TYPE_CHECKING:  # hcl.py imports this module
-    from corral.domain.jobspec.hcl import Body
 
 #: (HCL argument, proto field) of the template block's strings and bools
 STRINGS = [

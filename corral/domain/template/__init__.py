@@ -6,56 +6,10 @@ host's addresses for `sockaddr`). See docs/templates.md.
     result = tmpl.render(env=task_env, data=provider, sandbox_dir=task_dir)
     if result.complete:
         write(result.output)        # else fetch result.missing and render again
+
+The modules: `template.py` (the language: `Template`), `render.py`
+(`NomadTemplate`, `render`, `nomad_funcs`), `nomad.py` (the data providers
+and their dependencies), `exec.py` (`Limits`, `GoFunction`), `errors.py`;
+this package module imports none of them (they import it back, as their
+package: the layout test keeps every package free of import circles).
 """
-
-from corral.domain.template.errors import LimitExceeded, TemplateError
-from corral.domain.template.exec import FuncError, GoFunction, Limits
-from corral.domain.template.nomad import (
-    UNKNOWN,
-    Dependency,
-    FileDependency,
-    MemoryData,
-    NomadData,
-    NomadService,
-    NomadServicesSnippet,
-    NomadVariable,
-    NomadVarItems,
-    NomadVarMeta,
-    ProviderError,
-    ServiceQuery,
-    ServicesQuery,
-    VarGet,
-    VarList,
-)
-from corral.domain.template.render import NomadTemplate, RenderResult, nomad_funcs, render
-from corral.domain.template.template import Template
-from corral.domain.template.values import Signature
-
-__all__ = [
-    "UNKNOWN",
-    "Dependency",
-    "FileDependency",
-    "FuncError",
-    "GoFunction",
-    "LimitExceeded",
-    "Limits",
-    "MemoryData",
-    "NomadData",
-    "NomadService",
-    "NomadServicesSnippet",
-    "NomadTemplate",
-    "NomadVarItems",
-    "NomadVarMeta",
-    "NomadVariable",
-    "ProviderError",
-    "RenderResult",
-    "ServiceQuery",
-    "ServicesQuery",
-    "Signature",
-    "Template",
-    "TemplateError",
-    "VarGet",
-    "VarList",
-    "nomad_funcs",
-    "render",
-]

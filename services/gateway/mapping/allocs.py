@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.common import rfc3339, to_nomad
+from services.gateway.mapping.common import Field, entry, rfc3339, to_nomad
 
 
 def task_state(msg: pb.TaskState) -> dict[str, Any]:
@@ -79,36 +79,41 @@ def alloc(msg: pb.Allocation, job: dict[str, Any] | None = None) -> dict[str, An
     return out
 
 
+#: api.AllocationListStub's fields
+_STUB: tuple[Field, ...] = (
+    "id",
+    "eval_id",
+    "name",
+    "namespace",
+    "node_id",
+    "node_name",
+    "job_id",
+    "job_type",
+    "job_version",
+    "task_group",
+    ("AllocatedResources", lambda m: _allocated_resources(m)),
+    "desired_status",
+    "desired_description",
+    "client_status",
+    "client_description",
+    ("DesiredTransition", lambda m: to_nomad(m.desired_transition)),
+    ("TaskStates", lambda m: _task_states(m.task_states)),
+    ("DeploymentStatus", lambda m: _deployment_status(m)),
+    "followup_eval_id",
+    "next_allocation",
+    (
+        "RescheduleTracker",
+        lambda m: to_nomad(m.reschedule_tracker) if m.HasField("reschedule_tracker") else None,
+    ),
+    ("PreemptedAllocations", lambda m: list(m.preempted_allocations) or None),
+    "preempted_by_allocation",
+    "create_index",
+    "modify_index",
+    "create_time",
+    "modify_time",
+)
+
+
 def stub(msg: pb.Allocation) -> dict[str, Any]:
     """An allocation list entry (api.AllocationListStub)."""
-    return {
-        "ID": msg.id,
-        "EvalID": msg.eval_id,
-        "Name": msg.name,
-        "Namespace": msg.namespace,
-        "NodeID": msg.node_id,
-        "NodeName": msg.node_name,
-        "JobID": msg.job_id,
-        "JobType": msg.job_type,
-        "JobVersion": msg.job_version,
-        "TaskGroup": msg.task_group,
-        "AllocatedResources": _allocated_resources(msg),
-        "DesiredStatus": msg.desired_status,
-        "DesiredDescription": msg.desired_description,
-        "ClientStatus": msg.client_status,
-        "ClientDescription": msg.client_description,
-        "DesiredTransition": to_nomad(msg.desired_transition),
-        "TaskStates": _task_states(msg.task_states),
-        "DeploymentStatus": _deployment_status(msg),
-        "FollowupEvalID": msg.followup_eval_id,
-        "NextAllocation": msg.next_allocation,
-        "RescheduleTracker": to_nomad(msg.reschedule_tracker)
-        if msg.HasField("reschedule_tracker")
-        else None,
-        "PreemptedAllocations": list(msg.preempted_allocations) or None,
-        "PreemptedByAllocation": msg.preempted_by_allocation,
-        "CreateIndex": msg.create_index,
-        "ModifyIndex": msg.modify_index,
-        "CreateTime": msg.create_time,
-        "ModifyTime": msg.modify_time,
-    }
+    return entry(msg, _STUB)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -124,3 +124,20 @@ def resources(msg: Message | None) -> dict[str, Any] | None:
     if msg is None:
         return None
     return to_nomad(msg)
+
+
+#: a field of a list entry: our field name (shown under its Nomad name), or
+#: (Nomad's name, what it shows of the message)
+Field = str | tuple[str, Callable[[Any], Any]]
+
+
+def entry(msg: Message, fields: Sequence[Field]) -> dict[str, Any]:
+    """The Nomad JSON of a list entry (a stub): `fields` of `msg`, in that
+    order."""
+    out: dict[str, Any] = {}
+    for f in fields:
+        if isinstance(f, str):
+            out[pascal(f)] = getattr(msg, f)
+        else:
+            out[f[0]] = f[1](msg)
+    return out

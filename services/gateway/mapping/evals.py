@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.common import rfc3339, to_nomad
+from services.gateway.mapping.common import Field, entry, rfc3339, to_nomad
 
 #: Corral's journey times (issue 20's UI timeline): Nomad's api.Evaluation
 #: has no equivalent, so the Nomad-shaped API leaves them out; the UI's
@@ -22,25 +22,29 @@ def evaluation(msg: pb.Evaluation) -> dict[str, Any]:
     return out
 
 
+#: api.EvaluationStub's fields
+_STUB: tuple[Field, ...] = (
+    "id",
+    "priority",
+    "type",
+    "triggered_by",
+    "namespace",
+    "job_id",
+    "node_id",
+    "deployment_id",
+    "status",
+    "status_description",
+    ("WaitUntil", lambda m: rfc3339(m.wait_until) if m.wait_until else None),
+    "next_eval",
+    "previous_eval",
+    "blocked_eval",
+    "create_index",
+    "modify_index",
+    "create_time",
+    "modify_time",
+)
+
+
 def stub(msg: pb.Evaluation) -> dict[str, Any]:
     """api.EvaluationStub, what /v1/evaluations lists."""
-    return {
-        "ID": msg.id,
-        "Priority": msg.priority,
-        "Type": msg.type,
-        "TriggeredBy": msg.triggered_by,
-        "Namespace": msg.namespace,
-        "JobID": msg.job_id,
-        "NodeID": msg.node_id,
-        "DeploymentID": msg.deployment_id,
-        "Status": msg.status,
-        "StatusDescription": msg.status_description,
-        "WaitUntil": rfc3339(msg.wait_until) if msg.wait_until else None,
-        "NextEval": msg.next_eval,
-        "PreviousEval": msg.previous_eval,
-        "BlockedEval": msg.blocked_eval,
-        "CreateIndex": msg.create_index,
-        "ModifyIndex": msg.modify_index,
-        "CreateTime": msg.create_time,
-        "ModifyTime": msg.modify_time,
-    }
+    return entry(msg, _STUB)

@@ -4,14 +4,17 @@ the CLI's own parser of Nomad's JSON, corral/domain/jobspec/json.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote_plus
+
+from google.protobuf.message import Message
 
 from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.common import rfc3339, to_nomad
+from services.gateway.mapping.common import Field, entry, rfc3339, to_nomad
 from services.gateway.mapping.evals import evaluation
 from services.gateway.mapping.services import check_header
 
@@ -60,50 +63,56 @@ def _nomad_services(owner: dict[str, Any]) -> None:
             check["Header"] = check_header(check.get("Header"))
 
 
+def _summary(
+    job_id: str, namespace: str, groups: Mapping[str, Message], create_index: int, modify_index: int
+) -> dict[str, Any]:
+    return {
+        "JobID": job_id,
+        "Namespace": namespace,
+        "Summary": {name: to_nomad(tg) for name, tg in groups.items()},
+        "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+        "CreateIndex": create_index,
+        "ModifyIndex": modify_index,
+    }
+
+
 def summary(msg: pb.JobSummary) -> dict[str, Any]:
     """api.JobSummary (Children: dispatched/periodic children are not counted)."""
-    return {
-        "JobID": msg.job_id,
-        "Namespace": msg.namespace,
-        "Summary": {name: to_nomad(tg) for name, tg in msg.summary.items()},
-        "Children": {"Pending": 0, "Running": 0, "Dead": 0},
-        "CreateIndex": msg.create_index,
-        "ModifyIndex": msg.modify_index,
-    }
+    return _summary(msg.job_id, msg.namespace, msg.summary, msg.create_index, msg.modify_index)
+
+
+#: api.JobListStub's fields (its JobSummary is the job's own)
+_STUB: tuple[Field, ...] = (
+    "id",
+    "parent_id",
+    "name",
+    "namespace",
+    ("Datacenters", lambda m: list(m.datacenters) or None),
+    ("Multiregion", lambda m: None),
+    "type",
+    "priority",
+    "periodic",
+    "parameterized",
+    "stop",
+    "status",
+    ("StatusDescription", lambda m: ""),
+    (
+        "JobSummary",
+        lambda m: _summary(m.id, m.namespace, m.summary, m.create_index, m.modify_index),
+    ),
+    "create_index",
+    "modify_index",
+    "job_modify_index",
+    "submit_time",
+    "version",
+    "node_pool",
+    ("Meta", lambda m: dict(m.meta) or None),
+)
 
 
 def stub(msg: job_pb2.JobListStub) -> dict[str, Any]:
     """A job list entry as Nomad's api.JobListStub."""
-    return {
-        "ID": msg.id,
-        "ParentID": msg.parent_id,
-        "Name": msg.name,
-        "Namespace": msg.namespace,
-        "Datacenters": list(msg.datacenters) or None,
-        "Multiregion": None,
-        "Type": msg.type,
-        "Priority": msg.priority,
-        "Periodic": msg.periodic,
-        "ParameterizedJob": msg.parameterized,
-        "Stop": msg.stop,
-        "Status": msg.status,
-        "StatusDescription": "",
-        "JobSummary": {
-            "JobID": msg.id,
-            "Namespace": msg.namespace,
-            "Summary": {name: to_nomad(tg) for name, tg in msg.summary.items()},
-            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
-            "CreateIndex": msg.create_index,
-            "ModifyIndex": msg.modify_index,
-        },
-        "CreateIndex": msg.create_index,
-        "ModifyIndex": msg.modify_index,
-        "JobModifyIndex": msg.job_modify_index,
-        "SubmitTime": msg.submit_time,
-        "Version": msg.version,
-        "NodePool": msg.node_pool,
-        "Meta": dict(msg.meta) or None,
-    }
+    return entry(msg, _STUB)
 
 
 def register_response(resp: job_pb2.JobRegisterResponse) -> dict[str, Any]:

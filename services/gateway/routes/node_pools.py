@@ -13,50 +13,35 @@ from starlette.routing import BaseRoute
 from corral.domain import object_specs
 from corral.v1 import node_pool_pb2, query_pb2
 from services.gateway.authz import ApiRoute, Need
-from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
     QueryOptions,
     backend_of,
     bad_request,
     listing,
-    metadata_of,
-    object_body,
-    respond,
-    written,
 )
 from services.gateway.mapping import jobs as job_map
 from services.gateway.mapping import nodes as node_map
+from services.gateway.routes.named import Named
+
+POOLS = Named(
+    title="Node pool",
+    single="node_pool",
+    plural="node_pools",
+    service=lambda backend: backend.node_pools,
+    list_request=node_pool_pb2.NodePoolListRequest,
+    get_request=node_pool_pb2.NodePoolGetRequest,
+    upsert_request=node_pool_pb2.NodePoolUpsertRequest,
+    delete_request=node_pool_pb2.NodePoolDeleteRequest,
+    show=node_map.node_pool,
+    from_nomad=object_specs.node_pool_from_nomad,
+)
 
 
 async def pools(request: Request) -> Response:
     if request.method in ("PUT", "POST"):
-        return await _upsert(request, "")
-    q = QueryOptions.from_request(request)
-
-    async def fetch(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
-        resp = await backend_of(request).node_pools.List(
-            node_pool_pb2.NodePoolListRequest(query=query), metadata=q.metadata, timeout=q.timeout
-        )
-        return [node_map.node_pool(p) for p in resp.node_pools], resp.meta
-
-    return await listing(request, q, fetch, key="Name")
-
-
-async def _upsert(request: Request, name: str) -> Response:
-    body = await object_body(request)
-    try:
-        message = object_specs.node_pool_from_nomad(body)
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
-    if name and message.name != name:
-        raise bad_request("Node pool name does not match request path")
-    resp = await backend_of(request).node_pools.Upsert(
-        node_pool_pb2.NodePoolUpsertRequest(node_pools=[message]),
-        metadata=metadata_of(request),
-        timeout=DEFAULT_TIMEOUT,
-    )
-    return written(resp.index)
+        return await POOLS.upsert(request, "")
+    return await POOLS.listing(request)
 
 
 def _no_prefix(q: QueryOptions) -> None:
@@ -72,23 +57,7 @@ async def pool(request: Request) -> Response:
             if request.method != "GET":
                 raise NomadError(405, "Invalid method")
             return await handler(request, path[: -len(suffix)])
-    backend = backend_of(request)
-    if request.method == "GET":
-        q = QueryOptions.from_request(request)
-        resp = await backend.node_pools.Get(
-            node_pool_pb2.NodePoolGetRequest(name=path, query=q.proto(paginate=False)),
-            metadata=q.metadata,
-            timeout=q.timeout,
-        )
-        return respond(request, node_map.node_pool(resp.node_pool), index=resp.meta.index)
-    if request.method == "DELETE":
-        done = await backend.node_pools.Delete(
-            node_pool_pb2.NodePoolDeleteRequest(names=[path]),
-            metadata=metadata_of(request),
-            timeout=DEFAULT_TIMEOUT,
-        )
-        return written(done.index)
-    return await _upsert(request, path)
+    return await POOLS.one(request, path)
 
 
 async def _nodes(request: Request, name: str) -> Response:

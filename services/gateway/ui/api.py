@@ -61,7 +61,7 @@ async def overview(request: Request) -> Response:
 async def capabilities(request: Request) -> Response:
     """What the request's token may do in `?namespace=`: the token resolved
     by the state (ACL.ResolveToken) and compiled by the one compile every
-    server uses (corral.acl_resolve.acl_from_response: a token with no
+    server uses (corral.security.acl_resolve.acl_from_response: a token with no
     policy that parses grants nothing), so the UI never shows an action the
     servers would refuse, nor hides one they allow. With ACLs off every
     action is allowed; an unknown or expired token is a 403 with the

@@ -24,22 +24,23 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import Table
 
+from corral.domain import topics
 from corral.domain.errors import CorralError, InvalidArgument, Unavailable
-from corral.domain.store import TOPIC_TABLE
 from corral.domain.structs import (
     DEFAULT_NAMESPACE,
     DEFAULT_NODE_POOL,
     ClientStatus,
     DesiredStatus,
     NodeStatus,
-    Topic,
 )
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.state import metrics
 from services.state.db import models as m
@@ -47,189 +48,176 @@ from services.state.node_identity import redact, seal
 
 NOTIFY_CHANNEL = "corral_changes"
 _SERVER_TERMINAL = [DesiredStatus.STOP, DesiredStatus.EVICT]
-_CLIENT_TERMINAL = list(ClientStatus.TERMINAL)
-
-_T_JOBS: Table = m.Job.__table__  # type: ignore[assignment]
-_T_JOB_VERSIONS: Table = m.JobVersion.__table__  # type: ignore[assignment]
-_T_SUMMARIES: Table = m.JobSummary.__table__  # type: ignore[assignment]
-_T_NODES: Table = m.Node.__table__  # type: ignore[assignment]
-_T_ALLOCS: Table = m.Alloc.__table__  # type: ignore[assignment]
-_T_EVALS: Table = m.Eval.__table__  # type: ignore[assignment]
-_T_DEPLOYMENTS: Table = m.Deployment.__table__  # type: ignore[assignment]
-_T_SCHED_CONFIG: Table = m.SchedulerConfig.__table__  # type: ignore[assignment]
-_T_LAUNCHES: Table = m.PeriodicLaunch.__table__  # type: ignore[assignment]
-_T_SERVICES: Table = m.ServiceRegistration.__table__  # type: ignore[assignment]
-_T_NAMESPACES: Table = m.Namespace.__table__  # type: ignore[assignment]
-_T_NODE_POOLS: Table = m.NodePool.__table__  # type: ignore[assignment]
-_T_POLICIES: Table = m.ScalingPolicy.__table__  # type: ignore[assignment]
-_T_SCALING_EVENTS: Table = m.ScalingEvents.__table__  # type: ignore[assignment]
-_T_SUBMISSIONS: Table = m.JobSubmission.__table__  # type: ignore[assignment]
-
 #: the submissions kept per job: those of its newest versions (Nomad keeps
 #: as many as it tracks job versions, JobTrackedVersions)
 SUBMISSIONS_KEPT = 6
-
-#: table name (as in table_indexes and StateSnapshot.table_index) per topic
+_CLIENT_TERMINAL = list(ClientStatus.TERMINAL)
 
 
 def _ns(namespace: str) -> str:
     return namespace or DEFAULT_NAMESPACE
 
 
-def _job_row(j: pb.Job) -> dict[str, Any]:
-    return {
-        "namespace": _ns(j.namespace),
-        "id": j.id,
-        "type": j.type,
-        "status": j.status,
-        "priority": j.priority,
-        "stop": j.stop,
-        "version": j.version,
-        "payload": j.SerializeToString(),
-        "create_index": j.create_index,
-        "modify_index": j.modify_index,
-        "job_modify_index": j.job_modify_index,
-        "node_pool": j.node_pool or DEFAULT_NODE_POOL,
-    }
+Row = tuple[Any, ...]
+
+#: how most columns are filled: the object's field of the same name, but
+#: these two
+_COMMON_COLUMNS: dict[str, Callable[[Any], Any]] = {
+    "namespace": lambda o: _ns(o.namespace),
+    "payload": lambda o: o.SerializeToString(),
+}
 
 
-def _job_version_row(j: pb.Job) -> dict[str, Any]:
-    return {
-        "namespace": _ns(j.namespace),
-        "id": j.id,
-        "version": j.version,
-        "payload": j.SerializeToString(),
-        "create_index": j.modify_index,
-    }
+_PG_TYPES = {"String": "text", "Integer": "int4", "BigInteger": "int8", "Boolean": "bool"}
 
 
-def _summary_row(s: pb.JobSummary) -> dict[str, Any]:
-    return {
-        "namespace": _ns(s.namespace),
-        "job_id": s.job_id,
-        "payload": s.SerializeToString(),
-        "create_index": s.create_index,
-        "modify_index": s.modify_index,
-    }
+def _upsert_sql(table: Table, keys: list[str]) -> tuple[str, str]:
+    """(single-row upsert, multi-row upsert from one array per column)."""
+    cols = [c.name for c in table.columns]
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
+    conflict = f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    single = (
+        f"INSERT INTO {table.name} ({', '.join(cols)}) "
+        f"VALUES ({', '.join(['%s'] * len(cols))}) {conflict}"
+    )
+    types = [_PG_TYPES.get(type(c.type).__name__, "bytea") for c in table.columns]
+    arrays = ", ".join(f"%b::{t}[]" for t in types)
+    bulk = f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays}) {conflict}"
+    return single, bulk
 
 
-def _node_row(n: pb.Node) -> dict[str, Any]:
-    return {
-        "id": n.id,
-        "name": n.name,
-        "datacenter": n.datacenter,
-        "node_pool": n.node_pool,
-        "node_class": n.node_class,
-        "status": n.status,
-        "eligibility": n.scheduling_eligibility,
-        "drain": n.drain,
-        "payload": n.SerializeToString(),
-        "create_index": n.create_index,
-        "modify_index": n.modify_index,
-    }
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A table the transaction writes: its primary key columns, an object's
+    key among this transaction's puts, and its row (one value per column,
+    in the table's order)."""
+
+    model: Table
+    keys: list[str]
+    key: Callable[[Any], Any]
+    row: Callable[[Any], Row]
+    #: a put stamps the object's create and modify times
+    timed: bool
+    #: rows go one upsert each (an array column: unnest would flatten it)
+    row_by_row: bool
+    #: the upsert of one row, and of many (one array per column)
+    upsert: str
+    bulk: str
+
+    @property
+    def name(self) -> str:
+        return str(self.model.name)
 
 
-def _alloc_row(a: pb.Allocation) -> dict[str, Any]:
-    return {
-        "id": a.id,
-        "namespace": _ns(a.namespace),
-        "job_id": a.job_id,
-        "node_id": a.node_id,
-        "eval_id": a.eval_id,
-        "name": a.name,
-        "task_group": a.task_group,
-        "desired_status": a.desired_status,
-        "client_status": a.client_status,
-        "payload": a.SerializeToString(),
-        "create_index": a.create_index,
-        "modify_index": a.modify_index,
-    }
+def _table(
+    model: Any,
+    key: Callable[[Any], Any],
+    *,
+    timed: bool = False,
+    row_by_row: bool = False,
+    **columns: Callable[[Any], Any],
+) -> _Table:
+    """The `_Table` of an ORM model: a column is filled by `columns[name]`,
+    else as in `_COMMON_COLUMNS`, else from the object's field of its name."""
+    t: Table = model.__table__
+    getters = tuple(
+        columns.get(c.name) or _COMMON_COLUMNS.get(c.name) or attrgetter(c.name) for c in t.columns
+    )
+
+    def row(obj: Any) -> Row:
+        return tuple([get(obj) for get in getters])  # a list first: faster than a generator
+
+    keys = [c.name for c in t.primary_key.columns]
+    return _Table(t, keys, key, row, timed, row_by_row, *_upsert_sql(t, keys))
 
 
-def _eval_row(e: pb.Evaluation) -> dict[str, Any]:
-    return {
-        "id": e.id,
-        "namespace": _ns(e.namespace),
-        "job_id": e.job_id,
-        "type": e.type,
-        "status": e.status,
-        "triggered_by": e.triggered_by,
-        "priority": e.priority,
-        "payload": e.SerializeToString(),
-        "create_index": e.create_index,
-        "modify_index": e.modify_index,
-    }
+def _job_key(o: Any) -> tuple[str, str]:
+    return (_ns(o.namespace), o.id)
 
 
-def _deployment_row(d: pb.Deployment) -> dict[str, Any]:
-    return {
-        "id": d.id,
-        "namespace": _ns(d.namespace),
-        "job_id": d.job_id,
-        "status": d.status,
-        "payload": d.SerializeToString(),
-        "create_index": d.create_index,
-        "modify_index": d.modify_index,
-    }
+def _id(o: Any) -> str:
+    return str(o.id)
 
 
-def _submission_row(sub: pb.JobSubmission) -> dict[str, Any]:
-    return {
-        "namespace": _ns(sub.namespace),
-        "id": sub.job_id,
-        "version": sub.version,
-        "payload": sub.SerializeToString(),
-    }
+_JOBS = _table(m.Job, _job_key, node_pool=lambda j: j.node_pool or DEFAULT_NODE_POOL)
+_JOB_VERSIONS = _table(
+    m.JobVersion,
+    lambda j: (*_job_key(j), j.version),
+    create_index=attrgetter("modify_index"),
+)
+_SUMMARIES = _table(m.JobSummary, lambda s: (_ns(s.namespace), s.job_id))
+_NODES = _table(m.Node, _id, eligibility=attrgetter("scheduling_eligibility"))
+_ALLOCS = _table(m.Alloc, _id, timed=True)
+_EVALS = _table(m.Eval, _id, timed=True)
+_DEPLOYMENTS = _table(m.Deployment, _id, timed=True)
+_SCHED_CONFIG = _table(m.SchedulerConfig, lambda _c: 1, id=lambda _c: 1)
+_LAUNCHES = _table(m.PeriodicLaunch, lambda p: (_ns(p.namespace), p.job_id))
+_NAMESPACES = _table(m.Namespace, lambda ns: ns.name)
+_NODE_POOLS = _table(m.NodePool, lambda pool: pool.name)
+_POLICIES = _table(
+    m.ScalingPolicy,
+    _id,
+    namespace=lambda p: _ns(p.target.get("Namespace", "")),
+    job_id=lambda p: p.target.get("Job", ""),
+)
+_SCALING_EVENTS = _table(m.ScalingEvents, lambda se: (_ns(se.namespace), se.job_id))
+# an array column (tags): one upsert per row (unnest would flatten it)
+_SERVICES = _table(
+    m.ServiceRegistration,
+    lambda r: (_ns(r.namespace), r.id),
+    row_by_row=True,
+    tags=lambda r: list(r.tags),
+)
+_SUBMISSIONS = _table(
+    m.JobSubmission, lambda s: (_ns(s.namespace), s.job_id, s.version), id=attrgetter("job_id")
+)
 
-
-def _launch_row(p: pb.PeriodicLaunch) -> dict[str, Any]:
-    return {
-        "namespace": _ns(p.namespace),
-        "job_id": p.job_id,
-        "launch": p.launch,
-        "payload": p.SerializeToString(),
-        "create_index": p.create_index,
-        "modify_index": p.modify_index,
-    }
-
-
-def _service_row(r: pb.ServiceRegistration) -> dict[str, Any]:
-    return {
-        "namespace": _ns(r.namespace),
-        "id": r.id,
-        "service_name": r.service_name,
-        "node_id": r.node_id,
-        "datacenter": r.datacenter,
-        "job_id": r.job_id,
-        "alloc_id": r.alloc_id,
-        "tags": list(r.tags),
-        "address": r.address,
-        "port": r.port,
-        "payload": r.SerializeToString(),
-        "create_index": r.create_index,
-        "modify_index": r.modify_index,
-    }
-
-
-def _named_row(obj: pb.Namespace | pb.NodePool) -> dict[str, Any]:
-    return {
-        "name": obj.name,
-        "payload": obj.SerializeToString(),
-        "create_index": obj.create_index,
-        "modify_index": obj.modify_index,
-    }
-
-
-def _policy_row(p: pb.ScalingPolicy) -> dict[str, Any]:
-    return {
-        "id": p.id,
-        "namespace": _ns(p.target.get("Namespace", "")),
-        "job_id": p.target.get("Job", ""),
-        "type": p.type,
-        "payload": p.SerializeToString(),
-        "create_index": p.create_index,
-        "modify_index": p.modify_index,
-    }
+#: every table a transaction writes, in the order the commit writes them
+_TABLES: dict[str, _Table] = {
+    t.name: t
+    for t in (
+        _JOBS,
+        _JOB_VERSIONS,
+        _SUMMARIES,
+        _NODES,
+        _ALLOCS,
+        _EVALS,
+        _DEPLOYMENTS,
+        _SCHED_CONFIG,
+        _LAUNCHES,
+        _SERVICES,
+        _NAMESPACES,
+        _NODE_POOLS,
+        _POLICIES,
+        _SCALING_EVENTS,
+        _SUBMISSIONS,
+    )
+}
+#: deletes of many rows of a table by one condition, run before its upserts:
+#: (pending delete kind, statement taking that delete's parameters)
+_RANGE_DELETES: dict[str, tuple[tuple[str, str], ...]] = {
+    "job_versions": (
+        ("job_versions_all", "DELETE FROM job_versions WHERE namespace = %s AND id = %s"),
+    ),
+    "job_submissions": (
+        ("job_submissions_all", "DELETE FROM job_submissions WHERE namespace = %s AND id = %s"),
+        (
+            "job_submissions_before",
+            "DELETE FROM job_submissions WHERE namespace = %s AND id = %s AND version < %s",
+        ),
+    ),
+}
+#: the table of the objects of each topic `WriteTx.put` writes
+_TOPIC_TABLES: dict[topics.Topic, _Table] = {
+    topics.ALLOCATION: _ALLOCS,
+    topics.EVALUATION: _EVALS,
+    topics.DEPLOYMENT: _DEPLOYMENTS,
+    topics.JOB_SUMMARY: _SUMMARIES,
+    topics.NAMESPACE: _NAMESPACES,
+    topics.NODE_POOL: _NODE_POOLS,
+    topics.SCALING_POLICY: _POLICIES,
+    topics.SERVICE: _SERVICES,
+}
 
 
 def _stamp(obj: Any, index: int) -> None:
@@ -242,14 +230,15 @@ def _stamp(obj: Any, index: int) -> None:
 class _Pending:
     """Rows queued by a transaction, keyed so the last put of an object wins."""
 
-    rows: dict[str, dict[Any, dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, dict[Any, Row]] = field(default_factory=dict)
     deletes: dict[str, dict[Any, Any]] = field(default_factory=dict)
     objects: dict[str, dict[Any, Any]] = field(default_factory=dict)
 
-    def put(self, table: str, key: Any, row: dict[str, Any], obj: Any) -> None:
-        self.rows.setdefault(table, {})[key] = row
-        self.objects.setdefault(table, {})[key] = obj
-        self.deletes.get(table, {}).pop(key, None)
+    def put(self, table: _Table, obj: Any) -> None:
+        name, key = table.name, table.key(obj)
+        self.rows.setdefault(name, {})[key] = table.row(obj)
+        self.objects.setdefault(name, {})[key] = obj
+        self.deletes.get(name, {}).pop(key, None)
 
     def delete(self, table: str, key: Any, where: Any) -> None:
         self.rows.get(table, {}).pop(key, None)
@@ -297,282 +286,203 @@ class WriteTx:
 
     # ------------------------------------------------------------ events
 
-    def event(
-        self,
-        topic: str,
-        type_: str,
-        key: str,
-        *,
-        namespace: str = "",
-        index: int | None = None,
-        deleted: bool = False,
-        **payload: Any,
-    ) -> pb.Event:
-        """Record one change for the change log (and the event stream)."""
+    def record(self, ev: pb.Event, *, index: int | None = None) -> pb.Event:
+        """Record one change for the change log (and the event stream), at
+        `index` (default: the transaction's)."""
         at = index or self.index
-        ev = pb.Event(
-            index=at,
-            topic=topic,
-            type=type_,
-            key=key,
-            namespace=namespace,
-            deleted=deleted,
-            **payload,
-        )
+        ev.index = at
         self._events[at].append(ev)
         return ev
 
+    def _change(
+        self,
+        topic: topics.Topic,
+        obj: Any,
+        event_type: str,
+        index: int | None,
+        *,
+        deleted: bool = False,
+    ) -> pb.Event:
+        return self.record(topic.event(obj, event_type, deleted=deleted), index=index)
+
     # ------------------------------------------------------------ puts
 
+    def _put(self, table: _Table, obj: Any, index: int | None) -> None:
+        """Queue `obj`'s row, stamped with `index` (create index if it has
+        none, modify index; and its times where the table keeps them)."""
+        _stamp(obj, index or self.index)
+        if table.timed:
+            if not obj.create_time:
+                obj.create_time = self.now
+            obj.modify_time = self.now
+        self._pending.put(table, obj)
+
+    def put(
+        self, topic: topics.Topic, obj: Any, event_type: str, *, index: int | None = None
+    ) -> None:
+        """Upsert an alloc, eval, deployment or job summary (`topic` says
+        which) and record the change."""
+        self._put(_TOPIC_TABLES[topic], obj, index)
+        self._change(topic, obj, event_type, index)
+        if topic is topics.ALLOCATION:
+            self._alloc_written(obj, index)
+
+    def put_change(self, ev: pb.Event, *, index: int | None = None) -> None:
+        """Upsert the alloc, eval or deployment a change record carries and
+        record that very event (a committed plan's `plan_events`, not copied
+        again)."""
+        topic = topics.of(ev)
+        assert topic is not None
+        self._put(_TOPIC_TABLES[topic], topics.payload(ev), index)
+        self.record(ev, index=index)
+        if topic is topics.ALLOCATION:
+            self._alloc_written(ev.allocation, index)
+
+    def _alloc_written(self, alloc: pb.Allocation, index: int | None) -> None:
+        """An alloc the client finished loses its service registrations at
+        commit (`_drop_gone_services`)."""
+        if alloc.client_status in _CLIENT_TERMINAL:
+            self._services_gone_allocs[alloc.id] = index or self.index
+
     def put_job(
-        self, job: pb.Job, event_type: str = "JobRegistered", *, index: int | None = None
+        self,
+        job: pb.Job,
+        event_type: str = EventType.JOB_REGISTERED,
+        *,
+        index: int | None = None,
     ) -> None:
         """Upsert the job and record this version. Stamps create/modify index."""
-        at = index or self.index
-        _stamp(job, at)
-        key = (_ns(job.namespace), job.id)
-        self._pending.put("jobs", key, _job_row(job), job)
-        self._pending.put("job_versions", (*key, job.version), _job_version_row(job), job)
-        self.event(Topic.JOB, event_type, job.id, namespace=job.namespace, index=at, job=job)
+        self._put(_JOBS, job, index)
+        self._pending.put(_JOB_VERSIONS, job)
+        self._change(topics.JOB, job, event_type, index)
 
     def put_job_version(self, job: pb.Job, *, index: int | None = None) -> None:
         """Rewrite one stored version of a job (its stability) without
         touching the current job row."""
-        at = index or self.index
-        key = (_ns(job.namespace), job.id)
-        self._pending.put("job_versions", (*key, job.version), _job_version_row(job), job)
-        self.event(Topic.JOB, "JobVersion", job.id, namespace=job.namespace, index=at, job=job)
+        self._pending.put(_JOB_VERSIONS, job)
+        self._change(topics.JOB, job, EventType.JOB_VERSION, index)
 
     def put_job_summary(self, summary: pb.JobSummary, *, index: int | None = None) -> None:
-        at = index or self.index
-        _stamp(summary, at)
-        key = (_ns(summary.namespace), summary.job_id)
-        self._pending.put("job_summaries", key, _summary_row(summary), summary)
-        self.event(
-            Topic.JOB_SUMMARY,
-            "JobSummary",
-            summary.job_id,
-            namespace=summary.namespace,
-            index=at,
-            job_summary=summary,
-        )
+        self.put(topics.JOB_SUMMARY, summary, EventType.JOB_SUMMARY, index=index)
 
     def put_node(
-        self, node: pb.Node, event_type: str = "NodeRegistration", *, index: int | None = None
+        self,
+        node: pb.Node,
+        event_type: str = EventType.NODE_REGISTRATION,
+        *,
+        index: int | None = None,
     ) -> None:
         """Upsert the node. Its secret is replaced by its hash (the table
         never holds a secret), and the change-log event carries neither, so
         no stream, snapshot or replica does (services/state/node_identity.py)."""
-        at = index or self.index
-        _stamp(node, at)
         seal(node)
-        self._pending.put("nodes", node.id, _node_row(node), node)
-        ev = self.event(Topic.NODE, event_type, node.id, index=at, node=node)
-        redact(ev.node)
+        self._put(_NODES, node, index)
+        redact(self._change(topics.NODE, node, event_type, index).node)
         if node.status == NodeStatus.DOWN:
-            self._services_gone_nodes[node.id] = at
+            self._services_gone_nodes[node.id] = index or self.index
 
     def put_alloc(
         self,
         alloc: pb.Allocation,
-        event_type: str = "AllocationUpdated",
+        event_type: str = EventType.ALLOCATION_UPDATED,
         *,
         index: int | None = None,
     ) -> None:
-        at = index or self.index
-        _stamp(alloc, at)
-        if not alloc.create_time:
-            alloc.create_time = self.now
-        alloc.modify_time = self.now
-        self._pending.put("allocs", alloc.id, _alloc_row(alloc), alloc)
-        if alloc.client_status in _CLIENT_TERMINAL:
-            self._services_gone_allocs[alloc.id] = at
-        self.event(
-            Topic.ALLOCATION,
-            event_type,
-            alloc.id,
-            namespace=alloc.namespace,
-            index=at,
-            allocation=alloc,
-        )
+        self.put(topics.ALLOCATION, alloc, event_type, index=index)
 
     def put_eval(
-        self, ev: pb.Evaluation, event_type: str = "EvaluationUpdated", *, index: int | None = None
+        self,
+        ev: pb.Evaluation,
+        event_type: str = EventType.EVALUATION_UPDATED,
+        *,
+        index: int | None = None,
     ) -> None:
-        at = index or self.index
-        _stamp(ev, at)
-        if not ev.create_time:
-            ev.create_time = self.now
-        ev.modify_time = self.now
-        self._pending.put("evals", ev.id, _eval_row(ev), ev)
-        self.event(
-            Topic.EVALUATION, event_type, ev.id, namespace=ev.namespace, index=at, evaluation=ev
-        )
+        self.put(topics.EVALUATION, ev, event_type, index=index)
 
     def put_deployment(
         self,
         d: pb.Deployment,
-        event_type: str = "DeploymentStatusUpdate",
+        event_type: str = EventType.DEPLOYMENT_STATUS_UPDATE,
         *,
         index: int | None = None,
     ) -> None:
-        at = index or self.index
-        _stamp(d, at)
-        if not d.create_time:
-            d.create_time = self.now
-        d.modify_time = self.now
-        self._pending.put("deployments", d.id, _deployment_row(d), d)
-        self.event(
-            Topic.DEPLOYMENT, event_type, d.id, namespace=d.namespace, index=at, deployment=d
-        )
+        self.put(topics.DEPLOYMENT, d, event_type, index=index)
 
     def put_scheduler_config(
         self, cfg: pb.SchedulerConfiguration, *, index: int | None = None
     ) -> None:
-        at = index or self.index
-        _stamp(cfg, at)
-        row = {"id": 1, "payload": cfg.SerializeToString(), "modify_index": at}
-        self._pending.put("scheduler_config", 1, row, cfg)
-        self.event(
-            Topic.OPERATOR, "SchedulerConfigUpdated", "scheduler", index=at, scheduler_config=cfg
-        )
+        self._put(_SCHED_CONFIG, cfg, index)
+        self._change(topics.OPERATOR, cfg, EventType.SCHEDULER_CONFIG_UPDATED, index)
 
     def put_service_registration(
         self,
         reg: pb.ServiceRegistration,
-        event_type: str = "ServiceRegistration",
+        event_type: str = EventType.SERVICE_REGISTRATION,
         *,
         index: int | None = None,
     ) -> None:
         """Upsert one instance of a service (Nomad's ServiceRegistration
         event). Stamps create/modify index; keep the stored create_index on
         an update."""
-        at = index or self.index
-        _stamp(reg, at)
-        key = (_ns(reg.namespace), reg.id)
-        self._pending.put("service_registrations", key, _service_row(reg), reg)
-        self.event(
-            Topic.SERVICE,
-            event_type,
-            reg.id,
-            namespace=reg.namespace,
-            index=at,
-            service_registration=reg,
-        )
+        self.put(topics.SERVICE, reg, event_type, index=index)
 
     def put_periodic_launch(self, launch: pb.PeriodicLaunch, *, index: int | None = None) -> None:
         """Record a periodic job's last launch. It is bookkeeping, not an
         event: it is always written beside the job put that caused it."""
-        _stamp(launch, index or self.index)
-        key = (_ns(launch.namespace), launch.job_id)
-        self._pending.put("periodic_launches", key, _launch_row(launch), launch)
+        self._put(_LAUNCHES, launch, index)
 
     def put_namespace(self, ns: pb.Namespace) -> None:
-        _stamp(ns, self.index)
-        self._pending.put("namespaces", ns.name, _named_row(ns), ns)
-        self.event(
-            Topic.NAMESPACE, "NamespaceUpserted", ns.name, namespace=ns.name, namespace_object=ns
-        )
+        self.put(topics.NAMESPACE, ns, EventType.NAMESPACE_UPSERTED)
 
     def put_node_pool(self, pool: pb.NodePool) -> None:
-        _stamp(pool, self.index)
-        self._pending.put("node_pools", pool.name, _named_row(pool), pool)
-        self.event(Topic.NODE_POOL, "NodePoolUpserted", pool.name, node_pool=pool)
+        self.put(topics.NODE_POOL, pool, EventType.NODE_POOL_UPSERTED)
 
     def put_scaling_policy(self, p: pb.ScalingPolicy) -> None:
-        _stamp(p, self.index)
-        self._pending.put("scaling_policies", p.id, _policy_row(p), p)
-        self.event(
-            Topic.SCALING_POLICY,
-            "ScalingPolicyUpserted",
-            p.id,
-            namespace=p.target.get("Namespace", ""),
-            scaling_policy=p,
-        )
+        self.put(topics.SCALING_POLICY, p, EventType.SCALING_POLICY_UPSERTED)
 
     def put_scaling_events(self, se: pb.JobScalingEvents) -> None:
+        """A job's scaling events (no create index: a row that only moves)."""
         se.modify_index = self.index
-        key = (_ns(se.namespace), se.job_id)
-        row = {
-            "namespace": key[0],
-            "job_id": se.job_id,
-            "payload": se.SerializeToString(),
-            "modify_index": self.index,
-        }
-        self._pending.put("scaling_events", key, row, se)
-        self.event(
-            Topic.SCALING_EVENT,
-            "ScalingEventRecorded",
-            se.job_id,
-            namespace=se.namespace,
-            job_scaling_events=se,
-        )
+        self._pending.put(_SCALING_EVENTS, se)
+        self._change(topics.SCALING_EVENT, se, EventType.SCALING_EVENT_RECORDED, None)
 
     # ------------------------------------------------------------ deletes
 
     def delete_namespace(self, ns: pb.Namespace) -> None:
-        self._pending.delete("namespaces", ns.name, ns.name)
-        self.event(
-            Topic.NAMESPACE,
-            "NamespaceDeleted",
-            ns.name,
-            namespace=ns.name,
-            deleted=True,
-            namespace_object=ns,
-        )
+        self._pending.delete(_NAMESPACES.name, ns.name, ns.name)
+        self._change(topics.NAMESPACE, ns, EventType.NAMESPACE_DELETED, None, deleted=True)
 
     def delete_node_pool(self, pool: pb.NodePool) -> None:
-        self._pending.delete("node_pools", pool.name, pool.name)
-        self.event(Topic.NODE_POOL, "NodePoolDeleted", pool.name, deleted=True, node_pool=pool)
+        self._pending.delete(_NODE_POOLS.name, pool.name, pool.name)
+        self._change(topics.NODE_POOL, pool, EventType.NODE_POOL_DELETED, None, deleted=True)
 
     def delete_scaling_policy(self, p: pb.ScalingPolicy, *, index: int | None = None) -> None:
-        self._pending.delete("scaling_policies", p.id, p.id)
-        self.event(
-            Topic.SCALING_POLICY,
-            "ScalingPolicyDeleted",
-            p.id,
-            namespace=p.target.get("Namespace", ""),
-            index=index,
-            deleted=True,
-            scaling_policy=p,
+        self._delete_object(
+            _POLICIES, topics.SCALING_POLICY, p, EventType.SCALING_POLICY_DELETED, index
         )
 
     def delete_scaling_events(self, se: pb.JobScalingEvents, *, index: int | None = None) -> None:
-        key = (_ns(se.namespace), se.job_id)
-        self._pending.delete("scaling_events", key, key)
-        self.event(
-            Topic.SCALING_EVENT,
-            "ScalingEventsDeleted",
-            se.job_id,
-            namespace=se.namespace,
-            index=index,
-            deleted=True,
-            job_scaling_events=se,
+        key = _SCALING_EVENTS.key(se)
+        self._pending.delete(_SCALING_EVENTS.name, key, key)
+        self._change(
+            topics.SCALING_EVENT, se, EventType.SCALING_EVENTS_DELETED, index, deleted=True
         )
 
     def delete_job(self, job: pb.Job, *, index: int | None = None) -> None:
         """Purge a job and all its versions and its summary."""
-        key = (_ns(job.namespace), job.id)
+        key = _job_key(job)
         self._pending.delete("jobs", key, key)
         self._pending.delete("job_versions_all", key, key)
         self._pending.delete("job_submissions_all", key, key)
         self._pending.delete("job_summaries", key, key)
-        self.event(
-            Topic.JOB,
-            "JobDeregistered",
-            job.id,
-            namespace=job.namespace,
-            index=index,
-            deleted=True,
-            job=job,
-        )
+        self._change(topics.JOB, job, EventType.JOB_DEREGISTERED, index, deleted=True)
 
     def put_job_submission(self, sub: pb.JobSubmission) -> None:
         """Keep the file a job version was submitted with (bookkeeping
         beside the version: no event), and forget those of versions more
         than SUBMISSIONS_KEPT behind it."""
         key = (_ns(sub.namespace), sub.job_id)
-        self._pending.put("job_submissions", (*key, sub.version), _submission_row(sub), sub)
+        self._pending.put(_SUBMISSIONS, sub)
         oldest_kept = sub.version - SUBMISSIONS_KEPT + 1
         if oldest_kept > 0:
             self._pending.delete("job_submissions_before", key, (*key, oldest_kept))
@@ -581,65 +491,35 @@ class WriteTx:
         key = (_ns(namespace), job_id)
         self._pending.delete("periodic_launches", key, key)
 
+    def _delete_object(
+        self, table: _Table, topic: topics.Topic, obj: Any, event_type: str, index: int | None
+    ) -> pb.Event:
+        """Delete an object kept by its key and record the change."""
+        key = table.key(obj)
+        self._pending.delete(table.name, key, key)
+        return self._change(topic, obj, event_type, index, deleted=True)
+
     def delete_service_registration(
         self, reg: pb.ServiceRegistration, *, index: int | None = None
     ) -> None:
-        key = (_ns(reg.namespace), reg.id)
-        self._pending.delete("service_registrations", key, key)
-        self.event(
-            Topic.SERVICE,
-            "ServiceDeregistration",
-            reg.id,
-            namespace=reg.namespace,
-            index=index,
-            deleted=True,
-            service_registration=reg,
-        )
+        self._delete_object(_SERVICES, topics.SERVICE, reg, EventType.SERVICE_DEREGISTRATION, index)
 
     def delete_alloc(self, alloc: pb.Allocation, *, index: int | None = None) -> None:
-        self._pending.delete("allocs", alloc.id, alloc.id)
+        self._delete_object(_ALLOCS, topics.ALLOCATION, alloc, EventType.ALLOCATION_DELETED, index)
         self._services_gone_allocs[alloc.id] = index or self.index
-        self.event(
-            Topic.ALLOCATION,
-            "AllocationDeleted",
-            alloc.id,
-            namespace=alloc.namespace,
-            index=index,
-            deleted=True,
-            allocation=alloc,
-        )
 
     def delete_eval(self, ev: pb.Evaluation, *, index: int | None = None) -> None:
-        self._pending.delete("evals", ev.id, ev.id)
-        self.event(
-            Topic.EVALUATION,
-            "EvaluationDeleted",
-            ev.id,
-            namespace=ev.namespace,
-            index=index,
-            deleted=True,
-            evaluation=ev,
-        )
+        self._delete_object(_EVALS, topics.EVALUATION, ev, EventType.EVALUATION_DELETED, index)
 
     def delete_node(self, node: pb.Node, *, index: int | None = None) -> None:
-        self._pending.delete("nodes", node.id, node.id)
         self._services_gone_nodes[node.id] = index or self.index
-        ev = self.event(
-            Topic.NODE, "NodeDeregistration", node.id, index=index, deleted=True, node=node
+        deleted = self._delete_object(
+            _NODES, topics.NODE, node, EventType.NODE_DEREGISTRATION, index
         )
-        redact(ev.node)
+        redact(deleted.node)
 
     def delete_deployment(self, d: pb.Deployment, *, index: int | None = None) -> None:
-        self._pending.delete("deployments", d.id, d.id)
-        self.event(
-            Topic.DEPLOYMENT,
-            "DeploymentDeleted",
-            d.id,
-            namespace=d.namespace,
-            index=index,
-            deleted=True,
-            deployment=d,
-        )
+        self._delete_object(_DEPLOYMENTS, topics.DEPLOYMENT, d, EventType.DEPLOYMENT_DELETED, index)
 
     # ------------------------------------------------------------ reads
 
@@ -1058,33 +938,33 @@ class WriteTx:
         pipeline mode they go to the server together with the COMMIT."""
         await self._drop_gone_services()
         p = self._pending
-        for name, (upsert, bulk, keys) in _UPSERTS.items():
+        for name, table in _TABLES.items():
             dels = p.deletes.get(name)
             if dels:
-                await self._delete(name, keys, list(dels.values()))
+                await self._delete(name, table.keys, list(dels.values()))
             for kind, sql in _RANGE_DELETES.get(name, ()):
                 for where in (p.deletes.get(kind) or {}).values():
                     await self.conn.execute(sql, where)
             rows = p.rows.get(name)
             if not rows:
                 continue
-            cols = _COLUMNS[name]
-            if len(rows) == 1 or name in _ROW_BY_ROW:
+            if len(rows) == 1 or table.row_by_row:
                 for row in rows.values():
-                    await self.conn.execute(upsert, tuple(row[c] for c in cols))
+                    await self.conn.execute(table.upsert, row)
             else:
                 # one statement for any number of rows: a column array each
-                arrays = [[r[c] for r in rows.values()] for c in cols]
-                await self.conn.execute(bulk, arrays)
+                await self.conn.execute(
+                    table.bulk, [list(c) for c in zip(*rows.values(), strict=True)]
+                )
 
         touched: dict[str, int] = {}
         log_rows = []
         for at in self.indexes:
             events = self._events[at]
             for ev in events:
-                table_name = TOPIC_TABLE.get(ev.topic)
-                if table_name is not None:
-                    touched[table_name] = at
+                table_index = topics.index_of(ev.topic)
+                if table_index:
+                    touched[table_index] = at
             batch = pb.ChangeBatch(index=at, time=self.now, events=events)
             self.batches.append(batch)
             log_rows.append((at, batch.SerializeToString()))
@@ -1108,65 +988,6 @@ class WriteTx:
         cond = " AND ".join(f"{k} = %s" for k in keys)
         for where in wheres:
             await self.conn.execute(f"DELETE FROM {table} WHERE {cond}", tuple(where))
-
-
-_PG_TYPES = {"String": "text", "Integer": "int4", "BigInteger": "int8", "Boolean": "bool"}
-
-
-def _upsert_sql(table: Table, keys: list[str]) -> tuple[str, str]:
-    """(single-row upsert, multi-row upsert from one array per column)."""
-    cols = [c.name for c in table.columns]
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
-    conflict = f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
-    single = (
-        f"INSERT INTO {table.name} ({', '.join(cols)}) "
-        f"VALUES ({', '.join(['%s'] * len(cols))}) {conflict}"
-    )
-    types = [_PG_TYPES.get(type(c.type).__name__, "bytea") for c in table.columns]
-    arrays = ", ".join(f"%b::{t}[]" for t in types)
-    bulk = f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays}) {conflict}"
-    return single, bulk
-
-
-_KEYS: dict[str, tuple[Table, list[str]]] = {
-    "jobs": (_T_JOBS, ["namespace", "id"]),
-    "job_versions": (_T_JOB_VERSIONS, ["namespace", "id", "version"]),
-    "job_summaries": (_T_SUMMARIES, ["namespace", "job_id"]),
-    "nodes": (_T_NODES, ["id"]),
-    "allocs": (_T_ALLOCS, ["id"]),
-    "evals": (_T_EVALS, ["id"]),
-    "deployments": (_T_DEPLOYMENTS, ["id"]),
-    "scheduler_config": (_T_SCHED_CONFIG, ["id"]),
-    "periodic_launches": (_T_LAUNCHES, ["namespace", "job_id"]),
-    "service_registrations": (_T_SERVICES, ["namespace", "id"]),
-    "namespaces": (_T_NAMESPACES, ["name"]),
-    "node_pools": (_T_NODE_POOLS, ["name"]),
-    "scaling_policies": (_T_POLICIES, ["id"]),
-    "scaling_events": (_T_SCALING_EVENTS, ["namespace", "job_id"]),
-    "job_submissions": (_T_SUBMISSIONS, ["namespace", "id", "version"]),
-}
-#: deletes of many rows of a table by one condition, run before its upserts:
-#: (pending delete kind, statement taking that delete's parameters)
-_RANGE_DELETES: dict[str, tuple[tuple[str, str], ...]] = {
-    "job_versions": (
-        ("job_versions_all", "DELETE FROM job_versions WHERE namespace = %s AND id = %s"),
-    ),
-    "job_submissions": (
-        ("job_submissions_all", "DELETE FROM job_submissions WHERE namespace = %s AND id = %s"),
-        (
-            "job_submissions_before",
-            "DELETE FROM job_submissions WHERE namespace = %s AND id = %s AND version < %s",
-        ),
-    ),
-}
-#: tables with array columns: one upsert per row (unnest would flatten them)
-_ROW_BY_ROW = frozenset({"service_registrations"})
-_UPSERTS: dict[str, tuple[str, str, list[str]]] = {
-    name: (*_upsert_sql(t, keys), keys) for name, (t, keys) in _KEYS.items()
-}
-_COLUMNS: dict[str, list[str]] = {
-    name: [c.name for c in t.columns] for name, (t, _) in _KEYS.items()
-}
 
 
 def translate_error(exc: BaseException) -> CorralError | None:

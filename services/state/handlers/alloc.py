@@ -6,6 +6,7 @@ from typing import Any
 
 from corral.domain.errors import NotFound
 from corral.domain.structs import Trigger, copy_msg
+from corral.domain.topics import EventType
 from corral.runtime.server import GrpcServer
 from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
@@ -25,21 +26,15 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
         self, request: alloc_pb2.AllocListRequest, context: Context
     ) -> alloc_pb2.AllocListResponse:
         snap = await query.snapshot_for(self.ctx, request.query, TABLES)
-        if request.job_id and request.query.namespace != "*":
-            candidates = snap.allocs_by_job(request.query.namespace or "default", request.job_id)
-        elif request.node_id:
-            candidates = snap.allocs_by_node(request.node_id)
-        else:
-            candidates = list(snap.allocs.values())
-        allocs = [
-            a
-            for a in candidates
-            if query.namespace_matches(request.query, a.namespace)
-            and (not request.job_id or a.job_id == request.job_id)
-            and a.id.startswith(request.query.prefix)
-            and (not request.node_id or a.node_id == request.node_id)
-            and (not request.client_status or a.client_status == request.client_status)
-        ]
+        node_id = request.node_id
+        allocs = query.listing(
+            request.query,
+            request.job_id,
+            snap.allocs_by_job,
+            lambda: snap.allocs_by_node(node_id) if node_id else list(snap.allocs.values()),
+            node_id=node_id,
+            client_status=request.client_status,
+        )
         page, token = query.paginate(allocs, lambda a: a.id, request.query)
         return alloc_pb2.AllocListResponse(allocs=page, meta=query.meta(snap, TABLES, token))
 
@@ -71,7 +66,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
             alloc = copy_msg(alloc)
             alloc.desired_transition.migrate = True
             alloc.desired_transition.no_shutdown_delay = request.no_shutdown_delay
-            tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+            tx.put_alloc(alloc, EventType.ALLOCATION_UPDATE_DESIRED_STATUS)
             ev = new_eval(job, Trigger.ALLOC_STOP)
             tx.put_eval(ev)
         return alloc_pb2.AllocStopResponse(eval_id=ev.id, index=tx.index)

@@ -22,19 +22,14 @@ class EvalsServicer(eval_pb2_grpc.EvalsServicer):
         self, request: eval_pb2.EvalListRequest, context: Context
     ) -> eval_pb2.EvalListResponse:
         snap = await query.snapshot_for(self.ctx, request.query, TABLES)
-        if request.job_id and request.query.namespace != "*":
-            candidates = snap.evals_by_job(request.query.namespace or "default", request.job_id)
-        else:
-            candidates = list(snap.evals.values())
-        evals = [
-            e
-            for e in candidates
-            if query.namespace_matches(request.query, e.namespace)
-            and (not request.job_id or e.job_id == request.job_id)
-            and e.id.startswith(request.query.prefix)
-            and (not request.status or e.status == request.status)
-            and (not request.triggered_by or e.triggered_by == request.triggered_by)
-        ]
+        evals = query.listing(
+            request.query,
+            request.job_id,
+            snap.evals_by_job,
+            lambda: list(snap.evals.values()),
+            status=request.status,
+            triggered_by=request.triggered_by,
+        )
         # Nomad lists evals in creation order; the token is the sort key
         page, token = query.paginate(
             evals, lambda e: f"{e.create_index:020d}/{e.id}", request.query

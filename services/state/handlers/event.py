@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from corral.domain import structs
+from corral.domain import topics
 from corral.domain.errors import InvalidArgument
+from corral.domain.structs import DEFAULT_NAMESPACE
 from corral.runtime.server import GrpcServer
 from corral.runtime.slow_readers import send_stream, with_heartbeats
 from corral.security import access, acl
@@ -21,38 +22,34 @@ Context = Any
 HEARTBEAT_S = 10.0
 
 
-def _object_keys(ev: pb.Event) -> tuple[str, ...]:
-    """Keys an event matches: its own id, plus the job id for evals/allocs."""
-    kind = ev.WhichOneof("payload")
-    if kind == "evaluation":
-        return (ev.key, ev.evaluation.job_id)
-    if kind == "allocation":
-        return (ev.key, ev.allocation.job_id, ev.allocation.node_id)
-    if kind == "service_registration":  # Nomad's FilterKeys: the job and the service name
-        return (ev.key, ev.service_registration.job_id, ev.service_registration.service_name)
-    return (ev.key,)
+def _object_keys(topic: topics.Topic, ev: pb.Event) -> tuple[str, ...]:
+    """Keys an event matches: its own id, plus its topic's match keys (the
+    job id of evals and allocs, the node id of allocs, the job id and the
+    service name of service registrations)."""
+    obj = topics.payload(ev)
+    return (ev.key, *topic.match_keys(obj)) if obj is not None else (ev.key,)
 
 
-def _visible_to(acl: ACL) -> Callable[[pb.Event], bool]:
-    """What the caller may see of the stream (Nomad's rules): node events
-    with node:read, operator events with operator:read, node pool events
-    with a management token only (Nomad cannot filter them by pool rule
-    either), variable events with `list` on the variable's path, the rest
-    with read-job in the event's namespace. Decided on the caller's ACL as
-    of the last ACL write (`recheck` in `Stream`)."""
+def _visible_to(acl: ACL) -> Callable[[topics.Topic, pb.Event], bool]:
+    """What the caller may see of the stream (Nomad's rules, the topic's
+    `read_rule`): node events with node:read, operator events with
+    operator:read, node pool events with a management token only (Nomad
+    cannot filter them by pool rule either), variable events with `list` on
+    the variable's path, the rest with read-job in the event's namespace.
+    Decided on the caller's ACL as of the last ACL write
+    (`recheck` in `Stream`)."""
     if acl.is_management:
-        return lambda ev: True
+        return lambda topic, ev: True
 
-    def visible(ev: pb.Event) -> bool:
-        if ev.topic == structs.Topic.NODE:
-            return acl.allows("node", "read")
-        if ev.topic == structs.Topic.OPERATOR:
-            return acl.allows("operator", "read")
-        if ev.topic == structs.Topic.NODE_POOL:
-            return False
-        if ev.topic == structs.Topic.VARIABLE:
-            return acl.allows_variable(ev.namespace or "default", ev.key, VARIABLE_LIST)
-        return acl.allows_namespace(ev.namespace or "default", access.READ_JOB)
+    def visible(topic: topics.Topic, ev: pb.Event) -> bool:
+        namespace = ev.namespace or DEFAULT_NAMESPACE
+        if topic.read_rule == "namespace":
+            return acl.allows_namespace(namespace, access.READ_JOB)
+        if topic.read_rule == "variable":
+            return acl.allows_variable(namespace, ev.key, VARIABLE_LIST)
+        if topic.read_rule == "management":
+            return False  # a management token saw everything above
+        return acl.allows(topic.read_rule, "read")
 
     return visible
 
@@ -66,9 +63,9 @@ class EventServicer(event_pb2_grpc.EventServicer):
     ) -> None:
         filters: dict[str, set[str]] = {}
         for i, t in enumerate(request.topics):
-            if t.topic != "*" and t.topic not in structs.Topic.ALL:
+            if t.topic != topics.ANY and t.topic not in topics.STREAMED_NAMES:
                 raise InvalidArgument(f"topics[{i}].topic", f"unknown topic {t.topic!r}")
-            filters.setdefault(t.topic, set()).add(t.key or "*")
+            filters.setdefault(t.topic, set()).add(t.key or topics.ANY)
         namespace = request.namespace
         may_see = _visible_to(access.current_acl())
         secret = acl.CURRENT_TOKEN.get()
@@ -86,19 +83,20 @@ class EventServicer(event_pb2_grpc.EventServicer):
             may_see = _visible_to(await self.ctx.acl.resolve(secret))
 
         def wanted(ev: pb.Event) -> bool:
-            if ev.topic not in structs.Topic.ALL:  # ACL changes are not for the stream
+            topic = topics.of(ev)
+            if topic is None or not topic.streamed:  # ACL changes are not for the stream
                 return False
             if namespace and namespace != "*" and ev.namespace and ev.namespace != namespace:
                 return False
-            if not may_see(ev):
+            if not may_see(topic, ev):
                 return False
             if not filters:
                 return True
-            for topic in (ev.topic, "*"):
-                keys = filters.get(topic)
+            for name in (ev.topic, topics.ANY):
+                keys = filters.get(name)
                 if keys is None:
                     continue
-                if "*" in keys or any(k in keys for k in _object_keys(ev)):
+                if topics.ANY in keys or any(k in keys for k in _object_keys(topic, ev)):
                     return True
             return False
 
@@ -115,7 +113,7 @@ class EventServicer(event_pb2_grpc.EventServicer):
                     yield last, event_pb2.EventStreamResponse(index=feed.index, heartbeat=True)
                     continue
                 last = batch.index
-                if any(e.topic in structs.Topic.ACL for e in batch.events):
+                if any(e.topic in topics.ACL_NAMES for e in batch.events):
                     await recheck(acl_changed=True)
                 events = [e for e in batch.events if wanted(e)]
                 if events:

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from corral.domain import namespaces, periodic, structs
+from corral.domain import namespaces, periodic, structs, topics
 from corral.domain.errors import InvalidArgument, NotFound, Unavailable
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
@@ -15,7 +15,7 @@ from corral.runtime.server import GrpcServer
 from corral.security import access, transport
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import query, validate
+from services.state import query, stubs, validate
 from services.state.app_context import StateContext
 from services.state.writes.batch import Committed
 from services.state.writes.deployments import revert_job
@@ -32,58 +32,6 @@ from services.state.writes.jobs import (
 
 Context = Any
 JOB_TABLES = ("jobs",)
-
-
-def summarize(snap: StateSnapshot, job: pb.Job) -> pb.JobSummary:
-    """Counts by task group computed from the allocs in the snapshot, with
-    the scheduler's queued counts from the persisted summary."""
-    out = pb.JobSummary(job_id=job.id, namespace=job.namespace)
-    stored = snap.job_summary(job.namespace, job.id)
-    for tg in job.task_groups:
-        out.summary[tg.name].queued = (
-            stored.summary[tg.name].queued if stored and tg.name in stored.summary else 0
-        )
-    for a in snap.allocs_by_job(job.namespace, job.id):
-        s = out.summary[a.task_group]
-        if a.client_status == ClientStatus.PENDING and a.desired_status == DesiredStatus.RUN:
-            s.starting += 1
-        elif a.client_status == ClientStatus.RUNNING:
-            s.running += 1
-        elif a.client_status == ClientStatus.COMPLETE:
-            s.complete += 1
-        elif a.client_status == ClientStatus.FAILED:
-            s.failed += 1
-        elif a.client_status == ClientStatus.LOST:
-            s.lost += 1
-        elif a.client_status == ClientStatus.UNKNOWN:
-            s.unknown += 1
-    return out
-
-
-def list_stub(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
-    stub = job_pb2.JobListStub(
-        id=job.id,
-        namespace=job.namespace,
-        name=job.name,
-        type=job.type,
-        priority=job.priority,
-        status=job.status,
-        stop=job.stop,
-        version=job.version,
-        submit_time=job.submit_time,
-        create_index=job.create_index,
-        modify_index=job.modify_index,
-        job_modify_index=job.job_modify_index,
-        parent_id=job.parent_id,
-        periodic=job.HasField("periodic") and job.periodic.enabled,
-        parameterized=job.HasField("parameterized"),
-        datacenters=job.datacenters,
-        node_pool=job.node_pool,
-        meta=job.meta,
-    )
-    for tg, s in summarize(snap, job).summary.items():
-        stub.summary[tg].CopyFrom(s)
-    return stub
 
 
 MAX_SCALE_MESSAGE = 4096
@@ -382,7 +330,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
         ]
         page, token = query.paginate(jobs, lambda j: j.id, request.query)
         return job_pb2.JobListResponse(
-            jobs=[list_stub(snap, j) for j in page], meta=query.meta(snap, tables, token)
+            jobs=[stubs.job(snap, j) for j in page], meta=query.meta(snap, tables, token)
         )
 
     async def Versions(
@@ -404,11 +352,11 @@ class JobServicer(job_pb2_grpc.JobServicer):
     async def Summary(
         self, request: job_pb2.JobGetRequest, context: Context
     ) -> job_pb2.JobSummaryResponse:
-        tables = ("jobs", "allocs", "job_summary")
+        tables = (topics.JOB.index, topics.ALLOCATION.index, topics.JOB_SUMMARY.index)
         snap = await query.snapshot_for(self.ctx, request.query, tables)
         job = self._job(snap, request.job_id, request.query.namespace)
         return job_pb2.JobSummaryResponse(
-            summary=summarize(snap, job), meta=query.meta(snap, tables)
+            summary=stubs.summarize(snap, job), meta=query.meta(snap, tables)
         )
 
     async def Allocations(

@@ -24,7 +24,7 @@ from corral.runtime.server import GrpcServer
 from corral.security import access, transport
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import identities, query, validate
+from services.state import identities, query, stubs, validate
 from services.state.app_context import StateContext
 from services.state.heartbeat import Heartbeats
 from services.state.node_identity import redact, require_secret
@@ -33,27 +33,6 @@ from services.state.writes import nodes as writes
 Context = Any
 TABLES = ("nodes",)
 LeaderAddress = Callable[[], Awaitable[str]]
-
-
-def list_stub(snap: Any, n: pb.Node) -> node_pb2.NodeListStub:
-    stub = node_pb2.NodeListStub(
-        id=n.id,
-        name=n.name,
-        datacenter=n.datacenter,
-        node_pool=n.node_pool,
-        node_class=n.node_class,
-        status=n.status,
-        scheduling_eligibility=n.scheduling_eligibility,
-        drain=n.drain,
-        address=n.http_addr,
-        create_index=n.create_index,
-        modify_index=n.modify_index,
-        running_allocs=sum(1 for a in snap.allocs_by_node(n.id) if not structs.alloc_terminal(a)),
-    )
-    for name, d in n.drivers.items():
-        stub.drivers[name].detected = d.detected
-        stub.drivers[name].healthy = d.healthy
-    return stub
 
 
 class NodeServicer(node_pb2_grpc.NodeServicer):
@@ -287,7 +266,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         ]
         page, token = query.paginate(nodes, lambda n: n.id, request.query)
         return node_pb2.NodeListResponse(
-            nodes=[list_stub(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
+            nodes=[stubs.node(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
         )
 
     async def Get(

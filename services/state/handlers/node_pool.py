@@ -13,10 +13,8 @@ from corral.runtime.server import GrpcServer
 from corral.security import access, acl
 from corral.v1 import node_pool_pb2, node_pool_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import query
+from services.state import query, stubs
 from services.state.app_context import StateContext
-from services.state.handlers.job import list_stub as job_stub
-from services.state.handlers.node import list_stub as node_stub
 from services.state.writes import node_pools as writes
 
 Context = Any
@@ -91,7 +89,7 @@ class NodePoolServicer(node_pool_pb2_grpc.NodePoolServicer):
         nodes = [n for n in snap.iter_nodes() if node_pools.node_in_pool(n, pool.name)]
         page, token = query.paginate(nodes, lambda n: n.id, request.query)
         return node_pool_pb2.NodePoolNodesResponse(
-            nodes=[node_stub(snap, n) for n in page], meta=query.meta(snap, ("nodes",), token)
+            nodes=[stubs.node(snap, n) for n in page], meta=query.meta(snap, ("nodes",), token)
         )
 
     async def ListJobs(
@@ -114,7 +112,7 @@ class NodePoolServicer(node_pool_pb2_grpc.NodePoolServicer):
         ]
         page, token = query.paginate(jobs, lambda j: f"{j.namespace}.{j.id}", request.query)
         return node_pool_pb2.NodePoolJobsResponse(
-            jobs=[job_stub(snap, j) for j in page],
+            jobs=[stubs.job(snap, j) for j in page],
             meta=query.meta(snap, ("jobs", "job_summary"), token),
         )
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import grpc
 
-from corral.domain import structs
+from corral.domain import structs, topics
 from corral.domain.errors import InvalidArgument
+from corral.domain.topics import EventType
 from corral.runtime import telemetry
 from corral.runtime.feed_view import FeedView, check_topics
 from corral.runtime.slow_readers import send_stream
@@ -108,7 +109,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
                         for t, i in view.table_indexes(part.table_indexes).items()
                     ],
                 )
-                if view.wants(structs.Topic.OPERATOR):
+                if view.wants(topics.OPERATOR.name):
                     head.scheduler_config.CopyFrom(part.scheduler_config)
                 yield head
             else:
@@ -192,7 +193,7 @@ class StateServicer(state_pb2_grpc.StateServicer):
                     continue
                 alloc = structs.copy_msg(cur)
                 alloc.desired_transition.MergeFrom(t.transition)
-                tx.put_alloc(alloc, "AllocationUpdateDesiredStatus")
+                tx.put_alloc(alloc, EventType.ALLOCATION_UPDATE_DESIRED_STATUS)
             if request.evals:
                 await upsert_evals(tx, request.evals)
         return state_pb2.WriteResponse(index=tx.index)

@@ -15,8 +15,9 @@ import re
 import uuid
 from collections.abc import Sequence
 
+from corral.domain import topics
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import Topic
+from corral.domain.topics import EventType
 from corral.security import acl
 from corral.v1 import acl_pb2
 from services.state.acl import POLICIES_TABLE, TOKENS_TABLE, from_ns, to_ns
@@ -128,7 +129,7 @@ async def upsert_policies(tx: WriteTx, policies: Sequence[acl_pb2.ACLPolicy]) ->
             "modify_index = excluded.modify_index",
             (p.name, p.description, p.rules, tx.index, tx.index),
         )
-        tx.event(Topic.ACL_POLICY, "ACLPolicyUpserted", p.name)
+        tx.record(topics.ACL_POLICY.event(p.name, EventType.ACL_POLICY_UPSERTED))
     await _touch(tx, POLICIES_TABLE)
 
 
@@ -146,7 +147,7 @@ async def delete_policies(tx: WriteTx, names: Sequence[str]) -> None:
     if missing:
         raise NotFound(f"ACL policy not found: {', '.join(missing)}")
     for name in sorted(deleted):
-        tx.event(Topic.ACL_POLICY, "ACLPolicyDeleted", name, deleted=True)
+        tx.record(topics.ACL_POLICY.event(name, EventType.ACL_POLICY_DELETED, deleted=True))
     await _touch(tx, POLICIES_TABLE)
 
 
@@ -173,7 +174,7 @@ async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) ->
             tx.index,
         ),
     )
-    tx.event(Topic.ACL_TOKEN, "ACLTokenUpserted", token.accessor_id)
+    tx.record(topics.ACL_TOKEN.event(token.accessor_id, EventType.ACL_TOKEN_UPSERTED))
     await _touch(tx, TOKENS_TABLE)
 
 
@@ -258,7 +259,7 @@ async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
     if missing:
         raise NotFound(f"ACL token not found: {', '.join(missing)}")
     for a in sorted(deleted):
-        tx.event(Topic.ACL_TOKEN, "ACLTokenDeleted", a, deleted=True)
+        tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
     await _touch(tx, TOKENS_TABLE)
 
 
@@ -273,7 +274,7 @@ async def delete_expired_tokens(tx: WriteTx, expired_before_ns: int) -> list[str
     )
     deleted = sorted(r[0] for r in await cur.fetchall())
     for a in deleted:
-        tx.event(Topic.ACL_TOKEN, "ACLTokenDeleted", a, deleted=True)
+        tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
     if deleted:
         await _touch(tx, TOKENS_TABLE)
     return deleted

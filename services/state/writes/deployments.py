@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from corral.domain import deployments, structs
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import DeploymentStatus, Trigger, copy_msg
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx
 from services.state.writes.jobs import register_job
@@ -144,7 +145,7 @@ async def set_alloc_health(
         alloc = copy_msg(cur)
         alloc.deployment_status.healthy = verdict
         alloc.deployment_status.timestamp = tx.now
-        tx.put_alloc(alloc, "AllocationUpdated")
+        tx.put_alloc(alloc, EventType.ALLOCATION_UPDATED)
         deployments.count_health(d, alloc.task_group, deployments.health_of(cur), verdict, tx.now)
     tx.put_deployment(d)
     return d, await _roll_on(tx, d)
@@ -213,7 +214,7 @@ async def _mark_stable(tx: WriteTx, d: pb.Deployment) -> None:
     if job is not None and job.version == d.job_version and job.create_index == d.job_create_index:
         job = copy_msg(job)
         job.stable = True
-        tx.put_job(job, "JobStabilityUpdated")
+        tx.put_job(job, EventType.JOB_STABILITY_UPDATED)
         return
     old = await tx.get_job_version(d.namespace, d.job_id, d.job_version)
     if old is not None and not old.stable:

@@ -31,6 +31,7 @@ from corral.domain.structs import (
     copy_msg,
 )
 from corral.domain.template import block as template_block
+from corral.domain.topics import EventType
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -576,7 +577,7 @@ async def deregister_job(
         job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
         if _launches_children(job):
             job.status = JobStatus.DEAD
-        tx.put_job(job, "JobDeregistered")
+        tx.put_job(job, EventType.JOB_DEREGISTERED)
     ev = new_eval(job, Trigger.JOB_DEREGISTER, traceparent=traceparent)
     ev.job_modify_index = tx.index
     tx.put_eval(ev)
@@ -612,4 +613,4 @@ async def refresh_job_status(
     if status != job.status:
         job = copy_msg(job)
         job.status = status
-        tx.put_job(job, "JobStatusUpdated", index=index)
+        tx.put_job(job, EventType.JOB_STATUS_UPDATED, index=index)

@@ -20,8 +20,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from corral.domain import topics
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import Topic
+from corral.domain.topics import EventType
 from corral.security import keyring as kr
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import WriteTx
@@ -92,7 +93,7 @@ async def insert(
             material.public_key_der(),
         ),
     )
-    tx.event(Topic.ROOT_KEY, "RootKeyUpserted", meta.key_id)
+    tx.record(topics.ROOT_KEY.event(meta.key_id, EventType.ROOT_KEY_UPSERTED))
     return meta
 
 
@@ -101,7 +102,7 @@ async def set_state(tx: WriteTx, key_id: str, state: str, *, publish_time: int =
         "UPDATE root_keys SET state = %s, publish_time = %s, modify_index = %s WHERE key_id = %s",
         (state, publish_time, tx.index, key_id),
     )
-    tx.event(Topic.ROOT_KEY, "RootKeyUpserted", key_id)
+    tx.record(topics.ROOT_KEY.event(key_id, EventType.ROOT_KEY_UPSERTED))
 
 
 async def initialize(
@@ -181,4 +182,4 @@ async def delete(tx: WriteTx, key_id: str, *, force: bool) -> None:
     if await cur.fetchone() is not None and not force:
         raise FailedPrecondition("root key in use, cannot delete (variables are encrypted with it)")
     await tx.conn.execute("DELETE FROM root_keys WHERE key_id = %s", (key_id,))
-    tx.event(Topic.ROOT_KEY, "RootKeyDeleted", key_id, deleted=True)
+    tx.record(topics.ROOT_KEY.event(key_id, EventType.ROOT_KEY_DELETED, deleted=True))

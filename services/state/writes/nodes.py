@@ -22,6 +22,7 @@ from corral.domain.structs import (
     Trigger,
     copy_msg,
 )
+from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.state import node_identity, validate
 from services.state.db.database import WriteTx
@@ -151,7 +152,7 @@ async def register_node(tx: WriteTx, node: pb.Node) -> tuple[pb.Node, list[pb.Ev
         tx.now if changed_status else (stored.status_updated_at if stored else tx.now)
     )
     await ensure_node_pool(tx, node.node_pool)
-    tx.put_node(node, "NodeRegistration")
+    tx.put_node(node, EventType.NODE_REGISTRATION)
     evals: list[pb.Evaluation] = []
     significant = stored is None or structs.computed_class(stored) != node.computed_class
     if node.status == NodeStatus.DOWN or (
@@ -204,7 +205,7 @@ async def update_status(
             # whichever status the heartbeat brings it back to (Nomad's
             # NodeHeartbeatEventReregistered)
             _event(node, NODE_REREGISTERED, tx.now)
-    tx.put_node(node, "NodeStreamEvent")
+    tx.put_node(node, EventType.NODE_STREAM_EVENT)
     # the allocs of a disconnected node become unknown in the scheduler
     # (with an AllocState) when it processes the node-update eval
     evals = await node_evals(tx, node) if _needs_evals(old, new) else []
@@ -352,7 +353,7 @@ async def update_allocs(
                 ev = new_eval(job, trigger)
                 tx.put_eval(ev)
                 evals[key] = ev
-        tx.put_alloc(alloc, "AllocationUpdated")
+        tx.put_alloc(alloc, EventType.ALLOCATION_UPDATED)
     if not updated:
         return node, []
     # a job's status only moves when an alloc starts or stops being client-terminal
@@ -360,7 +361,7 @@ async def update_allocs(
         await refresh_job_status(tx, ns, job_id)
     node = copy_msg(node)
     node.last_alloc_update_index = tx.index
-    tx.put_node(node, "NodeAllocUpdate")
+    tx.put_node(node, EventType.NODE_ALLOC_UPDATE)
     return node, list(evals.values())
 
 
@@ -433,7 +434,7 @@ async def set_eligibility(
         return stored, []
     node = copy_msg(stored)
     node.scheduling_eligibility = eligibility
-    tx.put_node(node, "NodeEligibility")
+    tx.put_node(node, EventType.NODE_ELIGIBILITY)
     evals = await node_evals(tx, node) if eligibility == Eligibility.ELIGIBLE else []
     return node, evals
 
@@ -463,7 +464,7 @@ async def set_drain(
         if mark_eligible:
             node.scheduling_eligibility = Eligibility.ELIGIBLE
         _event(node, "Node drain complete" if not mark_eligible else "Node drain stopped", tx.now)
-    tx.put_node(node, "NodeDrain")
+    tx.put_node(node, EventType.NODE_DRAIN)
     return node
 
 

@@ -4,8 +4,9 @@ at one index; several plans at consecutive indexes in one transaction.
 The planner has already checked every node fits against the newest state;
 this layer reads the stored objects the plan names, lets the shared merge
 (`corral.domain.plan_results.merge_plan`, Nomad's `UpsertPlanResults`) decide what
-they become, and writes that, plus what only the state does: preemption
-evals, ineligible nodes, the job's status.
+they become, and writes that as the planner's overlay records it
+(`plan_events`), plus what only the state does: preemption evals,
+ineligible nodes, the job's status.
 
 A plan may carry no job (`job_id` empty, or a job purged since): it then
 only stops allocs (placements for a missing job are dropped by the merge).
@@ -24,8 +25,9 @@ import logging
 from collections.abc import Sequence
 
 from corral.domain.errors import FailedPrecondition, InvalidArgument
-from corral.domain.plan_results import PLAN_RESULT_EVENT, merge_plan, plan_reads
+from corral.domain.plan_results import merge_plan, plan_events, plan_reads
 from corral.domain.structs import Eligibility, JobStatus, copy_msg
+from corral.domain.topics import EventType
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
@@ -107,12 +109,8 @@ async def apply_plan(
             extra={"eval_id": plan.eval_id, "job_id": plan.job_id, "index": index},
         )
 
-    for alloc in writes.allocs.values():
-        tx.put_alloc(alloc, PLAN_RESULT_EVENT, index=index)
-    for d in writes.deployments.values():
-        tx.put_deployment(d, index=index)
-    if writes.eval is not None:
-        tx.put_eval(writes.eval, PLAN_RESULT_EVENT, index=index)
+    for change in plan_events(writes):
+        tx.put_change(change, index=index)
 
     if plan.evals:
         await upsert_evals(tx, plan.evals, index=index)
@@ -122,7 +120,7 @@ async def apply_plan(
         for node in nodes.values():
             node = copy_msg(node)
             node.scheduling_eligibility = Eligibility.INELIGIBLE
-            tx.put_node(node, "NodeEligibility", index=index)
+            tx.put_node(node, EventType.NODE_ELIGIBILITY, index=index)
 
     if job is None:
         return  # purged: no status left to keep
@@ -130,7 +128,7 @@ async def apply_plan(
     if placed and job.status == JobStatus.PENDING and not job.stop:
         job = copy_msg(job)
         job.status = JobStatus.RUNNING
-        tx.put_job(job, "JobStatusUpdated", index=index)
+        tx.put_job(job, EventType.JOB_STATUS_UPDATED, index=index)
     elif job.stop and plan.stops:
         await refresh_job_status(tx, plan.namespace, plan.job_id, index=index)
 

@@ -18,8 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from corral.domain import topics
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import Topic
+from corral.domain.topics import EventType
 from corral.domain.variables import (
     DEFAULT_LOCK_DELAY,
     DEFAULT_LOCK_TTL,
@@ -309,14 +310,7 @@ async def release(tx: WriteTx, cur: StoredVariable) -> StoredVariable:
 
 
 def _event(tx: WriteTx, meta: pb.VariableMetadata, *, deleted: bool = False) -> None:
-    tx.event(
-        Topic.VARIABLE,
-        "VariableUpdated",
-        meta.path,
-        namespace=meta.namespace,
-        deleted=deleted,
-        variable=meta,
-    )
+    tx.record(topics.VARIABLE.event(meta, EventType.VARIABLE_UPDATED, deleted=deleted))
 
 
 # --------------------------------------------------------------- lock leases
@@ -412,5 +406,5 @@ async def rekey_batch(tx: WriteTx, keyring: Keyring, old_key_id: str) -> int:
             "WHERE namespace = %s AND path = %s AND key_id = %s",
             (new.key_id, new.encrypt(clear, context), namespace, path, old_key_id),
         )
-    tx.event(Topic.ROOT_KEY, "VariablesRekeyed", old_key_id)
+    tx.record(topics.ROOT_KEY.event(old_key_id, EventType.VARIABLES_REKEYED))
     return len(rows)

@@ -8,13 +8,10 @@ disconnects and reconnects — attached to the plan when the eval asks for
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from corral.v1 import structs_pb2 as pb
-
-if TYPE_CHECKING:
-    from services.worker.scheduler.reconcile.reconciler import ReconcileResults
-    from services.worker.scheduler.system_sched import AllocTuple, NodeDiff
+from services.worker.scheduler.reconcile.node import AllocTuple, NodeDiff
+from services.worker.scheduler.reconcile.reconciler import ReconcileResults
 
 
 def from_reconcile(result: ReconcileResults) -> pb.PlanAnnotations:

@@ -38,9 +38,9 @@ def new_scheduler(
     if sched_type == JobType.BATCH:
         return GenericScheduler(snapshot, planner, logger, batch=True, inflight=inflight)
     if sched_type == JobType.SYSTEM:
-        return SystemScheduler(snapshot, planner, logger, sysbatch=False, inflight=inflight)
+        return SystemScheduler(snapshot, planner, logger, batch=False, inflight=inflight)
     if sched_type == JobType.SYSBATCH:
-        return SystemScheduler(snapshot, planner, logger, sysbatch=True, inflight=inflight)
+        return SystemScheduler(snapshot, planner, logger, batch=True, inflight=inflight)
     if sched_type == JobType.CORE:
         return CoreScheduler(snapshot, planner, logger, gc_config)
     raise SchedulerError(f"unknown scheduler type {sched_type!r}")

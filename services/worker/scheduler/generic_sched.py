@@ -6,15 +6,12 @@ and retry on fresher state when the planner rejects part of it.
 
 from __future__ import annotations
 
-import logging
-
 from corral.domain import deployments, structs
-from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, EvalStatus, Trigger
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate, limits, util
-from services.worker.scheduler.feasible.inflight import InFlightPlacements
-from services.worker.scheduler.interfaces import Planner, SchedulerError
+from services.worker.scheduler.eval_scheduler import EvalScheduler
+from services.worker.scheduler.interfaces import SchedulerError
 from services.worker.scheduler.placement import Placer
 from services.worker.scheduler.reconcile.allocs import AllocNameIndex, next_delay, reschedule_policy
 from services.worker.scheduler.reconcile.reconciler import (
@@ -27,38 +24,14 @@ MAX_SERVICE_ATTEMPTS = 5
 MAX_BATCH_ATTEMPTS = 2
 
 
-class GenericScheduler:
+class GenericScheduler(EvalScheduler):
     """Schedules one service or batch evaluation."""
 
-    def __init__(
-        self,
-        snapshot: StateSnapshot,
-        planner: Planner,
-        log: logging.Logger,
-        *,
-        batch: bool,
-        max_placements: int | None = None,
-        inflight: InFlightPlacements | None = None,
-    ) -> None:
-        self.snap = snapshot
-        #: sibling scheduler loops' placements (feasible/inflight.py)
-        self.inflight = inflight
-        #: placements one eval may materialise (services/worker/scheduler/limits.py)
-        self.max_placements = limits.max_placements() if max_placements is None else max_placements
-        self.planner = planner
-        self.log = log
-        self.batch = batch
-        self.eval = pb.Evaluation()
-        self.job: pb.Job | None = None
-        self.plan = pb.Plan()
-        self.plan_result: pb.PlanResult | None = None
+    max_attempts = MAX_SERVICE_ATTEMPTS
+    batch_attempts = MAX_BATCH_ATTEMPTS
+
+    def _start(self) -> None:
         self.blocked: pb.Evaluation | None = None
-        self.next_eval: pb.Evaluation | None = None
-        self.failed_tg_allocs: dict[str, pb.AllocMetric] = {}
-        self.queued: dict[str, int] = {}
-        self.followups: list[pb.Evaluation] = []
-        self.annotations: pb.PlanAnnotations | None = None
-        self.placer: Placer | None = None
         self.rolling_limited = False
         #: the deployment new and updated allocs of the current version join
         self.deployment_id = ""
@@ -69,29 +42,18 @@ class GenericScheduler:
     # ------------------------------------------------------------ driver
 
     def process(self, ev: pb.Evaluation) -> None:
-        self.eval = structs.copy_msg(ev)
-        if ev.triggered_by not in Trigger.ALL or ev.triggered_by == Trigger.SCHEDULED:
-            self._set_status(
-                EvalStatus.FAILED,
-                f"scheduler cannot handle '{ev.triggered_by}' evaluation reason",
-            )
-            return
-        problem = self._over_limit()
-        if problem:
-            self.log.warning(problem, extra={"eval_id": ev.id, "job_id": ev.job_id})
-            self._set_status(EvalStatus.FAILED, problem)
-            return
-        limit = MAX_BATCH_ATTEMPTS if self.batch else MAX_SERVICE_ATTEMPTS
-        try:
-            util.retry_max(limit, self._attempt, lambda: util.progress_made(self.plan_result))
-        except util.SetStatusError as err:
-            self._create_blocked_eval(plan_failure=True)
-            self._set_status(err.eval_status, str(err))
+        if not self._run(ev):
             return
         if structs.is_blocked_eval(self.eval) and self.failed_tg_allocs:
             self._reblock()
             return
         self._set_status(EvalStatus.COMPLETE, "")
+
+    def _can_handle(self, trigger: str) -> bool:
+        return trigger in Trigger.ALL and trigger != Trigger.SCHEDULED
+
+    def _attempts_ran_out(self) -> None:
+        self._create_blocked_eval(plan_failure=True)
 
     def _over_limit(self) -> str:
         """Why this eval would materialise too many placements, or ''. Checked

@@ -143,6 +143,21 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/client/allocation/{alloc_id}/stats": const(
             Sample(f"/v1/client/allocation/{d.alloc_ids[0]}/stats")
         ),
+        # writes: on team-a's alloc (the audit ran before), granted there
+        "/v1/client/allocation/{alloc_id}/signal": const(
+            Sample(
+                f"/v1/client/allocation/{a.alloc_ids[0]}/signal",
+                namespace=a.namespace,
+                body={"Signal": "SIGUSR1"},
+            )
+        ),
+        "/v1/client/allocation/{alloc_id}/restart": const(
+            Sample(
+                f"/v1/client/allocation/{a.alloc_ids[0]}/restart",
+                namespace=a.namespace,
+                body={"AllTasks": True},
+            )
+        ),
         "/v1/client/stats": const(Sample("/v1/client/stats", params={"node_id": cluster.node_id})),
         "/v1/services": const(Sample("/v1/services")),
         "/v1/service/{name}": const(Sample("/v1/service/web")),

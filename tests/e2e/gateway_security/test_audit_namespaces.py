@@ -3,7 +3,7 @@ namespace "team-a" only (plus node, agent and operator read, so that every
 read it may make is made) calls
 
 * every public RPC of every role, found by server reflection and the
-  protobuf descriptors and governed by corral.access.RULES (writes are
+  protobuf descriptors and governed by corral.security.access.RULES (writes are
   refused to it; reads answer), with requests naming team-b's objects by
   id and prefix in every namespace (team-b, `*`, team-a, none);
 * every GET route of the gateway's route table, with the same ids in the

@@ -16,15 +16,10 @@ from corral.domain import driver_config
 from services.agent.allocdir import AllocDir
 from services.agent.cgroups import CgroupManager, detect
 from services.agent.cpuset import Compute, parse_cpus
-from services.agent.drivers import (
-    DriverError,
-    ExecDriver,
-    ExecSettings,
-    RawExecDriver,
-    TaskConfig,
-    TaskResources,
-)
+from services.agent.drivers.base import DriverError, TaskConfig, TaskResources
+from services.agent.drivers.exec import ExecDriver, ExecSettings
 from services.agent.drivers.executor_handle import ExecutorHandle
+from services.agent.drivers.rawexec import RawExecDriver
 from tests.cgroup_parent import V1_ROOT, new_parent, remove_parent, v1_available
 from tests.wait import until
 

@@ -17,7 +17,7 @@ from corral.security import transport
 from corral.testing import mock
 from corral.v1 import alloc_pb2, alloc_pb2_grpc
 from services.agent.allocdir import AllocDir
-from services.agent.drivers import MockDriver
+from services.agent.drivers.mock import MockDriver
 from services.agent.handlers import ClientAllocServicer
 from services.agent.runner import AllocRunner
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from corral.domain import structs
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
-from services.agent.drivers import RawExecDriver
+from services.agent.drivers.rawexec import RawExecDriver
 from services.agent.runner import AllocRunner, TaskNotRunning
 from services.agent.state_db import StateDB
 from tests.wait import until
@@ -200,7 +200,10 @@ async def test_signal_and_restart_asked_for(tmp_path: Path) -> None:
     run = Run(tmp_path, job(sh("web", script), kind="service", attempts=0))
     run.runner.start()
     stdout = tmp_path / "allocs" / run.alloc.id / "alloc" / "logs" / "web.stdout.0"
+    # the task is running once its runner holds the handle, which can be
+    # after the process printed (the executor answers the start after it)
     await until(lambda: stdout.exists() and "start" in stdout.read_text())
+    await until(lambda: run.state("web").state == "running")
     await run.runner.signal("web", "SIGUSR1")
     await until(lambda: "got USR1" in stdout.read_text())
     assert run.event("web", "Signaling").display_message == "Task being sent signal SIGUSR1"
@@ -208,6 +211,7 @@ async def test_signal_and_restart_asked_for(tmp_path: Path) -> None:
     # a restart asked for is not counted: the policy allows no restarts at all
     await asyncio.wait_for(run.runner.restart("web"), 20)
     await until(lambda: stdout.read_text().count("start") == 2)
+    await until(lambda: run.state("web").state == "running")
     assert stdout.read_text().split("start ")[2].split()[0] != first
     restart = run.event("web", "Restart Signaled")
     assert restart.display_message == "User requested task to restart"

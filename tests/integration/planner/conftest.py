@@ -1,5 +1,5 @@
-"""A real state service (in-process, port 0) over the module's database, and
-the planner's applier core (replica, plan queue, applier) in-process.
+"""The planner's applier core (replica, plan queue, applier) in-process, over
+the state service of tests/integration/conftest.py.
 
 Plans are put straight into the plan queue here; the token check and the
 process with leader election are exercised in test_planner_process.py. The
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -25,30 +25,25 @@ from services.planner.applier import PlanApplier
 from services.planner.config import PlannerSettings
 from services.planner.plan_queue import PlanQueue
 from services.planner.state_client import StateClient
-from services.state.app import StateApp, StateSettings
-from tests.leaders import hold_leadership
+from services.state.app import StateApp
+from tests.cluster import Cluster
+from tests.leaders import in_office
 
 
 @pytest.fixture(scope="module")
-async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
-    app = StateApp(StateSettings(dsn=pg_dsn, retention_interval=3600))
-    await app.start()
+async def cluster(
+    pg_dsn: str, state_addr: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Cluster]:
+    """A broker process around the in-process state service; a test starts
+    its planner processes in it."""
+    c = Cluster(pg_dsn, tmp_path_factory.mktemp("planner-procs"), state_address=state_addr)
+    broker = await c.start_async("broker")
+    await in_office(broker.address)  # the tests call it with a bare stub
     try:
-        yield app
+        yield c
     finally:
-        await app.stop()
-
-
-@pytest.fixture(scope="module")
-async def state_addr(state_app: StateApp) -> str:
-    return state_app.server.bound_address
-
-
-@pytest.fixture(scope="module")
-def planner_leader(pg_dsn: str) -> Iterator[str]:
-    """The planner leader's address, held for the module."""
-    with hold_leadership(pg_dsn, "planner") as address:
-        yield address
+        for name in reversed(list(c.procs)):
+            await c.stop_async(name)
 
 
 async def seed(

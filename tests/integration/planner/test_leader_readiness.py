@@ -9,26 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
-
-import pytest
 
 from corral.runtime.probe import LEADER_SERVICE
 from tests.cluster import Cluster
 from tests.wait import until
-
-
-@pytest.fixture(scope="module")
-async def cluster(
-    pg_dsn: str, state_addr: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Cluster]:
-    c = Cluster(pg_dsn, tmp_path_factory.mktemp("planner-ready"), state_address=state_addr)
-    await c.start_async("broker")
-    try:
-        yield c
-    finally:
-        for name in reversed(list(c.procs)):
-            await c.stop_async(name)
 
 
 async def probe(address: str, service: str) -> tuple[int, str]:

@@ -25,24 +25,8 @@ from services.planner.applier import FAULT_EXIT_STATUS
 from services.state.app import StateApp
 from tests.cluster import Cluster, Proc
 from tests.integration.planner.conftest import seed
-from tests.leaders import in_office
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-async def cluster(
-    pg_dsn: str, state_addr: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Cluster]:
-    """Broker and planner processes around the in-process state service."""
-    c = Cluster(pg_dsn, tmp_path_factory.mktemp("planner-procs"), state_address=state_addr)
-    broker = await c.start_async("broker")
-    await in_office(broker.address)  # called with a bare stub below
-    try:
-        yield c
-    finally:
-        for name in reversed(list(c.procs)):
-            await c.stop_async(name)
 
 
 @pytest.fixture

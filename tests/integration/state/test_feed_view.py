@@ -8,8 +8,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from corral.domain import topics
 from corral.domain.store import StateSnapshot
-from corral.domain.structs import ClientStatus, Topic, copy_msg, new_id
+from corral.domain.structs import ClientStatus, copy_msg, new_id
 from corral.runtime import feed_view
 from corral.runtime.feed_view import BROKER_STATUS_VIEW as BROKER_VIEW
 from corral.runtime.feed_view import FeedView
@@ -63,7 +64,9 @@ def _kept(full: StateSnapshot, view: FeedView) -> dict[str, object]:
         "evals": dict(full.evals.items()),
         "deployments": dict(full.deployments.items()),
         "allocs": {k: view.alloc(a) for k, a in full.allocs.items()},
-        "job_summaries": dict(full.job_summaries.items()) if view.wants(Topic.JOB_SUMMARY) else {},
+        "job_summaries": dict(full.job_summaries.items())
+        if view.wants(topics.JOB_SUMMARY.name)
+        else {},
         "scheduler_config": full.scheduler_config,
     }
 

@@ -26,8 +26,6 @@ from corral.v1 import (
     event_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
-    namespace_pb2,
-    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     operator_pb2,
@@ -36,7 +34,7 @@ from corral.v1 import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp
-from tests.callers import user_channel
+from tests.callers import bootstrap_tokens, user_channel
 
 POLICIES = {
     "reader": 'namespace "default" { policy = "read" }',
@@ -76,22 +74,7 @@ class World:
 @pytest.fixture(scope="module")
 async def world(state_app: StateApp) -> AsyncIterator[World]:
     w = World(state_app)
-    anonymous = acl_pb2_grpc.ACLStub(w.channel(""))
-    boot = await anonymous.Bootstrap(acl_pb2.ACLBootstrapRequest())
-    w.tokens["management"] = boot.token.secret_id
-    mgmt = w.channel(boot.token.secret_id)
-    await namespace_pb2_grpc.NamespaceStub(mgmt).Upsert(
-        namespace_pb2.NamespaceUpsertRequest(namespaces=[pb.Namespace(name="other")])
-    )
-    acls = acl_pb2_grpc.ACLStub(mgmt)
-    await acls.UpsertPolicies(
-        acl_pb2.ACLUpsertPoliciesRequest(
-            policies=[acl_pb2.ACLPolicy(name=n, rules=r) for n, r in POLICIES.items()]
-        )
-    )
-    for name in POLICIES:
-        resp = await acls.CreateToken(acl_pb2.ACLCreateTokenRequest(name=name, policies=[name]))
-        w.tokens[name] = resp.token.secret_id
+    mgmt = await bootstrap_tokens(w.channel, POLICIES, w.tokens)
     jobs = job_pb2_grpc.JobStub(mgmt)
     node = mock.node()
     node.secret_id = "node-secret-0123456789"

@@ -17,14 +17,10 @@ from corral.domain import services
 from corral.domain.structs import ClientStatus, NodeStatus
 from corral.testing import mock
 from corral.v1 import (
-    acl_pb2,
-    acl_pb2_grpc,
     event_pb2,
     event_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
-    namespace_pb2,
-    namespace_pb2_grpc,
     node_pb2,
     node_pb2_grpc,
     query_pb2,
@@ -34,7 +30,7 @@ from corral.v1 import (
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
 from services.state.writes import nodes as node_writes
-from tests.callers import user_channel
+from tests.callers import bootstrap_tokens, user_channel
 from tests.integration.state_api.settings import state_settings
 
 POLICIES = {
@@ -113,21 +109,7 @@ async def state_app(pg_dsn: str) -> AsyncIterator[StateApp]:
 @pytest.fixture(scope="module")
 async def world(state_app: StateApp) -> AsyncIterator[World]:
     w = World(state_app)
-    boot = await acl_pb2_grpc.ACLStub(w.channel()).Bootstrap(acl_pb2.ACLBootstrapRequest())
-    w.tokens["management"] = boot.token.secret_id
-    mgmt = w.channel(boot.token.secret_id)
-    await namespace_pb2_grpc.NamespaceStub(mgmt).Upsert(
-        namespace_pb2.NamespaceUpsertRequest(namespaces=[pb.Namespace(name="other")])
-    )
-    acls = acl_pb2_grpc.ACLStub(mgmt)
-    await acls.UpsertPolicies(
-        acl_pb2.ACLUpsertPoliciesRequest(
-            policies=[acl_pb2.ACLPolicy(name=n, rules=r) for n, r in POLICIES.items()]
-        )
-    )
-    for name in POLICIES:
-        resp = await acls.CreateToken(acl_pb2.ACLCreateTokenRequest(name=name, policies=[name]))
-        w.tokens[name] = resp.token.secret_id
+    mgmt = await bootstrap_tokens(w.channel, POLICIES, w.tokens)
     for _ in range(2):
         node = mock.node()
         await node_pb2_grpc.NodeStub(mgmt).Register(node_pb2.NodeRegisterRequest(node=node))

@@ -21,11 +21,10 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-import uvicorn
 
 from corral.domain import services
 from corral.domain.template import block
-from corral.runtime.embedded_http import EmbeddedServer
+from corral.runtime.http_server import HttpServer
 from corral.runtime.settings import SecuritySettings
 from corral.security.acl_resolve import RemoteResolver
 from corral.testing import mock
@@ -193,19 +192,13 @@ async def world(state_app: StateApp) -> AsyncIterator[World]:
 
     backend = Backend(w.address)
     app = create_app(GatewaySettings(state_addr=w.address), backend)
-    server = EmbeddedServer(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off"
-        )
-    )
-    serving = asyncio.create_task(server.serve())
-    await until(lambda: server.started, timeout=20, what="gateway started")
-    w.gateway = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    server = HttpServer("127.0.0.1:0", app, name="gateway")
+    await server.start()
+    w.gateway = server.url
     try:
         yield w
     finally:
-        server.should_exit = True
-        await serving
+        await server.stop()
         await backend.close()
         for ch in w.channels:
             await ch.close()

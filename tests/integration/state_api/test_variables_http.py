@@ -16,9 +16,8 @@ import jwt
 import nomad
 import nomad.api.exceptions
 import pytest
-import uvicorn
 
-from corral.runtime.embedded_http import EmbeddedServer
+from corral.runtime.http_server import HttpServer
 from corral.testing import mock
 from corral.v1 import acl_pb2, acl_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from services.gateway.app import create_app
@@ -26,7 +25,6 @@ from services.gateway.backend import Backend
 from services.gateway.config import GatewaySettings
 from services.state.app import StateApp
 from tests.callers import user_channel
-from tests.wait import until
 
 ACL_ENABLED = True
 NODE_SECRET = "node-secret-http-vars-0123"
@@ -87,19 +85,12 @@ async def http(state_app: StateApp) -> AsyncIterator[Http]:
         tokens[name] = made.token.secret_id
     backend = Backend(address)
     app = create_app(GatewaySettings(state_addr=address), backend)
-    server = EmbeddedServer(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off"
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    await until(lambda: server.started, timeout=20, what="gateway started")
-    port = server.servers[0].sockets[0].getsockname()[1]
+    server = HttpServer("127.0.0.1:0", app, name="gateway")
+    await server.start()
     try:
-        yield Http(f"http://127.0.0.1:{port}", tokens)
+        yield Http(server.url, tokens)
     finally:
-        server.should_exit = True
-        await task
+        await server.stop()
         await backend.close()
         await anon.close()
         await mgmt.close()

@@ -14,7 +14,7 @@ import pytest
 from services.agent import cgroups
 from services.agent.cgroups import CgroupManager, Detected, Limits, Mounts, Version, detect
 from services.agent.cpuset import Compute, CorePartition, NotEnoughCores, format_cpus, parse_cpus
-from services.agent.drivers import TaskResources
+from services.agent.drivers.base import TaskResources
 from services.agent.drivers.limits import task_limits
 
 HYBRID = """\

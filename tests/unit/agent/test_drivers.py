@@ -14,15 +14,10 @@ from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir
 from services.agent.cgroups import CgroupManager, Detected, Mounts, Version
 from services.agent.cpuset import Compute
-from services.agent.drivers import (
-    DriverError,
-    ExecDriver,
-    ExecSettings,
-    MockDriver,
-    RawExecDriver,
-    TaskConfig,
-    parse_duration,
-)
+from services.agent.drivers.base import DriverError, TaskConfig, parse_duration
+from services.agent.drivers.exec import ExecDriver, ExecSettings
+from services.agent.drivers.mock import MockDriver
+from services.agent.drivers.rawexec import RawExecDriver
 from services.agent.runner import AllocRunner
 from tests.wait import until
 

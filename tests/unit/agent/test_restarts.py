@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from corral.v1 import structs_pb2 as pb
-from services.agent.drivers import ExitResult
+from services.agent.drivers.base import ExitResult
 from services.agent.restarts import (
     KILLED,
     NOT_RESTARTING,

@@ -24,7 +24,7 @@ from services.agent import taskenv
 from services.agent.alloc_services import AllocServices, resolve_address
 from services.agent.check_watch import CheckWatcher, watch_for
 from services.agent.checks import Checker, CheckRunner, CheckTarget
-from services.agent.drivers import MockDriver
+from services.agent.drivers.mock import MockDriver
 from services.agent.health import HealthJudge
 from services.agent.runner import AllocRunner
 from services.agent.service_sync import ServiceSync

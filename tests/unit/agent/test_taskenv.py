@@ -10,7 +10,7 @@ from corral.domain import structs
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.agent import taskenv
-from services.agent.drivers import RawExecDriver
+from services.agent.drivers.rawexec import RawExecDriver
 from services.agent.runner import AllocRunner
 
 

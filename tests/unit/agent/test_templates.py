@@ -8,7 +8,7 @@ stay as first rendered, failures fail the task with Nomad's messages.
 
 The cluster here is a fetcher answering from a dictionary, blocking like
 the state's queries; the gRPC fetcher against a real state is tested in
-tests/integration/agent/test_templates.py."""
+tests/integration/state_api/test_templates_and_task_api.py."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from corral.domain.template import (
+from corral.domain.template import block
+from corral.domain.template.nomad import (
     Dependency,
     NomadService,
     NomadVariable,
     ServiceQuery,
     VarGet,
-    block,
 )
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir

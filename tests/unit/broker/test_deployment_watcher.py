@@ -9,9 +9,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from corral.domain import deployments
+from corral.domain import deployments, topics
 from corral.domain.store import StateSnapshot, StateStore
-from corral.domain.structs import SECOND, DeploymentStatus, Topic, Trigger
+from corral.domain.structs import SECOND, DeploymentStatus, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.broker.deployments import DeploymentWatcher, decide
@@ -59,18 +59,20 @@ class Replica:
         self.store = StateStore()
         self.index = 10
         self.job = mock.job(count=4)
-        self._write([pb.Event(topic=Topic.JOB, type="JobRegistered", job=self.job)])
+        self._write([pb.Event(topic=topics.JOB.name, type="JobRegistered", job=self.job)])
 
     def _write(self, events: list[pb.Event]) -> None:
         self.index += 1
         self.store.apply(pb.ChangeBatch(index=self.index, events=events))
 
     def put_allocs(self, *allocs: pb.Allocation) -> None:
-        self._write([pb.Event(topic=Topic.ALLOCATION, key=a.id, allocation=a) for a in allocs])
+        self._write(
+            [pb.Event(topic=topics.ALLOCATION.name, key=a.id, allocation=a) for a in allocs]
+        )
 
     def put(self, d: pb.Deployment) -> None:
         d.create_index = d.create_index or self.index + 1
-        self._write([pb.Event(topic=Topic.DEPLOYMENT, key=d.id, deployment=d)])
+        self._write([pb.Event(topic=topics.DEPLOYMENT.name, key=d.id, deployment=d)])
 
     def snapshot(self) -> StateSnapshot:
         return self.store.snapshot()
@@ -206,7 +208,7 @@ def _canary_deployment(
     replica.job.update.CopyFrom(
         pb.UpdateStrategy(max_parallel=2, canary=1, auto_promote=auto_promote)
     )
-    replica._write([pb.Event(topic=Topic.JOB, type="JobRegistered", job=replica.job)])
+    replica._write([pb.Event(topic=topics.JOB.name, type="JobRegistered", job=replica.job)])
     canary = mock.alloc(replica.job, mock.node())
     canary.deployment_status.canary = True
     if healthy:

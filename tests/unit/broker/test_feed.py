@@ -5,8 +5,8 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 
 from __future__ import annotations
 
-from corral.domain.plan_results import PLAN_RESULT_EVENT
 from corral.domain.store import StateStore
+from corral.domain.topics import EventType
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
@@ -164,7 +164,7 @@ async def test_a_plans_eval_bump_does_not_run_the_eval_again() -> None:
     bumped.CopyFrom(running)
     bumped.modify_index = 4
     plan_batch = pb.ChangeBatch(index=4)
-    plan_batch.events.add(topic="Evaluation", type=PLAN_RESULT_EVENT, evaluation=bumped)
+    plan_batch.events.add(topic="Evaluation", type=EventType.PLAN_RESULT, evaluation=bumped)
     r.on_batch(plan_batch, snap)
     r.broker.ack(running.id, got[1])
     assert await r.broker.dequeue(["service"], 0.05) is None

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain.jobspec import load_job
+from corral.domain.jobspec.load import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 S = 1_000_000_000

@@ -4,7 +4,8 @@
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain.jobspec import JobspecError, parse_job
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job
 
 S = 1_000_000_000
 M = 60 * S

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from cli.output import to_dict
-from corral.domain.jobspec import JobspecError, parse_job
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job
 
 NOMAD = {
     "Job": {

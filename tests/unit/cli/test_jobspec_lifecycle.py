@@ -9,8 +9,9 @@ import json
 import pytest
 
 from corral.domain.errors import InvalidArgument
-from corral.domain.jobspec import JobspecError, parse_job
 from corral.domain.jobspec import json as jobspec_json
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job
 from services.state.writes.jobs import canonicalize, validate_job
 
 HCL = """

@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
-from corral.domain.jobspec import JobspecError, hcl, limits, parse_job
+from corral.domain.jobspec import hcl, limits
 from corral.domain.jobspec import json as jobspec_json
+from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.language.parser import MAX_DEPTH
+from corral.domain.jobspec.load import parse_job
 
 LIMIT = limits.MAX_NESTING_DEPTH
 JOB = 'job "x" {\n  group "g" {\n    task "t" {\n      driver = "mock"\n%s\n    }\n  }\n}\n'

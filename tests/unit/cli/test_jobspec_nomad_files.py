@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from corral.domain.jobspec import JobspecError, VarInputs, parse_job
-from corral.domain.jobspec import hcl as hcl_module
+from corral.domain.jobspec import body as body_module
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.language.variables import VarInputs
+from corral.domain.jobspec.load import parse_job
 
 MIRROR = Path(os.environ.get("CORRAL_NOMAD_MIRROR", "/work/.mirror/hashicorp+nomad/repo"))
 INIT_EXAMPLES = {
@@ -138,15 +140,15 @@ def test_nomad_job_files_accepted(nomad_files: dict[str, str]) -> None:
 def test_files_blocked_only_by_other_issues_are_accepted_without_them(
     nomad_files: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = hcl_module.Body.done
+    done = body_module.Body.done
 
-    def tolerant(self: hcl_module.Body) -> None:
+    def tolerant(self: body_module.Body) -> None:
         for name in list(self.data):
             if name in OTHER_ISSUES and name not in self.used:
                 self.used.add(name)
         done(self)
 
-    monkeypatch.setattr(hcl_module.Body, "done", tolerant)
+    monkeypatch.setattr(body_module.Body, "done", tolerant)
     outcomes = _outcomes(nomad_files)
     refused = {
         n: why

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from corral.domain import services
-from corral.domain.jobspec import JobspecError, parse_job
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job
 from corral.v1 import structs_pb2 as pb
 
 S = 1_000_000_000

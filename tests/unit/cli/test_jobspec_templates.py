@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from corral.domain.errors import InvalidArgument
-from corral.domain.jobspec import JobspecError, parse_job
 from corral.domain.jobspec import json as jobspec_json
+from corral.domain.jobspec.errors import JobspecError
+from corral.domain.jobspec.load import parse_job
 from corral.domain.template import block
 from corral.v1 import structs_pb2 as pb
 from services.gateway.mapping.jobs import job as nomad_job

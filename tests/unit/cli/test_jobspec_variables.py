@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from corral.domain.jobspec import JobspecError, VarInputs, load_job, parse_job, var_inputs
+from corral.domain.jobspec.errors import JobspecError
 from corral.domain.jobspec.hcl import parse_file
+from corral.domain.jobspec.language.variables import VarInputs
+from corral.domain.jobspec.load import load_job, parse_job, var_inputs
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
+from corral.domain import topics
 from corral.domain.errors import Unavailable
 from corral.domain.plan_commit import applied_plan
 from corral.domain.store import StateSnapshot, StateStore
-from corral.domain.structs import ClientStatus, DesiredStatus, EvalStatus, Topic, Trigger, new_id
+from corral.domain.structs import ClientStatus, DesiredStatus, EvalStatus, Trigger, new_id
 from corral.testing import mock
 from corral.v1 import state_pb2
 from corral.v1 import structs_pb2 as pb
@@ -72,12 +73,12 @@ def test_entries_stay_until_the_replica_reaches_their_commit_index() -> None:
 
     # the replica moves on without the plan (it is still in flight)
     store = StateStore(replica)
-    store.apply(pb.ChangeBatch(index=11, events=[pb.Event(topic=Topic.NODE, node=node)]))
+    store.apply(pb.ChangeBatch(index=11, events=[pb.Event(topic=topics.NODE.name, node=node)]))
     assert overlay.snapshot(store.snapshot()).alloc_by_id(alloc_id) is not None
     assert len(overlay) == 1
 
     overlay.committed(entry, 12)
-    store.apply(pb.ChangeBatch(index=12, events=[pb.Event(topic=Topic.NODE, node=node)]))
+    store.apply(pb.ChangeBatch(index=12, events=[pb.Event(topic=topics.NODE.name, node=node)]))
     # index 12 reached but (in this test) without the alloc: the entry is
     # dropped because the replica is trusted from its commit index on
     snap = overlay.snapshot(store.snapshot())
@@ -92,7 +93,7 @@ def test_committed_entry_beyond_the_replica_is_reapplied_on_rebase() -> None:
     entry = overlay.add(write_of(overlay.snapshot(replica), plan))
     overlay.committed(entry, 15)
     store = StateStore(replica)
-    store.apply(pb.ChangeBatch(index=14, events=[pb.Event(topic=Topic.NODE, node=node)]))
+    store.apply(pb.ChangeBatch(index=14, events=[pb.Event(topic=topics.NODE.name, node=node)]))
     snap = overlay.snapshot(store.snapshot())
     assert snap.index == 14 and len(snap.allocs_by_node(node.id)) == 1
 

@@ -8,7 +8,7 @@ from corral.domain.structs import NodeStatus, Trigger
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler import annotate
-from services.worker.scheduler.system_sched import AllocTuple, NodeDiff
+from services.worker.scheduler.reconcile.node import AllocTuple, NodeDiff
 from tests.unit.scheduler.test_generic_sched import cluster, register, run
 
 

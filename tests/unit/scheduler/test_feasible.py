@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from corral.domain import structs
+from corral.domain import structs, topics
 from corral.domain.store import StateStore
-from corral.domain.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus, Topic
+from corral.domain.structs import ClientStatus, DesiredStatus, Eligibility, NodeStatus
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.checker import (
@@ -92,7 +92,7 @@ def test_ready_nodes_are_reused_until_a_node_changes() -> None:
     store = StateStore()
     batch = pb.ChangeBatch(index=5)
     for n in (a, b):
-        batch.events.add(topic=Topic.NODE, type="NodeRegistration", node=n)
+        batch.events.add(topic=topics.NODE.name, type="NodeRegistration", node=n)
     store.apply(batch)
     first = store.snapshot()
     nodes, not_ready, by_dc = ready_nodes_in_dcs(first, job.datacenters)
@@ -104,7 +104,7 @@ def test_ready_nodes_are_reused_until_a_node_changes() -> None:
     # a commit that writes allocs, not nodes: the same nodes (cached), same answer
     other = pb.ChangeBatch(index=6)
     placed = mock.alloc(job, a)
-    other.events.add(topic=Topic.ALLOCATION, type="AllocationUpdated", allocation=placed)
+    other.events.add(topic=topics.ALLOCATION.name, type="AllocationUpdated", allocation=placed)
     store.apply(other)
     second = store.snapshot()
     assert second.nodes_by_dc_map is first.nodes_by_dc_map
@@ -116,7 +116,7 @@ def test_ready_nodes_are_reused_until_a_node_changes() -> None:
     down.CopyFrom(b)
     down.status = NodeStatus.DOWN
     third_batch = pb.ChangeBatch(index=7)
-    third_batch.events.add(topic=Topic.NODE, type="NodeUpdateStatus", node=down)
+    third_batch.events.add(topic=topics.NODE.name, type="NodeUpdateStatus", node=down)
     store.apply(third_batch)
     nodes, not_ready, by_dc = ready_nodes_in_dcs(store.snapshot(), job.datacenters)
     assert [n.id for n in nodes] == [a.id]

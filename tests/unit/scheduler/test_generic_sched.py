@@ -4,6 +4,7 @@ in, plans and evals out (Nomad's generic_sched_test.go)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -462,9 +463,13 @@ def test_node_down_replaces_lost_allocs():
     assert h.alloc(lost[0].id).client_status == ClientStatus.LOST
 
 
-def test_stopped_alloc_on_down_node_is_marked_lost():
+@pytest.mark.parametrize(
+    "make_job", [lambda: mock.job(count=1), mock.system_job], ids=["service", "system"]
+)
+def test_stopped_alloc_on_down_node_is_marked_lost(make_job: Callable[[], pb.Job]) -> None:
+    """The generic and the system scheduler alike."""
     h, nodes = cluster(2)
-    job = register(h, mock.job(count=1))
+    job = register(h, make_job())
     a = mock.alloc(job, nodes[0], desired_status=DesiredStatus.STOP)
     b = mock.alloc(job, nodes[1])
     h.upsert_allocs(a, b)

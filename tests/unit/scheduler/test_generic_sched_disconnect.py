@@ -163,17 +163,26 @@ def test_reconnect_failed_is_stopped_replacement_kept():
     assert [x.id for x in live_allocs(h, job)] == [rep.id]
 
 
-def test_job_update_while_disconnected_then_reconnect_keeps_newer_replacement():
-    h, nodes, job, a = setup()
+def updated_while_away(
+    h: Harness, nodes: list[pb.Node], job: pb.Job, a: pb.Allocation
+) -> tuple[pb.Job, pb.Allocation]:
+    """The node disconnects and `a` is replaced; then a destructive job
+    update replaces the running replacement only (it runs the new version).
+    The job as updated, and the replacement."""
     rep = disconnect(h, nodes, job, a)
     client_update(h, rep.id, ClientStatus.RUNNING)
-    # a destructive job update replaces the running replacement only
     job.task_groups[0].tasks[0].env["V"] = "2"
     job = register(h, job)
-    newer_rep = structs.copy_msg(h.alloc(rep.id))
-    newer_rep.job_version = job.version
-    newer_rep.job_modify_index = job.job_modify_index
-    h.upsert_allocs(newer_rep)
+    newer = structs.copy_msg(h.alloc(rep.id))
+    newer.job_version = job.version
+    newer.job_modify_index = job.job_modify_index
+    h.upsert_allocs(newer)
+    return job, rep
+
+
+def test_job_update_while_disconnected_then_reconnect_keeps_newer_replacement():
+    h, nodes, job, a = setup()
+    job, rep = updated_while_away(h, nodes, job, a)
     set_node(h, nodes[0], NodeStatus.READY)
     client_update(h, a.id, ClientStatus.RUNNING)
     run(h, job, Trigger.RECONNECT)
@@ -288,14 +297,7 @@ def test_reconnect_while_initializing_after_a_job_update_keeps_the_newer_replace
     new version: the reconnect eval stops the original (no update of it,
     no third copy), though its node is still initializing."""
     h, nodes, job, a = setup()
-    rep = disconnect(h, nodes, job, a)
-    client_update(h, rep.id, ClientStatus.RUNNING)
-    job.task_groups[0].tasks[0].env["V"] = "2"
-    job = register(h, job)
-    newer = structs.copy_msg(h.alloc(rep.id))
-    newer.job_version = job.version
-    newer.job_modify_index = job.job_modify_index
-    h.upsert_allocs(newer)
+    job, rep = updated_while_away(h, nodes, job, a)
     set_node(h, nodes[0], NodeStatus.INITIALIZING)
     client_update(h, a.id, ClientStatus.RUNNING)
     run(h, job, Trigger.RECONNECT)

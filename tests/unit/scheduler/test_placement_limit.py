@@ -62,12 +62,12 @@ def test_system_eval_counts_placements_across_ready_nodes() -> None:
     h, _ = cluster(6)
     job = register(h, mock.system_job())
     ev = _eval(h, job)
-    SystemScheduler(h.store.snapshot(), h, LOG, sysbatch=False, max_placements=5).process(ev)
+    SystemScheduler(h.store.snapshot(), h, LOG, batch=False, max_placements=5).process(ev)
     assert h.plans == []
     assert h.evals[-1].status == EvalStatus.FAILED
     assert "6 placements" in h.evals[-1].status_description
     ev = _eval(h, job)
-    SystemScheduler(h.store.snapshot(), h, LOG, sysbatch=False, max_placements=6).process(ev)
+    SystemScheduler(h.store.snapshot(), h, LOG, batch=False, max_placements=6).process(ev)
     assert h.evals[-1].status == EvalStatus.COMPLETE
 
 

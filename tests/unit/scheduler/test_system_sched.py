@@ -390,20 +390,6 @@ def test_alloc_for_removed_group_is_stopped():
     assert {a.name for a in planned(h.last_plan())} == {f"{job.id}.other[0]"}
 
 
-def test_stopped_alloc_on_down_node_marked_lost():
-    h, nodes = cluster(2)
-    job = register(h, mock.system_job())
-    a = mock.alloc(job, nodes[0], desired_status=DesiredStatus.STOP)
-    b = mock.alloc(job, nodes[1])
-    h.upsert_allocs(a, b)
-    down = structs.copy_msg(nodes[0])
-    down.status = NodeStatus.DOWN
-    h.upsert_nodes(down)
-    run(h, job, Trigger.NODE_UPDATE)
-    (s,) = stops(h.last_plan())
-    assert s.alloc_id == a.id and s.client_status == ClientStatus.LOST
-
-
 def test_datacenter_removed_from_job_stops_its_allocs():
     h, nodes = cluster(2)
     dc2 = mock.node(datacenter="dc2")

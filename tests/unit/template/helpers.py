@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.domain.template import Template, TemplateError
+from corral.domain.template.errors import TemplateError
+from corral.domain.template.template import Template
 
 
 def run(text: str, data: Any = None, **kwargs: Any) -> str:

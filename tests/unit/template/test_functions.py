@@ -8,7 +8,8 @@ import datetime as dt
 
 import pytest
 
-from corral.domain.template import NomadTemplate, TemplateError, render
+from corral.domain.template.errors import TemplateError
+from corral.domain.template.render import NomadTemplate, render
 
 
 def out(text: str, **kwargs: object) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.domain.template import Template, TemplateError
+from corral.domain.template.errors import TemplateError
+from corral.domain.template.template import Template
 from corral.domain.template.values import GoFunc, Int64, Signature, Uint64
 from tests.unit.template.helpers import error, run
 

@@ -8,14 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corral.domain.template import (
-    LimitExceeded,
-    Limits,
-    MemoryData,
-    NomadService,
-    NomadTemplate,
-    TemplateError,
-)
+from corral.domain.template.errors import LimitExceeded, TemplateError
+from corral.domain.template.exec import Limits
+from corral.domain.template.nomad import MemoryData, NomadService
+from corral.domain.template.render import NomadTemplate
 
 SMALL = Limits(
     max_output=10_000,

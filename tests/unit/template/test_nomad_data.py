@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from corral.domain.template import (
+from corral.domain.template.errors import TemplateError
+from corral.domain.template.nomad import (
     UNKNOWN,
     MemoryData,
     NomadService,
-    NomadTemplate,
     ServiceQuery,
     ServicesQuery,
-    TemplateError,
     VarGet,
     VarList,
-    render,
 )
+from corral.domain.template.render import NomadTemplate, render
 
 
 @pytest.fixture

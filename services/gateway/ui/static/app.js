@@ -146,6 +146,41 @@ function nodeLink(id, text) {
 
 // Nomad's times are int64 Unix nanoseconds, or RFC 3339 strings where its
 // struct holds a Go time.Time (Go's zero time = unset): milliseconds or null.
+// One row renderer per object: a table names the columns it shows, in
+// order; every table of allocations (job, evaluation, node pages) and of
+// evaluations (job and evaluations pages) builds its rows here.
+const ALLOC_CELLS = {
+  id: (a) => h("td", {}, allocLink(a.ID)),
+  job: (a) => h("td", {}, jobLink(a.JobID, a.Namespace)),
+  group: (a) => h("td", {}, a.TaskGroup),
+  node: (a) => h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
+  version: (a) => h("td", {}, a.JobVersion),
+  desired: (a) => h("td", {}, a.DesiredStatus),
+  status: (a) => h("td", {}, badge(a.ClientStatus)),
+  modified: (a) => h("td", {}, ago(a.ModifyTime)),
+  created: (a) => h("td", {}, fmtTime(a.CreateTime)),
+  cpu: (a) => h("td", { class: "num" }, allocUsage(a).cpu),
+  memory: (a) => h("td", { class: "num" }, allocUsage(a).mem),
+};
+
+function allocRow(a, columns) {
+  return h("tr", { "data-alloc": a.ID, "data-status": a.ClientStatus }, ...columns.map((c) => ALLOC_CELLS[c](a)));
+}
+
+const EVAL_CELLS = {
+  id: (e) => h("td", {}, evalLink(e.ID)),
+  job: (e) => h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
+  type: (e) => h("td", {}, e.Type),
+  triggeredBy: (e) => h("td", {}, e.TriggeredBy),
+  priority: (e) => h("td", {}, e.Priority),
+  status: (e) => h("td", {}, badge(e.Status)),
+  created: (e) => h("td", {}, fmtTime(e.CreateTime)),
+};
+
+function evalRow(e, columns) {
+  return h("tr", { "data-eval": e.ID }, ...columns.map((c) => EVAL_CELLS[c](e)));
+}
+
 function millis(t) {
   if (!t) return null;
   if (typeof t === "string") {
@@ -575,19 +610,7 @@ PAGES.job = async function () {
     allocs.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "allocs",
-      allocs.map((a) =>
-        h(
-          "tr",
-          { "data-alloc": a.ID, "data-status": a.ClientStatus },
-          h("td", {}, allocLink(a.ID)),
-          h("td", {}, a.TaskGroup),
-          h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
-          h("td", {}, a.JobVersion),
-          h("td", {}, a.DesiredStatus),
-          h("td", {}, badge(a.ClientStatus)),
-          h("td", {}, ago(a.ModifyTime))
-        )
-      ),
+      allocs.map((a) => allocRow(a, ["id", "group", "node", "version", "desired", "status", "modified"])),
       "no allocations"
     );
     fill(
@@ -598,16 +621,7 @@ PAGES.job = async function () {
     evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "evals",
-      evals.map((e) =>
-        h(
-          "tr",
-          { "data-eval": e.ID },
-          h("td", {}, evalLink(e.ID)),
-          h("td", {}, e.TriggeredBy),
-          h("td", {}, badge(e.Status)),
-          h("td", {}, fmtTime(e.CreateTime))
-        )
-      ),
+      evals.map((e) => evalRow(e, ["id", "triggeredBy", "status", "created"])),
       "no evaluations"
     );
     renderVersions(versions);
@@ -976,19 +990,7 @@ PAGES.evals = async function () {
     evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "evals",
-      evals.map((e) =>
-        h(
-          "tr",
-          { "data-eval": e.ID },
-          h("td", {}, evalLink(e.ID)),
-          h("td", {}, e.JobID ? jobLink(e.JobID, e.Namespace) : "—"),
-          h("td", {}, e.Type),
-          h("td", {}, e.TriggeredBy),
-          h("td", {}, e.Priority),
-          h("td", {}, badge(e.Status)),
-          h("td", {}, fmtTime(e.CreateTime))
-        )
-      ),
+      evals.map((e) => evalRow(e, ["id", "job", "type", "triggeredBy", "priority", "status", "created"])),
       "no evaluations"
     );
   };
@@ -1016,21 +1018,7 @@ PAGES.eval = async function () {
       ["Previous / next / blocked", [ev.PreviousEval, ev.NextEval, ev.BlockedEval].filter(Boolean).map((x) => evalLink(x)).flatMap((x) => [x, " "])],
     ]);
     renderJourney(j);
-    fill(
-      "allocs",
-      allocs.map((a) =>
-        h(
-          "tr",
-          { "data-alloc": a.ID },
-          h("td", {}, allocLink(a.ID)),
-          h("td", {}, a.TaskGroup),
-          h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
-          h("td", {}, badge(a.ClientStatus)),
-          h("td", {}, fmtTime(a.CreateTime))
-        )
-      ),
-      "none"
-    );
+    fill("allocs", allocs.map((a) => allocRow(a, ["id", "group", "node", "status", "created"])), "none");
   };
   await load();
   follow(["Evaluation:*", "Allocation:*"], debounced(load, 300), "/v1/evaluation/" + encodeURIComponent(id) + "/allocations");
@@ -1182,20 +1170,7 @@ PAGES.node = async function () {
     allocs.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
     fill(
       "allocs",
-      allocs.map((a) => {
-        const u = allocUsage(a);
-        return h(
-          "tr",
-          { "data-alloc": a.ID },
-          h("td", {}, allocLink(a.ID)),
-          h("td", {}, jobLink(a.JobID, a.Namespace)),
-          h("td", {}, a.TaskGroup),
-          h("td", {}, a.DesiredStatus),
-          h("td", {}, badge(a.ClientStatus)),
-          h("td", { class: "num" }, u.cpu),
-          h("td", { class: "num" }, u.mem)
-        );
-      }),
+      allocs.map((a) => allocRow(a, ["id", "job", "group", "desired", "status", "cpu", "memory"])),
       "no allocations"
     );
     const drain = $("drain-toggle");

@@ -20,8 +20,8 @@ import logging
 from dataclasses import dataclass, field
 
 from corral.domain import structs
+from corral.domain.plan_commit import live_allocs, proposed_allocs
 from corral.domain.store import StateSnapshot
-from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import MatchCache
 from services.worker.scheduler.feasible.inflight import Claim, InFlightPlacements
@@ -31,8 +31,6 @@ MAX_RETAINED_NODE_SCORES = 5
 NORM_SCORER_NAME = "normalized-score"
 
 _LOG = logging.getLogger("corral.scheduler")
-_SERVER_TERMINAL = (DesiredStatus.STOP, DesiredStatus.EVICT)
-_CLIENT_TERMINAL = ClientStatus.TERMINAL
 
 _UNIQUE_PREFIXES = ("${node.unique.", "${attr.unique.", "${meta.unique.")
 
@@ -316,13 +314,7 @@ class EvalContext:
         snapshot never changes)."""
         base = self._base.get(node_id)
         if base is None:
-            base = [
-                a
-                for a in self.snapshot.allocs_by_node(node_id)
-                if a.desired_status not in _SERVER_TERMINAL
-                and a.client_status not in _CLIENT_TERMINAL
-            ]
-            self._base[node_id] = base
+            base = self._base[node_id] = live_allocs(self.snapshot, node_id)
         return base
 
     def _fingerprint(self, node_id: str) -> _Fingerprint:
@@ -341,9 +333,8 @@ class EvalContext:
         return (nu, lu, np_, lp, na, la)
 
     def proposed_allocs(self, node_id: str) -> list[pb.Allocation]:
-        """What the node would run if the plan were applied: its non-terminal
-        allocs, minus the plan's stops and preemptions on it, with the plan's
-        placements on it (an updated alloc replaces its old copy).
+        """What the node would run if the plan were applied (the commit
+        rule's `proposed_allocs`, the planner checks fit on the same).
 
         Cached per node; the cache entry is reused while the plan's lists for
         the node keep the same length and last element. Call
@@ -354,18 +345,7 @@ class EvalContext:
             return hit[1]
         base = self.existing_allocs(node_id)
         nu, _, np_, _, na, _ = fp
-        if not (nu or np_ or na):
-            out = base
-        else:
-            removed: set[str] = set()
-            if nu:
-                removed.update(s.alloc_id for s in self.plan.node_update[node_id].stops)
-            if np_:
-                removed.update(s.alloc_id for s in self.plan.node_preemptions[node_id].stops)
-            placed = list(self.plan.node_allocation[node_id].allocs) if na else []
-            removed.update(a.id for a in placed)
-            out = [a for a in base if a.id not in removed]
-            out.extend(placed)
+        out = proposed_allocs(base, self.plan, node_id) if nu or np_ or na else base
         self._proposed[node_id] = (fp, out)
         return out
 

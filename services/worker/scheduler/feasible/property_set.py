@@ -4,7 +4,8 @@ in the state and in the plan being built."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.v1 import structs_pb2 as pb
@@ -164,115 +165,84 @@ class PropertySet:
         proposed-alloc cache checks) are recounted. Either way the
         difference is applied to the per-value counts."""
         ctx = self.ctx
+        plan = ctx.plan
         edited = ctx.journal_since(self._journal_epoch, self._journal_pos)
+        nodes = None if edited is None else list(dict.fromkeys(edited))
         changed: set[str] = set()
+        self._refresh(
+            plan.node_allocation,
+            lambda lst: lst.allocs,
+            lambda a: a.id,
+            self._placed,
+            self.proposed,
+            self._count_placed,
+            changed,
+            nodes,
+        )
+        self._refresh(
+            plan.node_update,
+            lambda lst: lst.stops,
+            lambda s: s.alloc_id,
+            self._stopped,
+            self.cleared,
+            self._count_stopped,
+            changed,
+            nodes,
+        )
         if edited is not None:
             self._journal_pos += len(edited)
-            for node_id in dict.fromkeys(edited):
-                self._recount_node(node_id, changed)
-        else:
-            self._scan_plan(changed)
-            if ctx.journal is not None:
-                self._journal_epoch = ctx.journal_epoch
-                self._journal_pos = len(ctx.journal)
+        elif ctx.journal is not None:
+            self._journal_epoch = ctx.journal_epoch
+            self._journal_pos = len(ctx.journal)
         for key in changed:
             self._recombine(key)
 
-    def _recount_node(self, node_id: str, changed: set[str]) -> None:
-        """Recount one node's placements and stops in the plan."""
-        plan = self.ctx.plan
-        lst = plan.node_allocation.get(node_id)
-        if lst is not None:
-            self._update_placed(node_id, lst.allocs, self._placed.get(node_id), changed)
-        elif node_id in self._placed:
-            self._drop(self._placed, self.proposed, node_id, changed)
-        stops = plan.node_update.get(node_id)
-        if stops is not None:
-            self._update_stopped(node_id, stops.stops, self._stopped.get(node_id), changed)
-        elif node_id in self._stopped:
-            self._drop(self._stopped, self.cleared, node_id, changed)
-
-    def _scan_plan(self, changed: set[str]) -> None:
-        """Recount every plan node whose lists changed since the last look."""
-        plan = self.ctx.plan
-        placed = self._placed
-        seen = 0
-        for node_id, lst in plan.node_allocation.items():
-            hit = placed.get(node_id)
-            if hit is not None:
-                seen += 1
-                allocs = lst.allocs
-                size = len(allocs)
-                if hit[0] == (size, allocs[size - 1].id if size else ""):
-                    continue
-            self._update_placed(node_id, lst.allocs, hit, changed)
-        if seen < len(placed):  # node entries dropped from the plan
-            present = plan.node_allocation
-            for node_id in [k for k in placed if k not in present]:
-                self._drop(placed, self.proposed, node_id, changed)
-        stopped = self._stopped
-        seen = 0
-        for node_id, stop_list in plan.node_update.items():
-            hit = stopped.get(node_id)
-            if hit is not None:
-                seen += 1
-                entries = stop_list.stops
-                size = len(entries)
-                if hit[0] == (size, entries[size - 1].alloc_id if size else ""):
-                    continue
-            self._update_stopped(node_id, stop_list.stops, hit, changed)
-        if seen < len(stopped):
-            present_stops = plan.node_update
-            for node_id in [k for k in stopped if k not in present_stops]:
-                self._drop(stopped, self.cleared, node_id, changed)
-
-    def _update_placed(
+    def _refresh(
         self,
-        node_id: str,
-        allocs: Sequence[pb.Allocation],
-        hit: tuple[tuple[int, str], str, int] | None,
-        changed: set[str],
-    ) -> None:
-        size = len(allocs)
-        fp = (size, allocs[size - 1].id if size else "")
-        count = self._count_placed
-        self._update(self._placed, self.proposed, node_id, fp, hit, changed, lambda: count(allocs))
-
-    def _update_stopped(
-        self,
-        node_id: str,
-        entries: Sequence[pb.AllocStop],
-        hit: tuple[tuple[int, str], str, int] | None,
-        changed: set[str],
-    ) -> None:
-        size = len(entries)
-        fp = (size, entries[size - 1].alloc_id if size else "")
-        count = self._count_stopped
-        self._update(self._stopped, self.cleared, node_id, fp, hit, changed, lambda: count(entries))
-
-    def _update(
-        self,
+        lists: Mapping[str, Any],
+        entries_of: Callable[[Any], Sequence[Any]],
+        id_of: Callable[[Any], str],
         cache: dict[str, tuple[tuple[int, str], str, int]],
         counts: dict[str, int],
-        node_id: str,
-        fp: tuple[int, str],
-        hit: tuple[tuple[int, str], str, int] | None,
+        count: Callable[[Any], int],
         changed: set[str],
-        count: Callable[[], int],
+        nodes: list[str] | None,
     ) -> None:
-        """Recount one node's placements (into `proposed`) or stops (into
-        `cleared`) and apply the difference to its value's count."""
-        v, ok = self._value_of_node_id(node_id)
-        if not ok:
-            cache[node_id] = (fp, "", 0)
-            return
-        key = self.targeted(v)
-        n = count()
-        old = hit[2] if hit is not None else 0
-        cache[node_id] = (fp, key, n)
-        if n != old:
-            _bump(counts, key, n - old)
-            changed.add(key)
+        """Recount the plan's per-node lists (placements or stops) that
+        changed since the last refresh into `counts` by value, `cache`
+        remembering each node's fingerprint, value and count; the values
+        whose count moved join `changed`. `nodes`: only those (the
+        journaled edits), recounted whatever their fingerprint; None: every
+        plan node is looked at."""
+        seen = 0
+        for node_id in nodes if nodes is not None else lists:
+            lst = lists.get(node_id)
+            hit = cache.get(node_id)
+            if lst is None:  # (journaled) the node's entry left the plan
+                if hit is not None:
+                    self._drop(cache, counts, node_id, changed)
+                continue
+            entries = entries_of(lst)
+            size = len(entries)
+            fp = (size, id_of(entries[size - 1]) if size else "")
+            if hit is not None:
+                seen += 1
+                if hit[0] == fp and nodes is None:
+                    continue
+            v, ok = self._value_of_node_id(node_id)
+            if not ok:
+                cache[node_id] = (fp, "", 0)
+                continue
+            key = self.targeted(v)
+            n = count(entries)
+            old = hit[2] if hit is not None else 0
+            cache[node_id] = (fp, key, n)
+            if n != old:
+                _bump(counts, key, n - old)
+                changed.add(key)
+        if nodes is None and seen < len(cache):  # node entries dropped from the plan
+            for node_id in [k for k in cache if k not in lists]:
+                self._drop(cache, counts, node_id, changed)
 
     @staticmethod
     def _drop(
