@@ -12,32 +12,18 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from corral.domain import namespaces
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import DEFAULT_NAMESPACE, INDEX_FIELDS, copy_msg, same_except
+from corral.domain.structs import DEFAULT_NAMESPACE
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
 from services.state.variables import any_in_namespace
-
-MAX_BATCH = 100
+from services.state.writes import named
+from services.state.writes.named import MAX_BATCH
 
 
 def validate_namespaces(items: Sequence[pb.Namespace]) -> None:
     """Each namespace well formed and named once (before any transaction)."""
-    if not items:
-        raise InvalidArgument("namespaces", "must specify at least one namespace")
-    validate.at_most(len(items), MAX_BATCH, "namespaces", "namespaces")
-    seen: set[str] = set()
-    for i, ns in enumerate(items):
-        where = f"namespaces[{i}]"
-        validate.no_nul(ns, where)
-        found = namespaces.config_problem(ns)
-        if found is not None:
-            field, problem = found
-            raise InvalidArgument(f"{where}.{field}", f"invalid namespace {ns.name!r}: {problem}")
-        validate.labels(ns.meta, f"{where}.meta")
-        if ns.name in seen:
-            raise InvalidArgument(f"{where}.name", f"{ns.name!r} is given twice")
-        seen.add(ns.name)
+    named.validate_batch(items, "namespaces", "namespace", namespaces.config_problem)
 
 
 async def upsert_namespaces(tx: WriteTx, items: Sequence[pb.Namespace]) -> None:
@@ -50,14 +36,7 @@ async def upsert_namespaces(tx: WriteTx, items: Sequence[pb.Namespace]) -> None:
                 f"namespaces[{i}].node_pool_config.default",
                 f"node pool {pool!r} does not exist",
             )
-    for given in items:
-        ns = copy_msg(given)
-        current = await tx.get_namespace(ns.name)
-        ns.create_index = current.create_index if current is not None else 0
-        ns.modify_index = 0
-        if current is not None and same_except(current, ns, INDEX_FIELDS):
-            continue
-        tx.put_namespace(ns)
+    await named.upsert_changed(items, tx.get_namespace, tx.put_namespace)
 
 
 #: (name, check) of what keeps a namespace from being deleted: the check

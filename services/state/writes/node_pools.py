@@ -8,47 +8,29 @@ from collections.abc import Sequence
 
 from corral.domain import node_pools
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from corral.domain.structs import INDEX_FIELDS, copy_msg, same_except
 from corral.v1 import structs_pb2 as pb
 from services.state import validate
 from services.state.db.database import WriteTx
-
-MAX_BATCH = 100
+from services.state.writes import named
+from services.state.writes.named import MAX_BATCH
 
 
 def validate_node_pools(items: Sequence[pb.NodePool]) -> None:
     """Each pool well formed, not built in, named once (before any transaction)."""
-    if not items:
-        raise InvalidArgument("node_pools", "must specify at least one node pool")
-    validate.at_most(len(items), MAX_BATCH, "node_pools", "node pools")
-    seen: set[str] = set()
-    for i, pool in enumerate(items):
-        where = f"node_pools[{i}]"
-        validate.no_nul(pool, where)
-        found = node_pools.config_problem(pool)
-        if found is not None:
-            field, problem = found
-            raise InvalidArgument(f"{where}.{field}", f"invalid node pool {pool.name!r}: {problem}")
-        if node_pools.is_built_in(pool.name):
-            raise InvalidArgument(
-                f"{where}.name", f"modifying node pool {pool.name!r} is not allowed"
-            )
-        validate.labels(pool.meta, f"{where}.meta")
-        if pool.name in seen:
-            raise InvalidArgument(f"{where}.name", f"{pool.name!r} is given twice")
-        seen.add(pool.name)
+    named.validate_batch(
+        items, "node_pools", "node pool", node_pools.config_problem, refusal=_built_in
+    )
+
+
+def _built_in(pool: pb.NodePool) -> str | None:
+    if not node_pools.is_built_in(pool.name):
+        return None
+    return f"modifying node pool {pool.name!r} is not allowed"
 
 
 async def upsert_node_pools(tx: WriteTx, items: Sequence[pb.NodePool]) -> None:
     """Create or replace each pool (validated by `validate_node_pools`)."""
-    for given in items:
-        pool = copy_msg(given)
-        current = await tx.get_node_pool(pool.name)
-        pool.create_index = current.create_index if current is not None else 0
-        pool.modify_index = 0
-        if current is not None and same_except(current, pool, INDEX_FIELDS):
-            continue
-        tx.put_node_pool(pool)
+    await named.upsert_changed(items, tx.get_node_pool, tx.put_node_pool)
 
 
 async def delete_node_pools(tx: WriteTx, names: Sequence[str]) -> None:
