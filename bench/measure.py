@@ -121,6 +121,30 @@ def eval_counts(
     return {str(r[0]): int(r[1]) for r in rows}
 
 
+def last_commit_seconds_after(
+    conn: psycopg.Connection[Any], job_like: str, after: float, after_index: int = 0
+) -> dict[str, float]:
+    """How long after `after` (Unix seconds, this machine's clock, which the
+    database shares) the matching jobs' last plan committed (`placed_s`: the
+    newest alloc's creating commit) and their last eval was canceled
+    (`canceled_s`: the newest canceled eval's last write); 0.0 for none.
+    Tells a storm's scheduling from its cancelation write-back."""
+    row = conn.execute(
+        "SELECT (SELECT extract(epoch FROM max(c.created_at)) FROM allocs a "
+        "        JOIN change_log c ON c.index = a.create_index "
+        "        WHERE a.job_id LIKE %s AND a.create_index > %s), "
+        "       (SELECT extract(epoch FROM max(c.created_at)) FROM evals e "
+        "        JOIN change_log c ON c.index = e.modify_index "
+        "        WHERE e.job_id LIKE %s AND e.create_index > %s AND e.status = 'canceled')",
+        (job_like, after_index, job_like, after_index),
+    ).fetchone()
+    assert row is not None
+    return {
+        name: round(max(0.0, float(t) - after), 2) if t is not None else 0.0
+        for name, t in (("placed_s", row[0]), ("canceled_s", row[1]))
+    }
+
+
 def unfinished_evals(conn: psycopg.Connection[Any], job_like: str = "%") -> int:
     row = conn.execute(
         "SELECT count(*) FROM evals WHERE job_id LIKE %s AND status = 'pending'",

@@ -516,6 +516,13 @@ def targets(run: Mapping[str, Any]) -> list[dict[str, Any]]:
         "{:g} runs",
     )
     at_most(
+        f"W5b quiet <= {STORM_DRAIN_S:g} s after the workers resume",
+        "W5b",
+        _num(_workload(run, "W5b"), "quiescence_s"),
+        STORM_DRAIN_S,
+        "{:.1f} s",
+    )
+    at_most(
         "N1 idle cluster: zero node status changes",
         "N1",
         _num(_workload(run, "N1"), "node_status_changes"),
@@ -569,7 +576,16 @@ def figures(run: Mapping[str, Any]) -> dict[str, float]:
         for role, v in by_role.items():
             if role != "total":
                 put(f"{label} CPU-ms {role}", float(v))
-        for key in ("replacement_p99_s", "scheduler_runs", "node_status_changes", "quiescence_s"):
+        for key in (
+            "replacement_p99_s",
+            "scheduler_runs",
+            "evals_cancelled",
+            "node_status_changes",
+            "burst_s",
+            "quiescence_s",
+            "placed_after_resume_s",
+            "canceled_after_resume_s",
+        ):
             put(f"{label} {key}", _num(w, key))
         if isinstance(w.get("ledger"), Mapping):
             out.update(ledger_mod.figures(label, w["ledger"]))
@@ -736,7 +752,10 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
             ("evals_cancelled", "evals cancelled"),
             ("evals_queued", "evals queued while paused"),
             ("runs_per_job", "runs per job"),
+            ("burst_s", "burst s"),
             ("quiescence_s", "quiescence s"),
+            ("placed_after_resume_s", "last plan s after resume"),
+            ("canceled_after_resume_s", "last cancel s after resume"),
             ("plans_submitted", "node-plans submitted"),
             ("plans_rejected", "rejected"),
         ):

@@ -557,11 +557,14 @@ async def w5_eval_storm(ctx: Context) -> dict[str, Any]:
     async with Window(ctx, "w5") as w:
         t0 = time.monotonic()
         errors = await register_all(ctx, updates, p.in_flight)
+        burst = time.monotonic() - t0
         quiet = await wait_quiet(ctx, p.timeout_s)
         await w.finish("w5-%", out)
     counts = out["evals_by_status"]
     out["scheduler_runs"] = sum(n for s, n in counts.items() if s != "canceled")
     out["evals_cancelled"] = counts.get("canceled", 0)
+    # runs ~ 1 + the burst's length / one run's length: runs are serial per job
+    out["burst_s"] = round(burst, 2)
     out["quiescence_s"] = round(quiet - t0, 2)
     if errors:
         out["register_errors"] = errors[:10]
@@ -606,13 +609,20 @@ async def w5b_reregister_storm(ctx: Context) -> dict[str, Any]:
         stats = await ctx.broker_stats()
         out["evals_queued"] = stats.total_ready + stats.total_pending + stats.total_blocked
         t0 = time.monotonic()
+        resumed_at = time.time()
         await ctx.workers(pause=False)
         quiet = await wait_quiet(ctx, p.timeout_s)
         await w.finish("w5b-%", out)
+        with ctx.db() as conn:
+            # the quiet time split: the last plan commit (the scheduling) and
+            # the last cancel write (the broker's write-back), after the resume
+            after = measure.last_commit_seconds_after(conn, "w5b-%", resumed_at, w.start_index)
     counts = out["evals_by_status"]
     runs = sum(n for s, n in counts.items() if s != "canceled")
     out["scheduler_runs"] = runs
     out["runs_per_job"] = round(runs / max(1, p.w5b_system_jobs), 2)
     out["evals_cancelled"] = counts.get("canceled", 0)
     out["quiescence_s"] = round(quiet - t0, 2)  # from the workers' resume
+    out["placed_after_resume_s"] = after["placed_s"]
+    out["canceled_after_resume_s"] = after["canceled_s"]
     return out

@@ -1,7 +1,8 @@
 """The connection to a Corral cluster: one synchronous gRPC channel to the
 state service's public API (`-address`, else `$CORRAL_ADDR`, else
-127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs
-live on other processes; `worker()` and `client_alloc()` dial those.
+127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs,
+files and exec live on other processes; `worker()`, `client_alloc()` and
+`client_fs()` dial those.
 
 Every channel carries the ACL token (`-token`, else `$CORRAL_TOKEN`) as
 `x-corral-token` metadata on every call, and uses TLS when the TLS flags or
@@ -24,6 +25,7 @@ from corral.v1 import (
     deployment_pb2_grpc,
     eval_pb2_grpc,
     event_pb2_grpc,
+    federation_pb2_grpc,
     job_pb2_grpc,
     keyring_pb2_grpc,
     namespace_pb2_grpc,
@@ -39,6 +41,7 @@ from corral.v1 import (
 DEFAULT_ADDR = "127.0.0.1:4646"
 ENV_ADDR = "CORRAL_ADDR"
 ENV_TOKEN = "CORRAL_TOKEN"
+ENV_REGION = "CORRAL_REGION"
 # Unary calls fail after this long rather than hang (blocking queries pass
 # their own, longer deadline).
 DEFAULT_TIMEOUT = 30.0
@@ -79,18 +82,26 @@ class Client:
     address: str
     security: SecuritySettings = field(default_factory=current)
     token: str = ""
+    #: the region every call is for ('' = the region of the server at `address`)
+    region: str = ""
     _channels: dict[tuple[str, str], grpc.Channel] = field(default_factory=dict)
 
     def channel(self, address: str | None = None, *, peer: Role = "server") -> grpc.Channel:
-        """A channel to a server role (default) or to an agent (peer 'client')."""
+        """A channel to a server role (default) or to an agent (peer 'client').
+        The state at `address` is of the CLI's own region and forwards calls
+        for `region`; a worker or an agent dialled directly (found through
+        such calls) is of `region` itself."""
         addr = normalize_address(address or self.address)
         key = (addr, peer)
         if key not in self._channels:
+            direct = address is not None and addr != normalize_address(self.address)
             self._channels[key] = dial_sync(
                 addr,
                 peer=peer,
                 token=self.token,
                 settings=self.security,
+                region=self.region if direct else "",
+                request_region=self.region,
                 options=[
                     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
                     ("grpc.enable_retries", 0),
@@ -105,6 +116,7 @@ class Client:
     evals = _Stub(eval_pb2_grpc.EvalsStub)
     deployments = _Stub(deployment_pb2_grpc.DeploymentStub)
     events = _Stub(event_pb2_grpc.EventStub)
+    federation = _Stub(federation_pb2_grpc.FederationStub)
     operator = _Stub(operator_pb2_grpc.OperatorStub)
 
     @property
@@ -136,6 +148,9 @@ class Client:
 
     def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocStub:
         return alloc_pb2_grpc.ClientAllocStub(self.channel(address, peer="client"))
+
+    def client_fs(self, address: str) -> alloc_pb2_grpc.ClientFSStub:
+        return alloc_pb2_grpc.ClientFSStub(self.channel(address, peer="client"))
 
     def close(self) -> None:
         for ch in self._channels.values():

@@ -6,6 +6,7 @@ translation of a gRPC status into a sentence a person can act on."""
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import ssl
 import sys
@@ -15,8 +16,10 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from pydantic import ValidationError
 
-from cli.client import Client, resolve_address, resolve_token
-from corral.security import transport
+from cli.client import ENV_REGION, Client, resolve_address, resolve_token
+from corral.domain.errors import NO_REGION_PATH
+from corral.runtime.settings import REGION_NAME
+from corral.security import certs, transport
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -44,13 +47,18 @@ class Parser(argparse.ArgumentParser):
 
 class Context:
     """What a command handler gets besides its flags: a lazily opened
-    client for `-address`/CORRAL_ADDR carrying `-token`/CORRAL_TOKEN, and
-    the output streams."""
+    client for `-address`/CORRAL_ADDR carrying `-token`/CORRAL_TOKEN and
+    `-region`/CORRAL_REGION, and the output streams."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.address = resolve_address(getattr(args, "address", None))
         self._args = args
         self.token = resolve_token(getattr(args, "token", None))
+        #: the region the command's requests are for ('' = the server's own);
+        #: only commands that talk to the cluster have `-region` as such
+        #: (`tls cert create -region` names a certificate's region)
+        talks = hasattr(args, "address")
+        self.region = resolve_region(getattr(args, "region", None)) if talks else ""
         self._client: Client | None = None
         self.out = sys.stdout
         self.err = sys.stderr
@@ -58,8 +66,24 @@ class Context:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address, _security(self._args), self.token)
+            self._client = Client(self.address, _security(self._args), self.token, self.region)
         return self._client
+
+    def use_region(self, region: str) -> None:
+        """From now on, requests are for `region` (Nomad's `job run`: a job
+        naming its region goes there, whatever -region says)."""
+        if region != self.region:
+            self.close()
+            self._client = None
+            self.region = region
+
+    def for_region(self, region: str) -> Client:
+        """A client whose requests are for `region` (the same server,
+        which forwards them): `job run` of a job naming its region,
+        `operator members -all-regions`."""
+        if region == self.region:
+            return self.client
+        return Client(self.address, _security(self._args), self.token, region)
 
     def close(self) -> None:
         if self._client is not None:
@@ -82,6 +106,14 @@ def add_address(p: argparse.ArgumentParser) -> None:
         default=None,
         help="ACL token secret id sent with every call (env CORRAL_TOKEN)",
     )
+    p.add_argument(
+        "-region",
+        "--region",
+        dest="region",
+        default=None,
+        help="the region the request is for; the server forwards it there "
+        "(env CORRAL_REGION, default the region of the server at -address)",
+    )
     for flag, env, what in _TLS_FLAGS:
         p.add_argument(
             f"-{flag}", f"--{flag}", dest=flag.replace("-", "_"), default=None,
@@ -93,26 +125,52 @@ _TLS_FLAGS = (
     ("ca-file", "CORRAL_CA_FILE", "CA bundle to verify the servers with (turns TLS on)"),
     ("cert-file", "CORRAL_CERT_FILE", "client certificate (corral tls cert create -cli)"),
     ("key-file", "CORRAL_KEY_FILE", "client certificate's key"),
-    ("region", "CORRAL_REGION", "region the server certificates name (default global)"),
 )
 
 
 def _security(args: argparse.Namespace) -> transport.SecuritySettings:
-    """The environment's TLS settings, with this command's flags over them."""
+    """The environment's TLS settings, with this command's flags over them.
+    The servers dialled are those of the region the client certificate
+    names (`cli.<region>.corral`): CORRAL_REGION and -region say which
+    region a request is for, not whose servers the CLI talks to."""
     base = transport.current()
     given = {
         name: value
-        for name in ("ca_file", "cert_file", "key_file", "region")
+        for name in ("ca_file", "cert_file", "key_file")
         if (value := getattr(args, name, None))
     }
-    if not given:
-        return base
     try:
-        return transport.SecuritySettings.model_validate({**base.model_dump(), **given})
+        settings = (
+            transport.SecuritySettings.model_validate({**base.model_dump(), **given})
+            if given
+            else base
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "-" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "TLS flags"
         raise UsageError(f"{where}: {first['msg']}") from None
+    if not settings.tls:
+        return settings
+    home = _certificate_region(settings.cert_file)
+    return settings.model_copy(update={"region": home}) if home else settings
+
+
+def _certificate_region(path: str) -> str:
+    """The region a certificate file names ('' when unreadable or none)."""
+    try:
+        with open(path, "rb") as f:
+            found = certs.cert_identity(f.read())
+    except OSError:
+        return ""
+    return found[1] if found is not None else ""
+
+
+def resolve_region(flag: str | None) -> str:
+    """-region, else CORRAL_REGION ('' = the region of the server dialled)."""
+    region = (flag or os.environ.get(ENV_REGION) or "").strip()
+    if region and not REGION_NAME.match(region):
+        raise UsageError(f"-region: {region[:100]!r} is not a region name")
+    return region
 
 
 T = TypeVar("T")
@@ -203,6 +261,8 @@ def grpc_message(exc: grpc.RpcError, address: str) -> str:
     """A sentence a person can act on, from a gRPC status."""
     code = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else None) or str(code)
+    if details.startswith(NO_REGION_PATH):
+        return details  # the server at `address` answered: another region is away
     if code == grpc.StatusCode.UNAVAILABLE:
         lowered = details.lower()
         if "tls handshake failed" in lowered or "ssl_error" in lowered:

@@ -46,6 +46,8 @@ class DevTrust:
         users = ("agent", "gateway")
         return {**self.env, **(self.agent_env if role in users else self.server_env)}
 
+    region: str = "global"
+
     def cli_settings(self) -> SecuritySettings:
         """What this command uses to talk to the cluster it started."""
         if self.tls is None:
@@ -54,6 +56,7 @@ class DevTrust:
             ca_file=str(self.tls.ca_file),
             cert_file=str(self.tls.cert_file("cli")),
             key_file=str(self.tls.key_file("cli")),
+            region=self.region,
         )
 
     def exports(self) -> list[str]:
@@ -70,9 +73,19 @@ class DevTrust:
         return lines
 
 
-def prepare(data_dir: Path, *, tls: bool, acl: bool) -> DevTrust:
-    """The roles' environment for the chosen set-up (before they start)."""
-    trust = DevTrust(acl=acl)
+def prepare(
+    data_dir: Path,
+    *,
+    tls: bool,
+    acl: bool,
+    region: str = certs.DEFAULT_REGION,
+    ca_dir: Path | None = None,
+) -> DevTrust:
+    """The roles' environment for the chosen set-up (before they start).
+    With `ca_dir` (another dev region's `tls` directory) its CA signs this
+    region's certificates: the regions of a federation share one CA."""
+    trust = DevTrust(acl=acl, region=region)
+    trust.env["CORRAL_REGION"] = region
     if acl:
         trust.env["CORRAL_ACL_ENABLED"] = "true"
     if not tls:
@@ -83,13 +96,26 @@ def prepare(data_dir: Path, *, tls: bool, acl: bool) -> DevTrust:
         trust.agent_env["CORRAL_SERVER_TOKEN"] = ""
         return trust
     directory = data_dir / "tls"
+    ca = _read_ca(ca_dir) if ca_dir is not None else None
     shutil.rmtree(directory, ignore_errors=True)
-    trust.tls = certs.write_bundle(directory)
+    trust.tls = certs.write_bundle(directory, region=region, ca=ca)
     trust.env.update({"CORRAL_CA_FILE": str(trust.tls.ca_file), "CORRAL_SERVER_TOKEN": ""})
     for role, target in (("server", trust.server_env), ("client", trust.agent_env)):
         target["CORRAL_CERT_FILE"] = str(trust.tls.cert_file(role))  # type: ignore[arg-type]
         target["CORRAL_KEY_FILE"] = str(trust.tls.key_file(role))  # type: ignore[arg-type]
     return trust
+
+
+def _read_ca(directory: Path) -> tuple[bytes, bytes]:
+    """The CA certificate and key in `directory` (a dev data dir's `tls`)."""
+    cert_name, key_name = certs.ca_file_name()
+    try:
+        return (directory / cert_name).read_bytes(), (directory / key_name).read_bytes()
+    except OSError as exc:
+        raise RuntimeError(
+            f"-tls-ca {directory}: cannot read the CA there ({exc.strerror}); give the `tls` "
+            "directory of the other region's data directory"
+        ) from None
 
 
 def bootstrap(trust: DevTrust, data_dir: Path, address: str) -> None:

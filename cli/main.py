@@ -21,6 +21,7 @@ from cli.commands import (
     acl,
     agent,
     alloc,
+    alloc_access,
     deployment,
     dev,
     eval,
@@ -30,6 +31,7 @@ from cli.commands import (
     node,
     operator,
     scaling,
+    server,
     service,
     sim,
     state,
@@ -70,6 +72,7 @@ def build_parser() -> Parser:
         var,
         service,
         operator,
+        server,
         acl,
         event,
         dev,
@@ -93,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_OK if args_list else EXIT_ERROR
         args_list, child = var.split_child(args_list)
-        args, unknown = parser.parse_known_args(args_list)
+        args, unknown = parser.parse_known_args(alloc_access.separate_command(args_list))
         if unknown and not getattr(args, "passthrough", False):
             raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
         args.rest = unknown

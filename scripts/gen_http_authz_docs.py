@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 
 from services.gateway import app, authz
 
@@ -31,7 +31,7 @@ def _rows() -> Iterator[tuple[str, str, authz.Need]]:
             if isinstance(route, Mount) and route.routes:
                 yield from walk(list(route.routes), prefix + route.path)
                 continue
-            if not isinstance(route, Route | Mount):
+            if not isinstance(route, Route | Mount | WebSocketRoute):
                 continue
             path = prefix + route.path + ("/*" if isinstance(route, Mount) else "")
             path = _PARAM.sub(lambda m: "*" if m.group(1) == "rest" else f":{m.group(1)}", path)
@@ -40,7 +40,12 @@ def _rows() -> Iterator[tuple[str, str, authz.Need]]:
                 if method != "HEAD":
                     by_need.setdefault(need, []).append(method)
             for need, methods in by_need.items():
-                yield "/".join(sorted(methods)), path, need
+                shown = (
+                    "GET (WebSocket)"
+                    if isinstance(route, WebSocketRoute)
+                    else "/".join(sorted(methods))
+                )
+                yield shown, path, need
 
     yield from walk(app.routes(), "")
 

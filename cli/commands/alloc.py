@@ -1,4 +1,5 @@
-"""`corral alloc status [-stats]|stop|logs|signal|restart`."""
+"""`corral alloc status [-stats]|stop|logs|signal|restart` (and `exec`, `fs`:
+alloc_access.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TextIO
 
 import grpc
 
-from cli.commands import group, not_found
+from cli.allocs import get_alloc
+from cli.commands import alloc_access, group
 from cli.context import CliError, Context, common
 from cli.monitor import monitor_eval
 from cli.output import fmt_ago, fmt_bytes, fmt_time, heading, kv, print_json, short, table
@@ -89,15 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, verbose=True)
     p.set_defaults(func=cmd_restart)
 
-
-def get_alloc(ctx: Context, alloc_id: str) -> pb.Allocation:
-    try:
-        resp = ctx.client.allocs.Get(alloc_pb2.AllocGetRequest(alloc_id=alloc_id), timeout=30)
-        return resp.alloc
-    except grpc.RpcError as exc:
-        if not_found(exc):
-            raise CliError(f'no allocation with id or prefix "{alloc_id}"') from None
-        raise
+    alloc_access.register(allocs)
 
 
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:

@@ -45,6 +45,7 @@ from cli.supervisor import (
     shutdown_signals,
     stop_all,
 )
+from corral.runtime.settings import ADDRESS, REGION_NAME
 from corral.security.keyring import write_kek_file
 from corral.security.private_files import private_dir, write_private
 
@@ -147,6 +148,40 @@ def add_dev_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not start the local client node",
     )
+    p.add_argument(
+        "-region",
+        "--region",
+        dest="region",
+        default="global",
+        help="this Corral's region (default global); regions federate with -join",
+    )
+    p.add_argument(
+        "-join",
+        "--join",
+        dest="join",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="the state (public API) address of another region's Corral to federate with "
+        "(repeatable); both regions then forward requests to each other",
+    )
+    p.add_argument(
+        "-authoritative-region",
+        "--authoritative-region",
+        dest="authoritative_region",
+        default="",
+        help="the region whose ACL policies and global tokens this one replicates "
+        "(default: this region)",
+    )
+    p.add_argument(
+        "-tls-ca",
+        "--tls-ca",
+        dest="tls_ca",
+        default=None,
+        metavar="DIR",
+        help="with -tls, sign this region's certificates with the CA in DIR (another dev "
+        "region's <data-dir>/tls) instead of a new one: federated regions share a CA",
+    )
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -169,7 +204,35 @@ def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
 
 
+def _acl_sentence(acl: bool, replicated_from: str) -> str:
+    """What the start-up message says of ACLs: a region that replicates
+    them has no bootstrap token of its own to print."""
+    if not acl:
+        return ""
+    if replicated_from:
+        return (
+            f". ACLs are on, replicated from region {replicated_from}: "
+            f"use a global token of {replicated_from}"
+        )
+    return ". ACLs are on; the bootstrap (management) token is below"
+
+
+def _check_federation_flags(args: argparse.Namespace) -> None:
+    for what, value in (
+        ("-region", args.region),
+        ("-authoritative-region", args.authoritative_region),
+    ):
+        if value and not REGION_NAME.match(value):
+            raise CliError(f"{what}: {value!r} is not a region name (letters, digits, - and _)")
+    for address in args.join:
+        if not ADDRESS.match(address):
+            raise CliError(f"-join: {address!r} is not host:port")
+    if args.tls_ca and not args.tls:
+        raise CliError("-tls-ca needs -tls")
+
+
 def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
+    _check_federation_flags(args)
     port = DEFAULT_PORT if args.port is None else args.port
     if port < 0 or port > 65535:
         raise CliError("-port must be 0..65535")
@@ -230,7 +293,16 @@ def cmd_dev(args: argparse.Namespace, ctx: Context) -> int:
                         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
             env = dict(os.environ)
             env.update({"CORRAL_DSN": dsn, "PYTHONUNBUFFERED": "1"})
-            trust = dev_trust.prepare(data_dir, tls=args.tls, acl=args.acl)
+            try:
+                trust = dev_trust.prepare(
+                    data_dir,
+                    tls=args.tls,
+                    acl=args.acl,
+                    region=args.region,
+                    ca_dir=Path(args.tls_ca) if args.tls_ca else None,
+                )
+            except RuntimeError as exc:
+                raise StartError(str(exc)) from None
             env.pop("CORRAL_ADDR", None)
             _say("Applying migrations")
             _migrate(dsn, env, logs / "migrate.log")
@@ -341,13 +413,24 @@ def _run_roles(
         # workload identities name the gateway, which serves their JWKS
         scheme = "https" if trust.tls else "http"
         keyring_env["CORRAL_OIDC_ISSUER"] = f"{scheme}://{bind}:{args.http_port}"
+    federation_env = {}
+    if args.join:
+        federation_env["CORRAL_FEDERATION_PEERS"] = ",".join(args.join)
+    if args.authoritative_region:
+        federation_env["CORRAL_AUTHORITATIVE_REGION"] = args.authoritative_region
     state = start(
         "state",
         ["--dsn", dsn, "--listen", f"{bind}:{port}", "--metrics-listen", f"{bind}:0"],
-        keyring_env,
+        {**keyring_env, **federation_env},
     )
     env["CORRAL_STATE_ADDR"] = state.address
-    if trust.acl:
+    replicated = bool(args.authoritative_region) and args.authoritative_region != args.region
+    if trust.acl and replicated:
+        _say(
+            f"ACLs are replicated from region {args.authoritative_region}: use its tokens "
+            "(its management token works here once replicated)"
+        )
+    elif trust.acl:
         try:
             dev_trust.bootstrap(trust, data_dir, state.address)
         except RuntimeError as exc:
@@ -475,10 +558,13 @@ def _run_roles(
             for r in roles
         ],
     )
+    federated = f" Region {args.region}" + (
+        f", federated with {', '.join(args.join)}" if args.join else ""
+    )
     print(
-        f"\nCorral is running. The public API is at {state.address}"
+        f"\nCorral is running.{federated}. The public API is at {state.address}"
         + (" (mutual TLS)" if trust.tls else "")
-        + (". ACLs are on; the bootstrap (management) token is below" if trust.acl else "")
+        + _acl_sentence(trust.acl, args.authoritative_region if replicated else "")
         + f".\nNomad's HTTP API is at {http_addr}/v1 and the web UI at {http_addr}/ui"
         + ".\nIn another terminal:\n\n"
         + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")

@@ -231,8 +231,16 @@ def cmd_run(args: argparse.Namespace, ctx: Context) -> int:
         telemetry.shutdown_tracing()
 
 
+def follow_job_region(ctx: Context, job: pb.Job) -> None:
+    """A job naming its region (other than "global") is sent there, over
+    -region and CORRAL_REGION, as Nomad's `job run` does."""
+    if job.region and job.region != "global":
+        ctx.use_region(job.region)
+
+
 def _run(args: argparse.Namespace, ctx: Context) -> int:
     job, source = _load_with_source(args)
+    follow_job_region(ctx, job)
     req = job_pb2.JobRegisterRequest(job=job, submission=source)
     if args.check_index is not None:
         req.enforce_index = True
@@ -263,6 +271,7 @@ def _run(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_plan(args: argparse.Namespace, ctx: Context) -> int:
     try:
         job = _load(args)
+        follow_job_region(ctx, job)
         resp: job_pb2.JobPlanResponse = ctx.client.jobs.Plan(
             job_pb2.JobPlanRequest(job=job, diff=args.diff), timeout=60
         )

@@ -136,11 +136,22 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
                     sorted(d for d, info in node.drivers.items() if info.detected and info.healthy)
                 ),
             ),
+            ("Host Volumes", join(sorted(node.host_volumes))),
             ("Resources", f"cpu {r.cpu} MHz, memory {r.memory_mb} MiB, disk {r.disk_mb} MiB"),
             ("Status Changed", fmt_ago(node.status_updated_at)),
         ],
         ctx.out,
     )
+    if v and node.host_volumes:
+        heading("Host Volumes", ctx.out)
+        table(
+            ("Name", "ReadOnly", "Source"),
+            [
+                (name, str(hv.read_only).lower(), hv.path)
+                for name, hv in sorted(node.host_volumes.items())
+            ],
+            ctx.out,
+        )
     if node.events:
         heading("Node Events", ctx.out)
         table(

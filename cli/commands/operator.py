@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 
+import grpc
+
 from cli.commands import group, keyring
-from cli.context import CliError, Context, common
+from cli.commands.server import replication_line, show_links
+from cli.context import CliError, Context, common, grpc_message
 from cli.output import fmt_ago, heading, kv, print_json, short, table, to_dict
-from corral.v1 import operator_pb2, state_pb2, worker_pb2
+from corral.v1 import federation_pb2, operator_pb2, state_pb2, worker_pb2
 from corral.v1 import structs_pb2 as pb
 
 SCHEDULERS = ("service", "batch", "system", "sysbatch", "_core")
@@ -118,6 +121,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = op.add_parser("members", help="Registered processes of every role, with leaders")
     p.add_argument("-role", "--role", default="")
+    p.add_argument(
+        "-all-regions",
+        "--all-regions",
+        dest="all_regions",
+        action="store_true",
+        help="the members of every region this one knows (each asked through forwarding)",
+    )
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_members)
 
@@ -311,15 +321,40 @@ def cmd_worker_config(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_members(args: argparse.Namespace, ctx: Context) -> int:
-    resp = ctx.client.operator.Members(operator_pb2.MembersRequest(role=args.role), timeout=30)
-    members = sorted(resp.members, key=lambda m: (m.role, m.id))
+    """Every registered process of the region (of each region with
+    -all-regions), then the region's federation: its links' health and
+    ACL replication from the authoritative region."""
+    status: federation_pb2.FederationStatus | None = None
+    try:
+        status = ctx.client.federation.Status(federation_pb2.FederationStatusRequest(), timeout=30)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.PERMISSION_DENIED or args.all_regions:
+            raise
+    here = status.region if status is not None else ctx.region
+    regions = [here]
+    if args.all_regions and status is not None:
+        regions += [link.region for link in status.links if link.region]
+    rows: list[tuple[str, state_pb2.Member]] = []
+    problems: list[str] = []
+    for region in regions:
+        client = ctx.client if region == here else ctx.for_region(region)
+        try:
+            resp = client.operator.Members(operator_pb2.MembersRequest(role=args.role), timeout=30)
+        except grpc.RpcError as exc:
+            problems.append(f"region {region}: {grpc_message(exc, ctx.address)}")
+            continue
+        rows += [(region, m) for m in sorted(resp.members, key=lambda m: (m.role, m.id))]
     if args.json:
-        print_json(members, ctx.out)
-        return 0
+        # the members (`server members -json` has the federation's status)
+        print_json([{**to_dict(m), "region": r} for r, m in rows], ctx.out)
+        for problem in problems:
+            ctx.err.write(f"Error: {problem}\n")
+        return 1 if problems else 0
     table(
-        ("Role", "ID", "Address", "Leader", "Version", "Last Seen"),
+        ("Region", "Role", "ID", "Address", "Leader", "Version", "Last Seen"),
         [
             (
+                r,
                 m.role,
                 m.id,
                 m.address,
@@ -327,8 +362,13 @@ def cmd_members(args: argparse.Namespace, ctx: Context) -> int:
                 m.version or "<none>",
                 fmt_ago(m.last_seen),
             )
-            for m in members
+            for r, m in rows
         ],
         ctx.out,
     )
-    return 0
+    if status is not None:
+        show_links(status, ctx)
+        ctx.out.write("\n" + replication_line(status.acl_replication) + "\n")
+    for problem in problems:
+        ctx.err.write(f"Error: {problem}\n")
+    return 1 if problems else 0

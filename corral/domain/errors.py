@@ -14,6 +14,9 @@ from typing import Any
 import grpc
 
 LEADER_METADATA_KEY = "corral-leader"
+#: the trailing metadata of an INVALID_ARGUMENT that names its field (an
+#: `InvalidArgument.field`), so a gateway can name it in its caller's words
+FIELD_METADATA_KEY = "corral-field"
 
 #: The longest status message a caller is sent, in bytes as gRPC carries it
 #: (percent-encoded in the `grpc-message` trailer). Clients drop trailers
@@ -122,6 +125,24 @@ class TakingOffice(NotLeader):
 
 class PermissionDenied(CorralError):
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+#: trailing metadata that tells a gRPC client's retry policy not to try a
+#: call again (a server pushback of -1, gRPC's retry design A6)
+NO_RETRY_METADATA = (("grpc-retry-pushback-ms", "-1"),)
+NO_REGION_PATH = "No path to region"
+
+
+class NoRegionPath(CorralError):
+    """Nomad's "No path to region": a request names a region this server
+    cannot reach. UNAVAILABLE when the region is known but none of its
+    servers answered (the caller may try later; its channel does not retry
+    at once), FAILED_PRECONDITION when no such region is known here."""
+
+    def __init__(self, region: str, why: str, *, known: bool = True) -> None:
+        super().__init__(f"{NO_REGION_PATH} {region!r}: {why}")
+        self.code = grpc.StatusCode.UNAVAILABLE if known else grpc.StatusCode.FAILED_PRECONDITION
+        self.region = region
 
 
 def leader_from_error(err: grpc.aio.AioRpcError | grpc.RpcError) -> str:

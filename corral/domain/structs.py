@@ -379,8 +379,8 @@ def _unique_key(key: str) -> bool:
 
 def computed_class(node: pb.Node) -> str:
     """Hash of what makes nodes interchangeable for feasibility: datacenter,
-    pool, class, non-unique attributes and meta, and resources (so nodes that
-    differ only in size have different classes). Attributes under `unique.`
+    pool, class, non-unique attributes and meta, host volumes, and resources
+    (so nodes that differ only in size have different classes). Attributes under `unique.`
     are left out; constraints on them mark an eval as escaped instead."""
     h = hashlib.blake2b(digest_size=8)
 
@@ -405,6 +405,10 @@ def computed_class(node: pb.Node) -> str:
     add(str(rr.cpu), str(rr.cores), str(rr.memory_mb), str(rr.disk_mb), rr.reserved_host_ports)
     for dev in r.devices:
         add("dev", dev.vendor, dev.type, dev.name, str(len(dev.instance_ids)))
+    # host volumes decide feasibility too (Nomad hashes them into the class);
+    # none adds nothing, so the classes of nodes without them stay as they were
+    for name in sorted(node.host_volumes):
+        add("hv", name, str(node.host_volumes[name].read_only))
     return "v1:" + h.hexdigest()
 
 

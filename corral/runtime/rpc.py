@@ -47,6 +47,7 @@ class LeaderChannel:
         initial_backoff: float = 0.05,
         max_backoff: float = 1.0,
         settings: SecuritySettings | None = None,
+        region: str = "",
     ) -> None:
         addrs = [a.strip() for a in addresses if a and a.strip()]
         if not addrs:
@@ -60,6 +61,8 @@ class LeaderChannel:
         #: whose identity the channels carry (default: this process's); the
         #: HTTP gateway passes its user settings, without the server token
         self.settings = settings
+        #: the region the servers belong to (default: this process's)
+        self.region = region
 
     @property
     def address(self) -> str:
@@ -71,7 +74,9 @@ class LeaderChannel:
         address = address or self._current
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = transport.dial(address, settings=self.settings)
+            ch = self._channels[address] = transport.dial(
+                address, settings=self.settings, region=self.region
+            )
         return ch
 
     def _follow(self, leader: str) -> None:

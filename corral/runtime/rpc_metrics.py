@@ -76,6 +76,7 @@ CLIENT_HANDLING = Histogram(
 
 UNARY = "unary"
 SERVER_STREAM = "server_stream"
+BIDI_STREAM = "bidi_stream"
 
 _CYGRPC_CODES: dict[Any, grpc.StatusCode] = {
     getattr(cygrpc.StatusCode, code.name.lower()): code

@@ -311,6 +311,10 @@ class HttpRole:
     async def close(self) -> None:
         """Close the role's own clients, after the server stopped."""
 
+    def server_options(self) -> dict[str, Any]:
+        """More of uvicorn's settings for this role's server (limits)."""
+        return {}
+
     # -- the skeleton
 
     def https(self) -> Https | None:
@@ -327,7 +331,13 @@ class HttpRole:
     async def start(self) -> Ready:
         app = self.open()
         try:
-            self.server = HttpServer(self.settings.listen, app, name=self.role, https=self.https())
+            self.server = HttpServer(
+                self.settings.listen,
+                app,
+                name=self.role,
+                https=self.https(),
+                **self.server_options(),
+            )
             await self.server.start()
         except BaseException:
             await self.close()

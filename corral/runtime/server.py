@@ -17,14 +17,24 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from corral.domain.errors import LEADER_METADATA_KEY, CorralError, NotLeader, bounded_message
+from corral.domain.errors import (
+    FIELD_METADATA_KEY,
+    LEADER_METADATA_KEY,
+    NO_RETRY_METADATA,
+    CorralError,
+    FailedPrecondition,
+    InvalidArgument,
+    NoRegionPath,
+    NotLeader,
+    bounded_message,
+)
 from corral.runtime import rpc_metrics
 from corral.security import acl, tls, transport
 from corral.security.access import Guard
@@ -60,7 +70,16 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     md: tuple[tuple[str, str], ...] = ()
     if isinstance(err, NotLeader) and err.leader_address:
         md = ((LEADER_METADATA_KEY, err.leader_address),)
+    elif isinstance(err, NoRegionPath):
+        md = NO_RETRY_METADATA
+    elif isinstance(err, InvalidArgument) and _metadata_safe(err.field):
+        md = ((FIELD_METADATA_KEY, err.field),)
     return err.code, err.message, md
+
+
+def _metadata_safe(value: str) -> bool:
+    """Whether gRPC carries `value` as a text metadata value as it is."""
+    return 0 < len(value) <= 1000 and value.isascii() and value.isprintable()
 
 
 Translate = Callable[[BaseException], CorralError | None]
@@ -75,6 +94,30 @@ def current_peer() -> str:
     '' outside a call."""
     context = _CALL.get()
     return str(context.peer()) if context is not None else ""
+
+
+class Forwarder(Protocol):
+    """Passes a call for another region to a server of that region and
+    returns its answer as bytes (the state's federation links,
+    services/state/federation/links.py): Nomad's region forwarding."""
+
+    async def unary(self, region: str, method: str, request: Any, context: Context) -> bytes: ...
+
+    def stream(
+        self, region: str, method: str, request: Any, context: Context
+    ) -> AsyncIterator[bytes]: ...
+
+
+def _passthrough(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """A response serializer that sends bytes as they are: a forwarded
+    call's answer is the other region's bytes, passed back unchanged."""
+    if serialize is None:
+        return None
+
+    def out(message: Any) -> bytes:
+        return message if isinstance(message, bytes) else serialize(message)
+
+    return out
 
 
 Fail = Callable[[Context, BaseException], Awaitable[None]]
@@ -114,7 +157,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Runs the access check before every handler (`corral.security.access.Guard`,
     exposing the caller's ACL to the handler), and turns domain errors into
     gRPC statuses and unexpected exceptions into INTERNAL with a logged
-    traceback, for unary and server-streaming RPCs, and records the per-RPC
+    traceback, for unary, server-streaming and bidirectional RPCs (whose
+    first message is what the access check reads), and records the per-RPC
     metrics (`corral.runtime.rpc_metrics`: started, handled by status, latency).
     One wrapper does all three: each layer costs a Python call per RPC on
     the hot paths.
@@ -124,9 +168,27 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     caller never sees an exception's text: it may carry the database's
     message or a secret; the log has it."""
 
-    def __init__(self, translate: Translate | None = None, guard: Guard | None = None) -> None:
+    def __init__(
+        self, translate: Translate | None = None, guard: Guard | None = None, name: str = ""
+    ) -> None:
         self.translate = translate
         self.guard = guard
+        self.name = name
+        #: where calls for other regions go; a role without one refuses them
+        self.forwarder: Forwarder | None = None
+
+    def _forwarder(self, method: str, request: Any, context: Context, region: str) -> Forwarder:
+        """The forwarder for a call that names another region, once the call
+        may be forwarded (`Guard.check_forward`)."""
+        assert self.guard is not None
+        if self.forwarder is None:
+            here = self.guard.settings.region
+            raise FailedPrecondition(
+                f"this {self.name or 'server'} serves region {here!r} only: send requests "
+                f"for region {region!r} to a state server, which forwards them"
+            )
+        self.guard.check_forward(method, request, context, region)
+        return self.forwarder
 
     async def intercept_service(  # type: ignore[override]
         self,
@@ -164,6 +226,10 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 async with _Call(fail, uu_metrics, context):
                     if guard is None:
                         return await inner_uu(request, context)
+                    region = guard.foreign_region(context)
+                    if region:
+                        forwarder = self._forwarder(method, request, context, region)
+                        return await forwarder.unary(region, method, request, context)
                     reset = acl.CURRENT.set(await guard.check(method, request, context))
                     try:
                         return await inner_uu(request, context)
@@ -173,7 +239,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
                 request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
+                response_serializer=_passthrough(handler.response_serializer),
             )
         if handler.unary_stream is not None:
             inner_us = handler.unary_stream
@@ -182,6 +248,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
                 async with _Call(fail, us_metrics, context):
                     if guard is not None:
+                        region = guard.foreign_region(context)
+                        if region:
+                            forwarder = self._forwarder(method, request, context, region)
+                            async for raw in forwarder.stream(region, method, request, context):
+                                yield raw
+                            return
                         acl.CURRENT.set(await guard.check(method, request, context))
                     stream = inner_us(request, context)
                     if inspect.isawaitable(stream):
@@ -195,9 +267,31 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(
                 unary_stream,
                 request_deserializer=handler.request_deserializer,
+                response_serializer=_passthrough(handler.response_serializer),
+            )
+        if handler.stream_stream is not None:
+            inner_ss = handler.stream_stream
+            ss_metrics = rpc_metrics.SERVER.get(rpc_metrics.BIDI_STREAM, method)
+
+            async def stream_stream(requests: AsyncIterator[Any], context: Context) -> Any:
+                # the access check reads the first message (the call's
+                # setup), then the handler gets every message, that one too
+                async with _Call(fail, ss_metrics, context):
+                    first = await anext(aiter(requests), None)
+                    if first is None:
+                        return
+                    if guard is not None:
+                        acl.CURRENT.set(await guard.check(method, first, context))
+                    async for item in inner_ss(_prepend(first, requests), context):
+                        yield item
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream,
+                request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        # a client-streaming RPC has no access check here: refuse to serve it
+        raise RuntimeError(f"{method}: client-streaming RPCs are not supported")
 
 
 class GrpcServer:
@@ -236,7 +330,8 @@ class GrpcServer:
         ]
         self.security = settings or transport.current()
         self.guard = Guard(self.security, resolver)
-        all_interceptors: list[Any] = [ErrorInterceptor(translate, self.guard)]
+        self.interceptor = ErrorInterceptor(translate, self.guard, name)
+        all_interceptors: list[Any] = [self.interceptor]
         all_interceptors.extend(interceptors or [])
         tracing = _tracing_interceptor()
         if tracing is not None:
@@ -244,6 +339,15 @@ class GrpcServer:
         self.server = grpc.aio.server(interceptors=all_interceptors, options=opts)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+
+    @property
+    def forwarder(self) -> Forwarder | None:
+        return self.interceptor.forwarder
+
+    @forwarder.setter
+    def forwarder(self, value: Forwarder | None) -> None:
+        """Calls that name another region go here (the state's federation)."""
+        self.interceptor.forwarder = value
 
     def add(self, add_fn: AddServicer, servicer: Any, full_name: str) -> None:
         """Register a servicer; full_name is e.g. `corral.v1.State`."""
@@ -338,3 +442,9 @@ def _tracing_interceptor() -> Any | None:
     # outside any trace starts one unless it is idle traffic (the sampler's
     # `telemetry.QUIET_ROOTS`)
     return aio_server_interceptor()  # type: ignore[no-untyped-call]
+
+
+async def _prepend(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for item in rest:
+        yield item

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, NoReturn, TypeVar
@@ -199,6 +200,15 @@ class Settings(BaseSettings):
 
 # -- fields several roles share: one definition each ------------------------
 
+#: what a region's name may be (every role's `region`, `-region`, `?region=`)
+_REGION_CHARS = r"[A-Za-z0-9_-]{1,64}"
+REGION_PATTERN = rf"^{_REGION_CHARS}$"
+#: a region's name, or none
+OPTIONAL_REGION_PATTERN = rf"^({_REGION_CHARS})?$"
+REGION_NAME = re.compile(REGION_PATTERN)
+#: a host:port to dial (a name, an IPv4 address, or an IPv6 one in brackets)
+ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]{1,253}):[0-9]{1,5}$")
+
 Dsn = Annotated[
     str,
     Field(min_length=1, description="PostgreSQL DSN"),
@@ -226,8 +236,9 @@ class SecuritySettings(SettingsGroup):
     key_file: str = Field("", description="this process's private key (PEM)")
     region: str = Field(
         "global",
-        pattern=r"^[A-Za-z0-9_-]{1,64}$",
-        description="region the certificates name (server.<region>.corral)",
+        pattern=REGION_PATTERN,
+        description="this process's region: a region is a whole Corral of its own, and "
+        "regions federate (docs/operations.md); certificates name it (server.<region>.corral)",
     )
     server_token: SecretStr = Field(
         SecretStr(""),

@@ -38,13 +38,21 @@ from corral.domain.errors import (
 )
 from corral.security import acl, tls
 from corral.security.acl_resolve import Resolver
-from corral.security.transport import SERVER_TOKEN_METADATA_KEY, SecuritySettings
+from corral.security.transport import (
+    FORWARDED_METADATA_KEY,
+    REGION_METADATA_KEY,
+    SERVER_TOKEN_METADATA_KEY,
+    SecuritySettings,
+)
 
 
 class Caller(enum.Enum):
     SERVER = "server"
     NODE = "node"
     USER = "user"
+    #: a server of any region of the federation (the link probes and ACL
+    #: replication between regions)
+    PEER = "peer"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Rule:
         """How docs/api-reference.md names the rule."""
         if self.caller is Caller.SERVER:
             return "servers only"
+        if self.caller is Caller.PEER:
+            return "servers of any federated region"
         if self.caller is Caller.NODE:
             return "nodes (node secret)"
         if self.anonymous:
@@ -90,6 +100,7 @@ class Rule:
 
 
 SERVER = Rule(Caller.SERVER)
+PEER = Rule(Caller.PEER)
 NODE = Rule(Caller.NODE)
 OPEN = Rule(Caller.USER, anonymous=True)
 MANAGEMENT = Rule(Caller.USER, management=True)
@@ -165,6 +176,8 @@ RULES: dict[str, Rule] = {
     # read-job or read-job-scaling
     "/corral.v1.Job/ScaleStatus": PER_OBJECT,
     "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Evaluate": ns(SUBMIT_JOB),
+    "/corral.v1.Job/Stable": ns(SUBMIT_JOB),
     "/corral.v1.Job/Dispatch": ns("dispatch-job"),
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),
@@ -177,6 +190,12 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Alloc/Stop": PER_OBJECT,
     "/corral.v1.ClientAlloc/Logs": PER_OBJECT,
     "/corral.v1.ClientAlloc/Stats": PER_OBJECT,
+    # alloc-exec (and alloc-node-exec without file system isolation)
+    "/corral.v1.ClientAlloc/Exec": PER_OBJECT,
+    # read-fs in the alloc's namespace
+    "/corral.v1.ClientFS/List": PER_OBJECT,
+    "/corral.v1.ClientFS/Stat": PER_OBJECT,
+    "/corral.v1.ClientFS/Stream": PER_OBJECT,
     "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
     "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
@@ -206,6 +225,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Node/GetClientAllocs": NODE,
     "/corral.v1.Node/SignIdentities": NODE,
     "/corral.v1.Node/Deregister": scope("node", "write"),
+    "/corral.v1.Node/Evaluate": scope("node", "write"),
     "/corral.v1.Node/UpdateDrain": scope("node", "write"),
     "/corral.v1.Node/UpdateEligibility": scope("node", "write"),
     "/corral.v1.Node/List": scope("node", "read"),
@@ -265,6 +285,17 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ACL/ListTokens": MANAGEMENT,
     "/corral.v1.ACL/GetToken": MANAGEMENT,
     "/corral.v1.ACL/DeleteTokens": MANAGEMENT,
+    # federation: the regions and their links (Nomad's /v1/regions needs no
+    # token, `server members` node:read, `server join`/`force-leave`
+    # agent:write); between regions, servers of any region
+    "/corral.v1.Federation/Regions": OPEN,
+    "/corral.v1.Federation/Status": scope("node", "read"),
+    "/corral.v1.Federation/Join": scope("agent", "write"),
+    "/corral.v1.Federation/ForceLeave": scope("agent", "write"),
+    "/corral.v1.Federation/Hello": PEER,
+    "/corral.v1.Federation/ReplicatePolicies": PEER,
+    "/corral.v1.Federation/ReplicateTokens": PEER,
+    "/corral.v1.ACL/UpdateToken": MANAGEMENT,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"
@@ -349,6 +380,16 @@ def _metadata(context: Any, key: str) -> str:
     return ""
 
 
+def requested_region(context: Any) -> str:
+    """The region a call asks for (`x-corral-region`; '' = the server's own)."""
+    return _metadata(context, REGION_METADATA_KEY).strip()
+
+
+def forwarded_from(context: Any) -> str:
+    """The region that forwarded this call here ('' when none did)."""
+    return _metadata(context, FORWARDED_METADATA_KEY).strip()
+
+
 class Guard:
     """The check a server runs before each handler (see the module doc).
 
@@ -362,7 +403,7 @@ class Guard:
     def check_startable(self, methods: list[str]) -> None:
         """A server with internal RPCs needs a way to tell servers apart; one
         that enforces ACLs needs a resolver. Refuse to start otherwise."""
-        internal = any(RULES.get(m) is SERVER for m in methods)
+        internal = any(RULES.get(m) in (SERVER, PEER) for m in methods)
         if internal and not self.settings.tls and not self._server_token:
             raise ConfigError(
                 "this role serves internal RPCs: set TLS files (CORRAL_CA_FILE, "
@@ -371,6 +412,40 @@ class Guard:
             )
         if self.settings.acl_enabled and self.resolver is None:
             raise ConfigError("ACLs are enabled but this role has no way to resolve tokens")
+
+    def foreign_region(self, context: Any) -> str:
+        """The region a call asks for when it is not this process's ('' when
+        it is this region's, or names none)."""
+        region = requested_region(context)
+        return region if region and region != self.settings.region else ""
+
+    def check_forward(self, method: str, request: Any, context: Any, region: str) -> None:
+        """What a server checks before it forwards a call to `region`: the
+        call is a user's public RPC, its transport identity is admitted
+        here, it is not too large and was not forwarded already. Its ACL
+        token is left to the region that serves it (a token of that region
+        may be unknown here, as in Nomad)."""
+        rule = RULES.get(method)
+        if rule is None:
+            raise PermissionDenied(f"Permission denied: {method} has no access rule")
+        if rule.caller is not Caller.USER:
+            raise FailedPrecondition(
+                f"{method} is served by each region's own servers and clients: it is not "
+                f"forwarded to region {region!r} (this is region {self.settings.region!r})"
+            )
+        origin = forwarded_from(context)
+        if origin:
+            raise FailedPrecondition(
+                f"a request for region {region!r} forwarded from region {origin!r} reached "
+                f"region {self.settings.region!r}: forwarded requests are not forwarded again "
+                "(check the federation addresses of both regions)"
+            )
+        self._check_transport(rule, context)
+        size = request.ByteSize()
+        if size > MAX_PUBLIC_REQUEST_BYTES:
+            raise ResourceExhausted(
+                f"request is {size} bytes; at most {MAX_PUBLIC_REQUEST_BYTES} are accepted"
+            )
 
     async def check(self, method: str, request: Any, context: Any) -> acl.ACL:
         if method.startswith(OPEN_SERVICES):
@@ -389,7 +464,8 @@ class Guard:
                     f"request is {size} bytes; at most {MAX_PUBLIC_REQUEST_BYTES} are accepted"
                 )
         if rule.caller is not Caller.USER or rule.anonymous:
-            return acl.MANAGEMENT if rule.caller is Caller.SERVER else acl.DENY_ALL
+            internal = rule.caller in (Caller.SERVER, Caller.PEER)
+            return acl.MANAGEMENT if internal else acl.DENY_ALL
         if not self.settings.acl_enabled or server:
             # a server acting for the cluster (the broker launching a periodic
             # job's child, promoting canaries) holds every capability, as in Nomad
@@ -403,26 +479,36 @@ class Guard:
 
     def _check_transport(self, rule: Rule, context: Any) -> bool:
         """Refuse a caller whose transport identity the rule does not admit;
-        return whether the caller is a server."""
+        return whether the caller is a server of this region.
+
+        With TLS the certificate's name decides: internal RPCs want a server
+        of this region, node RPCs a server or client of this region, the
+        calls between regions a server of any region. A user's public call
+        may come with a certificate of any role and region our CA signed (a
+        server of another region forwarding a request, a person's CLI of
+        another region): it is judged by its ACL token, and a server of
+        another region acts for nobody here."""
         if self.settings.tls:
-            role = tls.peer_role(context, self.settings.region)
-            if not role:
+            identity = tls.peer_identity(context)
+            if identity is None:
                 raise PermissionDenied(
-                    f"Permission denied: the client certificate names no Corral role of "
-                    f"region {self.settings.region!r}"
+                    "Permission denied: the client certificate names no Corral role"
                 )
-            if rule.caller is Caller.SERVER and role != "server":
-                raise PermissionDenied(
-                    f"Permission denied: servers only (certificate role {role!r})"
-                )
-            if rule.caller is Caller.NODE and role not in ("server", "client"):
-                raise PermissionDenied(f"Permission denied: nodes only (certificate role {role!r})")
-            return role == "server"
+            role, region = identity
+            here = region == self.settings.region
+            shown = f"certificate role {role!r}" + ("" if here else f" of region {region!r}")
+            if rule.caller is Caller.SERVER and not (role == "server" and here):
+                raise PermissionDenied(f"Permission denied: servers only ({shown})")
+            if rule.caller is Caller.PEER and role != "server":
+                raise PermissionDenied(f"Permission denied: servers only ({shown})")
+            if rule.caller is Caller.NODE and not (here and role in ("server", "client")):
+                raise PermissionDenied(f"Permission denied: nodes only ({shown})")
+            return role == "server" and here
         given = _metadata(context, SERVER_TOKEN_METADATA_KEY).encode()
         server = bool(given and self._server_token) and hmac.compare_digest(
             given, self._server_token
         )
-        if rule.caller is Caller.SERVER and not server:
+        if rule.caller in (Caller.SERVER, Caller.PEER) and not server:
             raise PermissionDenied("Permission denied: servers only")
         return server
 

@@ -110,6 +110,35 @@ def role_of(
     return found.pop() if len(found) == 1 else None
 
 
+def identity_of(
+    names: Iterable[str | bytes], domain: str = DEFAULT_DOMAIN
+) -> tuple[Role, str] | None:
+    """The (role, region) a certificate's SAN DNS names claim, whatever the
+    region: how a server of one region recognises a server of another
+    (federation, docs/architecture.md). None when the names claim no
+    identity, or more than one."""
+    suffix = "." + domain.lower()
+    found: set[tuple[Role, str]] = set()
+    for name in names:
+        text = (name.decode("ascii", "replace") if isinstance(name, bytes) else name).lower()
+        if not text.endswith(suffix):
+            continue
+        role, _, region = text[: -len(suffix)].partition(".")
+        if role in ROLES and _REGION_RE.match(region):
+            found.add((role, region))  # type: ignore[arg-type]
+    return found.pop() if len(found) == 1 else None
+
+
+def cert_identity(cert_pem: bytes, domain: str = DEFAULT_DOMAIN) -> tuple[Role, str] | None:
+    """The (role, region) a PEM certificate (the first of a chain) names."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return None
+    return identity_of(san.get_values_for_type(x509.DNSName), domain)
+
+
 def ca_file_name(domain: str = DEFAULT_DOMAIN) -> tuple[str, str]:
     """The CA's certificate and key file names: `corral-agent-ca.pem`,
     `corral-agent-ca-key.pem` (Nomad's `<domain>-agent-ca.pem`)."""
@@ -307,13 +336,18 @@ def write_bundle(
     region: str = DEFAULT_REGION,
     domain: str = DEFAULT_DOMAIN,
     days: float = CERT_DAYS,
+    ca: tuple[bytes, bytes] | None = None,
 ) -> Bundle:
     """A throwaway CA and a server, client and cli certificate in `directory`
     (created if need be), with the file names the CLI gives them: what
     `corral dev -tls` and the tests need in one call. The directory is 0700
-    (it holds the CA's key)."""
+    (it holds the CA's key). With `ca` (certificate and key PEM) that CA
+    signs them instead of a new one: the regions of a federation share one
+    CA (`corral dev -tls-ca`)."""
     private_dir(directory)
-    ca_pem, ca_key_pem = make_ca()
+    if ca is not None:
+        load_ca(*ca)  # a mismatched pair would sign what nobody verifies
+    ca_pem, ca_key_pem = ca or make_ca()
     ca_name, ca_key_name = ca_file_name(domain)
     save_pair(directory / ca_name, directory / ca_key_name, ca_pem, ca_key_pem)
     files: dict[Role, tuple[Path, Path]] = {}

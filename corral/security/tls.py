@@ -5,7 +5,7 @@ Like Nomad, a certificate names its holder's role in a DNS subject
 alternative name: `server.<region>.corral` for the server roles (state,
 broker, planner, worker), `client.<region>.corral` for client agents and
 `cli.<region>.corral` for operators' tools. Servers require a client
-certificate from the same CA and read the role from it (`peer_role`), so an
+certificate from the same CA and read the role from it (`peer_identity`), so an
 agent's certificate cannot call what only servers may; clients check the
 server's certificate against the role name, not the address they dialled
 (pods move; the name `server.<region>.corral` does not).
@@ -149,17 +149,47 @@ def channel_credentials(files: CertificateFiles) -> grpc.ChannelCredentials:
     )
 
 
-def peer_role(context: Any, region: str, domain: str = DOMAIN) -> str:
-    """The role a verified client certificate names ('' when none does).
-
-    Only names of this region count: a certificate for another region's
-    servers is not a server here."""
+def peer_identity(context: Any, domain: str = DOMAIN) -> tuple[certs.Role, str] | None:
+    """The (role, region) a verified client certificate names, whatever
+    the region (a server of another region of the federation), or None."""
     try:
         auth = context.auth_context()
     except Exception:  # noqa: BLE001 - no TLS on this connection
-        return ""
-    role = certs.role_of(auth.get("x509_subject_alternative_name") or [], region, domain)
-    return role or ""
+        return None
+    return certs.identity_of(auth.get("x509_subject_alternative_name") or [], domain)
+
+
+async def probe_identity(
+    address: str, files: CertificateFiles, timeout: float = 5.0, domain: str = DOMAIN
+) -> tuple[certs.Role, str]:
+    """The (role, region) named by the certificate of the server at
+    `address`, checked against our CA (with our certificate presented, as
+    the server requires). Joining a region by address needs it: gRPC checks
+    a server's certificate against one name, `server.<region>.corral`, and
+    the region is what we do not know yet. Raises ConfigError naming the
+    problem."""
+    host, _, port = address.rpartition(":")
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=files.ca_file)
+    ctx.check_hostname = False  # the name is what we learn here; the chain is checked
+    ctx.load_cert_chain(files.cert_file, files.key_file)
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]") or "127.0.0.1", int(port), ssl=ctx), timeout
+        )
+    except (OSError, ValueError, TimeoutError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot make a TLS connection to {address}: {exc}") from None
+    try:
+        cert = writer.get_extra_info("peercert") or {}
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+    names = [v for k, v in cert.get("subjectAltName", ()) if k == "DNS"]
+    found = certs.identity_of(names, domain)
+    if found is None:
+        raise ConfigError(f"the certificate of {address} names no Corral role")
+    return found
 
 
 Factory = Callable[[], grpc.aio.Channel]

@@ -33,6 +33,14 @@ from corral.security.acl import TOKEN_METADATA_KEY
 
 #: call metadata carrying the server token (plaintext development clusters)
 SERVER_TOKEN_METADATA_KEY = "corral-server-token"
+#: call metadata naming the region a request is for (Nomad's `-region`,
+#: `?region=`); absent or this process's own region: served here. A state
+#: server forwards a request for another region to that region's servers
+#: (docs/architecture.md "Federation").
+REGION_METADATA_KEY = "x-corral-region"
+#: set on a request one region forwarded to another (the sender's region):
+#: such a request is never forwarded again
+FORWARDED_METADATA_KEY = "x-corral-forwarded"
 
 #: the largest message between servers: gRPC's 4 MiB default is too small for
 #: snapshots of thousands of nodes and 10,000-alloc plans. Users' and nodes'
@@ -90,8 +98,18 @@ class _StreamMetadata(_Metadata, grpc.aio.UnaryStreamClientInterceptor):  # type
         return await continuation(self._details(details), request)
 
 
+class _BidiMetadata(_Metadata, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+    async def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return await continuation(self._details(details), request_iterator)
+
+
 class _SyncMetadata(  # type: ignore[misc]
-    _Metadata, grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
+    _Metadata,
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
 ):
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
@@ -99,24 +117,43 @@ class _SyncMetadata(  # type: ignore[misc]
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
 
+    def intercept_stream_stream(
+        self, continuation: Any, details: Any, request_iterator: Any
+    ) -> Any:
+        return continuation(self._details(details), request_iterator)
+
 
 def call_metadata(
-    settings: SecuritySettings, *, peer: certs.Role = "server", token: str = ""
+    settings: SecuritySettings,
+    *,
+    peer: certs.Role = "server",
+    token: str = "",
+    request_region: str = "",
 ) -> list[tuple[str, str]]:
-    """The metadata every call to `peer` carries."""
+    """The metadata every call to `peer` carries: the server token (a
+    server on a plaintext cluster), the ACL token, the region the calls are
+    for (none: the region of the server dialled)."""
     pairs: list[tuple[str, str]] = []
     server_token = settings.server_token.get_secret_value()
     if peer == "server" and server_token and not settings.tls:
         pairs.append((SERVER_TOKEN_METADATA_KEY, server_token))
     if token:
         pairs.append((TOKEN_METADATA_KEY, token))
+    if request_region:
+        pairs.append((REGION_METADATA_KEY, request_region))
     return pairs
 
 
-def _options(settings: SecuritySettings, peer: certs.Role, options: ChannelOptions) -> list[Any]:
+def _options(
+    settings: SecuritySettings, peer: certs.Role, options: ChannelOptions, region: str = ""
+) -> list[Any]:
+    """With TLS, the name the peer's certificate must carry: `peer`'s role
+    in `region` (default this process's own; a server of another region
+    of the federation is `server.<its region>.corral`)."""
     opts = list(options)
     if settings.tls:
-        opts.append(("grpc.ssl_target_name_override", certs.role_name(peer, settings.region)))
+        name = certs.role_name(peer, region or settings.region)
+        opts.append(("grpc.ssl_target_name_override", name))
     return opts
 
 
@@ -174,9 +211,10 @@ def dial(
     token: str = "",
     options: ChannelOptions = (),
     settings: SecuritySettings | None = None,
+    region: str = "",
 ) -> grpc.aio.Channel:
     """An asyncio channel to `address`, where a `peer` role serves (server
-    roles, or `client` for an agent).
+    roles, or `client` for an agent) of `region` (default: ours).
 
     Calls that end UNAVAILABLE are retried with backoff
     (`RETRY_SERVICE_CONFIG`; a caller's own `options` come first and win,
@@ -204,10 +242,10 @@ def dial(
     # metrics innermost (where grpc's own call object is seen)
     interceptors: list[grpc.aio.ClientInterceptor] | None = [
         *telemetry.client_interceptors(),
-        *((_UnaryMetadata(pairs), _StreamMetadata(pairs)) if pairs else ()),
+        *((_UnaryMetadata(pairs), _StreamMetadata(pairs), _BidiMetadata(pairs)) if pairs else ()),
         *rpc_metrics.client_interceptors(),
     ] or None
-    opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
+    opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS], region)
     if not settings.tls:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
     return tls.ReloadingChannel(
@@ -225,16 +263,19 @@ def dial_sync(
     token: str = "",
     options: ChannelOptions = (),
     settings: SecuritySettings | None = None,
+    region: str = "",
+    request_region: str = "",
 ) -> grpc.Channel:
     """A blocking channel (the CLI's), otherwise as `dial` (retries
-    included, unless `options` turn them off)."""
+    included, unless `options` turn them off); every call on it is for
+    `request_region` (none: the region of the server dialled)."""
     settings = settings or current()
-    opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS])
+    opts = _options(settings, peer, [*options, *RETRY_CHANNEL_OPTIONS], region)
     if settings.tls:
         channel = grpc.secure_channel(address, tls.channel_credentials(settings.files), opts)
     else:
         channel = grpc.insecure_channel(address, options=opts)
-    pairs = call_metadata(settings, peer=peer, token=token)
+    pairs = call_metadata(settings, peer=peer, token=token, request_region=request_region)
     if pairs:
         channel = grpc.intercept_channel(channel, _SyncMetadata(pairs))
     traced: grpc.Channel = telemetry.traced_sync_channel(channel)  # tracing outermost

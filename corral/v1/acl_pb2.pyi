@@ -79,7 +79,7 @@ class ACLToken(_message.Message):
     type: _builtins.str
     """"client" or "management" """
     is_global: _builtins.bool
-    """Nomad's Global; kept for compatibility (one region)"""
+    """Nomad's Global: replicated to every region of a federation"""
     create_time: _builtins.int
     """Unix ns"""
     expiration_time: _builtins.int
@@ -325,7 +325,10 @@ class ACLCreateTokenRequest(_message.Message):
     type: _builtins.str
     """"client" (default) or "management" """
     is_global: _builtins.bool
-    """Nomad's Global (one region: no effect)"""
+    """Nomad's Global: created in the authoritative region (a request made
+    elsewhere is forwarded there) and replicated to every other region.
+    A local token (false) works in its own region only.
+    """
     expiration_ttl: _builtins.int
     """Lifetime in ns; 0 = never expires. Otherwise between the state's
     acl token_min_expiration_ttl and token_max_expiration_ttl.
@@ -421,6 +424,50 @@ class ACLGetTokenRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ACLGetTokenRequest: _TypeAlias = ACLGetTokenRequest  # noqa: Y015
+
+@_typing.final
+class ACLUpdateTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCESSOR_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
+    IS_GLOBAL_FIELD_NUMBER: _builtins.int
+    EXPIRATION_TTL_FIELD_NUMBER: _builtins.int
+    EXPIRATION_TIME_FIELD_NUMBER: _builtins.int
+    accessor_id: _builtins.str
+    name: _builtins.str
+    type: _builtins.str
+    """"client" or "management" """
+    is_global: _builtins.bool
+    """must be the token's"""
+    expiration_ttl: _builtins.int
+    """0, or the token's"""
+    expiration_time: _builtins.int
+    """Unix ns; 0, or the token's"""
+    @_builtins.property
+    def policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """as for CreateToken"""
+
+    def __init__(
+        self,
+        *,
+        accessor_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        policies: _abc.Iterable[_builtins.str] | None = ...,
+        is_global: _builtins.bool = ...,
+        expiration_ttl: _builtins.int = ...,
+        expiration_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "expiration_time", b"expiration_time", "expiration_ttl", b"expiration_ttl", "is_global", b"is_global", "name", b"name", "policies", b"policies", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLUpdateTokenRequest: _TypeAlias = ACLUpdateTokenRequest  # noqa: Y015
 
 @_typing.final
 class ACLDeleteTokensRequest(_message.Message):

@@ -74,6 +74,11 @@ class ACLStub:
                 request_serializer=corral_dot_v1_dot_acl__pb2.ACLGetTokenRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_acl__pb2.ACLTokenResponse.FromString,
                 _registered_method=True)
+        self.UpdateToken = channel.unary_unary(
+                '/corral.v1.ACL/UpdateToken',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLUpdateTokenRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLTokenResponse.FromString,
+                _registered_method=True)
         self.DeleteTokens = channel.unary_unary(
                 '/corral.v1.ACL/DeleteTokens',
                 request_serializer=corral_dot_v1_dot_acl__pb2.ACLDeleteTokensRequest.SerializeToString,
@@ -153,6 +158,15 @@ class ACLServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateToken(self, request, context):
+        """Change a token in place (Nomad's ACL.UpsertTokens of an existing
+        token; management token): its name, type and policies. Its secret, its
+        Global and its expiration stay (changing either is refused).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DeleteTokens(self, request, context):
         """Delete tokens by accessor id (management token).
         """
@@ -222,6 +236,11 @@ def add_ACLServicer_to_server(servicer, server):
             'GetToken': grpc.unary_unary_rpc_method_handler(
                     servicer.GetToken,
                     request_deserializer=corral_dot_v1_dot_acl__pb2.ACLGetTokenRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLTokenResponse.SerializeToString,
+            ),
+            'UpdateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateToken,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLUpdateTokenRequest.FromString,
                     response_serializer=corral_dot_v1_dot_acl__pb2.ACLTokenResponse.SerializeToString,
             ),
             'DeleteTokens': grpc.unary_unary_rpc_method_handler(
@@ -455,6 +474,33 @@ class ACL:
             target,
             '/corral.v1.ACL/GetToken',
             corral_dot_v1_dot_acl__pb2.ACLGetTokenRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/UpdateToken',
+            corral_dot_v1_dot_acl__pb2.ACLUpdateTokenRequest.SerializeToString,
             corral_dot_v1_dot_acl__pb2.ACLTokenResponse.FromString,
             options,
             channel_credentials,

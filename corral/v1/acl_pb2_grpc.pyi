@@ -56,6 +56,11 @@ class ACLStub:
     """Every token, without secrets (management token)."""
     GetToken: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLGetTokenRequest, _acl_pb2.ACLTokenResponse]
     """One token by accessor id, without its secret (management token)."""
+    UpdateToken: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLUpdateTokenRequest, _acl_pb2.ACLTokenResponse]
+    """Change a token in place (Nomad's ACL.UpsertTokens of an existing
+    token; management token): its name, type and policies. Its secret, its
+    Global and its expiration stay (changing either is refused).
+    """
     DeleteTokens: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLDeleteTokensRequest, _acl_pb2.ACLWriteResponse]
     """Delete tokens by accessor id (management token)."""
     TokenSelf: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLTokenSelfRequest, _acl_pb2.ACLTokenResponse]
@@ -97,6 +102,11 @@ class ACLAsyncStub(ACLStub):
     """Every token, without secrets (management token)."""
     GetToken: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLGetTokenRequest, _acl_pb2.ACLTokenResponse]  # type: ignore[assignment]
     """One token by accessor id, without its secret (management token)."""
+    UpdateToken: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLUpdateTokenRequest, _acl_pb2.ACLTokenResponse]  # type: ignore[assignment]
+    """Change a token in place (Nomad's ACL.UpsertTokens of an existing
+    token; management token): its name, type and policies. Its secret, its
+    Global and its expiration stay (changing either is refused).
+    """
     DeleteTokens: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLDeleteTokensRequest, _acl_pb2.ACLWriteResponse]  # type: ignore[assignment]
     """Delete tokens by accessor id (management token)."""
     TokenSelf: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLTokenSelfRequest, _acl_pb2.ACLTokenResponse]  # type: ignore[assignment]
@@ -183,6 +193,17 @@ class ACLServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_acl_pb2.ACLTokenResponse, _abc.Awaitable[_acl_pb2.ACLTokenResponse]]:
         """One token by accessor id, without its secret (management token)."""
+
+    @_abc_1.abstractmethod
+    def UpdateToken(
+        self,
+        request: _acl_pb2.ACLUpdateTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_acl_pb2.ACLTokenResponse, _abc.Awaitable[_acl_pb2.ACLTokenResponse]]:
+        """Change a token in place (Nomad's ACL.UpsertTokens of an existing
+        token; management token): its name, type and policies. Its secret, its
+        Global and its expiration stay (changing either is refused).
+        """
 
     @_abc_1.abstractmethod
     def DeleteTokens(

@@ -399,3 +399,346 @@ class AllocStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AllocStatsResponse: _TypeAlias = AllocStatsResponse  # noqa: Y015
+
+@_typing.final
+class ExecSetup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    TTY_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    """the full id of an alloc this agent runs"""
+    task: _builtins.str
+    tty: _builtins.bool
+    """run it on a pseudo-terminal"""
+    job_id: _builtins.str
+    """when set, the alloc must be this job's"""
+    @_builtins.property
+    def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the program and its arguments"""
+
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        task: _builtins.str = ...,
+        command: _abc.Iterable[_builtins.str] | None = ...,
+        tty: _builtins.bool = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "command", b"command", "job_id", b"job_id", "task", b"task", "tty", b"tty"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecSetup: _TypeAlias = ExecSetup  # noqa: Y015
+
+@_typing.final
+class ExecIO(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    CLOSE_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    close: _builtins.bool
+    """the end of this stream"""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        close: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close", b"close", "data", b"data"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecIO: _TypeAlias = ExecIO  # noqa: Y015
+
+@_typing.final
+class TerminalSize(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    height: _builtins.int
+    width: _builtins.int
+    def __init__(
+        self,
+        *,
+        height: _builtins.int = ...,
+        width: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["height", b"height", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TerminalSize: _TypeAlias = TerminalSize  # noqa: Y015
+
+@_typing.final
+class AllocExecRequest(_message.Message):
+    """One message from the caller; none of the fields set is a heartbeat."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SETUP_FIELD_NUMBER: _builtins.int
+    STDIN_FIELD_NUMBER: _builtins.int
+    TTY_SIZE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def setup(self) -> Global___ExecSetup:
+        """the first message, and only the first"""
+
+    @_builtins.property
+    def stdin(self) -> Global___ExecIO: ...
+    @_builtins.property
+    def tty_size(self) -> Global___TerminalSize: ...
+    def __init__(
+        self,
+        *,
+        setup: Global___ExecSetup | None = ...,
+        stdin: Global___ExecIO | None = ...,
+        tty_size: Global___TerminalSize | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "setup", b"setup", "stdin", b"stdin", "tty_size", b"tty_size"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "setup", b"setup", "stdin", b"stdin", "tty_size", b"tty_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["setup", "stdin", "tty_size"]  # noqa: Y015
+    _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
+
+Global___AllocExecRequest: _TypeAlias = AllocExecRequest  # noqa: Y015
+
+@_typing.final
+class AllocExecResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STDOUT_FIELD_NUMBER: _builtins.int
+    STDERR_FIELD_NUMBER: _builtins.int
+    EXITED_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    exited: _builtins.bool
+    """the last message: the command ended"""
+    exit_code: _builtins.int
+    """with exited: 128 + signal for a signal death"""
+    @_builtins.property
+    def stdout(self) -> Global___ExecIO: ...
+    @_builtins.property
+    def stderr(self) -> Global___ExecIO: ...
+    def __init__(
+        self,
+        *,
+        stdout: Global___ExecIO | None = ...,
+        stderr: Global___ExecIO | None = ...,
+        exited: _builtins.bool = ...,
+        exit_code: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["exit_code", b"exit_code", "exited", b"exited", "stderr", b"stderr", "stdout", b"stdout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocExecResponse: _TypeAlias = AllocExecResponse  # noqa: Y015
+
+@_typing.final
+class AllocFileInfo(_message.Message):
+    """Nomad's AllocFileInfo."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    IS_DIR_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    FILE_MODE_FIELD_NUMBER: _builtins.int
+    MOD_TIME_FIELD_NUMBER: _builtins.int
+    CONTENT_TYPE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    is_dir: _builtins.bool
+    size: _builtins.int
+    file_mode: _builtins.str
+    """as Go prints it: "-rw-r--r--", "drwxrwxrwx", "Lrwxrwxrwx" """
+    mod_time: _builtins.int
+    """Unix ns"""
+    content_type: _builtins.str
+    """Stat only: sniffed from the first 512 bytes"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        is_dir: _builtins.bool = ...,
+        size: _builtins.int = ...,
+        file_mode: _builtins.str = ...,
+        mod_time: _builtins.int = ...,
+        content_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_type", b"content_type", "file_mode", b"file_mode", "is_dir", b"is_dir", "mod_time", b"mod_time", "name", b"name", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocFileInfo: _TypeAlias = AllocFileInfo  # noqa: Y015
+
+@_typing.final
+class FsListRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    path: _builtins.str
+    """relative to the alloc directory ("" = "/")"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsListRequest: _TypeAlias = FsListRequest  # noqa: Y015
+
+@_typing.final
+class FsListResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___AllocFileInfo]: ...
+    def __init__(
+        self,
+        *,
+        files: _abc.Iterable[Global___AllocFileInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsListResponse: _TypeAlias = FsListResponse  # noqa: Y015
+
+@_typing.final
+class FsStatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsStatRequest: _TypeAlias = FsStatRequest  # noqa: Y015
+
+@_typing.final
+class FsStatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INFO_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def info(self) -> Global___AllocFileInfo: ...
+    def __init__(
+        self,
+        *,
+        info: Global___AllocFileInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["info", b"info"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["info", b"info"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsStatResponse: _TypeAlias = FsStatResponse  # noqa: Y015
+
+@_typing.final
+class FsStreamRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    path: _builtins.str
+    offset: _builtins.int
+    """bytes, not negative"""
+    origin: _builtins.str
+    """"start" (default) or "end" """
+    follow: _builtins.bool
+    """keep sending what is appended"""
+    limit: _builtins.int
+    """at most this many bytes (0 = no limit)"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        origin: _builtins.str = ...,
+        follow: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "follow", b"follow", "limit", b"limit", "offset", b"offset", "origin", b"origin", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsStreamRequest: _TypeAlias = FsStreamRequest  # noqa: Y015
+
+@_typing.final
+class FsStreamFrame(_message.Message):
+    """Nomad's StreamFrame."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    FILE_EVENT_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    offset: _builtins.int
+    """the file offset after `data`"""
+    file: _builtins.str
+    """the path asked for"""
+    file_event: _builtins.str
+    """"file deleted" or "file truncated" """
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        offset: _builtins.int = ...,
+        file: _builtins.str = ...,
+        file_event: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file", b"file", "file_event", b"file_event", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsStreamFrame: _TypeAlias = FsStreamFrame  # noqa: Y015

@@ -220,6 +220,11 @@ class ClientAllocStub:
                 request_serializer=corral_dot_v1_dot_alloc__pb2.AllocRestartRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocRestartResponse.FromString,
                 _registered_method=True)
+        self.Exec = channel.stream_stream(
+                '/corral.v1.ClientAlloc/Exec',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.AllocExecRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocExecResponse.FromString,
+                _registered_method=True)
 
 
 class ClientAllocServicer:
@@ -271,6 +276,19 @@ class ClientAllocServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exec(self, request_iterator, context):
+        """Run a command in a running task's environment (Nomad's
+        Allocations.Exec): inside the task's namespaces and root, as its user,
+        with its environment for `exec`; on the host for `raw_exec`; refused
+        for `mock`. The first message is the setup; then stdin, terminal sizes
+        and heartbeats; the answers carry stdout, stderr and, last, the exit
+        code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
+        too). One process per call; it is killed when the caller goes away.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClientAllocServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -298,6 +316,11 @@ def add_ClientAllocServicer_to_server(servicer, server):
                     servicer.Restart,
                     request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocRestartRequest.FromString,
                     response_serializer=corral_dot_v1_dot_alloc__pb2.AllocRestartResponse.SerializeToString,
+            ),
+            'Exec': grpc.stream_stream_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocExecRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.AllocExecResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,6 +460,209 @@ class ClientAlloc:
             '/corral.v1.ClientAlloc/Restart',
             corral_dot_v1_dot_alloc__pb2.AllocRestartRequest.SerializeToString,
             corral_dot_v1_dot_alloc__pb2.AllocRestartResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/corral.v1.ClientAlloc/Exec',
+            corral_dot_v1_dot_alloc__pb2.AllocExecRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.AllocExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ClientFSStub:
+    """Served by each client agent (Node.http_addr): the files of its allocs'
+    directories (Nomad's FileSystem endpoint), read-fs in the alloc's
+    namespace. Paths are relative to the alloc directory and may not leave
+    it (`..` or a symlink out: INVALID_ARGUMENT); files under a task's
+    secrets/ are listed but never read (PERMISSION_DENIED).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.List = channel.unary_unary(
+                '/corral.v1.ClientFS/List',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.FsListRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.FsListResponse.FromString,
+                _registered_method=True)
+        self.Stat = channel.unary_unary(
+                '/corral.v1.ClientFS/Stat',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.FsStatRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.FsStatResponse.FromString,
+                _registered_method=True)
+        self.Stream = channel.unary_stream(
+                '/corral.v1.ClientFS/Stream',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.FsStreamRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.FsStreamFrame.FromString,
+                _registered_method=True)
+
+
+class ClientFSServicer:
+    """Served by each client agent (Node.http_addr): the files of its allocs'
+    directories (Nomad's FileSystem endpoint), read-fs in the alloc's
+    namespace. Paths are relative to the alloc directory and may not leave
+    it (`..` or a symlink out: INVALID_ARGUMENT); files under a task's
+    secrets/ are listed but never read (PERMISSION_DENIED).
+    """
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stream(self, request, context):
+        """A file's bytes from `offset` (from the end with origin "end"), up to
+        `limit`, and with `follow` what is appended later; an empty frame is a
+        heartbeat (one a second while following).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ClientFSServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.FsListRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.FsListResponse.SerializeToString,
+            ),
+            'Stat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stat,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.FsStatRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.FsStatResponse.SerializeToString,
+            ),
+            'Stream': grpc.unary_stream_rpc_method_handler(
+                    servicer.Stream,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.FsStreamRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.FsStreamFrame.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'corral.v1.ClientFS', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('corral.v1.ClientFS', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ClientFS:
+    """Served by each client agent (Node.http_addr): the files of its allocs'
+    directories (Nomad's FileSystem endpoint), read-fs in the alloc's
+    namespace. Paths are relative to the alloc directory and may not leave
+    it (`..` or a symlink out: INVALID_ARGUMENT); files under a task's
+    secrets/ are listed but never read (PERMISSION_DENIED).
+    """
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientFS/List',
+            corral_dot_v1_dot_alloc__pb2.FsListRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.FsListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientFS/Stat',
+            corral_dot_v1_dot_alloc__pb2.FsStatRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.FsStatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.ClientFS/Stream',
+            corral_dot_v1_dot_alloc__pb2.FsStreamRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.FsStreamFrame.FromString,
             options,
             channel_credentials,
             insecure,

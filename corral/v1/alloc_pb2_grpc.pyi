@@ -101,6 +101,15 @@ class ClientAllocStub:
     alloc's namespace. A restart asked for is not counted against the
     restart policy.
     """
+    Exec: _grpc.StreamStreamMultiCallable[_alloc_pb2.AllocExecRequest, _alloc_pb2.AllocExecResponse]
+    """Run a command in a running task's environment (Nomad's
+    Allocations.Exec): inside the task's namespaces and root, as its user,
+    with its environment for `exec`; on the host for `raw_exec`; refused
+    for `mock`. The first message is the setup; then stdin, terminal sizes
+    and heartbeats; the answers carry stdout, stderr and, last, the exit
+    code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
+    too). One process per call; it is killed when the caller goes away.
+    """
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
@@ -131,6 +140,15 @@ class ClientAllocAsyncStub(ClientAllocStub):
     order (Nomad's ClientAllocations.Restart): alloc-lifecycle in the
     alloc's namespace. A restart asked for is not counted against the
     restart policy.
+    """
+    Exec: _aio.StreamStreamMultiCallable[_alloc_pb2.AllocExecRequest, _alloc_pb2.AllocExecResponse]  # type: ignore[assignment]
+    """Run a command in a running task's environment (Nomad's
+    Allocations.Exec): inside the task's namespaces and root, as its user,
+    with its environment for `exec`; on the host for `raw_exec`; refused
+    for `mock`. The first message is the setup; then stdin, terminal sizes
+    and heartbeats; the answers carry stdout, stderr and, last, the exit
+    code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
+    too). One process per call; it is killed when the caller goes away.
     """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
@@ -191,4 +209,92 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
         restart policy.
         """
 
+    @_abc_1.abstractmethod
+    def Exec(
+        self,
+        request_iterator: _MaybeAsyncIterator[_alloc_pb2.AllocExecRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_alloc_pb2.AllocExecResponse], _abc.AsyncIterator[_alloc_pb2.AllocExecResponse]]:
+        """Run a command in a running task's environment (Nomad's
+        Allocations.Exec): inside the task's namespaces and root, as its user,
+        with its environment for `exec`; on the host for `raw_exec`; refused
+        for `mock`. The first message is the setup; then stdin, terminal sizes
+        and heartbeats; the answers carry stdout, stderr and, last, the exit
+        code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
+        too). One process per call; it is killed when the caller goes away.
+        """
+
 def add_ClientAllocServicer_to_server(servicer: ClientAllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ClientFSStub:
+    """Served by each client agent (Node.http_addr): the files of its allocs'
+    directories (Nomad's FileSystem endpoint), read-fs in the alloc's
+    namespace. Paths are relative to the alloc directory and may not leave
+    it (`..` or a symlink out: INVALID_ARGUMENT); files under a task's
+    secrets/ are listed but never read (PERMISSION_DENIED).
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ClientFSAsyncStub: ...
+    List: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.FsListRequest, _alloc_pb2.FsListResponse]
+    Stat: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.FsStatRequest, _alloc_pb2.FsStatResponse]
+    Stream: _grpc.UnaryStreamMultiCallable[_alloc_pb2.FsStreamRequest, _alloc_pb2.FsStreamFrame]
+    """A file's bytes from `offset` (from the end with origin "end"), up to
+    `limit`, and with `follow` what is appended later; an empty frame is a
+    heartbeat (one a second while following).
+    """
+
+@_typing.type_check_only
+class ClientFSAsyncStub(ClientFSStub):
+    """Served by each client agent (Node.http_addr): the files of its allocs'
+    directories (Nomad's FileSystem endpoint), read-fs in the alloc's
+    namespace. Paths are relative to the alloc directory and may not leave
+    it (`..` or a symlink out: INVALID_ARGUMENT); files under a task's
+    secrets/ are listed but never read (PERMISSION_DENIED).
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    List: _aio.UnaryUnaryMultiCallable[_alloc_pb2.FsListRequest, _alloc_pb2.FsListResponse]  # type: ignore[assignment]
+    Stat: _aio.UnaryUnaryMultiCallable[_alloc_pb2.FsStatRequest, _alloc_pb2.FsStatResponse]  # type: ignore[assignment]
+    Stream: _aio.UnaryStreamMultiCallable[_alloc_pb2.FsStreamRequest, _alloc_pb2.FsStreamFrame]  # type: ignore[assignment]
+    """A file's bytes from `offset` (from the end with origin "end"), up to
+    `limit`, and with `follow` what is appended later; an empty frame is a
+    heartbeat (one a second while following).
+    """
+
+class ClientFSServicer(metaclass=_abc_1.ABCMeta):
+    """Served by each client agent (Node.http_addr): the files of its allocs'
+    directories (Nomad's FileSystem endpoint), read-fs in the alloc's
+    namespace. Paths are relative to the alloc directory and may not leave
+    it (`..` or a symlink out: INVALID_ARGUMENT); files under a task's
+    secrets/ are listed but never read (PERMISSION_DENIED).
+    """
+
+    @_abc_1.abstractmethod
+    def List(
+        self,
+        request: _alloc_pb2.FsListRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.FsListResponse, _abc.Awaitable[_alloc_pb2.FsListResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Stat(
+        self,
+        request: _alloc_pb2.FsStatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.FsStatResponse, _abc.Awaitable[_alloc_pb2.FsStatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Stream(
+        self,
+        request: _alloc_pb2.FsStreamRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_alloc_pb2.FsStreamFrame], _abc.AsyncIterator[_alloc_pb2.FsStreamFrame]]:
+        """A file's bytes from `offset` (from the end with origin "end"), up to
+        `limit`, and with `follow` what is appended later; an empty frame is a
+        heartbeat (one a second while following).
+        """
+
+def add_ClientFSServicer_to_server(servicer: ClientFSServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

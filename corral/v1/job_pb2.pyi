@@ -1064,3 +1064,79 @@ class JobRevertRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobRevertRequest: _TypeAlias = JobRevertRequest  # noqa: Y015
+
+@_typing.final
+class JobEvaluateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    FORCE_RESCHEDULE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    namespace: _builtins.str
+    force_reschedule: _builtins.bool
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        force_reschedule: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force_reschedule", b"force_reschedule", "job_id", b"job_id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobEvaluateRequest: _TypeAlias = JobEvaluateRequest  # noqa: Y015
+
+@_typing.final
+class JobStableRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    STABLE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    namespace: _builtins.str
+    version: _builtins.int
+    stable: _builtins.bool
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        version: _builtins.int = ...,
+        stable: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "namespace", b"namespace", "stable", b"stable", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStableRequest: _TypeAlias = JobStableRequest  # noqa: Y015
+
+@_typing.final
+class JobStableResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    JOB_MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    job_modify_index: _builtins.int
+    """of the job's current version"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        job_modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "job_modify_index", b"job_modify_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStableResponse: _TypeAlias = JobStableResponse  # noqa: Y015

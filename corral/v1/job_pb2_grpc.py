@@ -104,6 +104,16 @@ class JobStub:
                 request_serializer=corral_dot_v1_dot_job__pb2.JobSubmissionRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobSubmissionResponse.FromString,
                 _registered_method=True)
+        self.Evaluate = channel.unary_unary(
+                '/corral.v1.Job/Evaluate',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobEvaluateRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
+                _registered_method=True)
+        self.Stable = channel.unary_unary(
+                '/corral.v1.Job/Stable',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobStableRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobStableResponse.FromString,
+                _registered_method=True)
 
 
 class JobServicer:
@@ -202,6 +212,23 @@ class JobServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Evaluate(self, request, context):
+        """A new eval of the job as it stands (Nomad's Job.Evaluate); with
+        force_reschedule, its failed allocs not yet replaced are rescheduled now
+        (when their group reschedules at all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Stable(self, request, context):
+        """Mark one version of the job stable or not (Nomad's Job.Stable): the
+        version an auto-revert goes back to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -274,6 +301,16 @@ def add_JobServicer_to_server(servicer, server):
                     servicer.GetSubmission,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobSubmissionRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobSubmissionResponse.SerializeToString,
+            ),
+            'Evaluate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Evaluate,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobEvaluateRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobRegisterResponse.SerializeToString,
+            ),
+            'Stable': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stable,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobStableRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobStableResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -654,6 +691,60 @@ class Job:
             '/corral.v1.Job/GetSubmission',
             corral_dot_v1_dot_job__pb2.JobSubmissionRequest.SerializeToString,
             corral_dot_v1_dot_job__pb2.JobSubmissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Evaluate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/Evaluate',
+            corral_dot_v1_dot_job__pb2.JobEvaluateRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/Stable',
+            corral_dot_v1_dot_job__pb2.JobStableRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobStableResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,15 @@ class JobStub:
     Evaluations: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobEvaluationsResponse]
     GetSubmission: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobSubmissionRequest, _job_pb2.JobSubmissionResponse]
     """The source a job version was submitted with (Nomad's job submission)."""
+    Evaluate: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobEvaluateRequest, _job_pb2.JobRegisterResponse]
+    """A new eval of the job as it stands (Nomad's Job.Evaluate); with
+    force_reschedule, its failed allocs not yet replaced are rescheduled now
+    (when their group reschedules at all).
+    """
+    Stable: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobStableRequest, _job_pb2.JobStableResponse]
+    """Mark one version of the job stable or not (Nomad's Job.Stable): the
+    version an auto-revert goes back to.
+    """
 
 @_typing.type_check_only
 class JobAsyncStub(JobStub):
@@ -85,6 +94,15 @@ class JobAsyncStub(JobStub):
     Evaluations: _aio.UnaryUnaryMultiCallable[_job_pb2.JobGetRequest, _job_pb2.JobEvaluationsResponse]  # type: ignore[assignment]
     GetSubmission: _aio.UnaryUnaryMultiCallable[_job_pb2.JobSubmissionRequest, _job_pb2.JobSubmissionResponse]  # type: ignore[assignment]
     """The source a job version was submitted with (Nomad's job submission)."""
+    Evaluate: _aio.UnaryUnaryMultiCallable[_job_pb2.JobEvaluateRequest, _job_pb2.JobRegisterResponse]  # type: ignore[assignment]
+    """A new eval of the job as it stands (Nomad's Job.Evaluate); with
+    force_reschedule, its failed allocs not yet replaced are rescheduled now
+    (when their group reschedules at all).
+    """
+    Stable: _aio.UnaryUnaryMultiCallable[_job_pb2.JobStableRequest, _job_pb2.JobStableResponse]  # type: ignore[assignment]
+    """Mark one version of the job stable or not (Nomad's Job.Stable): the
+    version an auto-revert goes back to.
+    """
 
 class JobServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -195,5 +213,26 @@ class JobServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_job_pb2.JobSubmissionResponse, _abc.Awaitable[_job_pb2.JobSubmissionResponse]]:
         """The source a job version was submitted with (Nomad's job submission)."""
+
+    @_abc_1.abstractmethod
+    def Evaluate(
+        self,
+        request: _job_pb2.JobEvaluateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobRegisterResponse, _abc.Awaitable[_job_pb2.JobRegisterResponse]]:
+        """A new eval of the job as it stands (Nomad's Job.Evaluate); with
+        force_reschedule, its failed allocs not yet replaced are rescheduled now
+        (when their group reschedules at all).
+        """
+
+    @_abc_1.abstractmethod
+    def Stable(
+        self,
+        request: _job_pb2.JobStableRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobStableResponse, _abc.Awaitable[_job_pb2.JobStableResponse]]:
+        """Mark one version of the job stable or not (Nomad's Job.Stable): the
+        version an auto-revert goes back to.
+        """
 
 def add_JobServicer_to_server(servicer: JobServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

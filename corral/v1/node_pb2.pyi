@@ -613,6 +613,25 @@ class NodeGetResponse(_message.Message):
 Global___NodeGetResponse: _TypeAlias = NodeGetResponse  # noqa: Y015
 
 @_typing.final
+class NodeEvaluateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeEvaluateRequest: _TypeAlias = NodeEvaluateRequest  # noqa: Y015
+
+@_typing.final
 class NodeUpdateDrainRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

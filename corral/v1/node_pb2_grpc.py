@@ -84,6 +84,11 @@ class NodeStub:
                 request_serializer=corral_dot_v1_dot_node__pb2.NodeUpdateEligibilityRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_node__pb2.NodeUpdateResponse.FromString,
                 _registered_method=True)
+        self.Evaluate = channel.unary_unary(
+                '/corral.v1.Node/Evaluate',
+                request_serializer=corral_dot_v1_dot_node__pb2.NodeEvaluateRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_node__pb2.NodeUpdateResponse.FromString,
+                _registered_method=True)
         self.Allocations = channel.unary_unary(
                 '/corral.v1.Node/Allocations',
                 request_serializer=corral_dot_v1_dot_node__pb2.NodeGetRequest.SerializeToString,
@@ -167,6 +172,14 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Evaluate(self, request, context):
+        """Evaluate every job with work on the node, and the system jobs that
+        take it (Nomad's Node.Evaluate; node:write).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Allocations(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -224,6 +237,11 @@ def add_NodeServicer_to_server(servicer, server):
             'UpdateEligibility': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateEligibility,
                     request_deserializer=corral_dot_v1_dot_node__pb2.NodeUpdateEligibilityRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_node__pb2.NodeUpdateResponse.SerializeToString,
+            ),
+            'Evaluate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Evaluate,
+                    request_deserializer=corral_dot_v1_dot_node__pb2.NodeEvaluateRequest.FromString,
                     response_serializer=corral_dot_v1_dot_node__pb2.NodeUpdateResponse.SerializeToString,
             ),
             'Allocations': grpc.unary_unary_rpc_method_handler(
@@ -501,6 +519,33 @@ class Node:
             target,
             '/corral.v1.Node/UpdateEligibility',
             corral_dot_v1_dot_node__pb2.NodeUpdateEligibilityRequest.SerializeToString,
+            corral_dot_v1_dot_node__pb2.NodeUpdateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Evaluate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Node/Evaluate',
+            corral_dot_v1_dot_node__pb2.NodeEvaluateRequest.SerializeToString,
             corral_dot_v1_dot_node__pb2.NodeUpdateResponse.FromString,
             options,
             channel_credentials,

@@ -65,6 +65,10 @@ class NodeStub:
     Get: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeGetRequest, _node_pb2.NodeGetResponse]
     UpdateDrain: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateDrainRequest, _node_pb2.NodeUpdateResponse]
     UpdateEligibility: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateEligibilityRequest, _node_pb2.NodeUpdateResponse]
+    Evaluate: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeEvaluateRequest, _node_pb2.NodeUpdateResponse]
+    """Evaluate every job with work on the node, and the system jobs that
+    take it (Nomad's Node.Evaluate; node:write).
+    """
     Allocations: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeGetRequest, _node_pb2.NodeAllocationsResponse]
 
 @_typing.type_check_only
@@ -96,6 +100,10 @@ class NodeAsyncStub(NodeStub):
     Get: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeGetRequest, _node_pb2.NodeGetResponse]  # type: ignore[assignment]
     UpdateDrain: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateDrainRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
     UpdateEligibility: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeUpdateEligibilityRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
+    Evaluate: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeEvaluateRequest, _node_pb2.NodeUpdateResponse]  # type: ignore[assignment]
+    """Evaluate every job with work on the node, and the system jobs that
+    take it (Nomad's Node.Evaluate; node:write).
+    """
     Allocations: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeGetRequest, _node_pb2.NodeAllocationsResponse]  # type: ignore[assignment]
 
 class NodeServicer(metaclass=_abc_1.ABCMeta):
@@ -184,6 +192,16 @@ class NodeServicer(metaclass=_abc_1.ABCMeta):
         request: _node_pb2.NodeUpdateEligibilityRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_node_pb2.NodeUpdateResponse, _abc.Awaitable[_node_pb2.NodeUpdateResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Evaluate(
+        self,
+        request: _node_pb2.NodeEvaluateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.NodeUpdateResponse, _abc.Awaitable[_node_pb2.NodeUpdateResponse]]:
+        """Evaluate every job with work on the node, and the system jobs that
+        take it (Nomad's Node.Evaluate; node:write).
+        """
 
     @_abc_1.abstractmethod
     def Allocations(

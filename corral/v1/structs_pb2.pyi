@@ -1227,6 +1227,8 @@ class Task(_message.Message):
     SCALING_POLICIES_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     IDENTITIES_FIELD_NUMBER: _builtins.int
+    VOLUME_MOUNTS_FIELD_NUMBER: _builtins.int
+    ARTIFACTS_FIELD_NUMBER: _builtins.int
     TEMPLATES_FIELD_NUMBER: _builtins.int
     LIFECYCLE_FIELD_NUMBER: _builtins.int
     LOG_CONFIG_FIELD_NUMBER: _builtins.int
@@ -1289,6 +1291,18 @@ class Task(_message.Message):
         """
 
     @_builtins.property
+    def volume_mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___VolumeMount]:
+        """Where the group's host volumes appear inside the task (Nomad's
+        volume_mount blocks); the exec driver bind-mounts them into its root.
+        """
+
+    @_builtins.property
+    def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskArtifact]:
+        """Files fetched into the task's directory before it starts (Nomad's
+        artifact blocks).
+        """
+
+    @_builtins.property
     def templates(self) -> _containers.RepeatedCompositeFieldContainer[Global___Template]:
         """The task's `template` blocks: rendered by the client before the task
         starts and again whenever what they read changes (docs/templates.md).
@@ -1328,13 +1342,15 @@ class Task(_message.Message):
         scaling_policies: _abc.Iterable[Global___ScalingPolicy] | None = ...,
         identity: Global___WorkloadIdentity | None = ...,
         identities: _abc.Iterable[Global___WorkloadIdentity] | None = ...,
+        volume_mounts: _abc.Iterable[Global___VolumeMount] | None = ...,
+        artifacts: _abc.Iterable[Global___TaskArtifact] | None = ...,
         templates: _abc.Iterable[Global___Template] | None = ...,
         lifecycle: Global___TaskLifecycleConfig | None = ...,
         log_config: Global___LogConfig | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "lifecycle", b"lifecycle", "log_config", b"log_config", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1563,6 +1579,183 @@ class WorkloadIdentity(_message.Message):
 Global___WorkloadIdentity: _TypeAlias = WorkloadIdentity  # noqa: Y015
 
 @_typing.final
+class VolumeMount(_message.Message):
+    """Nomad's VolumeMount: the group volume `volume` at `destination` in the
+    task's root (a path inside it, absolute or relative to it).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VOLUME_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    PROPAGATION_MODE_FIELD_NUMBER: _builtins.int
+    SELINUX_LABEL_FIELD_NUMBER: _builtins.int
+    volume: _builtins.str
+    """the name of a volume block of the group"""
+    destination: _builtins.str
+    read_only: _builtins.bool
+    """read-only even when the volume is writable"""
+    propagation_mode: _builtins.str
+    """"private" (the only mode Corral has) or "" """
+    selinux_label: _builtins.str
+    """must be empty: Corral does not relabel"""
+    def __init__(
+        self,
+        *,
+        volume: _builtins.str = ...,
+        destination: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+        propagation_mode: _builtins.str = ...,
+        selinux_label: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "propagation_mode", b"propagation_mode", "read_only", b"read_only", "selinux_label", b"selinux_label", "volume", b"volume"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VolumeMount: _TypeAlias = VolumeMount  # noqa: Y015
+
+@_typing.final
+class VolumeRequest(_message.Message):
+    """Nomad's VolumeRequest (a group `volume` block); only `type = "host"`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    STICKY_FIELD_NUMBER: _builtins.int
+    ACCESS_MODE_FIELD_NUMBER: _builtins.int
+    ATTACHMENT_MODE_FIELD_NUMBER: _builtins.int
+    PER_ALLOC_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    type: _builtins.str
+    """"host" """
+    source: _builtins.str
+    """a host_volume the node offers"""
+    read_only: _builtins.bool
+    sticky: _builtins.bool
+    """dynamic host volumes only: refused"""
+    access_mode: _builtins.str
+    """"", or Nomad's single-node-* modes"""
+    attachment_mode: _builtins.str
+    """"", or "file-system" """
+    per_alloc: _builtins.bool
+    """The alloc's own volume: the source `<source>[<alloc index>]`, as Nomad."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        source: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+        sticky: _builtins.bool = ...,
+        access_mode: _builtins.str = ...,
+        attachment_mode: _builtins.str = ...,
+        per_alloc: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_mode", b"access_mode", "attachment_mode", b"attachment_mode", "name", b"name", "per_alloc", b"per_alloc", "read_only", b"read_only", "source", b"source", "sticky", b"sticky", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VolumeRequest: _TypeAlias = VolumeRequest  # noqa: Y015
+
+@_typing.final
+class TaskArtifact(_message.Message):
+    """Nomad's TaskArtifact: a file or archive fetched before the task starts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class GetterOptionsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class GetterHeadersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    GETTER_SOURCE_FIELD_NUMBER: _builtins.int
+    GETTER_OPTIONS_FIELD_NUMBER: _builtins.int
+    GETTER_HEADERS_FIELD_NUMBER: _builtins.int
+    GETTER_MODE_FIELD_NUMBER: _builtins.int
+    RELATIVE_DEST_FIELD_NUMBER: _builtins.int
+    GETTER_INSECURE_FIELD_NUMBER: _builtins.int
+    CHOWN_FIELD_NUMBER: _builtins.int
+    getter_source: _builtins.str
+    """http(s) URL (file:: where the agent allows it)"""
+    getter_mode: _builtins.str
+    """"any" (default), "file" or "dir" """
+    relative_dest: _builtins.str
+    """under the task directory (default "local/")"""
+    getter_insecure: _builtins.bool
+    """https without certificate verification"""
+    chown: _builtins.bool
+    """owned by the task's user afterwards"""
+    @_builtins.property
+    def getter_options(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """checksum = "sha256:...", archive = "false", ..."""
+
+    @_builtins.property
+    def getter_headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """request headers (http)"""
+
+    def __init__(
+        self,
+        *,
+        getter_source: _builtins.str = ...,
+        getter_options: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        getter_headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        getter_mode: _builtins.str = ...,
+        relative_dest: _builtins.str = ...,
+        getter_insecure: _builtins.bool = ...,
+        chown: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chown", b"chown", "getter_headers", b"getter_headers", "getter_insecure", b"getter_insecure", "getter_mode", b"getter_mode", "getter_options", b"getter_options", "getter_source", b"getter_source", "relative_dest", b"relative_dest"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskArtifact: _TypeAlias = TaskArtifact  # noqa: Y015
+
+@_typing.final
 class TaskLifecycleConfig(_message.Message):
     """Nomad's TaskLifecycleConfig: prestart tasks run before the main tasks
     (which wait for the non-sidecar ones to succeed), poststart tasks once
@@ -1646,6 +1839,27 @@ class TaskGroup(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class VolumesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___VolumeRequest: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___VolumeRequest | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     CONSTRAINTS_FIELD_NUMBER: _builtins.int
@@ -1667,6 +1881,7 @@ class TaskGroup(_message.Message):
     MAX_RUN_DURATION_FIELD_NUMBER: _builtins.int
     SERVICES_FIELD_NUMBER: _builtins.int
     SCALING_FIELD_NUMBER: _builtins.int
+    VOLUMES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     count: _builtins.int
     max_client_disconnect: _builtins.int
@@ -1716,6 +1931,12 @@ class TaskGroup(_message.Message):
         autoscaler reads; Job.Scale keeps the count within min..max.
         """
 
+    @_builtins.property
+    def volumes(self) -> _containers.MessageMap[_builtins.str, Global___VolumeRequest]:
+        """The group's volumes by name (Nomad's volume blocks); the scheduler
+        places the group only on nodes that offer them.
+        """
+
     def __init__(
         self,
         *,
@@ -1740,10 +1961,11 @@ class TaskGroup(_message.Message):
         max_run_duration: _builtins.int = ...,
         services: _abc.Iterable[Global___Service] | None = ...,
         scaling: Global___ScalingPolicy | None = ...,
+        volumes: _abc.Mapping[_builtins.str, Global___VolumeRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "migrate", b"migrate", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "stop_after_client_disconnect", b"stop_after_client_disconnect", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "services", b"services", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect", "_stop_after_client_disconnect", b"_stop_after_client_disconnect", "affinities", b"affinities", "constraints", b"constraints", "count", b"count", "disconnect", b"disconnect", "ephemeral_disk", b"ephemeral_disk", "max_client_disconnect", b"max_client_disconnect", "max_run_duration", b"max_run_duration", "meta", b"meta", "migrate", b"migrate", "name", b"name", "networks", b"networks", "prevent_reschedule_on_lost", b"prevent_reschedule_on_lost", "reschedule_policy", b"reschedule_policy", "restart_policy", b"restart_policy", "scaling", b"scaling", "services", b"services", "shutdown_delay", b"shutdown_delay", "spreads", b"spreads", "stop_after_client_disconnect", b"stop_after_client_disconnect", "tasks", b"tasks", "update", b"update", "volumes", b"volumes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_client_disconnect: _TypeAlias = _typing.Literal["max_client_disconnect"]  # noqa: Y015
     _WhichOneofArgType__max_client_disconnect: _TypeAlias = _typing.Literal["_max_client_disconnect", b"_max_client_disconnect"]  # noqa: Y015
@@ -1884,6 +2106,7 @@ class Job(_message.Message):
     DISPATCHED_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     UI_FIELD_NUMBER: _builtins.int
+    REGION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     """default "default" """
@@ -1908,6 +2131,12 @@ class Job(_message.Message):
     parent_id: _builtins.str
     dispatched: _builtins.bool
     payload: _builtins.bytes
+    region: _builtins.str
+    """The region the job runs in (Nomad's Region): empty or "global" when
+    registered means the region of the state that registers it, which
+    stores its own name here; a job naming another region is refused
+    there (send it to that region: `x-corral-region` metadata, `-region`).
+    """
     @_builtins.property
     def datacenters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -1962,10 +2191,11 @@ class Job(_message.Message):
         dispatched: _builtins.bool = ...,
         payload: _builtins.bytes = ...,
         ui: Global___JobUIConfig | None = ...,
+        region: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "region", b"region", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2440,6 +2670,27 @@ class Node(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class HostVolumesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___ClientHostVolumeConfig: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___ClientHostVolumeConfig | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     SECRET_ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
@@ -2465,6 +2716,7 @@ class Node(_message.Message):
     CREATE_INDEX_FIELD_NUMBER: _builtins.int
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
     SECRET_HASH_FIELD_NUMBER: _builtins.int
+    HOST_VOLUMES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     secret_id: _builtins.str
     """The node's secret, sent by the node in Node.Register only. The state
@@ -2506,6 +2758,12 @@ class Node(_message.Message):
     def drain_strategy(self) -> Global___DrainStrategy: ...
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeEvent]: ...
+    @_builtins.property
+    def host_volumes(self) -> _containers.MessageMap[_builtins.str, Global___ClientHostVolumeConfig]:
+        """The host directories the node offers to tasks, by name (the agent's
+        host_volume configuration; Nomad's Node.HostVolumes).
+        """
+
     def __init__(
         self,
         *,
@@ -2534,14 +2792,42 @@ class Node(_message.Message):
         create_index: _builtins.int = ...,
         modify_index: _builtins.int = ...,
         secret_hash: _builtins.str = ...,
+        host_volumes: _abc.Mapping[_builtins.str, Global___ClientHostVolumeConfig] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["drain_strategy", b"drain_strategy", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "computed_class", b"computed_class", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drain_strategy", b"drain_strategy", "drivers", b"drivers", "events", b"events", "http_addr", b"http_addr", "id", b"id", "last_alloc_update_index", b"last_alloc_update_index", "last_missed_heartbeat_index", b"last_missed_heartbeat_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "scheduling_eligibility", b"scheduling_eligibility", "secret_hash", b"secret_hash", "secret_id", b"secret_id", "status", b"status", "status_description", b"status_description", "status_updated_at", b"status_updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "computed_class", b"computed_class", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drain_strategy", b"drain_strategy", "drivers", b"drivers", "events", b"events", "host_volumes", b"host_volumes", "http_addr", b"http_addr", "id", b"id", "last_alloc_update_index", b"last_alloc_update_index", "last_missed_heartbeat_index", b"last_missed_heartbeat_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "scheduling_eligibility", b"scheduling_eligibility", "secret_hash", b"secret_hash", "secret_id", b"secret_id", "status", b"status", "status_description", b"status_description", "status_updated_at", b"status_updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Node: _TypeAlias = Node  # noqa: Y015
+
+@_typing.final
+class ClientHostVolumeConfig(_message.Message):
+    """Nomad's ClientHostVolumeConfig: a host directory offered as a volume."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    path: _builtins.str
+    read_only: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        path: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "path", b"path", "read_only", b"read_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientHostVolumeConfig: _TypeAlias = ClientHostVolumeConfig  # noqa: Y015
 
 @_typing.final
 class TaskEvent(_message.Message):
@@ -2584,6 +2870,7 @@ class TaskEvent(_message.Message):
     FAILED_SIBLING_FIELD_NUMBER: _builtins.int
     TASK_SIGNAL_FIELD_NUMBER: _builtins.int
     TASK_SIGNAL_REASON_FIELD_NUMBER: _builtins.int
+    DOWNLOAD_ERROR_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """"Received", "Started", "Terminated", "Restarting", "Killing", ..."""
     time: _builtins.int
@@ -2605,6 +2892,8 @@ class TaskEvent(_message.Message):
     """Signaling: the signal's name"""
     task_signal_reason: _builtins.str
     """Signaling: why"""
+    download_error: _builtins.str
+    """Failed Artifact Download: why"""
     @_builtins.property
     def details(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -2625,10 +2914,11 @@ class TaskEvent(_message.Message):
         failed_sibling: _builtins.str = ...,
         task_signal: _builtins.str = ...,
         task_signal_reason: _builtins.str = ...,
+        download_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "display_message", b"display_message", "exit_code", b"exit_code", "failed_sibling", b"failed_sibling", "fails_task", b"fails_task", "kill_reason", b"kill_reason", "kill_timeout", b"kill_timeout", "message", b"message", "restart_reason", b"restart_reason", "restart_reason_delay", b"restart_reason_delay", "signal", b"signal", "task_signal", b"task_signal", "task_signal_reason", b"task_signal_reason", "time", b"time", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "display_message", b"display_message", "download_error", b"download_error", "exit_code", b"exit_code", "failed_sibling", b"failed_sibling", "fails_task", b"fails_task", "kill_reason", b"kill_reason", "kill_timeout", b"kill_timeout", "message", b"message", "restart_reason", b"restart_reason", "restart_reason_delay", b"restart_reason_delay", "signal", b"signal", "task_signal", b"task_signal", "task_signal_reason", b"task_signal_reason", "time", b"time", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,7 +1,8 @@
 """`python -m services.agent` — a client node: runs allocations with the
 exec and mock drivers by default (raw_exec only when `--drivers` names it,
 as Nomad ships it off), registers and checks their services, and serves
-their logs, resource usage and check results.
+their logs, files, resource usage, check results and commands run in them
+(alloc exec).
 
     python -m services.agent --state-addr HOST:PORT [--data-dir DIR]
         [--datacenter dc1] [--node-class C] [--meta k=v ...] [--drivers exec,raw_exec,mock]
@@ -22,14 +23,15 @@ from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
-from services.agent.handlers import ClientAllocServicer, ClientStatsServicer
+from services.agent.handlers import ClientAllocServicer, ClientFSServicer, ClientStatsServicer
 from services.agent.runner import AllocRunner
 
 log = logging.getLogger("services.agent")
 
 
 class AgentProcess:
-    """The agent and the ClientAlloc (logs, stats) and ClientStats server beside it."""
+    """The agent and the ClientAlloc (logs, stats, exec), ClientFS and
+    ClientStats server beside it."""
 
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
@@ -52,8 +54,18 @@ class AgentProcess:
         data_dir = private_dir(self.settings.data_dir)
         self.server.add(
             alloc_pb2_grpc.add_ClientAllocServicer_to_server,
-            ClientAllocServicer(data_dir, self.server.shutting_down, self._alloc),
+            ClientAllocServicer(
+                data_dir,
+                self.server.shutting_down,
+                self._alloc,
+                exec_disabled=self.settings.disable_remote_exec,
+            ),
             alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
+        )
+        self.server.add(
+            alloc_pb2_grpc.add_ClientFSServicer_to_server,
+            ClientFSServicer(data_dir, self.server.shutting_down, self._alloc),
+            alloc_pb2.DESCRIPTOR.services_by_name["ClientFS"].full_name,
         )
         self.server.add(
             node_pb2_grpc.add_ClientStatsServicer_to_server,

@@ -38,6 +38,7 @@ from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent import metrics
+from services.agent.artifacts import Getter, getter_settings
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
 from services.agent.checks import Checker
 from services.agent.config import AgentSettings
@@ -118,6 +119,12 @@ def fingerprint(
         node.drivers[name].CopyFrom(info)
         if info.detected and info.healthy:
             node.attributes[f"driver.{name}"] = "1"
+    for volume in settings.host_volumes():
+        node.host_volumes[volume.name].CopyFrom(
+            pb.ClientHostVolumeConfig(
+                name=volume.name, path=volume.path, read_only=volume.read_only
+            )
+        )
     return node
 
 
@@ -157,6 +164,7 @@ class Agent:
         self.drivers = build_drivers(settings.drivers, self.cgroups, settings.exec_settings())
         self.node = fingerprint(settings, self.drivers, http_addr)
         self.host_stats = HostStats(settings.data_dir, self.compute)
+        self.getter = Getter(getter_settings(settings))
         self.node.id, self.node.secret_id = self._identity()
         self.db = StateDB(settings.data_dir)
         self.runners: dict[str, AllocRunner] = {}
@@ -254,6 +262,7 @@ class Agent:
             checker=self.checker,
             templates=self.templates,
             task_api=self.task_api,
+            getter=self.getter,
             **kw,  # type: ignore[arg-type]
         )
 
@@ -301,7 +310,11 @@ class Agent:
 
     async def start(self) -> None:
         self._channel = transport.dial(self.settings.state_addr)
-        self.templates = TemplateClient(self._channel, retry=self.settings.template_retry())
+        self.templates = TemplateClient(
+            self._channel,
+            retry=self.settings.template_retry(),
+            region=self.settings.security.region,
+        )
         if self.settings.gateway_addr and self.resolver is not None:
             self.task_api = TaskAPI(
                 self.settings.gateway_addr, self.resolver, security=self.settings.security

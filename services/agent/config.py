@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -32,6 +34,44 @@ def _known_capabilities(names: list[str]) -> list[str]:
     if unknown:
         raise ValueError(f"unknown capabilities {', '.join(unknown)}")
     return names
+
+
+def _host_volumes(volumes: dict[str, str]) -> dict[str, str]:
+    for name, spec in volumes.items():
+        volume = HostVolume.parse(name, spec)
+        if not os.path.exists(volume.path):
+            raise ValueError(f"host volume {name!r}: {volume.path} does not exist")
+    return volumes
+
+
+def _absolute_dirs(paths: list[str]) -> list[str]:
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"{path}: must be an absolute path")
+    return paths
+
+
+@dataclass(frozen=True)
+class HostVolume:
+    """One `--host-volume name=path[:ro]` (Nomad's client `host_volume
+    "name" { path, read_only }`)."""
+
+    name: str
+    path: str
+    read_only: bool = False
+
+    @classmethod
+    def parse(cls, name: str, spec: str) -> HostVolume:
+        path, read_only = spec, False
+        for suffix, ro in ((":ro", True), (":rw", False)):
+            if spec.endswith(suffix):
+                path, read_only = spec[: -len(suffix)], ro
+                break
+        if not name or "/" in name:
+            raise ValueError(f"host volume name {name!r} must be non-empty without '/'")
+        if not path.startswith("/"):
+            raise ValueError(f"host volume {name!r}: {path!r} must be an absolute path")
+        return cls(name, os.path.normpath(path), read_only)
 
 
 def _absolute_paths(paths: dict[str, str]) -> dict[str, str]:
@@ -122,6 +162,48 @@ class AgentSettings(ServerSettings):
     exec_no_pivot_root: bool = Field(
         False, description="enter exec tasks' roots with chroot instead of pivot_root"
     )
+    host_volume: Annotated[KeyValues, AfterValidator(_host_volumes)] = Field(
+        default_factory=dict,
+        description="a host directory offered to jobs as a host volume: name=path, or "
+        "name=path:ro for a read-only one (Nomad's client host_volume block; repeat the flag "
+        "for more). The path must exist",
+    )
+    disable_remote_exec: bool = Field(
+        False, description="refuse alloc exec into this node's tasks (Nomad's disable_remote_exec)"
+    )
+    artifact_http_read_timeout: float = Field(
+        1800.0,
+        gt=0,
+        description="seconds an artifact download may wait for data before it fails "
+        "(Nomad's artifact http_read_timeout)",
+    )
+    artifact_http_max_size_mb: int = Field(
+        100 * 1024,
+        gt=0,
+        description="the largest artifact download, in MB (Nomad's http_max_size)",
+    )
+    artifact_decompression_size_limit_mb: int = Field(
+        100 * 1024,
+        gt=0,
+        description="the most an artifact archive may unpack to, in MB (Nomad's "
+        "decompression_size_limit)",
+    )
+    artifact_decompression_file_count_limit: int = Field(
+        4096,
+        gt=0,
+        description="the most files an artifact archive may hold (Nomad's "
+        "decompression_file_count_limit)",
+    )
+    artifact_file_dirs: Annotated[CommaList, AfterValidator(_absolute_dirs)] = Field(
+        default_factory=list,
+        description="host directories file:: artifact sources may be read from (none by "
+        "default: Nomad fetches no local files, a job could otherwise copy any file of the "
+        "node)",
+    )
+
+    def host_volumes(self) -> list[HostVolume]:
+        return [HostVolume.parse(n, spec) for n, spec in sorted(self.host_volume.items())]
+
     gateway_addr: str = Field(
         "",
         pattern=r"^(https?://\S+)?$",

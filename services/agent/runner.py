@@ -22,14 +22,15 @@ from opentelemetry import trace
 
 from corral.domain import services, structs
 from corral.domain.dispatch import payload_file_problem
-from corral.domain.errors import ConfigError
+from corral.domain.errors import ConfigError, InvalidArgument, NotFound
 from corral.domain.jobspec.duration import format_duration
 from corral.domain.lifecycle import DEFAULT_LOG_MAX_FILE_SIZE_MB, DEFAULT_LOG_MAX_FILES
 from corral.domain.structs import ClientStatus, DesiredStatus, TaskStateName, copy_msg
 from corral.domain.template import block as template_block
 from corral.runtime import telemetry
+from corral.security import transport
 from corral.v1 import structs_pb2 as pb
-from services.agent import metrics, taskenv
+from services.agent import metrics, taskenv, volume_hook
 from services.agent.alloc_services import AllocServices
 from services.agent.allocdir import (
     CHROOT_ALLOC_DIR,
@@ -37,6 +38,7 @@ from services.agent.allocdir import (
     CHROOT_SECRETS_DIR,
     AllocDir,
 )
+from services.agent.artifacts import ArtifactError, Getter, artifact_key
 from services.agent.checks import Checker
 from services.agent.cpuset import Compute
 from services.agent.drivers.base import (
@@ -133,6 +135,9 @@ class TaskRunner:
         #: counters, whether the run loop finished (Nomad's LocalState)
         self.local: dict[str, Any] = {}
         self.stage = stage_of(task)
+        #: the environment of the current run (its workload identities'
+        #: tokens and its templates' variables included), for alloc exec
+        self.started_env: taskenv.TaskEnv | None = None
         #: the task's workload identities, when it exposes any; their files
         #: belong to the user the task runs as
         owner = task.user or (EXEC_DEFAULT_USER if task.driver == "exec" else "")
@@ -208,6 +213,11 @@ class TaskRunner:
     @property
     def running(self) -> bool:
         return self._handle is not None
+
+    @property
+    def handle(self) -> TaskHandle | None:
+        """The current run's (None between runs)."""
+        return self._handle
 
     def kill_timeout(self) -> float:
         """The task's kill_timeout, at most the client's max_kill_timeout."""
@@ -297,11 +307,16 @@ class TaskRunner:
             dirs=dirs,
             home=str(self.dir),
             resources=self.resources(),
+            region=transport.current().region,
         )
+
+    def group(self) -> pb.TaskGroup:
+        return structs.task_group(self.job, self.alloc.task_group) or pb.TaskGroup()
 
     def task_config(self, env: taskenv.TaskEnv) -> TaskConfig:
         r = self.resources()
         logs = self.task.log_config
+        mounts = volume_hook.mounts(self.alloc, self.group(), self.task, self.ar.node, env)
         return TaskConfig(
             alloc_id=self.alloc.id,
             name=self.name,
@@ -316,7 +331,30 @@ class TaskRunner:
             log_max_files=logs.max_files or DEFAULT_LOG_MAX_FILES,
             log_max_file_size_mb=logs.max_file_size_mb or DEFAULT_LOG_MAX_FILE_SIZE_MB,
             logs_disabled=logs.disabled,
+            mounts=mounts,
         )
+
+    async def fetch_artifacts(self, env: taskenv.TaskEnv) -> None:
+        """Nomad's artifact hook, before every start until each artifact was
+        fetched once ("Downloading Artifacts"; the ones fetched are kept in
+        the client state, so an adopted task's restart does not fetch them
+        again); ArtifactError when one fails."""
+        fetched = set(self.local.get("artifacts_fetched") or [])
+        if all(artifact_key(a) in fetched for a in self.task.artifacts):
+            return
+        self.event("Downloading Artifacts", "Client is downloading artifacts")
+        try:
+            await self.ar.getter.fetch_all(
+                list(self.task.artifacts),
+                env,
+                self.task_dir,
+                user=self.owner,
+                staging=self.state_dir / "artifacts",
+                done=fetched,
+            )
+        finally:
+            self.local["artifacts_fetched"] = sorted(fetched)
+            self._persist_local()
 
     # ---------------------------------------------------------------- templates
 
@@ -595,6 +633,12 @@ class TaskRunner:
             self.ar.alloc_dir.build()
             self.task_dir.build()
             self.write_payload()
+            volume_hook.check(
+                self.alloc, self.group(), self.task, self.ar.node, self.driver.capabilities
+            )
+        except volume_hook.VolumeError as exc:
+            self.event("Setup Failure", str(exc), fails_task=True)
+            return False
         except (OSError, ValueError) as exc:
             self.event("Setup Failure", f"failed to set up the task: {exc}", fails_task=True)
             return False
@@ -617,6 +661,7 @@ class TaskRunner:
             if self.identities is not None and self.identities.wanted:
                 env.env.update(await self.identities.setup())
                 self._renew_identities()
+            await self.fetch_artifacts(env)  # before templates, as Nomad's hooks
             await self._open_task_api(env)
             if self.templates is not None:
                 rendered = await self._prestart_templates()
@@ -626,6 +671,7 @@ class TaskRunner:
                     self.restarts.killed()
                     return False
                 env.env.update(rendered)  # template env overrides the task's, as Nomad's
+            self.started_env = env  # what alloc exec runs commands with
             with tracer.start_as_current_span("agent.start_task") as span:
                 span.set_attribute("task", self.name)
                 span.set_attribute("driver", self.task.driver)
@@ -636,6 +682,14 @@ class TaskRunner:
             self._persist_local()
             await self.kill_task(str(exc))
             self.restarts.killed()
+            return False
+        except ArtifactError as exc:
+            # Nomad's recoverable error: a failed start for the restart policy
+            self.started.set()
+            self.local.pop("launching", None)
+            self._persist_local()
+            self.event("Failed Artifact Download", str(exc), download_error=str(exc))
+            self.restarts.start_failed(str(exc))
             return False
         except TemplateHookError as exc:
             # Nomad's failed prestart hook: recoverable, the restart policy decides
@@ -893,6 +947,7 @@ class AllocRunner:
         checker: Checker | None = None,
         templates: TemplateClient | None = None,
         task_api: TaskAPI | None = None,
+        getter: Getter | None = None,
     ) -> None:
         """`node` is the client's own node: its attributes and meta resolve
         `${node.*}`, `${attr.*}` and `${meta.*}` in the tasks' specs. `db`
@@ -901,7 +956,8 @@ class AllocRunner:
         tasks' workload identities from the state; `sync` and `checker`
         are the agent's: with them the group's Nomad-provider services are
         registered and checked. `templates` and `task_api` are the agent's
-        too (the tasks' templates and Task API sockets)."""
+        too (the tasks' templates and Task API sockets), and `getter` (what
+        fetches the tasks' artifacts)."""
         self.alloc = alloc
         self.job = job
         self.node = node if node is not None else pb.Node(id=alloc.node_id)
@@ -912,6 +968,7 @@ class AllocRunner:
         #: serves their Task API sockets
         self.template_client = templates
         self.task_api = task_api
+        self.getter = getter or Getter()
         self.alloc_dir = AllocDir.of(data_dir, alloc.id)
         self.dir = self.alloc_dir.dir
         self.on_change = on_change
@@ -988,6 +1045,26 @@ class AllocRunner:
     def logs_disabled(self, task: str) -> bool:
         runner = self.task(task)
         return runner is not None and runner.task.log_config.disabled
+
+    @property
+    def job_id(self) -> str:
+        return self.alloc.job_id
+
+    def exec_target(self, task: str) -> tuple[Driver, TaskHandle, TaskConfig]:
+        """What `alloc exec` runs a command with: the task's driver, its
+        running handle and its config (Nomad's checks and codes: an unknown
+        task is a bad request, one not started or not running not found).
+        A task adopted after an agent restart has no started environment
+        kept: its command gets the task's environment built again."""
+        runner = self.task(task)
+        if runner is None:
+            raise InvalidArgument("task", f"unknown task name {task!r}")
+        if not runner.state.started_at:
+            raise NotFound(f"task {task!r} not started yet.")
+        handle = runner.handle
+        if handle is None or runner.state.state != TaskStateName.RUNNING:
+            raise NotFound(f"task {task!r} is not running.")
+        return runner.driver, handle, runner.task_config(runner.started_env or runner.task_env())
 
     # ---------------------------------------------------------------- services
 

@@ -47,8 +47,8 @@ from corral.v1 import structs_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-#: regions a query may name: Corral's one region
-REGIONS = ("", "global")
+#: the region of a Corral that is not federated (and of a query naming none)
+DEFAULT_REGION = "global"
 #: how long one blocking query waits before it is asked again (consul-template's
 #: block_query_wait is 60 s)
 BLOCK_WAIT_MS = 60_000
@@ -103,19 +103,29 @@ class GrpcFetcher:
     services, each carrying the task's workload identity (`token`)."""
 
     def __init__(
-        self, channel: grpc.aio.Channel, token: TokenSource, *, wait_ms: int = BLOCK_WAIT_MS
+        self,
+        channel: grpc.aio.Channel,
+        token: TokenSource,
+        *,
+        wait_ms: int = BLOCK_WAIT_MS,
+        region: str = DEFAULT_REGION,
     ) -> None:
         self.variables = variables_pb2_grpc.VariablesStub(channel)
         self.catalog = service_pb2_grpc.ServiceRegistrationStub(channel)
         self.token = token
         self.wait_ms = wait_ms
+        #: the agent's region: the only one a query may name. The task's
+        #: workload identity is signed by its region's keyring, which other
+        #: regions of a federation do not hold (they replicate ACLs, not keys)
+        self.region = region
 
     async def fetch(self, dep: Dependency, index: int) -> Answer:
         if isinstance(dep, FileDependency):
             raise QueryError(f"{dep} is not a cluster query", permanent=True)
-        if dep.region not in REGIONS:
+        if dep.region not in ("", self.region):
             raise QueryError(
-                f"{dep}: Corral has a single region, {REGIONS[1]!r}; got {dep.region!r}",
+                f"{dep}: a template reads its own region ({self.region!r}) only; "
+                f"got {dep.region!r}",
                 permanent=True,
             )
         metadata = ((TOKEN_METADATA_KEY, await self.token()),)
@@ -418,8 +428,10 @@ class TemplateClient:
     channel: grpc.aio.Channel
     retry: Retry = field(default_factory=Retry)
     wait_ms: int = BLOCK_WAIT_MS
+    region: str = DEFAULT_REGION
 
     def data(self, token: TokenSource) -> TemplateData:
         return TemplateData(
-            GrpcFetcher(self.channel, token, wait_ms=self.wait_ms), retry=self.retry
+            GrpcFetcher(self.channel, token, wait_ms=self.wait_ms, region=self.region),
+            retry=self.retry,
         )

@@ -38,10 +38,11 @@ class BrokerSettings(SettingsGroup):
         728, ge=1, description="cancelable evals written back in one batch"
     )
     cancel_backlog_pause: float = Field(
-        0.25,
+        0.0,
         ge=0,
         description="pause (s) before the next batch while more than a batch waits (an eval "
-        "storm; Nomad waits for the next ack or sweep, which takes minutes)",
+        "storm); 0 = back to back, one write in flight at a time, so other writes still "
+        "commit between two batches (Nomad writes one batch per ack or 5 s sweep)",
     )
     unblock_failed_interval: float = Field(
         60.0,

@@ -6,8 +6,10 @@
   job's pending heap (higher priority, then higher modify index, first);
 * unacked evals carry a per-dequeue token and a nack timer;
 * evals with `wait` / `wait_until` are held until then;
-* on ack, the job's pending evals other than the best are moved to the
-  cancelable set (seed 000): a storm of N updates costs about one run;
+* on ack, the job's pending evals that the run's snapshot covered are moved
+  to the cancelable set, and of the others all but the best (Nomad's rule,
+  seed 000), so a storm of N updates costs one run per burst of arrivals
+  during a run, and none after the last (`_supersede`);
 * past the delivery limit a nacked eval goes to the `_failed` queue;
 * while paused (the scheduler configuration's `pause_eval_broker`) nothing
   is handed out, but everything is still recorded, so unpausing loses
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from opentelemetry import trace
 
 from corral.domain.errors import FailedPrecondition, NotFound
-from corral.domain.structs import JobType, job_key
+from corral.domain.structs import EvalStatus, JobType, job_key
 from corral.runtime import telemetry
 from corral.v1 import structs_pb2 as pb
 from services.broker import metrics
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 FAILED_QUEUE = "_failed"
 
 JobKey = tuple[str, str]
+#: a ready or pending heap's entry: (-priority, create or -modify index, arrival, eval)
+QueueEntry = tuple[int, int, int, pb.Evaluation]
 
 tracer = telemetry.tracer("corral.broker")
 
@@ -61,6 +65,9 @@ class _Unack:
     #: outstanding (Eval.Update/Create/Reblock): Ack waits for its replica
     #: to reach it before reading the eval's status
     written_index: int = 0
+    #: the snapshot index of the run's `complete` outcome (Eval.Update): its
+    #: job's pending evals written at or below it were seen by that run
+    covered_index: int = 0
     queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
     #: when (Unix ns, this process's clock) it became ready for this dequeue
     enqueue_time: int = 0
@@ -88,6 +95,47 @@ class BrokerStats:
     waiting_by_scheduler: dict[str, int] = field(default_factory=dict)
 
 
+def covered_by(ev: pb.Evaluation, snapshot_index: int) -> bool:
+    """Whether a run of the same job on a snapshot at `snapshot_index` did
+    this pending eval's work: the eval was written at or below that index
+    (so was whatever triggered it: a job version, a node's status, a
+    deployment's progress, capacity freed), and it is not a delayed eval. A
+    delayed eval (`wait`, `wait_until`: a reschedule, a disconnect timeout,
+    a failed eval's follow-up, the next step of a rolling update) is work
+    for a later time, which a run before that time did not do; the
+    scheduler hands some of it to that very eval (an alloc's follow-up eval
+    id), so it is never canceled here."""
+    return (
+        snapshot_index > 0
+        and 0 < ev.modify_index <= snapshot_index
+        and ev.wait == 0
+        and ev.wait_until == 0
+    )
+
+
+def _supersede(
+    pending: list[QueueEntry], snapshot_index: int
+) -> tuple[list[pb.Evaluation], pb.Evaluation | None]:
+    """Split a job's pending evals when its run acks: the ones the run's
+    snapshot covered (`covered_by`) are superseded, and of the rest Nomad's
+    rule keeps the best (highest priority, then highest modify index) and
+    supersedes the others, whose work the best one's later run does.
+    Returns (superseded, the one to enqueue or None)."""
+    superseded: list[pb.Evaluation] = []
+    rest: list[QueueEntry] = []
+    for entry in pending:
+        if covered_by(entry[3], snapshot_index):
+            superseded.append(entry[3])
+        else:
+            rest.append(entry)
+    if not rest:
+        return superseded, None
+    heapq.heapify(rest)
+    best = heapq.heappop(rest)[3]
+    superseded.extend(entry[3] for entry in rest)
+    return superseded, best
+
+
 class EvalBroker:
     def __init__(
         self, settings: BrokerSettings, *, on_cancelable: Callable[[], None] | None = None
@@ -111,8 +159,8 @@ class EvalBroker:
         # "enqueued", handed to the worker with the dequeue (no state write)
         self._ready_at: dict[str, int] = {}
         self._job_evals: dict[JobKey, str] = {}  # job -> its ready/unacked eval
-        self._pending: dict[JobKey, list[tuple[int, int, int, pb.Evaluation]]] = {}
-        self._ready: dict[str, list[tuple[int, int, int, pb.Evaluation]]] = {}
+        self._pending: dict[JobKey, list[QueueEntry]] = {}
+        self._ready: dict[str, list[QueueEntry]] = {}
         self._unack: dict[str, _Unack] = {}
         self._requeue: dict[str, pb.Evaluation] = {}  # token -> eval to enqueue after its ack
         self._waiting: dict[str, asyncio.TimerHandle] = {}  # eval id -> release timer
@@ -382,6 +430,16 @@ class EvalBroker:
         if unack is not None and unack.token == token:
             unack.written_index = max(unack.written_index, index)
 
+    def note_outcome(self, eval_id: str, token: str, ev: pb.Evaluation) -> None:
+        """The outstanding eval's outcome was written: a `complete` run covered
+        its job as of its snapshot (`snapshot_index`), which the ack uses to
+        cancel the pending evals that snapshot already saw. Other outcomes
+        (blocked, failed) cover nothing."""
+        unack = self._unack.get(eval_id)
+        if unack is not None and unack.token == token:
+            covered = ev.snapshot_index if ev.status == EvalStatus.COMPLETE else 0
+            unack.covered_index = covered
+
     def written_index(self, eval_id: str) -> int:
         unack = self._unack.get(eval_id)
         return unack.written_index if unack is not None else 0
@@ -403,17 +461,17 @@ class EvalBroker:
             del self._job_evals[key]
         pending = self._pending.pop(key, None)
         if pending:
-            best = heapq.heappop(pending)[3]
-            # everything else was superseded by the plan this ack covers
-            for _, _, _, old in pending:
+            superseded, best = _supersede(pending, unack.covered_index)
+            for old in superseded:
                 self._evals.pop(old.id, None)
-                superseded = self._queued.pop(old.id, None)
-                if superseded is not None:
-                    superseded.set_attribute("eval.superseded", True)
-                    superseded.end()
+                span = self._queued.pop(old.id, None)
+                if span is not None:
+                    span.set_attribute("eval.superseded", True)
+                    span.end()
                 self._cancelable.append(old)
-            self._enqueue_locked(best, best.type)
-            if pending and self._on_cancelable is not None:
+            if best is not None:
+                self._enqueue_locked(best, best.type)
+            if superseded and self._on_cancelable is not None:
                 self._on_cancelable()
         requeued = self._requeue.pop(token, None)
         if requeued is not None:

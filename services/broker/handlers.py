@@ -3,9 +3,11 @@ leader; a standby answers UNAVAILABLE with the leader's address.
 
 Eval.Update/Create/Reblock check the worker's token (which also resets the
 eval's nack timer) and write through `State.UpsertEvals`, fenced with this
-leader's address. Eval.Ack refuses an eval still `pending` in the state
-(after waiting for the broker's replica to reach the eval's last write):
-the worker must write the outcome first, or nack.
+leader's address; a `complete` Update also tells the broker the run's
+snapshot index, so its ack cancels the pending evals that snapshot covered.
+Eval.Ack refuses an eval still `pending` in the state (after waiting for the
+broker's replica to reach the eval's last write): the worker must write the
+outcome first, or nack.
 """
 
 from __future__ import annotations
@@ -268,6 +270,7 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.broker.outstanding_reset(ev.id, request.token)
         index = await self.write([ev])
         self.broker.note_write(ev.id, request.token, index)
+        self.broker.note_outcome(ev.id, request.token, ev)
         return eval_pb2.EvalWriteResponse(index=index)
 
     async def Create(

@@ -1,8 +1,10 @@
 """What only the broker leader writes back to the state, in batches:
 
-* cancelable evals (superseded by an acked eval of the same job), paced by
-  acks plus a periodic sweep (seed 000), one batch at a time; a backlog
-  larger than a batch drains batch after batch with a short pause;
+* cancelable evals (covered or superseded by an acked eval of the same
+  job), woken by acks plus a periodic sweep (seed 000), one batch at a
+  time; a backlog larger than a batch drains batch after batch, back to back
+  (`cancel_backlog_pause`, 0 by default), at the state's write rate rather
+  than one batch per sweep (minutes for an eval storm's 100,000);
 * evals that reached the delivery limit: marked failed, with a follow-up
   eval after the failed follow-up delay (Nomad's reapFailedEvaluations);
 * duplicate blocked evals, canceled;
@@ -82,7 +84,8 @@ class Reaper:
                 self.wake.set()
                 continue
             if self.broker.has_cancelable():
-                await asyncio.sleep(self.settings.cancel_backlog_pause)
+                if self.settings.cancel_backlog_pause > 0:
+                    await asyncio.sleep(self.settings.cancel_backlog_pause)
                 self.wake.set()
 
     async def _flush(self) -> None:
@@ -108,8 +111,8 @@ class Reaper:
             except Exception:
                 self.blocked.duplicates[:0] = dups
                 raise
-        # one batch per wake (an ack or the sweep), as Nomad paces it, so a
-        # storm of cancelations does not hog the state's write path
+        # one batch per pass, so the released and duplicate evals above and
+        # other writers' calls are not kept waiting behind a whole storm
         if self.broker.has_cancelable():
             batch = self.broker.take_cancelable(self.settings.cancel_batch_size)
             canceled = []

@@ -27,6 +27,9 @@ from services.gateway.config import GatewaySettings
 
 log = logging.getLogger("services.gateway")
 
+#: the largest WebSocket message the gateway takes (alloc exec input)
+WS_MAX_BYTES = 1024 * 1024
+
 
 class GatewayProcess(runner.HttpRole):
     def __init__(self, settings: GatewaySettings) -> None:
@@ -46,6 +49,11 @@ class GatewayProcess(runner.HttpRole):
         )
         self.app = create_app(s, self.backend)
         return self.app
+
+    def server_options(self) -> dict[str, Any]:
+        # alloc exec's WebSocket: the sans-I/O implementation (a dependency),
+        # messages bounded (an exec's stdin comes in small pieces)
+        return {"ws": "wsproto", "ws_max_size": WS_MAX_BYTES}
 
     async def on_started(self) -> None:
         self._probe = asyncio.create_task(self._first_contact(), name="state-probe")

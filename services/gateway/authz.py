@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from corral.domain.errors import PermissionDenied
 from corral.security import acl
@@ -139,15 +139,16 @@ async def resolve(request: Request) -> Resolved | None:
         return None
 
 
-async def check(request: Request, need: Need) -> None:
-    """Refuse with 403 unless the request's token meets a `gateway` need."""
+async def check(request: Request, need: Need, namespace: str = "") -> None:
+    """Refuse with 403 unless the request's token meets a `gateway` need in
+    `namespace` (default: the request's `?namespace=`)."""
     try:
         resolved = await resolve(request)
     except PermissionDenied:
         raise NomadError(403, "Permission denied") from None
     if resolved is None:
         return
-    namespace = request.query_params.get("namespace") or acl.DEFAULT_NAMESPACE
+    namespace = namespace or request.query_params.get("namespace") or acl.DEFAULT_NAMESPACE
     if not allows(resolved.acl, need, namespace):
         raise NomadError(403, "Permission denied")
 
@@ -155,7 +156,9 @@ async def check(request: Request, need: Need) -> None:
 def _guarded(endpoint: Endpoint, needs: Mapping[str, Need]) -> Endpoint:
     async def guarded(request: Request) -> Response:
         need = needs.get(request.method) or needs.get("GET")
-        if need is not None and need.gateway:
+        # a per-object need is checked by the handler, once it knows the
+        # object's namespace (a job body's `Namespace`)
+        if need is not None and need.gateway and not need.per_object:
             await check(request, need)
         return await endpoint(request)
 
@@ -175,6 +178,15 @@ class ApiRoute(Route):
         if "GET" in self.needs:
             self.needs.setdefault("HEAD", self.needs["GET"])
         super().__init__(path, _guarded(endpoint, self.needs), methods=list(needs), **kw)
+
+
+class ApiWebSocketRoute(WebSocketRoute):
+    """A WebSocket route and what its caller's token needs (its RPC decides:
+    the socket opens first, and a refusal closes it, as Nomad's)."""
+
+    def __init__(self, path: str, endpoint: Any, need: Need, **kw: Any) -> None:
+        self.needs: dict[str, Need] = {"GET": need, "HEAD": need}
+        super().__init__(path, endpoint, **kw)
 
 
 def needs_of(route: Any) -> dict[str, Need]:

@@ -30,6 +30,7 @@ from corral.v1 import (
     eval_pb2,
     eval_pb2_grpc,
     event_pb2_grpc,
+    federation_pb2_grpc,
     job_pb2_grpc,
     keyring_pb2_grpc,
     namespace_pb2_grpc,
@@ -42,6 +43,7 @@ from corral.v1 import (
     plan_pb2_grpc,
     scaling_pb2_grpc,
     service_pb2_grpc,
+    system_pb2_grpc,
     variables_pb2_grpc,
 )
 
@@ -100,6 +102,8 @@ class Backend:
         self.scaling = scaling_pb2_grpc.ScalingStub(self.channel)
         self.variables = variables_pb2_grpc.VariablesStub(self.channel)
         self.keyring = keyring_pb2_grpc.KeyringStub(self.channel)
+        self.federation = federation_pb2_grpc.FederationStub(self.channel)
+        self.system = system_pb2_grpc.SystemStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
         #: request tokens resolved by the state (ACL.ResolveToken) and compiled
         #: as every server compiles them, for the few routes the gateway
@@ -108,8 +112,8 @@ class Backend:
         self.tokens = RemoteResolver(self.channel, ttl=TOKEN_TTL, miss_ttl=TOKEN_TTL)
         self._broker_addr = broker_addr
         self._planner_addr = planner_addr
-        self._leaders: dict[str, LeaderChannel] = {}
-        self._agents: dict[str, grpc.aio.Channel] = {}
+        self._leaders: dict[tuple[str, str], LeaderChannel] = {}
+        self._agents: dict[tuple[str, str], grpc.aio.Channel] = {}
 
     async def healthy(self, timeout: float = 5.0) -> str:
         """'' when the state service answers its gRPC health check as
@@ -124,30 +128,41 @@ class Backend:
             return f"state service {self.state_addr} is not serving"
         return ""
 
-    # -- the agents (task logs, resource usage) -----------------------------
+    # -- the agents (task logs and files, resource usage, exec) ------------
 
-    def _agent(self, address: str) -> grpc.aio.Channel:
-        ch = self._agents.get(address)
+    def _agent(self, address: str, region: str) -> grpc.aio.Channel:
+        ch = self._agents.get((address, region))
         if ch is None:
-            ch = self._agents[address] = transport.dial(
-                address, peer="client", settings=self.security, options=_OPTIONS
+            ch = self._agents[(address, region)] = transport.dial(
+                address, peer="client", settings=self.security, options=_OPTIONS, region=region
             )
         return ch
 
-    def client_alloc(self, address: str) -> alloc_pb2_grpc.ClientAllocAsyncStub:
-        """The ClientAlloc service of the agent at `address` (Node.http_addr)."""
-        return alloc_pb2_grpc.ClientAllocStub(self._agent(address))
+    def client_alloc(self, address: str, region: str = "") -> alloc_pb2_grpc.ClientAllocAsyncStub:
+        """The ClientAlloc service of the agent at `address` (Node.http_addr),
+        a client of `region` (default the gateway's own)."""
+        return alloc_pb2_grpc.ClientAllocStub(self._agent(address, region))
 
-    def client_stats(self, address: str) -> node_pb2_grpc.ClientStatsAsyncStub:
-        """The ClientStats service of the agent at `address`."""
-        return node_pb2_grpc.ClientStatsStub(self._agent(address))
+    def client_fs(self, address: str, region: str = "") -> alloc_pb2_grpc.ClientFSAsyncStub:
+        """The ClientFS service (alloc files) of the agent at `address`, of `region`."""
+        return alloc_pb2_grpc.ClientFSStub(self._agent(address, region))
+
+    def client_stats(self, address: str, region: str = "") -> node_pb2_grpc.ClientStatsAsyncStub:
+        """The ClientStats service of the agent at `address`, of `region`."""
+        return node_pb2_grpc.ClientStatsStub(self._agent(address, region))
 
     # -- the singleton roles' statistics -----------------------------------
 
-    async def _leader(self, role: str, configured: str, metadata: Metadata) -> LeaderChannel | None:
-        if role in self._leaders:
-            return self._leaders[role]
-        addresses = _split(configured)
+    async def _leader(
+        self, role: str, configured: str, metadata: Metadata, region: str = ""
+    ) -> LeaderChannel | None:
+        """A channel following the `role` leader of `region` (default the
+        gateway's own: the configured addresses, else the registered
+        members; another region's: its registered members, asked through
+        the state, which forwards the question there)."""
+        if (role, region) in self._leaders:
+            return self._leaders[(role, region)]
+        addresses = [] if region else _split(configured)
         if not addresses:
             # not configured: ask the state who is registered in that role
             resp = await self.operator.Members(
@@ -157,15 +172,17 @@ class Backend:
             addresses = [m.address for m in members if m.address]
         if not addresses:
             return None
-        ch = self._leaders[role] = LeaderChannel(
-            addresses, retry_budget=5.0, settings=self.security
+        ch = self._leaders[(role, region)] = LeaderChannel(
+            addresses, retry_budget=5.0, settings=self.security, region=region
         )
         return ch
 
-    async def broker_stats(self, metadata: Metadata) -> eval_pb2.BrokerStats | None:
-        """Eval.Stats from the broker leader (needs operator:read); None
-        when no broker is known."""
-        ch = await self._leader("broker", self._broker_addr, metadata)
+    async def broker_stats(
+        self, metadata: Metadata, region: str = ""
+    ) -> eval_pb2.BrokerStats | None:
+        """Eval.Stats from the broker leader of `region` (needs
+        operator:read); None when no broker is known."""
+        ch = await self._leader("broker", self._broker_addr, metadata, region)
         if ch is None:
             return None
         stats: eval_pb2.BrokerStats = await ch.call(
@@ -175,9 +192,9 @@ class Backend:
         )
         return stats
 
-    async def plan_stats(self, metadata: Metadata) -> plan_pb2.PlanStats | None:
-        """Plan.Stats from the planner leader (needs operator:read)."""
-        ch = await self._leader("planner", self._planner_addr, metadata)
+    async def plan_stats(self, metadata: Metadata, region: str = "") -> plan_pb2.PlanStats | None:
+        """Plan.Stats from the planner leader of `region` (needs operator:read)."""
+        ch = await self._leader("planner", self._planner_addr, metadata, region)
         if ch is None:
             return None
         stats: plan_pb2.PlanStats = await ch.call(

@@ -10,6 +10,9 @@ Nomad's conventions, as its HTTP API documents them:
   `X-Nomad-LastContact`; a paginated list adds `X-Nomad-NextToken`;
 * the ACL token comes as `X-Nomad-Token`, or `Authorization: Bearer`, or
   (for clients that cannot set headers) `?token=`;
+* `?region=` names the region a request is for: it travels with every
+  gRPC call the request causes (`x-corral-region`), and the state server
+  forwards the call to that region (none: the gateway's own region);
 * errors are plain text with the status code (400, 403 "Permission denied",
   404, 405 "Invalid method", 500).
 """
@@ -24,13 +27,23 @@ from typing import Any
 
 import grpc
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from corral.domain.errors import CorralError, PermissionDenied, Unavailable, bounded_message
+from corral.domain.errors import (
+    FIELD_METADATA_KEY,
+    NO_REGION_PATH,
+    CorralError,
+    PermissionDenied,
+    Unavailable,
+    bounded_message,
+)
 from corral.domain.jobspec import limits
 from corral.domain.jobspec.duration import parse_duration
+from corral.domain.jobspec.json import nomad_path
+from corral.runtime.settings import REGION_NAME
 from corral.security.access import MAX_PUBLIC_REQUEST_BYTES
+from corral.security.transport import REGION_METADATA_KEY
 from corral.v1 import query_pb2
 from services.gateway import filter as bexpr
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend, token_metadata
@@ -71,7 +84,7 @@ def unserved(what: str) -> NomadError:
     return NomadError(501, f"{what} is not served by Corral's gateway (see docs/http-api.md)")
 
 
-def token_of(request: Request) -> str:
+def token_of(request: HTTPConnection) -> str:
     """The ACL secret the request carries ('' for none)."""
     token = request.headers.get("x-nomad-token", "").strip()
     if token:
@@ -80,6 +93,22 @@ def token_of(request: Request) -> str:
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
     return request.query_params.get("token", "").strip()
+
+
+def region_of(request: Request) -> str:
+    """The region `?region=` names ('' for none: the gateway's own)."""
+    region = request.query_params.get("region", "").strip()
+    if region and not REGION_NAME.match(region):
+        raise bad_request(f"Invalid region: {region[:100]!r}")
+    return region
+
+
+def call_metadata(token: str, region: str) -> list[tuple[str, str]]:
+    """gRPC call metadata: the request's token and the region it is for."""
+    pairs = token_metadata(token)
+    if region:
+        pairs.append((REGION_METADATA_KEY, region))
+    return pairs
 
 
 def _int_param(request: Request, name: str, default: int = 0) -> int:
@@ -176,7 +205,7 @@ class QueryOptions:
             index=_int_param(request, "index"),
             wait_ms=parse_wait(wait) if wait else 0,
             namespace=q.get("namespace", "") or "default",
-            region=q.get("region", ""),
+            region=region_of(request),
             prefix=q.get("prefix", ""),
             per_page=per_page,
             next_token=q.get("next_token", ""),
@@ -188,8 +217,8 @@ class QueryOptions:
 
     @property
     def metadata(self) -> list[tuple[str, str]]:
-        """gRPC call metadata carrying the request's token."""
-        return token_metadata(self.token)
+        """gRPC call metadata carrying the request's token and region."""
+        return call_metadata(self.token, self.region)
 
     @property
     def blocking(self) -> bool:
@@ -215,9 +244,10 @@ class QueryOptions:
         )
 
 
-def metadata_of(request: Request) -> list[tuple[str, str]]:
-    """gRPC call metadata for a write (only the token)."""
-    return token_metadata(token_of(request))
+def metadata_of(request: Request, region: str | None = None) -> list[tuple[str, str]]:
+    """gRPC call metadata for a write: the token, and the region (`?region=`
+    unless `region` is given)."""
+    return call_metadata(token_of(request), region_of(request) if region is None else region)
 
 
 def respond(
@@ -292,7 +322,7 @@ async def json_body(request: Request) -> Any:
 
 # -- errors ----------------------------------------------------------------
 
-_GRPC_TO_HTTP = {
+GRPC_TO_HTTP = {
     grpc.StatusCode.NOT_FOUND: 404,
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 400,
@@ -317,7 +347,7 @@ def grpc_error_response(exc: grpc.aio.AioRpcError) -> PlainTextResponse:
     """Nomad's error for a failed gRPC call. Permission errors answer Nomad's
     exact "Permission denied" text (clients match on it)."""
     code = exc.code()
-    status = _GRPC_TO_HTTP.get(code, 500)
+    status = GRPC_TO_HTTP.get(code, 500)
     details = _one_line(exc.details() or "")
     if status == 403:
         message = "Permission denied"
@@ -326,11 +356,27 @@ def grpc_error_response(exc: grpc.aio.AioRpcError) -> PlainTextResponse:
         # server's exception text, which no caller is shown
         log.warning("gRPC call failed: %s %s", code.name, details)
         message = f"internal error ({code.name.lower()}; details in the gateway's log)"
+    elif status == 503 and details.startswith(NO_REGION_PATH):
+        message = details  # another region is unreachable, not ours
     elif status == 503:
         message = f"No cluster leader or the state service is unreachable: {details}"
     else:
         message = details or code.name.lower().replace("_", " ")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            message = _in_nomads_words(exc, message)
     return PlainTextResponse(message, status_code=status)
+
+
+def _in_nomads_words(exc: grpc.aio.AioRpcError, message: str) -> str:
+    """A state's refusal of a job names the field by its proto path
+    (`job.task_groups[0].count: ...`, in its trailing metadata too); the
+    caller sent Nomad's JSON, so it reads `Job.TaskGroups[0].Count: ...`."""
+    field = next((str(v) for k, v in exc.trailing_metadata() or () if k == FIELD_METADATA_KEY), "")
+    if not (field == "job" or field.startswith(("job.", "job["))):
+        return message
+    if not message.startswith(field):
+        return message
+    return nomad_path(field) + message[len(field) :]
 
 
 async def handle_grpc_error(request: Request, exc: Exception) -> Response:

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 POLICIES_TABLE = "acl_policies"
 TOKENS_TABLE = "acl_tokens"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_TOKEN_COLUMNS = (
+TOKEN_COLUMNS = (
     "accessor_id, name, type, policies, global, create_time, expiration_time, "
     "create_index, modify_index"
 )
@@ -61,7 +61,7 @@ def from_ns(ns: int) -> datetime | None:
 
 
 def token_from_row(row: Sequence[Any]) -> acl_pb2.ACLToken:
-    """An ACLToken (never with a secret) from the `_TOKEN_COLUMNS` of a row."""
+    """An ACLToken (never with a secret) from the `TOKEN_COLUMNS` of a row."""
     return acl_pb2.ACLToken(
         accessor_id=row[0],
         name=row[1],
@@ -91,14 +91,15 @@ async def _rows(db: Database, sql: str, params: Sequence[Any] = ()) -> list[tupl
         return await cur.fetchall()
 
 
-async def table_index(db: Database, tables: Sequence[str]) -> int:
-    """The last index that wrote any of `tables` (at least 1)."""
+async def table_index(db: Database, tables: Sequence[str], floor: int = 1) -> int:
+    """The last index that wrote any of `tables` (at least `floor`: reads
+    answer 1 for tables never written, as every blocking index is >= 1)."""
     rows = await _rows(
         db,
         "SELECT coalesce(max(index), 0) FROM table_indexes WHERE name = ANY(%s)",
         (list(tables),),
     )
-    return max(1, int(rows[0][0]) if rows else 0)
+    return max(floor, int(rows[0][0]) if rows else 0)
 
 
 async def list_policies(db: Database, *, with_rules: bool = False) -> list[acl_pb2.ACLPolicy]:
@@ -132,22 +133,33 @@ def _policy(row: Sequence[Any]) -> acl_pb2.ACLPolicy:
 
 
 async def list_tokens(db: Database) -> list[acl_pb2.ACLToken]:
-    rows = await _rows(db, f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens ORDER BY accessor_id")
+    rows = await _rows(db, f"SELECT {TOKEN_COLUMNS} FROM acl_tokens ORDER BY accessor_id")
     return [token_from_row(r) for r in rows]
 
 
 async def get_token(db: Database, accessor_id: str) -> acl_pb2.ACLToken | None:
     rows = await _rows(
-        db, f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens WHERE accessor_id = %s", (accessor_id,)
+        db, f"SELECT {TOKEN_COLUMNS} FROM acl_tokens WHERE accessor_id = %s", (accessor_id,)
     )
     return token_from_row(rows[0]) if rows else None
+
+
+async def any_global(db: Database, accessor_ids: Sequence[str]) -> bool:
+    """Whether any of these tokens is global (its writes belong to the
+    authoritative region of a federation)."""
+    rows = await _rows(
+        db,
+        "SELECT 1 FROM acl_tokens WHERE global AND accessor_id = ANY(%s) LIMIT 1",
+        (list(accessor_ids),),
+    )
+    return bool(rows)
 
 
 async def token_by_secret(db: Database, secret_id: str) -> acl_pb2.ACLToken | None:
     """The token whose secret is `secret_id`, looked up by its hash."""
     rows = await _rows(
         db,
-        f"SELECT {_TOKEN_COLUMNS} FROM acl_tokens WHERE secret_hash = %s",
+        f"SELECT {TOKEN_COLUMNS} FROM acl_tokens WHERE secret_hash = %s",
         (acl.secret_hash(secret_id),),
     )
     return token_from_row(rows[0]) if rows else None

@@ -17,8 +17,11 @@ from services.state.app_context import StateContext
 from services.state.call_limits import CallLimits
 from services.state.config import StateSettings as StateSettings  # tests build it from here
 from services.state.db.database import Database, translate_error
+from services.state.federation import replication
+from services.state.federation.links import Federation
+from services.state.federation.replication import Replicator
 from services.state.feed import ChangeFeed
-from services.state.handlers import acl, node
+from services.state.handlers import acl, federation, node
 from services.state.handlers.state import StateServicer, add_state_servicer
 from services.state.heartbeat import Drainer, Heartbeats
 from services.state.keyring_leader import KeyringLeader
@@ -47,6 +50,23 @@ class StateApp:
         )
         # the state resolves ACL tokens from its own database
         self.server.guard.resolver = self.ctx.acl
+        # the other regions: calls for them are forwarded over these links
+        self.federation = Federation(
+            self.db,
+            settings.security.region,
+            settings.federation,
+            settings.security,
+            self.ctx.limits,
+        )
+        self.ctx.federation = self.federation
+        self.server.forwarder = self.federation
+        self.replicator = Replicator(
+            self.federation,
+            self.db,
+            self.ctx.write,
+            self.ctx.acl.invalidate,
+            settings.federation.replication_backoff,
+        )
         self.heartbeats = Heartbeats(self.ctx, settings.heartbeat)
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
         self.token_gc = TokenGC(self.ctx, settings.acl)
@@ -66,10 +86,14 @@ class StateApp:
         await self.server.start()
         self.ctx.address = self.settings.advertise or self.server.bound_address
         self.ctx.member_id = new_member_id("state")
+        self.federation.address = self.ctx.address
         await self._register_self()
         self.election = LeaderElection(self.settings.dsn, "state", self.ctx.address)
         self._tasks.append(asyncio.create_task(self._retention_loop(), name="log-retention"))
         self._tasks.append(asyncio.create_task(self._member_loop(), name="member"))
+        self._tasks.append(
+            asyncio.create_task(self.federation.run(self.server.shutting_down), name="federation")
+        )
         self._tasks.append(
             asyncio.create_task(
                 self.ctx.acl.follow(self.feed, self.server.shutting_down), name="acl-cache"
@@ -105,6 +129,11 @@ class StateApp:
             asyncio.create_task(self.keyring_leader.run_keyring(), name="keyring-leader"),
             asyncio.create_task(self.keyring_leader.run_locks(), name="variable-locks"),
         ]
+        if self.settings.security.acl_enabled and not self.federation.authoritative:
+            # Nomad's leader replicates ACLs from the authoritative region
+            self._term.append(
+                asyncio.create_task(self.replicator.run(self.ctx.member_id), name="acl-replication")
+            )
         log.info("state leader: tracking %d node heartbeats", len(self.feed.snapshot().nodes))
         # `operator members` shows the new leader now, not at the next refresh
         await self._refresh_member()
@@ -128,6 +157,10 @@ class StateApp:
         handlers.register(self.server, self.ctx)
         node.register(self.server, self.ctx, self.heartbeats, self.leader_address)
         acl.register(self.server, self.ctx, self.settings.acl)
+        federation.register(self.server, self.ctx, self.federation, self._is_leader)
+
+    def _is_leader(self) -> bool:
+        return self.election is not None and self.election.is_leader
 
     async def stop(self) -> None:
         metrics.CLUSTER.remove_source(self._leader_view)
@@ -140,6 +173,7 @@ class StateApp:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.federation.close()
         await self.feed.stop()
         await self.db.close()
 
@@ -156,6 +190,9 @@ class StateApp:
             version="1",
             leader=self.election is not None and self.election.is_leader,
         )
+        if member.leader and self.federation.replication.enabled:
+            # any state process answers with the leader's replication status
+            member.tags[replication.TAG] = replication.status_tag(self.federation.replication)
         await self.db.touch_member(
             member.id, member.role, member.address, member.SerializeToString()
         )

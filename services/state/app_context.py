@@ -22,6 +22,7 @@ from services.state.acl import DatabaseResolver
 from services.state.call_limits import CallLimits
 from services.state.config import KeyringSettings
 from services.state.db.database import Database, WriteTx
+from services.state.federation.links import Federation
 from services.state.feed import ChangeFeed
 from services.state.identities import Identities
 from services.state.keyring import Keyring
@@ -44,6 +45,8 @@ class StateContext:
     stream_stall_timeout: float = STALL_TIMEOUT_S
     keyring_settings: KeyringSettings = field(default_factory=KeyringSettings)
     region: str = "global"
+    #: the links to the other regions of a federation (set by the state app)
+    federation: Federation | None = None
     batcher: WriteBatcher = field(init=False)
     #: tokens to ACLs, from the database (the access interceptor's Resolver)
     acl: DatabaseResolver = field(init=False)

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from corral.runtime.settings import Dsn, Option, ServerSettings, SettingsGroup
+from corral.runtime.settings import (
+    ADDRESS,
+    OPTIONAL_REGION_PATTERN,
+    REGION_NAME,
+    Dsn,
+    Option,
+    ServerSettings,
+    SettingsGroup,
+)
 
 
 class HeartbeatSettings(SettingsGroup):
@@ -111,6 +119,79 @@ class KeyringSettings(SettingsGroup):
     )
 
 
+def _peers(value: Any) -> Any:
+    """`REGION=ADDR` or `ADDR` items, from repeated flags or one
+    comma-separated variable (a region may be named several times)."""
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            return value
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            region, sep, address = part.rpartition("=")
+            if sep and not REGION_NAME.match(region):
+                raise ValueError(f"{part!r}: {region!r} is not a region name")
+            if not ADDRESS.match(address):
+                raise ValueError(f"{part!r}: expects REGION=HOST:PORT or HOST:PORT")
+            out.append(part)
+    return out
+
+
+class FederationSettings(SettingsGroup):
+    """This region's place in a federation of regions (docs/operations.md
+    "Federation"): the other regions' state servers, where they reach this
+    region, and the region whose ACL policies and global tokens every
+    region follows."""
+
+    ENV_PREFIX: ClassVar[str | None] = "CORRAL_FEDERATION_"
+    FLAG_PREFIX: ClassVar[str | None] = "--federation-"
+
+    peers: Annotated[
+        list[str],
+        BeforeValidator(_peers),
+        Option(flag="--federation-peer", env="CORRAL_FEDERATION_PEERS", repeatable=True),
+    ] = Field(
+        default_factory=list,
+        description=(
+            "another region's state servers: REGION=HOST:PORT, or HOST:PORT to learn the region "
+            "from its answer (repeatable; comma-separated in the variable). Regions joined with "
+            "`corral server join` are kept in the database instead"
+        ),
+    )
+    advertise: str = Field(
+        "",
+        description=(
+            "the host:port other regions reach this region's state servers at, e.g. a load "
+            "balancer (default: the addresses of this region's state processes)"
+        ),
+    )
+    probe_interval: float = Field(
+        5.0, gt=0, description="seconds between health probes of each link to another region"
+    )
+    authoritative_region: Annotated[
+        str, Option(flag="--authoritative-region", env="CORRAL_AUTHORITATIVE_REGION")
+    ] = Field(
+        "",
+        pattern=OPTIONAL_REGION_PATTERN,
+        description=(
+            "the region that owns ACL policies and global tokens (Nomad's authoritative_region): "
+            "other regions forward their writes to it and replicate them from it "
+            "(default: this region)"
+        ),
+    )
+    replication_backoff: Annotated[
+        float,
+        Option(flag="--acl-replication-backoff", env="CORRAL_ACL_REPLICATION_BACKOFF"),
+    ] = Field(
+        2.0,
+        gt=0,
+        description="seconds ACL replication waits after a failure before it tries again",
+    )
+
+
 class StateSettings(ServerSettings):
     """A state process (migrations, change feed, every write, the public API);
     several may share one database."""
@@ -153,3 +234,4 @@ class StateSettings(ServerSettings):
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     acl: ACLSettings = Field(default_factory=ACLSettings)
     keyring: KeyringSettings = Field(default_factory=KeyringSettings)
+    federation: FederationSettings = Field(default_factory=FederationSettings)

@@ -36,6 +36,25 @@ BATCH_SIZE = Histogram(
     buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500),
 )
 
+# ------------------------------------------------------------ federation
+
+FEDERATION_FORWARDED = Counter(
+    "corral_federation_forwarded_total",
+    "Calls forwarded to another region, by region and outcome (forwarded, unreachable) "
+    "(nomad.rpc.cross-region)",
+    ["region", "outcome"],
+)
+FEDERATION_LINK_ALIVE = Gauge(
+    "corral_federation_link_alive",
+    "1 while at least one state server of the region answered this process's last probe",
+    ["region"],
+)
+ACL_REPLICATION_LAST_SUCCESS = Gauge(
+    "corral_acl_replication_last_success_timestamp_seconds",
+    "When ACL replication from the authoritative region last succeeded (state leader of "
+    "a non-authoritative region)",
+)
+
 WAITING_CALLS = Gauge(
     "corral_state_waiting_calls",
     "Blocking queries and streams this state process holds open now",

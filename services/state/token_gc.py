@@ -29,18 +29,21 @@ NS_PER_S = 1_000_000_000
 
 async def collect_expired(ctx: StateContext, threshold_ns: int) -> list[str]:
     """Delete the tokens that expired more than `threshold_ns` ago; their
-    accessor ids."""
+    accessor ids. Outside the authoritative region of a federation only
+    local ones: global tokens are the authority's to collect (Nomad's
+    leader does the same), and their deletion is replicated here."""
     before = time.time_ns() - threshold_ns
+    local_only = ctx.federation is not None and not ctx.federation.authoritative
     async with ctx.db.read() as conn:
         cur = await conn.execute(
             "SELECT 1 FROM acl_tokens WHERE expiration_time IS NOT NULL "
-            "AND expiration_time < %s LIMIT 1",
-            (from_ns(before),),
+            "AND expiration_time < %s AND NOT (global AND %s) LIMIT 1",
+            (from_ns(before), local_only),
         )
         if await cur.fetchone() is None:
             return []
     async with ctx.write() as tx:
-        deleted = await delete_expired_tokens(tx, before)
+        deleted = await delete_expired_tokens(tx, before, local_only=local_only)
     if deleted:
         log.info("deleted %d expired ACL token(s)", len(deleted))
     return deleted

@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ import grpc
 import nomad
 import pytest
 
+from corral.testing import mock
+from corral.v1 import node_pb2
 from services.gateway.backend import Backend, token_metadata
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.wait import wait_for
@@ -266,6 +269,16 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     bad["Job"]["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"] = -5
     status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(bad).encode())
     assert status == 400 and "memory" in body.lower(), body
+    # errors name the fields as the caller sent them (Nomad's JSON), whether
+    # the gateway's parse refuses them or the state's checks
+    three = web_job("three")
+    three["Job"]["TaskGroups"][0]["Count"] = "three"
+    status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(three).encode())
+    assert (status, body) == (400, "Job.TaskGroups[0].Count: expected a whole number, got 'three'")
+    crowded = web_job("crowded")
+    crowded["Job"]["TaskGroups"][0]["Meta"] = {f"k{i}": "v" for i in range(1001)}
+    status, _, body = http(dev, "PUT", "/v1/jobs", json.dumps(crowded).encode())
+    assert status == 400 and body.startswith("Job.TaskGroups[0].Meta: "), body
     status, _, body = http(dev, "GET", "/v1/job/no-such-job")
     assert status == 404, body
     # values out of their field's range are the caller's mistake, not a 500
@@ -284,13 +297,13 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "GET", "/v1/volumes")
     assert status == 501 and "docs/http-api.md" in body
-    status, _, body = http(dev, "POST", "/v1/node/some-node/purge")
+    status, _, body = http(dev, "POST", "/v1/node/some-node/meta")
     assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/node/some-node/drain")
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "DELETE", "/v1/job/some-job/summary")
     assert (status, body) == (405, "Invalid method")
-    status, _, body = http(dev, "POST", "/v1/job/some-job/evaluate")
+    status, _, body = http(dev, "POST", "/v1/job/some-job/actions")
     assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/jobs?index=1&wait=soon")
     assert status == 400 and "wait" in body
@@ -413,6 +426,241 @@ def test_plan_versions_revert_dispatch_and_periodic_force(dev: DevProcess) -> No
     assert children[0]["ParentID"] == "cron"
 
 
+def test_the_gateway_counts_requests_by_route_template(dev: DevProcess) -> None:
+    http(dev, "GET", "/v1/jobs")
+    http(dev, "GET", "/v1/job/no-such-job")
+    http(dev, "GET", "/v1/no/such/endpoint")
+    address = dev.info["roles"]["gateway"]["metrics"]
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    assert 'corral_http_requests_total{code="200",method="GET",route="/v1/jobs"}' in text
+    assert 'code="404",method="GET",route="/v1/job/{job_id:path}"' in text
+    assert 'route="/v1/{rest:path}"' in text
+    assert "no-such-job" not in text  # ids never become label values
+    assert "grpc_client_handled_total{" in text
+
+
+def test_validate_job(dev: DevProcess) -> None:
+    n = client(dev)
+    # python-nomad answers this one as the `requests` response, unparsed
+    good = n.validate.validate_job(web_job("checked")).json()
+    assert good["ValidationErrors"] is None and good["Error"] == "", good
+    assert good["DriverConfigValidated"] is True
+    bad = web_job("checked")
+    bad["Job"]["TaskGroups"][0]["Count"] = -1
+    answer = n.validate.validate_job(bad).json()
+    assert answer["ValidationErrors"] == ["Job.TaskGroups[0].Count: must not be negative"]
+    assert answer["Error"] == answer["ValidationErrors"][0]
+    # nothing was written
+    with pytest.raises(nomad.api.exceptions.URLNotFoundNomadException):
+        n.job.get_job("checked")
+    status, _, body = http(dev, "PUT", "/v1/validate/job", b"{}")
+    assert (status, body) == (400, "Job must be specified")
+    # read-job in the job's namespace, as Nomad's Job.Validate
+    status, _, _ = http(dev, "PUT", "/v1/validate/job", json.dumps(web_job("c")).encode(), "")
+    assert status == 403
+
+
+def test_agent_members_are_the_state_servers(dev: DevProcess) -> None:
+    """Nomad's server members: here the state servers of every region the
+    state knows (one region: its own), as api.AgentMember."""
+    members = client(dev).agent.get_members()
+    assert members["ServerRegion"] == "global", members
+    assert members["Members"], members
+    for m in members["Members"]:
+        assert m["Status"] == "alive" and m["Addr"] and 0 < m["Port"] < 2**16, m
+        assert m["Tags"]["region"] == "global", m
+    assert any(m["Tags"]["leader"] == "true" for m in members["Members"]), members
+    status, _, _ = http(dev, "GET", "/v1/agent/members", token="")
+    assert status == 403
+
+
+def test_metrics_in_json_and_for_prometheus(dev: DevProcess) -> None:
+    http(dev, "GET", "/v1/regions")
+    summary = client(dev).metrics.get_metrics()
+    routes = {c["Labels"].get("route") for c in summary["Counters"]}
+    assert "/v1/regions" in routes, summary["Counters"]
+    assert isinstance(summary["Gauges"], list) and summary["Timestamp"]
+    status, headers, text = http(dev, "GET", "/v1/metrics?format=prometheus", token="")
+    assert status == 200 and headers["content-type"].startswith("text/plain"), headers
+    assert 'corral_http_requests_total{code="200",method="GET",route="/v1/regions"}' in text
+
+
+def test_prefix_search(dev: DevProcess) -> None:
+    n = client(dev)
+    for job_id in ("srch-a", "srch-b"):
+        n.jobs.register_job(web_job(job_id))
+    found = n.search.search("srch-", "jobs")
+    assert found["Matches"] == {"jobs": ["srch-a", "srch-b"]}, found
+    assert found["Truncations"] == {"jobs": False}
+    evals = n.job.get_evaluations("srch-a")
+    everything = n.search.search(evals[0]["ID"][:7], "all")
+    assert evals[0]["ID"] in everything["Matches"]["evals"], everything
+    assert {"jobs", "allocs", "nodes", "evals", "deployment", "namespaces"} <= set(
+        everything["Matches"]
+    )
+    nodes = n.nodes.get_nodes()
+    assert n.search.search(nodes[0]["ID"][:4], "nodes")["Matches"]["nodes"] == [nodes[0]["ID"]]
+    # tokens: a node reader's `all` leaves out what it may not list; alone, 403
+    rules = {"Name": "node-reader", "Rules": 'node { policy = "read" }'}
+    assert http(dev, "PUT", "/v1/acl/policy/node-reader", json.dumps(rules).encode())[0] == 200
+    status, _, body = http(
+        dev, "PUT", "/v1/acl/token", json.dumps({"Name": "n", "Policies": ["node-reader"]}).encode()
+    )
+    reader = json.loads(body)["SecretID"]
+    status, _, body = http(dev, "PUT", "/v1/search", b'{"Prefix": "", "Context": "all"}', reader)
+    matches = json.loads(body)["Matches"]
+    assert status == 200 and matches["nodes"] == [nodes[0]["ID"]], body
+    assert not {"jobs", "allocs", "evals", "deployment", "scaling_policy"} & set(matches)
+    # the listings that filter (namespaces, pools, variables) show nothing it may not see
+    assert not any(matches[c] for c in set(matches) - {"nodes"}), body
+    query = b'{"Prefix": "srch", "Context": "jobs"}'
+    assert http(dev, "PUT", "/v1/search", query, reader)[0] == 403
+    assert http(dev, "PUT", "/v1/search", query, "")[0] == 403
+    status, _, body = http(dev, "PUT", "/v1/search", b'{"Prefix": "s", "Context": "volumes"}')
+    assert status == 400 and "volumes" in body, body
+    for job_id in ("srch-a", "srch-b"):
+        n.job.deregister_job(job_id, purge=True)
+
+
+def test_force_evaluate_and_stability(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("evaluated"))
+    before = {e["ID"] for e in n.job.get_evaluations("evaluated")}
+    answer = n.job.evaluate_job("evaluated")
+    assert answer["EvalID"] and answer["EvalID"] not in before, answer
+    evals = {e["ID"]: e for e in n.job.get_evaluations("evaluated")}
+    assert evals[answer["EvalID"]]["TriggeredBy"] == "job-register"
+    status, _, body = http(dev, "GET", '/v1/evaluations/count?filter=JobID%20%3D%3D%20"evaluated"')
+    assert status == 200 and json.loads(body)["Count"] == len(evals), body
+    forced = {"JobID": "evaluated", "EvalOptions": {"ForceReschedule": True}}
+    status, _, body = http(dev, "PUT", "/v1/job/evaluated/evaluate", json.dumps(forced).encode())
+    assert status == 200 and json.loads(body)["EvalID"], body
+    status, _, body = http(dev, "PUT", "/v1/job/evaluated/evaluate", b'{"JobID": "other"}')
+    assert (status, body) == (400, "JobID not same as job name")
+    # stability: python-nomad's stable_job, then the version reads stable
+    marked = n.job.stable_job("evaluated", 0, True)
+    assert marked["Index"] > 0, marked
+    assert n.job.get_job("evaluated")["Stable"] is True
+    n.job.stable_job("evaluated", 0, False)
+    assert n.job.get_job("evaluated")["Stable"] is False
+    status, _, body = http(
+        dev, "PUT", "/v1/job/evaluated/stable", b'{"JobID": "evaluated", "JobVersion": 9}'
+    )
+    assert status == 404 and "at version 9 not found" in body, body
+    # a token that may read but not submit
+    rules = {"Name": "job-reader", "Rules": 'namespace "default" { policy = "read" }'}
+    http(dev, "PUT", "/v1/acl/policy/job-reader", json.dumps(rules).encode())
+    _, _, made = http(
+        dev, "PUT", "/v1/acl/token", json.dumps({"Name": "r", "Policies": ["job-reader"]}).encode()
+    )
+    reader = json.loads(made)["SecretID"]
+    assert http(dev, "PUT", "/v1/job/evaluated/evaluate", None, reader)[0] == 403
+    n.job.deregister_job("evaluated", purge=True)
+
+
+async def test_node_purge(dev: DevProcess) -> None:
+    """A node registered beside the cluster's own (in a datacenter no job
+    here asks for), purged with python-nomad."""
+    backend = Backend(dev.info["address"])
+    try:
+        fake = mock.node(datacenter="dc-purge")
+        await backend.nodes.Register(
+            node_pb2.NodeRegisterRequest(node=fake), metadata=token_metadata(dev.token)
+        )
+    finally:
+        await backend.close()
+    n = client(dev)
+    assert n.node.get_node(fake.id)["Datacenter"] == "dc-purge"
+    answer = n.node.purge_node(fake.id)
+    assert answer["NodeModifyIndex"] > 0 and answer["Index"] >= answer["NodeModifyIndex"], answer
+    with pytest.raises(nomad.api.exceptions.URLNotFoundNomadException):
+        n.node.get_node(fake.id)
+    status, _, _ = http(dev, "PUT", f"/v1/node/{fake.id}/purge")
+    assert status == 404
+    # node:write, as Nomad's
+    rules = {"Name": "node-reader", "Rules": 'node { policy = "read" }'}
+    http(dev, "PUT", "/v1/acl/policy/node-reader", json.dumps(rules).encode())
+    reader = json.loads(
+        http(dev, "PUT", "/v1/acl/token", b'{"Name": "p", "Policies": ["node-reader"]}')[2]
+    )["SecretID"]
+    assert http(dev, "PUT", f"/v1/node/{fake.id}/purge", None, reader)[0] == 403
+
+
+def test_acl_token_update(dev: DevProcess) -> None:
+    n = client(dev)
+    for name, rules in (
+        ("upd-read", 'namespace "default" { policy = "read" }'),
+        ("upd-nodes", 'node { policy = "read" }'),
+    ):
+        n.acl.create_policy(name, {"Name": name, "Rules": rules})
+    made = n.acl.create_token({"Name": "before", "Type": "client", "Policies": ["upd-read"]})
+    secret = made["SecretID"]
+    assert http(dev, "GET", "/v1/nodes", token=secret)[0] == 403
+    token = n.acl.get_token(made["AccessorID"])
+    updated = n.acl.update_token(
+        made["AccessorID"], {**token, "Name": "after", "Policies": ["upd-read", "upd-nodes"]}
+    )
+    assert updated["Name"] == "after" and updated["Policies"] == ["upd-read", "upd-nodes"]
+    assert updated["ModifyIndex"] > token["ModifyIndex"]
+    # the same secret, the new rules (the gateway's token cache holds 30 s)
+    wait_for(
+        "the new rules", lambda: http(dev, "GET", "/v1/nodes", token=secret)[0] == 200, timeout=60
+    )
+    status, _, body = http(
+        dev,
+        "PUT",
+        f"/v1/acl/token/{made['AccessorID']}",
+        json.dumps({**token, "Global": True}).encode(),
+    )
+    assert (status, body) == (400, "cannot toggle global mode"), body
+    status, _, body = http(
+        dev, "PUT", f"/v1/acl/token/{made['AccessorID']}", json.dumps({"Name": "x"}).encode()
+    )
+    assert (status, body) == (400, "ACL token accessor does not match request path")
+    # a management token's, as Nomad's ACL.UpsertTokens
+    own = json.dumps({**token, "Type": "management", "Policies": None}).encode()
+    assert http(dev, "PUT", f"/v1/acl/token/{made['AccessorID']}", own, secret)[0] == 403
+
+
+def test_force_gc(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("collected"))
+    wait_for("the job's alloc", lambda: running_allocs(n, "collected", 1))
+    n.job.deregister_job("collected")  # stopped, not purged: the collector's
+    wait_for(
+        "its allocs to stop",
+        lambda: all(
+            a["ClientStatus"] in ("complete", "failed", "lost")
+            for a in n.job.get_allocations("collected")
+        ),
+        timeout=60,
+    )
+    status, _, body = http(dev, "PUT", "/v1/system/gc")
+    assert (status, body) == (200, ""), body
+    wait_for(
+        "the stopped job to be collected",
+        lambda: http(dev, "GET", "/v1/job/collected")[0] == 404,
+        timeout=60,
+    )
+    assert http(dev, "PUT", "/v1/system/gc", token="")[0] == 403
+
+
+def test_node_evaluate(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("on-node"))
+    allocs = wait_for("the job's alloc", lambda: running_allocs(n, "on-node", 1))
+    node_id = allocs[0]["NodeID"]
+    answer = n.node.evaluate_node(node_id)
+    assert answer["EvalID"] == answer["EvalIDs"][0] and answer["EvalCreateIndex"] > 0, answer
+    created = {e["ID"]: e for e in n.job.get_evaluations("on-node")}
+    ours = [created[i] for i in answer["EvalIDs"] if i in created]
+    assert ours and ours[0]["TriggeredBy"] == "node-update" and ours[0]["NodeID"] == node_id
+    assert http(dev, "PUT", f"/v1/node/{uuid.uuid4()}/evaluate")[0] == 404
+    assert http(dev, "PUT", f"/v1/node/{node_id}/evaluate", token="")[0] == 403
+    n.job.deregister_job("on-node", purge=True)
+
+
 def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
     """Last: it drains the cluster's one node."""
     n = client(dev)
@@ -441,17 +689,3 @@ def test_zz_node_eligibility_and_drain(dev: DevProcess) -> None:
     assert n.node.get_node(node_id)["DrainStrategy"] is not None
     n.node.drain_node(node_id, enable=False)
     wait_for("the drain to end", lambda: n.node.get_node(node_id)["DrainStrategy"] is None)
-
-
-def test_the_gateway_counts_requests_by_route_template(dev: DevProcess) -> None:
-    http(dev, "GET", "/v1/jobs")
-    http(dev, "GET", "/v1/job/no-such-job")
-    http(dev, "GET", "/v1/no/such/endpoint")
-    address = dev.info["roles"]["gateway"]["metrics"]
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    assert 'corral_http_requests_total{code="200",method="GET",route="/v1/jobs"}' in text
-    assert 'code="404",method="GET",route="/v1/job/{job_id:path}"' in text
-    assert 'route="/v1/{rest:path}"' in text
-    assert "no-such-job" not in text  # ids never become label values
-    assert "grpc_client_handled_total{" in text

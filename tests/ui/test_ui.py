@@ -573,3 +573,32 @@ def test_services_show_with_their_checks(dev: DevProcess, driver: Any, tmp_path:
     open_page(driver, ui + "/services")
     wait_until(driver, "ui-web listed", present("#services tr[data-service='ui-web'] a"))
     screenshot(driver, "services")
+
+
+def test_the_region_switcher(dev: DevProcess, driver: Any) -> None:
+    """One region: the switcher lists it as here and cannot change. A
+    region chosen (as the switcher keeps it, in localStorage) goes with
+    every request as ?region=, and the page says the gateway's answer for
+    a region nobody knows (two real regions: tests/e2e/test_federation.py)."""
+    ui = http_base(dev) + "/ui"
+    open_page(driver, ui + "/jobs")
+    options = driver.execute_script(
+        "return [...document.getElementById('region-select').options].map(o => o.textContent)"
+    )
+    assert options == ["global (here)"]
+    assert driver.execute_script("return document.getElementById('region-select').disabled")
+    driver.execute_script("localStorage.setItem('corral.region', 'mars')")
+    try:
+        driver.get(ui + "/jobs")
+        wait_until(
+            driver,
+            "the jobs page for region mars to fail",
+            lambda d: d.execute_script("return document.body.dataset.ready") == "error",
+        )
+        flash = driver.execute_script("return document.getElementById('flash').textContent")
+        assert flash.startswith("400: No path to region 'mars'"), flash
+        chosen = driver.execute_script("return document.getElementById('region-select').value")
+        assert chosen == "mars"
+    finally:
+        driver.execute_script("localStorage.removeItem('corral.region')")
+    open_page(driver, ui + "/jobs")  # back to the gateway's own region

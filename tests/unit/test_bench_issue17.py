@@ -77,6 +77,7 @@ def run17() -> dict[str, Any]:
             },
             "W4": {"replacement_p99_s": 5.0},
             "W5": {"scheduler_runs": 3},
+            "W5b": {"quiescence_s": 15.0},
             "S1": {
                 "by_nodes": {
                     "2000": {

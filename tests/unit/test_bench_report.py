@@ -252,7 +252,7 @@ def by_prefix(ts: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
 def test_targets_met_and_unmet() -> None:
     ts = report.targets(make_run())
     assert [t["target"][:2] for t in ts] == [
-        "W2", "W1", "W1", "W2", "W1", "M1", "M1", "M1", "W4", "W5", "N1", "in"
+        "W2", "W1", "W1", "W2", "W1", "M1", "M1", "M1", "W4", "W5", "W5", "N1", "in"
     ]  # fmt: skip
     w2 = by_prefix(ts, "W2 >=")
     assert w2["measured"] == 1500.0 and not w2["met"]
@@ -266,6 +266,12 @@ def test_targets_met_and_unmet() -> None:
         "detail": "p99 4.00 s",
     }
     assert by_prefix(ts, "W5")["met"] and by_prefix(ts, "W5")["measured"] == 2
+    assert by_prefix(ts, "W5b") == {
+        "target": "W5b quiet <= 15 s after the workers resume",
+        "measured": 30.0,
+        "met": False,
+        "detail": "30.0 s",
+    }
     inv = by_prefix(ts, "invariants")
     assert not inv["met"] and inv["detail"] == "violated after W2"
 
@@ -281,11 +287,13 @@ def test_targets_thresholds_are_edges() -> None:
     run["workloads"]["W1"]["cpu_ms_per_placement"] = 1.5
     run["workloads"]["W4"]["replacement_p99_s"] = 5.01
     run["workloads"]["W5"]["scheduler_runs"] = 4
+    run["workloads"]["W5b"]["quiescence_s"] = 15.0
     ts = report.targets(run)
     assert by_prefix(ts, "W2 >=")["met"]
     assert by_prefix(ts, "W1 CPU")["met"]
     assert not by_prefix(ts, "W4")["met"]
     assert not by_prefix(ts, "W5")["met"]
+    assert by_prefix(ts, "W5b")["met"]
 
 
 def test_targets_of_missing_or_failed_workloads() -> None:
@@ -293,7 +301,7 @@ def test_targets_of_missing_or_failed_workloads() -> None:
     run["workloads"] = {"W2": {"error": "cluster died"}}
     del run["m1"]
     ts = report.targets(run)
-    assert len(ts) == 12
+    assert len(ts) == 13
     assert all(t["measured"] is None and not t["met"] for t in ts)
     assert by_prefix(ts, "W2 >=")["detail"] == "W2 failed: cluster died"
     assert by_prefix(ts, "W5")["detail"] == "W5 not run"

@@ -26,7 +26,9 @@ import pytest
 import yaml
 
 from corral.runtime.probe import LEADER_SERVICE
+from corral.runtime.settings import load, settings_of
 from corral.security import certs
+from services.state.config import StateSettings
 from tests.k8s import (
     Doc,
     Pod,
@@ -45,6 +47,9 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 BASE, AGENTS, OVERLAY = K8S / "base", K8S / "agents", K8S / "cert-manager"
 MONITORING = K8S / "monitoring"
+# one federated region per Kubernetes cluster (docs/operations.md, Federation)
+REGIONS = {r: K8S / "regions" / r for r in ("west", "east")}
+AUTHORITATIVE_REGION = "west"
 NAMESPACE, AGENTS_NAMESPACE = "corral", "corral-agents"
 SERVER_ROLES = ("state", "broker", "planner", "worker")
 ROLES = (*SERVER_ROLES, "agent")
@@ -68,6 +73,7 @@ LEADER_ROLES = ("broker", "planner")
 BASE_DOCS = render(BASE)
 ALL_DOCS = render(K8S)  # what `kubectl apply -k deploy/k8s` applies
 OVERLAY_DOCS = render(OVERLAY)
+REGION_DOCS = {r: render(path) for r, path in REGIONS.items()}
 
 
 def _by_kind(docs: list[Doc], kind: str) -> dict[str, Doc]:
@@ -87,6 +93,8 @@ def _all_docs() -> list[tuple[str, Doc]]:
     all_keys = {key(d) for d in ALL_DOCS}
     docs = [("all", d) for d in ALL_DOCS]
     docs += [("cert-manager", d) for d in OVERLAY_DOCS if key(d) not in all_keys]
+    for region, region_docs in REGION_DOCS.items():
+        docs += [(f"region {region}", d) for d in region_docs if key(d) not in all_keys]
     return docs
 
 
@@ -135,7 +143,7 @@ def test_the_overlay_is_everything_plus_issuers_and_certificates() -> None:
     assert {k: overlay[k] for k in everything} == everything  # nothing is changed
     added = {k[0] for k in set(overlay) - set(everything)}
     assert added == {"ClusterIssuer", "Certificate"}
-    for path in (BASE, AGENTS, MONITORING, OVERLAY):
+    for path in (BASE, AGENTS, MONITORING, OVERLAY, *REGIONS.values()):
         listed = set(yaml.safe_load((path / "kustomization.yaml").read_text())["resources"])
         files = {p.name for p in path.glob("*.yaml")} - {"kustomization.yaml"}
         assert files <= listed, f"{path.name}: files not in the kustomization"
@@ -144,8 +152,8 @@ def test_the_overlay_is_everything_plus_issuers_and_certificates() -> None:
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 @pytest.mark.parametrize(
     "path",
-    [K8S, BASE, AGENTS, MONITORING, OVERLAY],
-    ids=["all", "base", "agents", "monitoring", "cert-manager"],
+    [K8S, BASE, AGENTS, MONITORING, OVERLAY, *REGIONS.values()],
+    ids=["all", "base", "agents", "monitoring", "cert-manager", *(f"region-{r}" for r in REGIONS)],
 )
 def test_the_offline_renderer_agrees_with_kubectl_kustomize(path: Path) -> None:
     done = subprocess.run(
@@ -155,6 +163,64 @@ def test_the_offline_renderer_agrees_with_kubectl_kustomize(path: Path) -> None:
     theirs = sorted((d for d in yaml.safe_load_all(done.stdout) if d), key=key)
     ours = sorted(render(path), key=key)
     assert theirs == ours
+
+
+def test_each_region_is_everything_plus_its_name_and_its_federation_links() -> None:
+    """A region's overlay changes nothing of deploy/k8s: it adds the
+    ConfigMaps the roles read through optional envFrom and the state's
+    load balancer for the other regions."""
+    everything = {key(d): d for d in ALL_DOCS}
+    for region, docs in REGION_DOCS.items():
+        overlay = {key(d): d for d in docs}
+        assert {k: overlay[k] for k in everything} == everything
+        assert set(overlay) - set(everything) == {
+            ("ConfigMap", NAMESPACE, "corral-region"),
+            ("ConfigMap", AGENTS_NAMESPACE, "corral-region"),
+            ("ConfigMap", NAMESPACE, "corral-federation"),
+            ("Service", NAMESPACE, "corral-state-federation"),
+        }
+        for namespace in (NAMESPACE, AGENTS_NAMESPACE):
+            assert overlay[("ConfigMap", namespace, "corral-region")]["data"] == {
+                "CORRAL_REGION": region
+            }
+        lb = overlay[("Service", NAMESPACE, "corral-state-federation")]["spec"]
+        state = DEPLOYMENTS["corral-state"]["spec"]["template"]
+        assert lb["type"] == "LoadBalancer"
+        assert all(state["metadata"]["labels"].get(k) == v for k, v in lb["selector"].items())
+        assert [(p["port"], p["targetPort"]) for p in lb["ports"]] == [(PORTS["state"], "grpc")]
+
+
+@pytest.mark.parametrize("role", [*ROLES, "gateway"])
+def test_every_role_takes_its_region_from_the_optional_region_config_map(role: str) -> None:
+    """Without a region overlay a role is in region global (no ConfigMap,
+    `optional`); with one, every role of the cluster is in its region (the
+    certificates' names and NOMAD_REGION follow it)."""
+    refs = [e["configMapRef"] for e in _container(role).get("envFrom", [])]
+    optional = {r["name"] for r in refs if r.get("optional") is True}
+    assert "corral-region" in optional
+    assert ("corral-federation" in optional) == (role == "state")
+    assert "CORRAL_REGION" not in env_of(_container(role))  # nothing overrides it
+
+
+@pytest.mark.parametrize("region", sorted(REGIONS))
+def test_the_region_config_maps_are_settings_the_state_accepts(
+    region: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state reads the overlay's variables as the settings they mean:
+    its region, the authority, the peers (east names west), the advertised
+    address."""
+    for setting in settings_of(StateSettings):
+        monkeypatch.delenv(setting.env, raising=False)
+    maps = _by_kind([d for d in REGION_DOCS[region] if key(d)[1] == NAMESPACE], "ConfigMap")
+    for name in ("corral-config", "corral-region", "corral-federation"):
+        for variable, value in maps[name]["data"].items():
+            monkeypatch.setenv(variable, value)
+    settings, _ = load(StateSettings, ["--dsn", "x"], prog="state")
+    assert settings.security.region == region
+    assert settings.federation.authoritative_region == AUTHORITATIVE_REGION
+    assert settings.federation.advertise == f"corral-{region}.example.com:4646"
+    expected = [] if region == AUTHORITATIVE_REGION else ["west=corral-west.example.com:4646"]
+    assert settings.federation.peers == expected
 
 
 def test_every_role_has_a_workload_with_probes_and_a_real_module() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
 from corral.security import acl
 from services.gateway import app, authz
@@ -23,7 +23,7 @@ def declared(routes: list[BaseRoute], prefix: str = "") -> Iterator[tuple[str, A
     for route in routes:
         if isinstance(route, Mount) and route.routes:
             yield from declared(list(route.routes), prefix + route.path)
-        elif isinstance(route, Route | Mount):
+        elif isinstance(route, Route | Mount | WebSocketRoute):
             yield prefix + route.path, route
         else:
             raise AssertionError(f"{route!r}: a kind of route the gateway does not use")

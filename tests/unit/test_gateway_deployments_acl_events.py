@@ -138,6 +138,7 @@ def test_policies() -> None:
     assert acl.policy_stub(p) == {
         "Name": "readers",
         "Description": "d",
+        "JobACL": None,
         "CreateIndex": 0,
         "ModifyIndex": 0,
     }
@@ -158,6 +159,8 @@ def test_token_create_body() -> None:
     assert req.expiration_ttl == 3600 * NS
     assert acl.create_token_request({"ExpirationTTL": 5 * NS}).expiration_ttl == 5 * NS
     assert acl.create_token_request({}).type == "client"
+    # Nomad's Go client sends "" for a token without a TTL
+    assert acl.create_token_request({"ExpirationTTL": ""}).expiration_ttl == 0
     refusals: list[tuple[dict[str, Any], str]] = [
         ({"AccessorID": "x"}, "AccessorID must be empty"),
         ({"Global": "yes"}, "Global must be"),

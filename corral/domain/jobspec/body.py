@@ -17,11 +17,8 @@ from corral.domain.jobspec.language.config import BLOCK
 # is missing here.
 UNSUPPORTED = frozenset(
     {
-        "artifact",
         "vault",
         "consul",
-        "volume",
-        "volume_mount",
         "csi_plugin",
         "connect",
         "multiregion",

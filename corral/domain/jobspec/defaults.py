@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.domain import identity, scaling, services
+from corral.domain import artifacts, identity, scaling, services
 from corral.domain.lifecycle import default_log_config
 from corral.domain.structs import JobType
 from corral.domain.template import block as template_block
@@ -145,6 +145,8 @@ def canonicalize(job: pb.Job, explicit: dict[str, set[str]] | None = None) -> No
                 _policy(
                     task, "restart_policy", tg.restart_policy, f"{tpath}.restart_policy", explicit
                 )
+            for artifact in task.artifacts:
+                artifacts.canonicalize(artifact)
     services.canonicalize(job)
     scaling.canonicalize(job)
 

@@ -257,6 +257,8 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     service_blocks.read(body, task.services)
     _task_scaling(body, task)
     _identities(body, task)
+    _volume_mounts(body, task)
+    _artifacts(body, task)
     template_blocks.read(body, task)
     lb = body.block("lifecycle", f"{body.proto}.lifecycle")
     if lb is not None:
@@ -319,6 +321,73 @@ def _identities(body: Body, task: pb.Task) -> None:
             if name in ib.data:
                 raise ib.fail(name, f"identity {name} is not supported by Corral")
         ib.done()
+
+
+def _volume_mounts(body: Body, task: pb.Task) -> None:
+    for _, mb in body.blocks("volume_mount", f"{body.proto}.volume_mounts", labeled=False):
+        m = task.volume_mounts.add()
+        _fill(
+            m,
+            mb,
+            [
+                ("volume", "str", "volume"),
+                ("destination", "str", "destination"),
+                ("read_only", "bool", "read_only"),
+                ("propagation_mode", "str", "propagation_mode"),
+                ("selinux_label", "str", "selinux_label"),
+            ],
+        )
+        mb.done()
+
+
+def _artifacts(body: Body, task: pb.Task) -> None:
+    for _, ab in body.blocks("artifact", f"{body.proto}.artifacts", labeled=False):
+        a = task.artifacts.add()
+        _fill(
+            a,
+            ab,
+            [
+                ("source", "str", "getter_source"),
+                ("destination", "str", "relative_dest"),
+                ("mode", "str", "getter_mode"),
+                ("insecure", "bool", "getter_insecure"),
+                ("chown", "bool", "chown"),
+            ],
+        )
+        options = ab.string_map("options", "getter_options")
+        if options:
+            a.getter_options.update(options)
+        headers = ab.string_map("headers", "getter_headers")
+        if headers:
+            a.getter_headers.update(headers)
+        ab.done()
+
+
+def _volumes(body: Body, tg: pb.TaskGroup) -> None:
+    for label, vb in body.blocks("volume", f"{body.proto}.volumes", labeled=True):
+        name = label or ""
+        if name in tg.volumes:
+            raise vb.src.error(vb.path, vb.display, f"volume {name!r} is defined twice")
+        req = tg.volumes[name]
+        req.name = name
+        vb.proto = f"{body.proto}.volumes[{name}]"
+        body.src.origins[vb.proto] = (body.src.lines.get(vb.path), vb.display)
+        _fill(
+            req,
+            vb,
+            [
+                ("type", "str", "type"),
+                ("source", "str", "source"),
+                ("read_only", "bool", "read_only"),
+                ("sticky", "bool", "sticky"),
+                ("per_alloc", "bool", "per_alloc"),
+                ("access_mode", "str", "access_mode"),
+                ("attachment_mode", "str", "attachment_mode"),
+            ],
+        )
+        if "mount_options" in vb.data:
+            raise vb.fail("mount_options", "host volumes cannot have mount options")
+        vb.done()
 
 
 def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
@@ -384,6 +453,7 @@ def _group(label: str, body: Body, tg: pb.TaskGroup) -> None:
     if sb is not None:
         _scaling_policy(sb, tg.scaling)
         tg.scaling.type = tg.scaling.type or scaling.HORIZONTAL
+    _volumes(body, tg)
     for tlabel, tb in body.blocks("task", f"{body.proto}.tasks", labeled=True):
         _task(tlabel or "", tb, tg.tasks.add())
     body.done()
@@ -394,9 +464,8 @@ def _job(label: str, body: Body, job: pb.Job) -> None:
     body.src.origins.setdefault("job.id", (body.src.lines.get(body.path), body.display))
     job.name = body.string("name") or label
     job.namespace = body.string("namespace") or ""
-    region = body.string("region")
-    if region not in (None, "global"):
-        raise body.fail("region", f'Corral has a single region, "global"; got {region!r}')
+    # the region it runs in ("global", or none: the region that registers it)
+    job.region = body.string("region") or ""
     job.type = body.string("type") or ""
     priority = body.integer("priority")
     if priority is not None:

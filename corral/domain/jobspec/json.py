@@ -39,13 +39,13 @@ _RENAMES = {
     "ID": "id",
     "ParentID": "parent_id",
     "Specs": "crons",
+    "SELinuxLabel": "selinux_label",
     "MaxFileSizeMB": "max_file_size_mb",
 }
 # Nomad fields that describe server-side status or features that have no
 # meaning for a submitted job; accepted and ignored whatever their value.
 _IGNORED = frozenset(
     {
-        "Region",
         "Status",
         "StatusDescription",
         "Stable",
@@ -63,6 +63,9 @@ _IGNORED = frozenset(
         "VaultToken",
         "VaultNamespace",
         "ConsulNamespace",
+        # a scaling policy's namespace: the state sets the job's, as Nomad's
+        # servers do (a job read through the API shows it)
+        "Namespace",
         # LogConfig's old field, ignored by Nomad since 1.5.4 (Disabled replaced it)
         "Enabled",
     }
@@ -74,7 +77,16 @@ _NOMAD_NAMES = {v: k for k, v in _RENAMES.items()} | {
     "reschedule_policy": "ReschedulePolicy",
     "restart_policy": "RestartPolicy",
 }
-_ACRONYMS = {"id": "ID", "cpu": "CPU", "mb": "MB", "ui": "UI", "cni": "CNI", "url": "URL"}
+_ACRONYMS = {
+    "id": "ID",
+    "cpu": "CPU",
+    "mb": "MB",
+    "ui": "UI",
+    "cni": "CNI",
+    "url": "URL",
+    "tls": "TLS",
+    "ttl": "TTL",
+}
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z][a-z])")
 
 
@@ -84,11 +96,23 @@ def _snake(name: str) -> str:
     return _CAMEL.sub(lambda m: "_" + (m.group(1) or m.group(2)), name).lower()
 
 
+#: one step of a field path: a name and its subscripts (`meta[a.b]`: a map
+#: key may hold dots)
+_PATH_PART = re.compile(r"(?:[^.[]|\[[^\]]*\])+")
+#: objects whose keys are the user's, not Nomad's field names
+_FREE_FORM = frozenset({"config"})
+
+
 def nomad_path(path: str) -> str:
     """A proto field path (`job.task_groups[0].resources.memory_mb`) in
-    Nomad's JSON names (`Job.TaskGroups[0].Resources.MemoryMB`)."""
+    Nomad's JSON names (`Job.TaskGroups[0].Resources.MemoryMB`). What
+    follows a task's `config` is the driver's own keys, kept as written."""
     out: list[str] = []
-    for part in path.split("."):
+    parts = _PATH_PART.findall(path)
+    for i, part in enumerate(parts):
+        if i > 0 and parts[i - 1] in _FREE_FORM:
+            out.extend(parts[i:])
+            break
         name, bracket, rest = part.partition("[")
         if name in _NOMAD_NAMES:
             nomad = _NOMAD_NAMES[name]
@@ -148,10 +172,15 @@ def _scalar(fd: Any, value: Any, path: str) -> Any:
     return int(value)
 
 
-def _fill(msg: Message, data: Any, path: str) -> None:
+def _fill(msg: Message, data: Any, path: str, explicit: dict[str, set[str]] | None = None) -> None:
+    """`data` (Nomad's JSON) into `msg`. `explicit` collects what the input
+    set, zeros included (`"Count": 0`, `"Unlimited": false`): Nomad's api
+    types hold these as pointers, so a written zero is kept rather than
+    taken for "unset" by the defaults (defaults.canonicalize)."""
     if not isinstance(data, dict):
         raise validate.FieldProblem(path, f"expected an object, got {type(data).__name__}")
     fields = msg.DESCRIPTOR.fields_by_name
+    given = explicit.setdefault(path, set()) if explicit is not None else None
     for key, value in data.items():
         name = _snake(key)
         fd = fields.get(name)
@@ -162,6 +191,9 @@ def _fill(msg: Message, data: Any, path: str) -> None:
             raise validate.FieldProblem(f"{path}.{key}", "is not supported by Corral")
         if value is None:
             continue
+        if given is not None and explicit is not None:
+            given.add(name)
+            explicit.setdefault(fpath, set())
         target = getattr(msg, name)
         if fd.message_type is not None and fd.message_type.full_name == "google.protobuf.Struct":
             if not isinstance(value, dict):
@@ -173,7 +205,7 @@ def _fill(msg: Message, data: Any, path: str) -> None:
             vfd = fd.message_type.fields_by_name["value"]
             for k, v in value.items():
                 if vfd.message_type is not None:
-                    _fill(target[k], v, f"{fpath}[{k}]")
+                    _fill(target[k], v, f"{fpath}[{k}]", explicit)
                 else:
                     target[k] = _scalar(vfd, v, f"{fpath}[{k}]")
         elif fd.is_repeated:
@@ -181,11 +213,11 @@ def _fill(msg: Message, data: Any, path: str) -> None:
                 raise validate.FieldProblem(fpath, "expected a list")
             for i, item in enumerate(value):
                 if fd.message_type is not None:
-                    _fill(target.add(), item, f"{fpath}[{i}]")
+                    _fill(target.add(), item, f"{fpath}[{i}]", explicit)
                 else:
                     target.append(_scalar(fd, item, f"{fpath}[{i}]"))
         elif fd.message_type is not None:
-            _fill(target, value, fpath)
+            _fill(target, value, fpath, explicit)
             target.SetInParent()
         else:
             setattr(msg, name, _scalar(fd, value, fpath))
@@ -193,11 +225,13 @@ def _fill(msg: Message, data: Any, path: str) -> None:
 
 def _nomad_job(data: dict[str, Any]) -> tuple[pb.Job, dict[str, set[str]]]:
     """The job, and the fields Nomad's JSON set that a zero would not tell
-    (for the defaults)."""
+    (for the defaults): what it wrote, zeros included (`"Count": 0`,
+    `"Unlimited": false`: Nomad's api types hold these as pointers, so a
+    written zero is kept rather than taken for "unset")."""
     job = pb.Job()
     service_blocks.nomad_json(data)
     explicit = template_blocks.nomad_json(data)
-    _fill(job, data, "job")
+    _fill(job, data, "job", explicit)
     # Nomad's JSON names the disconnect block's fields like ours, and the
     # seed-era group fields map the same way the HCL ones do.
     return job, explicit

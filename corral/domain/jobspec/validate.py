@@ -13,7 +13,17 @@ from collections.abc import Iterable
 
 from google.protobuf.json_format import MessageToDict
 
-from corral.domain import driver_config, identity, lifecycle, periodic, regexp, scaling, services
+from corral.domain import (
+    artifacts,
+    driver_config,
+    identity,
+    lifecycle,
+    periodic,
+    regexp,
+    scaling,
+    services,
+    volumes,
+)
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.jobspec import limits
 from corral.domain.structs import (
@@ -88,9 +98,9 @@ def check(job: pb.Job) -> None:
         _one_of(job.parameterized.payload, PAYLOAD, "job.parameterized.payload")
     if job.HasField("periodic") and job.HasField("parameterized"):
         raise FieldProblem("job.periodic", "a job cannot be both periodic and parameterized")
-    found = scaling.problem(job)
-    if found is not None:
-        raise FieldProblem(*found)
+    for found in (scaling.problem(job), volumes.problem(job), artifacts.problem(job)):
+        if found is not None:
+            raise FieldProblem(*found)
 
     groups: set[str] = set()
     for gi, tg in enumerate(job.task_groups):

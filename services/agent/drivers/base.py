@@ -2,14 +2,17 @@
 fingerprints itself and starts a task from a `TaskConfig`; the `TaskHandle`
 it returns waits, stops, signals and measures that one run and carries the
 `state` the agent keeps to find the run again; `recover` takes that state
-after an agent restart (Nomad's RecoverTask). The task runner
-(services/agent/runner.py) owns everything above one run: restarts,
-events, the alloc's status."""
+after an agent restart (Nomad's RecoverTask). A driver says what it can do
+(`Capabilities`: exec, file system isolation, mounts) and runs `alloc exec`
+commands in a running task (`exec_task`, Nomad's ExecTaskStreaming). The
+task runner (services/agent/runner.py) owns everything above one run:
+restarts, events, the alloc's status."""
 
 from __future__ import annotations
 
 import re
 import signal as signals
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +73,32 @@ class DriverError(Exception):
     """A task could not be started; the message becomes the task event's."""
 
 
+#: Nomad's fsisolation: none (the host's file system) or chroot (a root of
+#: the task's own)
+FS_NONE, FS_CHROOT = "none", "chroot"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a driver offers beyond running a task (Nomad's drivers.Capabilities)."""
+
+    #: `alloc exec` into its tasks
+    exec: bool = False
+    fs_isolation: str = FS_NONE
+    #: host volumes mounted into its tasks (Nomad's MountConfigs)
+    mounts: bool = False
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path at `task_path` inside the task's root (Nomad's
+    drivers.MountConfig, from a host volume and a volume_mount)."""
+
+    host_path: str
+    task_path: str
+    read_only: bool = False
+
+
 @dataclass
 class ExitResult:
     exit_code: int = 0
@@ -109,6 +138,8 @@ class TaskConfig:
     state_dir: Path
     resources: TaskResources = field(default_factory=TaskResources)
     user: str = ""
+    #: host volumes to mount (drivers whose Capabilities.mounts is set)
+    mounts: list[Mount] = field(default_factory=list)
     #: the logs block: how many files of how many MB per stream, or none
     log_max_files: int = 10
     log_max_file_size_mb: int = 10
@@ -156,8 +187,31 @@ class TaskHandle(Protocol):
         ...
 
 
+class ExecSession(Protocol):
+    """One command run by `alloc exec` (services/agent/execsession.py)."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def close_stdin(self) -> None: ...
+
+    def resize(self, height: int, width: int) -> None: ...
+
+    def output(self) -> AsyncIterator[tuple[str, bytes]]:
+        """("stdout" | "stderr", data) until the command's output ends."""
+        ...
+
+    async def wait(self) -> int:
+        """The exit code (128 + signal for a signal death)."""
+        ...
+
+    async def close(self) -> None:
+        """Kill the command if it still runs, and release everything."""
+        ...
+
+
 class Driver(Protocol):
     name: str
+    capabilities: Capabilities
 
     def fingerprint(self) -> pb.DriverInfo: ...
 
@@ -167,4 +221,11 @@ class Driver(Protocol):
         """The run a handle's `state` names, after an agent restart: a handle
         when it still runs, how it ended when it ended meanwhile, None when
         it never started."""
+        ...
+
+    async def exec_task(
+        self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool
+    ) -> ExecSession:
+        """Run `command` in the task `handle` runs (as `cfg` started it);
+        DriverError when the driver cannot."""
         ...

@@ -25,10 +25,19 @@ from corral.domain.driver_config import CapabilityError
 from corral.v1 import structs_pb2 as pb
 from services.agent import allocdir
 from services.agent.cgroups import CgroupManager
-from services.agent.drivers.base import DriverError, ExitResult, TaskConfig
+from services.agent.drivers.base import (
+    FS_CHROOT,
+    Capabilities,
+    DriverError,
+    ExitResult,
+    TaskConfig,
+    TaskHandle,
+)
 from services.agent.drivers.executor_handle import ExecutorHandle, executor_env, recover_executor
 from services.agent.drivers.limits import create_cgroup
 from services.agent.drivers.rawexec import check_config
+from services.agent.execsession import HelperSession
+from services.agent.executor.session import ExecSpec
 from services.agent.executor.spec import Bind, Isolation, LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -87,6 +96,7 @@ def probe_namespaces() -> str:
 
 class ExecDriver:
     name = "exec"
+    capabilities = Capabilities(exec=True, fs_isolation=FS_CHROOT, mounts=True)
 
     def __init__(
         self, settings: ExecSettings, cgroups: CgroupManager, *, is_root: bool | None = None
@@ -141,21 +151,13 @@ class ExecDriver:
             )
         check_config(self.name, cfg)
         config = cfg.driver_config
-        user = cfg.user or DEFAULT_USER
-        try:
-            entry = pwd.getpwnam(user)
-        except KeyError:
-            raise DriverError(f"user {user!r} not found on this node") from None
-        env = {
-            **cfg.env,
-            "USER": entry.pw_name,
-            "LOGNAME": entry.pw_name,
-            "HOME": entry.pw_dir,
-        }
+        user, env = _user_env(cfg)
         td = cfg.task_dir
         binds = [Bind(src, dst) for src, dst in sorted(self.settings.chroot_env.items())]
         binds.append(Bind(str(td.alloc_dir), allocdir.CHROOT_ALLOC_DIR, readonly=False))
         binds.append(Bind(str(td.alloc_dir / allocdir.LOGS), f"{allocdir.CHROOT_ALLOC_DIR}/logs"))
+        # host volumes last: a volume may be mounted under /alloc too
+        binds.extend(Bind(m.host_path, m.task_path, readonly=m.read_only) for m in cfg.mounts)
         isolation = Isolation(
             root=str(td.dir),
             hostname=hostname(cfg.name, cfg.alloc_id),
@@ -187,6 +189,50 @@ class ExecDriver:
 
     async def recover(self, state: dict[str, Any]) -> ExecutorHandle | ExitResult | None:
         return await recover_executor(state, self.cgroups)
+
+    async def exec_task(
+        self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool
+    ) -> HelperSession:
+        """The command inside the task's namespaces and root, as its user,
+        with its capabilities, environment and cgroups (Nomad's exec driver
+        runs it in the task's container the same way)."""
+        if not isinstance(handle, ExecutorHandle) or not handle.isolated:
+            raise DriverError("the task is not running in an isolated executor")
+        user, env = _user_env(cfg)
+        spec = ExecSpec(
+            command=command,
+            env=env,
+            cwd=str(cfg.driver_config.get("work_dir") or "/"),
+            user=user,
+            capabilities=self._capabilities(user, cfg.driver_config),
+            cgroup_procs=handle.cgroup.procs_files if handle.cgroup is not None else [],
+            tty=tty,
+            isolated=True,
+            target_pid=handle.pid,
+        )
+        pidfd = handle.open_pidfd()
+        if pidfd is None:
+            raise DriverError("the task is not running")
+        try:
+            return await HelperSession.start(spec, pidfd)
+        finally:
+            os.close(pidfd)
+
+
+def _user_env(cfg: TaskConfig) -> tuple[str, dict[str, str]]:
+    """The task's user and its environment: USER, LOGNAME and HOME from the
+    user's passwd entry."""
+    user = cfg.user or DEFAULT_USER
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise DriverError(f"user {user!r} not found on this node") from None
+    return user, {
+        **cfg.env,
+        "USER": entry.pw_name,
+        "LOGNAME": entry.pw_name,
+        "HOME": entry.pw_dir,
+    }
 
 
 def _strings(value: object) -> list[str]:

@@ -217,6 +217,13 @@ class ExecutorHandle:
             elif self._pidfd is not None:
                 signals.pidfd_send_signal(self._pidfd, sig)
 
+    def open_pidfd(self) -> int | None:
+        """A new pidfd of the process to signal (the exec task's init), for
+        an exec session to enter its namespaces; None once it is gone."""
+        if self._pidfd is None or self._result.done():
+            return None
+        return os.dup(self._pidfd)
+
     async def signal(self, sig: int) -> None:
         self._send(sig)
 

@@ -14,7 +14,15 @@ from typing import Any
 
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import Usage
-from services.agent.drivers.base import DriverError, ExitResult, TaskConfig, parse_duration
+from services.agent.drivers.base import (
+    Capabilities,
+    DriverError,
+    ExecSession,
+    ExitResult,
+    TaskConfig,
+    TaskHandle,
+    parse_duration,
+)
 
 
 class MockHandle:
@@ -64,6 +72,9 @@ class MockHandle:
 
 class MockDriver:
     name = "mock"
+    #: nothing runs, so there is nothing to exec into; mounts are accepted
+    #: (and, like everything else here, pretended)
+    capabilities = Capabilities(mounts=True)
     _next_pid = 1_000_000
 
     def fingerprint(self) -> pb.DriverInfo:
@@ -95,3 +106,8 @@ class MockDriver:
         if run_for > 0 and time.time() >= started_at + run_for:
             return ExitResult(exit_code=exit_code, finished_at=int((started_at + run_for) * 1e9))
         return MockHandle(run_for, exit_code, pid, started_at)
+
+    async def exec_task(
+        self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool
+    ) -> ExecSession:
+        raise DriverError("the mock driver runs no process: alloc exec is not supported for it")

@@ -1,7 +1,10 @@
 """`raw_exec`: the command as a process of the agent's own machine, no
 isolation (Nomad's raw_exec). When the agent runs as root with cgroups the
 task still gets its own cgroup — memory limit, CPU shares, cores and usage
-— as Nomad's raw_exec does."""
+— as Nomad's raw_exec does. It mounts nothing (Nomad's raw_exec has no
+mount support: a task with a volume_mount fails to set up), and `alloc
+exec` runs on the host, in the task's directory, cgroup and environment,
+as its user — which is why Nomad asks alloc-node-exec for it."""
 
 from __future__ import annotations
 
@@ -11,9 +14,17 @@ from typing import Any
 from corral.domain import driver_config
 from corral.v1 import structs_pb2 as pb
 from services.agent.cgroups import CgroupManager
-from services.agent.drivers.base import DriverError, ExitResult, TaskConfig
+from services.agent.drivers.base import (
+    Capabilities,
+    DriverError,
+    ExitResult,
+    TaskConfig,
+    TaskHandle,
+)
 from services.agent.drivers.executor_handle import ExecutorHandle, recover_executor
 from services.agent.drivers.limits import create_cgroup
+from services.agent.execsession import HelperSession
+from services.agent.executor.session import ExecSpec
 from services.agent.executor.spec import LaunchSpec
 
 
@@ -28,6 +39,7 @@ def check_config(driver: str, cfg: TaskConfig) -> None:
 
 class RawExecDriver:
     name = "raw_exec"
+    capabilities = Capabilities(exec=True)
 
     def __init__(self, cgroups: CgroupManager | None = None) -> None:
         self.cgroups = cgroups
@@ -61,3 +73,18 @@ class RawExecDriver:
 
     async def recover(self, state: dict[str, Any]) -> ExecutorHandle | ExitResult | None:
         return await recover_executor(state, self.cgroups)
+
+    async def exec_task(
+        self, handle: TaskHandle, cfg: TaskConfig, command: list[str], tty: bool
+    ) -> HelperSession:
+        if not isinstance(handle, ExecutorHandle):
+            raise DriverError("the task is not running under an executor")
+        spec = ExecSpec(
+            command=command,
+            env=cfg.env,
+            cwd=str(cfg.driver_config.get("work_dir") or cfg.task_dir.local),
+            user=cfg.user,
+            cgroup_procs=handle.cgroup.procs_files if handle.cgroup is not None else [],
+            tty=tty,
+        )
+        return await HelperSession.start(spec, None)

@@ -42,13 +42,6 @@ def _answer(**reply: object) -> None:
         pass  # the agent is gone; a restarted one finds us through our files
 
 
-def _read_all(fd: int) -> bytes:
-    out = b""
-    while chunk := os.read(fd, 65536):
-        out += chunk
-    return out
-
-
 def _oom_kills(paths: list[str]) -> int:
     """The oom_kill counters of the task's memory cgroup (v1
     memory.oom_control, v2 memory.events)."""
@@ -109,7 +102,7 @@ def run(spec: LaunchSpec) -> int:
     os.close(lifeline_r)
     os.close(stdout)
     os.close(stderr)
-    problem = _read_all(errors_r).decode(errors="replace")
+    problem = launch.read_all(errors_r).decode(errors="replace")
     os.close(errors_r)
     if problem:
         os.waitpid(child, 0)
@@ -121,7 +114,7 @@ def run(spec: LaunchSpec) -> int:
     deadline = time.monotonic() + DRAIN_TIMEOUT
     for pump in pumps:
         pump.join(max(0.0, deadline - time.monotonic()))
-    reported = _read_all(results_r).strip()
+    reported = launch.read_all(results_r).strip()
     os.close(results_r)
     if reported.isdigit():
         status = int(reported)  # the task's own status, relayed by its init

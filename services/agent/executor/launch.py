@@ -78,11 +78,20 @@ class SetupError(Exception):
     """A step before execve failed; the message names it."""
 
 
-def _fail(errors: int, message: str) -> NoReturn:
+def fail(errors: int, message: str) -> NoReturn:
+    """Report a failure before execve on the `errors` pipe and end the child."""
     try:
         os.write(errors, message.encode(errors="replace")[:4000])
     finally:
         os._exit(127)
+
+
+def read_all(fd: int) -> bytes:
+    """Everything until EOF (the errors pipe: empty when execve succeeded)."""
+    out = b""
+    while chunk := os.read(fd, 65536):
+        out += chunk
+    return out
 
 
 # ------------------------------------------------------------ the task's identity
@@ -133,9 +142,10 @@ def join_cgroups(files: list[int]) -> None:
         os.close(fd)
 
 
-def open_cgroups(spec: LaunchSpec) -> list[int]:
+def open_cgroups(procs: list[str]) -> list[int]:
+    """The cgroup.procs files to join, opened now (before the root changes)."""
     try:
-        return [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in spec.cgroup_procs]
+        return [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in procs]
     except OSError as exc:
         raise SetupError(f"cannot join the task's cgroup: {exc}") from None
 
@@ -147,7 +157,16 @@ def enter_workdir(cwd: str) -> None:
         raise SetupError(f"cannot enter the working directory {cwd}: {exc.strerror}") from None
 
 
+def restore_signals() -> None:
+    """The dispositions Python changed at start-up back to the default: an
+    ignored SIGPIPE or SIGXFSZ would be inherited by the program (as
+    subprocess's restore_signals does)."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def execute(spec: LaunchSpec) -> None:
+    restore_signals()
     try:
         os.execvpe(spec.command, [spec.command, *spec.args], spec.env)
     except OSError as exc:
@@ -161,7 +180,7 @@ def raw_child(spec: LaunchSpec, errors: int) -> None:
     """The raw_exec task: no isolation, the cgroups when the agent has them."""
     try:
         user = User(spec.user) if spec.user else None
-        cgroups = open_cgroups(spec)
+        cgroups = open_cgroups(spec.cgroup_procs)
         os.setsid()
         join_cgroups(cgroups)
         _oom_score_adj()
@@ -169,7 +188,7 @@ def raw_child(spec: LaunchSpec, errors: int) -> None:
         enter_workdir(spec.cwd)
         execute(spec)
     except (SetupError, OSError) as exc:
-        _fail(errors, str(exc))
+        fail(errors, str(exc))
 
 
 def _oom_score_adj() -> None:
@@ -192,32 +211,123 @@ def _touch(path: str) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _target_parent(root: str, target: str) -> tuple[int, str]:
+    """The directory that holds `target` inside `root` (an fd) and the
+    target's last name. The task owns its directory and may have left
+    symlinks in it: the walk follows none (SetupError), so nothing is made
+    or mounted outside the task's root; missing directories are made."""
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise SetupError(f"bind target {target!r} is not a path inside the task's root")
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise SetupError(
+                    f"bind target {target}: {part} is a symlink or not a directory "
+                    f"in the task directory ({exc.strerror})"
+                ) from None
+            os.close(fd)
+            fd = nxt
+        return fd, parts[-1]
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_target(root: str, target: str, *, directory: bool, create: bool) -> int:
+    """An O_PATH fd of the bind target (a directory or a file, made when
+    missing and `create`), reached without following a symlink."""
+    parent, name = _target_parent(root, target)
+    try:
+        if create and directory:
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass
+        elif create:
+            try:
+                os.close(
+                    os.open(
+                        name,
+                        os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o644,
+                        dir_fd=parent,
+                    )
+                )
+            except FileExistsError:
+                pass
+        flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+        try:
+            fd = os.open(name, flags, dir_fd=parent)
+        except OSError as exc:
+            raise SetupError(f"bind target {target}: {exc.strerror}") from None
+        if not directory and stat.S_ISLNK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise SetupError(f"bind target {target} is a symlink in the task directory")
+        return fd
+    finally:
+        os.close(parent)
+
+
 def bind(root: str, b: Bind) -> None:
-    target = root + b.target
+    """`b.source` of the host at `b.target` inside `root` (mounted through
+    an fd of the target, so the mount lands exactly where the walk found)."""
     if os.path.islink(b.source):
-        if not os.path.lexists(target):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.symlink(os.readlink(b.source), target)
+        parent, name = _target_parent(root, b.target)
+        try:
+            try:
+                os.symlink(os.readlink(b.source), name, dir_fd=parent)
+            except FileExistsError:
+                pass
+        finally:
+            os.close(parent)
         return
     try:
         st = os.stat(b.source)
     except FileNotFoundError:
         return  # Nomad's chroot_env skips what the host does not have
-    if os.path.islink(target):
-        raise SetupError(f"bind target {b.target} is a symlink in the task directory")
-    if stat.S_ISDIR(st.st_mode):
-        _mkdir(target)
-    else:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        _touch(target)
-    linux.mount(b.source, target, None, linux.MS_BIND | linux.MS_REC)
+    directory = stat.S_ISDIR(st.st_mode)
+    fd = _open_target(root, b.target, directory=directory, create=True)
+    try:
+        linux.mount(b.source, f"/proc/self/fd/{fd}", None, linux.MS_BIND | linux.MS_REC)
+    finally:
+        os.close(fd)
     if b.readonly:
-        linux.mount(
-            None,
-            target,
-            None,
-            linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV,
-        )
+        # the mount just made, found again: the fd above is of what it covers
+        fd = _open_target(root, b.target, directory=directory, create=False)
+        try:
+            linux.mount(
+                None,
+                f"/proc/self/fd/{fd}",
+                None,
+                linux.MS_BIND
+                | linux.MS_REMOUNT
+                | linux.MS_RDONLY
+                | linux.MS_NOSUID
+                | linux.MS_NODEV,
+            )
+        finally:
+            os.close(fd)
+
+
+def _mount_on(root: str, target: str, fstype: str, flags: int, data: str | None = None) -> None:
+    """A fresh file system at `target` in the root, which the task may not
+    have turned into a symlink (what lies below is then the new mount's)."""
+    fd = _open_target(root, target, directory=True, create=True)
+    try:
+        linux.mount(fstype, f"/proc/self/fd/{fd}", fstype, flags, data)
+    finally:
+        os.close(fd)
 
 
 def build_root(iso: Isolation) -> None:
@@ -229,8 +339,7 @@ def build_root(iso: Isolation) -> None:
     for b in iso.binds:
         bind(root, b)
     dev = root + "/dev"
-    _mkdir(dev)
-    linux.mount("tmpfs", dev, "tmpfs", linux.MS_NOSUID | linux.MS_STRICTATIME, "mode=755")
+    _mount_on(root, "/dev", "tmpfs", linux.MS_NOSUID | linux.MS_STRICTATIME, "mode=755")
     for name in DEVICES:
         if os.path.exists(f"/dev/{name}"):
             _touch(f"{dev}/{name}")
@@ -251,8 +360,7 @@ def build_root(iso: Isolation) -> None:
         _mkdir(f"{dev}/mqueue")
         linux.mount("mqueue", f"{dev}/mqueue", "mqueue", _SPECIAL)
     proc = root + "/proc"
-    _mkdir(proc)
-    linux.mount("proc", proc, "proc", _SPECIAL)
+    _mount_on(root, "/proc", "proc", _SPECIAL)
     for name in PROC_READONLY:
         path = f"{proc}/{name}"
         if os.path.exists(path):
@@ -263,9 +371,7 @@ def build_root(iso: Isolation) -> None:
     for name in PROC_MASKED:
         if os.path.exists(f"{proc}/{name}"):
             linux.mount("/dev/null", f"{proc}/{name}", None, linux.MS_BIND)
-    sys_dir = root + "/sys"
-    _mkdir(sys_dir)
-    linux.mount("sysfs", sys_dir, "sysfs", _SPECIAL | linux.MS_RDONLY)
+    _mount_on(root, "/sys", "sysfs", _SPECIAL | linux.MS_RDONLY)
 
 
 def enter_root(iso: Isolation) -> None:
@@ -296,7 +402,7 @@ def init_child(spec: LaunchSpec, errors: int, results: int, lifeline: int) -> No
             os._exit(1)  # the executor died before the death signal was armed
         os.close(lifeline)
         user = User(spec.user) if spec.user else None
-        cgroups = open_cgroups(spec)
+        cgroups = open_cgroups(spec.cgroup_procs)
         _oom_score_adj()
         flags = linux.CLONE_NEWNS | linux.CLONE_NEWUTS
         if iso.ipc_namespace:
@@ -306,7 +412,7 @@ def init_child(spec: LaunchSpec, errors: int, results: int, lifeline: int) -> No
         build_root(iso)
         enter_root(iso)
     except (SetupError, OSError) as exc:
-        _fail(errors, f"building the task's isolation: {exc}")
+        fail(errors, f"building the task's isolation: {exc}")
     task = os.fork()
     if task == 0:
         try:
@@ -316,7 +422,7 @@ def init_child(spec: LaunchSpec, errors: int, results: int, lifeline: int) -> No
             enter_workdir(spec.cwd)
             execute(spec)
         except (SetupError, OSError) as exc:
-            _fail(errors, str(exc))
+            fail(errors, str(exc))
     for fd in cgroups:
         os.close(fd)
     os.close(errors)

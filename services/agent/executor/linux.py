@@ -1,5 +1,5 @@
 """The few Linux system calls the executor needs that Python 3.11's `os`
-lacks (unshare, mount, pivot_root, sethostname, prctl, capset), through
+lacks (unshare, setns, mount, pivot_root, sethostname, prctl, capset), through
 ctypes on the C library. Standard library only: the executor starts as a
 fresh interpreter for every task and must start fast."""
 
@@ -62,6 +62,12 @@ def _check(result: int, what: str) -> int:
 
 def unshare(flags: int) -> None:
     _check(_c().unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """Join namespaces: of a namespace file, or (a pidfd, Linux 5.8+) the
+    `nstype` namespaces of that process at once."""
+    _check(_c().setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
 
 
 def mount(

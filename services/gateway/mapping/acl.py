@@ -16,20 +16,21 @@ from corral.domain.nomad_json import body_field as field
 from corral.domain.nomad_json import body_string as _string
 from corral.domain.nomad_json import body_strings as _strings
 from corral.v1 import acl_pb2
-from services.gateway.mapping.common import rfc3339
+from services.gateway.mapping.common import from_rfc3339, rfc3339
 
 
 def policy_stub(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
     return {
         "Name": p.name,
         "Description": p.description,
+        "JobACL": None,
         "CreateIndex": p.create_index,
         "ModifyIndex": p.modify_index,
     }
 
 
 def policy(p: acl_pb2.ACLPolicy) -> dict[str, Any]:
-    return {**policy_stub(p), "Rules": p.rules, "JobACL": None}
+    return {**policy_stub(p), "Rules": p.rules}
 
 
 def token_stub(t: acl_pb2.ACLToken) -> dict[str, Any]:
@@ -70,8 +71,9 @@ def policy_from_body(name: str, body: dict[str, Any]) -> acl_pb2.ACLPolicy:
 
 
 def _ttl(value: Any) -> int:
-    """`ExpirationTTL`: nanoseconds, or a duration string ("1h")."""
-    if value is None:
+    """`ExpirationTTL`: nanoseconds, or a duration string ("1h"); "" is no
+    TTL (what Nomad's Go client sends for a token without one)."""
+    if value is None or value == "":
         return 0
     if isinstance(value, bool):
         raise ValueError("ExpirationTTL must be a duration")
@@ -101,6 +103,30 @@ def create_token_request(body: dict[str, Any]) -> acl_pb2.ACLCreateTokenRequest:
         policies=_strings(field(body, "Policies"), "Policies"),
         is_global=global_,
         expiration_ttl=_ttl(field(body, "ExpirationTTL")),
+    )
+
+
+def update_token_request(accessor_id: str, body: dict[str, Any]) -> acl_pb2.ACLUpdateTokenRequest:
+    """PUT /v1/acl/token/:accessor_id's body: the token as read, changed
+    (Nomad's `ACLToken`; its `AccessorID` must be the path's)."""
+    if _string(field(body, "AccessorID"), "AccessorID") != accessor_id:
+        raise ValueError("ACL token accessor does not match request path")
+    global_ = field(body, "Global", False)
+    if not isinstance(global_, bool):
+        raise ValueError("Global must be true or false")
+    if field(body, "Roles"):
+        raise ValueError("ACL roles are not supported by Corral; name policies instead")
+    expires = field(body, "ExpirationTime")
+    if expires is not None and not isinstance(expires, str):
+        raise ValueError("ExpirationTime must be an RFC 3339 time")
+    return acl_pb2.ACLUpdateTokenRequest(
+        accessor_id=accessor_id,
+        name=_string(field(body, "Name"), "Name"),
+        type=_string(field(body, "Type"), "Type") or "client",
+        policies=_strings(field(body, "Policies"), "Policies"),
+        is_global=global_,
+        expiration_ttl=_ttl(field(body, "ExpirationTTL")),
+        expiration_time=from_rfc3339(expires) if expires else 0,
     )
 
 

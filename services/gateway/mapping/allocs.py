@@ -5,7 +5,42 @@ from __future__ import annotations
 from typing import Any
 
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.common import Field, entry, rfc3339, to_nomad
+from services.gateway.mapping.absent import fill
+from services.gateway.mapping.common import (
+    Field,
+    complete_resources,
+    entry,
+    networks,
+    rfc3339,
+    to_nomad,
+)
+from services.gateway.mapping.evals import metrics
+
+#: Corral's own fields of an alloc, kept out of Nomad's api.Allocation: the
+#: job's version, modify index, type and priority (Nomad's alloc embeds its
+#: Job instead; its list stub carries JobVersion and JobType) and the trace
+#: context of the plan that placed it
+INTERNAL_FIELDS = ("JobVersion", "JobModifyIndex", "JobType", "JobPriority", "Traceparent")
+
+
+def _task_event(e: pb.TaskEvent) -> dict[str, Any]:
+    """api.TaskEvent: a restart's delay is Nomad's StartDelay."""
+    out = to_nomad(e, {"restart_reason_delay": lambda _: None})
+    del out["RestartReasonDelay"]
+    out["StartDelay"] = e.restart_reason_delay
+    return fill("TaskEvent", out) or out
+
+
+def desired_transition(msg: pb.Allocation) -> dict[str, Any]:
+    """api.DesiredTransition: a struct (never null), each flag a *bool."""
+    dt = msg.desired_transition
+    return {
+        "Migrate": dt.migrate or None,
+        "Reschedule": dt.reschedule or None,
+        "ForceReschedule": dt.force_reschedule or None,
+        "NoShutdownDelay": dt.no_shutdown_delay or None,
+        "MigrateDisablePlacement": None,
+    }
 
 
 def task_state(msg: pb.TaskState) -> dict[str, Any]:
@@ -17,7 +52,7 @@ def task_state(msg: pb.TaskState) -> dict[str, Any]:
             "last_restart": rfc3339,
             "started_at": rfc3339,
             "finished_at": rfc3339,
-            "events": lambda evs: [to_nomad(e) for e in evs] or None,
+            "events": lambda evs: [_task_event(e) for e in evs] or None,
         },
     )
 
@@ -45,14 +80,14 @@ def _allocated_resources(msg: pb.Allocation) -> dict[str, Any]:
         tasks[name] = {
             "Cpu": {"CpuShares": r.cpu, "ReservedCores": None},
             "Memory": {"MemoryMB": r.memory_mb, "MemoryMaxMB": r.memory_max_mb},
-            "Networks": [to_nomad(n) for n in r.networks] or None,
+            "Networks": networks([to_nomad(n) for n in r.networks]) or None,
             "Devices": [to_nomad(d) for d in r.allocated_devices] or None,
         }
     return {
         "Tasks": tasks or None,
         "Shared": {
             "DiskMB": msg.resources.disk_mb,
-            "Networks": [to_nomad(n) for n in msg.resources.networks] or None,
+            "Networks": networks([to_nomad(n) for n in msg.resources.networks]) or None,
             "Ports": None,
         },
     }
@@ -70,13 +105,19 @@ def alloc(msg: pb.Allocation, job: dict[str, Any] | None = None) -> dict[str, An
                 [{"Field": st.field, "Value": st.value, "Time": rfc3339(st.time)} for st in states]
                 or None
             ),
-            "traceparent": lambda v: v,
+            "desired_transition": lambda _: desired_transition(msg),
+            "metrics": lambda m: metrics(to_nomad(m)) if msg.HasField("metrics") else None,
         },
     )
+    for key in INTERNAL_FIELDS:
+        del out[key]
+    complete_resources(out["Resources"])
+    for task_resources in (out["TaskResources"] or {}).values():
+        complete_resources(task_resources)
     out["AllocatedResources"] = _allocated_resources(msg)
     out["Job"] = job
     out["Services"] = None
-    return out
+    return fill("Allocation", out) or out
 
 
 #: api.AllocationListStub's fields
@@ -96,7 +137,7 @@ _STUB: tuple[Field, ...] = (
     "desired_description",
     "client_status",
     "client_description",
-    ("DesiredTransition", lambda m: to_nomad(m.desired_transition)),
+    ("DesiredTransition", desired_transition),
     ("TaskStates", lambda m: _task_states(m.task_states)),
     ("DeploymentStatus", lambda m: _deployment_status(m)),
     "followup_eval_id",

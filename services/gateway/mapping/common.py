@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+
+from services.gateway.mapping.absent import ZERO_TIME as ZERO_TIME  # its users import it here
+from services.gateway.mapping.absent import fill, fill_all
 
 #: word → Nomad's (Go's) spelling of it in a field name
 _ACRONYMS = {
@@ -39,10 +43,12 @@ _FIELD_RENAMES = {
     "crons": "Specs",
     "l_target": "LTarget",
     "r_target": "RTarget",
+    "selinux_label": "SELinuxLabel",
+    # a plan's DesiredUpdates
+    "reconnect_updates": "Reconnect",
+    "disconnect_updates": "Disconnect",
 }
 
-#: Go's zero time.Time, as Nomad's JSON shows an unset one
-ZERO_TIME = "0001-01-01T00:00:00Z"
 
 Override = Callable[[Any], Any]
 
@@ -62,6 +68,23 @@ def rfc3339(ns: int) -> str:
     seconds, frac = divmod(int(ns), 1_000_000_000)
     base = dt.datetime.fromtimestamp(seconds, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{frac:09d}Z" if frac else f"{base}Z"
+
+
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
+
+
+def from_rfc3339(text: str) -> int:
+    """Go's time.Time JSON as Unix nanoseconds (`rfc3339`'s inverse); Go's
+    zero time is 0. Raises ValueError for anything else."""
+    if text == ZERO_TIME:
+        return 0
+    m = _RFC3339.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not an RFC 3339 time")
+    base, frac, zone = m.groups()
+    offset = "+00:00" if zone == "Z" else zone
+    when = dt.datetime.fromisoformat(base + offset)
+    return int(when.timestamp()) * 1_000_000_000 + int((frac or "").ljust(9, "0"))
 
 
 def _scalar(fd: Any, value: Any) -> Any:
@@ -119,11 +142,33 @@ def to_nomad(msg: Message, overrides: Mapping[str, Override] | None = None) -> d
     return out
 
 
+def networks(items: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Network JSON completed as Nomad's api.NetworkResource and api.Port
+    (in place; returned for chaining)."""
+    for net in items or ():
+        fill("NetworkResource", net)
+        fill_all("Port", net.get("ReservedPorts"))
+        fill_all("Port", net.get("DynamicPorts"))
+    return items
+
+
+def complete_resources(out: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Resources JSON as Nomad's api.Resources: the devices an alloc was
+    given are Corral's own (Nomad shows them in AllocatedResources), the
+    fields Corral lacks at Nomad's unset values (in place)."""
+    if out is None:
+        return None
+    out.pop("AllocatedDevices", None)
+    networks(out.get("Networks"))
+    fill_all("RequestedDevice", out.get("Devices"))
+    return fill("Resources", out)
+
+
 def resources(msg: Message | None) -> dict[str, Any] | None:
     """Resources as Nomad's api.Resources (networks and devices included)."""
     if msg is None:
         return None
-    return to_nomad(msg)
+    return complete_resources(to_nomad(msg))
 
 
 #: a field of a list entry: our field name (shown under its Nomad name), or

@@ -14,11 +14,19 @@ from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import job_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.mapping.common import Field, entry, rfc3339, to_nomad
-from services.gateway.mapping.evals import evaluation
+from services.gateway.mapping.absent import fill, fill_all
+from services.gateway.mapping.common import (
+    Field,
+    complete_resources,
+    entry,
+    networks,
+    rfc3339,
+    to_nomad,
+)
+from services.gateway.mapping.evals import evaluation, metrics
 from services.gateway.mapping.services import check_header
 
-#: the one region a Corral cluster is (Nomad's default region's name)
+#: the region of a job stored before jobs carried theirs (Nomad's default name)
 REGION = "global"
 
 
@@ -45,21 +53,35 @@ def job(msg: pb.Job) -> dict[str, Any]:
             "periodic": lambda p: _periodic(p) if msg.HasField("periodic") else None,
         },
     )
-    out["Region"] = REGION
+    out["Region"] = msg.region or REGION
     out["Multiregion"] = None
     out["Dispatched"] = msg.dispatched
+    fill("Job", out)
     for tg in out.get("TaskGroups") or []:
+        fill("TaskGroup", tg)
+        networks(tg.get("Networks"))
         _nomad_services(tg)
+        if tg.get("Scaling") is not None:
+            tg["Scaling"]["Namespace"] = msg.namespace
         for task in tg.get("Tasks") or []:
+            fill("Task", task)
+            fill("LogConfig", task.get("LogConfig"))
+            fill("WorkloadIdentity", task.get("Identity"))
+            fill_all("WorkloadIdentity", task.get("Identities"))
+            complete_resources(task.get("Resources"))
             _nomad_services(task)
+            for policy in task.get("ScalingPolicies") or []:
+                policy["Namespace"] = msg.namespace
     return out
 
 
 def _nomad_services(owner: dict[str, Any]) -> None:
     """A group's or task's services as Nomad spells them: check headers as
-    map[string][]string."""
+    map[string][]string, Nomad's fields Corral lacks at their unset values."""
     for service in owner.get("Services") or []:
+        fill("Service", service)
         for check in service.get("Checks") or []:
+            fill("ServiceCheck", check)
             check["Header"] = check_header(check.get("Header"))
 
 
@@ -104,7 +126,6 @@ _STUB: tuple[Field, ...] = (
     "modify_index",
     "job_modify_index",
     "submit_time",
-    "version",
     "node_pool",
     ("Meta", lambda m: dict(m.meta) or None),
 )
@@ -236,7 +257,8 @@ def plan_response(resp: job_pb2.JobPlanResponse) -> dict[str, Any]:
         "CreatedEvals": [evaluation(e) for e in resp.created_evals] or None,
         "Diff": diff(resp.diff) if resp.HasField("diff") else None,
         "Annotations": to_nomad(resp.annotations) if resp.HasField("annotations") else None,
-        "FailedTGAllocs": {k: to_nomad(v) for k, v in resp.failed_tg_allocs.items()} or None,
+        "FailedTGAllocs": {k: metrics(to_nomad(v)) for k, v in resp.failed_tg_allocs.items()}
+        or None,
         "NextPeriodicLaunch": rfc3339(resp.next_periodic_launch),
         "Warnings": resp.warnings,
     }

@@ -7,6 +7,7 @@ from typing import Any
 
 from corral.domain.object_specs import namespace_from_nomad as namespace_from_body
 from corral.v1 import structs_pb2 as pb
+from services.gateway.mapping.absent import fill
 
 __all__ = ["namespace", "namespace_from_body"]
 
@@ -17,7 +18,7 @@ def namespace(msg: pb.Namespace) -> dict[str, Any]:
     """api.Namespace."""
     caps = msg.capabilities if msg.HasField("capabilities") else None
     cfg = msg.node_pool_config if msg.HasField("node_pool_config") else None
-    return {
+    out = {
         "Name": msg.name,
         "Description": msg.description,
         "Quota": "",
@@ -42,3 +43,4 @@ def namespace(msg: pb.Namespace) -> dict[str, Any]:
         "CreateIndex": msg.create_index,
         "ModifyIndex": msg.modify_index,
     }
+    return fill("Namespace", out) or out

@@ -8,7 +8,42 @@ from typing import Any
 
 from corral.v1 import node_pb2
 from corral.v1 import structs_pb2 as pb
+from services.gateway.mapping.absent import fill, fill_all
 from services.gateway.mapping.common import ZERO_TIME, rfc3339, to_nomad
+
+
+def _attribute(value: str) -> dict[str, Any]:
+    """A device attribute as Nomad's psstructs.Attribute: Corral keeps
+    attributes as text, so a number is shown as one, anything else as a
+    string."""
+    out: dict[str, Any] = {"Float": None, "Int": None, "String": None, "Bool": None, "Unit": ""}
+    try:
+        out["Int"] = int(value)
+    except ValueError:
+        try:
+            out["Float"] = float(value)
+        except ValueError:
+            if value in ("true", "false"):
+                out["Bool"] = value == "true"
+            else:
+                out["String"] = value
+    return out
+
+
+def _device(d: pb.NodeDevice) -> dict[str, Any]:
+    """api.NodeDeviceResource (every instance healthy: Corral's devices are
+    fingerprinted once, at registration)."""
+    return {
+        "Vendor": d.vendor,
+        "Type": d.type,
+        "Name": d.name,
+        "Instances": [
+            {"ID": i, "Healthy": True, "HealthDescription": "", "Locality": None}
+            for i in d.instance_ids
+        ]
+        or None,
+        "Attributes": {k: _attribute(v) for k, v in d.attributes.items()} or None,
+    }
 
 
 def _drain_strategy(msg: pb.Node) -> dict[str, Any] | None:
@@ -30,7 +65,7 @@ def _resources(msg: pb.Node) -> dict[str, Any]:
         "Memory": {"MemoryMB": r.memory_mb},
         "Disk": {"DiskMB": r.disk_mb},
         "Networks": None,
-        "Devices": [to_nomad(d) for d in r.devices] or None,
+        "Devices": [_device(d) for d in r.devices] or None,
         "MinDynamicPort": r.min_dynamic_port,
         "MaxDynamicPort": r.max_dynamic_port,
     }
@@ -63,7 +98,9 @@ def node(msg: pb.Node) -> dict[str, Any]:
     out["StatusUpdatedAt"] = msg.status_updated_at // 1_000_000_000
     out["HTTPAddr"] = msg.http_addr
     out["TLSEnabled"] = False
-    return out
+    out["NodeMaxAllocs"] = msg.node_resources.max_allocs
+    fill_all("DriverInfo", out["Drivers"])
+    return fill("Node", out) or out
 
 
 def stub(msg: node_pb2.NodeListStub) -> dict[str, Any]:
@@ -104,7 +141,7 @@ def stub(msg: node_pb2.NodeListStub) -> dict[str, Any]:
 def node_pool(msg: pb.NodePool) -> dict[str, Any]:
     """api.NodePool."""
     sc = msg.scheduler_config if msg.HasField("scheduler_config") else None
-    return {
+    out = {
         "Name": msg.name,
         "Description": msg.description,
         "Meta": dict(msg.meta) or None,
@@ -119,3 +156,5 @@ def node_pool(msg: pb.NodePool) -> dict[str, Any]:
         "CreateIndex": msg.create_index,
         "ModifyIndex": msg.modify_index,
     }
+    # Corral has no node identities: NodeIdentityTTL is Nomad's unset ""
+    return fill("NodePool", out) or out

@@ -14,6 +14,12 @@ _PREEMPTION = {
 }
 
 
+#: the number of feasible nodes Corral's scheduler scores for a group with
+#: spreads or affinities (services/worker/scheduler/feasible/stack.py, Nomad's
+#: default); Nomad shows 0 when unset and Corral's is not configurable
+NODE_LIMIT_FOR_FEASIBILITY_CHECKS = 100
+
+
 class ConfigInputError(ValueError):
     """A scheduler configuration body Corral cannot take; names the field."""
 
@@ -27,6 +33,7 @@ def scheduler_config(msg: pb.SchedulerConfiguration) -> dict[str, Any]:
         "MemoryOversubscriptionEnabled": msg.memory_oversubscription_enabled,
         "RejectJobRegistration": False,
         "PauseEvalBroker": msg.pause_eval_broker,
+        "NodeLimitForFeasibilityChecks": 0,
         "CreateIndex": msg.create_index,
         "ModifyIndex": msg.modify_index,
     }
@@ -46,6 +53,13 @@ def scheduler_config_from_nomad(data: Any) -> pb.SchedulerConfiguration:
         raise ConfigInputError("expected a JSON object holding the scheduler configuration")
     if data.get("RejectJobRegistration"):
         raise ConfigInputError("RejectJobRegistration is not supported by Corral")
+    limit = data.get("NodeLimitForFeasibilityChecks") or 0
+    if limit not in (0, NODE_LIMIT_FOR_FEASIBILITY_CHECKS):
+        n = NODE_LIMIT_FOR_FEASIBILITY_CHECKS
+        raise ConfigInputError(
+            f"NodeLimitForFeasibilityChecks: Corral's scheduler always scores {n} nodes "
+            f"(0 or {n}); another value is not supported by Corral"
+        )
     algorithm = data.get("SchedulerAlgorithm") or ""
     if not isinstance(algorithm, str):
         raise ConfigInputError("SchedulerAlgorithm: expected a string")

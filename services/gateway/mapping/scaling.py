@@ -20,8 +20,11 @@ MAX_COUNT = 2**31 - 1
 
 
 def policy(msg: pb.ScalingPolicy) -> dict[str, Any]:
-    """api.ScalingPolicy (Min, Max and Enabled always set on a stored one)."""
-    return to_nomad(msg)
+    """api.ScalingPolicy (Min, Max and Enabled always set on a stored one;
+    its namespace is its target's)."""
+    out = to_nomad(msg)
+    out["Namespace"] = msg.target.get("Namespace", "")
+    return out
 
 
 def policy_stub(msg: scaling_pb2.ScalingPolicyListStub) -> dict[str, Any]:

@@ -37,22 +37,20 @@ def list_stub(ns: service_pb2.ServiceNamespaceStub) -> dict[str, Any]:
 
 
 def check_result(r: pb.CheckResult) -> dict[str, Any]:
-    """structs.CheckQueryResult (StatusCode and Task only when set)."""
-    out: dict[str, Any] = {
+    """api.AllocCheckStatus (Nomad's server omits a zero StatusCode and an
+    empty Task; the api struct has both, so both are always here)."""
+    return {
         "ID": r.id,
         "Mode": r.mode,
         "Status": r.status,
+        "StatusCode": r.status_code,
         "Output": r.output,
         "Timestamp": r.timestamp,
         "Group": r.group,
+        "Task": r.task,
         "Service": r.service,
         "Check": r.check,
     }
-    if r.status_code:
-        out["StatusCode"] = r.status_code
-    if r.task:
-        out["Task"] = r.task
-    return out
 
 
 def check_header(header: dict[str, Any] | None) -> dict[str, list[str]] | None:

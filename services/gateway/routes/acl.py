@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from corral.v1 import acl_pb2, query_pb2
-from services.gateway.authz import ANY_TOKEN, MANAGEMENT, OWN_POLICIES, UNSERVED, ApiRoute, Need
+from services.gateway.authz import ANY_TOKEN, MANAGEMENT, OWN_POLICIES, ApiRoute, Need
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     NomadError,
@@ -32,7 +32,6 @@ from services.gateway.http import (
     object_body,
     respond,
     token_of,
-    unserved,
     written,
 )
 from services.gateway.mapping import acl as acl_map
@@ -154,7 +153,15 @@ async def token(request: Request) -> Response:
             timeout=DEFAULT_TIMEOUT,
         )
         return written(done.index)
-    raise unserved("Updating an ACL token in place (create a new token, then delete this one)")
+    body = await object_body(request)
+    try:
+        message = acl_map.update_token_request(accessor, body)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    resp = await backend.acl.UpdateToken(
+        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    return respond(request, acl_map.token(resp.token), index=resp.index)
 
 
 #: anyone, once (the state refuses a second bootstrap)
@@ -180,6 +187,6 @@ ROUTES: list[BaseRoute] = [
     ApiRoute(
         "/v1/acl/token/{accessor_id}",
         token,
-        {"GET": MANAGEMENT, "PUT": UNSERVED, "POST": UNSERVED, "DELETE": MANAGEMENT},
+        {"GET": MANAGEMENT, **_MANAGE, "DELETE": MANAGEMENT},
     ),
 ]

@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.authz import ALLOC_AGENT_READ, READ_JOB_OBJECT, ApiRoute, Need, ns
-from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.backend import DEFAULT_TIMEOUT, Backend, Metadata
 from services.gateway.http import (
     NomadError,
     QueryOptions,
@@ -29,6 +29,7 @@ from services.gateway.http import (
     listing,
     metadata_of,
     object_body,
+    region_of,
     respond,
 )
 from services.gateway.mapping import allocs as alloc_map
@@ -101,10 +102,17 @@ async def allocation_stop(request: Request) -> Response:
 
 async def alloc_agent(request: Request) -> tuple[pb.Allocation, str]:
     """The alloc of the path and the address of the agent running it."""
-    backend = backend_of(request)
-    md = metadata_of(request)
+    return await find_alloc_agent(
+        backend_of(request), metadata_of(request), request.path_params["alloc_id"]
+    )
+
+
+async def find_alloc_agent(
+    backend: Backend, md: Metadata, alloc_id: str
+) -> tuple[pb.Allocation, str]:
+    """An alloc (id or prefix) and the address of the agent running it."""
     got = await backend.allocs.Get(
-        alloc_pb2.AllocGetRequest(alloc_id=request.path_params["alloc_id"]),
+        alloc_pb2.AllocGetRequest(alloc_id=alloc_id),
         metadata=md,
         timeout=DEFAULT_TIMEOUT,
     )
@@ -124,7 +132,7 @@ async def allocation_stats(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     resp = (
         await backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Stats(
             alloc_pb2.AllocStatsRequest(
                 alloc_id=alloc.id, task=request.query_params.get("task", "")
@@ -154,7 +162,7 @@ async def allocation_signal(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     await (
         backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Signal(
             alloc_pb2.AllocSignalRequest(alloc_id=alloc.id, task=task, signal=signal),
             metadata=metadata_of(request),
@@ -175,7 +183,7 @@ async def allocation_restart(request: Request) -> Response:
     alloc, address = await alloc_agent(request)
     await (
         backend_of(request)
-        .client_alloc(address)
+        .client_alloc(address, region_of(request))
         .Restart(
             alloc_pb2.AllocRestartRequest(alloc_id=alloc.id, task=task, all_tasks=all_tasks),
             metadata=metadata_of(request),
@@ -205,7 +213,7 @@ async def logs(request: Request) -> Response:
     backend = backend_of(request)
     md = metadata_of(request)
     alloc, address = await alloc_agent(request)
-    logs_call: Any = backend.client_alloc(address).Logs
+    logs_call: Any = backend.client_alloc(address, region_of(request)).Logs
     stream = logs_call(
         alloc_pb2.AllocLogsRequest(
             alloc_id=alloc.id, task=task, type=kind, follow=follow, offset=offset, origin=origin

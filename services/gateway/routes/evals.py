@@ -10,7 +10,14 @@ from starlette.routing import BaseRoute
 
 from corral.v1 import eval_pb2, query_pb2
 from services.gateway.authz import READ_JOB_OBJECT, ApiRoute, ns
-from services.gateway.http import QueryOptions, backend_of, bool_param, listing, respond
+from services.gateway.http import (
+    QueryOptions,
+    apply_filter,
+    backend_of,
+    bool_param,
+    listing,
+    respond,
+)
 from services.gateway.mapping import allocs as alloc_map
 from services.gateway.mapping import evals as eval_map
 
@@ -31,6 +38,30 @@ async def evaluations(request: Request) -> Response:
         return [eval_map.evaluation(e) for e in resp.evals], resp.meta
 
     return await listing(request, q, call)
+
+
+async def evaluations_count(request: Request) -> Response:
+    """Nomad's count of the evaluations `filter` matches (all without one),
+    of the namespaces the token may read: the whole list is read and
+    counted here, as a filtered listing is."""
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).evals.List(
+        eval_pb2.EvalListRequest(query=q.proto(paginate=False)),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    items = [eval_map.evaluation(e) for e in resp.evals]
+    if q.filter:
+        items = apply_filter(q.filter, items)
+    body = {
+        "Count": len(items),
+        # Nomad's servers send their QueryMeta in the body too
+        "Index": resp.meta.index,
+        "LastContact": 0,
+        "KnownLeader": True,
+        "NextToken": "",
+    }
+    return respond(request, body, index=resp.meta.index)
 
 
 async def _get(request: Request, *, related: bool) -> eval_pb2.EvalGetResponse:
@@ -62,6 +93,7 @@ async def evaluation_allocations(request: Request) -> Response:
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/evaluations", evaluations, {"GET": ns("read-job", filters=True)}),
+    ApiRoute("/v1/evaluations/count", evaluations_count, {"GET": ns("read-job", filters=True)}),
     ApiRoute(
         "/v1/evaluation/{eval_id}/allocations", evaluation_allocations, {"GET": READ_JOB_OBJECT}
     ),

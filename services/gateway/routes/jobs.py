@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from corral.runtime.settings import REGION_NAME
 from corral.v1 import job_pb2, periodic_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway.authz import READ_JOB, SUBMIT_JOB, ApiRoute, ns
@@ -32,6 +33,7 @@ from services.gateway.http import (
     json_body,
     listing,
     metadata_of,
+    region_of,
     respond,
     unserved,
     whole,
@@ -63,6 +65,7 @@ JOB_ACTIONS = frozenset(
         "submission",
         "action",
         "actions",
+        "tag",
     }
 )
 
@@ -90,12 +93,28 @@ def _parse_job(request: Request, data: Any) -> pb.Job:
     return job
 
 
+def _job_region(request: Request, body: Any, job: pb.Job) -> str:
+    """Where a submitted job goes and runs (Nomad's regionForJob):
+    `?region=`, else the request body's `Region`, else the job's own
+    (`global` meaning none), else '' (the gateway's region). The job is
+    given that region; the call is forwarded there."""
+    given = body.get("Region") if isinstance(body, dict) else None
+    region = region_of(request) or (given if isinstance(given, str) else "") or job.region
+    if region == "global":
+        region = ""
+    if region and not REGION_NAME.match(region):
+        raise bad_request(f"Invalid region: {region[:100]!r}")
+    job.region = region
+    return region
+
+
 async def _register(request: Request, path_id: str | None) -> Response:
     body = await json_body(request)
     data = _job_arg(body)
     if path_id is not None and isinstance(data, dict) and data.get("ID") not in (None, path_id):
         raise bad_request("Job ID does not match name")
     job = _parse_job(request, data)
+    region = _job_region(request, body, job)
     try:
         submission = job_map.submission_from_nomad(body.get("Submission"))
     except JobInputError as exc:
@@ -111,7 +130,7 @@ async def _register(request: Request, path_id: str | None) -> Response:
             eval_priority=priority,
             submission=submission,
         ),
-        metadata=metadata_of(request),
+        metadata=metadata_of(request, region),
         timeout=DEFAULT_TIMEOUT,
     )
     return respond(request, job_map.register_response(resp), index=resp.index)
@@ -148,7 +167,7 @@ def _job_id(request: Request) -> str:
 async def job(request: Request) -> Response:
     job_id = _job_id(request)
     head, _, tail = job_id.rpartition("/")
-    if head and (tail in JOB_ACTIONS or job_id.endswith("/periodic/force")):
+    if head and (tail in JOB_ACTIONS or job_id.endswith(("/periodic/force", "/dispatch/payload"))):
         # an action of a job: served with another method, or not at all
         from services.gateway.routes.unserved import wrong_method
 
@@ -248,9 +267,10 @@ async def job_plan(request: Request) -> Response:
     if isinstance(data, dict) and data.get("ID") not in (None, job_id):
         raise bad_request("Job ID does not match")
     job = _parse_job(request, data)
+    region = _job_region(request, body, job)
     resp = await backend_of(request).jobs.Plan(
         job_pb2.JobPlanRequest(job=job, diff=bool(body.get("Diff"))),
-        metadata=metadata_of(request),
+        metadata=metadata_of(request, region),
         timeout=DEFAULT_TIMEOUT,
     )
     return respond(request, job_map.plan_response(resp), index=resp.index)
@@ -346,6 +366,65 @@ async def job_revert(request: Request) -> Response:
     return respond(request, job_map.register_response(resp), index=resp.index)
 
 
+async def _optional_body(request: Request) -> dict[str, Any]:
+    body = await json_body(request)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
+
+
+async def job_evaluate(request: Request) -> Response:
+    """Nomad's force-evaluate: a body is optional (Nomad's compatibility
+    with clients sending none); with one, its `JobID` must name the job."""
+    job_id = _job_id(request)
+    body = await _optional_body(request)
+    if body:
+        if not body.get("JobID"):
+            raise bad_request("Job ID must be specified")
+        if body["JobID"] != job_id:
+            raise bad_request("JobID not same as job name")
+    options = body.get("EvalOptions") or {}
+    if not isinstance(options, dict):
+        raise bad_request("EvalOptions must be a JSON object")
+    force = options.get("ForceReschedule", False)
+    if not isinstance(force, bool):
+        raise bad_request("EvalOptions.ForceReschedule must be true or false")
+    resp = await backend_of(request).jobs.Evaluate(
+        job_pb2.JobEvaluateRequest(
+            job_id=job_id, namespace=_namespace(request), force_reschedule=force
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, job_map.register_response(resp), index=resp.index)
+
+
+async def job_stable(request: Request) -> Response:
+    job_id = _job_id(request)
+    body = await _optional_body(request)
+    if not body.get("JobID"):
+        raise bad_request("JobID must be specified")
+    if body["JobID"] != job_id:
+        raise bad_request("Job ID does not match")
+    stable = body.get("Stable", False)
+    if not isinstance(stable, bool):
+        raise bad_request("Stable must be true or false")
+    resp = await backend_of(request).jobs.Stable(
+        job_pb2.JobStableRequest(
+            job_id=job_id,
+            namespace=_namespace(request),
+            version=whole(body.get("JobVersion"), "JobVersion"),
+            stable=stable,
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    out = {"JobModifyIndex": resp.job_modify_index, "Index": resp.index}
+    return respond(request, out, index=resp.index)
+
+
 WRITE = {"PUT": SUBMIT_JOB, "POST": SUBMIT_JOB}
 READ = {"GET": READ_JOB}
 #: Nomad's Job.Scale takes either, and its Job.ScaleStatus either of these
@@ -358,6 +437,8 @@ DISPATCH = ns("dispatch-job")
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/job/{job_id:path}/revert", job_revert, WRITE),
+    ApiRoute("/v1/job/{job_id:path}/evaluate", job_evaluate, WRITE),
+    ApiRoute("/v1/job/{job_id:path}/stable", job_stable, WRITE),
     ApiRoute(
         "/v1/jobs",
         jobs_list_or_register,

@@ -24,6 +24,7 @@ from services.gateway.http import (
     json_body,
     listing,
     metadata_of,
+    region_of,
     respond,
     unserved,
     whole,
@@ -78,8 +79,6 @@ def _update_response(resp: node_pb2.NodeUpdateResponse) -> dict[str, Any]:
         "EvalCreateIndex": resp.eval_create_index,
         "NodeModifyIndex": resp.node_modify_index,
         "Index": resp.index,
-        "LastContact": 0,
-        "KnownLeader": True,
     }
 
 
@@ -144,8 +143,33 @@ async def node_eligibility(request: Request) -> Response:
     return respond(request, _update_response(resp), index=resp.index)
 
 
+async def node_purge(request: Request) -> Response:
+    """Nomad's node purge: the node is removed from the state and every
+    job with work on it evaluated (its allocs are lost). An agent still
+    running registers its node again, as Nomad's."""
+    resp = await backend_of(request).nodes.Deregister(
+        node_pb2.NodeDeregisterRequest(node_id=request.path_params["node_id"]),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, _update_response(resp), index=resp.index)
+
+
+async def node_evaluate(request: Request) -> Response:
+    """Nomad's node evaluate: an eval of every job with work on the node
+    (and of the system jobs that take it)."""
+    resp = await backend_of(request).nodes.Evaluate(
+        node_pb2.NodeEvaluateRequest(node_id=request.path_params["node_id"]),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    # Nomad's Go client decodes `EvalID` (its servers send only `EvalIDs`)
+    body = {"EvalID": resp.eval_ids[0] if resp.eval_ids else "", **_update_response(resp)}
+    return respond(request, body, index=resp.index)
+
+
 async def node_action(request: Request) -> Response:
-    """Nomad's other node actions (purge, evaluate, meta): not served."""
+    """Nomad's other node actions (meta): not served."""
     from services.gateway.routes.unserved import wrong_method
 
     if wrong_method(request, skip=NODE_ACTION):
@@ -181,7 +205,7 @@ async def client_stats(request: Request) -> Response:
     )
     if not got.node.http_addr:
         raise NomadError(404, f"node {got.node.id} has no address to reach its agent")
-    resp = await backend.client_stats(got.node.http_addr).Stats(
+    resp = await backend.client_stats(got.node.http_addr, region_of(request)).Stats(
         node_pb2.ClientStatsRequest(), metadata=md, timeout=DEFAULT_TIMEOUT
     )
     return respond(request, stats_map.host_stats(resp.stats))
@@ -192,6 +216,8 @@ ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/node/{node_id}/allocations", node_allocations, {"GET": NODE_ALLOCS}),
     ApiRoute("/v1/node/{node_id}/drain", node_drain, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}/eligibility", node_eligibility, NODE_UPDATE),
+    ApiRoute("/v1/node/{node_id}/purge", node_purge, NODE_UPDATE),
+    ApiRoute("/v1/node/{node_id}/evaluate", node_evaluate, NODE_UPDATE),
     ApiRoute("/v1/node/{node_id}", node, {"GET": NODE_READ}),
     NODE_ACTION,
     ApiRoute("/v1/client/stats", client_stats, {"GET": NODE_READ}),

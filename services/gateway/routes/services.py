@@ -33,6 +33,7 @@ from services.gateway.http import (
     bad_request,
     local_page,
     metadata_of,
+    region_of,
     respond,
 )
 from services.gateway.mapping import services as service_map
@@ -136,7 +137,9 @@ async def alloc_checks(request: Request) -> Response:
     """Nomad's client endpoint: check id → its latest result, as the
     alloc's client last ran it (nothing for an alloc that stopped)."""
     alloc, address = await alloc_agent(request)
-    checks_call: Any = backend_of(request).client_alloc(address).Checks  # the async stub
+    checks_call: Any = (
+        backend_of(request).client_alloc(address, region_of(request)).Checks
+    )  # the async stub
     resp = await checks_call(
         alloc_pb2.AllocChecksRequest(alloc_id=alloc.id),
         metadata=metadata_of(request),

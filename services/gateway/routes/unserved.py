@@ -15,7 +15,7 @@ from services.gateway.http import NomadError, unserved
 UNSERVED_PREFIXES: tuple[str, ...] = (
     "/v1/agent/",
     "/v1/client/",
-    "/v1/metrics",
+    "/v1/evaluations/",
     "/v1/operator/",
     "/v1/plugin",
     "/v1/quota",

@@ -40,7 +40,7 @@ async def overview(request: Request) -> Response:
     md = http.metadata_of(request)
     body: dict[str, Any] = {"Broker": None, "Plan": None, "BrokerError": "", "PlanError": ""}
     try:
-        broker = await backend.broker_stats(md)
+        broker = await backend.broker_stats(md, http.region_of(request))
         if broker is None:
             body["BrokerError"] = "no broker is known"
         else:
@@ -48,7 +48,7 @@ async def overview(request: Request) -> Response:
     except grpc.aio.AioRpcError as exc:
         body["BrokerError"] = _error(exc)
     try:
-        plan = await backend.plan_stats(md)
+        plan = await backend.plan_stats(md, http.region_of(request))
         if plan is None:
             body["PlanError"] = "no planner is known"
         else:

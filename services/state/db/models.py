@@ -390,3 +390,22 @@ class RootKey(Base):
     wrapped_key: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     wrapped_rsa_key: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     public_key: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class FederationRegion(Base):
+    """A region this one joined at run time (`corral server join`), or
+    that joined this one: where its state servers are reached. Like
+    `members`, membership and not indexed state (Nomad keeps its WAN
+    members in gossip, not in Raft): written when a link learns something
+    new, never part of the change feed. Regions configured with
+    `--federation-peer` are not stored."""
+
+    __tablename__ = "federation_regions"
+    region: Mapped[str] = mapped_column(String(64), primary_key=True)
+    addresses: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    joined_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )

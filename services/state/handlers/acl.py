@@ -15,11 +15,13 @@ secret id.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corral.domain.errors import NotFound, PermissionDenied
 from corral.runtime.server import GrpcServer
 from corral.security import acl
+from corral.security.access import ACL_SERVICE
 from corral.v1 import acl_pb2, acl_pb2_grpc, query_pb2
 from services.state import acl as acl_reads
 from services.state import query
@@ -36,6 +38,31 @@ def _may_read_policy(name: str) -> bool:
     return caller.is_management or name in caller.policies
 
 
+async def table_index_after(
+    ctx: StateContext,
+    q: query_pb2.QueryOptions,
+    table: str,
+    index_of: Callable[[], Awaitable[int]] | None = None,
+) -> int:
+    """An ACL table's index (`index_of()`, default the table's index as
+    reads report it); with `min_index`, first wait (as a blocking query
+    does) until a write moved it past that, or the wait ran out."""
+    read = index_of or (lambda: acl_reads.table_index(ctx.db, (table,)))
+    index = await read()
+    if not q.min_index:
+        return index
+    loop = asyncio.get_running_loop()
+    wait = q.wait_ms / 1000 if q.wait_ms > 0 else query.DEFAULT_WAIT_S
+    deadline = loop.time() + min(wait, query.MAX_WAIT_S)
+    while index <= q.min_index and not ctx.shutting_down.is_set():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        await ctx.feed.wait_advance(remaining)
+        index = await read()
+    return index
+
+
 class ACLServicer(acl_pb2_grpc.ACLServicer):
     def __init__(self, ctx: StateContext, settings: ACLSettings) -> None:
         self.ctx = ctx
@@ -43,30 +70,28 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
         self.max_ttl_ns = int(settings.token_max_expiration_ttl * NS_PER_S)
 
     async def _index(self, q: query_pb2.QueryOptions, table: str) -> int:
-        """The table's index; with `min_index`, first wait (as a blocking
-        query does) until a write moved it past that, or the wait ran out."""
-        index = await acl_reads.table_index(self.ctx.db, (table,))
-        if not q.min_index:
-            return index
-        loop = asyncio.get_running_loop()
-        wait = q.wait_ms / 1000 if q.wait_ms > 0 else query.DEFAULT_WAIT_S
-        deadline = loop.time() + min(wait, query.MAX_WAIT_S)
-        while index <= q.min_index and not self.ctx.shutting_down.is_set():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            await self.ctx.feed.wait_advance(remaining)
-            index = await acl_reads.table_index(self.ctx.db, (table,))
-        return index
+        return await table_index_after(self.ctx, q, table)
 
     def _written(self) -> None:
         self.ctx.acl.invalidate()
 
+    async def _to_authority(self, method: str, request: Any, context: Context) -> bytes | None:
+        """Outside the authoritative region of a federation, policies and
+        global tokens are written there (as Nomad forwards them): the
+        authority's answer, passed back unchanged; ACL replication brings
+        the write here within moments. None in the authoritative region."""
+        fed = self.ctx.federation
+        if fed is None or fed.authoritative:
+            return None
+        return await fed.unary(fed.authoritative_region, ACL_SERVICE + method, request, context)
+
     # ---------------------------------------------------------- bootstrap
 
-    async def Bootstrap(
+    async def Bootstrap(  # type: ignore[override]
         self, request: acl_pb2.ACLBootstrapRequest, context: Context
-    ) -> acl_pb2.ACLTokenResponse:
+    ) -> acl_pb2.ACLTokenResponse | bytes:
+        if (forwarded := await self._to_authority("Bootstrap", request, context)) is not None:
+            return forwarded
         async with self.ctx.write() as tx:
             token, secret = await acl_writes.bootstrap(tx, request.secret_id)
         self._written()
@@ -75,10 +100,12 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
 
     # ----------------------------------------------------------- policies
 
-    async def UpsertPolicies(
+    async def UpsertPolicies(  # type: ignore[override]
         self, request: acl_pb2.ACLUpsertPoliciesRequest, context: Context
-    ) -> acl_pb2.ACLWriteResponse:
+    ) -> acl_pb2.ACLWriteResponse | bytes:
         acl_writes.validate_policies(request.policies)
+        if (forwarded := await self._to_authority("UpsertPolicies", request, context)) is not None:
+            return forwarded
         async with self.ctx.write() as tx:
             await acl_writes.upsert_policies(tx, request.policies)
         self._written()
@@ -113,9 +140,11 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
             policy=found[0], meta=query_pb2.QueryMeta(index=index, known_leader=True)
         )
 
-    async def DeletePolicies(
+    async def DeletePolicies(  # type: ignore[override]
         self, request: acl_pb2.ACLDeletePoliciesRequest, context: Context
-    ) -> acl_pb2.ACLWriteResponse:
+    ) -> acl_pb2.ACLWriteResponse | bytes:
+        if (forwarded := await self._to_authority("DeletePolicies", request, context)) is not None:
+            return forwarded
         async with self.ctx.write() as tx:
             await acl_writes.delete_policies(tx, request.names)
         self._written()
@@ -123,10 +152,15 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
 
     # ------------------------------------------------------------- tokens
 
-    async def CreateToken(
+    async def CreateToken(  # type: ignore[override]
         self, request: acl_pb2.ACLCreateTokenRequest, context: Context
-    ) -> acl_pb2.ACLTokenResponse:
+    ) -> acl_pb2.ACLTokenResponse | bytes:
         acl_writes.validate_token(request, self.min_ttl_ns, self.max_ttl_ns)
+        if (
+            request.is_global
+            and (forwarded := await self._to_authority("CreateToken", request, context)) is not None
+        ):
+            return forwarded
         async with self.ctx.write() as tx:
             token, secret = await acl_writes.create_token(tx, request)
         self._written()
@@ -157,9 +191,37 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
             raise NotFound(f"ACL token {request.accessor_id!r} not found")
         return acl_pb2.ACLTokenResponse(token=token, index=index)
 
-    async def DeleteTokens(
+    async def UpdateToken(  # type: ignore[override]
+        self, request: acl_pb2.ACLUpdateTokenRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse | bytes:
+        acl_writes.accessor_id(request.accessor_id, "accessor_id")
+        if (
+            # a global token is the authoritative region's to change
+            await acl_reads.any_global(self.ctx.db, [request.accessor_id])
+            and (forwarded := await self._to_authority("UpdateToken", request, context)) is not None
+        ):
+            return forwarded
+        acl_writes.validate_token(
+            acl_pb2.ACLCreateTokenRequest(
+                name=request.name, type=request.type, policies=request.policies
+            ),
+            self.min_ttl_ns,
+            self.max_ttl_ns,
+        )
+        async with self.ctx.write() as tx:
+            token = await acl_writes.update_token(tx, request)
+        self._written()
+        return acl_pb2.ACLTokenResponse(token=token, index=tx.index)
+
+    async def DeleteTokens(  # type: ignore[override]
         self, request: acl_pb2.ACLDeleteTokensRequest, context: Context
-    ) -> acl_pb2.ACLWriteResponse:
+    ) -> acl_pb2.ACLWriteResponse | bytes:
+        if (
+            await acl_reads.any_global(self.ctx.db, request.accessor_ids[: acl_writes.MAX_BATCH])
+            and (forwarded := await self._to_authority("DeleteTokens", request, context))
+            is not None
+        ):
+            return forwarded
         async with self.ctx.write() as tx:
             await acl_writes.delete_tokens(tx, request.accessor_ids)
         self._written()

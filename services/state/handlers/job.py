@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 
 from corral.domain import namespaces, periodic, structs, topics
-from corral.domain.errors import InvalidArgument, NotFound, Unavailable
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, DesiredStatus
 from corral.runtime.server import GrpcServer
@@ -25,8 +25,10 @@ from services.state.writes.jobs import (
     MAX_GROUP_COUNT,
     canonicalize,
     deregister_job,
+    evaluate_job,
     register_job,
     scale_job,
+    set_stability,
     validate_job,
 )
 
@@ -116,6 +118,20 @@ def _submission(
     return sub, ""
 
 
+def place_in_region(job: pb.Job, region: str) -> None:
+    """A job runs in the region whose servers register it: empty or
+    "global" becomes this region (as Nomad's agent does); another region's
+    job is refused here, naming where to send it."""
+    if job.region in ("", "global"):
+        job.region = region
+    elif job.region != region:
+        raise FailedPrecondition(
+            f"job region {job.region!r} is not this region ({region!r}): register the job "
+            f"with region {job.region!r} (`corral job run` and the HTTP API forward it there; "
+            f"a gRPC call carries x-corral-region: {job.region})"
+        )
+
+
 def _job_ref(job_id: str, namespace: str) -> None:
     """A job id and namespace a write will look up in the database."""
     validate.require_id(job_id, "job_id")
@@ -141,6 +157,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
+        place_in_region(job, self.ctx.region)
         if request.eval_priority and not (
             structs.MIN_PRIORITY <= request.eval_priority <= structs.MAX_PRIORITY
         ):
@@ -267,6 +284,41 @@ class JobServicer(job_pb2_grpc.JobServicer):
         )
         return _registered(done)
 
+    async def Evaluate(
+        self, request: job_pb2.JobEvaluateRequest, context: Context
+    ) -> job_pb2.JobRegisterResponse:
+        _job_ref(request.job_id, request.namespace)
+        namespace = request.namespace or "default"
+        done = await self.ctx.batcher.submit(
+            lambda tx: evaluate_job(
+                tx, namespace, request.job_id, force_reschedule=request.force_reschedule
+            ),
+            jobs=[(namespace, request.job_id)],
+        )
+        job, ev = done.value
+        return job_pb2.JobRegisterResponse(
+            eval_id=ev.id,
+            eval_create_index=done.index,
+            job_modify_index=job.job_modify_index,
+            index=done.index,
+            version=job.version,
+        )
+
+    async def Stable(
+        self, request: job_pb2.JobStableRequest, context: Context
+    ) -> job_pb2.JobStableResponse:
+        _job_ref(request.job_id, request.namespace)
+        namespace = request.namespace or "default"
+        done = await self.ctx.batcher.submit(
+            lambda tx: set_stability(
+                tx, namespace, request.job_id, request.version, request.stable
+            ),
+            jobs=[(namespace, request.job_id)],
+        )
+        return job_pb2.JobStableResponse(
+            index=done.index, job_modify_index=done.value.job_modify_index
+        )
+
     async def Plan(
         self, request: job_pb2.JobPlanRequest, context: Context
     ) -> job_pb2.JobPlanResponse:
@@ -276,6 +328,7 @@ class JobServicer(job_pb2_grpc.JobServicer):
             raise InvalidArgument("job", "is required")
         job = canonicalize(request.job)
         validate_job(job)
+        place_in_region(job, self.ctx.region)
         snap = self.ctx.feed.snapshot()
         ns = snap.namespace_by_name(job.namespace)
         if ns is not None and not job.node_pool:

@@ -78,7 +78,28 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             tx.delete_node(node)
             evals = await writes.node_evals(tx, node)
         self.heartbeats.forget(request.node_id)
-        return node_pb2.NodeUpdateResponse(eval_ids=[e.id for e in evals], index=tx.index)
+        return node_pb2.NodeUpdateResponse(
+            eval_ids=[e.id for e in evals],
+            eval_create_index=tx.index if evals else 0,
+            node_modify_index=tx.index,
+            index=tx.index,
+        )
+
+    async def Evaluate(
+        self, request: node_pb2.NodeEvaluateRequest, context: Context
+    ) -> node_pb2.NodeUpdateResponse:
+        validate.require_id(request.node_id, "node_id")
+        async with self.ctx.write() as tx:
+            node = await tx.get_node(request.node_id)
+            if node is None:
+                raise NotFound(f"node {request.node_id} not found")
+            evals = await writes.node_evals(tx, node)
+        return node_pb2.NodeUpdateResponse(
+            eval_ids=[e.id for e in evals],
+            eval_create_index=tx.index if evals else 0,
+            node_modify_index=node.modify_index,
+            index=tx.index,
+        )
 
     async def UpdateStatus(
         self, request: node_pb2.NodeUpdateStatusRequest, context: Context

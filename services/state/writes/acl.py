@@ -19,8 +19,15 @@ from corral.domain import topics
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.topics import EventType
 from corral.security import acl
-from corral.v1 import acl_pb2
-from services.state.acl import POLICIES_TABLE, TOKENS_TABLE, from_ns, to_ns
+from corral.v1 import acl_pb2, federation_pb2
+from services.state.acl import (
+    POLICIES_TABLE,
+    TOKEN_COLUMNS,
+    TOKENS_TABLE,
+    from_ns,
+    to_ns,
+    token_from_row,
+)
 from services.state.db.database import WriteTx
 
 POLICY_NAME = re.compile(r"^[A-Za-z0-9-]{1,128}$")  # Nomad's rule for policy names
@@ -133,6 +140,29 @@ async def upsert_policies(tx: WriteTx, policies: Sequence[acl_pb2.ACLPolicy]) ->
     await _touch(tx, POLICIES_TABLE)
 
 
+async def replicate_policies(
+    tx: WriteTx, upsert: Sequence[acl_pb2.ACLPolicy], delete: Sequence[str]
+) -> None:
+    """Make this region's policies the authoritative region's (ACL
+    replication, services/state/federation/replication.py): no namespace
+    check (namespaces are each region's own; a rule naming one that does
+    not exist here grants nothing until it does)."""
+    for p in upsert:
+        await tx.conn.execute(
+            "INSERT INTO acl_policies (name, description, rules, create_index, modify_index) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET "
+            "description = excluded.description, rules = excluded.rules, "
+            "modify_index = excluded.modify_index",
+            (p.name, p.description, p.rules, tx.index, tx.index),
+        )
+        tx.record(topics.ACL_POLICY.event(p.name, EventType.ACL_POLICY_UPSERTED))
+    if delete:
+        await tx.conn.execute("DELETE FROM acl_policies WHERE name = ANY(%s)", (list(delete),))
+        for name in delete:
+            tx.record(topics.ACL_POLICY.event(name, EventType.ACL_POLICY_DELETED, deleted=True))
+    await _touch(tx, POLICIES_TABLE)
+
+
 async def delete_policies(tx: WriteTx, names: Sequence[str]) -> None:
     """Delete policies; all must exist, else nothing is deleted. Tokens
     keep naming them (a missing policy grants nothing), as in Nomad."""
@@ -217,12 +247,10 @@ async def bootstrap(tx: WriteTx, secret_id: str = "") -> tuple[acl_pb2.ACLToken,
     return token, secret
 
 
-async def create_token(
-    tx: WriteTx, req: acl_pb2.ACLCreateTokenRequest
-) -> tuple[acl_pb2.ACLToken, str]:
-    """A new token from a validated request: (token, its secret). Every
-    policy it names must exist now (Nomad checks this too)."""
-    policies = list(dict.fromkeys(req.policies))
+async def _existing_policies(tx: WriteTx, names: Sequence[str]) -> list[str]:
+    """`names` without repeats; every one must exist now (Nomad checks this
+    too)."""
+    policies = list(dict.fromkeys(names))
     if policies:
         cur = await tx.conn.execute(
             "SELECT name FROM acl_policies WHERE name = ANY(%s)", (policies,)
@@ -231,6 +259,14 @@ async def create_token(
         missing = [p for p in policies if p not in found]
         if missing:
             raise InvalidArgument("policies", f"no such ACL policy: {', '.join(missing)}")
+    return policies
+
+
+async def create_token(
+    tx: WriteTx, req: acl_pb2.ACLCreateTokenRequest
+) -> tuple[acl_pb2.ACLToken, str]:
+    """A new token from a validated request: (token, its secret)."""
+    policies = await _existing_policies(tx, req.policies)
     token = acl_pb2.ACLToken(
         accessor_id=acl.new_secret(),
         name=req.name,
@@ -243,6 +279,44 @@ async def create_token(
     secret = acl.new_secret()
     await _insert_token(tx, token, secret)
     return token, secret
+
+
+#: the state keeps times in microseconds: a TTL or time read back may be
+#: off by that much from the one the token was made with
+_TIME_SLACK_NS = 1_000
+
+
+async def update_token(tx: WriteTx, req: acl_pb2.ACLUpdateTokenRequest) -> acl_pb2.ACLToken:
+    """Change a token's name, type and policies in place (its secret, Global
+    and expiration stay, as Nomad's ACL.UpsertTokens of an existing token
+    keeps them). `req` is validated as a creation's (`validate_token`)."""
+    cur = await tx.conn.execute(
+        f"SELECT {TOKEN_COLUMNS} FROM acl_tokens WHERE accessor_id = %s FOR UPDATE",
+        (req.accessor_id,),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"ACL token {req.accessor_id!r} not found")
+    token = token_from_row(row)
+    if req.is_global != token.is_global:
+        # Nomad's words, naming no field (its API's and ours differ)
+        raise InvalidArgument("", "cannot toggle global mode")
+    ttl = token.expiration_time - token.create_time if token.expiration_time else 0
+    if req.expiration_ttl and abs(req.expiration_ttl - ttl) > _TIME_SLACK_NS:
+        raise InvalidArgument("", "cannot update expiration TTL")
+    if req.expiration_time and abs(req.expiration_time - token.expiration_time) > _TIME_SLACK_NS:
+        raise InvalidArgument("", "cannot update expiration time")
+    token.name, token.type = req.name, req.type or acl.TOKEN_CLIENT
+    token.policies[:] = await _existing_policies(tx, req.policies)
+    token.modify_index = tx.index
+    await tx.conn.execute(
+        "UPDATE acl_tokens SET name = %s, type = %s, policies = %s, modify_index = %s "
+        "WHERE accessor_id = %s",
+        (token.name, token.type, list(token.policies), tx.index, token.accessor_id),
+    )
+    tx.record(topics.ACL_TOKEN.event(token.accessor_id, EventType.ACL_TOKEN_UPSERTED))
+    await _touch(tx, TOKENS_TABLE)
+    return token
 
 
 async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
@@ -263,14 +337,56 @@ async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
     await _touch(tx, TOKENS_TABLE)
 
 
-async def delete_expired_tokens(tx: WriteTx, expired_before_ns: int) -> list[str]:
+async def replicate_tokens(
+    tx: WriteTx, upsert: Sequence[federation_pb2.ReplicatedToken], delete: Sequence[str]
+) -> None:
+    """Make this region's global tokens the authoritative region's (ACL
+    replication): the same accessor ids, secret hashes, policies and times;
+    local tokens are left alone."""
+    for rt in upsert:
+        t = rt.token
+        await tx.conn.execute(
+            "INSERT INTO acl_tokens (accessor_id, secret_hash, name, type, policies, global, "
+            "create_time, expiration_time, create_index, modify_index) "
+            "VALUES (%s, %s, %s, %s, %s, true, %s, %s, %s, %s) ON CONFLICT (accessor_id) "
+            "DO UPDATE SET secret_hash = excluded.secret_hash, name = excluded.name, "
+            "type = excluded.type, policies = excluded.policies, global = true, "
+            "create_time = excluded.create_time, expiration_time = excluded.expiration_time, "
+            "modify_index = excluded.modify_index",
+            (
+                t.accessor_id,
+                rt.secret_hash,
+                t.name,
+                t.type,
+                list(t.policies),
+                from_ns(t.create_time),
+                from_ns(t.expiration_time),
+                tx.index,
+                tx.index,
+            ),
+        )
+        tx.record(topics.ACL_TOKEN.event(t.accessor_id, EventType.ACL_TOKEN_UPSERTED))
+    if delete:
+        await tx.conn.execute(
+            "DELETE FROM acl_tokens WHERE global AND accessor_id = ANY(%s)", (list(delete),)
+        )
+        for a in delete:
+            tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
+    await _touch(tx, TOKENS_TABLE)
+
+
+async def delete_expired_tokens(
+    tx: WriteTx, expired_before_ns: int, *, local_only: bool = False
+) -> list[str]:
     """Delete every token that expired before `expired_before_ns` (Unix ns);
     their accessor ids. An expired token already answers PERMISSION_DENIED;
-    this keeps the table from growing with them (Nomad's expired token GC)."""
+    this keeps the table from growing with them (Nomad's expired token GC).
+    `local_only` outside the authoritative region: global tokens are
+    collected there and their deletion replicated."""
     cur = await tx.conn.execute(
         "DELETE FROM acl_tokens WHERE expiration_time IS NOT NULL AND expiration_time < %s "
-        "RETURNING accessor_id",
-        (from_ns(expired_before_ns),),
+        "AND NOT (global AND %s) RETURNING accessor_id",
+        (from_ns(expired_before_ns), local_only),
     )
     deleted = sorted(r[0] for r in await cur.fetchall())
     for a in deleted:

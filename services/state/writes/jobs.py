@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.struct_pb2 import Struct
 
 from corral.domain import (
+    artifacts,
     identity,
     lifecycle,
     namespaces,
@@ -19,10 +20,12 @@ from corral.domain import (
     scaling,
     services,
     structs,
+    volumes,
 )
 from corral.domain.dispatch import Payload, payload_file_problem
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import (
+    ClientStatus,
     DeploymentStatus,
     EvalStatus,
     JobStatus,
@@ -185,9 +188,9 @@ def validate_job(job: pb.Job) -> None:
         _service_bounds(tg.services, f"{f}.services")
         for k, task in enumerate(tg.tasks):
             _service_bounds(task.services, f"{f}.tasks[{k}].services")
-    found = scaling.problem(job)
-    if found is not None:
-        raise InvalidArgument(*found)
+    for found in (scaling.problem(job), volumes.problem(job), artifacts.problem(job)):
+        if found is not None:
+            raise InvalidArgument(*found)
     if job.node_pool:
         pool_problem = node_pools.name_problem(job.node_pool)
         if pool_problem is not None:
@@ -328,6 +331,8 @@ def canonicalize(job: pb.Job) -> pb.Job:
                 task.resources.memory_mb = 300
             if not task.kill_timeout:
                 task.kill_timeout = 5 * structs.SECOND
+            for artifact in task.artifacts:
+                artifacts.canonicalize(artifact)
             template_block.canonicalize(task)
             lifecycle.default_log_config(task)
     services.canonicalize(job)
@@ -384,6 +389,10 @@ async def register_job(
     await admit(tx, job)
     scaling.canonicalize(job)  # targets name this job (a dispatched child, a revert)
     current = await tx.get_job(job.namespace, job.id)
+    if current is not None and not current.region and job.region:
+        # stored before jobs carried their region: it was this region's
+        current = copy_msg(current)
+        current.region = job.region
     check_update(current, job, dispatch=dispatch)
     if enforce_index:
         have = current.job_modify_index if current is not None else 0
@@ -423,6 +432,66 @@ async def register_job(
         ev.job_modify_index = job.job_modify_index
         tx.put_eval(ev)
     return job, ev
+
+
+async def evaluate_job(
+    tx: WriteTx, namespace: str, job_id: str, *, force_reschedule: bool = False
+) -> tuple[pb.Job, pb.Evaluation]:
+    """A new eval of the job as it stands (Nomad's Job.Evaluate). With
+    `force_reschedule`, each failed alloc not yet replaced, of a group whose
+    policy reschedules at all, is marked to be rescheduled now (the
+    reconciler skips its delay)."""
+    job = await tx.get_job(namespace, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id!r} not found")
+    if job.periodic.enabled:
+        raise InvalidArgument("job_id", "can't evaluate periodic job")
+    if job.HasField("parameterized"):
+        raise InvalidArgument("job_id", "can't evaluate parameterized job")
+    if force_reschedule:
+        groups = {tg.name: tg for tg in job.task_groups}
+        for alloc in await tx.allocs_by_job(namespace, job_id):
+            tg = groups.get(alloc.task_group)
+            if tg is None or not _reschedules(tg.reschedule_policy):
+                continue
+            if (
+                alloc.client_status == ClientStatus.FAILED
+                and not alloc.next_allocation
+                and not alloc.desired_transition.force_reschedule
+            ):
+                alloc = copy_msg(alloc)
+                alloc.desired_transition.force_reschedule = True
+                tx.put_alloc(alloc, EventType.ALLOCATION_UPDATE_DESIRED_STATUS)
+    ev = new_eval(job, Trigger.JOB_REGISTER)
+    ev.job_modify_index = job.job_modify_index
+    tx.put_eval(ev)
+    return job, ev
+
+
+def _reschedules(rp: pb.ReschedulePolicy) -> bool:
+    return rp.attempts > 0 or rp.unlimited
+
+
+async def set_stability(
+    tx: WriteTx, namespace: str, job_id: str, version: int, stable: bool
+) -> pb.Job:
+    """Mark one version of the job stable or not (Nomad's Job.Stable); the
+    current version's job row too. Returns the job as it stands."""
+    job = await tx.get_job(namespace, job_id)
+    old = None
+    if job is not None and job.version != version:
+        old = await tx.get_job_version(namespace, job_id, version)
+    if job is None or (job.version != version and old is None):
+        raise NotFound(f"job {job_id!r} in namespace {namespace!r} at version {version} not found")
+    if old is None:
+        job = copy_msg(job)
+        job.stable = stable
+        tx.put_job(job, EventType.JOB_STABILITY_UPDATED)
+        return job
+    old = copy_msg(old)
+    old.stable = stable
+    tx.put_job_version(old)
+    return job
 
 
 def check_update(current: pb.Job | None, job: pb.Job, *, dispatch: bool = False) -> None:

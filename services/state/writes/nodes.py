@@ -31,6 +31,8 @@ from services.state.writes.jobs import new_eval, refresh_job_status
 from services.state.writes.node_pools import ensure_node_pool
 
 NODE_REREGISTERED = "Node reregistered by heartbeat"
+#: host volumes a node may offer
+MAX_HOST_VOLUMES = 1024
 NODE_HEARTBEAT_MISSED = "Node heartbeat missed"
 
 
@@ -63,6 +65,15 @@ def validate_node(node: pb.Node) -> None:
     for name in ("cpu", "cores", "memory_mb", "disk_mb"):
         if getattr(node.reserved_resources, name) < 0:
             raise InvalidArgument(f"node.reserved_resources.{name}", "must not be negative")
+    if len(node.host_volumes) > MAX_HOST_VOLUMES:
+        raise InvalidArgument("node.host_volumes", f"more than {MAX_HOST_VOLUMES} volumes")
+    for name, hv in node.host_volumes.items():
+        field = f"node.host_volumes[{name}]"
+        validate.name_length(name, field)
+        if not name or hv.name != name:
+            raise InvalidArgument(f"{field}.name", "must be the volume's name")
+        if not hv.path.startswith("/") or len(hv.path) > 4096:
+            raise InvalidArgument(f"{field}.path", "must be an absolute path")
 
 
 def _event(node: pb.Node, message: str, now: int) -> None:

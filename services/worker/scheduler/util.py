@@ -215,6 +215,8 @@ def tasks_updated(job_a: pb.Job, job_b: pb.Job, group: str) -> str:
         return "ephemeral disk"
     if _networks_key(a.networks) != _networks_key(b.networks):
         return "group networks"
+    if dict(a.volumes) != dict(b.volumes):
+        return "group volumes"
     b_tasks = {t.name: t for t in b.tasks}
     for at in a.tasks:
         bt = b_tasks.get(at.name)
@@ -245,6 +247,10 @@ def tasks_updated(job_a: pb.Job, job_b: pb.Job, group: str) -> str:
             return f"task {at.name} networks"
         if at.kill_signal != bt.kill_signal or at.leader != bt.leader:
             return f"task {at.name} lifecycle"
+        if list(at.volume_mounts) != list(bt.volume_mounts):
+            return f"task {at.name} volume mounts"
+        if list(at.artifacts) != list(bt.artifacts):
+            return f"task {at.name} artifacts"
         # the client orders an alloc's tasks once, when it starts them
         # (Corral's own: Nomad leaves a changed lifecycle block in place)
         if at.lifecycle != bt.lifecycle:

@@ -114,7 +114,8 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         if method == "GET":
             listed = cluster.http.ok("GET", "/v1/acl/tokens", token=cluster.management)
             return Sample(f"/v1/acl/token/{listed[0]['AccessorID']}")
-        return Sample(f"/v1/acl/token/{uuid.uuid4()}", body={"Name": "x"})
+        accessor = str(uuid.uuid4())  # none: the state decides (403) before it looks
+        return Sample(f"/v1/acl/token/{accessor}", body={"AccessorID": accessor, "Name": "x"})
 
     return {
         "/v1/agent/health": const(Sample("/v1/agent/health")),
@@ -122,7 +123,22 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/status/peers": const(Sample("/v1/status/peers")),
         "/v1/regions": const(Sample("/v1/regions")),
         "/v1/agent/self": const(Sample("/v1/agent/self")),
+        # the federation: the state servers of every region; joining an
+        # address that refuses (200 with num_joined 0) and forgetting a region
+        # nobody knows (404)
+        "/v1/agent/members": const(Sample("/v1/agent/members")),
+        "/v1/agent/join": const(Sample("/v1/agent/join", params={"address": "127.0.0.1:1"})),
+        "/v1/agent/force-leave": const(
+            Sample("/v1/agent/force-leave", params={"node": "gw-no-such-region"})
+        ),
+        "/v1/metrics": const(Sample("/v1/metrics")),
+        "/v1/system/gc": const(Sample("/v1/system/gc")),
+        "/v1/search": const(Sample("/v1/search", body={"Prefix": d.job_id[:3], "Context": "jobs"})),
         "/v1/job/{job_id:path}/revert": job_path("/revert", body={"JobVersion": 0}),
+        "/v1/job/{job_id:path}/evaluate": job_path("/evaluate"),
+        "/v1/job/{job_id:path}/stable": job_path(
+            "/stable", body={"JobID": d.job_id, "JobVersion": 0, "Stable": True}
+        ),
         "/v1/jobs": lambda m: Sample("/v1/jobs", body=job_json(cluster) if m != "GET" else None),
         "/v1/job/{job_id:path}/plan": job_path("/plan", body=job_json(cluster)),
         "/v1/job/{job_id:path}/allocations": job_path("/allocations"),
@@ -137,6 +153,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/job/{job_id:path}/dispatch": job_path("/dispatch", cluster.dispatch_job, body={}),
         "/v1/job/{job_id:path}/periodic/force": job_path("/periodic/force", cluster.periodic_job),
         "/v1/allocations": const(Sample("/v1/allocations")),
+        "/v1/evaluations/count": const(Sample("/v1/evaluations/count")),
         # a write: on team-a's alloc (the audit ran before), granted there
         "/v1/allocation/{alloc_id}/stop": objects_path("/v1/allocation/", a, "alloc", "/stop"),
         "/v1/allocation/{alloc_id}": objects_path("/v1/allocation/", d, "alloc"),
@@ -186,6 +203,18 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/scaling/policy/{policy_id:path}": const(
             Sample(f"/v1/scaling/policy/{policies[0]['ID']}")
         ),
+        **{
+            f"/v1/client/fs/{kind}/{{alloc_id}}": const(
+                Sample(f"/v1/client/fs/{kind}/{d.alloc_ids[0]}", params=params)
+            )
+            for kind, params in (
+                ("ls", {"path": "/"}),
+                ("stat", {"path": "alloc"}),
+                ("cat", {"path": f"alloc/logs/{d.task}.stdout.0"}),
+                ("readat", {"path": f"alloc/logs/{d.task}.stdout.0", "offset": "0", "limit": "4"}),
+                ("stream", {"path": f"alloc/logs/{d.task}.stdout.0", "follow": "false"}),
+            )
+        },
         "/v1/client/fs/logs/{alloc_id}": const(
             Sample(
                 f"/v1/client/fs/logs/{d.alloc_ids[0]}",
@@ -206,7 +235,10 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             Sample(f"/v1/node/{cluster.node_id}/eligibility", body={"Eligibility": "eligible"})
         ),
         "/v1/node/{node_id}": const(Sample(f"/v1/node/{cluster.node_id}")),
-        "/v1/node/{node_id}/{action:path}": const(Sample(f"/v1/node/{cluster.node_id}/purge")),
+        "/v1/node/{node_id}/{action:path}": const(Sample(f"/v1/node/{cluster.node_id}/meta")),
+        # not the cluster's one node: an allowed purge would remove it
+        "/v1/node/{node_id}/purge": const(Sample(f"/v1/node/{uuid.uuid4()}/purge")),
+        "/v1/node/{node_id}/evaluate": const(Sample(f"/v1/node/{cluster.node_id}/evaluate")),
         "/v1/operator/scheduler/configuration": lambda m: Sample(
             "/v1/operator/scheduler/configuration", body=None if m == "GET" else scheduler
         ),
@@ -241,6 +273,9 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/acl/token/{accessor_id}": token,
         "/v1/event/stream": const(Sample("/v1/event/stream", params={"topic": "Job"}, stream=True)),
         "/v1/jobs/parse": const(Sample("/v1/jobs/parse", body=parse_body)),
+        "/v1/validate/job": const(
+            Sample("/v1/validate/job", namespace=a.namespace, body=service_job("v", a.namespace))
+        ),
         "/ui/": const(Sample("/ui/")),
         "/ui/jobs": const(Sample("/ui/jobs")),
         "/ui/jobs/{job_id:path}": const(Sample(f"/ui/jobs/{d.job_id}")),

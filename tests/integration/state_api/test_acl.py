@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -327,6 +328,86 @@ async def test_bad_tokens_are_refused_and_nothing_is_written(
     assert len((await stub.ListTokens(acl_pb2.ACLListTokensRequest())).tokens) == count
 
 
+async def test_a_token_is_updated_in_place(
+    stub: acl_pb2_grpc.ACLAsyncStub, state_app: StateApp, policies: list[str]
+) -> None:
+    """Nomad's token update: name, type and policies change; the secret,
+    Global and the expiration stay; what the token may do follows at once."""
+    hour = 3600 * 10**9
+    made = await stub.CreateToken(
+        acl_pb2.ACLCreateTokenRequest(name="before", policies=["readers"], expiration_ttl=hour)
+    )
+    token, secret = made.token, made.token.secret_id
+    assert not (await state_app.ctx.acl.resolve(secret)).allows("node", "read")
+    ttl = token.expiration_time - token.create_time
+    resp = await stub.UpdateToken(
+        acl_pb2.ACLUpdateTokenRequest(
+            accessor_id=token.accessor_id,
+            name="after",
+            policies=["readers", "dev-writers", "readers"],
+            expiration_ttl=ttl,
+            expiration_time=token.expiration_time,
+        )
+    )
+    updated = resp.token
+    assert (updated.name, list(updated.policies)) == ("after", ["readers", "dev-writers"])
+    assert updated.modify_index == resp.index > token.modify_index
+    assert updated.create_index == token.create_index and not updated.secret_id
+    assert updated.expiration_time == token.expiration_time
+    read = (await stub.GetToken(acl_pb2.ACLGetTokenRequest(accessor_id=token.accessor_id))).token
+    assert read == updated
+    # the same secret, the new rules (dev-writers reads nodes)
+    assert (await state_app.ctx.acl.resolve(secret)).allows("node", "read")
+    to_management = acl_pb2.ACLUpdateTokenRequest(accessor_id=token.accessor_id, type="management")
+    assert (await stub.UpdateToken(to_management)).token.type == "management"
+    assert (await state_app.ctx.acl.resolve(secret)).is_management
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"is_global": True}, "cannot toggle global mode"),
+        ({"expiration_ttl": 2 * 3600 * 10**9}, "cannot update expiration TTL"),
+        ({"expiration_time": 1}, "cannot update expiration time"),
+        ({"policies": ["ghost"]}, "no such ACL policy: ghost"),
+        ({"policies": []}, "client token needs at least one policy"),
+        ({"type": "management"}, "management token takes no policies"),
+    ],
+)
+async def test_a_token_update_nomad_refuses_writes_nothing(
+    stub: acl_pb2_grpc.ACLAsyncStub,
+    state_app: StateApp,
+    policies: list[str],
+    change: dict[str, object],
+    message: str,
+) -> None:
+    token = await _create(stub, name="kept", policies=["readers"], expiration_ttl=3600 * 10**9)
+    request = acl_pb2.ACLUpdateTokenRequest(
+        accessor_id=token.accessor_id, name="changed", policies=["readers"]
+    )
+    for key, value in change.items():
+        if isinstance(value, list):
+            request.ClearField(key)  # type: ignore[arg-type]
+            getattr(request, key).extend(value)
+        else:
+            setattr(request, key, value)
+    before = await _index(state_app)
+    code, details = await _code(stub.UpdateToken(request))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message in details, details
+    assert await _index(state_app) == before
+    read = (await stub.GetToken(acl_pb2.ACLGetTokenRequest(accessor_id=token.accessor_id))).token
+    assert read.name == "kept"
+
+
+async def test_updating_an_unknown_token_is_not_found(stub: acl_pb2_grpc.ACLAsyncStub) -> None:
+    code, _ = await _code(
+        stub.UpdateToken(
+            acl_pb2.ACLUpdateTokenRequest(accessor_id=str(uuid.uuid4()), policies=["readers"])
+        )
+    )
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
 async def test_deleting_unknown_tokens_deletes_nothing(
     stub: acl_pb2_grpc.ACLAsyncStub, state_app: StateApp, policies: list[str]
 ) -> None:
@@ -563,6 +644,7 @@ async def test_a_client_token_cannot_manage_acls(
         as_client.ListTokens(acl_pb2.ACLListTokensRequest()),
         as_client.GetToken(acl_pb2.ACLGetTokenRequest(accessor_id="x")),
         as_client.DeleteTokens(acl_pb2.ACLDeleteTokensRequest(accessor_ids=["x"])),
+        as_client.UpdateToken(acl_pb2.ACLUpdateTokenRequest(accessor_id="x", type="management")),
         as_client.GetPolicy(acl_pb2.ACLGetPolicyRequest(name="dev-writers")),
     ]
     for call in calls:

@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from corral.testing import mock
 from corral.v1 import node_pb2
 from corral.v1 import structs_pb2 as pb
+from services.agent.allocdir import AllocDir
+from services.agent.drivers.mock import MockDriver
 from services.agent.identity import IdentityError, TaskIdentities, exposed, write_secret
+from services.agent.runner import AllocRunner
 from tests.wait import until
 
 _counter = itertools.count()
@@ -106,3 +110,27 @@ def test_write_secret_replaces_atomically(tmp_path: Path) -> None:
     assert path.read_text() == "two" and path.stat().st_mode & 0o777 == 0o600
     with pytest.raises(IdentityError, match="does not exist"):
         write_secret(path, "x", user="no-such-user-here")
+
+
+async def test_alloc_exec_runs_with_the_tokens_the_task_started_with(tmp_path: Path) -> None:
+    """A command run by alloc exec sees the task's environment as it was
+    started, its workload identity's token included (Nomad's executor runs
+    exec'd commands with the task's own environment); a fresh environment
+    would have no token."""
+    job = mock.job()
+    task = job.task_groups[0].tasks[0]
+    task.identity.CopyFrom(pb.WorkloadIdentity(name="default", env=True, file=True))
+    task.config.Clear()
+    task.config.update({"run_for": "1h"})
+    alloc = mock.alloc(job, mock.node())
+    runner = AllocRunner(alloc, job, {"mock": MockDriver()}, tmp_path, lambda r: None, sign=signer)
+    runner.start()
+    try:
+        await until(lambda: runner.client_status()[0] == "running", timeout=10, what="running")
+        _, _, cfg = runner.exec_target(task.name)
+        token = AllocDir.of(tmp_path, alloc.id).task(task.name).secrets / "nomad_token"
+        assert cfg.env["NOMAD_TOKEN"].startswith("jwt-default-")
+        assert cfg.env["NOMAD_TOKEN"] == token.read_text()
+        assert cfg.env["NOMAD_ALLOC_ID"] == alloc.id
+    finally:
+        await runner.stop()

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from corral.domain.template import block
@@ -32,7 +33,7 @@ from corral.domain.template.nomad import (
 )
 from corral.v1 import structs_pb2 as pb
 from services.agent.allocdir import AllocDir
-from services.agent.template_data import Answer, QueryError, Retry, TemplateData
+from services.agent.template_data import Answer, GrpcFetcher, QueryError, Retry, TemplateData
 from services.agent.template_hook import (
     RESTART_REASON,
     TaskNotRunning,
@@ -456,3 +457,31 @@ async def test_retries_then_the_task_fails_while_watching(setup: Setup) -> None:
     await until(lambda: setup.task.killed)
     assert setup.task.killed == ["Template failed: the servers are unavailable"]
     await m.stop()
+
+
+async def test_a_query_naming_another_region_fails_before_asking() -> None:
+    """A task's workload identity is its region's: a query for another
+    region of a federation is refused for good, its own region's asked."""
+    asked: list[str] = []
+
+    async def token() -> str:
+        asked.append("token")
+        return "t"
+
+    channel = grpc.aio.insecure_channel("127.0.0.1:1")
+    try:
+        fetcher = GrpcFetcher(channel, token, region="east")
+        with pytest.raises(QueryError) as err:
+            await fetcher.fetch(VarGet("app/db", region="west"), 0)
+        assert err.value.permanent
+        assert "a template reads its own region ('east') only; got 'west'" in str(err.value)
+        assert asked == []
+        # its own region (named or not) goes to the state: here unreachable
+        for region in ("east", ""):
+            with pytest.raises(QueryError) as err:
+                await GrpcFetcher(channel, token, region="east", wait_ms=0).fetch(
+                    VarGet("app/db", region=region), 0
+                )
+            assert "own region" not in str(err.value)
+    finally:
+        await channel.close()

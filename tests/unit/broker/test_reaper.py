@@ -1,9 +1,13 @@
 """The reaper's write-backs, with the state write recorded in memory:
-cancelations go one batch (728) per wake, a failed write keeps the batch
-for the next wake, duplicates of blocked evals are canceled in one write,
-released blocked evals are written back as pending."""
+cancelations go one batch (728) per pass and a backlog drains back to
+back, a failed write keeps the batch for the next pass, duplicates of
+blocked evals are canceled in one write, released blocked evals are written
+back as pending."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
 
 import pytest
 
@@ -12,6 +16,7 @@ from services.broker.blocked_evals import BlockedEvals
 from services.broker.config import BrokerSettings
 from services.broker.reaper import Reaper
 from tests.unit.broker.test_eval_broker import FAST, broker, ev
+from tests.wait import until
 
 
 class Recorder:
@@ -70,3 +75,21 @@ async def test_duplicate_blocked_evals_and_releases_are_written() -> None:
     released = rec.writes[-1]
     assert [(e.id, e.status) for e in released] == [(new.id, "pending")]
     assert "index 7" in released[0].status_description
+
+
+async def test_a_backlog_drains_back_to_back_without_waiting_for_sweeps() -> None:
+    reaper, rec = make()  # a sweep every 5 s: the drain must not need one
+    for i in range(3000):
+        reaper.broker.enqueue(ev(job="storm", create_index=i + 1))
+    got = await reaper.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    reaper.broker.ack(got[0].id, got[1])
+    task = asyncio.create_task(reaper.run())
+    try:
+        reaper.wake.set()  # what the ack's on_cancelable does in the broker process
+        await until(lambda: sum(len(w) for w in rec.writes) == 2998, 4.0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [len(w) for w in rec.writes] == [728, 728, 728, 728, 86]

@@ -16,6 +16,7 @@ def test_every_example_is_covered():
     assert names == [
         "batch.nomad.hcl",
         "disconnect.nomad.hcl",
+        "hello-east.nomad.hcl",
         "hello.json",
         "hello.nomad.hcl",
         "mock.nomad.hcl",
@@ -29,6 +30,7 @@ def test_every_example_is_covered():
     ("name", "job_id", "job_type", "groups"),
     [
         ("hello.nomad.hcl", "hello", "service", {"hello": 1}),
+        ("hello-east.nomad.hcl", "hello-east", "service", {"hello": 1}),
         ("hello.json", "hello-json", "service", {"hello": 1}),
         ("batch.nomad.hcl", "batch", "batch", {"work": 3}),
         ("system.nomad.hcl", "node-agent", "system", {"agent": 1}),
@@ -58,6 +60,10 @@ def test_hello_runs_a_shell_loop():
     assert args[0] == "-c" and "hello" in args[1]
     assert "${NOMAD_ALLOC_ID}" in args[1]  # passed through for the client to interpolate
     assert list(job.datacenters) == ["*"]
+
+
+def test_hello_east_names_its_region():
+    assert load_job(str(EXAMPLES / "hello-east.nomad.hcl")).region == "east"
 
 
 def test_disconnect_example_maps_max_client_disconnect():

@@ -68,10 +68,10 @@ def test_nomad_api_json():
 
 def test_nomad_json_unsupported_field_with_a_value():
     data = json.loads(json.dumps(NOMAD))
-    data["Job"]["TaskGroups"][0]["Volumes"] = {"data": {"Type": "host"}}
+    data["Job"]["TaskGroups"][0]["Vault"] = {"Policies": ["db"]}
     with pytest.raises(JobspecError) as info:
         parse_job(json.dumps(data), "api.json")
-    assert str(info.value) == "api.json: job.task_groups[0].Volumes: is not supported by Corral"
+    assert str(info.value) == "api.json: job.task_groups[0].Vault: is not supported by Corral"
 
 
 def test_nomad_json_wrong_type_names_the_field():

@@ -154,7 +154,13 @@ def test_lifecycle_and_logs_survive_the_apis_json_both_ways() -> None:
     nomad = job_map.job(job)
     init = nomad["TaskGroups"][0]["Tasks"][0]
     assert init["Lifecycle"] == {"Hook": "prestart", "Sidecar": False}
-    assert init["LogConfig"] == {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False}
+    # Enabled: Nomad's api field deprecated by Disabled, nil as Nomad's servers leave it
+    assert init["LogConfig"] == {
+        "MaxFiles": 10,
+        "MaxFileSizeMB": 10,
+        "Disabled": False,
+        "Enabled": None,
+    }
     main = nomad["TaskGroups"][0]["Tasks"][2]
     assert main["Lifecycle"] is None
     back = jobspec_json.from_nomad(json.loads(json.dumps(nomad)))

@@ -7,6 +7,7 @@
 const UI = document.body.dataset.ui || "/ui";
 const PAGE = document.body.dataset.page;
 const TOKEN_KEY = "corral.token";
+const REGION_KEY = "corral.region";
 
 // ------------------------------------------------------------------ API
 
@@ -34,6 +35,19 @@ function token() {
   return localStorage.getItem(TOKEN_KEY) || "";
 }
 
+// The region every request is for (the header's region switcher; none: the
+// gateway's own region). The gateway passes ?region= on, and a state server
+// forwards what names another region.
+function region() {
+  return localStorage.getItem(REGION_KEY) || "";
+}
+
+function withRegion(path) {
+  const r = region();
+  if (!r) return path;
+  return path + (path.includes("?") ? "&" : "?") + "region=" + encodeURIComponent(r);
+}
+
 function headers(extra) {
   const h = Object.assign({}, extra || {});
   const t = token();
@@ -48,7 +62,7 @@ async function api(path, opts) {
     init.body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
     init.headers["Content-Type"] = "application/json";
   }
-  const resp = await fetch(path, init);
+  const resp = await fetch(withRegion(path), init);
   const text = await resp.text();
   if (!resp.ok) {
     throw new ApiError(resp.status, (text || resp.statusText).trim());
@@ -276,6 +290,32 @@ function setupToken() {
   });
 }
 
+// The region switcher: every region /v1/regions knows; choosing one reloads
+// the page with every request for that region.
+async function setupRegions() {
+  const select = $("region-select");
+  if (!select) return;
+  let regions = [];
+  let self = "";
+  try {
+    regions = (await api("/v1/regions")).body || [];
+    self = ((await get("/v1/agent/self")).config || {}).Region || "";
+  } catch (e) {
+    regions = [];
+  }
+  const current = region() || self;
+  if (current && !regions.includes(current)) regions.push(current);
+  select.replaceChildren(
+    ...regions.map((r) => h("option", { value: r, selected: r === current }, r + (r === self ? " (here)" : "")))
+  );
+  select.disabled = regions.length < 2;
+  select.addEventListener("change", () => {
+    if (select.value === self) localStorage.removeItem(REGION_KEY);
+    else localStorage.setItem(REGION_KEY, select.value);
+    location.reload();
+  });
+}
+
 // ------------------------------------------------------------------ live
 
 // Refresh at most once per animation burst however many events arrive.
@@ -325,7 +365,7 @@ async function follow(topics, onEvents, fallback) {
       for (const t of topics) params.append("topic", t);
       // Nomad's index=N streams from N on: start after what is shown
       if (index) params.append("index", index + 1);
-      const resp = await fetch("/v1/event/stream?" + params.toString(), {
+      const resp = await fetch(withRegion("/v1/event/stream?" + params.toString()), {
         headers: headers(),
         signal: PAGE_ABORT.signal,
       });
@@ -957,7 +997,7 @@ async function streamLogs(allocId, task, type, signal) {
       const path =
         "/v1/client/fs/logs/" + encodeURIComponent(allocId) +
         q({ task: task, type: type, follow: "true", plain: "true", origin: "start", offset: offset });
-      const resp = await fetch(path, { headers: headers(), signal: signal });
+      const resp = await fetch(withRegion(path), { headers: headers(), signal: signal });
       if (!resp.ok) {
         status.textContent = resp.status + ": " + (await resp.text()).trim();
         if (resp.status === 403 || resp.status === 400) return;
@@ -1200,6 +1240,7 @@ PAGES.node = async function () {
 
 async function start() {
   setupToken();
+  await setupRegions();
   const ownCaps = ["job", "node"].includes(PAGE) || PAGE === "alloc";
   if (!ownCaps) await loadCapabilities("default");
   const page = PAGES[PAGE];

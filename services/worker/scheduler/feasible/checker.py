@@ -3,7 +3,8 @@
 `constraints`, devices in `devices`, `distinct_property` in `property_set`).
 
 Checks run in Nomad's order: job constraints; task-group drivers; task
-group + task constraints; devices; then distinct_hosts and
+group + task constraints; devices; then host volumes (per alloc: a
+`per_alloc` volume names the alloc's own), distinct_hosts and
 distinct_property, which depend on what already runs where. The first three
 groups only read node data that the computed node class covers, so their
 outcome is memoised per class in `EvalEligibility` (and reported to blocked
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from corral.domain import volumes
 from corral.v1 import structs_pb2 as pb
 from services.worker.scheduler.feasible.constraints import (
     DISTINCT_HOSTS,
@@ -33,6 +35,7 @@ from services.worker.scheduler.feasible.property_set import PropertySet, distinc
 FILTER_CLASS_INELIGIBLE = "computed class ineligible"
 FILTER_MISSING_DRIVERS = "missing drivers"
 FILTER_MISSING_DEVICES = "missing devices"
+FILTER_MISSING_HOST_VOLUMES = "missing compatible host volumes"
 
 
 # --------------------------------------------------------------------------- checkers
@@ -145,6 +148,9 @@ class FeasibilityChecker:
         #: `feasible` need not be called for it
         self.class_memo: dict[str, str] = self._class_failure
         self.plain = False
+        #: the alloc being placed (its name picks per_alloc volumes)
+        self.alloc_name = ""
+        self.host_volumes = False
 
     def set_job(self, job: pb.Job) -> None:
         self.job = job
@@ -155,9 +161,11 @@ class FeasibilityChecker:
         self._class_failure_by_tg = {}
         self.ctx.eligibility.set_job(job)
 
-    def set_task_group(self, tg: pb.TaskGroup) -> None:
+    def set_task_group(self, tg: pb.TaskGroup, alloc_name: str = "") -> None:
         assert self.job is not None, "set_job first"
         self.tg = tg
+        self.alloc_name = alloc_name
+        self.host_volumes = bool(volumes.host_requests(tg.volumes))
         cons = self._tg_cons_cache.get(tg.name)
         if cons is None or cons[0] is not tg:
             cons = (tg, task_group_constraints(tg), distinct_hosts_enabled(tg.constraints))
@@ -179,8 +187,12 @@ class FeasibilityChecker:
                 ps.populate_proposed()
         self.property_sets = psets
         self.class_memo = self._class_failure
-        self.plain = not psets and not (
-            self.use_distinct_hosts and (self.job_distinct_hosts or self.tg_distinct_hosts)
+        self.plain = (
+            not psets
+            and not self.host_volumes
+            and not (
+                self.use_distinct_hosts and (self.job_distinct_hosts or self.tg_distinct_hosts)
+            )
         )
 
     # -- the memoised part: only node data covered by the computed class
@@ -278,6 +290,14 @@ class FeasibilityChecker:
         if reason:
             ctx.filter_node(node, reason)
             return False
+        # not memoised per class: a node's volumes are its own, and a
+        # per_alloc volume differs from alloc to alloc (Nomad's "available"
+        # checks)
+        if self.host_volumes:
+            assert self.tg is not None
+            if not volumes.node_offers(node, self.tg.volumes, self.alloc_name):
+                ctx.filter_node(node, FILTER_MISSING_HOST_VOLUMES)
+                return False
         if self.use_distinct_hosts and not self._distinct_hosts_ok(node):
             self.ctx.filter_node(node, DISTINCT_HOSTS)
             return False

@@ -147,7 +147,7 @@ class _BaseStack:
         assert self.job is not None, "set_job before select"
         self.ctx.reset()
         self.source.reset()
-        self.checker.set_task_group(tg)
+        self.checker.set_task_group(tg, options.alloc_name)
         if self.spread is not None:
             self.spread.set_task_group(tg)
         self.ranker.set_task_group(tg, evict=evict, penalty_node_ids=options.penalty_node_ids)

@@ -1,0 +1,30 @@
+"""/v1/system/gc: Nomad's "Force GC": the state relays it to the broker
+leader, which has a worker run every collector whatever the thresholds
+(proto/corral/v1/system.proto). As Nomad's, it answers at once, with no
+body, before the pass has run (`corral system gc` waits for it)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from corral.v1 import system_pb2
+from services.gateway.authz import OPERATOR_WRITE, ApiRoute
+from services.gateway.backend import DEFAULT_TIMEOUT
+from services.gateway.http import backend_of, metadata_of
+
+
+async def system_gc(request: Request) -> Response:
+    await backend_of(request).system.GarbageCollect(
+        system_pb2.SystemGCRequest(detach=True),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return Response(status_code=200)
+
+
+ROUTES: list[BaseRoute] = [
+    # Nomad asks a management token; Corral's System.GarbageCollect operator:write
+    ApiRoute("/v1/system/gc", system_gc, {"PUT": OPERATOR_WRITE}),
+]
