@@ -39,9 +39,10 @@ A group's dynamic ports join the usage state as the node's free ports in
 its dynamic range (-1 when its ports already collide), read once an ask
 has networks. Asks the index does not cover fall back to the walk: static
 ports or devices (which depend on which ports and instances a node has
-free), eviction, `distinct_property`, constraints on unique node data,
-spreads whose targets give a value no share (their boost depends on the
-order nodes were scored in), and fewer nodes than `MIN_NODES`. Short walks
+free), eviction, host volumes (a node's own, per alloc),
+`distinct_property`, constraints on unique node data, spreads whose
+targets give a value no share (their boost depends on the order nodes were
+scored in), and fewer nodes than `MIN_NODES`. Short walks
 walk too (`MIN_VISITS`): binpack alone ranks ⌈log2 n⌉ nodes, a few dozen
 visits that cost less than the index's passes over every node.
 """
@@ -189,6 +190,7 @@ class ClassIndex:
         return (
             self.ctx.journal is not None
             and checker.property_sets_free
+            and not checker.host_volumes
             and checker.class_level
             and self.ranker.class_scorable()
         )
