@@ -452,6 +452,8 @@ class NodeListStub(_message.Message):
     CREATE_INDEX_FIELD_NUMBER: _builtins.int
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
     RUNNING_ALLOCS_FIELD_NUMBER: _builtins.int
+    NODE_RESOURCES_FIELD_NUMBER: _builtins.int
+    RESERVED_RESOURCES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     datacenter: _builtins.str
@@ -466,6 +468,12 @@ class NodeListStub(_message.Message):
     running_allocs: _builtins.int
     @_builtins.property
     def drivers(self) -> _containers.MessageMap[_builtins.str, Global___DriverSummary]: ...
+    @_builtins.property
+    def node_resources(self) -> _structs_pb2.NodeResources:
+        """set only when NodeListRequest.resources asks (Nomad's ?resources=true)"""
+
+    @_builtins.property
+    def reserved_resources(self) -> _structs_pb2.NodeReservedResources: ...
     def __init__(
         self,
         *,
@@ -482,10 +490,12 @@ class NodeListStub(_message.Message):
         create_index: _builtins.int = ...,
         modify_index: _builtins.int = ...,
         running_allocs: _builtins.int = ...,
+        node_resources: _structs_pb2.NodeResources | None = ...,
+        reserved_resources: _structs_pb2.NodeReservedResources | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["node_resources", b"node_resources", "reserved_resources", b"reserved_resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drivers", b"drivers", "id", b"id", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "running_allocs", b"running_allocs", "scheduling_eligibility", b"scheduling_eligibility", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "create_index", b"create_index", "datacenter", b"datacenter", "drain", b"drain", "drivers", b"drivers", "id", b"id", "modify_index", b"modify_index", "name", b"name", "node_class", b"node_class", "node_pool", b"node_pool", "node_resources", b"node_resources", "reserved_resources", b"reserved_resources", "running_allocs", b"running_allocs", "scheduling_eligibility", b"scheduling_eligibility", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -519,7 +529,10 @@ class NodeListRequest(_message.Message):
 
     QUERY_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
     status: _builtins.str
+    resources: _builtins.bool
+    """fill each stub's node_resources and reserved_resources"""
     @_builtins.property
     def query(self) -> _query_pb2.QueryOptions: ...
     def __init__(
@@ -527,10 +540,11 @@ class NodeListRequest(_message.Message):
         *,
         query: _query_pb2.QueryOptions | None = ...,
         status: _builtins.str = ...,
+        resources: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["query", b"query", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query", b"query", "resources", b"resources", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -499,6 +499,7 @@ class Agent:
         gone = set(self.runners) - set(resp.allocs)
         for alloc_id in gone:  # garbage collected on the servers
             self._stop_alloc(self.runners.pop(alloc_id), forget=True)
+        self._collect_finished()
         # the job versions no alloc of this node runs any more: every version
         # ever placed here was kept before, growing the agent under churn
         wanted = {
@@ -506,6 +507,31 @@ class Agent:
         }
         for key in [k for k in self.jobs if k not in wanted]:
             del self.jobs[key]
+
+    def _collect_finished(self) -> None:
+        """Nomad's client alloc GC by count (gc_max_allocs): past the limit,
+        forget finished allocs, oldest first, whose end the servers already
+        hold (the servers keep them until their own GC, which with Nomad's
+        thresholds is hours: an agent keeping a runner for each grew by
+        200 MB in an hour of churn). A forgotten alloc's logs and files are
+        no longer served, as in Nomad."""
+        excess = len(self.runners) - self.settings.gc_max_allocs
+        if excess <= 0:
+            return
+        finished = sorted(
+            (
+                r
+                for r in self.runners.values()
+                if r.done
+                and structs.alloc_client_terminal(r.alloc)
+                and r.alloc.id not in self._dirty
+                and r.alloc.id not in self._stops
+            ),
+            key=lambda r: r.alloc.modify_index,
+        )
+        for runner in finished[:excess]:
+            log.debug("forgetting finished alloc %s", runner.alloc.id)
+            self._stop_alloc(self.runners.pop(runner.alloc.id), forget=True)
 
     def _stop_alloc(self, runner: AllocRunner, *, forget: bool = False) -> None:
         """Stop an alloc's tasks in the background (a shutdown_delay must

@@ -113,6 +113,12 @@ class AgentSettings(ServerSettings):
     update_interval: float = Field(
         0.2, gt=0, description="seconds alloc status updates are batched (Nomad's allocSyncIntv)"
     )
+    gc_max_allocs: int = Field(
+        50,
+        ge=1,
+        description="allocs the agent keeps before it forgets finished ones, oldest first, once "
+        "the servers know they finished (Nomad's gc_max_allocs)",
+    )
     max_kill_timeout: float = Field(
         30.0,
         gt=0,

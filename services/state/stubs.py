@@ -51,8 +51,10 @@ def job(snap: StateSnapshot, job: pb.Job) -> job_pb2.JobListStub:
     return stub
 
 
-def node(snap: StateSnapshot, n: pb.Node) -> node_pb2.NodeListStub:
-    """A node as its list entry (Node.List, NodePool.Nodes)."""
+def node(snap: StateSnapshot, n: pb.Node, *, resources: bool = False) -> node_pb2.NodeListStub:
+    """A node as its list entry (Node.List, NodePool.Nodes); with
+    `resources` its node and reserved resources too (Node.List's
+    `resources`, Nomad's /v1/nodes?resources=true)."""
     stub = structs.project(
         node_pb2.NodeListStub,
         n,
@@ -62,4 +64,7 @@ def node(snap: StateSnapshot, n: pb.Node) -> node_pb2.NodeListStub:
     for name, d in n.drivers.items():
         stub.drivers[name].detected = d.detected
         stub.drivers[name].healthy = d.healthy
+    if resources:
+        stub.node_resources.CopyFrom(n.node_resources)
+        stub.reserved_resources.CopyFrom(n.reserved_resources)
     return stub

@@ -21,7 +21,7 @@ import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
 from tests.e2e.test_services import WEB
-from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, screenshot, wait_until
 from tests.wait import wait_for
 
 pytestmark = [
@@ -57,15 +57,6 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
         yield started
     finally:
         stop_dev(started)
-
-
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    d = new_driver()
-    try:
-        yield d
-    finally:
-        d.quit()
 
 
 def open_page(driver: Any, url: str) -> None:
@@ -131,9 +122,33 @@ def test_pages_load(dev: DevProcess, driver: Any) -> None:
     )
     screenshot(driver, "overview")
 
+    # the favicon the pages name is served
+    icon = driver.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+    with urllib.request.urlopen(icon, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("image/svg+xml")
+        assert b"<svg" in resp.read()
+
     open_page(driver, ui + "/nodes")
     wait_until(driver, "the dev node listed", lambda d: rows(d, "nodes"))
     screenshot(driver, "nodes")
+
+    # the clients page is the nodes list under Nomad's name, paged by the gateway
+    open_page(driver, ui + "/clients")
+    wait_until(driver, "the dev node listed", lambda d: rows(d, "nodes"))
+    assert "answered in" in driver.find_element(By.ID, "nodes-timing").text
+
+    # the servers page: every role's processes, one leader per singleton role
+    open_page(driver, ui + "/servers")
+    wait_until(
+        driver, "the state's leader", present("#servers tr[data-role='state'][data-leader='true']")
+    )
+    roles = {r.get_attribute("data-role") for r in rows(driver, "servers")}
+    assert {"state", "broker", "planner", "worker"} <= roles, roles
+    screenshot(driver, "servers")
+
+    open_page(driver, ui + "/topology")
+    wait_until(driver, "the dev node drawn", present("#topology .tnode"))
+    screenshot(driver, "topology")
 
     open_page(driver, ui + "/evaluations")
     screenshot(driver, "evaluations")
@@ -271,6 +286,16 @@ def test_allocation_page_shows_events_and_live_logs(dev: DevProcess, driver: Any
         lambda d: d.find_element(By.ID, "logs").text.count("hello from") > first,
     )
     assert_not_reloaded(driver)
+    # the client reports the alloc's usage: both charts draw its samples
+    wait_until(
+        driver,
+        "CPU and memory charted",
+        lambda d: all(
+            int(d.find_element(By.ID, chart).get_attribute("data-samples") or 0) >= 2
+            for chart in ("chart-cpu", "chart-mem")
+        ),
+    )
+    assert "MiB" in driver.find_element(By.CSS_SELECTOR, "#chart-mem .now").text
     screenshot(driver, "allocation")
 
 
@@ -457,6 +482,21 @@ def test_promote_a_canary_deployment(dev: DevProcess, driver: Any, tmp_path: Pat
     )
     assert_not_reloaded(driver)
     screenshot(driver, "job-promoted")
+
+    # the deployments page lists both of the job's deployments, the search
+    # narrowing to them
+    open_page(driver, http_base(dev) + "/ui/deployments")
+    driver.find_element(By.ID, "deployments-search").send_keys("ui-canary")
+    wait_until(
+        driver,
+        "ui-canary's two deployments",
+        lambda d: (
+            len(rows(d, "deployments")) == 2
+            and all("ui-canary" in r.text for r in rows(d, "deployments"))
+        ),
+    )
+    assert driver.find_elements(By.CSS_SELECTOR, "#deployments .s-successful")
+    screenshot(driver, "deployments")
 
 
 def test_drain_a_node_from_its_page(dev: DevProcess, driver: Any) -> None:

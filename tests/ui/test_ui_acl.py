@@ -11,12 +11,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.devprocess import DevProcess, start_dev, stop_dev
-from tests.ui.browser import MISSING, browser_available, new_driver, screenshot, wait_until
+from tests.ui.browser import MISSING, browser_available, screenshot, wait_until
 from tests.ui.test_ui import ROOT, get_json, http_base, open_page, present
 from tests.wait import wait_for
 
@@ -78,15 +79,6 @@ def reader_token(acl_dev: DevProcess) -> str:
     return str(created["secret_id"])
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    d = new_driver()
-    try:
-        yield d
-    finally:
-        d.quit()
-
-
 def use_token(driver: Any, token: str) -> None:
     """Type the token into the box and save it, as a person would."""
     from selenium.webdriver.common.by import By
@@ -115,6 +107,7 @@ def test_token_box_decides_what_is_shown(acl_dev: DevProcess, reader_token: str,
     )
     assert "403" in driver.find_element(By.ID, "flash").text
     assert driver.find_element(By.ID, "token-status").text == "anonymous"
+    assert "Sign in to see this page" in driver.find_element(By.ID, "signin").text
     screenshot(driver, "acl-anonymous")
 
     # the management token, entered in the box, is kept across pages
@@ -162,3 +155,53 @@ def test_token_box_decides_what_is_shown(acl_dev: DevProcess, reader_token: str,
         "the token cleared",
         lambda d: d.execute_script("return localStorage.getItem('corral.token')") is None,
     )
+
+
+def test_signed_out_jobs_page_asks_for_a_token(
+    acl_dev: DevProcess, driver: Any, tmp_path: Path
+) -> None:
+    """With ACLs on and no token, the jobs list says to sign in (not "no
+    jobs yet" under a green live dot) while jobs exist; with the token
+    they show."""
+    from selenium.webdriver.common.by import By
+
+    mgmt = management_token(acl_dev)
+    spec = tmp_path / "ui-secret.nomad.hcl"
+    spec.write_text(
+        (ROOT / "examples" / "batch.nomad.hcl")
+        .read_text()
+        .replace('job "batch"', 'job "ui-secret"')
+    )
+    corral(acl_dev, "job", "run", "-detach", str(spec), token=mgmt)
+    ui = http_base(acl_dev) + "/ui"
+    driver.get(ui + "/jobs")
+    driver.execute_script("localStorage.removeItem('corral.token')")
+    open_page(driver, ui + "/jobs")
+    wait_until(
+        driver, "the sign-in notice", lambda d: d.find_element(By.ID, "signin").is_displayed()
+    )
+    assert "Sign in to see jobs" in driver.find_element(By.ID, "signin").text
+    assert driver.find_element(By.ID, "live").get_attribute("data-live") == "signin"
+    table = driver.find_element(By.ID, "jobs").text
+    assert "Sign in to see jobs" in table and "no jobs yet" not in table
+    screenshot(driver, "acl-signin")
+    # the overview cannot count what the anonymous token may not read
+    open_page(driver, ui + "/")
+    wait_until(
+        driver,
+        "the overview's sign-in notice",
+        lambda d: d.find_element(By.ID, "signin").is_displayed(),
+    )
+    assert "not readable" in driver.find_element(By.ID, "cluster").text
+
+    open_page(driver, ui + "/jobs")
+
+    use_token(driver, mgmt)
+    wait_until(driver, "the job listed", present("tr[data-job='ui-secret']"))
+    assert not driver.find_element(By.ID, "signin").is_displayed()
+    wait_until(
+        driver,
+        "the live stream",
+        lambda d: d.find_element(By.ID, "live").get_attribute("data-live") == "stream",
+    )
+    use_token(driver, "")

@@ -58,7 +58,7 @@ def _drain_strategy(msg: pb.Node) -> dict[str, Any] | None:
     }
 
 
-def _resources(msg: pb.Node) -> dict[str, Any]:
+def _resources(msg: pb.Node | node_pb2.NodeListStub) -> dict[str, Any]:
     r = msg.node_resources
     return {
         "Cpu": {"CpuShares": r.cpu, "TotalCpuCores": r.total_cores, "ReservableCpuCores": None},
@@ -71,7 +71,7 @@ def _resources(msg: pb.Node) -> dict[str, Any]:
     }
 
 
-def _reserved(msg: pb.Node) -> dict[str, Any]:
+def _reserved(msg: pb.Node | node_pb2.NodeListStub) -> dict[str, Any]:
     r = msg.reserved_resources
     return {
         "Cpu": {"CpuShares": r.cpu, "ReservedCpuCores": None},
@@ -104,8 +104,8 @@ def node(msg: pb.Node) -> dict[str, Any]:
 
 
 def stub(msg: node_pb2.NodeListStub) -> dict[str, Any]:
-    """api.NodeListStub (the list carries no resources or attributes:
-    Nomad's `?resources=true` is answered without them)."""
+    """api.NodeListStub: NodeResources and ReservedResources with Nomad's
+    `?resources=true` (the state fills them then), no attributes."""
     return {
         "Address": msg.address.rpartition(":")[0] if ":" in msg.address else msg.address,
         "ID": msg.id,
@@ -130,8 +130,8 @@ def stub(msg: node_pb2.NodeListStub) -> dict[str, Any]:
             for name, d in msg.drivers.items()
         }
         or None,
-        "NodeResources": None,
-        "ReservedResources": None,
+        "NodeResources": _resources(msg) if msg.HasField("node_resources") else None,
+        "ReservedResources": _reserved(msg) if msg.HasField("reserved_resources") else None,
         "LastDrain": None,
         "CreateIndex": msg.create_index,
         "ModifyIndex": msg.modify_index,

@@ -40,7 +40,11 @@ async def nodes(request: Request) -> Response:
 
     async def call(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
         resp = await backend.nodes.List(
-            node_pb2.NodeListRequest(query=query, status=request.query_params.get("status", "")),
+            node_pb2.NodeListRequest(
+                query=query,
+                status=request.query_params.get("status", ""),
+                resources=bool_param(request, "resources"),
+            ),
             metadata=q.metadata,
             timeout=q.timeout,
         )

@@ -15,16 +15,18 @@ from starlette.responses import JSONResponse, Response
 
 from corral.domain.errors import PermissionDenied
 from corral.security import acl
-from corral.v1 import eval_pb2
+from corral.v1 import alloc_pb2, eval_pb2, job_pb2, node_pb2, operator_pb2, query_pb2
 from services.gateway import authz, http
 from services.gateway.mapping.common import to_nomad
 from services.gateway.ui.journey import journey, trace_id
+from services.gateway.ui.topology import topology as topology_of
 
 #: capabilities the UI's actions need, by the name its script uses
 NAMESPACE_ACTIONS = {
     "submit-job": "submit-job",
     "read-logs": "read-logs",
     "read-job": "read-job",
+    "list-jobs": "list-jobs",
 }
 
 
@@ -55,6 +57,47 @@ async def overview(request: Request) -> Response:
             body["Plan"] = to_nomad(plan)
     except grpc.aio.AioRpcError as exc:
         body["PlanError"] = _error(exc)
+    return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+
+async def cluster(request: Request) -> Response:
+    """The overview's counts: jobs, nodes (ready), allocations (running),
+    counted here from the state's lists read with the request's token, so
+    the browser does not fetch every job, node and allocation to count them
+    (at 10,000 allocations that is megabytes per refresh). Each count the
+    token may not read is null with its error in `Errors`."""
+    backend = http.backend_of(request)
+    md = http.metadata_of(request)
+    every = query_pb2.QueryOptions(namespace="*")
+    body: dict[str, Any] = {
+        "Jobs": None,
+        "Nodes": None,
+        "NodesReady": None,
+        "Allocs": None,
+        "AllocsRunning": None,
+        "Errors": {},
+    }
+    try:
+        jobs = await backend.jobs.List(job_pb2.JobListRequest(query=every), metadata=md, timeout=30)
+        body["Jobs"] = len(jobs.jobs)
+    except grpc.aio.AioRpcError as exc:
+        body["Errors"]["Jobs"] = _error(exc)
+    try:
+        nodes = await backend.nodes.List(
+            node_pb2.NodeListRequest(query=query_pb2.QueryOptions()), metadata=md, timeout=30
+        )
+        body["Nodes"] = len(nodes.nodes)
+        body["NodesReady"] = sum(1 for n in nodes.nodes if n.status == "ready")
+    except grpc.aio.AioRpcError as exc:
+        body["Errors"]["Nodes"] = _error(exc)
+    try:
+        allocs = await backend.allocs.List(
+            alloc_pb2.AllocListRequest(query=every), metadata=md, timeout=30
+        )
+        body["Allocs"] = len(allocs.allocs)
+        body["AllocsRunning"] = sum(1 for a in allocs.allocs if a.client_status == "running")
+    except grpc.aio.AioRpcError as exc:
+        body["Errors"]["Allocs"] = _error(exc)
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 
@@ -112,6 +155,58 @@ async def eval_journey(request: Request) -> Response:
             "TraceID": tid,
             "TraceURL": template.replace("{trace_id}", tid) if tid and template else "",
             "Stages": [s.to_json() for s in journey(ev, resp.allocs)],
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def topology(request: Request) -> Response:
+    """The topology page's nodes and allocations (ui/topology.py), read
+    with the request's token: Node.List needs node:read, Alloc.List over
+    every namespace keeps those the token may read-job in."""
+    backend = http.backend_of(request)
+    md = http.metadata_of(request)
+    nodes = await backend.nodes.List(
+        node_pb2.NodeListRequest(query=query_pb2.QueryOptions(), resources=True),
+        metadata=md,
+        timeout=30,
+    )
+    allocs = await backend.allocs.List(
+        alloc_pb2.AllocListRequest(query=query_pb2.QueryOptions(namespace="*")),
+        metadata=md,
+        timeout=30,
+    )
+    body = topology_of(nodes.nodes, allocs.allocs)
+    body["Index"] = max(nodes.meta.index, allocs.meta.index)
+    return JSONResponse(
+        body,
+        headers={"Cache-Control": "no-store", "X-Nomad-Index": str(max(body["Index"], 1))},
+    )
+
+
+async def members(request: Request) -> Response:
+    """The control plane's processes (Operator.Members: every role's
+    registered process, whether it holds its role's leadership, its
+    version and when it was last seen); needs operator:read."""
+    resp = await http.backend_of(request).operator.Members(
+        operator_pb2.MembersRequest(), metadata=http.metadata_of(request), timeout=10
+    )
+    rows = sorted(resp.members, key=lambda m: (m.role, not m.leader, m.id))
+    return JSONResponse(
+        {
+            "Members": [
+                {
+                    "ID": m.id,
+                    "Role": m.role,
+                    "Address": m.address,
+                    "Leader": m.leader,
+                    "Version": m.version,
+                    "StartedAt": m.started_at,
+                    "LastSeen": m.last_seen,
+                    "Tags": dict(m.tags),
+                }
+                for m in rows
+            ]
         },
         headers={"Cache-Control": "no-store"},
     )

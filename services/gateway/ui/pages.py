@@ -91,7 +91,29 @@ async def services(request: Request) -> Response:
 
 
 async def nodes(request: Request) -> Response:
-    return _render(request, "nodes.html", page="nodes", section="nodes", title="Nodes")
+    """The client nodes (Nomad's UI calls them clients: /ui/clients and
+    /ui/nodes are the same page)."""
+    return _render(request, "nodes.html", page="nodes", section="nodes", title="Clients")
+
+
+async def allocs(request: Request) -> Response:
+    return _render(
+        request, "allocs.html", page="allocs", section="allocations", title="Allocations"
+    )
+
+
+async def topology(request: Request) -> Response:
+    return _render(request, "topology.html", page="topology", section="topology", title="Topology")
+
+
+async def deployments(request: Request) -> Response:
+    return _render(
+        request, "deployments.html", page="deployments", section="deployments", title="Deployments"
+    )
+
+
+async def servers(request: Request) -> Response:
+    return _render(request, "servers.html", page="servers", section="servers", title="Servers")
 
 
 async def not_found(request: Request) -> Response:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from services.gateway.authz import OPEN, READ_JOB_OBJECT, ApiRoute, Need
+from services.gateway.authz import OPEN, OPERATOR_READ, READ_JOB_OBJECT, ApiRoute, Need
 from services.gateway.ui import api, pages
 
 STATIC = pages.HERE / "static"
@@ -26,6 +26,20 @@ OVERVIEW = Need(
     summary="`operator:read` (each refused part answers its error)",
     scopes=(("operator", "read"),),
     partial=True,
+)
+#: counted from Job.List, Node.List and Alloc.List with the request's token
+CLUSTER = Need(
+    summary="`node:read` for the node counts; jobs and allocations of the namespaces with "
+    "`list-jobs` / `read-job` (each refused part answers its error)",
+    scopes=(("node", "read"),),
+    partial=True,
+)
+#: Node.List needs node:read; Alloc.List over `*` keeps the namespaces the
+#: token may read-job in
+TOPOLOGY = Need(
+    summary="`node:read` (allocations: those of the namespaces with `read-job`)",
+    scopes=(("node", "read"),),
+    filters=True,
 )
 
 
@@ -46,10 +60,18 @@ ROUTES: list[BaseRoute] = [
             ApiRoute("/evaluations", pages.evals, PAGE),
             ApiRoute("/evaluations/{eval_id}", pages.eval_page, PAGE),
             ApiRoute("/services", pages.services, PAGE),
+            ApiRoute("/allocations", pages.allocs, PAGE),
             ApiRoute("/nodes", pages.nodes, PAGE),
+            ApiRoute("/clients", pages.nodes, PAGE),
             ApiRoute("/nodes/{node_id}", pages.node, PAGE),
+            ApiRoute("/topology", pages.topology, PAGE),
+            ApiRoute("/deployments", pages.deployments, PAGE),
+            ApiRoute("/servers", pages.servers, PAGE),
             ApiRoute("/api/overview", api.overview, {"GET": OVERVIEW}),
             ApiRoute("/api/capabilities", api.capabilities, {"GET": CAPABILITIES}),
+            ApiRoute("/api/cluster", api.cluster, {"GET": CLUSTER}),
+            ApiRoute("/api/topology", api.topology, {"GET": TOPOLOGY}),
+            ApiRoute("/api/members", api.members, {"GET": OPERATOR_READ}),
             ApiRoute(
                 "/api/evaluation/{eval_id}/journey", api.eval_journey, {"GET": READ_JOB_OBJECT}
             ),

@@ -287,7 +287,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         ]
         page, token = query.paginate(nodes, lambda n: n.id, request.query)
         return node_pb2.NodeListResponse(
-            nodes=[stubs.node(snap, n) for n in page], meta=query.meta(snap, TABLES, token)
+            nodes=[stubs.node(snap, n, resources=request.resources) for n in page],
+            meta=query.meta(snap, TABLES, token),
         )
 
     async def Get(

@@ -285,7 +285,15 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/ui/services": const(Sample("/ui/services")),
         "/ui/nodes": const(Sample("/ui/nodes")),
         "/ui/nodes/{node_id}": const(Sample(f"/ui/nodes/{cluster.node_id}")),
+        "/ui/allocations": const(Sample("/ui/allocations")),
+        "/ui/clients": const(Sample("/ui/clients")),
+        "/ui/topology": const(Sample("/ui/topology")),
+        "/ui/deployments": const(Sample("/ui/deployments")),
+        "/ui/servers": const(Sample("/ui/servers")),
         "/ui/api/overview": const(Sample("/ui/api/overview")),
+        "/ui/api/cluster": const(Sample("/ui/api/cluster")),
+        "/ui/api/topology": const(Sample("/ui/api/topology")),
+        "/ui/api/members": const(Sample("/ui/api/members")),
         "/ui/api/capabilities": const(Sample("/ui/api/capabilities")),
         "/ui/api/evaluation/{eval_id}/journey": objects_path(
             "/ui/api/evaluation/", d, "eval", "/journey"

@@ -17,6 +17,7 @@ from corral.v1 import node_pb2
 from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
+from tests.wait import until
 
 
 def agent_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> AgentSettings:
@@ -122,3 +123,50 @@ async def test_runners_keep_nothing_else_of_the_response_they_came_in(
     assert len(agent.runners) == 60
     grown = (rss() - before) / 2**20
     assert grown < 60, f"the agent grew {grown:.0f} MB holding 60 allocs"
+
+
+async def test_finished_allocs_past_gc_max_allocs_are_forgotten_oldest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nomad's client alloc GC by count: the hour's soak showed the agent
+    keeping a runner for every finished alloc the servers still held
+    (+150%). Past gc_max_allocs the finished ones the servers know finished
+    are forgotten, oldest first; running ones, and finished ones the
+    servers do not know yet, are kept."""
+    agent = Agent(agent_settings(tmp_path, monkeypatch, "--gc-max-allocs", "3"))
+    job = mock.batch_job(job_id="gc", count=1)
+    job.task_groups[0].tasks[0].config.update({"run_for": "0.01s"})
+    forever = mock.job(job_id="forever", count=1)
+    for j in (job, forever):
+        agent.jobs[(j.namespace, j.id, j.version)] = j
+    done = [mock.alloc(job, agent.node, client_status="pending") for _ in range(4)]
+    running = mock.alloc(forever, agent.node, client_status="pending")
+    for i, a in enumerate(done):
+        a.modify_index = 10 + i
+    allocs = [*done, running]
+    index = {a.id: a.modify_index for a in allocs}
+    await agent._reconcile(
+        node_pb2.NodeClientAllocsResponse(index=20, allocs=index, full_allocs=allocs)
+    )
+    await until(lambda: all(agent.runners[a.id].done for a in done), what="the batch allocs done")
+    assert len(agent.runners) == 5
+    # the servers learn that three of them finished (the newest does not yet)
+    synced = []
+    for a in done[:3]:
+        copy = pb.Allocation()
+        copy.CopyFrom(a)
+        copy.client_status = "complete"
+        copy.modify_index += 100
+        synced.append(copy)
+    agent._dirty.clear()
+    await agent._reconcile(
+        node_pb2.NodeClientAllocsResponse(
+            index=30, allocs={**index, **{a.id: a.modify_index for a in synced}}, full_allocs=synced
+        )
+    )
+    # 5 allocs, at most 3 kept: the two oldest synced ones go
+    assert set(agent.runners) == {done[2].id, done[3].id, running.id}
+    for t in list(agent._stops.values()):
+        await t
+    assert {s.alloc.id for s in agent.db.load()} == set(agent.runners)
+    await agent.runners[running.id].stop()

@@ -77,7 +77,7 @@ async function api(path, opts) {
       body = text;
     }
   }
-  return { body: body, index: index };
+  return { body: body, index: index, nextToken: resp.headers.get("X-Nomad-NextToken") || "" };
 }
 
 async function get(path) {
@@ -165,9 +165,10 @@ function nodeLink(id, text) {
 // evaluations (job and evaluations pages) builds its rows here.
 const ALLOC_CELLS = {
   id: (a) => h("td", {}, allocLink(a.ID)),
+  name: (a) => h("td", {}, a.Name),
   job: (a) => h("td", {}, jobLink(a.JobID, a.Namespace)),
   group: (a) => h("td", {}, a.TaskGroup),
-  node: (a) => h("td", {}, nodeLink(a.NodeID, a.NodeName || short(a.NodeID))),
+  node: (a) => h("td", {}, a.NodeID ? nodeLink(a.NodeID, a.NodeName || short(a.NodeID)) : "—"),
   version: (a) => h("td", {}, a.JobVersion),
   desired: (a) => h("td", {}, a.DesiredStatus),
   status: (a) => h("td", {}, badge(a.ClientStatus)),
@@ -276,6 +277,40 @@ function allowed(cap) {
   return !CAPS || !CAPS.Enabled || CAPS.Management || Boolean((CAPS.Capabilities || {})[cap]);
 }
 
+// With ACLs on, an anonymous request (no token in the box) sees only what
+// the anonymous policy grants: a list that comes back empty then says so
+// and asks for a token, rather than "no jobs yet" under a green dot.
+function signedOut() {
+  return Boolean(CAPS && CAPS.Enabled && !CAPS.Management && !token());
+}
+
+// The words of an empty list of `what` ("jobs"): ask to sign in when signed
+// out; name `cap` (the capability a token needs to see any, e.g.
+// "list-jobs"; may be omitted) when the token lacks it; else `fallback`.
+function emptyList(what, fallback, cap) {
+  if (signedOut()) {
+    showSignin(what);
+    return h("span", { class: "signin-row" }, "Sign in to see " + what + ": ACLs are enabled and an anonymous request sees none. Enter an ACL token above.");
+  }
+  if (CAPS && CAPS.Enabled && !CAPS.Management && cap && !allowed(cap)) {
+    return "this token may not see " + what + " (it lacks " + cap + ")";
+  }
+  return fallback;
+}
+
+function showSignin(what) {
+  const box = $("signin");
+  box.hidden = false;
+  box.replaceChildren(
+    h("strong", {}, "Sign in to see " + what + "."),
+    " ACLs are enabled on this cluster and no token is set, so the gateway answers only what the anonymous policy allows. ",
+    h("a", { href: "#token-input", onclick: (ev) => { ev.preventDefault(); $("token-input").focus(); } }, "Enter an ACL token"),
+    " (its secret ID) in the box at the top right."
+  );
+  setLive("signin", "signed out · nothing to follow until a token is set");
+  document.body.dataset.signin = "true";
+}
+
 function setupToken() {
   const input = $("token-input");
   input.value = token();
@@ -350,6 +385,7 @@ function debounced(fn, ms) {
 
 function setLive(state, text) {
   const el = $("live");
+  if (el.dataset.live === "signin" && state !== "signin") return;
   el.dataset.live = state;
   el.textContent = text;
 }
@@ -435,6 +471,143 @@ async function poll(path, onEvents) {
   }
 }
 
+// ------------------------------------------------------------------ lists
+
+// A Go string literal for a filter expression (the search box's text).
+function goString(text) {
+  return '"' + String(text).replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"';
+}
+
+// The search box as a Nomad filter expression: any of `fields` contains the
+// text (go-bexpr's `contains` is a substring test on strings).
+function searchFilter(text, fields) {
+  const t = text.trim();
+  if (!t) return "";
+  return fields.map((f) => f + " contains " + goString(t)).join(" or ");
+}
+
+function both(a, b) {
+  if (a && b) return "(" + a + ") and (" + b + ")";
+  return a || b || "";
+}
+
+// A list paged by the gateway (Nomad's per_page and next_token, sorted by
+// ID as the state pages), narrowed by a search box and a Nomad filter
+// expression (?filter=, evaluated by the gateway before it pages); the
+// search, filter and page size live in the address so a view can be shared.
+// The page shown is read again on each event of `topics`.
+//   spec: { list, path, params, search: [fields], row, empty, what, cap, topics, fallback }
+async function pagedList(spec) {
+  const list = spec.list;
+  const url = new URL(location.href);
+  const state = {
+    search: url.searchParams.get("search") || "",
+    filter: url.searchParams.get("filter") || "",
+    perPage: Math.floor(Number(url.searchParams.get("per_page"))) || 50,
+    tokens: [""], // the next_token of each page seen, page 1 first
+    next: "",
+  };
+  const search = $(list + "-search");
+  const filter = $(list + "-filter");
+  const per = $(list + "-per-page");
+  search.value = state.search;
+  filter.value = state.filter;
+  if (![...per.options].some((o) => Number(o.value) === state.perPage)) {
+    per.append(h("option", { value: state.perPage }, state.perPage));
+  }
+  per.value = String(state.perPage);
+  // a page size the gateway refuses (above its cap, negative) shows its 400
+
+  const remember = () => {
+    const u = new URL(location.href);
+    for (const [k, v] of [["search", state.search], ["filter", state.filter], ["per_page", state.perPage === 50 ? "" : state.perPage]]) {
+      if (v) u.searchParams.set(k, v);
+      else u.searchParams.delete(k);
+    }
+    history.replaceState(null, "", u.toString());
+  };
+
+  const load = async () => {
+    const started = performance.now();
+    const token = state.tokens[state.tokens.length - 1];
+    const expr = both(searchFilter(state.search, spec.search), state.filter);
+    let res;
+    try {
+      res = await api(spec.path + q(Object.assign({}, spec.params || {}, { per_page: state.perPage, next_token: token, filter: expr })));
+      $(list + "-error").hidden = true;
+    } catch (e) {
+      if (e.status === 400) {
+        // a bad filter: say so by the box and keep what was shown
+        $(list + "-error").hidden = false;
+        $(list + "-error").textContent = e.message;
+        return;
+      }
+      throw e;
+    }
+    const items = res.body || [];
+    state.next = res.nextToken;
+    const narrowed = Boolean(expr);
+    fill(
+      list,
+      items.map(spec.row),
+      narrowed ? "nothing matches" : state.tokens.length > 1 ? "no more " + spec.what : emptyList(spec.what, spec.empty, spec.cap)
+    );
+    $(list + "-prev").disabled = state.tokens.length <= 1;
+    $(list + "-next").disabled = !state.next;
+    $(list + "-page").textContent = "page " + state.tokens.length + (items.length ? " · " + items.length + " shown" : "");
+    const ms = performance.now() - started;
+    $(list + "-timing").textContent = "answered in " + Math.round(ms) + " ms";
+    document.body.dataset.lastLoadMs = String(Math.round(ms));
+    document.body.dataset.listPage = String(state.tokens.length);
+    document.body.dataset.listToken = token;
+  };
+  const first = () => {
+    state.tokens = [""];
+    return load().catch(pageError);
+  };
+  let typing = null;
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => {
+      state.search = search.value;
+      remember();
+      first();
+    }, 250);
+  });
+  $(list + "-bar").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.search = search.value;
+    state.filter = filter.value.trim();
+    remember();
+    first();
+  });
+  filter.addEventListener("change", () => {
+    state.filter = filter.value.trim();
+    remember();
+    first();
+  });
+  per.addEventListener("change", () => {
+    state.perPage = Number(per.value);
+    remember();
+    first();
+  });
+  $(list + "-next").addEventListener("click", () => {
+    if (!state.next) return;
+    state.tokens.push(state.next);
+    load().catch(pageError);
+  });
+  $(list + "-prev").addEventListener("click", () => {
+    if (state.tokens.length <= 1) return;
+    state.tokens.pop();
+    load().catch(pageError);
+  });
+  await load();
+  if (signedOut() && document.body.dataset.signin === "true") return;
+  // the fallback's blocking query answers on any change of the list's
+  // table: one row of it is enough
+  follow(spec.topics, debounced(load, 300), spec.fallback || spec.path + q(Object.assign({}, spec.params || {}, { per_page: 1 })));
+}
+
 // ------------------------------------------------------------------ pages
 
 const PAGES = {};
@@ -445,15 +618,10 @@ PAGES.overview = async function () {
   const WINDOW_S = 10;
   // Placements: allocations created (an Allocation event at the alloc's
   // own CreateIndex) in the last WINDOW_S seconds. Where only blocking
-  // queries are served, allocations new to the list count instead.
+  // queries are served, the growth of the allocation count counts instead.
   const placed = []; // ms of each placement
-  const known = new Set(); // alloc ids already seen
-  let listed = false;
-  const place = (id) => {
-    if (known.has(id)) return;
-    known.add(id);
-    placed.push(Date.now());
-  };
+  let streamed = false;
+  let lastCount = null;
   const rate = () => {
     const cut = Date.now() - WINDOW_S * 1000;
     while (placed.length && placed[0] < cut) placed.shift();
@@ -494,40 +662,49 @@ PAGES.overview = async function () {
       $("stats-error").textContent = "cluster stats: " + e.message;
     }
   };
+  // the counts come from the gateway (/ui/api/cluster): the browser never
+  // fetches every job, node and allocation to count them
   const cluster = async () => {
-    const [jobs, nodes, allocs] = await Promise.all([
-      get("/v1/jobs?namespace=*"),
-      get("/v1/nodes"),
-      get("/v1/allocations?namespace=*"),
-    ]);
-    for (const a of allocs) {
-      if (listed) place(a.ID);
-      else known.add(a.ID);
+    const started = performance.now();
+    const c = await get(UI + "/api/cluster");
+    const errors = c.Errors || {};
+    if (!streamed && c.Allocs !== null && lastCount !== null && c.Allocs > lastCount) {
+      for (let i = lastCount; i < c.Allocs; i++) placed.push(Date.now());
     }
-    listed = true;
+    if (c.Allocs !== null) lastCount = c.Allocs;
     rate();
-    const running = allocs.filter((a) => a.ClientStatus === "running").length;
+    const count = (v, err) => (v === null ? h("span", { class: "muted", title: err || "" }, "not readable") : v);
     meta("cluster", [
-      ["jobs", jobs.length],
-      ["nodes ready", nodes.filter((n) => n.Status === "ready").length + " of " + nodes.length],
-      ["allocations running", running + " of " + allocs.length],
+      ["jobs", count(c.Jobs, errors.Jobs)],
+      ["nodes ready", c.Nodes === null ? count(null, errors.Nodes) : c.NodesReady + " of " + c.Nodes],
+      ["allocations running", c.Allocs === null ? count(null, errors.Allocs) : c.AllocsRunning + " of " + c.Allocs],
     ]);
+    document.body.dataset.lastLoadMs = String(Math.round(performance.now() - started));
+    if (signedOut() && (c.Nodes === null || (!c.Jobs && !allowed("list-jobs")))) showSignin("the cluster");
   };
   await Promise.all([stats(), cluster()]);
   setInterval(stats, 2000);
   setInterval(rate, 1000);
-  const refresh = debounced(cluster, 250);
+  // counts re-read at most once a second however busy the stream
+  const refresh = debounced(cluster, 1000);
+  const seen = new Set(); // placements already counted (a reconnect may replay a few)
   follow(
     ["Allocation:*", "Node:*", "Job:*"],
     (events) => {
+      if (events.length) streamed = true;
       for (const ev of events) {
         const a = ev.Payload && ev.Payload.Allocation;
-        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index) place(a.ID);
+        if (ev.Topic === "Allocation" && a && a.CreateIndex === ev.Index && !seen.has(a.ID)) {
+          if (seen.size > 100000) seen.clear();
+          seen.add(a.ID);
+          placed.push(Date.now());
+        }
       }
       rate();
       refresh();
     },
-    "/v1/allocations?namespace=*"
+    // a blocking query answers on any change of the table: one row is enough
+    "/v1/allocations?namespace=*&per_page=1"
   );
 };
 
@@ -542,30 +719,31 @@ function groupCounts(summary) {
 }
 
 PAGES.jobs = async function () {
-  const load = async () => {
-    const jobs = await get("/v1/jobs?namespace=*");
-    fill(
-      "jobs",
-      jobs.map((j) => {
-        const c = groupCounts(j.JobSummary);
-        return h(
-          "tr",
-          { "data-job": j.ID },
-          h("td", {}, jobLink(j.ID, j.Namespace)),
-          h("td", {}, j.Namespace),
-          h("td", {}, j.Type),
-          h("td", {}, j.Priority),
-          h("td", {}, badge(j.Status)),
-          h("td", {}, Object.keys((j.JobSummary && j.JobSummary.Summary) || {}).length),
-          h("td", { class: "counts" }, countsText(c))
-        );
-      }),
-      "no jobs yet"
-    );
-  };
-  await load();
   setupRegister();
-  follow(["Job:*"], debounced(load, 250), "/v1/jobs?namespace=*");
+  await pagedList({
+    list: "jobs",
+    path: "/v1/jobs",
+    params: { namespace: "*" },
+    search: ["ID", "Name"],
+    what: "jobs",
+    empty: "no jobs yet",
+    cap: "list-jobs",
+    topics: ["Job:*"],
+    row: (j) => {
+      const c = groupCounts(j.JobSummary);
+      return h(
+        "tr",
+        { "data-job": j.ID },
+        h("td", {}, jobLink(j.ID, j.Namespace)),
+        h("td", {}, j.Namespace),
+        h("td", {}, j.Type),
+        h("td", {}, j.Priority),
+        h("td", {}, badge(j.Status)),
+        h("td", {}, Object.keys((j.JobSummary && j.JobSummary.Summary) || {}).length),
+        h("td", { class: "counts" }, countsText(c))
+      );
+    },
+  });
 };
 
 function countsText(c) {
@@ -800,8 +978,14 @@ PAGES.alloc = async function () {
   const id = document.body.dataset.alloc;
   let logsTask = null;
   let logsAbort = null;
+  let shown = null; // the alloc as last read
+  let stopUsage = null;
   const load = async () => {
     const a = await get("/v1/allocation/" + encodeURIComponent(id));
+    shown = a;
+    const live = a.ClientStatus === "running" || a.ClientStatus === "pending";
+    if (live && !stopUsage) stopUsage = followUsage(id, () => allocUsage(shown));
+    if (!live && !stopUsage) $("usage-status").textContent = "the allocation is " + a.ClientStatus + ": no usage to read";
     $("title").textContent = "Allocation " + a.Name;
     if (CAPS === null) await loadCapabilities(a.Namespace);
     meta("alloc-meta", [
@@ -907,6 +1091,79 @@ PAGES.alloc = async function () {
   );
   setInterval(loadServices, 3000);
 };
+
+// -------- resource usage charts
+
+const SVG = "http://www.w3.org/2000/svg";
+// samples kept per chart: two minutes at one read every 2 s
+const USAGE_SAMPLES = 60;
+
+function svgEl(tag, attrs) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+}
+
+// A line of `values` (oldest first) against `limit` (the allocated amount,
+// a dashed line), scaled to whichever is larger.
+function drawChart(id, values, limit, label) {
+  const box = $(id);
+  const svg = box.querySelector("svg");
+  const top = Math.max(limit || 0, ...values, 1) * 1.1;
+  const W = 300;
+  const H = 90;
+  const x = (i) => (W * i) / (USAGE_SAMPLES - 1);
+  const y = (v) => H - (H * v) / top;
+  const start = USAGE_SAMPLES - values.length;
+  const pts = values.map((v, i) => x(start + i).toFixed(1) + "," + y(v).toFixed(1));
+  const children = [];
+  if (pts.length) {
+    children.push(svgEl("polygon", { class: "area", points: x(start).toFixed(1) + "," + H + " " + pts.join(" ") + " " + x(USAGE_SAMPLES - 1).toFixed(1) + "," + H }));
+    children.push(svgEl("polyline", { points: pts.join(" ") }));
+  }
+  if (limit) children.push(svgEl("line", { class: "limit", x1: 0, x2: W, y1: y(limit), y2: y(limit) }));
+  svg.replaceChildren(...children);
+  box.dataset.samples = String(values.length);
+  box.querySelector(".now").textContent = label;
+}
+
+// Poll the alloc's usage from its client (/v1/client/allocation/:id/stats,
+// as Nomad's UI does) while it runs; each chart shows the last two minutes
+// against what the alloc was allocated.
+function followUsage(allocId, allocated) {
+  const cpu = [];
+  const mem = [];
+  const status = $("usage-status");
+  let stopped = false;
+  const read = async () => {
+    if (stopped || PAGE_ABORT.signal.aborted) return;
+    try {
+      const u = await get("/v1/client/allocation/" + encodeURIComponent(allocId) + "/stats");
+      const r = u.ResourceUsage || {};
+      const c = (r.CpuStats && r.CpuStats.TotalTicks) || 0;
+      const m = ((r.MemoryStats && (r.MemoryStats.RSS || r.MemoryStats.Usage)) || 0) / (1024 * 1024);
+      cpu.push(c);
+      mem.push(m);
+      if (cpu.length > USAGE_SAMPLES) cpu.shift();
+      if (mem.length > USAGE_SAMPLES) mem.shift();
+      const cur = allocated();
+      drawChart("chart-cpu", cpu, cur.cpu, Math.round(c) + " / " + cur.cpu + " MHz");
+      drawChart("chart-mem", mem, cur.mem, m.toFixed(1) + " / " + cur.mem + " MiB");
+      status.textContent = "from the client, every 2 s · last " + fmtTime(u.Timestamp);
+      $("charts").hidden = false;
+    } catch (e) {
+      // no client to ask, or the alloc is not running there (any more)
+      status.textContent = "no resource usage reported" + (e.message ? ": " + e.message : "");
+      if (!cpu.length) $("charts").hidden = true;
+    }
+  };
+  read();
+  const timer = setInterval(read, 2000);
+  return () => {
+    stopped = true;
+    clearInterval(timer);
+  };
+}
 
 // -------- services (Nomad's native service discovery)
 
@@ -1025,17 +1282,17 @@ async function streamLogs(allocId, task, type, signal) {
 // -------- evaluations
 
 PAGES.evals = async function () {
-  const load = async () => {
-    const evals = await get("/v1/evaluations?namespace=*&per_page=200");
-    evals.sort((a, b) => (b.CreateIndex || 0) - (a.CreateIndex || 0));
-    fill(
-      "evals",
-      evals.map((e) => evalRow(e, ["id", "job", "type", "triggeredBy", "priority", "status", "created"])),
-      "no evaluations"
-    );
-  };
-  await load();
-  follow(["Evaluation:*"], debounced(load, 250), "/v1/evaluations?namespace=*");
+  await pagedList({
+    list: "evals",
+    path: "/v1/evaluations",
+    params: { namespace: "*" },
+    search: ["ID", "JobID"],
+    what: "evaluations",
+    empty: "no evaluations",
+    cap: "read-job",
+    topics: ["Evaluation:*"],
+    row: (e) => evalRow(e, ["id", "job", "type", "triggeredBy", "priority", "status", "created"]),
+  });
 };
 
 PAGES.eval = async function () {
@@ -1094,29 +1351,97 @@ function renderJourney(j) {
 // -------- nodes
 
 PAGES.nodes = async function () {
+  await pagedList({
+    list: "nodes",
+    path: "/v1/nodes",
+    search: ["ID", "Name", "Address"],
+    what: "clients",
+    empty: "no client nodes registered",
+    topics: ["Node:*"],
+    row: (n) =>
+      h(
+        "tr",
+        { "data-node": n.ID },
+        h("td", {}, nodeLink(n.ID)),
+        h("td", {}, n.Name),
+        h("td", {}, n.Address || "—"),
+        h("td", {}, n.Datacenter),
+        h("td", {}, n.NodeClass || "—"),
+        h("td", {}, n.NodePool || "—"),
+        h("td", {}, badge(n.Status)),
+        h("td", {}, n.SchedulingEligibility),
+        h("td", {}, n.Drain ? badge("draining") : "no")
+      ),
+  });
+};
+
+// -------- allocations
+
+PAGES.allocs = async function () {
+  await pagedList({
+    list: "allocs",
+    path: "/v1/allocations",
+    params: { namespace: "*" },
+    search: ["ID", "Name", "JobID", "NodeName"],
+    what: "allocations",
+    empty: "no allocations",
+    cap: "read-job",
+    topics: ["Allocation:*"],
+    row: (a) => allocRow(a, ["id", "name", "job", "group", "node", "desired", "status", "modified"]),
+  });
+};
+
+// -------- deployments
+
+PAGES.deployments = async function () {
+  let reload = null;
+  const row = (d) => {
+    const tr = deploymentRow(d, () => reload && reload());
+    // the job's column, after the ID
+    tr.children[0].after(h("td", {}, jobLink(d.JobID, d.Namespace)));
+    return tr;
+  };
+  await pagedList({
+    list: "deployments",
+    path: "/v1/deployments",
+    params: { namespace: "*" },
+    search: ["ID", "JobID"],
+    what: "deployments",
+    empty: "no deployments",
+    cap: "read-job",
+    topics: ["Deployment:*"],
+    row: row,
+  });
+  reload = () => $("deployments-bar").requestSubmit();
+};
+
+// -------- servers
+
+PAGES.servers = async function () {
   const load = async () => {
-    const nodes = await get("/v1/nodes");
-    nodes.sort((a, b) => a.Name.localeCompare(b.Name));
+    const body = await get(UI + "/api/members");
     fill(
-      "nodes",
-      nodes.map((n) =>
+      "servers",
+      (body.Members || []).map((m) =>
         h(
           "tr",
-          { "data-node": n.ID },
-          h("td", {}, nodeLink(n.ID)),
-          h("td", {}, n.Name),
-          h("td", {}, n.Datacenter),
-          h("td", {}, n.NodeClass || "—"),
-          h("td", {}, badge(n.Status)),
-          h("td", {}, n.SchedulingEligibility),
-          h("td", {}, n.Drain ? badge("draining") : "no")
+          { "data-member": m.ID, "data-role": m.Role, "data-leader": m.Leader ? "true" : "false" },
+          h("td", {}, m.Role),
+          h("td", { class: "mono" }, m.ID),
+          h("td", {}, m.Address || "—"),
+          h("td", {}, m.Leader ? badge("leader") : "—"),
+          h("td", {}, m.Version || "—"),
+          h("td", {}, fmtTime(m.StartedAt)),
+          h("td", {}, ago(m.LastSeen))
         )
       ),
-      "no nodes registered"
+      "no control-plane process is registered"
     );
   };
   await load();
-  follow(["Node:*"], debounced(load, 250), "/v1/nodes");
+  // leadership and membership changes are no state events: read again
+  setLive("poll", "live · read every 5 s");
+  setInterval(() => load().catch(pageError), 5000);
 };
 
 function allocUsage(a) {
@@ -1236,6 +1561,191 @@ PAGES.node = async function () {
   follow(["Node:" + id, "Allocation:*"], debounced(load, 250), base);
 };
 
+// -------- topology
+
+// A colour per job, stable across reloads (a hash of namespace and id).
+function jobColour(ns, job) {
+  let x = 2166136261;
+  const key = ns + "/" + job;
+  for (let i = 0; i < key.length; i++) {
+    x ^= key.charCodeAt(i);
+    x = Math.imul(x, 16777619);
+  }
+  return "hsl(" + (Math.abs(x) % 360) + " 55% 46%)";
+}
+
+// Text made safe inside HTML (an element's text or a double-quoted attribute).
+function esc(text) {
+  return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function pct(part, whole) {
+  return whole > 0 ? Math.min(100, (100 * part) / whole) : 0;
+}
+
+// One bar of a node: its allocations' shares of `total`, side by side, as a
+// gradient (one element per bar however many allocations it holds).
+function barGradient(allocs, col, total) {
+  if (!total || !allocs.length) return "";
+  const stops = [];
+  let at = 0;
+  for (const a of allocs) {
+    const w = pct(a[col], total);
+    if (w <= 0) continue;
+    const c = jobColour(a[1], a[2]);
+    const end = Math.min(100, at + w);
+    stops.push(c + " " + at.toFixed(2) + "%", c + " " + Math.max(at, end - 0.6).toFixed(2) + "%", "#fff " + Math.max(at, end - 0.6).toFixed(2) + "%", "#fff " + end.toFixed(2) + "%");
+    at = end;
+  }
+  if (!stops.length) return "";
+  stops.push("transparent " + at.toFixed(2) + "%", "transparent 100%");
+  return "linear-gradient(90deg, " + stops.join(", ") + ")";
+}
+
+PAGES.topology = async function () {
+  const box = $("topology");
+  const detail = $("topology-detail");
+  let data = null;
+  let byId = new Map();
+  let selected = "";
+  const F = { ID: 0, Namespace: 1, JobID: 2, TaskGroup: 3, ClientStatus: 4, CPU: 5, MemoryMB: 6 };
+
+  const showNode = (id) => {
+    selected = id;
+    for (const el of box.querySelectorAll(".tnode.sel")) el.classList.remove("sel");
+    const n = byId.get(id);
+    if (!n) {
+      detail.replaceChildren(h("p", { class: "muted" }, "Select a node to see its allocations."));
+      return;
+    }
+    const tile = box.querySelector(".tnode[data-node='" + CSS.escape(id) + "']");
+    if (tile) tile.classList.add("sel");
+    detail.replaceChildren(
+      h("h2", {}, nodeLink(n.ID, n.Name)),
+      h("p", {}, badge(n.Status), " ", n.Eligibility, n.Drain ? [" ", badge("draining")] : ""),
+      h(
+        "dl",
+        { class: "meta" },
+        h("dt", {}, "CPU"),
+        h("dd", { "data-detail": "cpu" }, n.CPUAllocated + " / " + n.CPU + " MHz (" + Math.round(pct(n.CPUAllocated, n.CPU)) + "%)"),
+        h("dt", {}, "Memory"),
+        h("dd", { "data-detail": "mem" }, n.MemoryAllocated + " / " + n.MemoryMB + " MiB (" + Math.round(pct(n.MemoryAllocated, n.MemoryMB)) + "%)")
+      ),
+      h("h3", {}, n.Allocs.length + " allocation(s)"),
+      h(
+        "table",
+        { class: "list", id: "topology-allocs" },
+        h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "ID"), h("th", {}, "Job"), h("th", {}, "Group"), h("th", {}, "Status"), h("th", {}, "CPU"), h("th", {}, "Mem"))),
+        h(
+          "tbody",
+          {},
+          ...n.Allocs.map((a) =>
+            h(
+              "tr",
+              { "data-alloc": a[F.ID] },
+              h("td", {}, h("i", { class: "sw", style: "background:" + jobColour(a[F.Namespace], a[F.JobID]) })),
+              h("td", {}, allocLink(a[F.ID])),
+              h("td", {}, jobLink(a[F.JobID], a[F.Namespace])),
+              h("td", {}, a[F.TaskGroup]),
+              h("td", {}, badge(a[F.ClientStatus])),
+              h("td", { class: "num" }, a[F.CPU]),
+              h("td", { class: "num" }, a[F.MemoryMB])
+            )
+          )
+        )
+      )
+    );
+  };
+
+  const render = () => {
+    const frag = document.createDocumentFragment();
+    byId = new Map();
+    for (const g of data.Groups) {
+      let cpu = 0, cpuA = 0, mem = 0, memA = 0, allocs = 0;
+      const grid = h("div", { class: "tgrid" });
+      // one HTML string per group, parsed once: thousands of tiles built
+      // element by element cost several times more
+      const tiles = [];
+      for (const n of g.Nodes) {
+        byId.set(n.ID, n);
+        cpu += n.CPU; cpuA += n.CPUAllocated; mem += n.MemoryMB; memA += n.MemoryAllocated; allocs += n.Allocs.length;
+        const cls = "tnode s-" + n.Status + (n.Drain ? " draining" : "") + (n.Eligibility === "ineligible" ? " inelig" : "");
+        const title = n.Name + " · " + n.Status + " · CPU " + Math.round(pct(n.CPUAllocated, n.CPU)) + "% · memory " + Math.round(pct(n.MemoryAllocated, n.MemoryMB)) + "% · " + n.Allocs.length + " alloc(s)";
+        tiles.push(
+          '<div class="' + esc(cls) + '" data-node="' + esc(n.ID) + '" title="' + esc(title) + '">' +
+            '<div class="b" style="background-image:' + esc(barGradient(n.Allocs, F.CPU, n.CPU)) + '"></div>' +
+            '<div class="b" style="background-image:' + esc(barGradient(n.Allocs, F.MemoryMB, n.MemoryMB)) + '"></div>' +
+            "</div>"
+        );
+      }
+      grid.innerHTML = tiles.join("");
+      frag.append(
+        h(
+          "section",
+          { class: "tgroup", "data-datacenter": g.Datacenter, "data-class": g.NodeClass, "data-nodes": g.Nodes.length },
+          h(
+            "h2",
+            {},
+            g.Datacenter,
+            h("span", { class: "muted" }, " · class " + (g.NodeClass || "none")),
+            h("small", { class: "muted" }, " " + g.Nodes.length + " node(s), " + allocs + " allocation(s), CPU " + Math.round(pct(cpuA, cpu)) + "%, memory " + Math.round(pct(memA, mem)) + "%")
+          ),
+          grid
+        )
+      );
+    }
+    box.replaceChildren(frag);
+    if (!data.Groups.length) box.replaceChildren(h("p", { class: "muted" }, "no client nodes registered"));
+    const t = data.Totals;
+    $("topology-totals").replaceChildren(
+      h("div", { class: "card" }, h("h2", {}, "Clients"), h("p", { class: "big", id: "topology-nodes" }, t.Nodes), h("p", { class: "muted" }, data.Groups.length + " datacenter/class group(s)")),
+      h("div", { class: "card" }, h("h2", {}, "Allocations"), h("p", { class: "big", id: "topology-allocs-count" }, t.Allocs), h("p", { class: "muted" }, "live ones, on their nodes")),
+      h("div", { class: "card" }, h("h2", {}, "CPU allocated"), h("p", { class: "big" }, Math.round(pct(t.CPUAllocated, t.CPU)) + "%"), h("p", { class: "muted" }, t.CPUAllocated + " of " + t.CPU + " MHz")),
+      h("div", { class: "card" }, h("h2", {}, "Memory allocated"), h("p", { class: "big" }, Math.round(pct(t.MemoryAllocated, t.MemoryMB)) + "%"), h("p", { class: "muted" }, t.MemoryAllocated + " of " + t.MemoryMB + " MiB"))
+    );
+    highlight();
+    if (selected) showNode(selected);
+  };
+
+  // the search: nodes whose name or id, or one of whose allocations' job,
+  // contains the text stay lit, the others dim
+  const highlight = () => {
+    const text = $("topology-search").value.trim().toLowerCase();
+    box.classList.toggle("searching", Boolean(text));
+    let hits = 0;
+    for (const tile of box.querySelectorAll(".tnode")) {
+      const n = byId.get(tile.dataset.node);
+      const hit = Boolean(text) && (n.Name.toLowerCase().includes(text) || n.ID.startsWith(text) || n.Allocs.some((a) => a[F.JobID].toLowerCase().includes(text)));
+      tile.classList.toggle("hit", hit);
+      if (hit) hits++;
+    }
+    box.dataset.hits = String(hits);
+    if (text && hits === 1) showNode(box.querySelector(".tnode.hit").dataset.node);
+  };
+
+  const load = async () => {
+    const started = performance.now();
+    data = await get(UI + "/api/topology");
+    const fetched = performance.now();
+    render();
+    // the figure after the layout the drawing caused
+    void box.offsetHeight;
+    const ms = performance.now() - started;
+    $("topology-timing").textContent =
+      "answered in " + Math.round(fetched - started) + " ms, drawn in " + Math.round(performance.now() - fetched) + " ms";
+    document.body.dataset.lastLoadMs = String(Math.round(ms));
+  };
+  box.addEventListener("click", (ev) => {
+    const tile = ev.target.closest(".tnode");
+    if (tile) showNode(tile.dataset.node);
+  });
+  $("topology-search").addEventListener("input", highlight);
+  $("topology-bar").addEventListener("submit", (ev) => ev.preventDefault());
+  await load();
+  // a reload costs the gateway both lists: at most one every 2 s
+  follow(["Node:*", "Allocation:*"], debounced(load, 2000), "/v1/allocations?namespace=*&per_page=1");
+};
+
 // ------------------------------------------------------------------ start
 
 async function start() {
@@ -1253,6 +1763,8 @@ async function start() {
     document.body.dataset.ready = "true";
   } catch (e) {
     pageError(e);
+    // refused for want of a token: say how to get in
+    if (e.status === 403 && signedOut()) showSignin("this page");
     setLive("error", e.status === 403 ? "not live: this token may not read this page (see the token box)" : "not live");
     document.body.dataset.ready = "error";
   }
