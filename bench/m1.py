@@ -19,7 +19,7 @@ pays per eval except the RPCs.
 
     .venv/bin/python -m bench.m1 [--quick] [--repeats N] [--allocs 300,1200]
         [--spread both|yes|no] [--nodes 5000] [--racks 25]
-        [--profile] [--out bench/results]
+        [--profile] [--digest] [--out bench/results]
 
 Prints a table and writes `m1-<utc time>.json` to `--out`.
 """
@@ -179,9 +179,12 @@ def run_case(case: Case, nodes: list[pb.Node], repeats: int) -> dict[str, Any]:
     h, ev = setup(case, nodes)
     setup_s = time.perf_counter() - t0
     times: list[float] = []
+    cpu: list[float] = []
     placed = 0
     for _ in range(repeats):
+        c0 = time.process_time()
         seconds, placed = process_once(h, ev)
+        cpu.append(time.process_time() - c0)
         times.append(seconds)
     best = min(times)
     return {
@@ -193,6 +196,10 @@ def run_case(case: Case, nodes: list[pb.Node], repeats: int) -> dict[str, Any]:
         "eval_s": round(best, 4),
         "eval_median_s": round(statistics.median(times), 4),
         "eval_all_s": [round(t, 4) for t in times],
+        # CPU seconds of the process (the eval is in-process and single
+        # threaded): steadier than wall time on a shared machine
+        "eval_cpu_s": round(min(cpu), 4),
+        "eval_cpu_all_s": [round(t, 4) for t in cpu],
         "placements_per_s": round(placed / best, 1) if best > 0 else 0.0,
         "repeats": repeats,
         "setup_s": round(setup_s, 3),
@@ -267,6 +274,7 @@ def format_row(c: dict[str, Any]) -> str:
     return (
         f"{c['nodes']:6d} nodes {c['racks']:3d} racks {c['allocs']:5d} allocs {spread:9s}  "
         f"placed {c['placed']:5d}  best {c['eval_s']:8.3f} s  median {c['eval_median_s']:8.3f} s  "
+        f"cpu {c.get('eval_cpu_s', 0.0):8.3f} s  "
         f"{c['placements_per_s']:9.1f} placements/s  (x{c['repeats']}){slow}"
     )
 
@@ -295,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile", action="store_true", help="also profile the slowest case with pyinstrument"
     )
+    ap.add_argument(
+        "--digest",
+        action="store_true",
+        help="also print each case's placement digest (compare under one PYTHONHASHSEED)",
+    )
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args(argv)
 
@@ -310,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     result = measure(args.quick, repeats=args.repeats, cases=cases, progress=True)
+    if args.digest:
+        for c, case in zip(result["cases"], cases, strict=True):
+            c["digest"] = placement_digest(case)
+            print(f"digest {format_row(c).split('placed')[0].strip()}: {c['digest']}", flush=True)
     if args.profile and result["cases"]:
         slowest = max(result["cases"], key=lambda c: c["eval_s"])
         case = Case(slowest["nodes"], slowest["racks"], slowest["allocs"], slowest["spread"])

@@ -134,6 +134,7 @@ job "rich" {
 
 def rich_job() -> pb.Job:
     job = parse_job(RICH, "rich.nomad.hcl")
+    job.region = "global"  # as the state stores it: registration sets its region
     job.create_index, job.modify_index, job.job_modify_index = 10, 12, 12
     job.submit_time = 1_700_000_000 * SECOND
     return job

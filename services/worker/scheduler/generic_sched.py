@@ -319,6 +319,7 @@ class GenericScheduler(EvalScheduler):
         assert job is not None and self.placer is not None
         placer = self.placer
         placer.set_nodes_for_job(job)
+        placer.begin_placements()
         now = structs.now_ns()
         plan = self.plan
         for batch in (result.destructive_update, result.place):
@@ -331,6 +332,7 @@ class GenericScheduler(EvalScheduler):
                 prev = missing.previous_alloc
                 if missing.stop_previous and prev is not None:
                     util.append_stopped_alloc(plan, prev, missing.stop_description)
+                    placer.plan_edited(prev.node_id)
                 penalty: set[str] = set()
                 if prev is not None:
                     if prev.client_status == ClientStatus.FAILED:
@@ -348,6 +350,7 @@ class GenericScheduler(EvalScheduler):
                     self.failed_tg_allocs[tg.name] = placer.failure_metrics(tg)
                     if missing.stop_previous and prev is not None:
                         util.pop_update(plan, prev)
+                        placer.plan_edited(prev.node_id)
                     if prev is not None and missing.reschedule:
                         self._mark_failed_to_reschedule(prev)
                     continue

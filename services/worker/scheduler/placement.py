@@ -66,6 +66,16 @@ class Placer:
         )
         self.stack.set_nodes(self.nodes)
 
+    def begin_placements(self) -> None:
+        """The placement loop starts: from here on every plan edit goes
+        through `new_alloc` or is reported with `plan_edited`, so the
+        stack's counts follow the plan by journal (`track_plan_edits`)."""
+        self.ctx.track_plan_edits()
+
+    def plan_edited(self, node_id: str) -> None:
+        """The caller changed the plan's entries for `node_id`."""
+        self.ctx.invalidate(node_id)
+
     def select(
         self,
         tg: pb.TaskGroup,
@@ -169,4 +179,6 @@ class Placer:
         for victim in option.preempted_allocs:
             util.append_preempted_alloc(self.plan, victim, a.id)
             a.preempted_allocations.append(victim.id)
+            self.ctx.invalidate(victim.node_id)
+        self.ctx.invalidate(node.id)
         return a

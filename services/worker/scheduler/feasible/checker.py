@@ -28,7 +28,7 @@ from services.worker.scheduler.feasible.constraints import (
     constraint_string,
     resolve_target,
 )
-from services.worker.scheduler.feasible.context import ClassStatus, EvalContext
+from services.worker.scheduler.feasible.context import ClassStatus, EvalContext, target_escapes
 from services.worker.scheduler.feasible.devices import has_devices
 from services.worker.scheduler.feasible.property_set import PropertySet, distinct_property_sets
 
@@ -99,6 +99,20 @@ def distinct_hosts_enabled(constraints: Iterable[pb.Constraint]) -> bool:
     return False
 
 
+def distinct_hosts_blocked(
+    proposed: Iterable[pb.Allocation], job: pb.Job, task_group: str, *, job_level: bool
+) -> bool:
+    """Do a node's `proposed` allocs rule it out under distinct_hosts: an
+    alloc of the job (job-level constraint) or of its group?"""
+    ns = job.namespace or "default"
+    for a in proposed:
+        if a.job_id != job.id or (a.namespace or "default") != ns:
+            continue
+        if job_level or a.task_group == task_group:
+            return True
+    return False
+
+
 # --------------------------------------------------------------------------- the checks
 
 
@@ -127,6 +141,7 @@ class FeasibilityChecker:
         self._class_failure_by_tg: dict[str, dict[str, str]] = {}
         self._class_failure: dict[str, str] = {}
         self._memoisable = False
+        self._class_level = False
         #: for the select loop: the group's class memo (class -> why it
         #: failed, "" = passed), and whether a node whose class passed needs
         #: no further check (no distinct_hosts, no distinct_property), so
@@ -158,6 +173,10 @@ class FeasibilityChecker:
         self.tg_cons, self.tg_distinct_hosts = cons[1], cons[2]
         elig = self.ctx.eligibility
         self._memoisable = not elig.job_escaped and not elig.tg_escaped.get(tg.name, False)
+        self._class_level = not any(
+            target_escapes(c.l_target) or target_escapes(c.r_target)
+            for c in (*self.job_constraints, *cons[1].constraints)
+        )
         self._class_failure = self._class_failure_by_tg.setdefault(tg.name, {})
         psets = self._psets_by_tg.get(tg.name)
         if psets is None:
@@ -178,7 +197,29 @@ class FeasibilityChecker:
 
     # -- the memoised part: only node data covered by the computed class
 
-    def _job_reason(self, node: pb.Node, cls: str) -> str:
+    @property
+    def class_level(self) -> bool:
+        """No constraint of the job or group targets unique node data, so
+        the class-level checks (all but distinct_*) hold for every node of
+        a class. (Memoisation also stops at distinct_* constraints, which
+        `EvalEligibility` counts as escaping for blocked evals.)"""
+        return self._class_level
+
+    def class_reason(self, node: pb.Node, *, record: bool) -> str:
+        """Why `node`'s class fails the job's and group's class-level checks
+        ("" when it passes). `record` memoises the outcome and reports it to
+        `EvalEligibility` as visiting a node of the class does; without it
+        nothing is written (the class may not be visited at all)."""
+        cls = node.computed_class or self.ctx.computed_class(node)
+        reason = self._class_failure.get(cls)
+        if reason is not None:
+            return reason
+        reason = self._job_reason(node, cls, record) or self._tg_reason(node, cls, record)
+        if record and self._memoisable:
+            self._class_failure[cls] = reason
+        return reason
+
+    def _job_reason(self, node: pb.Node, cls: str, record: bool = True) -> str:
         """Why the job's constraints rule the node out ("" when they do not)."""
         elig = self.ctx.eligibility
         status = elig.job_status(cls)
@@ -188,11 +229,11 @@ class FeasibilityChecker:
             return ""
         failed = meets_constraints(node, self.job_constraints, self.ctx.match_cache)
         reason = constraint_string(failed) if failed is not None else ""
-        if status == ClassStatus.UNKNOWN:
+        if status == ClassStatus.UNKNOWN and record:
             elig.set_job_eligibility(not reason, cls, reason)
         return reason
 
-    def _tg_reason(self, node: pb.Node, cls: str) -> str:
+    def _tg_reason(self, node: pb.Node, cls: str, record: bool = True) -> str:
         """Why the group's drivers, constraints or devices rule the node out."""
         elig = self.ctx.eligibility
         tg_name = self.tg.name if self.tg is not None else ""
@@ -211,7 +252,7 @@ class FeasibilityChecker:
                 reason = constraint_string(failed)
             elif not has_devices(node, tgc.devices, self.ctx.match_cache):
                 reason = FILTER_MISSING_DEVICES
-        if status == ClassStatus.UNKNOWN:
+        if status == ClassStatus.UNKNOWN and record:
             elig.set_tg_eligibility(not reason, tg_name, cls, reason)
         return reason
 
@@ -220,15 +261,21 @@ class FeasibilityChecker:
     def _distinct_hosts_ok(self, node: pb.Node) -> bool:
         if not (self.job_distinct_hosts or self.tg_distinct_hosts):
             return True
-        job = self.job
-        tg = self.tg
-        assert job is not None and tg is not None
-        for a in self.ctx.proposed_allocs(node.id):
-            if a.job_id != job.id or (a.namespace or "default") != (job.namespace or "default"):
-                continue
-            if self.job_distinct_hosts or a.task_group == tg.name:
-                return False
-        return True
+        assert self.job is not None and self.tg is not None
+        proposed = self.ctx.proposed_allocs(node.id)
+        return not distinct_hosts_blocked(
+            proposed, self.job, self.tg.name, job_level=self.job_distinct_hosts
+        )
+
+    @property
+    def distinct_hosts(self) -> bool:
+        """Whether the group's nodes must not run the job (or group) yet."""
+        return self.use_distinct_hosts and (self.job_distinct_hosts or self.tg_distinct_hosts)
+
+    @property
+    def property_sets_free(self) -> bool:
+        """No distinct_property constraint applies to the group."""
+        return not self.property_sets
 
     def feasible(self, node: pb.Node) -> bool:
         ctx = self.ctx

@@ -56,6 +56,9 @@ __all__ = ["Claim", "InFlightPlacements"]
 
 #: cpu MHz, cores, memory MB, disk MB, allocs
 Claim = tuple[int, int, int, int, int]
+#: changed nodes kept for `changes_since` (a reader further behind
+#: re-reads every node)
+_MAX_LOG = 8192
 
 
 class _Claim(NamedTuple):
@@ -79,6 +82,10 @@ class InFlightPlacements:
         self._pruned_at = -1  # the floor of the last prune
         self._committed: list[tuple[int, str]] = []  # heap of (committed at, node id)
         self._counter = itertools.count(1)
+        # the nodes whose claims changed, in order (`changes_since`); the
+        # first `_log_base` entries were dropped
+        self._log: list[str] = []
+        self._log_base = 0
         #: claims made, refused for a stale version (the eval selected
         #: again) and forced after too many refusals, since the start
         self.outcomes = {"claimed": 0, "conflict": 0, "forced": 0}
@@ -107,6 +114,27 @@ class InFlightPlacements:
                 n += u[4]
         return (cpu, cores, mem, disk, n) if n else None
 
+    def changes_since(self, position: int) -> tuple[int, list[str] | None]:
+        """(the log's position now, the nodes whose claims changed since
+        `position`); None for the nodes when that part of the log was
+        dropped: then re-read every node."""
+        with self._lock:
+            log = self._log
+            end = self._log_base + len(log)
+            if position < self._log_base:
+                return end, None
+            return end, log[position - self._log_base :]
+
+    def _changed(self, node_id: str) -> None:
+        """The node's claims changed: a new version, logged; lock held."""
+        self.versions[node_id] = next(self._counter)
+        log = self._log
+        log.append(node_id)
+        if len(log) > _MAX_LOG:
+            drop = len(log) // 2
+            del log[:drop]
+            self._log_base += drop
+
     def count(self) -> int:
         """Claims held (in flight, or committed and not yet pruned)."""
         return sum(len(v) for v in self._by_node.values())
@@ -133,7 +161,7 @@ class InFlightPlacements:
             self.outcomes["claimed" if seen_version is not None else "forced"] += 1
             self._by_node[node_id] = (*self._by_node.get(node_id, ()), _Claim(eval_id, usage, 0))
             self._nodes_of.setdefault(eval_id, set()).add(node_id)
-            self.versions[node_id] = next(self._counter)
+            self._changed(node_id)
             return True
 
     def settle(self, eval_id: str, accepted: set[str], index: int) -> None:
@@ -176,7 +204,7 @@ class InFlightPlacements:
             self._by_node.pop(node_id, None)
         if committed_at:
             heapq.heappush(self._committed, (committed_at, node_id))
-        self.versions[node_id] = next(self._counter)
+        self._changed(node_id)
 
     def _prune(self) -> None:
         """Drop committed claims that every snapshot in use holds, and every

@@ -65,6 +65,9 @@ class PropertySet:
         # plan node id -> (fingerprint of its list, targeted value, count)
         self._placed: dict[str, tuple[tuple[int, str], str, int]] = {}
         self._stopped: dict[str, tuple[tuple[int, str], str, int]] = {}
+        # where this set stands in the context's plan-edit journal
+        self._journal_epoch = -1
+        self._journal_pos = 0
         if not error:
             self._populate_existing()
             self.populate_proposed()
@@ -155,11 +158,16 @@ class PropertySet:
     def populate_proposed(self) -> None:
         """Bring the counts up to date with the plan (call before each select).
 
-        Only plan nodes whose placement or stop list changed since the last
-        refresh (length or last element differ, as `EvalContext`'s
-        proposed-alloc cache checks) are recounted; their difference is
-        applied to the per-value counts."""
-        plan = self.ctx.plan
+        While the context journals plan edits (`EvalContext.track_plan_edits`)
+        only the journaled nodes are recounted; otherwise every plan node is
+        looked at and only those whose placement or stop list changed since
+        the last refresh (length or last element differ, as `EvalContext`'s
+        proposed-alloc cache checks) are recounted. Either way the
+        difference is applied to the per-value counts."""
+        ctx = self.ctx
+        plan = ctx.plan
+        edited = ctx.journal_since(self._journal_epoch, self._journal_pos)
+        nodes = None if edited is None else list(dict.fromkeys(edited))
         changed: set[str] = set()
         self._refresh(
             plan.node_allocation,
@@ -169,6 +177,7 @@ class PropertySet:
             self.proposed,
             self._count_placed,
             changed,
+            nodes,
         )
         self._refresh(
             plan.node_update,
@@ -178,7 +187,13 @@ class PropertySet:
             self.cleared,
             self._count_stopped,
             changed,
+            nodes,
         )
+        if edited is not None:
+            self._journal_pos += len(edited)
+        elif ctx.journal is not None:
+            self._journal_epoch = ctx.journal_epoch
+            self._journal_pos = len(ctx.journal)
         for key in changed:
             self._recombine(key)
 
@@ -191,20 +206,28 @@ class PropertySet:
         counts: dict[str, int],
         count: Callable[[Any], int],
         changed: set[str],
+        nodes: list[str] | None,
     ) -> None:
         """Recount the plan's per-node lists (placements or stops) that
         changed since the last refresh into `counts` by value, `cache`
         remembering each node's fingerprint, value and count; the values
-        whose count moved join `changed`."""
+        whose count moved join `changed`. `nodes`: only those (the
+        journaled edits), recounted whatever their fingerprint; None: every
+        plan node is looked at."""
         seen = 0
-        for node_id, lst in lists.items():
+        for node_id in nodes if nodes is not None else lists:
+            lst = lists.get(node_id)
+            hit = cache.get(node_id)
+            if lst is None:  # (journaled) the node's entry left the plan
+                if hit is not None:
+                    self._drop(cache, counts, node_id, changed)
+                continue
             entries = entries_of(lst)
             size = len(entries)
             fp = (size, id_of(entries[size - 1]) if size else "")
-            hit = cache.get(node_id)
             if hit is not None:
                 seen += 1
-                if hit[0] == fp:
+                if hit[0] == fp and nodes is None:
                     continue
             v, ok = self._value_of_node_id(node_id)
             if not ok:
@@ -217,12 +240,22 @@ class PropertySet:
             if n != old:
                 _bump(counts, key, n - old)
                 changed.add(key)
-        if seen < len(cache):  # node entries dropped from the plan
+        if nodes is None and seen < len(cache):  # node entries dropped from the plan
             for node_id in [k for k in cache if k not in lists]:
-                _, key, n = cache.pop(node_id)
-                if n:
-                    _bump(counts, key, -n)
-                    changed.add(key)
+                self._drop(cache, counts, node_id, changed)
+
+    @staticmethod
+    def _drop(
+        cache: dict[str, tuple[tuple[int, str], str, int]],
+        counts: dict[str, int],
+        node_id: str,
+        changed: set[str],
+    ) -> None:
+        """A node's entry left the plan: take back what it counted."""
+        _, key, n = cache.pop(node_id)
+        if n:
+            _bump(counts, key, -n)
+            changed.add(key)
 
     def _recombine(self, key: str) -> None:
         """Recompute one value's combined use and the count histogram."""
@@ -255,6 +288,7 @@ class PropertySet:
         for cache in (self._placed, self._stopped):
             for node_id, (_, key, n) in cache.items():
                 cache[node_id] = ((-1, ""), key, n)
+        self._journal_epoch = -1
 
     def combined_use(self) -> dict[str, int]:
         """existing + proposed − stopped, per (targeted) value (read-only)."""

@@ -113,6 +113,16 @@ def _with_claims(used: Usage, claims: Claim, mhz_per_core: int) -> Usage:
     )
 
 
+def job_collisions(proposed: list[pb.Allocation], job_id: str, task_group: str) -> int:
+    """Allocs of the job and group among `proposed` (the job anti-affinity
+    score's collisions)."""
+    n = 0
+    for a in proposed:
+        if a.job_id == job_id and a.task_group == task_group:
+            n += 1
+    return n
+
+
 def affinity_score(affinities: list[pb.Affinity], node: pb.Node, cache: MatchCache) -> float:
     """Σ weights of matching affinities / Σ |weights|."""
     total_w = sum(abs(a.weight) for a in affinities)
@@ -236,6 +246,88 @@ class Ranker:
             self._caps[node.id] = cap
         return cap
 
+    def class_scorable(self) -> bool:
+        """Does the current ask depend on nothing but the node's class, its
+        summed usage and its free dynamic ports (no static ports, no
+        devices, no eviction)? Then nodes of one class in the same state
+        fit and score alike (`ClassIndex`)."""
+        return self.generic and not (self.evict or self._static_ports or self._needs_devices)
+
+    @property
+    def needs_network(self) -> bool:
+        return self._needs_network
+
+    def dynamic_room(self, node: pb.Node, proposed: list[pb.Allocation]) -> int:
+        """Free ports in the node's dynamic range next to `proposed`; -1
+        when their ports already collide."""
+        idx, reason, in_range = self._port_index(node, proposed)
+        if reason:
+            return -1
+        return (idx.max_dynamic_port - idx.min_dynamic_port + 1) - in_range
+
+    def _dynamic_ports_dim(self, room: int) -> str:
+        """Why the group's dynamic ports do not fit in `room` free ones."""
+        if self._dynamic_ports and room < self._dynamic_ports:
+            return "network: dynamic port selection failed"
+        return ""
+
+    def exceeded_dimension(self, cap: Capacity, used: Usage, cpu: int, mem: int) -> str:
+        """The first dimension the ask exceeds next to `used` ("" if it
+        fits); `cpu` and `mem` are the totals with the ask (the same order
+        as `corral.domain.fit.exceeded_dimension`)."""
+        if cap.max_allocs and used.allocs + 1 > cap.max_allocs:
+            return "max allocation exceeded"
+        if used.cores + self._cores > cap.cores:
+            return "cores"
+        if cpu > cap.cpu:
+            return "cpu"
+        if mem > cap.memory_mb:
+            return "memory"
+        if used.disk_mb + self._disk > cap.disk_mb:
+            return "disk"
+        return ""
+
+    def fit_outcome(self, cap: Capacity, used: Usage, room: int) -> tuple[str, float]:
+        """(exceeded dimension, normalised fit score) of the ask on a node
+        with capacity `cap` already using `used` (claims included) and
+        `room` free dynamic ports (-1: its ports collide; read only when
+        the ask has networks); the fit is -1 when a dimension is exceeded."""
+        if self._needs_network:
+            if room < 0:
+                return "network: port collision", -1.0
+            if dim := self._dynamic_ports_dim(room):
+                return dim, -1.0
+        cpu = used.cpu + self._cpu + self._cores * cap.mhz_per_core
+        mem = used.memory_mb + self._mem
+        dim = self.exceeded_dimension(cap, used, cpu, mem)
+        if dim:
+            return dim, -1.0
+        return "", self._fit_score(cap, cpu, mem)
+
+    def _fit_score(self, cap: Capacity, cpu: int, mem: int) -> float:
+        """Bin-packing (or spread-algorithm) fit over the free share of cpu
+        and memory once `cpu` and `mem` are used, normalised to [0, 1]."""
+        free_cpu = 1.0 - cpu / cap.cpu if cap.cpu > 0 else 0.0
+        free_mem = 1.0 - mem / cap.memory_mb if cap.memory_mb > 0 else 0.0
+        if self.spread_algorithm:
+            fit = (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem)) - 2.0
+        else:
+            fit = 20.0 - (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem))
+        return min(max(fit, 0.0), BINPACK_MAX_FIT_SCORE) / BINPACK_MAX_FIT_SCORE
+
+    @property
+    def ask_key(self) -> tuple[object, ...]:
+        """Names the current ask and everything its fit score depends on."""
+        return (*self._ask_key, self.spread_algorithm, self._needs_network, self._dynamic_ports)
+
+    def usage(self, node: pb.Node, proposed: list[pb.Allocation], foreign: Claim | None) -> Usage:
+        """What the node's proposed allocs and the other loops' claims use."""
+        cap = self.capacity(node)
+        used = self._usage(node.id, proposed, cap.mhz_per_core)
+        if foreign is not None:
+            used = _with_claims(used, foreign, cap.mhz_per_core)
+        return used
+
     def _usage(self, node_id: str, proposed: list[pb.Allocation], mhz: int) -> Usage:
         hit = self._used.get(node_id)
         if hit is not None and hit[0] is proposed:
@@ -279,8 +371,8 @@ class Ranker:
             seen.add(v)
             if lo <= v <= hi:
                 in_range += 1
-        if self._dynamic_ports and (hi - lo + 1) - in_range < self._dynamic_ports:
-            self.ctx.exhausted_node(node, "network: dynamic port selection failed")
+        if dim := self._dynamic_ports_dim((hi - lo + 1) - in_range):
+            self.ctx.exhausted_node(node, dim)
             return False
         return True
 
@@ -432,19 +524,7 @@ class Ranker:
         else:
             fit = -1.0
             collisions = -1
-            cores = used.cores + self._cores
-            disk = used.disk_mb + self._disk
-            dim = ""  # inlined corral.domain.fit.exceeded_dimension (same order)
-            if cap.max_allocs and used.allocs + 1 > cap.max_allocs:
-                dim = "max allocation exceeded"
-            elif cores > cap.cores:
-                dim = "cores"
-            elif cpu > cap.cpu:
-                dim = "cpu"
-            elif mem > cap.memory_mb:
-                dim = "memory"
-            elif disk > cap.disk_mb:
-                dim = "disk"
+            dim = self.exceeded_dimension(cap, used, cpu, mem)
         victims: list[pb.Allocation] = []
         if dim:
             self._fit_memo[node.id] = (proposed, self._ask_key, dim, -1.0, -1, foreign)
@@ -461,13 +541,7 @@ class Ranker:
 
         if victims or fit < 0.0:
             # fit score over the free share of cpu and memory after placing
-            free_cpu = 1.0 - cpu / cap.cpu if cap.cpu > 0 else 0.0
-            free_mem = 1.0 - mem / cap.memory_mb if cap.memory_mb > 0 else 0.0
-            if self.spread_algorithm:
-                fit = (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem)) - 2.0
-            else:
-                fit = 20.0 - (math.pow(10.0, free_cpu) + math.pow(10.0, free_mem))
-            fit = min(max(fit, 0.0), BINPACK_MAX_FIT_SCORE) / BINPACK_MAX_FIT_SCORE
+            fit = self._fit_score(cap, cpu, mem)
             collisions = -1
         return self._score(node, proposed, fit, collisions, devices, victims)
 
@@ -489,11 +563,7 @@ class Ranker:
         total = fit
         if self.generic:
             if collisions < 0:
-                collisions = 0
-                jid, tgn = job.id, tg.name
-                for a in proposed:
-                    if a.job_id == jid and a.task_group == tgn:
-                        collisions += 1
+                collisions = job_collisions(proposed, job.id, tg.name)
                 if not victims:
                     self._fit_memo[node.id] = (
                         proposed,

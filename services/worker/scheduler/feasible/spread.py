@@ -30,9 +30,10 @@ IMPLICIT_TARGET = "*"
 SCORER_NAME = "allocation-spread"
 
 # how a cached per-value boost is used (see `SpreadScorer.score`)
-_FIXED = 0  # add it
-_TARGETED = 1  # add it; it may lower the lowest boost seen
-_LOWEST = 2  # a value with no desired share: add the lowest boost seen
+FIXED = 0  # add it
+TARGETED = 1  # add it; it may lower the lowest boost seen
+LOWEST = 2  # a value with no desired share: add the lowest boost seen
+_FIXED, _TARGETED, _LOWEST = FIXED, TARGETED, LOWEST
 
 
 @dataclass(slots=True)
@@ -139,6 +140,16 @@ class SpreadScorer:
             if kind == _TARGETED and b < self.lowest_boost:
                 self.lowest_boost = b
         return total
+
+    def value_boost(self, i: int, key: str) -> tuple[float, int]:
+        """(boost, kind) of the `i`th active spread for nodes whose value is
+        `key`, for the current select (the per-value cache `score` uses)."""
+        cache = self._boosts[i]
+        hit = cache.get(key)
+        if hit is None:
+            hit = self._value_boost(self.active[i], key)
+            cache[key] = hit
+        return hit
 
     def _value_boost(self, ps: PropertySet, key: str) -> tuple[float, int]:
         """(boost, kind) of one spread for nodes whose value is `key`."""

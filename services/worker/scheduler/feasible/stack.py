@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from corral.domain.structs import JobType
 from corral.v1 import structs_pb2 as pb
+from services.worker.scheduler.feasible import class_index
 from services.worker.scheduler.feasible.checker import FeasibilityChecker
 from services.worker.scheduler.feasible.context import EvalContext
 from services.worker.scheduler.feasible.preemption import preemption_enabled
@@ -41,13 +42,11 @@ from services.worker.scheduler.feasible.spread import SpreadScorer
 
 __all__ = ["GenericStack", "RankedNode", "SelectOptions", "SystemStack"]
 
-#: nodes scoring at or below this are skipped while better ones may come
-SKIP_SCORE_THRESHOLD = 0.0
-#: at most this many low-scoring nodes are skipped
-MAX_SKIP = 3
-#: the visit limit for groups with affinities or spreads (Nomad's
-#: node_limit_for_feasibility_checks default)
-NODE_LIMIT_FOR_FEASIBILITY_CHECKS = 100
+# the skip rule and the spread/affinity limit live with the class index,
+# which computes the same walk
+SKIP_SCORE_THRESHOLD = class_index.SKIP_SCORE_THRESHOLD
+MAX_SKIP = class_index.MAX_SKIP
+NODE_LIMIT_FOR_FEASIBILITY_CHECKS = class_index.NODE_LIMIT_FOR_FEASIBILITY_CHECKS
 
 
 @dataclass
@@ -166,6 +165,9 @@ class GenericStack(_BaseStack):
 
     def __init__(self, batch: bool, ctx: EvalContext) -> None:
         super().__init__(ctx, generic=True)
+        assert self.spread is not None
+        self.index = class_index.ClassIndex(ctx, self.checker, self.ranker, self.spread)
+        self._visits = 0  # nodes the last select visited
         self.batch = batch
         self.limit = 2
         self._shuffled_input: list[pb.Node] | None = None
@@ -213,13 +215,44 @@ class GenericStack(_BaseStack):
             option = self._select(tg, replace(opts, preempt=True))
         return option
 
+    def set_job(self, job: pb.Job) -> None:
+        key = self._job_key
+        super().set_job(job)
+        if self._job_key != key:
+            self.index.reset()
+
     def _select(self, tg: pb.TaskGroup, opts: SelectOptions) -> RankedNode | None:
         start = time.perf_counter_ns()
         self._prepare(tg, opts, opts.preempt)
         limit = self.limit
         if self.ranker.has_affinities() or (self.spread is not None and self.spread.has_spreads()):
             limit = max(tg.count, NODE_LIMIT_FOR_FEASIBILITY_CHECKS)
+        src = self.source
+        n = len(src.nodes)
+        # the index's fixed cost pays off only for long walks: with spreads
+        # or affinities (the limit is the group's count), or when the last
+        # select had to visit many nodes (few feasible or fitting)
+        if (
+            n >= class_index.MIN_NODES
+            and max(limit, self._visits) >= class_index.MIN_VISITS
+            and self.index.usable()
+        ):
+            offset = src.offset
+            lowest = self.spread.lowest_boost if self.spread is not None else 0.0
+            found = self.index.select(tg, src.nodes, offset, limit)
+            if found is not None:
+                option, visited = found
+                src.offset = (offset + visited) % n
+                src.seen = self._visits = visited
+                if class_index.VERIFY:
+                    self._verify(option, offset, lowest, limit)
+                return self._finish(option, start)
+        option = self._walk(limit)
+        self._visits = src.seen
+        return self._finish(option, start)
 
+    def _walk(self, limit: int) -> RankedNode | None:
+        """The select node by node: the best of the first `limit` ranked."""
         skipped: list[RankedNode] = []
         skip_used = 0
         taken = 0
@@ -241,7 +274,47 @@ class GenericStack(_BaseStack):
             taken += 1
             if best is None or option.final_score > best.final_score:
                 best = option
-        return self._finish(best, start)
+        return best
+
+    def _verify(self, option: RankedNode | None, offset: int, lowest: float, limit: int) -> None:
+        """Replay a class-level select with the node walk; fail on any
+        difference in the choice, its score, the metric or the next start
+        (`class_index.VERIFY`, for the tests)."""
+        ctx = self.ctx
+        src = self.source
+        spread = self.spread
+        got = (_outcome(option), _metric_counts(ctx), src.offset, spread and spread.lowest_boost)
+        src.offset = offset
+        if spread is not None:
+            spread.lowest_boost = lowest
+        ctx.reset()
+        src.reset()
+        walked = self._walk(limit)
+        want = (_outcome(walked), _metric_counts(ctx), src.offset, spread and spread.lowest_boost)
+        if got != want:
+            raise AssertionError(f"class-level select differs from the walk: {got} != {want}")
+
+
+def _outcome(option: RankedNode | None) -> tuple[str, float, dict[str, float]] | None:
+    if option is None:
+        return None
+    return option.node.id, option.final_score, dict(option.scores)
+
+
+def _metric_counts(ctx: EvalContext) -> tuple[object, ...]:
+    """The select's metric so far: counts by class, reason and dimension,
+    and the retained top scores."""
+    m = ctx.metrics
+    return (
+        m.nodes_evaluated,
+        m.nodes_filtered,
+        m.nodes_exhausted,
+        dict(m.class_filtered),
+        dict(m.constraint_filtered),
+        dict(m.class_exhausted),
+        dict(m.dimension_exhausted),
+        ctx.retained_scores(),
+    )
 
 
 class SystemStack(_BaseStack):
