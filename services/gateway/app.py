@@ -34,6 +34,7 @@ from services.gateway.routes import (
     parse,
     scaling,
     search,
+    search_fuzzy,
     services,
     system,
     unserved,
@@ -70,6 +71,7 @@ ROUTE_MODULES: list[ModuleType] = [
     keyring,
     metrics,
     search,
+    search_fuzzy,
     system,
     ui,
 ]

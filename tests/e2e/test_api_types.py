@@ -290,6 +290,10 @@ CALLS: list[Call] = [
          "SearchResponse"),
     Call("POST", "/v1/search", r("/v1/search", {"Prefix": "", "Context": "jobs"}),
          "SearchResponse"),
+    Call("PUT", "/v1/search/fuzzy", r("/v1/search/fuzzy", {"Text": "we", "Context": "all"}),
+         "FuzzySearchResponse"),
+    Call("POST", "/v1/search/fuzzy", r("/v1/search/fuzzy", {"Text": "er", "Context": "jobs"}),
+         "FuzzySearchResponse"),
     # jobs: reads
     Call("GET", "/v1/jobs", r("/v1/jobs"), "[]JobListStub"),
     Call("GET", "/v1/job/{job_id:path}", r("/v1/job/web"), "Job"),

@@ -523,6 +523,55 @@ def test_prefix_search(dev: DevProcess) -> None:
         n.job.deregister_job(job_id, purge=True)
 
 
+def test_fuzzy_search(dev: DevProcess) -> None:
+    n = client(dev)
+    n.jobs.register_job(web_job("fz-alpha"))
+    ns = json.dumps({"Name": "fz-other"}).encode()
+    assert http(dev, "PUT", "/v1/namespace", ns)[0] == 200
+    other = web_job("fz-beta")
+    other["Job"]["Namespace"] = "fz-other"
+    assert http(dev, "PUT", "/v1/jobs?namespace=fz-other", json.dumps(other).encode())[0] == 200
+    # case-insensitive substring, with the scope from the namespace down
+    found = n.search.fuzzy_search("Z-AL", "jobs")
+    assert found["Matches"]["jobs"] == [{"ID": "fz-alpha", "Scope": ["default", "fz-alpha"]}]
+    assert found["Truncations"]["jobs"] is False, found
+    # inside the job: groups, tasks and the raw_exec command
+    inside = n.search.fuzzy_search("fz-al", "jobs")
+    assert "groups" not in inside["Matches"], inside
+    tasks = n.search.fuzzy_search("erve", "jobs")["Matches"]["tasks"]
+    assert {"ID": "server", "Scope": ["default", "fz-alpha", "web"]} in tasks, tasks
+    commands = n.search.fuzzy_search("bin/s", "jobs")["Matches"]["commands"]
+    assert {"ID": "/bin/sh", "Scope": ["default", "fz-alpha", "web", "server"]} in commands
+    # every namespace; a match at the start sorts before one further in
+    status, _, body = http(
+        dev, "PUT", "/v1/search/fuzzy?namespace=*", b'{"Text": "fz-", "Context": "jobs"}'
+    )
+    jobs = [m["ID"] for m in json.loads(body)["Matches"]["jobs"]]
+    assert status == 200 and jobs == ["fz-beta", "fz-alpha"], body
+    node = n.nodes.get_nodes()[0]
+    nodes = n.search.fuzzy_search(node["Name"].upper(), "all")["Matches"]["nodes"]
+    assert {"ID": node["Name"], "Scope": [node["ID"]]} in nodes, nodes
+    # a token reading one namespace finds only its jobs
+    rules = {"Name": "fz-reader", "Rules": 'namespace "fz-other" { policy = "read" }'}
+    assert http(dev, "PUT", "/v1/acl/policy/fz-reader", json.dumps(rules).encode())[0] == 200
+    status, _, body = http(
+        dev, "PUT", "/v1/acl/token", json.dumps({"Name": "f", "Policies": ["fz-reader"]}).encode()
+    )
+    reader = json.loads(body)["SecretID"]
+    query = b'{"Text": "fz-", "Context": "all"}'
+    status, _, body = http(dev, "PUT", "/v1/search/fuzzy?namespace=*", query, reader)
+    matches = json.loads(body)["Matches"]
+    assert status == 200 and [m["ID"] for m in matches["jobs"]] == ["fz-beta"], body
+    assert "nodes" not in matches, body
+    alone = b'{"Text": "fz-", "Context": "jobs"}'
+    assert http(dev, "PUT", "/v1/search/fuzzy", alone, reader)[0] == 403  # in default
+    # Nomad's min_term_length: 2
+    status, _, body = http(dev, "POST", "/v1/search/fuzzy", b'{"Text": "f", "Context": "all"}')
+    assert status == 400 and "at least 2 characters" in body, body
+    n.job.deregister_job("fz-alpha", purge=True)
+    assert http(dev, "DELETE", "/v1/job/fz-beta?purge=true&namespace=fz-other")[0] == 200
+
+
 def test_force_evaluate_and_stability(dev: DevProcess) -> None:
     n = client(dev)
     n.jobs.register_job(web_job("evaluated"))

@@ -64,16 +64,24 @@ class Context:
     items: str
     key: str
 
+    async def listed(
+        self, b: Backend, q: query_pb2.QueryOptions, md: Any, shown: Callable[[str], bool]
+    ) -> tuple[list[Any], Any]:
+        """The listed items of the namespaces `shown` accepts, and the
+        listing's meta (its `next_token` says there were more)."""
+        resp = await self.rpc(b)(self.request(query=q), metadata=md, timeout=DEFAULT_TIMEOUT)
+        items = getattr(resp, self.items)
+        return [i for i in items if shown(namespace_of(i))], resp.meta
+
     async def matches(
         self, b: Backend, q: query_pb2.QueryOptions, md: Any, shown: Callable[[str], bool]
     ) -> tuple[list[str], Any]:
         """The matching ids of the items of the namespaces `shown` accepts."""
-        resp = await self.rpc(b)(self.request(query=q), metadata=md, timeout=DEFAULT_TIMEOUT)
-        items = getattr(resp, self.items)
-        return [getattr(i, self.key) for i in items if shown(_namespace_of(i))], resp.meta
+        items, meta = await self.listed(b, q, md, shown)
+        return [getattr(i, self.key) for i in items], meta
 
 
-def _namespace_of(item: Any) -> str:
+def namespace_of(item: Any) -> str:
     """An item's namespace (nodes, pools and namespaces have none)."""
     return str(getattr(item, "namespace", "")) or "default"
 
@@ -102,10 +110,11 @@ CONTEXTS: dict[str, Context] = {
 }
 #: Nomad's contexts of objects Corral does not have
 ABSENT = ("plugins", "volumes", "host_volumes")
-_DENIED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+DENIED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
 
 
-def _contexts(context: Any) -> list[str]:
+def wanted_contexts(context: Any) -> list[str]:
+    """The contexts a request's `Context` names (`all`: every one)."""
     if context in ("", None, "all"):
         return list(CONTEXTS)
     if context in ABSENT:
@@ -115,32 +124,35 @@ def _contexts(context: Any) -> list[str]:
     return [context]
 
 
-async def prefix_search(request: Request) -> Response:
+async def search_body(request: Request, field: str) -> tuple[str, list[str]]:
+    """A search request's text (`Prefix` or `Text`) and its contexts."""
     body = await json_body(request)
     if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object with Prefix and Context")
-    prefix = body.get("Prefix") or ""
-    if not isinstance(prefix, str):
-        raise bad_request("Prefix must be a string")
-    wanted = _contexts(body.get("Context"))
+        raise bad_request(f"request body must be a JSON object with {field} and Context")
+    text = body.get(field) or ""
+    if not isinstance(text, str):
+        raise bad_request(f"{field} must be a string")
+    return text, wanted_contexts(body.get("Context"))
+
+
+async def prefix_search(request: Request) -> Response:
+    prefix, wanted = await search_body(request, "Prefix")
     namespace = request.query_params.get("namespace") or "default"
     backend, md = backend_of(request), metadata_of(request)
-    readable = await _job_readers(request)
+    readable = await job_readers(request)
     matches: dict[str, list[str] | None] = {}
     truncations: dict[str, bool] = {}
     index = 0
     for context in wanted:
         query = query_pb2.QueryOptions(prefix=prefix, per_page=TRUNCATE_LIMIT, namespace=namespace)
         # Nomad's job search asks read-job (Corral's job listing list-jobs)
-        shown = readable if context == "jobs" else _everything
-        if namespace != "*" and not shown(namespace):
-            if len(wanted) > 1:
-                continue
-            raise NomadError(403, "Permission denied")
+        shown = readable if context == "jobs" else everything
+        if not namespace_shown(namespace, shown, alone=len(wanted) == 1):
+            continue
         try:
             found, meta = await CONTEXTS[context].matches(backend, query, md, shown)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in _DENIED and len(wanted) > 1:
+            if exc.code() in DENIED and len(wanted) > 1:
                 continue  # left out of `all`, as Nomad's filtered contexts
             raise
         matches[context] = found or None
@@ -148,10 +160,17 @@ async def prefix_search(request: Request) -> Response:
         index = max(index, meta.index)
     if not matches:
         raise NomadError(403, "Permission denied")
+    return search_response(request, matches, truncations, index)
+
+
+def search_response(
+    request: Request, matches: dict[str, Any], truncations: dict[str, bool], index: int
+) -> Response:
+    """A search's answer: its matches and truncations with Nomad's
+    QueryMeta, which its servers send in the body too."""
     body = {
         "Matches": matches,
         "Truncations": truncations,
-        # Nomad's servers send their QueryMeta in the body too
         "Index": index,
         "LastContact": 0,
         "KnownLeader": True,
@@ -160,11 +179,22 @@ async def prefix_search(request: Request) -> Response:
     return respond(request, body, index=index)
 
 
-def _everything(_namespace: str) -> bool:
+def everything(_namespace: str) -> bool:
     return True
 
 
-async def _job_readers(request: Request) -> Callable[[str], bool]:
+def namespace_shown(namespace: str, shown: Callable[[str], bool], *, alone: bool) -> bool:
+    """Whether a context is searched in `namespace` (`*`: each item's own
+    namespace decides); a context asked for alone in a namespace the token
+    may not read is 403."""
+    if namespace == "*" or shown(namespace):
+        return True
+    if alone:
+        raise NomadError(403, "Permission denied")
+    return False
+
+
+async def job_readers(request: Request) -> Callable[[str], bool]:
     """Which namespaces' jobs the token may find: `read-job`, as Nomad's
     search asks (ACLs off: all)."""
     try:
@@ -172,7 +202,7 @@ async def _job_readers(request: Request) -> Callable[[str], bool]:
     except PermissionDenied:
         raise NomadError(403, "Permission denied") from None
     if resolved is None:
-        return _everything
+        return everything
     found = resolved.acl
     return lambda namespace: found.allows_namespace(namespace, "read-job")
 

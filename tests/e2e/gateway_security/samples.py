@@ -134,6 +134,9 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/metrics": const(Sample("/v1/metrics")),
         "/v1/system/gc": const(Sample("/v1/system/gc")),
         "/v1/search": const(Sample("/v1/search", body={"Prefix": d.job_id[:3], "Context": "jobs"})),
+        "/v1/search/fuzzy": const(
+            Sample("/v1/search/fuzzy", body={"Text": d.job_id[:3], "Context": "jobs"})
+        ),
         "/v1/job/{job_id:path}/revert": job_path("/revert", body={"JobVersion": 0}),
         "/v1/job/{job_id:path}/evaluate": job_path("/evaluate"),
         "/v1/job/{job_id:path}/stable": job_path(
