@@ -294,8 +294,15 @@ def test_acl_policies_and_tokens(gw: Gateway) -> None:
     with pytest.raises(nomad_errors.URLNotAuthorizedNomadException):
         gw.client("not-a-token").jobs.get_jobs()
 
-    update = gw.post("/v1/acl/token/" + token["AccessorID"], {"Name": "renamed"})
-    assert update.status_code == 501 and "docs/http-api.md" in update.text
+    # a token updated in place (Nomad's body names its accessor)
+    path = "/v1/acl/token/" + token["AccessorID"]
+    mismatch = gw.post(path, {"Name": "renamed"})
+    assert mismatch.status_code == 400, mismatch.text
+    assert "accessor does not match" in mismatch.text
+    body = {**{k: token[k] for k in ("AccessorID", "Type", "Policies")}, "Name": "renamed"}
+    update = gw.post(path, body)
+    assert update.status_code == 200, update.text
+    assert update.json()["Name"] == "renamed" and update.json()["SecretID"] == ""
     assert gw.post("/v1/acl/token/self", {}).status_code == 405
 
     assert gw.api.acl.delete_token(token["AccessorID"]) is True
