@@ -173,7 +173,38 @@ def counting_serializer(
         return data
 
     setattr(serialize, _MARK, True)
+    serialize.counter = counter  # type: ignore[attr-defined]  # see _hook_server
     return serialize
+
+
+def _hook_server(module: Any) -> None:
+    """corral.runtime.server's interceptor wraps each handler's serializer
+    in a pass-through that sends bytes as they are (a forwarded answer, or
+    the state's Subscribe, whose batches are serialized once for every
+    subscriber): bytes never reach the counted serializer inside, so the
+    pass-through counts them into its counter."""
+    passthrough = module._passthrough
+    if getattr(passthrough, _MARK, False):
+        return
+
+    def counted_passthrough(serialize: Any) -> Any:
+        out = passthrough(serialize)
+        counter = getattr(serialize, "counter", None)
+        if out is None or counter is None:
+            return out
+
+        def send(message: Any) -> bytes:
+            if isinstance(message, bytes):
+                counter[0] += 1
+                counter[1] += len(message)
+                return message
+            data: bytes = out(message)
+            return data
+
+        return send
+
+    setattr(counted_passthrough, _MARK, True)
+    module._passthrough = counted_passthrough
 
 
 def wrap_server_handlers(service: str, handlers: dict[str, Any]) -> None:
@@ -366,6 +397,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
     "google.protobuf.internal.builder": _hook_protobuf_builder,
     "grpc": _hook_grpc,
     "grpc.aio._channel": _hook_aio_channel,
+    "corral.runtime.server": _hook_server,
     "psycopg": _hook_psycopg,
     "prometheus_client": _hook_prometheus,
 }
