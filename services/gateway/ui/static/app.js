@@ -536,8 +536,9 @@ async function pagedList(spec) {
       res = await api(spec.path + q(Object.assign({}, spec.params || {}, { per_page: state.perPage, next_token: token, filter: expr })));
       $(list + "-error").hidden = true;
     } catch (e) {
-      if (e.status === 400) {
-        // a bad filter: say so by the box and keep what was shown
+      if (e.status === 400 && expr) {
+        // a bad filter: say so by the box and keep what was shown (a 400
+        // without one, e.g. an unknown region, is the page's error)
         $(list + "-error").hidden = false;
         $(list + "-error").textContent = e.message;
         return;
