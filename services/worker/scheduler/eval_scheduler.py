@@ -19,6 +19,7 @@ handles and counts, what more it keeps (`_start`) and how an attempt goes.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 
 from corral.domain import structs
 from corral.domain.store import StateSnapshot
@@ -30,7 +31,7 @@ from services.worker.scheduler.interfaces import Planner
 from services.worker.scheduler.placement import Placer
 
 
-class EvalScheduler:
+class EvalScheduler(ABC):
     """The skeleton of a scheduler of one job's evals (see the module
     docstring); `process` runs the eval."""
 
@@ -73,24 +74,30 @@ class EvalScheduler:
     # -- what a scheduler fills in
 
     def _start(self) -> None:
-        """Set up what else the scheduler keeps (called by the constructor)."""
+        """Set up what else the scheduler keeps (called by the constructor);
+        a hook: nothing by default."""
+        return
 
-    def _can_handle(self, trigger: str) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def _can_handle(self, trigger: str) -> bool: ...
 
+    @abstractmethod
     def _over_limit(self) -> str:
         """Why this eval would materialise too many placements, or ''."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _attempt(self) -> bool:
         """One try at scheduling the eval: True when it committed in full."""
-        raise NotImplementedError
+        ...
 
-    def _set_status(self, status: str, desc: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _set_status(self, status: str, desc: str) -> None: ...
 
     def _attempts_ran_out(self) -> None:
-        """Before the eval ends with the planner's error."""
+        """Before the eval ends with the planner's error; a hook: nothing by
+        default."""
+        return
 
     # -- the skeleton
 
