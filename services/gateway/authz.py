@@ -110,6 +110,20 @@ ALLOC_AGENT_READ = Need(
     scopes=(("node", "read"),),
     per_object=True,
 )
+
+
+def at_alloc_agent(capability: str, note: str = "") -> Need:
+    """A route the alloc's agent answers with `capability` (Nomad's need):
+    the gateway finds the agent with Alloc.Get and Node.Get first, so it
+    needs read-job and node:read as well; `note` is added to the summary."""
+    return Need(
+        summary=f"`{capability}` and `read-job` in the alloc's namespace{note}, and `node:read`",
+        namespace=((capability,), ("read-job",)),
+        scopes=(("node", "read"),),
+        per_object=True,
+    )
+
+
 NODE_WRITE = scope("node", "write")
 OPERATOR_READ = scope("operator", "read")
 OPERATOR_WRITE = scope("operator", "write")

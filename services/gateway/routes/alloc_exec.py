@@ -30,7 +30,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.domain.errors import bounded_message
 from corral.v1 import alloc_pb2
-from services.gateway.authz import ApiWebSocketRoute, Need
+from services.gateway.authz import ApiWebSocketRoute, at_alloc_agent
 from services.gateway.backend import token_metadata
 from services.gateway.http import GRPC_TO_HTTP, NomadError, bad_request, token_of
 from services.gateway.routes.allocs import find_alloc_agent
@@ -224,13 +224,7 @@ async def _session(ws: WebSocket) -> tuple[int, str]:
 #: Nomad's needs alloc-exec (and alloc-node-exec for a driver without file
 #: system isolation, which the agent checks); the gateway finds the alloc's
 #: agent with Alloc.Get and Node.Get first: read-job and node:read as well
-EXEC = Need(
-    summary="`alloc-exec` and `read-job` in the alloc's namespace (raw_exec: "
-    "`alloc-node-exec` too), and `node:read`",
-    namespace=(("alloc-exec",), ("read-job",)),
-    scopes=(("node", "read"),),
-    per_object=True,
-)
+EXEC = at_alloc_agent("alloc-exec", " (raw_exec: `alloc-node-exec` too)")
 
 ROUTES: list[BaseRoute] = [
     ApiWebSocketRoute("/v1/client/allocation/{alloc_id}/exec", exec_socket, EXEC),

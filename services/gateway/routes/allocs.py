@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute
 
 from corral.v1 import alloc_pb2, job_pb2, node_pb2, query_pb2
 from corral.v1 import structs_pb2 as pb
-from services.gateway.authz import ALLOC_AGENT_READ, READ_JOB_OBJECT, ApiRoute, Need, ns
+from services.gateway.authz import ALLOC_AGENT_READ, READ_JOB_OBJECT, ApiRoute, at_alloc_agent, ns
 from services.gateway.backend import DEFAULT_TIMEOUT, Backend, Metadata
 from services.gateway.http import (
     NomadError,
@@ -258,22 +258,12 @@ STOP = ns("alloc-lifecycle", per_object=True)
 #: Nomad's needs read-logs (or read-fs) only; the gateway finds the alloc's
 #: agent with Alloc.Get and Node.Get first, so Corral's needs read-job and
 #: node:read as well (docs/http-api.md)
-LOGS = Need(
-    summary="`read-logs` and `read-job` in the alloc's namespace, and `node:read`",
-    namespace=(("read-logs",), ("read-job",)),
-    scopes=(("node", "read"),),
-    per_object=True,
-)
+LOGS = at_alloc_agent("read-logs")
 
 #: Nomad's needs alloc-lifecycle; the gateway finds the alloc's agent with
 #: Alloc.Get and Node.Get first (read-job, node:read), and the agent checks
 #: alloc-lifecycle itself
-ALLOC_LIFECYCLE = Need(
-    summary="`alloc-lifecycle` and `read-job` in the alloc's namespace, and `node:read`",
-    namespace=(("alloc-lifecycle",), ("read-job",)),
-    scopes=(("node", "read"),),
-    per_object=True,
-)
+ALLOC_LIFECYCLE = at_alloc_agent("alloc-lifecycle")
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/allocations", allocations, {"GET": ns("read-job", filters=True)}),

@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute
 
 from corral.v1 import alloc_pb2
-from services.gateway.authz import ApiRoute, Need
+from services.gateway.authz import ApiRoute, at_alloc_agent
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
     backend_of,
@@ -175,12 +175,7 @@ async def stream(request: Request) -> Response:
 #: Nomad's needs read-fs; the gateway finds the alloc's agent with
 #: Alloc.Get and Node.Get first, so Corral's needs read-job and node:read
 #: as well (as the logs, docs/http-api.md)
-READ_FS = Need(
-    summary="`read-fs` and `read-job` in the alloc's namespace, and `node:read`",
-    namespace=(("read-fs",), ("read-job",)),
-    scopes=(("node", "read"),),
-    per_object=True,
-)
+READ_FS = at_alloc_agent("read-fs")
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/client/fs/ls/{alloc_id}", ls, {"GET": READ_FS}),
