@@ -48,13 +48,26 @@ def rss_mb(c: Cluster) -> float:
     return psutil.Process(popen.pid).memory_info().rss / 2**20
 
 
+def metric_lines(c: Cluster) -> list[str]:
+    with urllib.request.urlopen(f"http://{c.procs['state'].info['metrics']}/metrics") as r:
+        return r.read().decode().splitlines()
+
+
 def waiting_calls(c: Cluster) -> float:
     """The state's `corral_state_waiting_calls` gauge."""
-    with urllib.request.urlopen(f"http://{c.procs['state'].info['metrics']}/metrics") as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("corral_state_waiting_calls "):
-                return float(line.split()[1])
+    for line in metric_lines(c):
+        if line.startswith("corral_state_waiting_calls "):
+            return float(line.split()[1])
     raise AssertionError("corral_state_waiting_calls is not exported")
+
+
+def streams_dropped(c: Cluster) -> float:
+    """`corral_state_streams_dropped_total`, summed over its RPCs."""
+    return sum(
+        float(line.split()[-1])
+        for line in metric_lines(c)
+        if line.startswith("corral_state_streams_dropped_total{")
+    )
 
 
 async def ended_by_the_server(call: Any, timeout: float) -> grpc.aio.AioRpcError:
@@ -75,7 +88,7 @@ async def test_a_stuck_subscriber_grows_nothing_and_is_dropped(
     make_cluster: Callable[..., Cluster],
 ) -> None:
     c = make_cluster()
-    c.start("state", "--stream-stall-timeout", str(STALL_S))
+    c.start("state", "--stream-stall-timeout", str(STALL_S), "--metrics-listen", "127.0.0.1:0")
     node = mock.node()
     async with transport.dial(c.state_addr) as ch:
         nodes = node_pb2_grpc.NodeStub(ch)
@@ -122,7 +135,15 @@ async def test_a_stuck_subscriber_grows_nothing_and_is_dropped(
 
         # the reader that reads got every write, while the others were stuck
         await until(lambda: len(seen) >= WRITES, what="every write at the reading subscriber")
-        # the stuck ones are dropped, each told where to resubscribe from
+        # the stuck ones are dropped, each told where to resubscribe from.
+        # Wait for the server to have dropped all of them before reading any:
+        # reading a stream whose stall clock has not run out yet revives it
+        # (on a loaded machine the writes can end within the stall timeout)
+        await until(
+            lambda: streams_dropped(c) >= len(stuck) + 1,
+            timeout=STALL_S * 4 + 60,
+            what="the stuck readers dropped by the state",
+        )
         for call in (*stuck, stuck_feed):
             err = await ended_by_the_server(call, timeout=STALL_S * 4 + 30)
             assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
