@@ -50,7 +50,8 @@ def rss_mb(c: Cluster) -> float:
 
 def metric_lines(c: Cluster) -> list[str]:
     with urllib.request.urlopen(f"http://{c.procs['state'].info['metrics']}/metrics") as r:
-        return r.read().decode().splitlines()
+        body: bytes = r.read()
+    return body.decode().splitlines()
 
 
 def waiting_calls(c: Cluster) -> float:
