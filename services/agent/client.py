@@ -39,7 +39,7 @@ import grpc
 import psutil
 
 from corral.domain import structs
-from corral.domain.errors import FailedPrecondition, NotFound
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
 from corral.security.acl_resolve import RemoteResolver
@@ -230,21 +230,30 @@ class Agent:
 
     async def apply_meta(self, changes: dict[str, str | None]) -> NodeMeta:
         """Set (or, with None, unset) dynamic metadata keys (Nomad's
-        NodeMeta.Apply): kept in the client state first, then merged into
-        the node, which is registered again before this returns (or, when
-        the servers cannot be reached, by the heartbeat loop once they
-        can), so the next evaluation sees it."""
+        NodeMeta.Apply): the node is registered again with them before
+        this returns, so the next evaluation sees them, then they are kept
+        in the client state (a restarted agent registers with them). A
+        node the servers refuse (the state's bounds on meta) changes
+        nothing; servers out of reach get it from the heartbeat loop once
+        they answer."""
         node_meta.validate(changes)
         async with self._meta_lock:
-            dynamic = self.meta.applied(changes)
-            self.db.put_node_meta(dynamic)
-            self.meta = NodeMeta(self.meta.static, dynamic)
-            self._set_node_meta()
+            meta = NodeMeta(self.meta.static, self.meta.applied(changes))
+            node = structs.copy_msg(self.node)
+            node.meta.clear()
+            node.meta.update(meta.merged())
+            stale = False
             try:
-                await self.stub.Register(node_pb2.NodeRegisterRequest(node=self.node), timeout=10)
+                await self.stub.Register(node_pb2.NodeRegisterRequest(node=node), timeout=10)
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise InvalidArgument("", f"the servers refused: {exc.details()}") from None
                 log.warning("node metadata kept; registering it failed (%s)", exc.details())
-                self._node_stale = True
+                stale = True
+            self.db.put_node_meta(meta.dynamic)
+            self.meta = meta
+            self._set_node_meta()
+            self._node_stale = self._node_stale or stale
         return self.meta
 
     # ------------------------------------------------------------ resource usage

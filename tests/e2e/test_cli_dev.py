@@ -550,6 +550,12 @@ def test_node_meta_applied_places_a_constrained_job_unsets_and_survives_a_restar
         dev, "POST", "/v1/client/metadata", {"NodeID": node_id, "Meta": {"1x": "v"}}
     )
     assert status == 400 and "dotted hcl identifiers" in body, body
+    # past the state's bounds on a node's meta: refused, nothing kept
+    big = {"NodeID": node_id, "Meta": {"big": "x" * 20_000}}
+    status, body = _http(dev, "POST", "/v1/client/metadata", big)
+    assert status == 400 and "longer than" in body, body
+    meta = _node_meta(dev)
+    assert meta is not None and "big" not in meta["Meta"] and "big" not in meta["Dynamic"]
     status, body = _http(dev, "GET", "/v1/client/metadata")
     assert status == 400 and "node_id" in body
     unset = corral(dev, "node", "meta", "apply", "-unset", "rack", "zone=z1")

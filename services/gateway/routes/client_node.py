@@ -31,8 +31,9 @@ from services.gateway.routes.allocs import alloc_agent
 NO_NODE = "No local Node and node_id not provided"
 
 
-async def node_agent(request: Request, node_id: str) -> str:
-    """The address of the agent of `node_id` (an id or a prefix)."""
+async def node_agent(request: Request, node_id: str) -> tuple[str, str]:
+    """The full id of `node_id` (an id or a prefix) and its agent's address
+    (the agent refuses a call naming another node than its own)."""
     if not node_id:
         raise bad_request(NO_NODE)
     got = await backend_of(request).nodes.Get(
@@ -42,7 +43,7 @@ async def node_agent(request: Request, node_id: str) -> str:
     )
     if not got.node.http_addr:
         raise NomadError(404, f"node {got.node.id} has no address to reach its agent")
-    return got.node.http_addr
+    return got.node.id, got.node.http_addr
 
 
 def meta_response(resp: node_pb2.NodeMetaResponse) -> dict[str, Any]:
@@ -75,12 +76,12 @@ async def metadata(request: Request) -> Response:
     apply dynamic metadata (node:write); `?node_id=` names the node."""
     node_id = request.query_params.get("node_id", "")
     if request.method == "GET":
-        address = await node_agent(request, node_id)
+        node_id, address = await node_agent(request, node_id)
         resp = await (
             backend_of(request)
             .client_node(address, region_of(request))
             .ReadMeta(
-                node_pb2.NodeMetaReadRequest(),
+                node_pb2.NodeMetaReadRequest(node_id=node_id),
                 metadata=metadata_of(request),
                 timeout=DEFAULT_TIMEOUT,
             )
@@ -91,12 +92,12 @@ async def metadata(request: Request) -> Response:
     if body_node is not None and not isinstance(body_node, str):
         raise bad_request("NodeID must be a string")
     sets, unset = _changes(body)
-    address = await node_agent(request, node_id or body_node or "")
+    node_id, address = await node_agent(request, node_id or body_node or "")
     resp = await (
         backend_of(request)
         .client_node(address, region_of(request))
         .ApplyMeta(
-            node_pb2.NodeMetaApplyRequest(meta=sets, unset=unset),
+            node_pb2.NodeMetaApplyRequest(node_id=node_id, meta=sets, unset=unset),
             metadata=metadata_of(request),
             # the agent registers the node again before it answers
             timeout=DEFAULT_TIMEOUT + 10,
@@ -108,12 +109,12 @@ async def metadata(request: Request) -> Response:
 async def client_gc(request: Request) -> Response:
     """Nomad's /v1/client/gc?node_id=: destroy every finished alloc of the
     node (node:write); answers no body, as Nomad."""
-    address = await node_agent(request, request.query_params.get("node_id", ""))
+    node_id, address = await node_agent(request, request.query_params.get("node_id", ""))
     await (
         backend_of(request)
         .client_node(address, region_of(request))
         .GarbageCollectAll(
-            node_pb2.ClientGCRequest(),
+            node_pb2.ClientGCRequest(node_id=node_id),
             metadata=metadata_of(request),
             timeout=DEFAULT_TIMEOUT + 60,  # the allocs' poststop tasks run first
         )
