@@ -4,6 +4,7 @@ restart, what a collection removes, and what it refuses."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -187,5 +188,41 @@ async def test_periodic_collection_over_the_disk_threshold(
         assert not _dir(agent, done[0].id).exists() and not _dir(agent, done[1].id).exists()
         assert _dir(agent, done[2].id).is_dir() and _dir(agent, running.id).is_dir()
     finally:
+        await agent.runners[running.id].stop()
+        agent.db.close()
+
+
+async def test_the_periodic_loop_collects_every_gc_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's GC loop (Nomad's AllocGarbageCollector.Run) runs the
+    collection every gc_interval and ends when the agent stops."""
+    agent = Agent(
+        agent_settings(
+            tmp_path, monkeypatch, "--gc-interval", "0.1", "--gc-disk-usage-threshold", "0"
+        )
+    )
+    done, running = await _finished_and_running(agent)
+    loop = asyncio.create_task(agent._gc_loop())
+    try:
+        synced = []
+        for a in done:
+            copy = pb.Allocation()
+            copy.CopyFrom(a)
+            copy.client_status = "complete"
+            copy.modify_index += 100
+            synced.append(copy)
+        agent._dirty.clear()
+        index = {a.id: a.modify_index for a in [running, *synced]}
+        await agent._reconcile(
+            node_pb2.NodeClientAllocsResponse(index=30, allocs=index, full_allocs=synced)
+        )
+        await until(
+            lambda: not any(_dir(agent, a.id).exists() for a in done), what="the dirs removed"
+        )
+        assert set(agent.runners) == {running.id}
+    finally:
+        agent._stop.set()
+        await asyncio.wait_for(loop, 5)
         await agent.runners[running.id].stop()
         agent.db.close()
