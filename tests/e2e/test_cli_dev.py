@@ -562,6 +562,10 @@ def test_node_meta_applied_places_a_constrained_job_unsets_and_survives_a_restar
     assert unset.returncode == 0, unset.stderr
     meta = _node_meta(dev)
     assert meta is not None and "rack" not in meta["Meta"] and meta["Dynamic"] == {"zone": "z1"}
+    read = corral(dev, "node", "meta", "read")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.startswith("All Meta") and "Dynamic Meta" in read.stdout
+    assert "Static Meta" in read.stdout and "zone" in read.stdout
 
     pid = _agent_pid(dev)
     assert pid
