@@ -678,7 +678,8 @@ class Agent:
         async def stop() -> None:
             await runner.stop()
             if forget:
-                await asyncio.to_thread(gc.remove_alloc_dir, runner.alloc_dir.dir)
+                for path in runner.kept_dirs():
+                    await asyncio.to_thread(gc.remove_dir, path)
                 self.db.delete_alloc(alloc_id)
 
         task = asyncio.create_task(stop(), name=f"stop-alloc-{alloc_id[:8]}")

@@ -7,8 +7,8 @@ file system is fuller than `gc_disk_usage_threshold` (blocks) or
 `gc_inode_usage_threshold` (inodes), or the node holds more than
 `gc_max_allocs` allocs; on demand it destroys one (`/v1/client/allocation/
 :id/gc`) or every terminal one (`/v1/client/gc`). Destroying removes the
-alloc's directory and its client state; the servers keep the alloc until
-their own garbage collection.
+alloc's directory, its tasks' executor state and its client state; the
+servers keep the alloc until their own garbage collection.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def mounts_below(path: Path, mountinfo: str | None = None) -> list[str]:
     return found
 
 
-def remove_alloc_dir(path: Path) -> bool:
-    """Remove an alloc's directory (blocking: call it in a thread). Never
+def remove_dir(path: Path) -> bool:
+    """Remove a directory an alloc kept: its alloc directory, a task's
+    executor state (blocking: call it in a thread). Never
     through a mount: a bind mount left below it (a host volume) would have
     its source deleted, so such a directory is kept and the reason logged.
     Whether it is gone."""

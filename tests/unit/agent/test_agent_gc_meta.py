@@ -132,10 +132,14 @@ async def test_collecting_on_demand_destroys_finished_allocs_and_refuses_running
             await agent.collect(running.id)
         with pytest.raises(NotFound):
             await agent.collect("no-such-alloc")
+        # what an executor-run task keeps beside the alloc (the mock driver has none)
+        (executor,) = [t.state_dir for t in agent.runners[done[0].id].tasks]
+        executor.mkdir(parents=True)
+        (executor / "executor.log").write_text("ran\n")
         await agent.collect(done[0].id)
-        # its directory, its client state and its runner are gone; its last
-        # status still goes to the servers
-        assert not _dir(agent, done[0].id).exists()
+        # its directory, its tasks' executor state, its client state and its
+        # runner are gone; its last status still goes to the servers
+        assert not _dir(agent, done[0].id).exists() and not executor.exists()
         assert done[0].id not in agent.runners
         assert done[0].id not in {s.alloc.id for s in agent.db.load()}
         assert agent._final[done[0].id].client_status == "complete"
