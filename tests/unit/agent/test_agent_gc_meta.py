@@ -5,6 +5,7 @@ restart, what a collection removes, and what it refuses."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from services.agent import gc
 from services.agent.allocdir import AllocDir
 from services.agent.client import Agent
 from services.agent.node_meta import NodeMeta, validate
+from services.agent.state_db import StateDB
 from tests.unit.agent.test_agent_client import agent_settings
 from tests.wait import until
 
@@ -230,3 +232,20 @@ async def test_the_periodic_loop_collects_every_gc_interval(
         await asyncio.wait_for(loop, 5)
         await agent.runners[running.id].stop()
         agent.db.close()
+
+
+def test_a_client_state_of_schema_1_gains_the_node_meta_table(tmp_path: Path) -> None:
+    """An agent upgraded in place opens the state file an older one wrote."""
+    (tmp_path / "client").mkdir()
+    old = sqlite3.connect(tmp_path / "client" / "state.db")
+    old.execute("CREATE TABLE allocs (id TEXT PRIMARY KEY, alloc BLOB NOT NULL, job BLOB NOT NULL)")
+    old.execute("PRAGMA user_version=1")
+    old.commit()
+    old.close()
+    db = StateDB(tmp_path)
+    try:
+        assert db.load_node_meta() == {}
+        db.put_node_meta({"rack": "r1", "zone": None})
+        assert db.load_node_meta() == {"rack": "r1", "zone": None}
+    finally:
+        db.close()
