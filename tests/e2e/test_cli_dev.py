@@ -562,6 +562,11 @@ def test_node_meta_applied_places_a_constrained_job_unsets_and_survives_a_restar
     assert unset.returncode == 0, unset.stderr
     meta = _node_meta(dev)
     assert meta is not None and "rack" not in meta["Meta"] and meta["Dynamic"] == {"zone": "z1"}
+    bad_key = corral(dev, "node", "meta", "apply", "1x=v")
+    assert bad_key.returncode != 0 and "dotted hcl identifiers" in bad_key.stderr
+    assert "Traceback" not in bad_key.stderr
+    nothing = corral(dev, "node", "meta", "apply")
+    assert nothing.returncode != 0 and "Must specify -unset" in nothing.stderr
     read = corral(dev, "node", "meta", "read")
     assert read.returncode == 0, read.stderr
     assert read.stdout.startswith("All Meta") and "Dynamic Meta" in read.stdout
