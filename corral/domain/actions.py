@@ -2,8 +2,7 @@
 defined in the job and run on demand inside a running task of one of its
 allocs, as `alloc exec` runs a command (the agent looks the action up in
 the job version the alloc runs). Here: the rules a task's actions keep
-(checked by the jobspec parser and again by the state on Register), the
-bounds of a command run in a task (shared with `alloc exec`), and the
+(checked by the jobspec parser and again by the state on Register) and the
 lookups the agent and the gateway make."""
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from corral.domain.task_exec import command_problem
 from corral.v1 import structs_pb2 as pb
 
 #: Nomad's validJobActionName: 1 to 128 characters, no whitespace or NUL
@@ -18,24 +18,6 @@ from corral.v1 import structs_pb2 as pb
 _NAME = re.compile(r"^[^\x00\s]{1,128}$")
 #: actions one task may define (Nomad sets no bound; every job is bounded here)
 MAX_ACTIONS = 100
-
-#: the largest command (all its arguments) run in a task, by alloc exec or
-#: as an action
-MAX_COMMAND_BYTES = 64 * 1024
-MAX_COMMAND_ARGS = 1024
-
-
-def command_problem(command: list[str]) -> str:
-    """What is wrong with a command to run in a task ('' when nothing)."""
-    if not command or not command[0]:
-        return "command is not present"
-    if len(command) > MAX_COMMAND_ARGS:
-        return f"has {len(command)} arguments, more than {MAX_COMMAND_ARGS}"
-    if sum(len(a.encode()) for a in command) > MAX_COMMAND_BYTES:
-        return f"is longer than {MAX_COMMAND_BYTES} bytes"
-    if any("\x00" in a for a in command):
-        return "must not contain NUL characters"
-    return ""
 
 
 def problems(task: pb.Task) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from corral.domain import actions
+from corral.domain import actions, task_exec
 from corral.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -218,7 +218,7 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
             )
         if setup.action:
             command = self._action_command(view, setup)
-        problem = actions.command_problem(command)
+        problem = task_exec.command_problem(command)
         if problem:
             raise InvalidArgument("command", problem)
         driver, handle, cfg = view.exec_target(setup.task)
@@ -239,6 +239,8 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
                 session = await driver.exec_task(handle, cfg, command, setup.tty)
             except DriverError as exc:
                 raise FailedPrecondition(str(exc)) from None
+            # the caller may now send stdin (corral/domain/task_exec.py says why it waits)
+            await context.send_initial_metadata(((task_exec.EXEC_STARTED, "1"),))
             log.info(
                 "task exec session starting",
                 extra={
@@ -272,12 +274,10 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         version the alloc runs (Nomad's client looks it up the same way)."""
         spec = view.task_spec(setup.task)
         if spec is None:
-            raise InvalidArgument(
-                "task", f"task {setup.task} not found in allocation {setup.alloc_id}"
-            )
+            raise InvalidArgument("", f"task {setup.task} not found in allocation {setup.alloc_id}")
         action = actions.find(spec, setup.action)
-        if action is None:
-            raise InvalidArgument("action", f"action {setup.action} not found in task {setup.task}")
+        if action is None:  # Nomad's sentences, which name the field themselves
+            raise InvalidArgument("", f"action {setup.action} not found in task {setup.task}")
         return [action.command, *action.args]
 
 

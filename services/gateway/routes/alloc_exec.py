@@ -30,6 +30,7 @@ import grpc
 from starlette.routing import BaseRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from corral.domain import task_exec
 from corral.domain.errors import bounded_message
 from corral.v1 import alloc_pb2
 from services.gateway.authz import ApiWebSocketRoute, at_alloc_agent
@@ -223,6 +224,9 @@ async def _relay(
 
     async def requests() -> AsyncIterator[alloc_pb2.AllocExecRequest]:
         yield alloc_pb2.AllocExecRequest(setup=setup)
+        if not task_exec.started(await call.initial_metadata()):
+            # refused: writing now would hide the agent's status (task_exec.py)
+            await asyncio.Event().wait()
         while (item := await inbox.get()) is not None:
             yield item
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from corral.domain import actions
+from corral.domain import task_exec
 from corral.domain.errors import InvalidArgument
 from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec.errors import JobspecError
@@ -83,7 +83,7 @@ def test_a_wrong_action_is_refused_at_its_line(block: str, line: int, problem: s
 
 
 def test_an_action_too_long_to_run_is_refused_at_submission() -> None:
-    args = ", ".join(['"x"'] * (actions.MAX_COMMAND_ARGS + 1))
+    args = ", ".join(['"x"'] * (task_exec.MAX_COMMAND_ARGS + 1))
     block = f'      action "a" {{\n        command = "x"\n        args = [{args}]\n      }}\n'
     with pytest.raises(JobspecError, match="arguments, more than"):
         parse_job(JOB % block, "web.nomad.hcl")
