@@ -662,3 +662,19 @@ def test_without_the_capabilities_exec_and_fs_are_refused(
         "node-execer", ["read-job", "list-jobs", "alloc-exec", "alloc-node-exec"]
     )
     assert dev.ok("alloc", "exec", raw.id, "/bin/echo", "ok", token=node_exec) == "ok\n"
+
+
+def test_an_action_changed_in_place_runs_its_new_command(dev: Dev, web: pb.Allocation) -> None:
+    """Nomad updates allocs in place when only actions change; the agent
+    then runs the action of the version the alloc runs now. Last in the
+    module: it changes the job the tests above run actions of."""
+    dev.ok("job", "run", "-detach", "-", stdin=exec_job(dev).replace("exit 3", "exit 6"))
+
+    def updated() -> pb.Allocation | None:
+        now = next(a for a in dev.allocs("access") if a.id == web.id)
+        return now if now.job_version > web.job_version else None
+
+    now = wait_for("the alloc updated in place", updated, timeout=60)
+    assert now.client_status == "running"
+    done = dev.corral("action", "-job", "access", "-alloc", web.id, "greet")
+    assert (done.returncode, done.stdout) == (6, GREETED), done.stderr

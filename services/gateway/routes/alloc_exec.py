@@ -171,17 +171,28 @@ async def _serve(ws: WebSocket, session: Callable[[WebSocket], Awaitable[tuple[i
         await ws.close(code, _reason(reason))
 
 
-async def _session(ws: WebSocket) -> tuple[int, str]:
-    """Relay one exec; the close code and reason it ends with."""
+async def _caller(ws: WebSocket) -> Metadata:
+    """The caller's token (from the handshake with `ws_handshake=true`) as
+    the metadata of the calls made for it."""
     token = token_of(ws)
     if _flag(ws, "ws_handshake"):
         token = await _handshake(ws, token)
-    task = ws.query_params.get("task", "")
-    if not task:
-        raise bad_request("must provide task name")
+    return token_metadata(token)
+
+
+def _required(ws: WebSocket, name: str, missing: str) -> str:
+    value = ws.query_params.get(name, "")
+    if not value:
+        raise bad_request(missing)
+    return value
+
+
+async def _session(ws: WebSocket) -> tuple[int, str]:
+    """Relay one exec; the close code and reason it ends with."""
+    md = await _caller(ws)
+    task = _required(ws, "task", "must provide task name")
     command = _command(ws)
     tty = _flag(ws, "tty")
-    md = token_metadata(token)
     backend = ws.app.state.backend
     alloc, address = await find_alloc_agent(backend, md, ws.path_params["alloc_id"])
     setup = alloc_pb2.ExecSetup(alloc_id=alloc.id, task=task, command=command, tty=tty)
@@ -193,20 +204,11 @@ async def _action_session(ws: WebSocket) -> tuple[int, str]:
     `task` of alloc `allocID` (required: Nomad's CLI picks one, the API does
     not), relayed as alloc exec relays a command. `group` is accepted and,
     as Nomad's servers do, not needed: the alloc has one group."""
-    token = token_of(ws)
-    if _flag(ws, "ws_handshake"):
-        token = await _handshake(ws, token)
-    action = ws.query_params.get("action", "")
-    if not action:
-        raise bad_request("must provide action name")
-    alloc_id = ws.query_params.get("allocID", "")
-    if not alloc_id:
-        raise bad_request("missing AllocID")
-    task = ws.query_params.get("task", "")
-    if not task:
-        raise bad_request("must provide task name")
+    md = await _caller(ws)
+    action = _required(ws, "action", "must provide action name")
+    alloc_id = _required(ws, "allocID", "missing AllocID")
+    task = _required(ws, "task", "must provide task name")
     tty = _flag(ws, "tty")
-    md = token_metadata(token)
     alloc, address = await find_alloc_agent(ws.app.state.backend, md, alloc_id)
     setup = alloc_pb2.ExecSetup(
         alloc_id=alloc.id, task=task, action=action, job_id=ws.path_params["job_id"], tty=tty

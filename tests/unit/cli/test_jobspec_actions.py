@@ -19,6 +19,7 @@ from services.gateway.mapping.jobs import actions as nomad_actions
 from services.gateway.mapping.jobs import job as nomad_job
 from services.state.writes.job_diff import job_diff
 from services.state.writes.jobs import canonicalize, validate_job
+from services.worker.scheduler.util import tasks_updated
 
 JOB = """
 job "web" {
@@ -174,3 +175,12 @@ def test_the_plan_diff_shows_an_action_as_nomad_does() -> None:
         ("Action", "Added"),
     ]
     assert job_diff(old, old).type == "None"
+
+
+def test_changing_actions_updates_allocs_in_place() -> None:
+    """As Nomad's tasksUpdated: actions are not among what makes an update
+    destructive (the agent reads them from the alloc's current version)."""
+    old = parse_job(JOB % TWO, "web.nomad.hcl")
+    new = parse_job(JOB % TWO.replace('"date"', '"uptime"'), "web.nomad.hcl")
+    assert tasks_updated(new, old, "g") == ""
+    assert tasks_updated(parse_job(JOB % "", "web.nomad.hcl"), old, "g") == ""
