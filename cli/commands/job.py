@@ -422,7 +422,9 @@ def _latest_deployment(ctx: Context, job: pb.Job, verbose: bool) -> None:
     """Nomad's "Latest Deployment" section of `job status`."""
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+            # newest first: the state lists oldest first, as Nomad
+            job_id=job.id,
+            query=query_pb2.QueryOptions(namespace=job.namespace, reverse=True),
         ),
         timeout=30,
     )
@@ -658,7 +660,9 @@ def cmd_promote(args: argparse.Namespace, ctx: Context) -> int:
     job = resolve_job(ctx, args.job, args.namespace)
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+            # newest first: the state lists oldest first, as Nomad
+            job_id=job.id,
+            query=query_pb2.QueryOptions(namespace=job.namespace, reverse=True),
         ),
         timeout=30,
     )
@@ -679,7 +683,9 @@ def cmd_deployments(args: argparse.Namespace, ctx: Context) -> int:
     job = resolve_job(ctx, args.job, args.namespace)
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+            # newest first: the state lists oldest first, as Nomad
+            job_id=job.id,
+            query=query_pb2.QueryOptions(namespace=job.namespace, reverse=True),
         ),
         timeout=30,
     )
