@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 import pytest
 
+from cli.main import main
 from corral.runtime.http_server import HttpServer
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc
@@ -496,3 +497,52 @@ async def test_reconcile_summaries_rewrites_what_differs(
     async with state_app.db.write() as tx:
         stored = await tx.get_job_summary("default", "summed")
     assert stored is not None and dict(stored.summary) == {"web": pb.TaskGroupSummary(queued=2)}
+
+
+# -- the CLI ---------------------------------------------------------------
+
+
+async def test_job_tag_cli_history_and_revert_by_name(
+    state_app: StateApp,
+    http_tokens: dict[str, str],
+    mgmt: grpc.aio.Channel,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for env in ("1", "2"):
+        await _register(mgmt, _spec("cli-tagged", env=env))
+    where = ["-address", state_app.server.bound_address, "-token", http_tokens["management"]]
+
+    async def cli(*argv: str, words: int = 3) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, [*argv[:words], *where, *argv[words:]])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = await cli(
+        "job", "tag", "apply", "-name", "first", "-description", "it worked", "-version", "0",
+        "cli-tagged",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out == 'Job version 0 tagged with name "first"\n'
+    code, out, err = await cli("job", "tag", "apply", "-name", "now", "cli-tagged")
+    assert (code, out) == (0, 'Job version 1 tagged with name "now"\n'), err
+    code, _, err = await cli("job", "tag", "apply", "-name", "first", "cli-tagged")
+    assert code == 1 and "already exists on a different version (0)" in err
+    code, _, err = await cli("job", "tag", "apply", "cli-tagged")
+    assert code == 1 and "A version tag name is required" in err
+
+    code, out, err = await cli("job", "history", "cli-tagged", words=2)
+    assert code == 0, err
+    first = out.split("\n\n")[-1]  # newest first: version 0 last
+    assert "Tag Name        = first" in first and "Tag Description = it worked" in first
+
+    code, out, err = await cli("job", "revert", "-detach", "cli-tagged", "first", words=2)
+    assert code == 0, err
+    assert out.startswith('Job "cli-tagged" reverted to version 0 as version 2')
+    code, _, err = await cli("job", "revert", "-detach", "cli-tagged", "nope", words=2)
+    assert code == 1 and "version tag nope not found" in err
+
+    code, out, err = await cli("job", "tag", "unset", "-name", "now", "cli-tagged")
+    assert (code, out) == (0, 'Tag "now" removed from job "cli-tagged"\n'), err
+    code, _, err = await cli("job", "tag", "unset", "-name", "now", "cli-tagged")
+    assert code == 1 and "not found" in err
