@@ -14,28 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import pytest
 
 from cli.main import main
-from corral.runtime.http_server import HttpServer
 from corral.testing import mock
 from corral.v1 import job_pb2, job_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.gateway.app import create_app
-from services.gateway.backend import Backend
-from services.gateway.config import GatewaySettings
 from services.state.app import StateApp
 from tests.apitypes.check import check
 from tests.callers import bootstrap_tokens, user_channel
+from tests.integration.state_api import gateway
 
 ACL_ENABLED = True
 
@@ -45,38 +38,7 @@ POLICIES = {
 }
 
 
-@dataclass
-class Http:
-    url: str
-    tokens: dict[str, str]
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        who: str = "management",
-        raw: bytes | None = None,
-        **params: str,
-    ) -> tuple[int, Any, dict[str, str]]:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        query = ("?" + urllib.parse.urlencode(params)) if params else ""
-        req = urllib.request.Request(self.url + path + query, data=data, method=method)
-        req.add_header("X-Nomad-Token", self.tokens[who])
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                text, status = resp.read(), resp.status
-                headers = {k.lower(): v for k, v in resp.headers.items()}
-        except urllib.error.HTTPError as exc:
-            text, status = exc.read(), exc.code
-            headers = {k.lower(): v for k, v in exc.headers.items()}
-        try:
-            parsed: Any = json.loads(text) if text else None
-        except json.JSONDecodeError:
-            parsed = text.decode()
-        return status, parsed, headers
-
+class Http(gateway.Http):
     def ok(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         status, parsed, _ = self.call(method, path, body, **kw)
         assert status == 200, (status, parsed)
@@ -89,9 +51,8 @@ class Http:
         tokens: list[str] = []
         token = ""
         while True:
-            status, page, headers = self.call(
-                "GET", path, **params, **({"next_token": token} if token else {})
-            )
+            query: dict[str, Any] = {**params, **({"next_token": token} if token else {})}
+            status, page, headers = self.call("GET", path, **query)
             assert status == 200, page
             items.extend(page)
             token = headers.get("x-nomad-nexttoken", "")
@@ -125,17 +86,8 @@ async def http_tokens(state_app: StateApp) -> AsyncIterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 async def http(state_app: StateApp, http_tokens: dict[str, str]) -> AsyncIterator[Http]:
-    address = state_app.server.bound_address
-    backend = Backend(address)
-    server = HttpServer(
-        "127.0.0.1:0", create_app(GatewaySettings(state_addr=address), backend), name="gateway"
-    )
-    await server.start()
-    try:
-        yield Http(server.url, http_tokens)
-    finally:
-        await server.stop()
-        await backend.close()
+    async with gateway.served_gateway(state_app.server.bound_address) as url:
+        yield Http(url, http_tokens)
 
 
 def _spec(job_id: str, *, env: str = "1", namespace: str = "default") -> pb.Job:
