@@ -455,16 +455,25 @@ def apply_filter(expression: str, items: list[dict[str, Any]]) -> list[dict[str,
         raise bad_request(f"failed to read filter expression: {exc}") from None
 
 
+#: a list's sort key and paging token: a field's name, or a function of the item
+ItemKey = str | Callable[[dict[str, Any]], str]
+
+
+def _field(name: str) -> Callable[[dict[str, Any]], str]:
+    return lambda item: str(item.get(name, ""))
+
+
 def local_page(
-    q: QueryOptions, items: list[dict[str, Any]], key: str = "ID"
+    q: QueryOptions, items: list[dict[str, Any]], key: ItemKey = "ID"
 ) -> tuple[list[dict[str, Any]], str]:
     """One page of `items` as the state pages (sorted by `key`, the next
     token being the first key of the next page)."""
-    items = sorted(items, key=lambda i: str(i.get(key, "")))
+    key_of = key if callable(key) else _field(key)
+    items = sorted(items, key=key_of)
     if q.next_token:
-        items = [i for i in items if str(i.get(key, "")) >= q.next_token]
+        items = [i for i in items if key_of(i) >= q.next_token]
     if q.per_page and len(items) > q.per_page:
-        return items[: q.per_page], str(items[q.per_page].get(key, ""))
+        return items[: q.per_page], key_of(items[q.per_page])
     return items, ""
 
 
@@ -472,7 +481,7 @@ async def listing(
     request: Request,
     q: QueryOptions,
     call: ListCall,
-    key: str = "ID",
+    key: ItemKey = "ID",
     *,
     by_creation: bool = False,
 ) -> Response:

@@ -152,7 +152,8 @@ async def jobs_list_or_register(request: Request) -> Response:
         )
         return [job_map.stub(j) for j in resp.jobs], resp.meta
 
-    return await listing(request, q, call)
+    # the state's order and tokens: `<namespace>.<id>`, as Nomad's
+    return await listing(request, q, call, key=lambda j: f"{j['Namespace']}.{j['ID']}")
 
 
 # -- /v1/job/{id} ----------------------------------------------------------

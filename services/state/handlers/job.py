@@ -417,7 +417,8 @@ class JobServicer(job_pb2_grpc.JobServicer):
             if query.namespace_matches(request.query, j.namespace, access.LIST_JOBS)
             and j.id.startswith(request.query.prefix)
         ]
-        page, token = query.paginate(jobs, lambda j: j.id, request.query)
+        # Nomad's order and tokens: by namespace, then ID, `<namespace>.<id>`
+        page, token = query.paginate(jobs, lambda j: f"{j.namespace}.{j.id}", request.query)
         return job_pb2.JobListResponse(
             jobs=[stubs.job(snap, j) for j in page], meta=query.meta(snap, tables, token)
         )

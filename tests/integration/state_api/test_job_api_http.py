@@ -498,3 +498,17 @@ async def test_job_tag_cli_history_and_revert_by_name(
     assert (code, out) == (0, 'Tag "now" removed from job "cli-tagged"\n'), err
     code, _, err = await cli("job", "tag", "unset", "-name", "now", "cli-tagged")
     assert code == 1 and "not found" in err
+
+
+async def test_jobs_page_by_namespace_then_id(http: Http, statuses_jobs: list[str]) -> None:
+    def work() -> None:
+        items, tokens = http.pages("/v1/jobs", namespace="other", per_page="1", prefix="st-")
+        assert [j["ID"] for j in items] == ["st-a", "st-b", "st-c"]
+        assert tokens == ["other.st-b", "other.st-c"]
+        # filtered by the gateway: the same order and tokens
+        items, tokens = http.pages(
+            "/v1/jobs", namespace="other", per_page="1", filter='ID != "st-a"'
+        )
+        assert [j["ID"] for j in items] == ["st-b", "st-c"] and tokens == ["other.st-c"]
+
+    await asyncio.to_thread(work)
