@@ -418,7 +418,9 @@ class JobServicer(job_pb2_grpc.JobServicer):
             and j.id.startswith(request.query.prefix)
         ]
         # Nomad's order and tokens: by namespace, then ID, `<namespace>.<id>`
-        page, token = query.paginate(jobs, lambda j: f"{j.namespace}.{j.id}", request.query)
+        page, token = query.paginate(
+            jobs, lambda j: f"{j.namespace or 'default'}.{j.id}", request.query
+        )
         return job_pb2.JobListResponse(
             jobs=[stubs.job(snap, j) for j in page], meta=query.meta(snap, tables, token)
         )
