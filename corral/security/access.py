@@ -295,6 +295,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Federation/Hello": PEER,
     "/corral.v1.Federation/ReplicatePolicies": PEER,
     "/corral.v1.Federation/ReplicateTokens": PEER,
+    "/corral.v1.Federation/ReplicateRoles": PEER,
     "/corral.v1.ACL/UpdateToken": MANAGEMENT,
     # roles: written with a management token; read by it, or by a token
     # linking the role (decided by the handler)

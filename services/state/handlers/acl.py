@@ -11,10 +11,9 @@ except `ListPolicies` and `GetPolicy`, which a token holding a policy
 (decided here, from the caller's ACL in `corral.security.acl.CURRENT` and
 its token).
 
-Roles are local to a region: unlike Nomad, which keeps them in the
-authoritative region and replicates them, a federation does not carry them
-(docs/security.md); a replicated global token's links to roles this
-region does not hold grant nothing here. With ACLs off the whole service answers
+Roles, as policies, are the authoritative region's in a federation: role
+writes elsewhere are forwarded there, and ACL replication copies them back
+(services/state/federation/replication.py). With ACLs off the whole service answers
 FAILED_PRECONDITION. Only `Bootstrap` and `CreateToken` answer with a
 secret id.
 """
@@ -174,8 +173,10 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
 
     async def UpsertRoles(  # type: ignore[override]
         self, request: acl_pb2.ACLUpsertRolesRequest, context: Context
-    ) -> acl_pb2.ACLRolesResponse:
+    ) -> acl_pb2.ACLRolesResponse | bytes:
         acl_writes.validate_roles(request.roles)
+        if (forwarded := await self._to_authority("UpsertRoles", request, context)) is not None:
+            return forwarded
         async with self.ctx.write() as tx:
             roles = await acl_writes.upsert_roles(tx, request.roles)
         self._written()
@@ -183,7 +184,9 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
 
     async def DeleteRoles(  # type: ignore[override]
         self, request: acl_pb2.ACLDeleteRolesRequest, context: Context
-    ) -> acl_pb2.ACLWriteResponse:
+    ) -> acl_pb2.ACLWriteResponse | bytes:
+        if (forwarded := await self._to_authority("DeleteRoles", request, context)) is not None:
+            return forwarded
         async with self.ctx.write() as tx:
             await acl_writes.delete_roles(tx, request.ids)
         self._written()

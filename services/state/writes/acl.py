@@ -367,10 +367,11 @@ async def replicate_tokens(
         t = rt.token
         await tx.conn.execute(
             "INSERT INTO acl_tokens (accessor_id, secret_hash, name, type, policies, global, "
-            "create_time, expiration_time, create_index, modify_index) "
-            "VALUES (%s, %s, %s, %s, %s, true, %s, %s, %s, %s) ON CONFLICT (accessor_id) "
+            "create_time, expiration_time, create_index, modify_index, roles) "
+            "VALUES (%s, %s, %s, %s, %s, true, %s, %s, %s, %s, %s) ON CONFLICT (accessor_id) "
             "DO UPDATE SET secret_hash = excluded.secret_hash, name = excluded.name, "
-            "type = excluded.type, policies = excluded.policies, global = true, "
+            "type = excluded.type, policies = excluded.policies, roles = excluded.roles, "
+            "global = true, "
             "create_time = excluded.create_time, expiration_time = excluded.expiration_time, "
             "modify_index = excluded.modify_index",
             (
@@ -383,6 +384,7 @@ async def replicate_tokens(
                 from_ns(t.expiration_time),
                 tx.index,
                 tx.index,
+                [link.id for link in t.roles],
             ),
         )
         tx.record(topics.ACL_TOKEN.event(t.accessor_id, EventType.ACL_TOKEN_UPSERTED))
@@ -539,6 +541,31 @@ async def delete_roles(tx: WriteTx, ids: Sequence[str]) -> None:
         raise NotFound(f"ACL role not found: {', '.join(missing)}")
     for role_id in sorted(deleted):
         tx.record(topics.ACL_ROLE.event(role_id, EventType.ACL_ROLE_DELETED, deleted=True))
+    await _touch(tx, ROLES_TABLE)
+
+
+async def replicate_roles(
+    tx: WriteTx, upsert: Sequence[acl_pb2.ACLRole], delete: Sequence[str]
+) -> None:
+    """Make this region's roles the authoritative region's (ACL
+    replication): the same ids, names and policy links, written without
+    checking the policies exist here (Nomad's AllowMissingPolicies: they
+    may arrive a moment later). A local role holding a replicated role's
+    name gives way (the authority's names are the federation's)."""
+    for r in upsert:
+        await tx.conn.execute("DELETE FROM acl_roles WHERE name = %s AND id <> %s", (r.name, r.id))
+        await tx.conn.execute(
+            "INSERT INTO acl_roles (id, name, description, policies, create_index, modify_index) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+            "name = excluded.name, description = excluded.description, "
+            "policies = excluded.policies, modify_index = excluded.modify_index",
+            (r.id, r.name, r.description, list(r.policies), tx.index, tx.index),
+        )
+        tx.record(topics.ACL_ROLE.event(r.id, EventType.ACL_ROLE_UPSERTED))
+    if delete:
+        await tx.conn.execute("DELETE FROM acl_roles WHERE id = ANY(%s)", (list(delete),))
+        for role_id in delete:
+            tx.record(topics.ACL_ROLE.event(role_id, EventType.ACL_ROLE_DELETED, deleted=True))
     await _touch(tx, ROLES_TABLE)
 
 
