@@ -27,6 +27,7 @@ from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
+    body_fields,
     listing,
     metadata_of,
     object_body,
@@ -89,11 +90,12 @@ async def policy(request: Request) -> Response:
         message = acl_map.policy_from_body(name, body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    done = await backend.acl.UpsertPolicies(
-        acl_pb2.ACLUpsertPoliciesRequest(policies=[message]),
-        metadata=metadata_of(request),
-        timeout=DEFAULT_TIMEOUT,
-    )
+    with body_fields("policies[0]"):
+        done = await backend.acl.UpsertPolicies(
+            acl_pb2.ACLUpsertPoliciesRequest(policies=[message]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
     return written(done.index)
 
 
@@ -118,11 +120,12 @@ async def _upsert_role(request: Request, path_id: str = "") -> Response:
         message = acl_map.role_from_body(body, path_id)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    resp = await backend_of(request).acl.UpsertRoles(
-        acl_pb2.ACLUpsertRolesRequest(roles=[message]),
-        metadata=metadata_of(request),
-        timeout=DEFAULT_TIMEOUT,
-    )
+    with body_fields("roles[0]"):
+        resp = await backend_of(request).acl.UpsertRoles(
+            acl_pb2.ACLUpsertRolesRequest(roles=[message]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
     return respond(request, acl_map.role(resp.roles[0]), index=resp.index)
 
 
@@ -184,9 +187,10 @@ async def create_token(request: Request) -> Response:
         message = acl_map.create_token_request(body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    resp = await backend_of(request).acl.CreateToken(
-        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
-    )
+    with body_fields():
+        resp = await backend_of(request).acl.CreateToken(
+            message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+        )
     return respond(request, acl_map.token(resp.token), index=resp.index)
 
 
@@ -224,9 +228,10 @@ async def token(request: Request) -> Response:
         message = acl_map.update_token_request(accessor, body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    resp = await backend.acl.UpdateToken(
-        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
-    )
+    with body_fields():
+        resp = await backend.acl.UpdateToken(
+            message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+        )
     return respond(request, acl_map.token(resp.token), index=resp.index)
 
 
