@@ -210,7 +210,6 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
     async def _role_answer(
         self,
         found: acl_pb2.ACLRole | None,
-        q: query_pb2.QueryOptions,
         what: str,
         context: Context,
     ) -> acl_pb2.ACLRoleResponse:
@@ -229,9 +228,7 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
         acl_writes.accessor_id(request.id, "id")
         await self._index(request.query, acl_reads.ROLES_TABLE)
         found = await acl_reads.get_roles(self.ctx.db, [request.id])
-        return await self._role_answer(
-            found[0] if found else None, request.query, repr(request.id), context
-        )
+        return await self._role_answer(found[0] if found else None, repr(request.id), context)
 
     async def GetRoleByName(
         self, request: acl_pb2.ACLGetRoleByNameRequest, context: Context
@@ -239,7 +236,7 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
         acl_writes.policy_name(request.name, "name")
         await self._index(request.query, acl_reads.ROLES_TABLE)
         found = await acl_reads.get_role_by_name(self.ctx.db, request.name)
-        return await self._role_answer(found, request.query, repr(request.name), context)
+        return await self._role_answer(found, repr(request.name), context)
 
     # ------------------------------------------------------------- tokens
 
