@@ -47,6 +47,13 @@ log = logging.getLogger(__name__)
 POLICIES = "/corral.v1.Federation/ReplicatePolicies"
 TOKENS = "/corral.v1.Federation/ReplicateTokens"
 ROLES = "/corral.v1.Federation/ReplicateRoles"
+#: what each replication loop copies: its RPC, the answer's type and list
+#: field, and the `ReplicationStatus` field of the index it copied last
+COPIED: dict[str, tuple[str, Any, str, str]] = {
+    "policies": (POLICIES, federation_pb2.ReplicatedPolicies, "policies", "policies_index"),
+    "roles": (ROLES, federation_pb2.ReplicatedRoles, "roles", "roles_index"),
+    "tokens": (TOKENS, federation_pb2.ReplicatedTokens, "tokens", "tokens_index"),
+}
 #: a blocking query's wait on the authoritative region (Nomad's default)
 WAIT_MS = 5 * 60 * 1000
 #: the member tag carrying the replication status
@@ -141,57 +148,32 @@ class Replicator:
         s.source_region = self.federation.authoritative_region
         log.info("ACL replication from region %s starting", s.source_region)
         try:
-            await asyncio.gather(self._loop(POLICIES), self._loop(ROLES), self._loop(TOKENS))
+            await asyncio.gather(*(self._loop(what) for what in COPIED))
         finally:
             s.status = "stopped"
 
-    async def _loop(self, method: str) -> None:
+    async def _loop(self, what: str) -> None:
+        """Copy one table (`what`, a key of `COPIED`) for as long as it runs."""
+        method, answer_type, items, index_field = COPIED[what]
+        apply = getattr(self, f"apply_{what}")
         index = 0
         source = self.federation.authoritative_region
         request = federation_pb2.ReplicationRequest(query=query_pb2.QueryOptions(wait_ms=WAIT_MS))
         while True:
             request.query.min_index = index
             try:
-                if method == POLICIES:
-                    policies = await self.federation.call(
-                        source,
-                        method,
-                        request,
-                        federation_pb2.ReplicatedPolicies.FromString,
-                        timeout=WAIT_MS / 1000 + 30,
-                    )
-                    await self.apply_policies(policies.policies)
-                    index = policies.index
-                    self.status.policies_index = index
-                elif method == ROLES:
-                    roles = await self.federation.call(
-                        source,
-                        method,
-                        request,
-                        federation_pb2.ReplicatedRoles.FromString,
-                        timeout=WAIT_MS / 1000 + 30,
-                    )
-                    await self.apply_roles(roles.roles)
-                    index = roles.index
-                    self.status.roles_index = index
-                else:
-                    tokens = await self.federation.call(
-                        source,
-                        method,
-                        request,
-                        federation_pb2.ReplicatedTokens.FromString,
-                        timeout=WAIT_MS / 1000 + 30,
-                    )
-                    await self.apply_tokens(tokens.tokens)
-                    index = tokens.index
-                    self.status.tokens_index = index
+                answer = await self.federation.call(
+                    source, method, request, answer_type.FromString, timeout=WAIT_MS / 1000 + 30
+                )
+                await apply(getattr(answer, items))
+                index = answer.index
+                setattr(self.status, index_field, index)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 reason = getattr(exc, "message", None) or (
                     exc.details() if hasattr(exc, "details") else str(exc)
                 )
-                what = {POLICIES: "policies", ROLES: "roles"}.get(method, "tokens")
                 log.warning("ACL %s replication from region %s failed: %s", what, source, reason)
                 self.status.status = "failed"
                 self.status.last_error = f"{what}: {reason}"

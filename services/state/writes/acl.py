@@ -177,16 +177,27 @@ async def delete_policies(tx: WriteTx, names: Sequence[str]) -> None:
     _batch(len(names), "names")
     for i, name in enumerate(names):
         policy_name(name, f"names[{i}]")
+    await _delete_all(
+        tx, POLICIES_TABLE, "name", names, topics.ACL_POLICY, EventType.ACL_POLICY_DELETED
+    )
+
+
+async def _delete_all(
+    tx: WriteTx, table: str, key: str, keys: Sequence[str], topic: topics.Topic, event: str
+) -> None:
+    """Delete the rows of `table` whose `key` is in `keys`, all or none:
+    one missing is NOT_FOUND naming it (the transaction rolls back)."""
     cur = await tx.conn.execute(
-        "DELETE FROM acl_policies WHERE name = ANY(%s) RETURNING name", (list(names),)
+        f"DELETE FROM {table} WHERE {key} = ANY(%s) RETURNING {key}", (list(keys),)
     )
     deleted = {r[0] for r in await cur.fetchall()}
-    missing = sorted(set(names) - deleted)
+    missing = sorted(set(keys) - deleted)
     if missing:
-        raise NotFound(f"ACL policy not found: {', '.join(missing)}")
-    for name in sorted(deleted):
-        tx.record(topics.ACL_POLICY.event(name, EventType.ACL_POLICY_DELETED, deleted=True))
-    await _touch(tx, POLICIES_TABLE)
+        what = {POLICIES_TABLE: "policy", ROLES_TABLE: "role"}[table]
+        raise NotFound(f"ACL {what} not found: {', '.join(missing)}")
+    for k in sorted(deleted):
+        tx.record(topic.event(k, event, deleted=True))
+    await _touch(tx, table)
 
 
 async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) -> None:
@@ -471,6 +482,19 @@ async def _role_row(tx: WriteTx, column: str, value: str) -> acl_pb2.ACLRole | N
     return role_from_row(row) if row is not None else None
 
 
+async def _put_role(tx: WriteTx, role: acl_pb2.ACLRole) -> None:
+    """Insert or replace one role (its create index kept on update), with
+    its change-log event."""
+    await tx.conn.execute(
+        "INSERT INTO acl_roles (id, name, description, policies, create_index, modify_index) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+        "name = excluded.name, description = excluded.description, "
+        "policies = excluded.policies, modify_index = excluded.modify_index",
+        (role.id, role.name, role.description, list(role.policies), role.create_index, tx.index),
+    )
+    tx.record(topics.ACL_ROLE.event(role.id, EventType.ACL_ROLE_UPSERTED))
+
+
 async def upsert_roles(tx: WriteTx, roles: Sequence[acl_pb2.ACLRole]) -> list[acl_pb2.ACLRole]:
     """Create or update each role (validated by `validate_roles`), deciding
     on the rows as this transaction reads them, as Nomad's UpsertRoles: a
@@ -511,14 +535,7 @@ async def upsert_roles(tx: WriteTx, roles: Sequence[acl_pb2.ACLRole]) -> list[ac
         ):
             out.append(existing)
             continue
-        await tx.conn.execute(
-            "INSERT INTO acl_roles (id, name, description, policies, create_index, modify_index) "
-            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
-            "name = excluded.name, description = excluded.description, "
-            "policies = excluded.policies, modify_index = excluded.modify_index",
-            (role.id, role.name, role.description, policies, role.create_index, tx.index),
-        )
-        tx.record(topics.ACL_ROLE.event(role.id, EventType.ACL_ROLE_UPSERTED))
+        await _put_role(tx, role)
         out.append(role)
     if tx.change_count:
         await _touch(tx, ROLES_TABLE)
@@ -532,16 +549,7 @@ async def delete_roles(tx: WriteTx, ids: Sequence[str]) -> None:
     _batch(len(ids), "ids")
     for i, role_id in enumerate(ids):
         accessor_id(role_id, f"ids[{i}]")
-    cur = await tx.conn.execute(
-        "DELETE FROM acl_roles WHERE id = ANY(%s) RETURNING id", (list(ids),)
-    )
-    deleted = {r[0] for r in await cur.fetchall()}
-    missing = sorted(set(ids) - deleted)
-    if missing:
-        raise NotFound(f"ACL role not found: {', '.join(missing)}")
-    for role_id in sorted(deleted):
-        tx.record(topics.ACL_ROLE.event(role_id, EventType.ACL_ROLE_DELETED, deleted=True))
-    await _touch(tx, ROLES_TABLE)
+    await _delete_all(tx, ROLES_TABLE, "id", ids, topics.ACL_ROLE, EventType.ACL_ROLE_DELETED)
 
 
 async def replicate_roles(
@@ -554,14 +562,16 @@ async def replicate_roles(
     name gives way (the authority's names are the federation's)."""
     for r in upsert:
         await tx.conn.execute("DELETE FROM acl_roles WHERE name = %s AND id <> %s", (r.name, r.id))
-        await tx.conn.execute(
-            "INSERT INTO acl_roles (id, name, description, policies, create_index, modify_index) "
-            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
-            "name = excluded.name, description = excluded.description, "
-            "policies = excluded.policies, modify_index = excluded.modify_index",
-            (r.id, r.name, r.description, list(r.policies), tx.index, tx.index),
+        await _put_role(
+            tx,
+            acl_pb2.ACLRole(
+                id=r.id,
+                name=r.name,
+                description=r.description,
+                policies=r.policies,
+                create_index=tx.index,
+            ),
         )
-        tx.record(topics.ACL_ROLE.event(r.id, EventType.ACL_ROLE_UPSERTED))
     if delete:
         await tx.conn.execute("DELETE FROM acl_roles WHERE id = ANY(%s)", (list(delete),))
         for role_id in delete:
