@@ -146,9 +146,10 @@ def test_acl_commands(make_cluster: Callable[..., Cluster], tmp_path: Path) -> N
 
 def _roles(addr: str, mgmt: str) -> None:
     """`acl role ...` and tokens linking roles (policies `ops` and
-    `readers` exist; `readers` grants node:read)."""
+    `readers` exist; `readers` grants node:read). Each CLI call costs a
+    process start: the refusals and the rights a role gives are the
+    integration and HTTP tests' (tests/integration/state_api/test_acl_roles.py)."""
     role = ("acl", "role")
-    refused(corral(addr, *role, "create", "-name", "r", token=mgmt), "-policy flag")
     ops = as_json(
         corral(addr, *role, "create", "-name", "ops-role", "-description", "ops people",
                "-policy", "ops", "-json", token=mgmt)
@@ -160,9 +161,6 @@ def _roles(addr: str, mgmt: str) -> None:
     listed = ok(corral(addr, *role, "list", token=mgmt))
     assert listed.splitlines()[0].split() == ["ID", "Name", "Description", "Policies"]
     assert ops["id"] in listed and read_id in listed
-    assert (
-        as_json(corral(addr, *role, "info", ops["id"], "-json", token=mgmt))["name"] == "ops-role"
-    )
     by_name = ok(corral(addr, *role, "info", "-by-name", "read-role", token=mgmt))
     assert f"ID           = {read_id}" in by_name
 
@@ -176,7 +174,6 @@ def _roles(addr: str, mgmt: str) -> None:
     )  # fmt: skip
     assert (replaced["name"], replaced["policies"]) == ("ops2", ["ops"])
     assert not replaced.get("description")
-    refused(corral(addr, *role, "update", ops["id"], token=mgmt), "at least one flag")
 
     text = ok(
         corral(addr, "acl", "token", "create", "-name", "by-role", "-role-name", "ops2",
@@ -185,19 +182,11 @@ def _roles(addr: str, mgmt: str) -> None:
     assert "Policies     = []" in text and "\nRoles\n" in text
     assert f"{read_id}  read-role" in text and f"{ops['id']}  ops2" in text
     secret = next(line.split("= ")[1] for line in text.splitlines() if line.startswith("Secret"))
-    refused(
-        corral(addr, "acl", "token", "create", "-role-name", "nope", token=mgmt),
-        "cannot find role nope",
-    )
-    # the token reads nodes through read-role; without the role it may not
-    ok(corral(addr, "node", "status", token=secret))
-    me = as_json(corral(addr, "acl", "token", "self", "-json", token=secret))
-    assert {r["name"] for r in me["roles"]} == {"ops2", "read-role"}
     assert ok(corral(addr, *role, "delete", read_id, token=mgmt)) == (
         f"ACL role {read_id} successfully deleted\n"
     )
+    # read-role gave the token node:read; deleted, it no longer does
     refused(corral(addr, "node", "status", token=secret), "Permission denied")
-    refused(corral(addr, *role, "info", read_id, token=mgmt), "not found")
     me = as_json(corral(addr, "acl", "token", "self", "-json", token=secret))
     assert [r["name"] for r in me["roles"]] == ["ops2"]
     ok(corral(addr, *role, "delete", ops["id"], token=mgmt))
