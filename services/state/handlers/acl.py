@@ -13,9 +13,10 @@ its token).
 
 Roles, as policies, are the authoritative region's in a federation: role
 writes elsewhere are forwarded there, and ACL replication copies them back
-(services/state/federation/replication.py). With ACLs off the whole service answers
-FAILED_PRECONDITION. Only `Bootstrap` and `CreateToken` answer with a
-secret id.
+(services/state/federation/replication.py).
+
+With ACLs off the whole service answers FAILED_PRECONDITION. Only
+`Bootstrap` and `CreateToken` answer with a secret id.
 """
 
 from __future__ import annotations
