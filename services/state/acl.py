@@ -219,8 +219,12 @@ async def any_global(db: Database, accessor_ids: Sequence[str]) -> bool:
     return bool(rows)
 
 
-async def token_by_secret(db: Database, secret_id: str) -> acl_pb2.ACLToken | None:
-    """The token whose secret is `secret_id`, looked up by its hash."""
+async def token_by_secret(
+    db: Database, secret_id: str, *, name_roles: bool = True
+) -> acl_pb2.ACLToken | None:
+    """The token whose secret is `secret_id`, looked up by its hash; its
+    role links named (`link_roles`) unless `name_roles` is false (ids only,
+    deleted roles included: for a caller that reads the roles anyway)."""
     rows = await _rows(
         db,
         f"SELECT {TOKEN_COLUMNS} FROM acl_tokens WHERE secret_hash = %s",
@@ -229,7 +233,8 @@ async def token_by_secret(db: Database, secret_id: str) -> acl_pb2.ACLToken | No
     if not rows:
         return None
     token = token_from_row(rows[0])
-    await link_roles(db, [token])
+    if name_roles:
+        await link_roles(db, [token])
     return token
 
 
@@ -254,7 +259,7 @@ async def lookup(
             type=acl.TOKEN_CLIENT,
             policies=[acl_pb2.ACLPolicy(name=p.name, rules=p.rules) for p in policies],
         )
-    token = await token_by_secret(db, secret_id)
+    token = await token_by_secret(db, secret_id, name_roles=False)
     if token is None:
         raise PermissionDenied(NOT_FOUND)
     check_expiry(token.expiration_time, time.time_ns() if now_ns is None else now_ns)
