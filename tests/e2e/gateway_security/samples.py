@@ -161,6 +161,18 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             body=None if m == "GET" else {"Count": 1, "Target": {"Group": "web"}},
         ),
         "/v1/job/{job_id:path}/dispatch": job_path("/dispatch", cluster.dispatch_job, body={}),
+        "/v1/job/{job_id:path}/dispatch/payload": job_path(
+            "/dispatch/payload", cluster.dispatch_job, body="a payload"
+        ),
+        "/v1/job/{job_id:path}/versions/{name}/tag": lambda m: Sample(
+            f"/v1/job/{d.job_id}/versions/gw-probe-tag/tag",
+            body=None if m == "DELETE" else {"Version": 0, "Description": "probe"},
+        ),
+        "/v1/jobs/statuses": lambda m: Sample(
+            "/v1/jobs/statuses",
+            body=None if m == "GET" else {"Jobs": [{"ID": d.job_id, "Namespace": "default"}]},
+        ),
+        "/v1/system/reconcile/summaries": const(Sample("/v1/system/reconcile/summaries")),
         "/v1/job/{job_id:path}/periodic/force": job_path("/periodic/force", cluster.periodic_job),
         "/v1/allocations": const(Sample("/v1/allocations")),
         "/v1/evaluations/count": const(Sample("/v1/evaluations/count")),
