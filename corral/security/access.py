@@ -305,7 +305,15 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Federation/Hello": PEER,
     "/corral.v1.Federation/ReplicatePolicies": PEER,
     "/corral.v1.Federation/ReplicateTokens": PEER,
+    "/corral.v1.Federation/ReplicateRoles": PEER,
     "/corral.v1.ACL/UpdateToken": MANAGEMENT,
+    # roles: written with a management token; read by it, or by a token
+    # linking the role (decided by the handler)
+    "/corral.v1.ACL/UpsertRoles": MANAGEMENT,
+    "/corral.v1.ACL/DeleteRoles": MANAGEMENT,
+    "/corral.v1.ACL/ListRoles": PER_OBJECT,
+    "/corral.v1.ACL/GetRole": PER_OBJECT,
+    "/corral.v1.ACL/GetRoleByName": PER_OBJECT,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"
