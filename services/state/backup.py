@@ -180,7 +180,10 @@ async def _copy_in(
             )
 
 
-async def _rewrapped(ex: archive.Extracted, keyring: Keyring) -> list[tuple[str, str, bytes, bytes]]:
+Rewrapped = tuple[str, str, bytes, bytes]
+
+
+async def _rewrapped(ex: archive.Extracted, keyring: Keyring) -> list[Rewrapped]:
     """The archive's root keys wrapped with this cluster's KEK."""
     if not keyring.configured:
         raise FailedPrecondition(f"the snapshot holds a keyring, but {NO_KEK}")
@@ -190,7 +193,7 @@ async def _rewrapped(ex: archive.Extracted, keyring: Keyring) -> list[tuple[str,
         if not isinstance(keys, dict):
             raise ValueError("not an object")
 
-        def wrap_all() -> list[tuple[str, str, bytes, bytes]]:
+        def wrap_all() -> list[Rewrapped]:
             out = []
             for key_id, exported in keys.items():
                 material = kr.RootKeyMaterial.imported(str(key_id), exported)
