@@ -328,7 +328,7 @@ def test_operator_snapshot_restores_into_a_fresh_cluster(
         assert http(fresh, "GET", "/v1/jobs", fresh.token)[0] == 403
         status, jobs = http(fresh, "GET", "/v1/jobs", dev.token)
         assert status == 200 and "web" in {j["ID"] for j in jobs}
-        got = corral(fresh, "var", "get", "-item", "password", "nomad/jobs/web")
+        got = corral(fresh, "var", "get", "-item", "password", "nomad/jobs/web", token=dev.token)
         assert (got.returncode, got.stdout) == (0, "web-secret"), got.stderr
         assert http(fresh, "GET", "/v1/acl/token/self", no_rights)[0] == 200
 
@@ -340,7 +340,7 @@ def test_operator_snapshot_restores_into_a_fresh_cluster(
         wait_for("the fresh cluster's node registered again", node_ready, timeout=120)
         jobfile = tmp_path / "after.nomad.hcl"
         jobfile.write_text(AFTER_RESTORE % {"python": sys.executable, "node": node_id})
-        run = corral(fresh, "job", "run", "-detach", str(jobfile))
+        run = corral(fresh, "job", "run", "-detach", str(jobfile), token=dev.token)
         assert run.returncode == 0, run.stderr
         wait_for(
             "the new job completed on the restored cluster",
