@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 import psycopg
 
 from corral.domain import topics
-from corral.domain.errors import OutOfRange, Unavailable
+from corral.domain.errors import OutOfRange, StateRestored, Unavailable
 from corral.domain.store import StateSnapshot, StateStore
 from corral.runtime.feed_view import FeedView
 from corral.v1 import structs_pb2 as pb
@@ -349,7 +349,7 @@ class ChangeFeed:
                 continue
             batches = await self.db.read_log(last, READ_BATCH, max_bytes=SUBSCRIBER_PAGE_BYTES)
             if batches and batches[0].reset:
-                raise _restored(batches[0])
+                raise StateRestored(batches[0].index)
             if not batches or batches[0].index != last + 1:
                 oldest = await self.db.oldest_retained_index()
                 raise OutOfRange(
@@ -358,13 +358,6 @@ class ChangeFeed:
                 )
             for batch in batches:
                 if batch.reset:
-                    raise _restored(batch)
+                    raise StateRestored(batch.index)
                 yield batch
                 last = batch.index
-
-
-def _restored(batch: pb.ChangeBatch) -> OutOfRange:
-    return OutOfRange(
-        f"the state was replaced by a snapshot restore at index {batch.index}; "
-        "re-bootstrap from State.Snapshot"
-    )

@@ -273,6 +273,13 @@ async def test_a_replica_and_an_event_stream_reload_after_a_restore(
     data, head = await save(channel)
     replica = Replica(state_app.server.bound_address, name="snapshot-test")
     await replica.start()
+    resets: list[int] = []
+    restores: list[int] = []
+    replica.add_listener(
+        lambda _b, _s: None,
+        lambda s: resets.append(s.index),
+        lambda s: restores.append(s.index),
+    )
     events = event_pb2_grpc.EventStub(channel).Stream(
         event_pb2.EventStreamRequest(topics=[event_pb2.EventTopic(topic="Job", key="*")])
     )
@@ -285,6 +292,8 @@ async def test_a_replica_and_an_event_stream_reload_after_a_restore(
         assert resp.index > late.index
         snap = await replica.wait_for_index(resp.index, 30)
         assert replica.bootstraps == bootstraps + 1
+        # told it was a restore (the broker starts over on that), not a reset
+        assert restores and restores[0] >= resp.index and resets == []
         assert snap.job_by_id("default", "after-save") is None
         assert snap.job_by_id("default", "kept") is not None
         assert state_app.feed.snapshot().job_by_id("default", "after-save") is None
