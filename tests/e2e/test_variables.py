@@ -332,6 +332,21 @@ def test_operator_snapshot_restores_into_a_fresh_cluster(
         assert (got.returncode, got.stdout) == (0, "web-secret"), got.stderr
         assert http(fresh, "GET", "/v1/acl/token/self", no_rights)[0] == 200
 
+        # again over HTTP, as Nomad's api client does: the index only goes up
+        first = int(restored.stdout.rsplit("index ", 1)[1].rstrip(")\n"))
+        put = urllib.request.Request(
+            fresh.http_addr + "/v1/operator/snapshot",
+            data=path.read_bytes(),
+            method="PUT",
+            headers={"X-Nomad-Token": dev.token},
+        )
+        with urllib.request.urlopen(put, timeout=120) as resp:
+            assert resp.status == 200 and int(resp.headers["X-Nomad-Index"]) > first
+        put.data = b"not a snapshot"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(put, timeout=60)
+        assert refused.value.code == 400 and b"not a readable snapshot" in refused.value.read()
+
         def node_ready() -> bool:
             status, node = http(fresh, "GET", f"/v1/node/{node_id}", dev.token)
             return status == 200 and node.get("Status") == "ready"
