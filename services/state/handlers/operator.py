@@ -3,6 +3,7 @@ operator snapshots (services/state/backup.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tempfile
 from collections.abc import AsyncIterator
@@ -10,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from corral.domain import snapshot_archive
-from corral.domain.errors import InvalidArgument, ResourceExhausted
+from corral.domain.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from corral.domain.structs import SchedulerAlgorithm
 from corral.runtime.server import GrpcServer
+from corral.security.access import requested_region
 from corral.v1 import operator_pb2, operator_pb2_grpc, state_pb2
 from corral.v1 import structs_pb2 as pb
 from services.state import backup, query, validate
@@ -89,7 +91,7 @@ class OperatorServicer(operator_pb2_grpc.OperatorServicer):
             yield operator_pb2.SnapshotSaveResponse(
                 index=meta.index,
                 size=path.stat().st_size,
-                sha256=snapshot_archive.sha256_file(path),
+                sha256=await asyncio.to_thread(snapshot_archive.sha256_file, path),
             )
             for chunk in snapshot_archive.chunks(path, SNAPSHOT_CHUNK):
                 yield operator_pb2.SnapshotSaveResponse(data=chunk)
@@ -98,6 +100,13 @@ class OperatorServicer(operator_pb2_grpc.OperatorServicer):
     async def SnapshotRestore(
         self, requests: AsyncIterator[operator_pb2.SnapshotRestoreRequest], context: Context
     ) -> AsyncIterator[operator_pb2.SnapshotRestoreResponse]:
+        region = requested_region(context)
+        if region and region != self.ctx.region:
+            # a bidirectional stream is not forwarded: refuse, never restore here
+            raise FailedPrecondition(
+                f"a snapshot restore is not forwarded to other regions: send it to a "
+                f"state server of region {region!r}"
+            )
         limit = self.ctx.snapshot_max_bytes
         with tempfile.TemporaryDirectory(prefix="corral-restore-") as tmp:
             work = Path(tmp)

@@ -21,6 +21,7 @@ import pytest
 from corral.domain import snapshot_archive as archive
 from corral.runtime.replica import Replica
 from corral.security import transport
+from corral.security.transport import REGION_METADATA_KEY
 from corral.testing import mock
 from corral.v1 import (
     acl_pb2,
@@ -82,13 +83,16 @@ async def save(channel: grpc.aio.Channel) -> tuple[bytes, operator_pb2.SnapshotS
 
 
 async def restore(
-    channel: grpc.aio.Channel, data: bytes, chunk: int = 64 * 1024
+    channel: grpc.aio.Channel,
+    data: bytes,
+    chunk: int = 64 * 1024,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> operator_pb2.SnapshotRestoreResponse:
     async def requests() -> AsyncIterator[operator_pb2.SnapshotRestoreRequest]:
         for at in range(0, len(data), chunk):
             yield operator_pb2.SnapshotRestoreRequest(data=data[at : at + chunk])
 
-    call = operator_pb2_grpc.OperatorStub(channel).SnapshotRestore(requests())
+    call = operator_pb2_grpc.OperatorStub(channel).SnapshotRestore(requests(), metadata=metadata)
     answers = [r async for r in call]
     assert len(answers) == 1
     return answers[0]
@@ -193,12 +197,15 @@ async def test_restore_into_an_empty_state_gives_the_same_objects(
 
 
 async def _refused(
-    state_app: StateApp, channel: grpc.aio.Channel, data: bytes
+    state_app: StateApp,
+    channel: grpc.aio.Channel,
+    data: bytes,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> tuple[grpc.StatusCode, str]:
     index = await state_app.db.latest_index()
     jobs = len(state_app.feed.snapshot().jobs)
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await restore(channel, data)
+        await restore(channel, data, metadata=metadata)
     assert await state_app.db.latest_index() == index
     assert len(state_app.feed.snapshot().jobs) == jobs
     return info.value.code(), info.value.details() or ""
@@ -252,6 +259,10 @@ async def test_damaged_other_revision_and_oversized_snapshots_are_refused(
 
     code, details = await _refused(state_app, channel, _rebuilt(data, other_revision, resum=True))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "schema revision '0001'" in details
+    # a bidirectional stream is not forwarded: another region's is refused here
+    other = ((REGION_METADATA_KEY, "elsewhere"),)
+    code, details = await _refused(state_app, channel, data, other)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "region 'elsewhere'" in details
     code, details = await _refused(state_app, channel, b"not a snapshot at all")
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a readable snapshot" in details
     limit = state_app.ctx.snapshot_max_bytes
