@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from corral.domain import snapshot_archive as archive
 
 
@@ -137,3 +138,21 @@ def test_not_an_archive_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"not gzip at all")
     with pytest.raises(archive.ArchiveError, match="not a readable snapshot archive"):
         archive.extract(path, tmp_path / "out", 1 << 20)
+
+
+def test_cli_inspect_prints_index_size_and_counts_per_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`corral operator snapshot inspect` reads the file locally (no server:
+    the address points nowhere), as Nomad's inspect does."""
+    path = _written(tmp_path)
+    assert main(["operator", "snapshot", "inspect", "-address", "127.0.0.1:1", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Index   = 42" in out and "Region  = global" in out and "Schema  = 0008" in out
+    lines = [line.split() for line in out.splitlines()]
+    assert ["Type", "Count", "Size"] in lines
+    assert ["jobs", "3", "12", "B"] in lines and ["Total", "3", "12", "B"] in lines
+    damaged = tmp_path / "damaged.tar.gz"
+    damaged.write_bytes(path.read_bytes()[:-40])
+    assert main(["operator", "snapshot", "inspect", str(damaged)]) == 1
+    assert "not a readable snapshot archive" in capsys.readouterr().err
