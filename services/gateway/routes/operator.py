@@ -16,6 +16,7 @@ from corral.v1 import operator_pb2
 from services.gateway.authz import MANAGEMENT, OPERATOR_READ, OPERATOR_WRITE, ApiRoute
 from services.gateway.backend import DEFAULT_TIMEOUT
 from services.gateway.http import (
+    NomadError,
     QueryOptions,
     backend_of,
     bad_request,
@@ -110,12 +111,16 @@ async def _snapshot_restore(request: Request) -> Response:
 
     async def chunks() -> AsyncIterator[operator_pb2.SnapshotRestoreRequest]:
         pending = bytearray()
+        sent = False
         async for data in request.stream():
             pending += data
             while len(pending) >= RESTORE_CHUNK:
                 yield operator_pb2.SnapshotRestoreRequest(data=bytes(pending[:RESTORE_CHUNK]))
+                sent = True
                 del pending[:RESTORE_CHUNK]
-        if pending:
+        if pending or not sent:
+            # at least one message, even empty: the state checks the token on
+            # a stream's first message, before it says the body is empty
             yield operator_pb2.SnapshotRestoreRequest(data=bytes(pending))
 
     call: Any = backend_of(request).operator.SnapshotRestore(
@@ -125,7 +130,7 @@ async def _snapshot_restore(request: Request) -> Response:
     async for resp in call:
         index = resp.index
     if not index:
-        raise bad_request("the request body must be a snapshot archive; it is empty")
+        raise NomadError(500, "the state ended the snapshot restore without an answer")
     return written(index)
 
 

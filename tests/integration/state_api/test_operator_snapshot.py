@@ -89,7 +89,7 @@ async def restore(
     metadata: tuple[tuple[str, str], ...] = (),
 ) -> operator_pb2.SnapshotRestoreResponse:
     async def requests() -> AsyncIterator[operator_pb2.SnapshotRestoreRequest]:
-        for at in range(0, len(data), chunk):
+        for at in range(0, max(len(data), 1), chunk):  # an empty body: one empty message
             yield operator_pb2.SnapshotRestoreRequest(data=data[at : at + chunk])
 
     call = operator_pb2_grpc.OperatorStub(channel).SnapshotRestore(requests(), metadata=metadata)
@@ -263,6 +263,8 @@ async def test_damaged_other_revision_and_oversized_snapshots_are_refused(
     other = ((REGION_METADATA_KEY, "elsewhere"),)
     code, details = await _refused(state_app, channel, data, other)
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "region 'elsewhere'" in details
+    code, details = await _refused(state_app, channel, b"")
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "snapshot: is empty" in details
     code, details = await _refused(state_app, channel, b"not a snapshot at all")
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a readable snapshot" in details
     limit = state_app.ctx.snapshot_max_bytes
