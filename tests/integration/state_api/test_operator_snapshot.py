@@ -3,7 +3,8 @@ go on holds exactly what was committed at its index; a restore into an
 empty state gives the same objects (jobs, variables, ACL tokens) at an
 index above both; a damaged archive, another schema revision or an
 oversized one is refused and changes nothing; a replica and an event
-stream subscribed before a restore see the restored state afterwards."""
+stream subscribed before a restore, and another state process on the same
+database, see the restored state afterwards."""
 
 from __future__ import annotations
 
@@ -276,15 +277,18 @@ async def test_damaged_other_revision_and_oversized_snapshots_are_refused(
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--snapshot-max-bytes" in details
 
 
-async def test_a_replica_and_an_event_stream_reload_after_a_restore(
-    state_app: StateApp, channel: grpc.aio.Channel
+async def test_a_replica_an_event_stream_and_a_follower_reload_after_a_restore(
+    state_app: StateApp, channel: grpc.aio.Channel, pg_dsn: str
 ) -> None:
     """Taken, then changed, then restored: the replica (subscribed all
-    along) drops what came after the snapshot, and the event stream open
-    across the restore ends with OUT_OF_RANGE (its reader starts over)."""
+    along) drops what came after the snapshot, the event stream open
+    across the restore ends with OUT_OF_RANGE (its reader starts over), and
+    another state process on the same database reloads too."""
     jobs = job_pb2_grpc.JobStub(channel)
     await jobs.Register(job_pb2.JobRegisterRequest(job=new_job("kept")))
     data, head = await save(channel)
+    follower = StateApp(state_settings(pg_dsn, acl=True))
+    await follower.start()
     replica = Replica(state_app.server.bound_address, name="snapshot-test")
     await replica.start()
     resets: list[int] = []
@@ -311,6 +315,9 @@ async def test_a_replica_and_an_event_stream_reload_after_a_restore(
         assert snap.job_by_id("default", "after-save") is None
         assert snap.job_by_id("default", "kept") is not None
         assert state_app.feed.snapshot().job_by_id("default", "after-save") is None
+        followed = await follower.feed.wait_for_index(resp.index, 30)
+        assert followed.job_by_id("default", "after-save") is None
+        assert followed.job_by_id("default", "kept") is not None
         with pytest.raises(grpc.aio.AioRpcError) as info:
             async with asyncio.timeout(30):
                 async for _ in events:
@@ -325,6 +332,7 @@ async def test_a_replica_and_an_event_stream_reload_after_a_restore(
         events.cancel()
         with contextlib.suppress(Exception):
             await replica.stop()
+        await follower.stop()
 
 
 async def test_every_table_of_the_schema_is_saved_or_named_as_not_state(
