@@ -158,6 +158,10 @@ class ChangeFeed:
                 log.warning("change log truncated or reset past index %d; reloading", self.index)
                 await self._bootstrap()
                 self._signal_advance()
+                # every node's blocking alloc query answers from the new state
+                for waiter in self._node_waiters.values():
+                    waiter.set()
+                self._node_waiters.clear()
                 for reloaded in self.on_reload:
                     try:
                         reloaded()
