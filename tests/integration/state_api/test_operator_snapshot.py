@@ -349,3 +349,24 @@ async def test_every_table_of_the_schema_is_saved_or_named_as_not_state(
     saved = {t.name for t in backup.state_tables()}
     assert in_database == saved | backup.NOT_STATE
     assert not saved & backup.NOT_STATE
+
+
+async def test_only_a_management_token_saves_or_restores(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    """As Nomad: `operator:write` is not enough, for either direction."""
+    acl = acl_pb2_grpc.ACLStub(channel)
+    await acl.UpsertPolicies(
+        acl_pb2.ACLUpsertPoliciesRequest(
+            policies=[acl_pb2.ACLPolicy(name="operators", rules='operator { policy = "write" }')]
+        )
+    )
+    made = await acl.CreateToken(acl_pb2.ACLCreateTokenRequest(name="op", policies=["operators"]))
+    data, _ = await save(channel)
+    async with user_channel(state_app.server.bound_address, made.token.secret_id) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await save(ch)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "management token" in (info.value.details() or "")
+        code, details = await _refused(state_app, ch, data)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "management token" in details
