@@ -11,7 +11,7 @@ import sys
 
 import grpc
 
-from cli.commands import group, job_periodic
+from cli.commands import action, group, job_periodic
 from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows, promote
 from cli.context import CliError, Context, common, grpc_message
 from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
@@ -212,6 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_dispatch)
 
     job_periodic.register(jobs)
+    action.register_job_action(jobs)
 
 
 # ------------------------------------------------------------------ run / plan

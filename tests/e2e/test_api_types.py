@@ -82,6 +82,11 @@ job "web" {
 
       env { VERSION = "1" }
 
+      action "version" {
+        command = "/bin/sh"
+        args    = ["-c", "echo $VERSION"]
+      }
+
       resources {
         cpu    = 50
         memory = 64
@@ -314,6 +319,7 @@ CALLS: list[Call] = [
     Call("GET", "/v1/job/{job_id:path}/summary", r("/v1/job/web/summary"), "JobSummary"),
     Call("GET", "/v1/job/{job_id:path}/submission", r("/v1/job/web/submission", version="0"),
          "JobSubmission"),
+    Call("GET", "/v1/job/{job_id:path}/actions", r("/v1/job/web/actions"), "[]jobAction"),
     Call("GET", "/v1/job/{job_id:path}/scale", r("/v1/job/web/scale"), "JobScaleStatusResponse"),
     Call("GET", "/v1/job/{job_id:path}/deployments", r("/v1/job/web/deployments"),
          "[]Deployment"),
@@ -790,6 +796,15 @@ def test_route_answers_nomad_types(world: World, call: Call) -> None:
 # structs.PeriodicForceResponse embed WriteMeta)
 local_structs(
     keyringRotateResponse={"Key": "*RootKeyMeta", "Index": "int"},
+    # no api function reads /v1/job/:id/actions: Nomad's server sends
+    # []*structs.JobAction (Action's fields, then the task's and group's names)
+    jobAction={
+        "Name": "string",
+        "Command": "string",
+        "Args": "[]string",
+        "TaskName": "string",
+        "TaskGroupName": "string",
+    },
     periodicForceResponse={"EvalID": "string", "EvalCreateIndex": "int", "Index": "int"},
     # api.Nodes.ForceEvaluate decodes nodeEvalResponse{EvalID}; Nomad's server
     # sends structs.NodeUpdateResponse (EvalIDs, ...): Corral sends both

@@ -42,7 +42,6 @@ ABSENT: dict[str, dict[str, Any]] = {
         "MaxRunDuration": None,
     },
     "Task": {
-        "Actions": None,
         "Artifacts": None,
         "Consul": None,
         "CSIPluginConfig": None,

@@ -1,7 +1,7 @@
 """/v1/jobs and /v1/job/:id/... (Nomad's command/agent/job_endpoint.go
 semantics): list, register, read, update, deregister, plan, the job's
-allocations, evaluations, versions, summary, scale, dispatch and periodic
-force.
+allocations, evaluations, versions, summary, actions, scale, dispatch and
+periodic force (a job action's run is a WebSocket: alloc_exec.py).
 
 Job ids may hold slashes (a periodic job's children are `<id>/periodic-<t>`),
 so `/v1/job/{id}/<action>` routes take the id as a path and `FALLBACK`
@@ -173,6 +173,8 @@ async def job(request: Request) -> Response:
 
         if wrong_method(request, skip=FALLBACK[0]):
             raise NomadError(405, "Invalid method")
+        if tail == "action":
+            raise bad_request("a job action runs over a WebSocket: send Upgrade: websocket")
         raise unserved(f"{request.method} /v1/job/:id/{tail}")
     if request.method == "GET":
         q = QueryOptions.from_request(request)
@@ -248,6 +250,18 @@ async def job_submission(request: Request) -> Response:
         timeout=q.timeout,
     )
     return respond(request, job_map.submission(resp.submission), index=resp.meta.index)
+
+
+async def job_actions(request: Request) -> Response:
+    """Nomad's Job.GetActions: every action of the job's tasks, flattened,
+    each with its task and group (a list of Nomad's JobAction)."""
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).jobs.Get(
+        job_pb2.JobGetRequest(job_id=_job_id(request), query=q.proto()),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, job_map.actions(resp.job), index=resp.meta.index)
 
 
 async def job_summary(request: Request) -> Response:
@@ -450,6 +464,7 @@ ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/job/{job_id:path}/versions", job_versions, READ),
     ApiRoute("/v1/job/{job_id:path}/summary", job_summary, READ),
     ApiRoute("/v1/job/{job_id:path}/submission", job_submission, READ),
+    ApiRoute("/v1/job/{job_id:path}/actions", job_actions, READ),
     ApiRoute(
         "/v1/job/{job_id:path}/scale",
         job_scale,

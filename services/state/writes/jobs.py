@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.struct_pb2 import Struct
 
 from corral.domain import (
+    actions,
     artifacts,
     identity,
     lifecycle,
@@ -173,6 +174,9 @@ def validate_job(job: pb.Job) -> None:
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
             found = template_block.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            found = actions.problems(task)
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
             problem = lifecycle.lifecycle_problem(task)
