@@ -78,8 +78,8 @@ class StateApp:
             self.ctx.acl.invalidate,
             self.ctx.keyring.forget,
             self.ctx.node_secrets.forget,
+            self.heartbeats.reloaded,
         ]
-        self.feed.on_reload.append(self.heartbeats.reloaded)
         self.election: LeaderElection | None = None
         self._term: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
