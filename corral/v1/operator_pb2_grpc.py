@@ -99,8 +99,9 @@ class OperatorServicer:
         The caller streams the archive's bytes (at most --snapshot-max-bytes in
         all) and half-closes; one response follows. A bad checksum, another
         schema revision or format is INVALID_ARGUMENT or FAILED_PRECONDITION and
-        changes nothing. Bidirectional only because the server's interceptor
-        checks access on a stream's first message. Management token only.
+        changes nothing; so does one naming another region (a stream is not
+        forwarded). Bidirectional only because the server's interceptor checks
+        access on a stream's first message. Management token only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -50,8 +50,9 @@ class OperatorStub:
     The caller streams the archive's bytes (at most --snapshot-max-bytes in
     all) and half-closes; one response follows. A bad checksum, another
     schema revision or format is INVALID_ARGUMENT or FAILED_PRECONDITION and
-    changes nothing. Bidirectional only because the server's interceptor
-    checks access on a stream's first message. Management token only.
+    changes nothing; so does one naming another region (a stream is not
+    forwarded). Bidirectional only because the server's interceptor checks
+    access on a stream's first message. Management token only.
     """
 
 @_typing.type_check_only
@@ -73,8 +74,9 @@ class OperatorAsyncStub(OperatorStub):
     The caller streams the archive's bytes (at most --snapshot-max-bytes in
     all) and half-closes; one response follows. A bad checksum, another
     schema revision or format is INVALID_ARGUMENT or FAILED_PRECONDITION and
-    changes nothing. Bidirectional only because the server's interceptor
-    checks access on a stream's first message. Management token only.
+    changes nothing; so does one naming another region (a stream is not
+    forwarded). Bidirectional only because the server's interceptor checks
+    access on a stream's first message. Management token only.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -123,8 +125,9 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
         The caller streams the archive's bytes (at most --snapshot-max-bytes in
         all) and half-closes; one response follows. A bad checksum, another
         schema revision or format is INVALID_ARGUMENT or FAILED_PRECONDITION and
-        changes nothing. Bidirectional only because the server's interceptor
-        checks access on a stream's first message. Management token only.
+        changes nothing; so does one naming another region (a stream is not
+        forwarded). Bidirectional only because the server's interceptor checks
+        access on a stream's first message. Management token only.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
