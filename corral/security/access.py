@@ -117,6 +117,7 @@ def scope(name: str, level: str) -> Rule:
 
 
 READ_JOB, SUBMIT_JOB, LIST_JOBS = "read-job", "submit-job", "list-jobs"
+TAG_JOB_VERSION = "tag-job-version"
 DELETE_SERVICE = "delete-service-registration"
 SCALE_JOB, READ_JOB_SCALING = "scale-job", "read-job-scaling"
 LIST_SCALING_POLICIES, READ_SCALING_POLICY = "list-scaling-policies", "read-scaling-policy"
@@ -170,6 +171,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Get": ns(READ_JOB),
     "/corral.v1.Job/List": ns(LIST_JOBS, handler=True),
     "/corral.v1.Job/Versions": ns(READ_JOB),
+    "/corral.v1.Job/Statuses": ns(READ_JOB, handler=True),
     "/corral.v1.Job/Deregister": ns(SUBMIT_JOB),
     # scale-job or submit-job (Nomad's either-or; checked by the handler)
     "/corral.v1.Job/Scale": PER_OBJECT,
@@ -178,6 +180,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
     "/corral.v1.Job/Evaluate": ns(SUBMIT_JOB),
     "/corral.v1.Job/Stable": ns(SUBMIT_JOB),
+    "/corral.v1.Job/TagVersion": ns(SUBMIT_JOB, TAG_JOB_VERSION),
     "/corral.v1.Job/Dispatch": ns("dispatch-job"),
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),
@@ -240,6 +243,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Operator/SnapshotSave": MANAGEMENT,
     "/corral.v1.Operator/SnapshotRestore": MANAGEMENT,
     "/corral.v1.System/GarbageCollect": scope("operator", "write"),
+    "/corral.v1.System/ReconcileSummaries": MANAGEMENT,
     "/corral.v1.CoreGC/Force": SERVER,
     "/corral.v1.Worker/List": scope("operator", "read"),
     "/corral.v1.Worker/GetConfig": scope("operator", "read"),
@@ -299,7 +303,15 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Federation/Hello": PEER,
     "/corral.v1.Federation/ReplicatePolicies": PEER,
     "/corral.v1.Federation/ReplicateTokens": PEER,
+    "/corral.v1.Federation/ReplicateRoles": PEER,
     "/corral.v1.ACL/UpdateToken": MANAGEMENT,
+    # roles: written with a management token; read by it, or by a token
+    # linking the role (decided by the handler)
+    "/corral.v1.ACL/UpsertRoles": MANAGEMENT,
+    "/corral.v1.ACL/DeleteRoles": MANAGEMENT,
+    "/corral.v1.ACL/ListRoles": PER_OBJECT,
+    "/corral.v1.ACL/GetRole": PER_OBJECT,
+    "/corral.v1.ACL/GetRoleByName": PER_OBJECT,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"

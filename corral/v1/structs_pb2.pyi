@@ -2149,6 +2149,7 @@ class Job(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     UI_FIELD_NUMBER: _builtins.int
     REGION_FIELD_NUMBER: _builtins.int
+    VERSION_TAG_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     """default "default" """
@@ -2201,6 +2202,13 @@ class Job(_message.Message):
     def ui(self) -> Global___JobUIConfig:
         """the `ui` block"""
 
+    @_builtins.property
+    def version_tag(self) -> Global___JobVersionTag:
+        """Nomad's VersionTag: a name (unique among the job's versions) given to
+        this version, to find it again (`job revert`, `job history`); set and
+        unset only by Job.TagVersion, never by a registration
+        """
+
     def __init__(
         self,
         *,
@@ -2234,14 +2242,41 @@ class Job(_message.Message):
         payload: _builtins.bytes = ...,
         ui: Global___JobUIConfig | None = ...,
         region: _builtins.str = ...,
+        version_tag: Global___JobVersionTag | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update", "version_tag", b"version_tag"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "region", b"region", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "region", b"region", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version", "version_tag", b"version_tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobVersionTag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    TAGGED_TIME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    description: _builtins.str
+    tagged_time: _builtins.int
+    """unix nanoseconds"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        tagged_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "tagged_time", b"tagged_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobVersionTag: _TypeAlias = JobVersionTag  # noqa: Y015
 
 @_typing.final
 class JobUILink(_message.Message):

@@ -202,10 +202,21 @@ def _seed(dev: DevProcess) -> World:
     ok("PUT", "/v1/namespace/types-ns", body={"Name": "types-ns", "Description": "d"})
     ok("PUT", "/v1/node/pools", body={"Name": "types-pool", "Meta": {"k": "v"}})
     ok("PUT", "/v1/acl/policy/types-read", body={"Name": "types-read", "Rules": READ_RULES})
+    ok(
+        "PUT",
+        "/v1/acl/role",
+        body={"Name": "types-role", "Description": "d", "Policies": [{"Name": "types-read"}]},
+    )
     client = ok(
         "PUT",
         "/v1/acl/token",
-        body={"Name": "types", "Type": "client", "Policies": ["types-read"], "ExpirationTTL": "1h"},
+        body={
+            "Name": "types",
+            "Type": "client",
+            "Policies": ["types-read"],
+            "Roles": [{"Name": "types-role"}],
+            "ExpirationTTL": "1h",
+        },
     )
     web_allocs = [a["ID"] for a in ok("GET", "/v1/job/web/allocations")]
     policies = ok("GET", "/v1/scaling/policies", params={"job": "web"})
@@ -277,6 +288,11 @@ def r(path: str, body: Any = None, **params: str) -> Callable[[World], Req]:
     return lambda w: Req(path, params, body)
 
 
+def _role(w: World) -> dict[str, Any]:
+    role: dict[str, Any] = w.ok("GET", "/v1/acl/role/name/types-role")
+    return role
+
+
 def web_job(w: World) -> dict[str, Any]:
     job: dict[str, Any] = w.ok("GET", "/v1/job/web")
     return job
@@ -309,6 +325,11 @@ CALLS: list[Call] = [
          "FuzzySearchResponse"),
     # jobs: reads
     Call("GET", "/v1/jobs", r("/v1/jobs"), "[]JobListStub"),
+    Call("GET", "/v1/jobs/statuses", r("/v1/jobs/statuses", namespace="*", include_children="true"),
+         "[]JobStatusesJob"),
+    Call("POST", "/v1/jobs/statuses",
+         r("/v1/jobs/statuses", {"Jobs": [{"ID": "web"}, {"ID": "dispatcher"}]}),
+         "[]JobStatusesJob"),
     Call("GET", "/v1/job/{job_id:path}", r("/v1/job/web"), "Job"),
     Call("GET", "/v1/job/{job_id:path}/allocations", r("/v1/job/web/allocations", all="true"),
          "[]AllocationListStub"),
@@ -479,6 +500,24 @@ CALLS: list[Call] = [
                              "Policies": None}), "ACLToken"),
     Call("DELETE", "/v1/acl/token/{accessor_id}",
          lambda w: Req(f"/v1/acl/token/{w.made['token_to_delete']}"), None),
+    Call("GET", "/v1/acl/roles", r("/v1/acl/roles"), "[]ACLRoleListStub"),
+    Call("GET", "/v1/acl/role/name/{name}", r("/v1/acl/role/name/types-role"), "ACLRole"),
+    Call("GET", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{_role(w)['ID']}"), "ACLRole"),
+    Call("PUT", "/v1/acl/role",
+         r("/v1/acl/role", {"Name": "types-role2", "Policies": [{"Name": "types-read"}]}),
+         "ACLRole"),
+    Call("POST", "/v1/acl/role",
+         r("/v1/acl/role", {"Name": "types-role3", "Policies": [{"Name": "types-read"}]}),
+         "ACLRole"),
+    Call("PUT", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{_role(w)['ID']}",
+                       body={**_role(w), "Description": "changed"}), "ACLRole"),
+    Call("POST", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{_role(w)['ID']}",
+                       body={**_role(w), "Description": "again"}), "ACLRole"),
+    Call("DELETE", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{w.made['role_to_delete']}"), None),
     Call("DELETE", "/v1/acl/policy/{name}", r("/v1/acl/policy/types-two"), None),
     # the event stream (a few lines from the start)
     Call("GET", "/v1/event/stream", r("/v1/event/stream", index="1"), "Events", kind="ndjson"),
@@ -500,6 +539,10 @@ CALLS: list[Call] = [
          r("/v1/job/dispatcher/dispatch", {"Meta": {}}), "JobDispatchResponse"),
     Call("POST", "/v1/job/{job_id:path}/dispatch",
          r("/v1/job/dispatcher/dispatch", {"Payload": "aGk="}), "JobDispatchResponse"),
+    Call("PUT", "/v1/job/{job_id:path}/dispatch/payload",
+         r("/v1/job/dispatcher/dispatch/payload", "a payload"), "JobDispatchResponse"),
+    Call("POST", "/v1/job/{job_id:path}/dispatch/payload",
+         r("/v1/job/dispatcher/dispatch/payload"), "JobDispatchResponse"),
     Call("PUT", "/v1/job/{job_id:path}/periodic/force", r("/v1/job/nightly/periodic/force"),
          "periodicForceResponse"),
     Call("POST", "/v1/job/{job_id:path}/periodic/force", r("/v1/job/weekly/periodic/force"),
@@ -515,6 +558,13 @@ CALLS: list[Call] = [
     Call("POST", "/v1/job/{job_id:path}/stable",
          r("/v1/job/web/stable", {"JobID": "web", "JobVersion": 0, "Stable": False}),
          "JobStabilityResponse"),
+    Call("PUT", "/v1/job/{job_id:path}/versions/{name}/tag",
+         r("/v1/job/web/versions/types-golden/tag", {"Version": 0, "Description": "d"}),
+         "jobTagResponse"),
+    Call("POST", "/v1/job/{job_id:path}/versions/{name}/tag",
+         r("/v1/job/web/versions/types-latest/tag", {"Latest": True}), "jobTagResponse"),
+    Call("DELETE", "/v1/job/{job_id:path}/versions/{name}/tag",
+         r("/v1/job/web/versions/types-golden/tag"), "jobTagResponse"),
     Call("PUT", "/v1/job/{job_id:path}/revert",
          r("/v1/job/types-put/revert", {"JobVersion": 0}), "JobRegisterResponse"),
     Call("POST", "/v1/job/{job_id:path}/revert",
@@ -596,6 +646,7 @@ CALLS: list[Call] = [
          lambda w: Req(f"/v1/service/web/{w.made['service_instance']}"), None),
     Call("DELETE", "/v1/job/{job_id:path}", r("/v1/job/types-put", purge="true"),
          "JobDeregisterResponse"),
+    Call("PUT", "/v1/system/reconcile/summaries", r("/v1/system/reconcile/summaries"), None),
     # last: the collector takes the finished jobs and allocs the calls above name
     Call("PUT", "/v1/system/gc", r("/v1/system/gc"), None),
 ]  # fmt: skip
@@ -613,7 +664,10 @@ NOT_WALKED = {
 
 
 #: writes Nomad answers with neither a body nor an index
-NO_INDEX = {"/v1/system/gc": "Nomad's force GC answers before anything is written"}
+NO_INDEX = {
+    "/v1/system/gc": "Nomad's force GC answers before anything is written",
+    "/v1/system/reconcile/summaries": "nothing to rewrite: no write, no index (Nomad sends none)",
+}
 
 
 def _table() -> Iterator[tuple[str, str]]:
@@ -662,6 +716,11 @@ def _prepare(world: World, call: Call) -> None:
             body={"Name": "bye", "Type": "client", "Policies": ["types-read"]},
         )
         world.made["token_to_delete"] = made["AccessorID"]
+    elif call.template == "/v1/acl/role/{role_id}" and call.method == "DELETE":
+        made = world.ok(
+            "PUT", "/v1/acl/role", body={"Name": "types-bye", "Policies": [{"Name": "types-read"}]}
+        )
+        world.made["role_to_delete"] = made["ID"]
     elif call.template == "/v1/deployment/allocation-health/{deployment_id}":
         d = world.ok("GET", f"/v1/deployment/{world.canary_deployment}")
         world.made["canary"] = d["TaskGroups"]["web"]["PlacedCanaries"][0]
@@ -806,6 +865,17 @@ local_structs(
         "TaskGroupName": "string",
     },
     periodicForceResponse={"EvalID": "string", "EvalCreateIndex": "int", "Index": "int"},
+    # the api's TagVersion decodes no answer: Nomad's server sends
+    # structs.JobTagResponse (its QueryMeta in the body)
+    jobTagResponse={
+        "Name": "string",
+        "Description": "string",
+        "TaggedTime": "int",
+        "Index": "int",
+        "LastContact": "int",
+        "KnownLeader": "bool",
+        "NextToken": "string",
+    },
     # api.Nodes.ForceEvaluate decodes nodeEvalResponse{EvalID}; Nomad's server
     # sends structs.NodeUpdateResponse (EvalIDs, ...): Corral sends both
     nodeEvaluateAnswer={

@@ -28,7 +28,6 @@ ABSENT: dict[str, dict[str, Any]] = {
         "DispatchIdempotencyToken": "",
         "Migrate": None,
         "Reschedule": None,
-        "VersionTag": None,
         "Payload": None,
         "UI": None,
     },

@@ -29,6 +29,7 @@ from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
+    body_bytes,
     bool_param,
     json_body,
     listing,
@@ -151,7 +152,8 @@ async def jobs_list_or_register(request: Request) -> Response:
         )
         return [job_map.stub(j) for j in resp.jobs], resp.meta
 
-    return await listing(request, q, call)
+    # the state's order and tokens: `<namespace>.<id>`, as Nomad's
+    return await listing(request, q, call, key=lambda j: f"{j['Namespace']}.{j['ID']}")
 
 
 # -- /v1/job/{id} ----------------------------------------------------------
@@ -337,14 +339,31 @@ async def job_dispatch(request: Request) -> Response:
         metadata=metadata_of(request),
         timeout=DEFAULT_TIMEOUT,
     )
-    out = {
+    return respond(request, _dispatch_response(resp), index=resp.index)
+
+
+def _dispatch_response(resp: job_pb2.JobDispatchResponse) -> dict[str, Any]:
+    return {
         "DispatchedJobID": resp.dispatched_job_id,
         "EvalID": resp.eval_id,
         "EvalCreateIndex": resp.eval_create_index,
         "JobCreateIndex": resp.job_create_index,
         "Index": resp.index,
     }
-    return respond(request, out, index=resp.index)
+
+
+async def job_dispatch_payload(request: Request) -> Response:
+    """Nomad's dispatch with the request body, as it is, for the payload
+    (no meta): `curl --data-binary @file .../dispatch/payload`."""
+    raw = await body_bytes(request)
+    resp = await backend_of(request).jobs.Dispatch(
+        job_pb2.JobDispatchRequest(
+            job_id=_job_id(request), namespace=_namespace(request), payload=raw
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, _dispatch_response(resp), index=resp.index)
 
 
 async def job_periodic_force(request: Request) -> Response:
@@ -439,6 +458,42 @@ async def job_stable(request: Request) -> Response:
     return respond(request, out, index=resp.index)
 
 
+async def job_version_tag(request: Request) -> Response:
+    """Nomad's version tags: PUT/POST `{"Version", "Latest", "Description"}`
+    names a version (`Latest`: the current one; otherwise `Version`, 0 when
+    absent, as Nomad reads it), DELETE takes the name away. Answers Nomad's
+    JobTagResponse."""
+    job_id, name = _job_id(request), request.path_params["name"]
+    req = job_pb2.JobTagVersionRequest(job_id=job_id, namespace=_namespace(request), name=name)
+    if request.method == "DELETE":
+        req.unset = True
+    else:
+        body = await _optional_body(request)
+        version = body.get("Version")
+        latest = body.get("Latest", False)
+        if not isinstance(latest, bool):
+            raise bad_request("Latest must be true or false")
+        description = body.get("Description") or ""
+        if not isinstance(description, str):
+            raise bad_request("Description must be a string")
+        req.version = whole(version, "Version")
+        req.latest = latest
+        req.description = description
+    resp = await backend_of(request).jobs.TagVersion(
+        req, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    out = {
+        "Name": resp.name if not req.unset else "",
+        "Description": resp.description,
+        "TaggedTime": resp.tagged_time,
+        "Index": resp.index,
+        "LastContact": 0,
+        "KnownLeader": True,
+        "NextToken": "",
+    }
+    return respond(request, out, index=resp.index)
+
+
 WRITE = {"PUT": SUBMIT_JOB, "POST": SUBMIT_JOB}
 READ = {"GET": READ_JOB}
 #: Nomad's Job.Scale takes either, and its Job.ScaleStatus either of these
@@ -448,6 +503,8 @@ SCALE_STATUS = ns("read-job", "read-job-scaling")
 #: Corral's policies do not have)
 FORCE = ns("dispatch-job", "submit-job")
 DISPATCH = ns("dispatch-job")
+#: Nomad's Job.TagVersion takes either
+TAG = ns("submit-job", "tag-job-version")
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/job/{job_id:path}/revert", job_revert, WRITE),
@@ -471,6 +528,16 @@ ROUTES: list[BaseRoute] = [
         {"GET": SCALE_STATUS, "PUT": SCALE, "POST": SCALE},
     ),
     ApiRoute("/v1/job/{job_id:path}/dispatch", job_dispatch, {"PUT": DISPATCH, "POST": DISPATCH}),
+    ApiRoute(
+        "/v1/job/{job_id:path}/dispatch/payload",
+        job_dispatch_payload,
+        {"PUT": DISPATCH, "POST": DISPATCH},
+    ),
+    ApiRoute(
+        "/v1/job/{job_id:path}/versions/{name}/tag",
+        job_version_tag,
+        {"PUT": TAG, "POST": TAG, "DELETE": TAG},
+    ),
     ApiRoute(
         "/v1/job/{job_id:path}/periodic/force", job_periodic_force, {"PUT": FORCE, "POST": FORCE}
     ),

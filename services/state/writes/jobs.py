@@ -419,6 +419,7 @@ async def register_job(
         job.job_modify_index = tx.index
         job.status = JobStatus.RUNNING if _launches_children(job) else JobStatus.PENDING
         job.stable = False
+        job.ClearField("version_tag")  # a new version starts untagged (a revert too)
         scaling_writes.update_policies(tx, current, job)
         tx.put_job(job)
     if submission is not None and (
@@ -646,6 +647,7 @@ async def deregister_job(
         job = copy_msg(current)
         job.stop = True
         job.version = current.version + 1
+        job.ClearField("version_tag")  # the tag stays on the version it names
         job.job_modify_index = tx.index
         job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
         if _launches_children(job):
