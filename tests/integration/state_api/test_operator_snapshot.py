@@ -370,3 +370,24 @@ async def test_only_a_management_token_saves_or_restores(
         assert "management token" in (info.value.details() or "")
         code, details = await _refused(state_app, ch, data)
         assert code == grpc.StatusCode.PERMISSION_DENIED and "management token" in details
+
+
+async def test_a_keyring_needs_a_kek_where_it_is_restored(
+    channel: grpc.aio.Channel, fresh_pg_dsn: str
+) -> None:
+    """The snapshot's root keys are wrapped with the restoring state's KEK:
+    a state without one refuses the restore, naming the setting, and keeps
+    its own state."""
+    data, _ = await save(channel)
+    no_kek = StateApp(state_settings(fresh_pg_dsn, acl=True, kek=False))
+    await no_kek.start()
+    try:
+        async with transport.dial(no_kek.server.bound_address) as server_ch:
+            index = await no_kek.db.latest_index()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await restore(server_ch, data)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "--keyring-kek-file" in (info.value.details() or "")
+        assert await no_kek.db.latest_index() == index
+    finally:
+        await no_kek.stop()
