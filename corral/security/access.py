@@ -202,6 +202,12 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
     "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
+    # submit-job in the alloc's namespace (Nomad's ClientAllocations.GarbageCollect)
+    "/corral.v1.ClientAlloc/GarbageCollect": PER_OBJECT,
+    # the node's dynamic metadata and its garbage collection (Nomad's NodeMeta, GarbageCollectAll)
+    "/corral.v1.ClientNode/ReadMeta": scope("node", "read"),
+    "/corral.v1.ClientNode/ApplyMeta": scope("node", "write"),
+    "/corral.v1.ClientNode/GarbageCollectAll": scope("node", "write"),
     "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
     "/corral.v1.Evals/Get": PER_OBJECT,
     "/corral.v1.Deployment/List": ns(READ_JOB, handler=True),

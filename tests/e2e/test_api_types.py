@@ -637,6 +637,23 @@ CALLS: list[Call] = [
     Call("POST", "/v1/client/allocation/{alloc_id}/restart",
          lambda w: Req(f"/v1/client/allocation/{w.made['running']}/restart",
                        body={"AllTasks": True}), "any"),
+    # a node's dynamic metadata at its agent (api.NodeMeta), and its client GC
+    Call("GET", "/v1/client/metadata", lambda w: Req("/v1/client/metadata", {"node_id": w.node_id}),
+         "NodeMetaResponse"),
+    Call("POST", "/v1/client/metadata", lambda w: Req("/v1/client/metadata",
+         body={"NodeID": w.node_id, "Meta": {"types": "1"}}), "NodeMetaResponse"),
+    Call("PUT", "/v1/client/metadata", lambda w: Req("/v1/client/metadata",
+         body={"NodeID": w.node_id, "Meta": {"types": None}}), "NodeMetaResponse"),
+    # a running alloc is not collected
+    Call("PUT", "/v1/client/allocation/{alloc_id}/gc",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/gc"), None, status=400),
+    Call("POST", "/v1/client/allocation/{alloc_id}/gc",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/gc"), None, status=400),
+    Call("GET", "/v1/client/allocation/{alloc_id}/gc",
+         lambda w: Req(f"/v1/client/allocation/{w.batch_alloc}/gc"), None),
+    Call("GET", "/v1/client/gc", lambda w: Req("/v1/client/gc", {"node_id": w.node_id}), None),
+    Call("PUT", "/v1/client/gc", lambda w: Req("/v1/client/gc", {"node_id": w.node_id}), None),
+    Call("POST", "/v1/client/gc", lambda w: Req("/v1/client/gc", {"node_id": w.node_id}), None),
     # the end: stop an alloc, delete a service instance, deregister jobs
     Call("PUT", "/v1/allocation/{alloc_id}/stop",
          lambda w: Req(f"/v1/allocation/{w.batch_alloc}/stop"), "AllocStopResponse"),
@@ -666,6 +683,8 @@ NOT_WALKED = {
 #: writes Nomad answers with neither a body nor an index
 NO_INDEX = {
     "/v1/system/gc": "Nomad's force GC answers before anything is written",
+    "/v1/client/gc": "a client's GC writes nothing on the servers",
+    "/v1/client/allocation/{alloc_id}/gc": "a client's GC writes nothing on the servers",
     "/v1/system/reconcile/summaries": "nothing to rewrite: no write, no index (Nomad sends none)",
 }
 
@@ -727,7 +746,9 @@ def _prepare(world: World, call: Call) -> None:
     elif call.template.startswith(("/v1/deployment/promote/", "/v1/deployment/fail/")):
         if call.method == "POST" or "fail" in call.template:
             world.made["deployment"] = _new_deployment(world, healthy="promote" in call.template)
-    elif call.template.endswith(("/signal", "/restart")):
+    elif call.template.endswith(("/signal", "/restart")) or (
+        call.template.endswith("{alloc_id}/gc") and call.method != "GET"
+    ):
         # the deployments replaced web's first allocs: one running now
         world.made["running"] = wait_for(
             "a running web alloc",

@@ -198,6 +198,17 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             )
         ),
         "/v1/client/stats": const(Sample("/v1/client/stats", params={"node_id": cluster.node_id})),
+        "/v1/client/metadata": lambda m: Sample(
+            "/v1/client/metadata",
+            params={"node_id": cluster.node_id},
+            body=None if m == "GET" else {"Meta": {"sample": "1"}},
+        ),
+        # finished allocs of the node are destroyed on its agent (the servers keep them)
+        "/v1/client/gc": const(Sample("/v1/client/gc", params={"node_id": cluster.node_id})),
+        # a write on team-a's alloc, granted there (running: refused with 400)
+        "/v1/client/allocation/{alloc_id}/gc": const(
+            Sample(f"/v1/client/allocation/{a.alloc_ids[0]}/gc", namespace=a.namespace)
+        ),
         "/v1/services": const(Sample("/v1/services")),
         "/v1/service/{name}": const(Sample("/v1/service/web")),
         "/v1/service/{name}/{id}": const(Sample("/v1/service/web/no-such-instance")),

@@ -5,6 +5,7 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 
 from __future__ import annotations
 
+from corral.domain import structs
 from corral.domain.store import StateStore
 from corral.domain.topics import EventType
 from corral.testing import mock
@@ -178,6 +179,29 @@ async def test_a_plans_eval_bump_does_not_run_the_eval_again() -> None:
     r2.broker.ack(running.id, got[1])
     again = await r2.broker.dequeue(["service"], 0.1)
     assert again is not None and again[0].id == running.id
+
+
+async def test_a_ready_node_whose_class_changes_unblocks_the_new_class() -> None:
+    """Dynamic node metadata (`node meta apply`) changes a ready node's
+    computed class: an eval blocked because the old class did not fit is
+    tried again (the new class is unknown to it), as Nomad's FSM unblocks
+    on every upsert of a ready node. The same node again does nothing."""
+    r, released = router()
+    node = mock.node()
+    blocked = ev(job="rack", status="blocked")
+    blocked.class_eligibility[node.computed_class] = False
+    snap = StateStore.build(5, nodes=[node], evals=[blocked])
+    r.restore(snap)
+    r.on_batch(batch(6, node), snap)
+    assert not released
+    changed = pb.Node()
+    changed.CopyFrom(node)
+    changed.meta["rack"] = "r7"
+    changed.computed_class = structs.computed_class(changed)
+    assert changed.computed_class != node.computed_class
+    snap = StateStore.build(7, nodes=[changed])
+    r.on_batch(batch(7, changed), snap)
+    assert released == [([blocked.id], 7)]
 
 
 async def test_a_snapshot_restore_starts_the_broker_over_from_the_restored_state() -> None:
