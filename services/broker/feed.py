@@ -11,6 +11,8 @@ token, so the router leaves it alone."""
 
 from __future__ import annotations
 
+import logging
+
 from corral.domain import topics
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import ClientStatus, EvalStatus, node_ready
@@ -18,6 +20,8 @@ from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 from services.broker.blocked_evals import BlockedEvals
 from services.broker.eval_broker import EvalBroker
+
+log = logging.getLogger(__name__)
 
 
 class FeedRouter:
@@ -57,6 +61,26 @@ class FeedRouter:
                 blocked += 1
         self.enabled = True
         return pending, blocked
+
+    def on_restore(self, snap: StateSnapshot) -> None:
+        """The state was replaced by a snapshot restore: evals the broker
+        holds may be gone, or other evals in the restored state: start
+        over from it, as a new leader does (Nomad's leader reasserts its
+        leadership after a restore, flushing and restoring its broker)."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        for part in (self.broker, self.blocked):
+            part.set_enabled(False)
+            part.set_enabled(True)
+        pending, blocked = self.restore(snap)
+        log.warning(
+            "state restored from a snapshot: broker restarted with %d pending and %d "
+            "blocked evals at index %d",
+            pending,
+            blocked,
+            snap.index,
+        )
 
     def on_reset(self, snap: StateSnapshot) -> None:
         """The replica re-bootstrapped (it fell behind the retained change
