@@ -31,6 +31,7 @@ from corral.security.keyring import KeyringError, seal, unseal
 from corral.v1 import acl_pb2
 from services.state.acl import TOKEN_COLUMNS, from_ns, to_ns, token_from_row
 from services.state.db.database import WriteTx
+from services.state.writes.acl import touch_table
 
 TABLE = "acl_one_time_tokens"
 #: Nomad's lifetime of a one-time token
@@ -49,14 +50,6 @@ def _key(one_time_secret: str) -> bytes:
 def _aad(accessor_id: str) -> bytes:
     """What the sealed secret is bound to: it opens for its own row only."""
     return b"corral-one-time-token\x00" + accessor_id.encode()
-
-
-async def _touch(tx: WriteTx) -> None:
-    await tx.conn.execute(
-        "INSERT INTO table_indexes (name, index) VALUES (%s, %s) "
-        "ON CONFLICT (name) DO UPDATE SET index = excluded.index",
-        (TABLE, tx.index),
-    )
 
 
 async def upsert(tx: WriteTx, acl_secret: str) -> acl_pb2.ACLOneTimeToken:
@@ -92,7 +85,7 @@ async def upsert(tx: WriteTx, acl_secret: str) -> acl_pb2.ACLOneTimeToken:
         ),
     )
     tx.record(topics.ONE_TIME_TOKEN.event(accessor_id, EventType.ONE_TIME_TOKEN_UPSERTED))
-    await _touch(tx)
+    await touch_table(tx, TABLE)
     return acl_pb2.ACLOneTimeToken(
         one_time_secret_id=secret,
         accessor_id=accessor_id,
@@ -135,7 +128,7 @@ async def exchange(tx: WriteTx, one_time_secret: str) -> acl_pb2.ACLToken:
     tx.record(
         topics.ONE_TIME_TOKEN.event(accessor_id, EventType.ONE_TIME_TOKEN_DELETED, deleted=True)
     )
-    await _touch(tx)
+    await touch_table(tx, TABLE)
     token.secret_id = secret
     return token
 
@@ -152,5 +145,5 @@ async def delete_expired(tx: WriteTx, before_ns: int) -> list[str]:
     for a in deleted:
         tx.record(topics.ONE_TIME_TOKEN.event(a, EventType.ONE_TIME_TOKEN_DELETED, deleted=True))
     if deleted:
-        await _touch(tx)
+        await touch_table(tx, TABLE)
     return deleted
