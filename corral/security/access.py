@@ -136,6 +136,7 @@ RULES: dict[str, Rule] = {
             "Snapshot",
             "Subscribe",
             "UpsertEvals",
+            "DecideEval",
             "ApplyPlans",
             "UpdateAllocDesiredTransitions",
             "UpsertDeployments",
