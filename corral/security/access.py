@@ -159,6 +159,7 @@ RULES: dict[str, Rule] = {
             "OutstandingReset",
             "PauseNackTimeout",
             "ResumeNackTimeout",
+            "PlanFence",
             "Heartbeat",
         )
     },  # fmt: skip

@@ -12,8 +12,9 @@ outcome first, or nack.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -325,6 +326,38 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             written = ev
         self.blocked.block(written, request.token)
         return eval_pb2.EvalWriteResponse(index=index)
+
+    # ------------------------------------------------------------ the planner's token check
+
+    async def PlanFence(  # type: ignore[override]  # an async generator
+        self, request_iterator: AsyncIterator[eval_pb2.PlanFenceConfirm], context: Context
+    ) -> AsyncIterator[eval_pb2.PlanFenceUpdate]:
+        """The planner leader's stream (plan_fence.py): this term's key, then
+        revoked tokens; the planner's messages confirm them. Ends when this
+        broker's term does (leadership lost) or the planner goes away."""
+        await self._require_leader()
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        fence = self.broker.fence
+        planner = fence.connect(first.planner)
+        log.info("planner %s opened the plan fence", first.planner or "(unnamed)")
+
+        async def confirms() -> None:
+            try:
+                fence.confirm(planner, list(first.tokens))
+                async for msg in request_iterator:
+                    fence.confirm(planner, list(msg.tokens))
+            finally:
+                planner.updates.put_nowait(None)
+
+        reader = asyncio.create_task(confirms())
+        try:
+            while (update := await planner.updates.get()) is not None:
+                yield update
+        finally:
+            reader.cancel()
+            fence.disconnect(planner)
 
     # ------------------------------------------------------------ worker leases
 
