@@ -95,6 +95,7 @@ class BrokerProcess(runner.LeaderRole):
             self.is_leader,
             self.leader_address,
             on_ack=self.forced_gc.acked,
+            shutting_down=self.server.shutting_down,
         )
         self.server.add(
             eval_pb2_grpc.add_EvalServicer_to_server,

@@ -147,7 +147,7 @@ class FeedRouter:
             self.on_ack(eval_id)
 
     def _reblocking(self, ev: pb.Evaluation) -> bool:
-        """Tracked already, or outstanding in the broker (Eval.Reblock tracks it)."""
+        """Tracked already, or outstanding in the broker (its decision tracks it)."""
         return self.blocked.tracked(ev.id) or bool(self.broker.outstanding_token(ev.id))
 
     def _route_eval(self, ev: pb.Evaluation) -> None:

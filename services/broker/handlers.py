@@ -1,13 +1,17 @@
 """The `Eval` gRPC service (proto/corral/v1/eval.proto), served by the broker
 leader; a standby answers UNAVAILABLE with the leader's address.
 
-Eval.Update/Create/Reblock check the worker's token (which also resets the
-eval's nack timer) and write through `State.UpsertEvals`, fenced with this
-leader's address; a `complete` Update also tells the broker the run's
-snapshot index, so its ack cancels the pending evals that snapshot covered.
-Eval.Ack refuses an eval still `pending` in the state (after waiting for the
-broker's replica to reach the eval's last write): the worker must write the
-outcome first, or nack.
+Corral's worker writes its eval's outcome and ack with `State.DecideEval`,
+which the broker learns from the feed (feed.py), and the planner checks
+tokens with the key of `Eval.PlanFence` (plan_fence.py). The broker-side
+writes stay as Nomad's API has them: Eval.Update/Create/Reblock check the
+token (which also resets the eval's nack timer) and write through
+`State.UpsertEvals`, fenced with this leader's address; a `complete` Update
+also tells the broker the run's snapshot index, so its ack cancels the
+pending evals that snapshot covered. Eval.Ack (a run with no outcome to
+write, such as a core eval) refuses an eval still `pending` in the state
+(after waiting for the broker's replica to reach the eval's last write): the
+caller must write the outcome first, or nack.
 """
 
 from __future__ import annotations
@@ -106,8 +110,11 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         is_leader: Callable[[], bool],
         leader_address: Callable[[], Awaitable[str]],
         on_ack: Callable[[str], None] | None = None,
+        shutting_down: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
+        #: set when the server stops: the plan fence streams end
+        self.shutting_down = shutting_down or asyncio.Event()
         self.broker = broker
         self.blocked = blocked
         self.replica = replica
@@ -351,12 +358,17 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             finally:
                 planner.updates.put_nowait(None)
 
-        reader = asyncio.create_task(confirms())
+        async def shutdown() -> None:
+            await self.shutting_down.wait()
+            planner.updates.put_nowait(None)
+
+        tasks = [asyncio.create_task(confirms()), asyncio.create_task(shutdown())]
         try:
             while (update := await planner.updates.get()) is not None:
                 yield update
         finally:
-            reader.cancel()
+            for task in tasks:
+                task.cancel()
             fence.disconnect(planner)
 
     # ------------------------------------------------------------ worker leases
