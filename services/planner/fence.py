@@ -13,7 +13,10 @@ being applied; only then does the broker redeliver the eval.
 Without the stream (not yet opened, broken, a new broker leader) there is
 no key: plans wait for it up to `key_wait` seconds and are then refused as
 UNAVAILABLE (the worker retries), so a planner cut off from the broker
-takes no new plan the broker could not revoke.
+takes no new plan the broker could not revoke. A token of a term the
+planner has no key for may come from a new broker leader whose old one has
+not closed the stream (cut off, not dead): the planner then opens the
+stream again (at most once per `key_wait`) and checks with the key it gets.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
@@ -60,12 +64,15 @@ class TokenFence:
         self._in_flight: dict[str, int] = {}
         self._confirms: asyncio.Queue[str] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._reopened = 0.0  # monotonic time of the last reopen for an unknown term
 
     # ------------------------------------------------------------ the check
 
     async def check(self, eval_id: str, token: str) -> None:
         """FailedPrecondition unless `token` is a live token of `eval_id`
         from the current broker leader; Unavailable without its key."""
+        if self._keyed.is_set() and eval_token.term_of(token) not in ("", self._term):
+            self._reopen()
         if not self._keyed.is_set():
             try:
                 await asyncio.wait_for(self._keyed.wait(), self.key_wait)
@@ -108,6 +115,18 @@ class TokenFence:
         while len(self._revoked) > MAX_REVOKED:
             self._revoked.popitem(last=False)
 
+    def _reopen(self) -> None:
+        """A token of another term: our stream may be to a broker leader that
+        is gone without closing it. Open it again (once per `key_wait`)."""
+        now = time.monotonic()
+        if self._task is None or now - self._reopened < self.key_wait:
+            return
+        self._reopened = now
+        log.info("a plan's token names another broker term: opening the plan fence again")
+        self._task.cancel()
+        self._drop_key()
+        self._task = asyncio.create_task(self._run(), name="plan-fence")
+
     def _drop_key(self) -> None:
         self._keyed.clear()
         self._key, self._term = b"", ""
@@ -146,7 +165,8 @@ class TokenFence:
                 turn += 1
                 current = self._addresses[turn % len(self._addresses)]
             finally:
-                self._drop_key()
+                if asyncio.current_task() is self._task:  # not a stream replaced
+                    self._drop_key()
             await asyncio.sleep(self.retry)
 
     async def _follow(self, address: str) -> None:
@@ -167,8 +187,11 @@ class TokenFence:
                 yield eval_pb2.PlanFenceConfirm(tokens=tokens)
 
         call = stub.PlanFence(requests())
-        async for update in call:
-            self.on_update(update)
+        try:
+            async for update in call:
+                self.on_update(update)
+        finally:
+            call.cancel()
 
     async def close(self) -> None:
         await self.stop()

@@ -87,3 +87,30 @@ async def test_a_revoked_token_is_refused_and_confirmed_after_its_plan() -> None
 async def test_no_planner_with_the_key_means_nothing_to_wait_for() -> None:
     broker, _ = pair()
     assert await asyncio.wait_for(broker.revoke(broker.issue("e1")), 1) is True
+
+
+async def test_a_token_of_another_term_reopens_a_stale_stream() -> None:
+    """A new broker leader's token while the planner still holds the old
+    leader's key (a stream to a leader cut off, not closed): the planner
+    opens the stream again and checks with the key it then gets."""
+    old, new = PlanFence(5.0), PlanFence(5.0)
+    planner = TokenFence("broker:1", lambda: "planner:1", key_wait=1.0)
+    hello = old.connect("planner:1").updates.get_nowait()
+    assert hello is not None
+    planner.on_update(hello)
+
+    async def reach_the_new_leader() -> None:
+        update = new.connect("planner:1").updates.get_nowait()
+        assert update is not None
+        planner.on_update(update)
+        await asyncio.Event().wait()
+
+    async def stale_stream() -> None:
+        await asyncio.Event().wait()
+
+    planner._run = reach_the_new_leader  # type: ignore[method-assign]
+    planner._task = asyncio.create_task(stale_stream())
+    await planner.check("e1", new.issue("e1"))
+    with pytest.raises(FailedPrecondition, match="token does not match"):
+        await planner.check("e1", old.issue("e1"))  # the old term's: refused, no new reopen
+    await planner.stop()
