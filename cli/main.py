@@ -19,6 +19,7 @@ import grpc
 from cli.client import resolve_address
 from cli.commands import (
     acl,
+    action,
     agent,
     alloc,
     alloc_access,
@@ -69,6 +70,7 @@ def build_parser() -> Parser:
         scaling,
         eval,
         alloc,
+        action,
         var,
         service,
         operator,

@@ -81,6 +81,16 @@ _CUSTOM = {
 #: api structs whose server struct has another name
 _SERVER_NAMES = {"AllocationListStub": "AllocListStub", "AllocationMetric": "AllocMetric"}
 
+#: structs of Nomad's servers (nomad/structs) the gateway answers with
+#: that the api package has no type for: Nomad's UI and other clients
+#: decode them themselves (`/v1/jobs/statuses`)
+_SERVER_ONLY = (
+    "JobStatusesJob",
+    "JobStatusesAlloc",
+    "JobStatusesDeployment",
+    "JobStatusesLatestDeployment",
+)
+
 #: embedded structs whose fields the Go client fills from the answer's
 #: headers (X-Nomad-Index, ...), never from its JSON
 _HEADER_META = {"QueryMeta", "WriteMeta"}
@@ -283,6 +293,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     structs = read_api(args.git_dir, args.rev)
+    server_structs = read_api(args.git_dir, args.rev, "nomad/structs/")
+    for name in _SERVER_ONLY:
+        structs.setdefault(name, server_structs[name])
     rev = subprocess.run(
         ["git", f"--git-dir={args.git_dir}", "rev-parse", args.rev],
         check=True,

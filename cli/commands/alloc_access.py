@@ -40,7 +40,7 @@ STDIN_BYTES = 2048
 BYTES_PER_LINE = 120
 
 
-class _Flag(argparse.Action):
+class BoolFlag(argparse.Action):
     """Nomad's boolean flags: `-i`, `-i=true`, `-i=false` (and `-it`)."""
 
     def __init__(self, option_strings: list[str], dest: str, value: bool, **kw: Any) -> None:
@@ -93,22 +93,10 @@ def register(allocs: Any) -> None:
         "-job", "--job", dest="job", action="store_true", help="the first argument is a job id"
     )
     p.add_argument("-group", "--group", dest="group", default="", help="with -job: this group")
-    for name, dest in (("i", "stdin"), ("t", "tty")):
-        p.add_argument(f"-{name}", f"-{name}=true", dest=dest, action=_Flag, value=True)
-        p.add_argument(
-            f"-{name}=false", dest=dest, action=_Flag, value=False, help=argparse.SUPPRESS
-        )
-    p.add_argument("-it", "-ti", dest="stdin,tty", action=_Flag, value=True, help="-i -t")
-    p.add_argument(
-        "-e",
-        "--escape",
-        dest="escape",
-        default="~",
-        help="escape character of a terminal session (~. closes it; 'none' disables it)",
-    )
+    terminal_flags(p)
     p.add_argument("alloc", metavar="ALLOC|JOB", help="alloc id or prefix (a job id with -job)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments")
-    p.set_defaults(func=cmd_exec, stdin=True, tty=None)
+    p.set_defaults(func=cmd_exec)
     common(p)
     _EXEC_PARSER[:] = [p]
 
@@ -126,6 +114,36 @@ def register(allocs: Any) -> None:
     )
     p.set_defaults(func=cmd_fs)
     common(p, json=True, verbose=True)
+
+
+def terminal_flags(p: argparse.ArgumentParser) -> None:
+    """Nomad's `-i`, `-t` and `-e` of a command run in a task."""
+    for name, dest in (("i", "stdin"), ("t", "tty")):
+        p.add_argument(f"-{name}", f"-{name}=true", dest=dest, action=BoolFlag, value=True)
+        p.add_argument(
+            f"-{name}=false", dest=dest, action=BoolFlag, value=False, help=argparse.SUPPRESS
+        )
+    p.add_argument("-it", "-ti", dest="stdin,tty", action=BoolFlag, value=True, help="-i -t")
+    p.add_argument(
+        "-e",
+        "--escape",
+        dest="escape",
+        default="~",
+        help="escape character of a terminal session (~. closes it; 'none' disables it)",
+    )
+    p.set_defaults(stdin=True, tty=None)
+
+
+def terminal_options(args: argparse.Namespace) -> tuple[bool, str]:
+    """Whether to run on a terminal (`-t`, default: stdin is one) and the
+    escape character, checked as Nomad checks them."""
+    use_tty = sys.stdin.isatty() if args.tty is None else bool(args.tty)
+    if use_tty and not args.stdin:
+        raise CliError("-i must be enabled if running with tty")
+    escape = "" if args.escape == "none" else str(args.escape)
+    if len(escape) > 1:
+        raise CliError("-e requires 'none' or a single character")
+    return use_tty, escape
 
 
 # ------------------------------------------------------------ finding the alloc
@@ -149,7 +167,7 @@ def random_job_alloc(ctx: Context, job_id: str, group: str = "") -> pb.Allocatio
     return get_alloc(ctx, random.choice(running).id)
 
 
-def _agent(ctx: Context, a: pb.Allocation) -> str:
+def alloc_agent(ctx: Context, a: pb.Allocation) -> str:
     if not a.node_id:
         raise CliError(f'allocation "{short(a.id)}" is not placed on a node')
     node = ctx.client.nodes.Get(node_pb2.NodeGetRequest(node_id=a.node_id), timeout=30).node
@@ -158,7 +176,7 @@ def _agent(ctx: Context, a: pb.Allocation) -> str:
     return node.http_addr
 
 
-def _task(a: pb.Allocation, task: str) -> str:
+def alloc_task(a: pb.Allocation, task: str) -> str:
     names = sorted(a.task_states) or sorted(a.task_resources)
     if task:
         if names and task not in names:
@@ -212,21 +230,16 @@ def cmd_exec(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError("a command is required (corral alloc exec ALLOC COMMAND [ARGS...])")
     if not args.job and len(args.alloc) == 1:
         raise CliError("alloc id must contain at least two characters")
-    use_tty = sys.stdin.isatty() if args.tty is None else args.tty
-    if use_tty and not args.stdin:
-        raise CliError("-i must be enabled if running with tty")
-    escape = "" if args.escape == "none" else args.escape
-    if len(escape) > 1:
-        raise CliError("-e requires 'none' or a single character")
+    use_tty, escape = terminal_options(args)
     a = random_job_alloc(ctx, args.alloc, args.group) if args.job else get_alloc(ctx, args.alloc)
-    task = _task(a, args.task)
-    address = _agent(ctx, a)
+    task = alloc_task(a, args.task)
+    address = alloc_agent(ctx, a)
     setup = alloc_pb2.ExecSetup(alloc_id=a.id, task=task, command=args.command, tty=use_tty)
-    session = _Session(setup, stdin=args.stdin, tty=use_tty, escape=escape)
+    session = ExecSession(setup, stdin=args.stdin, tty=use_tty, escape=escape)
     return session.run(ctx.client.client_alloc(address))
 
 
-class _Session:
+class ExecSession:
     def __init__(self, setup: alloc_pb2.ExecSetup, *, stdin: bool, tty: bool, escape: str) -> None:
         self.setup = setup
         self.stdin = stdin
@@ -326,7 +339,7 @@ class _Session:
 
 def cmd_fs(args: argparse.Namespace, ctx: Context) -> int:
     a = random_job_alloc(ctx, args.alloc) if args.job else get_alloc(ctx, args.alloc)
-    fs = ctx.client.client_fs(_agent(ctx, a))
+    fs = ctx.client.client_fs(alloc_agent(ctx, a))
     info = fs.Stat(alloc_pb2.FsStatRequest(alloc_id=a.id, path=args.path), timeout=30).info
     size = (lambda n: str(n)) if args.machine else fmt_bytes
     if args.stat:

@@ -75,7 +75,8 @@ DEPLOYMENT_HEADERS = ("ID", "Job ID", "Job Version", "Status", "Description")
 def cmd_list(args: argparse.Namespace, ctx: Context) -> int:
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            query=query_pb2.QueryOptions(namespace=args.namespace)
+            # the state lists oldest first, as Nomad; the command shows the newest first
+            query=query_pb2.QueryOptions(namespace=args.namespace, reverse=True)
         ),
         timeout=30,
     )

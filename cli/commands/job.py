@@ -1,5 +1,5 @@
 """`corral job run|plan|status|stop|history|inspect|scale|dispatch|validate|revert|promote|
-deployments` (`job periodic force` lives in job_periodic.py)."""
+deployments` (`job periodic force` lives in job_periodic.py, `job tag` in job_tag.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import grpc
 
-from cli.commands import group, job_periodic
+from cli.commands import action, group, job_periodic, job_tag
 from cli.commands.deployment import DEPLOYMENT_HEADERS, deployment_rows, promote
 from cli.context import CliError, Context, common, grpc_message
 from cli.deployment_monitor import HEADERS as DEPLOYMENT_GROUP_HEADERS
@@ -178,9 +178,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     common(p, json=True, verbose=True)
     p.set_defaults(func=cmd_scale)
 
-    p = jobs.add_parser("revert", help="Register an earlier version again: job revert JOB VERSION")
+    p = jobs.add_parser(
+        "revert", help="Register an earlier version again: job revert JOB VERSION|TAG"
+    )
     p.add_argument("job")
-    p.add_argument("version", type=int)
+    p.add_argument("version", metavar="VERSION|TAG", help="a version number or a version's tag")
     p.add_argument("-detach", "--detach", action="store_true")
     p.add_argument("-namespace", "--namespace", default="")
     common(p, json=True, verbose=True)
@@ -212,6 +214,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_dispatch)
 
     job_periodic.register(jobs)
+    action.register_job_action(jobs)
+    job_tag.register(jobs)
 
 
 # ------------------------------------------------------------------ run / plan
@@ -422,7 +426,9 @@ def _latest_deployment(ctx: Context, job: pb.Job, verbose: bool) -> None:
     """Nomad's "Latest Deployment" section of `job status`."""
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+            # newest first: the state lists oldest first, as Nomad
+            job_id=job.id,
+            query=query_pb2.QueryOptions(namespace=job.namespace, reverse=True),
         ),
         timeout=30,
     )
@@ -628,6 +634,7 @@ def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
             ("Version", v.version),
             ("Stable", str(v.stable).lower()),
             ("Submit Date", fmt_time(v.submit_time)),
+            *job_tag.tag_rows(v),
         ]
         changed = args.diffs and d is not None and d.type and d.type != "None"
         if changed:
@@ -641,14 +648,17 @@ def cmd_history(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     job = resolve_job(ctx, args.job, args.namespace)
+    # a number is a version, anything else a version's tag (Nomad)
+    given = str(args.version)
+    version = int(given) if given.isdigit() else job_tag.version_named(ctx, job, given)
     resp: job_pb2.JobRegisterResponse = ctx.client.jobs.Revert(
-        job_pb2.JobRevertRequest(job_id=job.id, namespace=job.namespace, version=args.version),
+        job_pb2.JobRevertRequest(job_id=job.id, namespace=job.namespace, version=version),
         timeout=30,
     )
     if args.json:
         print_json(resp, ctx.out)
         return 0
-    ctx.out.write(f'Job "{job.id}" reverted to version {args.version} as version {resp.version}\n')
+    ctx.out.write(f'Job "{job.id}" reverted to version {version} as version {resp.version}\n')
     return after_register(
         ctx, args, job.id, job.namespace, resp.eval_id, resp.version, resp.eval_create_index
     )
@@ -658,7 +668,9 @@ def cmd_promote(args: argparse.Namespace, ctx: Context) -> int:
     job = resolve_job(ctx, args.job, args.namespace)
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+            # newest first: the state lists oldest first, as Nomad
+            job_id=job.id,
+            query=query_pb2.QueryOptions(namespace=job.namespace, reverse=True),
         ),
         timeout=30,
     )
@@ -679,7 +691,9 @@ def cmd_deployments(args: argparse.Namespace, ctx: Context) -> int:
     job = resolve_job(ctx, args.job, args.namespace)
     resp: deployment_pb2.DeploymentListResponse = ctx.client.deployments.List(
         deployment_pb2.DeploymentListRequest(
-            job_id=job.id, query=query_pb2.QueryOptions(namespace=job.namespace)
+            # newest first: the state lists oldest first, as Nomad
+            job_id=job.id,
+            query=query_pb2.QueryOptions(namespace=job.namespace, reverse=True),
         ),
         timeout=30,
     )

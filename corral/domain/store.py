@@ -428,14 +428,16 @@ class StateStore:
                         job_versions = job_versions.delete(key)
                     continue
                 job_versions = _set_nested(job_versions, key, job.version, job)
-                if ev.type != EventType.JOB_VERSION:
-                    cur = jobs.get(key)
-                    if (
-                        cur is None
-                        or cur.version <= job.version
-                        or cur.create_index != job.create_index
-                    ):
-                        jobs[key] = job
+                cur = jobs.get(key)
+                same_job = cur is not None and cur.create_index == job.create_index
+                if ev.type == EventType.JOB_VERSION:
+                    # a stored version rewritten (its stability, its tag):
+                    # the job too when it is the current version
+                    current = same_job and cur is not None and cur.version == job.version
+                else:
+                    current = cur is None or cur.version <= job.version or not same_job
+                if current:
+                    jobs[key] = job
             elif kind is topics.ALLOCATION:
                 a = ev.allocation
                 jkey = _jk(a.namespace, a.job_id)

@@ -477,6 +477,7 @@ NON_SPEC_FIELDS = (
     "create_index",
     "modify_index",
     "job_modify_index",
+    "version_tag",  # a name given to a version, not part of its spec
 )
 
 

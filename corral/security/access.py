@@ -117,6 +117,7 @@ def scope(name: str, level: str) -> Rule:
 
 
 READ_JOB, SUBMIT_JOB, LIST_JOBS = "read-job", "submit-job", "list-jobs"
+TAG_JOB_VERSION = "tag-job-version"
 DELETE_SERVICE = "delete-service-registration"
 SCALE_JOB, READ_JOB_SCALING = "scale-job", "read-job-scaling"
 LIST_SCALING_POLICIES, READ_SCALING_POLICY = "list-scaling-policies", "read-scaling-policy"
@@ -172,6 +173,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Get": ns(READ_JOB),
     "/corral.v1.Job/List": ns(LIST_JOBS, handler=True),
     "/corral.v1.Job/Versions": ns(READ_JOB),
+    "/corral.v1.Job/Statuses": ns(READ_JOB, handler=True),
     "/corral.v1.Job/Deregister": ns(SUBMIT_JOB),
     # scale-job or submit-job (Nomad's either-or; checked by the handler)
     "/corral.v1.Job/Scale": PER_OBJECT,
@@ -180,6 +182,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Job/Revert": ns(SUBMIT_JOB),
     "/corral.v1.Job/Evaluate": ns(SUBMIT_JOB),
     "/corral.v1.Job/Stable": ns(SUBMIT_JOB),
+    "/corral.v1.Job/TagVersion": ns(SUBMIT_JOB, TAG_JOB_VERSION),
     "/corral.v1.Job/Dispatch": ns("dispatch-job"),
     "/corral.v1.Job/Summary": ns(READ_JOB),
     "/corral.v1.Job/Allocations": ns(READ_JOB),
@@ -238,6 +241,7 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Operator/SchedulerSetConfiguration": scope("operator", "write"),
     "/corral.v1.Operator/Members": scope("operator", "read"),
     "/corral.v1.System/GarbageCollect": scope("operator", "write"),
+    "/corral.v1.System/ReconcileSummaries": MANAGEMENT,
     "/corral.v1.CoreGC/Force": SERVER,
     "/corral.v1.Worker/List": scope("operator", "read"),
     "/corral.v1.Worker/GetConfig": scope("operator", "read"),

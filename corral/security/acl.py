@@ -86,6 +86,7 @@ NAMESPACE_CAPABILITIES: frozenset[str] = frozenset(
         "read-scaling-policy",
         "read-job-scaling",
         "scale-job",
+        "tag-job-version",
         # remove a service instance by hand (submit-job also may); in no shorthand
         "delete-service-registration",
     }

@@ -26,7 +26,7 @@ from corral.v1 import structs_pb2 as corral_dot_v1_dot_structs__pb2
 from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/alloc.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\"r\n\x10\x41llocListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x15\n\rclient_status\x18\x04 \x01(\t\"d\n\x11\x41llocListResponse\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"K\n\x0f\x41llocGetRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"b\n\x10\x41llocGetResponse\x12*\n\x05\x61lloc\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"?\n\x10\x41llocStopRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x19\n\x11no_shutdown_delay\x18\x02 \x01(\x08\"3\n\x11\x41llocStopResponse\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\"p\n\x10\x41llocLogsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0e\n\x06origin\x18\x06 \x01(\t\"<\n\x0e\x41llocLogsChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\"D\n\x12\x41llocSignalRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0e\n\x06signal\x18\x03 \x01(\t\"\x15\n\x13\x41llocSignalResponse\"H\n\x13\x41llocRestartRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x11\n\tall_tasks\x18\x03 \x01(\x08\"\x16\n\x14\x41llocRestartResponse\"&\n\x12\x41llocChecksRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\"D\n\x13\x41llocChecksResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.corral.v1.types.CheckResult\"3\n\x11\x41llocStatsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\"H\n\x12\x41llocStatsResponse\x12\x32\n\x05usage\x18\x01 \x01(\x0b\x32#.corral.v1.types.AllocResourceUsage\"Y\n\tExecSetup\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x03(\t\x12\x0b\n\x03tty\x18\x04 \x01(\x08\x12\x0e\n\x06job_id\x18\x05 \x01(\t\"%\n\x06\x45xecIO\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05\x63lose\x18\x02 \x01(\x08\"-\n\x0cTerminalSize\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\"\x95\x01\n\x10\x41llocExecRequest\x12%\n\x05setup\x18\x01 \x01(\x0b\x32\x14.corral.v1.ExecSetupH\x00\x12\"\n\x05stdin\x18\x02 \x01(\x0b\x32\x11.corral.v1.ExecIOH\x00\x12+\n\x08tty_size\x18\x03 \x01(\x0b\x32\x17.corral.v1.TerminalSizeH\x00\x42\t\n\x07message\"|\n\x11\x41llocExecResponse\x12!\n\x06stdout\x18\x01 \x01(\x0b\x32\x11.corral.v1.ExecIO\x12!\n\x06stderr\x18\x02 \x01(\x0b\x32\x11.corral.v1.ExecIO\x12\x0e\n\x06\x65xited\x18\x03 \x01(\x08\x12\x11\n\texit_code\x18\x04 \x01(\x05\"v\n\rAllocFileInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06is_dir\x18\x02 \x01(\x08\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\tfile_mode\x18\x04 \x01(\t\x12\x10\n\x08mod_time\x18\x05 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x06 \x01(\t\"/\n\rFsListRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"9\n\x0e\x46sListResponse\x12\'\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x18.corral.v1.AllocFileInfo\"/\n\rFsStatRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"8\n\x0e\x46sStatResponse\x12&\n\x04info\x18\x01 \x01(\x0b\x32\x18.corral.v1.AllocFileInfo\"p\n\x0f\x46sStreamRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06origin\x18\x04 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x05 \x01(\x08\x12\r\n\x05limit\x18\x06 \x01(\x03\"O\n\rFsStreamFrame\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x12\n\nfile_event\x18\x04 \x01(\t2\xcd\x01\n\x05\x41lloc\x12\x41\n\x04List\x12\x1b.corral.v1.AllocListRequest\x1a\x1c.corral.v1.AllocListResponse\x12>\n\x03Get\x12\x1a.corral.v1.AllocGetRequest\x1a\x1b.corral.v1.AllocGetResponse\x12\x41\n\x04Stop\x12\x1b.corral.v1.AllocStopRequest\x1a\x1c.corral.v1.AllocStopResponse2\xba\x03\n\x0b\x43lientAlloc\x12@\n\x04Logs\x12\x1b.corral.v1.AllocLogsRequest\x1a\x19.corral.v1.AllocLogsChunk0\x01\x12G\n\x06\x43hecks\x12\x1d.corral.v1.AllocChecksRequest\x1a\x1e.corral.v1.AllocChecksResponse\x12\x44\n\x05Stats\x12\x1c.corral.v1.AllocStatsRequest\x1a\x1d.corral.v1.AllocStatsResponse\x12G\n\x06Signal\x12\x1d.corral.v1.AllocSignalRequest\x1a\x1e.corral.v1.AllocSignalResponse\x12J\n\x07Restart\x12\x1e.corral.v1.AllocRestartRequest\x1a\x1f.corral.v1.AllocRestartResponse\x12\x45\n\x04\x45xec\x12\x1b.corral.v1.AllocExecRequest\x1a\x1c.corral.v1.AllocExecResponse(\x01\x30\x01\x32\xc6\x01\n\x08\x43lientFS\x12;\n\x04List\x12\x18.corral.v1.FsListRequest\x1a\x19.corral.v1.FsListResponse\x12;\n\x04Stat\x12\x18.corral.v1.FsStatRequest\x1a\x19.corral.v1.FsStatResponse\x12@\n\x06Stream\x12\x1a.corral.v1.FsStreamRequest\x1a\x18.corral.v1.FsStreamFrame0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/alloc.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\"r\n\x10\x41llocListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x15\n\rclient_status\x18\x04 \x01(\t\"d\n\x11\x41llocListResponse\x12+\n\x06\x61llocs\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"K\n\x0f\x41llocGetRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"b\n\x10\x41llocGetResponse\x12*\n\x05\x61lloc\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"?\n\x10\x41llocStopRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x19\n\x11no_shutdown_delay\x18\x02 \x01(\x08\"3\n\x11\x41llocStopResponse\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\"p\n\x10\x41llocLogsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x04 \x01(\x08\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x0e\n\x06origin\x18\x06 \x01(\t\"<\n\x0e\x41llocLogsChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\"D\n\x12\x41llocSignalRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0e\n\x06signal\x18\x03 \x01(\t\"\x15\n\x13\x41llocSignalResponse\"H\n\x13\x41llocRestartRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x11\n\tall_tasks\x18\x03 \x01(\x08\"\x16\n\x14\x41llocRestartResponse\"&\n\x12\x41llocChecksRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\"D\n\x13\x41llocChecksResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.corral.v1.types.CheckResult\"3\n\x11\x41llocStatsRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\"H\n\x12\x41llocStatsResponse\x12\x32\n\x05usage\x18\x01 \x01(\x0b\x32#.corral.v1.types.AllocResourceUsage\"i\n\tExecSetup\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x03(\t\x12\x0b\n\x03tty\x18\x04 \x01(\x08\x12\x0e\n\x06job_id\x18\x05 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x06 \x01(\t\"%\n\x06\x45xecIO\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\r\n\x05\x63lose\x18\x02 \x01(\x08\"-\n\x0cTerminalSize\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\"\x95\x01\n\x10\x41llocExecRequest\x12%\n\x05setup\x18\x01 \x01(\x0b\x32\x14.corral.v1.ExecSetupH\x00\x12\"\n\x05stdin\x18\x02 \x01(\x0b\x32\x11.corral.v1.ExecIOH\x00\x12+\n\x08tty_size\x18\x03 \x01(\x0b\x32\x17.corral.v1.TerminalSizeH\x00\x42\t\n\x07message\"|\n\x11\x41llocExecResponse\x12!\n\x06stdout\x18\x01 \x01(\x0b\x32\x11.corral.v1.ExecIO\x12!\n\x06stderr\x18\x02 \x01(\x0b\x32\x11.corral.v1.ExecIO\x12\x0e\n\x06\x65xited\x18\x03 \x01(\x08\x12\x11\n\texit_code\x18\x04 \x01(\x05\"v\n\rAllocFileInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06is_dir\x18\x02 \x01(\x08\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x11\n\tfile_mode\x18\x04 \x01(\t\x12\x10\n\x08mod_time\x18\x05 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x06 \x01(\t\"/\n\rFsListRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"9\n\x0e\x46sListResponse\x12\'\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x18.corral.v1.AllocFileInfo\"/\n\rFsStatRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"8\n\x0e\x46sStatResponse\x12&\n\x04info\x18\x01 \x01(\x0b\x32\x18.corral.v1.AllocFileInfo\"p\n\x0f\x46sStreamRequest\x12\x10\n\x08\x61lloc_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06origin\x18\x04 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x05 \x01(\x08\x12\r\n\x05limit\x18\x06 \x01(\x03\"O\n\rFsStreamFrame\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x66ile\x18\x03 \x01(\t\x12\x12\n\nfile_event\x18\x04 \x01(\t2\xcd\x01\n\x05\x41lloc\x12\x41\n\x04List\x12\x1b.corral.v1.AllocListRequest\x1a\x1c.corral.v1.AllocListResponse\x12>\n\x03Get\x12\x1a.corral.v1.AllocGetRequest\x1a\x1b.corral.v1.AllocGetResponse\x12\x41\n\x04Stop\x12\x1b.corral.v1.AllocStopRequest\x1a\x1c.corral.v1.AllocStopResponse2\xba\x03\n\x0b\x43lientAlloc\x12@\n\x04Logs\x12\x1b.corral.v1.AllocLogsRequest\x1a\x19.corral.v1.AllocLogsChunk0\x01\x12G\n\x06\x43hecks\x12\x1d.corral.v1.AllocChecksRequest\x1a\x1e.corral.v1.AllocChecksResponse\x12\x44\n\x05Stats\x12\x1c.corral.v1.AllocStatsRequest\x1a\x1d.corral.v1.AllocStatsResponse\x12G\n\x06Signal\x12\x1d.corral.v1.AllocSignalRequest\x1a\x1e.corral.v1.AllocSignalResponse\x12J\n\x07Restart\x12\x1e.corral.v1.AllocRestartRequest\x1a\x1f.corral.v1.AllocRestartResponse\x12\x45\n\x04\x45xec\x12\x1b.corral.v1.AllocExecRequest\x1a\x1c.corral.v1.AllocExecResponse(\x01\x30\x01\x32\xc6\x01\n\x08\x43lientFS\x12;\n\x04List\x12\x18.corral.v1.FsListRequest\x1a\x19.corral.v1.FsListResponse\x12;\n\x04Stat\x12\x18.corral.v1.FsStatRequest\x1a\x19.corral.v1.FsStatResponse\x12@\n\x06Stream\x12\x1a.corral.v1.FsStreamRequest\x1a\x18.corral.v1.FsStreamFrame0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -66,33 +66,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ALLOCSTATSRESPONSE']._serialized_start=1127
   _globals['_ALLOCSTATSRESPONSE']._serialized_end=1199
   _globals['_EXECSETUP']._serialized_start=1201
-  _globals['_EXECSETUP']._serialized_end=1290
-  _globals['_EXECIO']._serialized_start=1292
-  _globals['_EXECIO']._serialized_end=1329
-  _globals['_TERMINALSIZE']._serialized_start=1331
-  _globals['_TERMINALSIZE']._serialized_end=1376
-  _globals['_ALLOCEXECREQUEST']._serialized_start=1379
-  _globals['_ALLOCEXECREQUEST']._serialized_end=1528
-  _globals['_ALLOCEXECRESPONSE']._serialized_start=1530
-  _globals['_ALLOCEXECRESPONSE']._serialized_end=1654
-  _globals['_ALLOCFILEINFO']._serialized_start=1656
-  _globals['_ALLOCFILEINFO']._serialized_end=1774
-  _globals['_FSLISTREQUEST']._serialized_start=1776
-  _globals['_FSLISTREQUEST']._serialized_end=1823
-  _globals['_FSLISTRESPONSE']._serialized_start=1825
-  _globals['_FSLISTRESPONSE']._serialized_end=1882
-  _globals['_FSSTATREQUEST']._serialized_start=1884
-  _globals['_FSSTATREQUEST']._serialized_end=1931
-  _globals['_FSSTATRESPONSE']._serialized_start=1933
-  _globals['_FSSTATRESPONSE']._serialized_end=1989
-  _globals['_FSSTREAMREQUEST']._serialized_start=1991
-  _globals['_FSSTREAMREQUEST']._serialized_end=2103
-  _globals['_FSSTREAMFRAME']._serialized_start=2105
-  _globals['_FSSTREAMFRAME']._serialized_end=2184
-  _globals['_ALLOC']._serialized_start=2187
-  _globals['_ALLOC']._serialized_end=2392
-  _globals['_CLIENTALLOC']._serialized_start=2395
-  _globals['_CLIENTALLOC']._serialized_end=2837
-  _globals['_CLIENTFS']._serialized_start=2840
-  _globals['_CLIENTFS']._serialized_end=3038
+  _globals['_EXECSETUP']._serialized_end=1306
+  _globals['_EXECIO']._serialized_start=1308
+  _globals['_EXECIO']._serialized_end=1345
+  _globals['_TERMINALSIZE']._serialized_start=1347
+  _globals['_TERMINALSIZE']._serialized_end=1392
+  _globals['_ALLOCEXECREQUEST']._serialized_start=1395
+  _globals['_ALLOCEXECREQUEST']._serialized_end=1544
+  _globals['_ALLOCEXECRESPONSE']._serialized_start=1546
+  _globals['_ALLOCEXECRESPONSE']._serialized_end=1670
+  _globals['_ALLOCFILEINFO']._serialized_start=1672
+  _globals['_ALLOCFILEINFO']._serialized_end=1790
+  _globals['_FSLISTREQUEST']._serialized_start=1792
+  _globals['_FSLISTREQUEST']._serialized_end=1839
+  _globals['_FSLISTRESPONSE']._serialized_start=1841
+  _globals['_FSLISTRESPONSE']._serialized_end=1898
+  _globals['_FSSTATREQUEST']._serialized_start=1900
+  _globals['_FSSTATREQUEST']._serialized_end=1947
+  _globals['_FSSTATRESPONSE']._serialized_start=1949
+  _globals['_FSSTATRESPONSE']._serialized_end=2005
+  _globals['_FSSTREAMREQUEST']._serialized_start=2007
+  _globals['_FSSTREAMREQUEST']._serialized_end=2119
+  _globals['_FSSTREAMFRAME']._serialized_start=2121
+  _globals['_FSSTREAMFRAME']._serialized_end=2200
+  _globals['_ALLOC']._serialized_start=2203
+  _globals['_ALLOC']._serialized_end=2408
+  _globals['_CLIENTALLOC']._serialized_start=2411
+  _globals['_CLIENTALLOC']._serialized_end=2853
+  _globals['_CLIENTFS']._serialized_start=2856
+  _globals['_CLIENTFS']._serialized_end=3054
 # @@protoc_insertion_point(module_scope)

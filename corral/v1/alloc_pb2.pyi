@@ -409,6 +409,7 @@ class ExecSetup(_message.Message):
     COMMAND_FIELD_NUMBER: _builtins.int
     TTY_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
     alloc_id: _builtins.str
     """the full id of an alloc this agent runs"""
     task: _builtins.str
@@ -416,6 +417,10 @@ class ExecSetup(_message.Message):
     """run it on a pseudo-terminal"""
     job_id: _builtins.str
     """when set, the alloc must be this job's"""
+    action: _builtins.str
+    """When set, run this `action` of the task (its command and args, from
+    the job version the alloc runs) instead of `command`.
+    """
     @_builtins.property
     def command(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """the program and its arguments"""
@@ -428,10 +433,11 @@ class ExecSetup(_message.Message):
         command: _abc.Iterable[_builtins.str] | None = ...,
         tty: _builtins.bool = ...,
         job_id: _builtins.str = ...,
+        action: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id", "command", b"command", "job_id", b"job_id", "task", b"task", "tty", b"tty"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "alloc_id", b"alloc_id", "command", b"command", "job_id", b"job_id", "task", b"task", "tty", b"tty"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

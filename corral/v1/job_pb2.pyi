@@ -1140,3 +1140,322 @@ class JobStableResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobStableResponse: _TypeAlias = JobStableResponse  # noqa: Y015
+
+@_typing.final
+class JobTagVersionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    LATEST_FIELD_NUMBER: _builtins.int
+    UNSET_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    namespace: _builtins.str
+    name: _builtins.str
+    """the tag's name (required)"""
+    description: _builtins.str
+    version: _builtins.int
+    """the version to tag"""
+    latest: _builtins.bool
+    """tag the job's current version (version must be 0)"""
+    unset: _builtins.bool
+    """take the tag `name` away from whichever version has it"""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        version: _builtins.int = ...,
+        latest: _builtins.bool = ...,
+        unset: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "job_id", b"job_id", "latest", b"latest", "name", b"name", "namespace", b"namespace", "unset", b"unset", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobTagVersionRequest: _TypeAlias = JobTagVersionRequest  # noqa: Y015
+
+@_typing.final
+class JobTagVersionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    TAGGED_TIME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    name: _builtins.str
+    description: _builtins.str
+    tagged_time: _builtins.int
+    """unix nanoseconds; 0 when unset"""
+    version: _builtins.int
+    """the version the tag was on"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        tagged_time: _builtins.int = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "index", b"index", "name", b"name", "tagged_time", b"tagged_time", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobTagVersionResponse: _TypeAlias = JobTagVersionResponse  # noqa: Y015
+
+@_typing.final
+class JobStatusesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    INCLUDE_CHILDREN_FIELD_NUMBER: _builtins.int
+    include_children: _builtins.bool
+    """periodic and dispatched children too"""
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryOptions:
+        """per_page, next_token (a modify index), reverse (oldest change first),
+        namespace ("*": every one the caller may read), min_index / wait_ms
+        """
+
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespacedJobID]:
+        """only these jobs (a page of them all)"""
+
+    def __init__(
+        self,
+        *,
+        query: _query_pb2.QueryOptions | None = ...,
+        jobs: _abc.Iterable[Global___NamespacedJobID] | None = ...,
+        include_children: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_children", b"include_children", "jobs", b"jobs", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStatusesRequest: _TypeAlias = JobStatusesRequest  # noqa: Y015
+
+@_typing.final
+class NamespacedJobID(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespacedJobID: _TypeAlias = NamespacedJobID  # noqa: Y015
+
+@_typing.final
+class JobStatusesAlloc(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    CLIENT_STATUS_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    CANARY_FIELD_NUMBER: _builtins.int
+    HEALTHY_FIELD_NUMBER: _builtins.int
+    JOB_VERSION_FIELD_NUMBER: _builtins.int
+    FOLLOWUP_EVAL_ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    group: _builtins.str
+    client_status: _builtins.str
+    node_id: _builtins.str
+    canary: _builtins.bool
+    healthy: _builtins.bool
+    """unset until the deployment decides"""
+    job_version: _builtins.int
+    followup_eval_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        group: _builtins.str = ...,
+        client_status: _builtins.str = ...,
+        node_id: _builtins.str = ...,
+        canary: _builtins.bool = ...,
+        healthy: _builtins.bool | None = ...,
+        job_version: _builtins.int = ...,
+        followup_eval_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "healthy", b"healthy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "canary", b"canary", "client_status", b"client_status", "followup_eval_id", b"followup_eval_id", "group", b"group", "healthy", b"healthy", "id", b"id", "job_version", b"job_version", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__healthy: _TypeAlias = _typing.Literal["healthy"]  # noqa: Y015
+    _WhichOneofArgType__healthy: _TypeAlias = _typing.Literal["_healthy", b"_healthy"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__healthy) -> _WhichOneofReturnType__healthy | None: ...
+
+Global___JobStatusesAlloc: _TypeAlias = JobStatusesAlloc  # noqa: Y015
+
+@_typing.final
+class JobStatusesLatestDeployment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    IS_ACTIVE_FIELD_NUMBER: _builtins.int
+    JOB_VERSION_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    STATUS_DESCRIPTION_FIELD_NUMBER: _builtins.int
+    ALL_AUTO_PROMOTE_FIELD_NUMBER: _builtins.int
+    REQUIRES_PROMOTION_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    is_active: _builtins.bool
+    job_version: _builtins.int
+    status: _builtins.str
+    status_description: _builtins.str
+    all_auto_promote: _builtins.bool
+    requires_promotion: _builtins.bool
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        is_active: _builtins.bool = ...,
+        job_version: _builtins.int = ...,
+        status: _builtins.str = ...,
+        status_description: _builtins.str = ...,
+        all_auto_promote: _builtins.bool = ...,
+        requires_promotion: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_auto_promote", b"all_auto_promote", "id", b"id", "is_active", b"is_active", "job_version", b"job_version", "requires_promotion", b"requires_promotion", "status", b"status", "status_description", b"status_description"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStatusesLatestDeployment: _TypeAlias = JobStatusesLatestDeployment  # noqa: Y015
+
+@_typing.final
+class JobStatusesJob(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    NODE_POOL_FIELD_NUMBER: _builtins.int
+    DATACENTERS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    SUBMIT_TIME_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    ALLOCS_FIELD_NUMBER: _builtins.int
+    GROUP_COUNT_SUM_FIELD_NUMBER: _builtins.int
+    CHILD_STATUSES_FIELD_NUMBER: _builtins.int
+    HAS_CHILDREN_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    LATEST_DEPLOYMENT_FIELD_NUMBER: _builtins.int
+    STOP_FIELD_NUMBER: _builtins.int
+    IS_PACK_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    namespace: _builtins.str
+    name: _builtins.str
+    type: _builtins.str
+    node_pool: _builtins.str
+    priority: _builtins.int
+    version: _builtins.int
+    submit_time: _builtins.int
+    modify_index: _builtins.int
+    group_count_sum: _builtins.int
+    has_children: _builtins.bool
+    parent_id: _builtins.str
+    stop: _builtins.bool
+    is_pack: _builtins.bool
+    status: _builtins.str
+    @_builtins.property
+    def datacenters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def allocs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatusesAlloc]: ...
+    @_builtins.property
+    def child_statuses(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the statuses of a periodic or parameterized job's children (set only
+        for those parents: `has_children` says so, as Nomad's non-nil list)
+        """
+
+    @_builtins.property
+    def latest_deployment(self) -> Global___JobStatusesLatestDeployment: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        node_pool: _builtins.str = ...,
+        datacenters: _abc.Iterable[_builtins.str] | None = ...,
+        priority: _builtins.int = ...,
+        version: _builtins.int = ...,
+        submit_time: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+        allocs: _abc.Iterable[Global___JobStatusesAlloc] | None = ...,
+        group_count_sum: _builtins.int = ...,
+        child_statuses: _abc.Iterable[_builtins.str] | None = ...,
+        has_children: _builtins.bool = ...,
+        parent_id: _builtins.str = ...,
+        latest_deployment: Global___JobStatusesLatestDeployment | None = ...,
+        stop: _builtins.bool = ...,
+        is_pack: _builtins.bool = ...,
+        status: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["latest_deployment", b"latest_deployment"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocs", b"allocs", "child_statuses", b"child_statuses", "datacenters", b"datacenters", "group_count_sum", b"group_count_sum", "has_children", b"has_children", "id", b"id", "is_pack", b"is_pack", "latest_deployment", b"latest_deployment", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parent_id", b"parent_id", "priority", b"priority", "status", b"status", "stop", b"stop", "submit_time", b"submit_time", "type", b"type", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStatusesJob: _TypeAlias = JobStatusesJob  # noqa: Y015
+
+@_typing.final
+class JobStatusesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatusesJob]: ...
+    @_builtins.property
+    def meta(self) -> _query_pb2.QueryMeta:
+        """index: the highest modify index of the page's jobs, allocs and
+        deployments (the jobs table's when the page's jobs changed)
+        """
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___JobStatusesJob] | None = ...,
+        meta: _query_pb2.QueryMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "meta", b"meta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobStatusesResponse: _TypeAlias = JobStatusesResponse  # noqa: Y015

@@ -114,6 +114,16 @@ class JobStub:
                 request_serializer=corral_dot_v1_dot_job__pb2.JobStableRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_job__pb2.JobStableResponse.FromString,
                 _registered_method=True)
+        self.TagVersion = channel.unary_unary(
+                '/corral.v1.Job/TagVersion',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobTagVersionRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobTagVersionResponse.FromString,
+                _registered_method=True)
+        self.Statuses = channel.unary_unary(
+                '/corral.v1.Job/Statuses',
+                request_serializer=corral_dot_v1_dot_job__pb2.JobStatusesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_job__pb2.JobStatusesResponse.FromString,
+                _registered_method=True)
 
 
 class JobServicer:
@@ -229,6 +239,24 @@ class JobServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TagVersion(self, request, context):
+        """Name one version of the job, or take a name away (Nomad's
+        Job.TagVersion): names are unique among a job's versions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Statuses(self, request, context):
+        """The jobs list of Nomad's web UI (Nomad's Job.Statuses): each job with
+        its allocs in brief and its latest deployment, most recently changed
+        first. Paged by the jobs' modify index; a blocking query answers when
+        a job, alloc or deployment of the page changes (or the page's jobs do).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -311,6 +339,16 @@ def add_JobServicer_to_server(servicer, server):
                     servicer.Stable,
                     request_deserializer=corral_dot_v1_dot_job__pb2.JobStableRequest.FromString,
                     response_serializer=corral_dot_v1_dot_job__pb2.JobStableResponse.SerializeToString,
+            ),
+            'TagVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.TagVersion,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobTagVersionRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobTagVersionResponse.SerializeToString,
+            ),
+            'Statuses': grpc.unary_unary_rpc_method_handler(
+                    servicer.Statuses,
+                    request_deserializer=corral_dot_v1_dot_job__pb2.JobStatusesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_job__pb2.JobStatusesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -745,6 +783,60 @@ class Job:
             '/corral.v1.Job/Stable',
             corral_dot_v1_dot_job__pb2.JobStableRequest.SerializeToString,
             corral_dot_v1_dot_job__pb2.JobStableResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TagVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/TagVersion',
+            corral_dot_v1_dot_job__pb2.JobTagVersionRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobTagVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Statuses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Job/Statuses',
+            corral_dot_v1_dot_job__pb2.JobStatusesRequest.SerializeToString,
+            corral_dot_v1_dot_job__pb2.JobStatusesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,16 @@ class JobStub:
     """Mark one version of the job stable or not (Nomad's Job.Stable): the
     version an auto-revert goes back to.
     """
+    TagVersion: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobTagVersionRequest, _job_pb2.JobTagVersionResponse]
+    """Name one version of the job, or take a name away (Nomad's
+    Job.TagVersion): names are unique among a job's versions.
+    """
+    Statuses: _grpc.UnaryUnaryMultiCallable[_job_pb2.JobStatusesRequest, _job_pb2.JobStatusesResponse]
+    """The jobs list of Nomad's web UI (Nomad's Job.Statuses): each job with
+    its allocs in brief and its latest deployment, most recently changed
+    first. Paged by the jobs' modify index; a blocking query answers when
+    a job, alloc or deployment of the page changes (or the page's jobs do).
+    """
 
 @_typing.type_check_only
 class JobAsyncStub(JobStub):
@@ -102,6 +112,16 @@ class JobAsyncStub(JobStub):
     Stable: _aio.UnaryUnaryMultiCallable[_job_pb2.JobStableRequest, _job_pb2.JobStableResponse]  # type: ignore[assignment]
     """Mark one version of the job stable or not (Nomad's Job.Stable): the
     version an auto-revert goes back to.
+    """
+    TagVersion: _aio.UnaryUnaryMultiCallable[_job_pb2.JobTagVersionRequest, _job_pb2.JobTagVersionResponse]  # type: ignore[assignment]
+    """Name one version of the job, or take a name away (Nomad's
+    Job.TagVersion): names are unique among a job's versions.
+    """
+    Statuses: _aio.UnaryUnaryMultiCallable[_job_pb2.JobStatusesRequest, _job_pb2.JobStatusesResponse]  # type: ignore[assignment]
+    """The jobs list of Nomad's web UI (Nomad's Job.Statuses): each job with
+    its allocs in brief and its latest deployment, most recently changed
+    first. Paged by the jobs' modify index; a blocking query answers when
+    a job, alloc or deployment of the page changes (or the page's jobs do).
     """
 
 class JobServicer(metaclass=_abc_1.ABCMeta):
@@ -233,6 +253,28 @@ class JobServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_pb2.JobStableResponse, _abc.Awaitable[_job_pb2.JobStableResponse]]:
         """Mark one version of the job stable or not (Nomad's Job.Stable): the
         version an auto-revert goes back to.
+        """
+
+    @_abc_1.abstractmethod
+    def TagVersion(
+        self,
+        request: _job_pb2.JobTagVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobTagVersionResponse, _abc.Awaitable[_job_pb2.JobTagVersionResponse]]:
+        """Name one version of the job, or take a name away (Nomad's
+        Job.TagVersion): names are unique among a job's versions.
+        """
+
+    @_abc_1.abstractmethod
+    def Statuses(
+        self,
+        request: _job_pb2.JobStatusesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.JobStatusesResponse, _abc.Awaitable[_job_pb2.JobStatusesResponse]]:
+        """The jobs list of Nomad's web UI (Nomad's Job.Statuses): each job with
+        its allocs in brief and its latest deployment, most recently changed
+        first. Paged by the jobs' modify index; a blocking query answers when
+        a job, alloc or deployment of the page changes (or the page's jobs do).
         """
 
 def add_JobServicer_to_server(servicer: JobServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/query.proto\x12\tcorral.v1\"{\n\x0cQueryOptions\x12\x11\n\tmin_index\x18\x01 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x03\x12\x0e\n\x06prefix\x18\x03 \x01(\t\x12\x10\n\x08per_page\x18\x04 \x01(\x05\x12\x12\n\nnext_token\x18\x05 \x01(\t\x12\x11\n\tnamespace\x18\x06 \x01(\t\"D\n\tQueryMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x12\n\nnext_token\x18\x02 \x01(\t\x12\x14\n\x0cknown_leader\x18\x03 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63orral/v1/query.proto\x12\tcorral.v1\"\x8c\x01\n\x0cQueryOptions\x12\x11\n\tmin_index\x18\x01 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x03\x12\x0e\n\x06prefix\x18\x03 \x01(\t\x12\x10\n\x08per_page\x18\x04 \x01(\x05\x12\x12\n\nnext_token\x18\x05 \x01(\t\x12\x11\n\tnamespace\x18\x06 \x01(\t\x12\x0f\n\x07reverse\x18\x07 \x01(\x08\"D\n\tQueryMeta\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x12\n\nnext_token\x18\x02 \x01(\t\x12\x14\n\x0cknown_leader\x18\x03 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.query_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_QUERYOPTIONS']._serialized_start=36
-  _globals['_QUERYOPTIONS']._serialized_end=159
-  _globals['_QUERYMETA']._serialized_start=161
-  _globals['_QUERYMETA']._serialized_end=229
+  _globals['_QUERYOPTIONS']._serialized_start=37
+  _globals['_QUERYOPTIONS']._serialized_end=177
+  _globals['_QUERYMETA']._serialized_start=179
+  _globals['_QUERYMETA']._serialized_end=247
 # @@protoc_insertion_point(module_scope)

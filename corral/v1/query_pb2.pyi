@@ -28,6 +28,7 @@ class QueryOptions(_message.Message):
     PER_PAGE_FIELD_NUMBER: _builtins.int
     NEXT_TOKEN_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    REVERSE_FIELD_NUMBER: _builtins.int
     min_index: _builtins.int
     """Blocking query: do not answer until the index of the tables the read
     covers is > min_index or wait_ms has passed (default 5 min, at most 10
@@ -43,6 +44,11 @@ class QueryOptions(_message.Message):
     """from QueryMeta.next_token of the previous page"""
     namespace: _builtins.str
     """default "default"; "*" = all"""
+    reverse: _builtins.bool
+    """Nomad's reverse=true: lists ordered by creation (evaluations,
+    allocations, deployments) or by id answer in the opposite order; the
+    paging token then counts down
+    """
     def __init__(
         self,
         *,
@@ -52,10 +58,11 @@ class QueryOptions(_message.Message):
         per_page: _builtins.int = ...,
         next_token: _builtins.str = ...,
         namespace: _builtins.str = ...,
+        reverse: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index", "namespace", b"namespace", "next_token", b"next_token", "per_page", b"per_page", "prefix", b"prefix", "wait_ms", b"wait_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index", "namespace", b"namespace", "next_token", b"next_token", "per_page", b"per_page", "prefix", b"prefix", "reverse", b"reverse", "wait_ms", b"wait_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1232,6 +1232,7 @@ class Task(_message.Message):
     TEMPLATES_FIELD_NUMBER: _builtins.int
     LIFECYCLE_FIELD_NUMBER: _builtins.int
     LOG_CONFIG_FIELD_NUMBER: _builtins.int
+    ACTIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     driver: _builtins.str
     """"raw_exec", "mock", ..."""
@@ -1320,6 +1321,12 @@ class Task(_message.Message):
         the jobspec parser always sets it, 10 files of 10 MB by default).
         """
 
+    @_builtins.property
+    def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
+        """The task's `action` blocks: named commands a user with alloc-exec runs
+        in a running alloc of the task (`corral action`, /v1/job/:id/action).
+        """
+
     def __init__(
         self,
         *,
@@ -1347,14 +1354,49 @@ class Task(_message.Message):
         templates: _abc.Iterable[Global___Template] | None = ...,
         lifecycle: Global___TaskLifecycleConfig | None = ...,
         log_config: Global___LogConfig | None = ...,
+        actions: _abc.Iterable[Global___Action] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "dispatch_payload", b"dispatch_payload", "identity", b"identity", "lifecycle", b"lifecycle", "log_config", b"log_config", "resources", b"resources", "restart_policy", b"restart_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "affinities", b"affinities", "artifacts", b"artifacts", "config", b"config", "constraints", b"constraints", "dispatch_payload", b"dispatch_payload", "driver", b"driver", "env", b"env", "identities", b"identities", "identity", b"identity", "kill_signal", b"kill_signal", "kill_timeout", b"kill_timeout", "leader", b"leader", "lifecycle", b"lifecycle", "log_config", b"log_config", "meta", b"meta", "name", b"name", "resources", b"resources", "restart_policy", b"restart_policy", "scaling_policies", b"scaling_policies", "services", b"services", "shutdown_delay", b"shutdown_delay", "templates", b"templates", "user", b"user", "volume_mounts", b"volume_mounts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Task: _TypeAlias = Task  # noqa: Y015
+
+@_typing.final
+class Action(_message.Message):
+    """Nomad's Action: a command defined in the job, run on demand inside a
+    running task as alloc exec runs one (docs/jobspec.md, "action").
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """unique in its task; no whitespace or NUL, at most 128 characters"""
+    command: _builtins.str
+    """the program (required)"""
+    @_builtins.property
+    def args(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """its arguments"""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        command: _builtins.str = ...,
+        args: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "command", b"command", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Action: _TypeAlias = Action  # noqa: Y015
 
 @_typing.final
 class Template(_message.Message):
@@ -2107,6 +2149,7 @@ class Job(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     UI_FIELD_NUMBER: _builtins.int
     REGION_FIELD_NUMBER: _builtins.int
+    VERSION_TAG_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     namespace: _builtins.str
     """default "default" """
@@ -2159,6 +2202,13 @@ class Job(_message.Message):
     def ui(self) -> Global___JobUIConfig:
         """the `ui` block"""
 
+    @_builtins.property
+    def version_tag(self) -> Global___JobVersionTag:
+        """Nomad's VersionTag: a name (unique among the job's versions) given to
+        this version, to find it again (`job revert`, `job history`); set and
+        unset only by Job.TagVersion, never by a registration
+        """
+
     def __init__(
         self,
         *,
@@ -2192,14 +2242,41 @@ class Job(_message.Message):
         payload: _builtins.bytes = ...,
         ui: Global___JobUIConfig | None = ...,
         region: _builtins.str = ...,
+        version_tag: Global___JobVersionTag | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parameterized", b"parameterized", "periodic", b"periodic", "ui", b"ui", "update", b"update", "version_tag", b"version_tag"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "region", b"region", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinities", b"affinities", "all_at_once", b"all_at_once", "constraints", b"constraints", "create_index", b"create_index", "datacenters", b"datacenters", "dispatched", b"dispatched", "id", b"id", "job_modify_index", b"job_modify_index", "meta", b"meta", "modify_index", b"modify_index", "name", b"name", "namespace", b"namespace", "node_pool", b"node_pool", "parameterized", b"parameterized", "parent_id", b"parent_id", "payload", b"payload", "periodic", b"periodic", "priority", b"priority", "region", b"region", "spreads", b"spreads", "stable", b"stable", "status", b"status", "status_description", b"status_description", "stop", b"stop", "submit_time", b"submit_time", "task_groups", b"task_groups", "type", b"type", "ui", b"ui", "update", b"update", "version", b"version", "version_tag", b"version_tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class JobVersionTag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    TAGGED_TIME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    description: _builtins.str
+    tagged_time: _builtins.int
+    """unix nanoseconds"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        tagged_time: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "tagged_time", b"tagged_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobVersionTag: _TypeAlias = JobVersionTag  # noqa: Y015
 
 @_typing.final
 class JobUILink(_message.Message):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63orral/v1/system.proto\x12\tcorral.v1\"5\n\x0fSystemGCRequest\x12\x0e\n\x06\x64\x65tach\x18\x01 \x01(\x08\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r\"Q\n\x10SystemGCResponse\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x1a\n\x12\x65xpired_acl_tokens\x18\x03 \x01(\r2S\n\x06System\x12I\n\x0eGarbageCollect\x12\x1a.corral.v1.SystemGCRequest\x1a\x1b.corral.v1.SystemGCResponse2J\n\x06\x43oreGC\x12@\n\x05\x46orce\x12\x1a.corral.v1.SystemGCRequest\x1a\x1b.corral.v1.SystemGCResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63orral/v1/system.proto\x12\tcorral.v1\"5\n\x0fSystemGCRequest\x12\x0e\n\x06\x64\x65tach\x18\x01 \x01(\x08\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r\"Q\n\x10SystemGCResponse\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\x12\x1a\n\x12\x65xpired_acl_tokens\x18\x03 \x01(\r\"!\n\x1fSystemReconcileSummariesRequest\"N\n SystemReconcileSummariesResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04jobs\x18\x02 \x01(\r\x12\r\n\x05\x66ixed\x18\x03 \x01(\r2\xc2\x01\n\x06System\x12I\n\x0eGarbageCollect\x12\x1a.corral.v1.SystemGCRequest\x1a\x1b.corral.v1.SystemGCResponse\x12m\n\x12ReconcileSummaries\x12*.corral.v1.SystemReconcileSummariesRequest\x1a+.corral.v1.SystemReconcileSummariesResponse2J\n\x06\x43oreGC\x12@\n\x05\x46orce\x12\x1a.corral.v1.SystemGCRequest\x1a\x1b.corral.v1.SystemGCResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYSTEMGCREQUEST']._serialized_end=90
   _globals['_SYSTEMGCRESPONSE']._serialized_start=92
   _globals['_SYSTEMGCRESPONSE']._serialized_end=173
-  _globals['_SYSTEM']._serialized_start=175
-  _globals['_SYSTEM']._serialized_end=258
-  _globals['_COREGC']._serialized_start=260
-  _globals['_COREGC']._serialized_end=334
+  _globals['_SYSTEMRECONCILESUMMARIESREQUEST']._serialized_start=175
+  _globals['_SYSTEMRECONCILESUMMARIESREQUEST']._serialized_end=208
+  _globals['_SYSTEMRECONCILESUMMARIESRESPONSE']._serialized_start=210
+  _globals['_SYSTEMRECONCILESUMMARIESRESPONSE']._serialized_end=288
+  _globals['_SYSTEM']._serialized_start=291
+  _globals['_SYSTEM']._serialized_end=485
+  _globals['_COREGC']._serialized_start=487
+  _globals['_COREGC']._serialized_end=561
 # @@protoc_insertion_point(module_scope)

@@ -72,3 +72,46 @@ class SystemGCResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SystemGCResponse: _TypeAlias = SystemGCResponse  # noqa: Y015
+
+@_typing.final
+class SystemReconcileSummariesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemReconcileSummariesRequest: _TypeAlias = SystemReconcileSummariesRequest  # noqa: Y015
+
+@_typing.final
+class SystemReconcileSummariesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    FIXED_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the write's index (0 when nothing differed)"""
+    jobs: _builtins.int
+    """job summaries looked at"""
+    fixed: _builtins.int
+    """summaries rewritten"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        jobs: _builtins.int = ...,
+        fixed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fixed", b"fixed", "index", b"index", "jobs", b"jobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemReconcileSummariesResponse: _TypeAlias = SystemReconcileSummariesResponse  # noqa: Y015

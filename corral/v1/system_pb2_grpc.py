@@ -39,6 +39,11 @@ class SystemStub:
                 request_serializer=corral_dot_v1_dot_system__pb2.SystemGCRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_system__pb2.SystemGCResponse.FromString,
                 _registered_method=True)
+        self.ReconcileSummaries = channel.unary_unary(
+                '/corral.v1.System/ReconcileSummaries',
+                request_serializer=corral_dot_v1_dot_system__pb2.SystemReconcileSummariesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_system__pb2.SystemReconcileSummariesResponse.FromString,
+                _registered_method=True)
 
 
 class SystemServicer:
@@ -54,6 +59,17 @@ class SystemServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReconcileSummaries(self, request, context):
+        """Recompute every job's stored summary (Nomad's PUT
+        /v1/system/reconcile/summaries): its task groups those of the job as
+        it stands, each group's queued count the one the job's newest
+        evaluation left; rows that differ are rewritten. The other counts are
+        computed from the allocs on every read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SystemServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -61,6 +77,11 @@ def add_SystemServicer_to_server(servicer, server):
                     servicer.GarbageCollect,
                     request_deserializer=corral_dot_v1_dot_system__pb2.SystemGCRequest.FromString,
                     response_serializer=corral_dot_v1_dot_system__pb2.SystemGCResponse.SerializeToString,
+            ),
+            'ReconcileSummaries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReconcileSummaries,
+                    request_deserializer=corral_dot_v1_dot_system__pb2.SystemReconcileSummariesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_system__pb2.SystemReconcileSummariesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,6 +111,33 @@ class System:
             '/corral.v1.System/GarbageCollect',
             corral_dot_v1_dot_system__pb2.SystemGCRequest.SerializeToString,
             corral_dot_v1_dot_system__pb2.SystemGCResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReconcileSummaries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.System/ReconcileSummaries',
+            corral_dot_v1_dot_system__pb2.SystemReconcileSummariesRequest.SerializeToString,
+            corral_dot_v1_dot_system__pb2.SystemReconcileSummariesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,13 @@ class SystemStub:
     nodes, whatever their age. Waits for a worker to finish the pass
     unless `detach` is set (Nomad always returns at once).
     """
+    ReconcileSummaries: _grpc.UnaryUnaryMultiCallable[_system_pb2.SystemReconcileSummariesRequest, _system_pb2.SystemReconcileSummariesResponse]
+    """Recompute every job's stored summary (Nomad's PUT
+    /v1/system/reconcile/summaries): its task groups those of the job as
+    it stands, each group's queued count the one the job's newest
+    evaluation left; rows that differ are rewritten. The other counts are
+    computed from the allocs on every read.
+    """
 
 @_typing.type_check_only
 class SystemAsyncStub(SystemStub):
@@ -51,6 +58,13 @@ class SystemAsyncStub(SystemStub):
     evals and allocs, stopped or dead jobs, ended deployments and down
     nodes, whatever their age. Waits for a worker to finish the pass
     unless `detach` is set (Nomad always returns at once).
+    """
+    ReconcileSummaries: _aio.UnaryUnaryMultiCallable[_system_pb2.SystemReconcileSummariesRequest, _system_pb2.SystemReconcileSummariesResponse]  # type: ignore[assignment]
+    """Recompute every job's stored summary (Nomad's PUT
+    /v1/system/reconcile/summaries): its task groups those of the job as
+    it stands, each group's queued count the one the job's newest
+    evaluation left; rows that differ are rewritten. The other counts are
+    computed from the allocs on every read.
     """
 
 class SystemServicer(metaclass=_abc_1.ABCMeta):
@@ -64,6 +78,19 @@ class SystemServicer(metaclass=_abc_1.ABCMeta):
         evals and allocs, stopped or dead jobs, ended deployments and down
         nodes, whatever their age. Waits for a worker to finish the pass
         unless `detach` is set (Nomad always returns at once).
+        """
+
+    @_abc_1.abstractmethod
+    def ReconcileSummaries(
+        self,
+        request: _system_pb2.SystemReconcileSummariesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_system_pb2.SystemReconcileSummariesResponse, _abc.Awaitable[_system_pb2.SystemReconcileSummariesResponse]]:
+        """Recompute every job's stored summary (Nomad's PUT
+        /v1/system/reconcile/summaries): its task groups those of the job as
+        it stands, each group's queued count the one the job's newest
+        evaluation left; rows that differ are rewritten. The other counts are
+        computed from the allocs on every read.
         """
 
 def add_SystemServicer_to_server(servicer: SystemServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from corral.domain import actions, task_exec
 from corral.domain.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -67,6 +68,11 @@ class AllocView(Protocol):
 
     def exec_target(self, task: str) -> tuple[Driver, TaskHandle, TaskConfig]:
         """The running task's driver, handle and config (`alloc exec`)."""
+        ...
+
+    def task_spec(self, task: str) -> pb.Task | None:
+        """The task as the job version the alloc runs defines it (its
+        actions), None for a task the alloc does not have."""
         ...
 
     def logs_disabled(self, task: str) -> bool: ...
@@ -210,7 +216,9 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
             raise InvalidArgument(
                 "job_id", f"job {setup.job_id} does not have allocation {setup.alloc_id}"
             )
-        problem = exec_command_problem(command)
+        if setup.action:
+            command = self._action_command(view, setup)
+        problem = task_exec.command_problem(command)
         if problem:
             raise InvalidArgument("command", problem)
         driver, handle, cfg = view.exec_target(setup.task)
@@ -231,9 +239,16 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
                 session = await driver.exec_task(handle, cfg, command, setup.tty)
             except DriverError as exc:
                 raise FailedPrecondition(str(exc)) from None
+            # the caller may now send stdin (corral/domain/task_exec.py says why it waits)
+            await context.send_initial_metadata(((task_exec.EXEC_STARTED, "1"),))
             log.info(
                 "task exec session starting",
-                extra={"alloc_id": setup.alloc_id, "task": setup.task, "tty": setup.tty},
+                extra={
+                    "alloc_id": setup.alloc_id,
+                    "task": setup.task,
+                    "tty": setup.tty,
+                    "action": setup.action,
+                },
             )
             relay = asyncio.create_task(_relay_input(it, session))
             try:
@@ -253,25 +268,23 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         finally:
             self.exec_sessions -= 1
 
+    @staticmethod
+    def _action_command(view: AllocView, setup: alloc_pb2.ExecSetup) -> list[str]:
+        """The command of the task's action `setup.action` in the job
+        version the alloc runs (Nomad's client looks it up the same way)."""
+        spec = view.task_spec(setup.task)
+        if spec is None:
+            raise InvalidArgument("", f"task {setup.task} not found in allocation {setup.alloc_id}")
+        action = actions.find(spec, setup.action)
+        if action is None:  # Nomad's sentences, which name the field themselves
+            raise InvalidArgument("", f"action {setup.action} not found in task {setup.task}")
+        return [action.command, *action.args]
+
 
 #: exec sessions one agent runs at once
 MAX_EXEC_SESSIONS = 64
-#: the largest command (all its arguments) and stdin message
-MAX_COMMAND_BYTES = 64 * 1024
-MAX_COMMAND_ARGS = 1024
+#: the largest stdin message
 MAX_STDIN_BYTES = 1024 * 1024
-
-
-def exec_command_problem(command: list[str]) -> str:
-    if not command or not command[0]:
-        return "command is not present"
-    if len(command) > MAX_COMMAND_ARGS:
-        return f"has {len(command)} arguments, more than {MAX_COMMAND_ARGS}"
-    if sum(len(a.encode()) for a in command) > MAX_COMMAND_BYTES:
-        return f"is longer than {MAX_COMMAND_BYTES} bytes"
-    if any("\x00" in a for a in command):
-        return "must not contain NUL characters"
-    return ""
 
 
 async def _relay_input(

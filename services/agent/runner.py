@@ -1066,6 +1066,10 @@ class AllocRunner:
             raise NotFound(f"task {task!r} is not running.")
         return runner.driver, handle, runner.task_config(runner.started_env or runner.task_env())
 
+    def task_spec(self, task: str) -> pb.Task | None:
+        runner = self.task(task)
+        return runner.task if runner is not None else None
+
     # ---------------------------------------------------------------- services
 
     def _env_of(self, task: str) -> taskenv.TaskEnv:

@@ -24,6 +24,7 @@ from services.gateway.routes import (
     evals,
     events,
     fs,
+    job_statuses,
     jobs,
     keyring,
     metrics,
@@ -51,6 +52,7 @@ from services.gateway.ui import routes as ui
 #: all of them.
 ROUTE_MODULES: list[ModuleType] = [
     agent,
+    job_statuses,
     jobs,
     allocs,
     alloc_exec,

@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from corral.domain import paging
 from corral.domain.errors import (
     FIELD_METADATA_KEY,
     NO_REGION_PATH,
@@ -241,6 +242,7 @@ class QueryOptions:
             per_page=self.per_page if paginate else 0,
             next_token=self.next_token if paginate else "",
             namespace=self.namespace,
+            reverse=self.reverse,
         )
 
 
@@ -293,12 +295,10 @@ async def object_body(request: Request, *, required: bool = True) -> dict[str, A
     return body
 
 
-async def json_body(request: Request) -> Any:
-    """The request's JSON body; bad JSON is Nomad's 400, and so is JSON
-    nested deeper than a job may be (corral/domain/jobspec/limits.py: the
-    decoder recurses per level), a body larger than the public API takes
-    (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) 413, read no further
-    than that."""
+async def body_bytes(request: Request) -> bytes:
+    """The request's body; one larger than the public API takes
+    (corral.security.access.MAX_PUBLIC_REQUEST_BYTES) is 413, read no
+    further than that."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_PUBLIC_REQUEST_BYTES:
         raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
@@ -309,7 +309,14 @@ async def json_body(request: Request) -> Any:
         if size > MAX_PUBLIC_REQUEST_BYTES:
             raise NomadError(413, f"request body larger than {MAX_PUBLIC_REQUEST_BYTES} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body (`body_bytes`); bad JSON is Nomad's 400, and
+    so is JSON nested deeper than a job may be
+    (corral/domain/jobspec/limits.py: the decoder recurses per level)."""
+    raw = await body_bytes(request)
     if not raw.strip():
         return None
     try:
@@ -448,26 +455,56 @@ def apply_filter(expression: str, items: list[dict[str, Any]]) -> list[dict[str,
         raise bad_request(f"failed to read filter expression: {exc}") from None
 
 
+#: a list's sort key and paging token: a field's name, or a function of the item
+ItemKey = str | Callable[[dict[str, Any]], str]
+
+
+def _field(name: str) -> Callable[[dict[str, Any]], str]:
+    return lambda item: str(item.get(name, ""))
+
+
 def local_page(
-    q: QueryOptions, items: list[dict[str, Any]], key: str = "ID"
+    q: QueryOptions, items: list[dict[str, Any]], key: ItemKey = "ID"
 ) -> tuple[list[dict[str, Any]], str]:
     """One page of `items` as the state pages (sorted by `key`, the next
     token being the first key of the next page)."""
-    items = sorted(items, key=lambda i: str(i.get(key, "")))
+    key_of = key if callable(key) else _field(key)
+    items = sorted(items, key=key_of)
     if q.next_token:
-        items = [i for i in items if str(i.get(key, "")) >= q.next_token]
+        items = [i for i in items if key_of(i) >= q.next_token]
     if q.per_page and len(items) > q.per_page:
-        return items[: q.per_page], str(items[q.per_page].get(key, ""))
+        return items[: q.per_page], key_of(items[q.per_page])
     return items, ""
 
 
-async def listing(request: Request, q: QueryOptions, call: ListCall, key: str = "ID") -> Response:
+async def listing(
+    request: Request,
+    q: QueryOptions,
+    call: ListCall,
+    key: ItemKey = "ID",
+    *,
+    by_creation: bool = False,
+) -> Response:
     """A list endpoint's answer: the state pages it, unless a filter is
     given; then the whole list is read, filtered here, then paged (Nomad
-    filters before it pages)."""
+    filters before it pages) in the state's order: by `key`, or
+    `by_creation` as Nomad orders evaluations, allocations and deployments
+    (corral/domain/paging.py)."""
     if not q.filter:
         items, meta = await call(q.proto())
         return respond(request, items, index=meta.index, next_token=meta.next_token)
     items, meta = await call(q.proto(paginate=False))
-    page, token = local_page(q, apply_filter(q.filter, items), key)
+    kept = apply_filter(q.filter, items)
+    if by_creation:
+        page, token = paging.creation_page(
+            kept,
+            create_index=lambda i: int(i.get("CreateIndex") or 0),
+            ident=lambda i: str(i.get("ID", "")),
+            by_id=bool(q.prefix),
+            next_token=q.next_token,
+            per_page=q.per_page,
+            reverse=q.reverse,
+        )
+    else:
+        page, token = local_page(q, kept, key)
     return respond(request, page, index=meta.index, next_token=token)

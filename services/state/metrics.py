@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import JobStatus, NodeStatus
 from corral.runtime.slow_readers import SlowReader
+from services.state import stubs
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -191,9 +192,9 @@ class ClusterCollector(Collector):
             by_status[status] = by_status.get(status, 0) + 1
             if job.parent_id:
                 continue
-            js = snap.job_summary(job.namespace, job.id)
-            if js is None:
-                continue
+            # the stored summary holds only the queued counts: the others
+            # come from the allocs, as every read of a summary computes them
+            js = stubs.summarize(snap, job)
             for group, tg in sorted(js.summary.items()):
                 for state in _TASK_GROUP_STATES:
                     summary.add_metric([job.namespace, job.id, group, state], getattr(tg, state))

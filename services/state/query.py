@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
+from corral.domain import paging
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.store import StateSnapshot
 from corral.runtime import telemetry
@@ -44,6 +45,40 @@ async def snapshot_for(
     return snap
 
 
+R = TypeVar("R")
+
+
+async def answer_when_newer(
+    ctx: StateContext,
+    query: query_pb2.QueryOptions,
+    compute: Callable[[StateSnapshot], tuple[R, int]],
+) -> R:
+    """A blocking query whose index is the answer's own rather than a
+    table's (Nomad's Job.Statuses: the newest change among what one page
+    shows, so a change off the page wakes nobody): `compute` answers from
+    a snapshot with that index; with `min_index`, it runs again on each new
+    snapshot until its index is > min_index or the wait runs out."""
+    answer, index = compute(ctx.feed.snapshot())
+    if not query.min_index or index > query.min_index:
+        return answer
+    wait = query.wait_ms / 1000 if query.wait_ms > 0 else DEFAULT_WAIT_S
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(wait, MAX_WAIT_S)
+    with ctx.limits.waiting("a blocking query"):
+        while index <= query.min_index:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or ctx.shutting_down.is_set():
+                break
+            seen = ctx.feed.snapshot().index
+            await ctx.feed.wait_advance(remaining)
+            snap = ctx.feed.snapshot()
+            if snap.index != seen:
+                answer, index = compute(snap)
+    if index <= query.min_index:
+        telemetry.mark_idle()
+    return answer
+
+
 def table_index(snap: StateSnapshot, tables: Sequence[str]) -> int:
     return max(1, *(snap.table_index(t) for t in tables))
 
@@ -66,6 +101,36 @@ def paginate(
     if query.per_page and len(items) > query.per_page:
         return items[: query.per_page], key(items[query.per_page])
     return items, ""
+
+
+class Created(Protocol):
+    """An object listed in creation order."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def create_index(self) -> int: ...
+
+
+C = TypeVar("C", bound=Created)
+
+
+def paginate_by_creation(items: list[C], query: query_pb2.QueryOptions) -> tuple[list[C], str]:
+    """One page in Nomad's order of evaluations, allocations and
+    deployments: by creation, (create index, id), or by id when the query
+    has a prefix; `reverse` turns it round (corral/domain/paging.py)."""
+    if query.per_page < 0:
+        raise InvalidArgument("query.per_page", "must not be negative")
+    return paging.creation_page(
+        items,
+        create_index=lambda o: o.create_index,
+        ident=lambda o: o.id,
+        by_id=bool(query.prefix),
+        next_token=query.next_token,
+        per_page=query.per_page,
+        reverse=query.reverse,
+    )
 
 
 def namespace_matches(

@@ -14,6 +14,8 @@ and whose artifacts come from an HTTP server in the test:
   volume no node has is not placed, with Nomad's reason;
 * an artifact is fetched with its checksum before the task starts; a bad
   checksum fails the task with "Failed Artifact Download";
+* a job's `action` runs in the task through `corral action` and the HTTP
+  API's /v1/job/:id/action WebSocket, and is listed by /v1/job/:id/actions;
 * without alloc-exec, alloc-node-exec (raw_exec) or read-fs the calls are
   refused.
 """
@@ -216,6 +218,10 @@ job "access" {{
       volume_mount {{
         volume      = "shared"
         destination = "/srv/shared"
+      }}
+      action "greet" {{
+        command = "/bin/sh"
+        args    = ["-c", "echo $GREETING; cat /srv/shared/motd; cat; exit 3"]
       }}
       artifact {{
         source  = "{d.artifacts}/tool.sh"
@@ -431,33 +437,40 @@ def test_exec_with_a_terminal(dev: Dev, web: pb.Allocation) -> None:
     assert "/dev/pts/" in text and "40 123" in text and "got-yes" in text, text
 
 
+async def ws_session(
+    dev: Dev, path: str, query: dict[str, str], token: str, stdin: bytes = b""
+) -> tuple[int, str, Any]:
+    """One exec-style WebSocket session (Nomad's framing, the token in the
+    handshake): the exit code (-1: none), stdout, and how the socket closed."""
+    url = dev.dev.http_addr.replace("http", "ws", 1)
+    url += f"{path}?{urllib.parse.urlencode({**query, 'ws_handshake': 'true'})}"
+    out, code, closed = "", -1, None
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"version": 1, "auth_token": token}))
+        if stdin:
+            data = base64.b64encode(stdin).decode()
+            await ws.send(json.dumps({"stdin": {"data": data}}))
+        await ws.send(json.dumps({"stdin": {"close": True}}))
+        await ws.send(json.dumps({"tty_size": {"height": 10, "width": 20}}))
+        await ws.send("{}")  # a heartbeat
+        try:
+            async for message in ws:
+                frame = json.loads(message)
+                if "stdout" in frame:
+                    out += base64.b64decode(frame["stdout"].get("data", "")).decode()
+                if frame.get("exited"):
+                    code = frame["result"]["exit_code"]
+        except ConnectionClosed:
+            pass
+        closed = (ws.close_code, ws.close_reason)
+    return code, out, closed
+
+
 def test_exec_over_the_http_websocket(dev: Dev, web: pb.Allocation) -> None:
-    async def session(token: str, command: list[str], stdin: bytes = b"") -> tuple[int, str, Any]:
-        query = urllib.parse.urlencode(
-            {"task": "web", "command": json.dumps(command), "ws_handshake": "true"}
-        )
-        url = dev.dev.http_addr.replace("http", "ws", 1)
-        url += f"/v1/client/allocation/{web.id}/exec?{query}"
-        out, code, closed = "", -1, None
-        async with connect(url) as ws:
-            await ws.send(json.dumps({"version": 1, "auth_token": token}))
-            if stdin:
-                data = base64.b64encode(stdin).decode()
-                await ws.send(json.dumps({"stdin": {"data": data}}))
-                await ws.send(json.dumps({"stdin": {"close": True}}))
-            await ws.send(json.dumps({"tty_size": {"height": 10, "width": 20}}))
-            await ws.send("{}")  # a heartbeat
-            try:
-                async for message in ws:
-                    frame = json.loads(message)
-                    if "stdout" in frame:
-                        out += base64.b64decode(frame["stdout"].get("data", "")).decode()
-                    if frame.get("exited"):
-                        code = frame["result"]["exit_code"]
-            except ConnectionClosed:
-                pass
-            closed = (ws.close_code, ws.close_reason)
-        return code, out, closed
+    def session(token: str, command: list[str], stdin: bytes = b"") -> Any:
+        path = f"/v1/client/allocation/{web.id}/exec"
+        query = {"task": "web", "command": json.dumps(command)}
+        return ws_session(dev, path, query, token, stdin)
 
     code, out, closed = asyncio.run(
         session(dev.token, ["/bin/sh", "-c", "echo $NOMAD_ALLOC_ID; cat; exit 5"], b"typed\n")
@@ -488,6 +501,64 @@ job "pretend" {
     alloc = dev.running("pretend")
     done = dev.corral("alloc", "exec", alloc.id, "/bin/true")
     assert done.returncode == 1 and "not supported" in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------ job actions
+
+GREETED = "hello from web\nwelcome from the host\n"
+
+
+def test_a_jobs_actions_are_listed_and_shown(dev: Dev, web: pb.Allocation) -> None:
+    status, body = dev.http("/v1/job/access/actions")
+    assert status == 200, body
+    (action,) = json.loads(body)
+    assert action == {
+        "Name": "greet",
+        "Command": "/bin/sh",
+        "Args": ["-c", "echo $GREETING; cat /srv/shared/motd; cat; exit 3"],
+        "TaskName": "web",
+        "TaskGroupName": "g",
+    }
+    job = dev.nomad().job.get_job("access")
+    assert job["TaskGroups"][0]["Tasks"][0]["Actions"][0]["Name"] == "greet"
+    inspected = json.loads(dev.ok("job", "inspect", "access"))
+    assert inspected["job"]["task_groups"][0]["tasks"][0]["actions"][0]["name"] == "greet"
+    assert dev.http("/v1/job/nope/actions")[0] == 404
+
+
+def test_an_action_runs_in_the_task_through_the_cli(dev: Dev, web: pb.Allocation) -> None:
+    # no alloc named: a running alloc of the group is picked, as Nomad does
+    done = dev.corral("action", "-job", "access", "-group", "g", "-task", "web", "greet")
+    assert (done.returncode, done.stdout) == (3, GREETED), done.stderr
+    done = dev.corral(
+        "job", "action", "-job", "access", "-alloc", web.id[:8], "greet", stdin="typed\n"
+    )
+    assert (done.returncode, done.stdout) == (3, GREETED + "typed\n"), done.stderr
+    done = dev.corral("action", "-job", "access", "-alloc", web.id, "-task", "web", "nope")
+    assert done.returncode == 1 and "action nope not found in task web" in done.stderr
+    done = dev.corral("action", "-job", "access", "greet")
+    assert done.returncode == 1 and "a group name is required" in done.stderr
+
+
+def test_an_action_runs_over_the_http_websocket(dev: Dev, web: pb.Allocation) -> None:
+    def session(query: dict[str, str], token: str | None = None) -> Any:
+        return asyncio.run(
+            ws_session(dev, "/v1/job/access/action", query, token or dev.token, b"typed\n")
+        )
+
+    query = {"action": "greet", "allocID": web.id, "task": "web", "group": "g"}
+    code, out, closed = session(query)
+    assert (code, out, closed[0]) == (3, GREETED + "typed\n", 1000), closed
+    code, _, closed = session({**query, "action": "nope"})
+    assert code == -1 and closed == (1008, "action nope not found in task web"), closed
+    code, _, closed = session({**query, "allocID": ""})
+    assert code == -1 and closed == (1008, "missing AllocID"), closed
+    # the path's job must be the alloc's
+    code, _, closed = asyncio.run(ws_session(dev, "/v1/job/raw/action", query, dev.token))
+    assert code == -1 and closed[0] == 1008 and "does not have allocation" in closed[1], closed
+    # a plain request is told to upgrade, not served as something else
+    status, body = dev.http("/v1/job/access/action")
+    assert status == 400 and b"WebSocket" in body
 
 
 # ------------------------------------------------------------ fs
@@ -569,9 +640,20 @@ def test_without_the_capabilities_exec_and_fs_are_refused(
     assert done.returncode == 1 and "Permission denied" in done.stderr, done.stderr
     status, _ = dev.http(f"/v1/client/fs/ls/{web.id}?path=/", token=reader)
     assert status == 403
+    # a job's actions: listed with read-job, run only with alloc-exec (as alloc exec)
+    assert dev.http("/v1/job/access/actions", token=reader)[0] == 200
+    done = dev.corral("action", "-job", "access", "-alloc", web.id, "greet", token=reader)
+    assert done.returncode == 1 and "Permission denied" in done.stderr, done.stderr
+    query = {"action": "greet", "allocID": web.id, "task": "web"}
+    code, _, closed = asyncio.run(ws_session(dev, "/v1/job/access/action", query, reader))
+    assert code == -1 and closed[0] == 1008 and "Permission denied" in closed[1], closed
+    no_read = dev.token_with("fs-only", ["read-fs"])
+    assert dev.http("/v1/job/access/actions", token=no_read)[0] == 403
 
     execer = dev.token_with("execer", ["read-job", "list-jobs", "alloc-exec", "read-fs"])
     assert dev.ok("alloc", "exec", web.id, "/bin/echo", "ok", token=execer) == "ok\n"
+    done = dev.corral("action", "-job", "access", "-alloc", web.id, "greet", token=execer)
+    assert (done.returncode, done.stdout) == (3, GREETED), done.stderr
     assert "tool.sh" in dev.ok("alloc", "fs", web.id, "web/local", token=execer)
     # raw_exec runs on the node itself: Nomad asks for alloc-node-exec too
     done = dev.corral("alloc", "exec", raw.id, "/bin/true", token=execer)
@@ -580,3 +662,19 @@ def test_without_the_capabilities_exec_and_fs_are_refused(
         "node-execer", ["read-job", "list-jobs", "alloc-exec", "alloc-node-exec"]
     )
     assert dev.ok("alloc", "exec", raw.id, "/bin/echo", "ok", token=node_exec) == "ok\n"
+
+
+def test_an_action_changed_in_place_runs_its_new_command(dev: Dev, web: pb.Allocation) -> None:
+    """Nomad updates allocs in place when only actions change; the agent
+    then runs the action of the version the alloc runs now. Last in the
+    module: it changes the job the tests above run actions of."""
+    dev.ok("job", "run", "-detach", "-", stdin=exec_job(dev).replace("exit 3", "exit 6"))
+
+    def updated() -> pb.Allocation | None:
+        now = next(a for a in dev.allocs("access") if a.id == web.id)
+        return now if now.job_version > web.job_version else None
+
+    now = wait_for("the alloc updated in place", updated, timeout=60)
+    assert now.client_status == "running"
+    done = dev.corral("action", "-job", "access", "-alloc", web.id, "greet")
+    assert (done.returncode, done.stdout) == (6, GREETED), done.stderr

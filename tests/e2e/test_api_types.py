@@ -82,6 +82,11 @@ job "web" {
 
       env { VERSION = "1" }
 
+      action "version" {
+        command = "/bin/sh"
+        args    = ["-c", "echo $VERSION"]
+      }
+
       resources {
         cpu    = 50
         memory = 64
@@ -304,6 +309,11 @@ CALLS: list[Call] = [
          "FuzzySearchResponse"),
     # jobs: reads
     Call("GET", "/v1/jobs", r("/v1/jobs"), "[]JobListStub"),
+    Call("GET", "/v1/jobs/statuses", r("/v1/jobs/statuses", namespace="*", include_children="true"),
+         "[]JobStatusesJob"),
+    Call("POST", "/v1/jobs/statuses",
+         r("/v1/jobs/statuses", {"Jobs": [{"ID": "web"}, {"ID": "dispatcher"}]}),
+         "[]JobStatusesJob"),
     Call("GET", "/v1/job/{job_id:path}", r("/v1/job/web"), "Job"),
     Call("GET", "/v1/job/{job_id:path}/allocations", r("/v1/job/web/allocations", all="true"),
          "[]AllocationListStub"),
@@ -314,6 +324,7 @@ CALLS: list[Call] = [
     Call("GET", "/v1/job/{job_id:path}/summary", r("/v1/job/web/summary"), "JobSummary"),
     Call("GET", "/v1/job/{job_id:path}/submission", r("/v1/job/web/submission", version="0"),
          "JobSubmission"),
+    Call("GET", "/v1/job/{job_id:path}/actions", r("/v1/job/web/actions"), "[]jobAction"),
     Call("GET", "/v1/job/{job_id:path}/scale", r("/v1/job/web/scale"), "JobScaleStatusResponse"),
     Call("GET", "/v1/job/{job_id:path}/deployments", r("/v1/job/web/deployments"),
          "[]Deployment"),
@@ -494,6 +505,10 @@ CALLS: list[Call] = [
          r("/v1/job/dispatcher/dispatch", {"Meta": {}}), "JobDispatchResponse"),
     Call("POST", "/v1/job/{job_id:path}/dispatch",
          r("/v1/job/dispatcher/dispatch", {"Payload": "aGk="}), "JobDispatchResponse"),
+    Call("PUT", "/v1/job/{job_id:path}/dispatch/payload",
+         r("/v1/job/dispatcher/dispatch/payload", "a payload"), "JobDispatchResponse"),
+    Call("POST", "/v1/job/{job_id:path}/dispatch/payload",
+         r("/v1/job/dispatcher/dispatch/payload"), "JobDispatchResponse"),
     Call("PUT", "/v1/job/{job_id:path}/periodic/force", r("/v1/job/nightly/periodic/force"),
          "periodicForceResponse"),
     Call("POST", "/v1/job/{job_id:path}/periodic/force", r("/v1/job/weekly/periodic/force"),
@@ -509,6 +524,13 @@ CALLS: list[Call] = [
     Call("POST", "/v1/job/{job_id:path}/stable",
          r("/v1/job/web/stable", {"JobID": "web", "JobVersion": 0, "Stable": False}),
          "JobStabilityResponse"),
+    Call("PUT", "/v1/job/{job_id:path}/versions/{name}/tag",
+         r("/v1/job/web/versions/types-golden/tag", {"Version": 0, "Description": "d"}),
+         "jobTagResponse"),
+    Call("POST", "/v1/job/{job_id:path}/versions/{name}/tag",
+         r("/v1/job/web/versions/types-latest/tag", {"Latest": True}), "jobTagResponse"),
+    Call("DELETE", "/v1/job/{job_id:path}/versions/{name}/tag",
+         r("/v1/job/web/versions/types-golden/tag"), "jobTagResponse"),
     Call("PUT", "/v1/job/{job_id:path}/revert",
          r("/v1/job/types-put/revert", {"JobVersion": 0}), "JobRegisterResponse"),
     Call("POST", "/v1/job/{job_id:path}/revert",
@@ -590,6 +612,7 @@ CALLS: list[Call] = [
          lambda w: Req(f"/v1/service/web/{w.made['service_instance']}"), None),
     Call("DELETE", "/v1/job/{job_id:path}", r("/v1/job/types-put", purge="true"),
          "JobDeregisterResponse"),
+    Call("PUT", "/v1/system/reconcile/summaries", r("/v1/system/reconcile/summaries"), None),
     # last: the collector takes the finished jobs and allocs the calls above name
     Call("PUT", "/v1/system/gc", r("/v1/system/gc"), None),
 ]  # fmt: skip
@@ -607,7 +630,10 @@ NOT_WALKED = {
 
 
 #: writes Nomad answers with neither a body nor an index
-NO_INDEX = {"/v1/system/gc": "Nomad's force GC answers before anything is written"}
+NO_INDEX = {
+    "/v1/system/gc": "Nomad's force GC answers before anything is written",
+    "/v1/system/reconcile/summaries": "nothing to rewrite: no write, no index (Nomad sends none)",
+}
 
 
 def _table() -> Iterator[tuple[str, str]]:
@@ -790,7 +816,27 @@ def test_route_answers_nomad_types(world: World, call: Call) -> None:
 # structs.PeriodicForceResponse embed WriteMeta)
 local_structs(
     keyringRotateResponse={"Key": "*RootKeyMeta", "Index": "int"},
+    # no api function reads /v1/job/:id/actions: Nomad's server sends
+    # []*structs.JobAction (Action's fields, then the task's and group's names)
+    jobAction={
+        "Name": "string",
+        "Command": "string",
+        "Args": "[]string",
+        "TaskName": "string",
+        "TaskGroupName": "string",
+    },
     periodicForceResponse={"EvalID": "string", "EvalCreateIndex": "int", "Index": "int"},
+    # the api's TagVersion decodes no answer: Nomad's server sends
+    # structs.JobTagResponse (its QueryMeta in the body)
+    jobTagResponse={
+        "Name": "string",
+        "Description": "string",
+        "TaggedTime": "int",
+        "Index": "int",
+        "LastContact": "int",
+        "KnownLeader": "bool",
+        "NextToken": "string",
+    },
     # api.Nodes.ForceEvaluate decodes nodeEvalResponse{EvalID}; Nomad's server
     # sends structs.NodeUpdateResponse (EvalIDs, ...): Corral sends both
     nodeEvaluateAnswer={

@@ -1,6 +1,6 @@
-"""The gateway's alloc exec and fs routes without a cluster: which endpoint
-each path reaches (ahead of the 501 catch-all), Nomad's exec frames both
-ways, and AllocFileInfo as Nomad's JSON."""
+"""The gateway's alloc exec, job action and fs routes without a cluster:
+which endpoint each path reaches (ahead of the 501 catch-all), Nomad's exec
+frames both ways, and AllocFileInfo as Nomad's JSON."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ from services.gateway.routes import alloc_exec, fs
         ("http", "/v1/client/fs/stream/abc", "stream"),
         ("http", "/v1/client/fs/logs/abc", "logs"),
         ("websocket", "/v1/client/allocation/abc/exec", "exec_socket"),
+        ("websocket", "/v1/job/abc/action", "action_socket"),
+        ("websocket", "/v1/job/a/periodic-1/action", "action_socket"),
+        ("http", "/v1/job/abc/actions", "job_actions"),
+        # a plain request to the action: the job route answers 400 (upgrade)
+        ("http", "/v1/job/abc/action", "job"),
     ],
 )
 def test_routes_reach_their_endpoints(kind: str, path: str, endpoint: str) -> None:

@@ -23,7 +23,6 @@ UNSUPPORTED = frozenset(
         "connect",
         "multiregion",
         "secret",
-        "action",
         "schedule",
         "numa",
         "kind",

@@ -260,6 +260,7 @@ def _task(label: str, body: Body, task: pb.Task) -> None:
     _volume_mounts(body, task)
     _artifacts(body, task)
     template_blocks.read(body, task)
+    _actions(body, task)
     lb = body.block("lifecycle", f"{body.proto}.lifecycle")
     if lb is not None:
         task.lifecycle.SetInParent()
@@ -321,6 +322,16 @@ def _identities(body: Body, task: pb.Task) -> None:
             if name in ib.data:
                 raise ib.fail(name, f"identity {name} is not supported by Corral")
         ib.done()
+
+
+def _actions(body: Body, task: pb.Task) -> None:
+    """`action "name" { command = "..." args = [...] }` blocks (Nomad 1.7),
+    kept in the job for `corral action` to run."""
+    for label, ab in body.blocks("action", f"{body.proto}.actions", labeled=True):
+        action = task.actions.add(name=label or "")
+        action.command = ab.string("command") or ""
+        action.args.extend(ab.strings("args") or [])
+        ab.done()
 
 
 def _volume_mounts(body: Body, task: pb.Task) -> None:

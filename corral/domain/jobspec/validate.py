@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from google.protobuf.json_format import MessageToDict
 
 from corral.domain import (
+    actions,
     artifacts,
     driver_config,
     identity,
@@ -204,6 +205,9 @@ def check(job: pb.Job) -> None:
             if found is not None:
                 raise FieldProblem(f"{tp}.{found[0]}", found[1])
             found = template_block.problems(task)
+            if found is not None:
+                raise FieldProblem(f"{tp}.{found[0]}", found[1])
+            found = actions.problems(task)
             if found is not None:
                 raise FieldProblem(f"{tp}.{found[0]}", found[1])
             if task.HasField("dispatch_payload"):

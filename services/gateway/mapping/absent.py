@@ -28,7 +28,6 @@ ABSENT: dict[str, dict[str, Any]] = {
         "DispatchIdempotencyToken": "",
         "Migrate": None,
         "Reschedule": None,
-        "VersionTag": None,
         "Payload": None,
         "UI": None,
     },
@@ -42,7 +41,6 @@ ABSENT: dict[str, dict[str, Any]] = {
         "MaxRunDuration": None,
     },
     "Task": {
-        "Actions": None,
         "Artifacts": None,
         "Consul": None,
         "CSIPluginConfig": None,

@@ -10,6 +10,7 @@ from urllib.parse import unquote_plus
 
 from google.protobuf.message import Message
 
+from corral.domain import actions as job_actions
 from corral.domain.jobspec import json as jobspec_json
 from corral.domain.jobspec.errors import JobspecError
 from corral.v1 import job_pb2
@@ -73,6 +74,20 @@ def job(msg: pb.Job) -> dict[str, Any]:
             for policy in task.get("ScalingPolicies") or []:
                 policy["Namespace"] = msg.namespace
     return out
+
+
+def actions(msg: pb.Job) -> list[dict[str, Any]]:
+    """Nomad's []*JobAction of a job: each action with its task and group."""
+    return [
+        {
+            "Name": a.name,
+            "Command": a.command,
+            "Args": list(a.args) or None,
+            "TaskName": task,
+            "TaskGroupName": group,
+        }
+        for group, task, a in job_actions.of_job(msg)
+    ]
 
 
 def _nomad_services(owner: dict[str, Any]) -> None:

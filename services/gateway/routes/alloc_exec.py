@@ -1,5 +1,7 @@
 """`/v1/client/allocation/:alloc/exec`: Nomad's alloc exec WebSocket,
-relayed to the alloc's agent over the bidirectional `ClientAlloc.Exec`.
+relayed to the alloc's agent over the bidirectional `ClientAlloc.Exec`; and
+`/v1/job/:job/action`, a job's action run the same way (`action`,
+`allocID`, `task` in the query: the agent finds the action's command).
 
 The query names `task`, `command` (a JSON list of strings) and `tty`; with
 `ws_handshake=true` the first message is `{"version": 1, "auth_token":
@@ -21,17 +23,18 @@ import base64
 import binascii
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from starlette.routing import BaseRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from corral.domain import task_exec
 from corral.domain.errors import bounded_message
 from corral.v1 import alloc_pb2
 from services.gateway.authz import ApiWebSocketRoute, at_alloc_agent
-from services.gateway.backend import token_metadata
+from services.gateway.backend import Metadata, token_metadata
 from services.gateway.http import GRPC_TO_HTTP, NomadError, bad_request, token_of
 from services.gateway.routes.allocs import find_alloc_agent
 
@@ -145,9 +148,17 @@ def _output(resp: alloc_pb2.AllocExecResponse) -> dict[str, Any] | None:
 
 
 async def exec_socket(ws: WebSocket) -> None:
+    await _serve(ws, _session)
+
+
+async def action_socket(ws: WebSocket) -> None:
+    await _serve(ws, _action_session)
+
+
+async def _serve(ws: WebSocket, session: Callable[[WebSocket], Awaitable[tuple[int, str]]]) -> None:
     await ws.accept()
     try:
-        code, reason = await _session(ws)
+        code, reason = await session(ws)
     except NomadError as exc:
         code, reason = _ws_code(exc.status), exc.message
     except grpc.aio.AioRpcError as exc:
@@ -160,24 +171,64 @@ async def exec_socket(ws: WebSocket) -> None:
         await ws.close(code, _reason(reason))
 
 
-async def _session(ws: WebSocket) -> tuple[int, str]:
-    """Relay one exec; the close code and reason it ends with."""
+async def _caller(ws: WebSocket) -> Metadata:
+    """The caller's token (from the handshake with `ws_handshake=true`) as
+    the metadata of the calls made for it."""
     token = token_of(ws)
     if _flag(ws, "ws_handshake"):
         token = await _handshake(ws, token)
-    task = ws.query_params.get("task", "")
-    if not task:
-        raise bad_request("must provide task name")
+    return token_metadata(token)
+
+
+def _required(ws: WebSocket, name: str, missing: str) -> str:
+    value = ws.query_params.get(name, "")
+    if not value:
+        raise bad_request(missing)
+    return value
+
+
+async def _session(ws: WebSocket) -> tuple[int, str]:
+    """Relay one exec; the close code and reason it ends with."""
+    md = await _caller(ws)
+    task = _required(ws, "task", "must provide task name")
     command = _command(ws)
     tty = _flag(ws, "tty")
-    md = token_metadata(token)
     backend = ws.app.state.backend
     alloc, address = await find_alloc_agent(backend, md, ws.path_params["alloc_id"])
-    inbox: asyncio.Queue[alloc_pb2.AllocExecRequest | None] = asyncio.Queue(maxsize=16)
     setup = alloc_pb2.ExecSetup(alloc_id=alloc.id, task=task, command=command, tty=tty)
+    return await _relay(ws, address, md, setup)
+
+
+async def _action_session(ws: WebSocket) -> tuple[int, str]:
+    """Nomad's /v1/job/:id/action: the job's action `action` run in task
+    `task` of alloc `allocID` (required: Nomad's CLI picks one, the API does
+    not), relayed as alloc exec relays a command. `group` is accepted and,
+    as Nomad's servers do, not needed: the alloc has one group."""
+    md = await _caller(ws)
+    action = _required(ws, "action", "must provide action name")
+    alloc_id = _required(ws, "allocID", "missing AllocID")
+    task = _required(ws, "task", "must provide task name")
+    tty = _flag(ws, "tty")
+    alloc, address = await find_alloc_agent(ws.app.state.backend, md, alloc_id)
+    setup = alloc_pb2.ExecSetup(
+        alloc_id=alloc.id, task=task, action=action, job_id=ws.path_params["job_id"], tty=tty
+    )
+    return await _relay(ws, address, md, setup)
+
+
+async def _relay(
+    ws: WebSocket, address: str, md: Metadata, setup: alloc_pb2.ExecSetup
+) -> tuple[int, str]:
+    """One command run by the alloc's agent, relayed between the socket and
+    `ClientAlloc.Exec`; the close code and reason it ends with."""
+    backend = ws.app.state.backend
+    inbox: asyncio.Queue[alloc_pb2.AllocExecRequest | None] = asyncio.Queue(maxsize=16)
 
     async def requests() -> AsyncIterator[alloc_pb2.AllocExecRequest]:
         yield alloc_pb2.AllocExecRequest(setup=setup)
+        if not task_exec.started(await call.initial_metadata()):
+            # refused: writing now would hide the agent's status (task_exec.py)
+            await asyncio.Event().wait()
         while (item := await inbox.get()) is not None:
             yield item
 
@@ -228,4 +279,6 @@ EXEC = at_alloc_agent("alloc-exec", " (raw_exec: `alloc-node-exec` too)")
 
 ROUTES: list[BaseRoute] = [
     ApiWebSocketRoute("/v1/client/allocation/{alloc_id}/exec", exec_socket, EXEC),
+    # Nomad's job action: the same needs (the agent checks alloc-exec)
+    ApiWebSocketRoute("/v1/job/{job_id:path}/action", action_socket, EXEC),
 ]

@@ -55,7 +55,7 @@ async def allocations(request: Request) -> Response:
         )
         return [alloc_map.stub(a) for a in resp.allocs], resp.meta
 
-    return await listing(request, q, call)
+    return await listing(request, q, call, by_creation=True)
 
 
 async def allocation(request: Request) -> Response:

@@ -56,7 +56,7 @@ async def deployments(request: Request) -> Response:
     async def fetch(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
         return await _list(request, q, query)
 
-    return await listing(request, q, fetch)
+    return await listing(request, q, fetch, by_creation=True)
 
 
 async def _get(request: Request) -> deployment_pb2.DeploymentGetResponse:
@@ -120,10 +120,11 @@ def _fail(deployment_id: str, body: dict[str, Any]) -> deployment_pb2.Deployment
 
 
 async def job_deployments(request: Request) -> Response:
+    """Newest first (a job's own list is not paged)."""
     q = QueryOptions.from_request(request)
-    items, meta = await _list(
-        request, q, q.proto(paginate=False), job_id=request.path_params["job_id"]
-    )
+    query = q.proto(paginate=False)
+    query.reverse = True
+    items, meta = await _list(request, q, query, job_id=request.path_params["job_id"])
     return respond(request, items, index=meta.index)
 
 

@@ -37,7 +37,7 @@ async def evaluations(request: Request) -> Response:
         )
         return [eval_map.evaluation(e) for e in resp.evals], resp.meta
 
-    return await listing(request, q, call)
+    return await listing(request, q, call, by_creation=True)
 
 
 async def evaluations_count(request: Request) -> Response:

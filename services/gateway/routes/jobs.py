@@ -1,7 +1,7 @@
 """/v1/jobs and /v1/job/:id/... (Nomad's command/agent/job_endpoint.go
 semantics): list, register, read, update, deregister, plan, the job's
-allocations, evaluations, versions, summary, scale, dispatch and periodic
-force.
+allocations, evaluations, versions, summary, actions, scale, dispatch and
+periodic force (a job action's run is a WebSocket: alloc_exec.py).
 
 Job ids may hold slashes (a periodic job's children are `<id>/periodic-<t>`),
 so `/v1/job/{id}/<action>` routes take the id as a path and `FALLBACK`
@@ -29,6 +29,7 @@ from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
+    body_bytes,
     bool_param,
     json_body,
     listing,
@@ -151,7 +152,8 @@ async def jobs_list_or_register(request: Request) -> Response:
         )
         return [job_map.stub(j) for j in resp.jobs], resp.meta
 
-    return await listing(request, q, call)
+    # the state's order and tokens: `<namespace>.<id>`, as Nomad's
+    return await listing(request, q, call, key=lambda j: f"{j['Namespace']}.{j['ID']}")
 
 
 # -- /v1/job/{id} ----------------------------------------------------------
@@ -173,6 +175,8 @@ async def job(request: Request) -> Response:
 
         if wrong_method(request, skip=FALLBACK[0]):
             raise NomadError(405, "Invalid method")
+        if tail == "action":
+            raise bad_request("a job action runs over a WebSocket: send Upgrade: websocket")
         raise unserved(f"{request.method} /v1/job/:id/{tail}")
     if request.method == "GET":
         q = QueryOptions.from_request(request)
@@ -250,6 +254,18 @@ async def job_submission(request: Request) -> Response:
     return respond(request, job_map.submission(resp.submission), index=resp.meta.index)
 
 
+async def job_actions(request: Request) -> Response:
+    """Nomad's Job.GetActions: every action of the job's tasks, flattened,
+    each with its task and group (a list of Nomad's JobAction)."""
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).jobs.Get(
+        job_pb2.JobGetRequest(job_id=_job_id(request), query=q.proto()),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, job_map.actions(resp.job), index=resp.meta.index)
+
+
 async def job_summary(request: Request) -> Response:
     q = QueryOptions.from_request(request)
     resp = await backend_of(request).jobs.Summary(
@@ -323,14 +339,31 @@ async def job_dispatch(request: Request) -> Response:
         metadata=metadata_of(request),
         timeout=DEFAULT_TIMEOUT,
     )
-    out = {
+    return respond(request, _dispatch_response(resp), index=resp.index)
+
+
+def _dispatch_response(resp: job_pb2.JobDispatchResponse) -> dict[str, Any]:
+    return {
         "DispatchedJobID": resp.dispatched_job_id,
         "EvalID": resp.eval_id,
         "EvalCreateIndex": resp.eval_create_index,
         "JobCreateIndex": resp.job_create_index,
         "Index": resp.index,
     }
-    return respond(request, out, index=resp.index)
+
+
+async def job_dispatch_payload(request: Request) -> Response:
+    """Nomad's dispatch with the request body, as it is, for the payload
+    (no meta): `curl --data-binary @file .../dispatch/payload`."""
+    raw = await body_bytes(request)
+    resp = await backend_of(request).jobs.Dispatch(
+        job_pb2.JobDispatchRequest(
+            job_id=_job_id(request), namespace=_namespace(request), payload=raw
+        ),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(request, _dispatch_response(resp), index=resp.index)
 
 
 async def job_periodic_force(request: Request) -> Response:
@@ -425,6 +458,42 @@ async def job_stable(request: Request) -> Response:
     return respond(request, out, index=resp.index)
 
 
+async def job_version_tag(request: Request) -> Response:
+    """Nomad's version tags: PUT/POST `{"Version", "Latest", "Description"}`
+    names a version (`Latest`: the current one; otherwise `Version`, 0 when
+    absent, as Nomad reads it), DELETE takes the name away. Answers Nomad's
+    JobTagResponse."""
+    job_id, name = _job_id(request), request.path_params["name"]
+    req = job_pb2.JobTagVersionRequest(job_id=job_id, namespace=_namespace(request), name=name)
+    if request.method == "DELETE":
+        req.unset = True
+    else:
+        body = await _optional_body(request)
+        version = body.get("Version")
+        latest = body.get("Latest", False)
+        if not isinstance(latest, bool):
+            raise bad_request("Latest must be true or false")
+        description = body.get("Description") or ""
+        if not isinstance(description, str):
+            raise bad_request("Description must be a string")
+        req.version = whole(version, "Version")
+        req.latest = latest
+        req.description = description
+    resp = await backend_of(request).jobs.TagVersion(
+        req, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+    )
+    out = {
+        "Name": resp.name if not req.unset else "",
+        "Description": resp.description,
+        "TaggedTime": resp.tagged_time,
+        "Index": resp.index,
+        "LastContact": 0,
+        "KnownLeader": True,
+        "NextToken": "",
+    }
+    return respond(request, out, index=resp.index)
+
+
 WRITE = {"PUT": SUBMIT_JOB, "POST": SUBMIT_JOB}
 READ = {"GET": READ_JOB}
 #: Nomad's Job.Scale takes either, and its Job.ScaleStatus either of these
@@ -434,6 +503,8 @@ SCALE_STATUS = ns("read-job", "read-job-scaling")
 #: Corral's policies do not have)
 FORCE = ns("dispatch-job", "submit-job")
 DISPATCH = ns("dispatch-job")
+#: Nomad's Job.TagVersion takes either
+TAG = ns("submit-job", "tag-job-version")
 
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/job/{job_id:path}/revert", job_revert, WRITE),
@@ -450,12 +521,23 @@ ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/job/{job_id:path}/versions", job_versions, READ),
     ApiRoute("/v1/job/{job_id:path}/summary", job_summary, READ),
     ApiRoute("/v1/job/{job_id:path}/submission", job_submission, READ),
+    ApiRoute("/v1/job/{job_id:path}/actions", job_actions, READ),
     ApiRoute(
         "/v1/job/{job_id:path}/scale",
         job_scale,
         {"GET": SCALE_STATUS, "PUT": SCALE, "POST": SCALE},
     ),
     ApiRoute("/v1/job/{job_id:path}/dispatch", job_dispatch, {"PUT": DISPATCH, "POST": DISPATCH}),
+    ApiRoute(
+        "/v1/job/{job_id:path}/dispatch/payload",
+        job_dispatch_payload,
+        {"PUT": DISPATCH, "POST": DISPATCH},
+    ),
+    ApiRoute(
+        "/v1/job/{job_id:path}/versions/{name}/tag",
+        job_version_tag,
+        {"PUT": TAG, "POST": TAG, "DELETE": TAG},
+    ),
     ApiRoute(
         "/v1/job/{job_id:path}/periodic/force", job_periodic_force, {"PUT": FORCE, "POST": FORCE}
     ),

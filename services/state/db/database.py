@@ -559,6 +559,23 @@ class WriteTx:
         job: pb.Job | None = await self._one("job_versions", key, sql, key, pb.Job)
         return job
 
+    async def job_versions(self, namespace: str, job_id: str) -> list[pb.Job]:
+        """Every stored version of a job, newest first, with this
+        transaction's own puts (a purge queued in it drops the stored ones)."""
+        ns = _ns(namespace)
+        out: dict[int, pb.Job] = {}
+        purged, _ = self._pending.get("job_versions_all", (ns, job_id))
+        if not purged:
+            rows = await self._fetch(
+                "SELECT version, payload FROM job_versions WHERE namespace = %s AND id = %s",
+                (ns, job_id),
+            )
+            out = {int(r[0]): pb.Job.FromString(r[1]) for r in rows}
+        for key, obj in self._pending.objects.get("job_versions", {}).items():
+            if key[:2] == (ns, job_id) and obj is not None:
+                out[int(key[2])] = obj
+        return [out[v] for v in sorted(out, reverse=True)]
+
     async def get_job_summary(self, namespace: str, job_id: str) -> pb.JobSummary | None:
         key = (_ns(namespace), job_id)
         sql = "SELECT payload FROM job_summaries WHERE namespace = %s AND job_id = %s"
@@ -934,6 +951,18 @@ class WriteTx:
             else:
                 out[key] = obj
         return list(out.values())
+
+    async def job_keys(self) -> list[tuple[str, str]]:
+        """(namespace, id) of every job, with this transaction's own puts
+        and purges (no payload read)."""
+        rows = await self._fetch("SELECT namespace, id FROM jobs")
+        keys = {(str(r[0]), str(r[1])) for r in rows}
+        for key, obj in self._pending.objects.get("jobs", {}).items():
+            if obj is None:
+                keys.discard(key)
+            else:
+                keys.add(key)
+        return sorted(keys)
 
     async def count_nodes(self) -> int:
         rows = await self._fetch("SELECT count(*) FROM nodes")

@@ -35,7 +35,7 @@ class AllocServicer(alloc_pb2_grpc.AllocServicer):
             node_id=node_id,
             client_status=request.client_status,
         )
-        page, token = query.paginate(allocs, lambda a: a.id, request.query)
+        page, token = query.paginate_by_creation(allocs, request.query)
         return alloc_pb2.AllocListResponse(allocs=page, meta=query.meta(snap, TABLES, token))
 
     async def Get(

@@ -55,11 +55,7 @@ class DeploymentServicer(deployment_pb2_grpc.DeploymentServicer):
             if query.namespace_matches(request.query, d.namespace)
             and d.id.startswith(request.query.prefix)
         ]
-        # newest first, as Nomad lists them
-        found.sort(key=lambda d: (-d.create_index, d.id))
-        page, token = query.paginate(
-            found, lambda d: f"{2**63 - d.create_index:020d}/{d.id}", request.query
-        )
+        page, token = query.paginate_by_creation(found, request.query)
         return deployment_pb2.DeploymentListResponse(
             deployments=page, meta=query.meta(snap, TABLES, token)
         )

@@ -30,10 +30,7 @@ class EvalsServicer(eval_pb2_grpc.EvalsServicer):
             status=request.status,
             triggered_by=request.triggered_by,
         )
-        # Nomad lists evals in creation order; the token is the sort key
-        page, token = query.paginate(
-            evals, lambda e: f"{e.create_index:020d}/{e.id}", request.query
-        )
+        page, token = query.paginate_by_creation(evals, request.query)
         return eval_pb2.EvalListResponse(evals=page, meta=query.meta(snap, TABLES, token))
 
     async def Get(

@@ -10,17 +10,18 @@ import grpc
 from corral.domain import namespaces, periodic, structs, topics
 from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from corral.domain.store import StateSnapshot
-from corral.domain.structs import ClientStatus, DesiredStatus
+from corral.domain.structs import ClientStatus, DesiredStatus, copy_msg
 from corral.runtime.server import GrpcServer
 from corral.security import access, transport
 from corral.v1 import job_pb2, job_pb2_grpc, query_pb2, state_pb2, worker_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.state import query, stubs, validate
+from services.state import job_statuses, query, stubs, validate
 from services.state.app_context import StateContext
 from services.state.writes.batch import Committed
 from services.state.writes.deployments import revert_job
 from services.state.writes.dispatch import dispatch_job
 from services.state.writes.job_diff import job_diff
+from services.state.writes.job_tags import tag_version, untag_version
 from services.state.writes.jobs import (
     MAX_GROUP_COUNT,
     canonicalize,
@@ -319,6 +320,41 @@ class JobServicer(job_pb2_grpc.JobServicer):
             index=done.index, job_modify_index=done.value.job_modify_index
         )
 
+    async def TagVersion(
+        self, request: job_pb2.JobTagVersionRequest, context: Context
+    ) -> job_pb2.JobTagVersionResponse:
+        _job_ref(request.job_id, request.namespace)
+        namespace = request.namespace or "default"
+        r = request
+        if r.unset:
+            done = await self.ctx.batcher.submit(
+                lambda tx: untag_version(tx, namespace, r.job_id, r.name),
+                jobs=[(namespace, r.job_id)],
+            )
+            return job_pb2.JobTagVersionResponse(
+                index=done.index, name=r.name, version=done.value.version
+            )
+        done = await self.ctx.batcher.submit(
+            lambda tx: tag_version(
+                tx,
+                namespace,
+                r.job_id,
+                name=r.name,
+                description=r.description,
+                version=r.version,
+                latest=r.latest,
+            ),
+            jobs=[(namespace, r.job_id)],
+        )
+        tag = done.value.version_tag
+        return job_pb2.JobTagVersionResponse(
+            index=done.index,
+            name=tag.name,
+            description=tag.description,
+            tagged_time=tag.tagged_time,
+            version=done.value.version,
+        )
+
     async def Plan(
         self, request: job_pb2.JobPlanRequest, context: Context
     ) -> job_pb2.JobPlanResponse:
@@ -381,10 +417,46 @@ class JobServicer(job_pb2_grpc.JobServicer):
             if query.namespace_matches(request.query, j.namespace, access.LIST_JOBS)
             and j.id.startswith(request.query.prefix)
         ]
-        page, token = query.paginate(jobs, lambda j: j.id, request.query)
+        # Nomad's order and tokens: by namespace, then ID, `<namespace>.<id>`
+        page, token = query.paginate(
+            jobs, lambda j: f"{j.namespace or 'default'}.{j.id}", request.query
+        )
         return job_pb2.JobListResponse(
             jobs=[stubs.job(snap, j) for j in page], meta=query.meta(snap, tables, token)
         )
+
+    async def Statuses(
+        self, request: job_pb2.JobStatusesRequest, context: Context
+    ) -> job_pb2.JobStatusesResponse:
+        if request.query.per_page < 0:
+            raise InvalidArgument("query.per_page", "must not be negative")
+        if len(request.jobs) > validate.MAX_BATCH:
+            raise InvalidArgument("jobs", f"at most {validate.MAX_BATCH} jobs may be asked for")
+        q = copy_msg(request.query)
+        q.namespace = q.namespace or "default"
+        spaces = {j.namespace or "default" for j in request.jobs}
+        if len(spaces) == 1:
+            # jobs of one namespace: that namespace's permission decides (Nomad)
+            q.namespace = spaces.pop()
+            access.require_namespace(q.namespace, access.READ_JOB)
+
+        def shown(namespace: str) -> bool:
+            return query.namespace_matches(q, namespace)
+
+        first: set[job_statuses.Key] | None = None
+
+        def compute(snap: StateSnapshot) -> tuple[job_pb2.JobStatusesResponse, int]:
+            nonlocal first
+            jobs, token, index, keys = job_statuses.page(snap, request, shown)
+            if first is None:
+                first = keys
+            elif keys != first:
+                # jobs came onto the page or left it: that is news too
+                index = max(index, snap.table_index("jobs"))
+            meta = query_pb2.QueryMeta(index=max(index, 1), next_token=token, known_leader=True)
+            return job_pb2.JobStatusesResponse(jobs=jobs, meta=meta), index
+
+        return await query.answer_when_newer(self.ctx, request.query, compute)
 
     async def Versions(
         self, request: job_pb2.JobVersionsRequest, context: Context

@@ -18,6 +18,7 @@ from corral.v1 import system_pb2, system_pb2_grpc
 from services.state.app_context import StateContext
 from services.state.relay import to_broker_leader
 from services.state.token_gc import collect_expired
+from services.state.writes.summaries import reconcile_summaries
 
 Context = Any
 #: the broker's defaults (services/broker/core_timers.py), checked here too
@@ -47,6 +48,15 @@ class SystemServicer(system_pb2_grpc.SystemServicer):
         )
         resp.expired_acl_tokens = len(expired)
         return resp
+
+    async def ReconcileSummaries(
+        self, request: system_pb2.SystemReconcileSummariesRequest, context: Context
+    ) -> system_pb2.SystemReconcileSummariesResponse:
+        done = await self.ctx.batcher.submit(reconcile_summaries)
+        jobs, fixed = done.value
+        return system_pb2.SystemReconcileSummariesResponse(
+            index=done.index if fixed else 0, jobs=jobs, fixed=fixed
+        )
 
 
 def register(server: GrpcServer, ctx: StateContext) -> None:

@@ -114,6 +114,8 @@ def _diff(
                     obj.fields.add(name=f"{name}[{key}]", type=_kind(a, b), old=_s(a), new=_s(b))
             obj.type = _rollup(old, new, obj.fields, obj.objects)
             objects.append(obj)
+        elif fd.name == "actions":
+            objects.extend(_action_diffs(o, n))
         elif fd.is_repeated and fd.message_type is not None:
             ol = list(o) if o is not None else []
             nl = list(n) if n is not None else []
@@ -158,6 +160,50 @@ def _diff(
             b = _scalar(n) if present_new else None
             fields.append(job_pb2.FieldDiff(name=name, type=_kind(a, b), old=a or "", new=b or ""))
     return fields, objects
+
+
+def _action_diffs(old: object, new: object) -> list[job_pb2.ObjectDiff]:
+    """A task's actions as Nomad diffs them: by position, each an "Action"
+    (Name and Command as fields, Args as a set), unchanged actions left out."""
+    ol: list[pb.Action] = list(old) if old is not None else []  # type: ignore[call-overload]
+    nl: list[pb.Action] = list(new) if new is not None else []  # type: ignore[call-overload]
+    out: list[job_pb2.ObjectDiff] = []
+    for i in range(max(len(ol), len(nl))):
+        a = ol[i] if i < len(ol) else None
+        b = nl[i] if i < len(nl) else None
+        if a == b:
+            continue
+        obj = job_pb2.ObjectDiff(name="Action", type=_kind(a, b))
+        for field in ("command", "name"):
+            x = getattr(a, field) if a is not None else None
+            y = getattr(b, field) if b is not None else None
+            obj.fields.add(name=_camel(field), type=_kind(x, y), old=x or "", new=y or "")
+        args = _string_set_diff("Args", a.args if a else [], b.args if b else [])
+        if args is not None:
+            obj.objects.append(args)
+        out.append(obj)
+    out.sort(key=lambda d: (d.name, d.type, len(d.fields)))
+    return out
+
+
+def _string_set_diff(name: str, old: object, new: object) -> job_pb2.ObjectDiff | None:
+    """Nomad's stringSetDiff, contextual as the rest of this diff: every
+    value, added, removed or kept (order ignored); None when both are empty."""
+    a, b = set(old), set(new)  # type: ignore[call-overload]
+    if not a and not b:
+        return None
+    obj = job_pb2.ObjectDiff(name=name)
+    for v in sorted(a | b):
+        obj.fields.add(
+            name=name,
+            type=_kind(v if v in a else None, v if v in b else None),
+            old=v if v in a else "",
+            new=v if v in b else "",
+        )
+    obj.type = (
+        "Edited" if a - b and b - a else ("Added" if b - a else ("Deleted" if a - b else "None"))
+    )
+    return obj
 
 
 def _s(v: object) -> str:

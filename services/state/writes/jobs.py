@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.struct_pb2 import Struct
 
 from corral.domain import (
+    actions,
     artifacts,
     identity,
     lifecycle,
@@ -173,6 +174,9 @@ def validate_job(job: pb.Job) -> None:
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
             found = template_block.problems(task)
+            if found is not None:
+                raise InvalidArgument(f"{tf}.{found[0]}", found[1])
+            found = actions.problems(task)
             if found is not None:
                 raise InvalidArgument(f"{tf}.{found[0]}", found[1])
             problem = lifecycle.lifecycle_problem(task)
@@ -415,6 +419,7 @@ async def register_job(
         job.job_modify_index = tx.index
         job.status = JobStatus.RUNNING if _launches_children(job) else JobStatus.PENDING
         job.stable = False
+        job.ClearField("version_tag")  # a new version starts untagged (a revert too)
         scaling_writes.update_policies(tx, current, job)
         tx.put_job(job)
     if submission is not None and (
@@ -642,6 +647,7 @@ async def deregister_job(
         job = copy_msg(current)
         job.stop = True
         job.version = current.version + 1
+        job.ClearField("version_tag")  # the tag stays on the version it names
         job.job_modify_index = tx.index
         job.status = JobStatus.DEAD if current.status == JobStatus.PENDING else current.status
         if _launches_children(job):

@@ -149,6 +149,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/job/{job_id:path}/versions": job_path("/versions"),
         "/v1/job/{job_id:path}/summary": job_path("/summary"),
         "/v1/job/{job_id:path}/submission": job_path("/submission", version="0"),
+        "/v1/job/{job_id:path}/actions": job_path("/actions"),
         "/v1/job/{job_id:path}/scale": lambda m: Sample(
             f"/v1/job/{d.job_id}/scale",
             body=None if m == "GET" else {"Count": 1, "Target": {"Group": "web"}},

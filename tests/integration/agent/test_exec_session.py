@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from corral.domain import task_exec
 from corral.domain.errors import InvalidArgument, PermissionDenied
 from corral.runtime.server import GrpcServer
 from corral.runtime.settings import SecuritySettings
@@ -305,6 +306,13 @@ class _Alloc:
             raise InvalidArgument("task", f"unknown task name {task!r}")
         return self.target
 
+    def task_spec(self, task: str) -> pb.Task | None:
+        if task != self.target[2].name:
+            return None
+        script = "read x; echo got-$x; exit 4"
+        reply = pb.Action(name="reply", command="/bin/sh", args=["-c", script])
+        return pb.Task(name=task, actions=[reply])
+
 
 class _Tokens:
     """ACL tokens by secret (the agent asks the state; here a table)."""
@@ -319,13 +327,8 @@ class _Tokens:
         return acl.compile_acl([acl.parse_policy(rules)])
 
 
-async def test_exec_over_grpc_checks_the_token_and_ends_with_its_caller(
-    tmp_path: Path, cgroups: CgroupManager
-) -> None:
-    driver = ExecDriver(ExecSettings(), cgroups)
-    cfg = task(tmp_path, "rpc", SLEEP)
-    handle = await started(driver, cfg)
-    view = _Alloc(driver, handle, cfg)
+async def _agent(tmp_path: Path, cfg: TaskConfig, view: _Alloc) -> GrpcServer:
+    """The agent's ClientAlloc over one alloc, with ACLs (_Tokens)."""
     server = GrpcServer(
         "127.0.0.1:0",
         name="agent",
@@ -338,6 +341,17 @@ async def test_exec_over_grpc_checks_the_token_and_ends_with_its_caller(
         alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
     )
     await server.start()
+    return server
+
+
+async def test_exec_over_grpc_checks_the_token_and_ends_with_its_caller(
+    tmp_path: Path, cgroups: CgroupManager
+) -> None:
+    driver = ExecDriver(ExecSettings(), cgroups)
+    cfg = task(tmp_path, "rpc", SLEEP)
+    handle = await started(driver, cfg)
+    view = _Alloc(driver, handle, cfg)
+    server = await _agent(tmp_path, cfg, view)
     setup = alloc_pb2.ExecSetup(
         alloc_id=cfg.alloc_id, task="rpc", command=["/bin/sh", "-c", "echo $$; exec sleep 998"]
     )
@@ -367,6 +381,56 @@ async def test_exec_over_grpc_checks_the_token_and_ends_with_its_caller(
             )
             call.cancel()  # the caller goes away
             await until(lambda: not any(Path(f"/proc/{p}").exists() for p in sleepers), timeout=10)
+    finally:
+        await server.stop(0)
+        await stop(handle)
+
+
+async def test_an_action_runs_the_tasks_command_and_a_refusal_keeps_its_status(
+    tmp_path: Path, cgroups: CgroupManager
+) -> None:
+    """The action's command comes from the task the alloc runs; the agent
+    says when it runs (initial metadata), and a refusal reaches a caller
+    that waited for that as the agent's own status."""
+    driver = ExecDriver(ExecSettings(), cgroups)
+    cfg = task(tmp_path, "rpc", SLEEP)
+    handle = await started(driver, cfg)
+    server = await _agent(tmp_path, cfg, _Alloc(driver, handle, cfg))
+
+    async def run(**fields: Any) -> tuple[bool, int, bytes]:
+        setup = alloc_pb2.ExecSetup(alloc_id=cfg.alloc_id, task="rpc", **fields)
+        inbox: asyncio.Queue[alloc_pb2.AllocExecRequest] = asyncio.Queue()
+
+        async def requests() -> AsyncIterator[alloc_pb2.AllocExecRequest]:
+            yield alloc_pb2.AllocExecRequest(setup=setup)
+            while True:
+                yield await inbox.get()
+
+        async with transport.dial(server.bound_address, token="exec") as ch:
+            call: Any = alloc_pb2_grpc.ClientAllocStub(ch).Exec(requests())
+            running = task_exec.started(await call.initial_metadata())
+            if running:
+                await inbox.put(alloc_pb2.AllocExecRequest(stdin=alloc_pb2.ExecIO(data=b"hi\n")))
+                await inbox.put(alloc_pb2.AllocExecRequest(stdin=alloc_pb2.ExecIO(close=True)))
+            out, code = b"", -1
+            async for resp in call:
+                out += resp.stdout.data
+                if resp.exited:
+                    code = resp.exit_code
+            return running, code, out
+
+    try:
+        assert await run(action="reply") == (True, 4, b"got-hi\n")
+        # the action wins over a command, as in Nomad's client
+        assert await run(action="reply", command=["/bin/false"]) == (True, 4, b"got-hi\n")
+        for fields, message in (
+            ({"action": "nope"}, "action nope not found in task rpc"),
+            ({"action": "reply", "job_id": "other"}, "job other does not have allocation"),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await run(**fields)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert message in (err.value.details() or ""), err.value.details()
     finally:
         await server.stop(0)
         await stop(handle)

@@ -121,10 +121,20 @@ def _neg_count(j: pb.Job) -> None:
     j.task_groups[0].count = -2
 
 
+def _dup_action(j: pb.Job) -> None:
+    j.task_groups[0].tasks[0].actions.extend([pb.Action(name="a", command="x")] * 2)
+
+
+def _action_without_command(j: pb.Job) -> None:
+    j.task_groups[0].tasks[0].actions.add(name="a")
+
+
 @pytest.mark.parametrize(
     ("mutate", "needle"),
     [
         (_no_id, "job.id: is required"),
+        (_dup_action, "job.task_groups[0].tasks[0].actions[1].name: action 'a' is defined more"),
+        (_action_without_command, "actions[0].command: action 'a': command cannot be empty"),
         (_bad_type, "job.type: unknown value 'bogus'"),
         (_neg_memory, "job.task_groups[0].tasks[0].resources.memory_mb: must not be negative"),
         (_dup_group, "job.task_groups[1].name: duplicate task group"),
@@ -145,6 +155,22 @@ async def test_bad_jobs_are_refused_and_nothing_is_written(
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert needle in (err.value.details() or ""), err.value.details()
     assert await state_app.db.latest_index() == before
+
+
+async def test_a_jobs_actions_are_kept_and_read_back(
+    state_app: StateApp, channel: grpc.aio.Channel
+) -> None:
+    stub = job_pb2_grpc.JobStub(channel)
+    j = job("with-actions")
+    j.task_groups[0].tasks[0].actions.extend(
+        [
+            pb.Action(name="greet", command="/bin/sh", args=["-c", "echo hi"]),
+            pb.Action(name="id", command="id"),
+        ]
+    )
+    await stub.Register(job_pb2.JobRegisterRequest(job=j))
+    got = (await stub.Get(job_pb2.JobGetRequest(job_id="with-actions"))).job
+    assert got.task_groups[0].tasks[0].actions == j.task_groups[0].tasks[0].actions
 
 
 async def test_blocking_list_wakes_on_a_change_and_times_out_cleanly(

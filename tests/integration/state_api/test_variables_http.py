@@ -6,60 +6,28 @@ python-nomad (a Nomad client nobody here wrote) and, for what it hides
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator
-from typing import Any
 
 import jwt
 import nomad
 import nomad.api.exceptions
 import pytest
 
-from corral.runtime.http_server import HttpServer
 from corral.testing import mock
 from corral.v1 import acl_pb2, acl_pb2_grpc, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
-from services.gateway.app import create_app
-from services.gateway.backend import Backend
-from services.gateway.config import GatewaySettings
 from services.state.app import StateApp
 from tests.callers import user_channel
+from tests.integration.state_api import gateway
 
 ACL_ENABLED = True
 NODE_SECRET = "node-secret-http-vars-0123"
 
 
-class Http:
-    def __init__(self, url: str, tokens: dict[str, str]) -> None:
-        self.url = url
-        self.tokens = tokens
-
+class Http(gateway.Http):
     def nomad(self, who: str = "management") -> nomad.Nomad:
         host, port = self.url.removeprefix("http://").split(":")
         token = self.tokens.get(who, who if "." in who else None)
         return nomad.Nomad(host=host, port=int(port), token=token, timeout=10)
-
-    def call(
-        self, method: str, path: str, body: Any = None, who: str = "management"
-    ) -> tuple[int, Any, dict[str, str]]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        token = self.tokens.get(who, who if "." in who else "")
-        if token:
-            req.add_header("X-Nomad-Token", token)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-                status, headers = resp.status, {k.lower(): v for k, v in resp.headers.items()}
-        except urllib.error.HTTPError as exc:
-            raw, status = exc.read(), exc.code
-            headers = {k.lower(): v for k, v in exc.headers.items()}
-        try:
-            parsed: Any = json.loads(raw) if raw else None
-        except json.JSONDecodeError:
-            parsed = raw.decode()
-        return status, parsed, headers
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +51,10 @@ async def http(state_app: StateApp) -> AsyncIterator[Http]:
     for name in rules:
         made = await acls.CreateToken(acl_pb2.ACLCreateTokenRequest(name=name, policies=[name]))
         tokens[name] = made.token.secret_id
-    backend = Backend(address)
-    app = create_app(GatewaySettings(state_addr=address), backend)
-    server = HttpServer("127.0.0.1:0", app, name="gateway")
-    await server.start()
     try:
-        yield Http(server.url, tokens)
+        async with gateway.served_gateway(address) as url:
+            yield Http(url, tokens)
     finally:
-        await server.stop()
-        await backend.close()
         await anon.close()
         await mgmt.close()
 

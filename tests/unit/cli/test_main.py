@@ -134,3 +134,15 @@ def test_event_topic_parsing():
     assert parse_topic("Allocation:*").key == ""
     with pytest.raises(CliError, match="unknown topic"):
         parse_topic("Jobs")
+
+
+def test_action_checks_its_flags_before_calling(capsys):
+    address = closed_port_address()
+    assert main(["action", "-address", address, "greet"]) == 1
+    assert "a job ID is required" in capsys.readouterr().err
+    assert main(["job", "action", "-address", address, "-job", "web"]) == 1
+    assert "an action name is required" in capsys.readouterr().err
+    assert main(["action", "-address", address, "-job", "web", "-i=false", "-t", "greet"]) == 1
+    assert "-i must be enabled if running with tty" in capsys.readouterr().err
+    assert main(["action", "-address", address, "-job", "web", "-e", "ab", "greet"]) == 1
+    assert "-e requires 'none' or a single character" in capsys.readouterr().err

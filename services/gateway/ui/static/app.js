@@ -491,8 +491,9 @@ function both(a, b) {
   return a || b || "";
 }
 
-// A list paged by the gateway (Nomad's per_page and next_token, sorted by
-// ID as the state pages), narrowed by a search box and a Nomad filter
+// A list paged by the gateway (Nomad's per_page and next_token, in the
+// state's order: evaluations, allocations and deployments by creation,
+// the others by ID), narrowed by a search box and a Nomad filter
 // expression (?filter=, evaluated by the gateway before it pages); the
 // search, filter and page size live in the address so a view can be shared.
 // The page shown is read again on each event of `topics`.
