@@ -2,7 +2,7 @@
 state service's public API (`-address`, else `$CORRAL_ADDR`, else
 127.0.0.1:4646), with a stub per public service. Worker admin and alloc logs,
 files and exec live on other processes; `worker()`, `client_alloc()` and
-`client_fs()` dial those.
+`client_fs()`, `client_node()` dial those.
 
 Every channel carries the ACL token (`-token`, else `$CORRAL_TOKEN`) as
 `x-corral-token` metadata on every call, and uses TLS when the TLS flags or
@@ -151,6 +151,10 @@ class Client:
 
     def client_fs(self, address: str) -> alloc_pb2_grpc.ClientFSStub:
         return alloc_pb2_grpc.ClientFSStub(self.channel(address, peer="client"))
+
+    def client_node(self, address: str) -> node_pb2_grpc.ClientNodeStub:
+        """The ClientNode service (dynamic metadata, GC) of the agent at `address`."""
+        return node_pb2_grpc.ClientNodeStub(self.channel(address, peer="client"))
 
     def close(self) -> None:
         for ch in self._channels.values():

@@ -1,5 +1,5 @@
-"""`corral node status|drain|eligibility`, and `node pool ...`
-(`cli/commands/node_pool.py`)."""
+"""`corral node status|drain|eligibility`, `node pool ...`
+(`cli/commands/node_pool.py`) and `node meta ...` (`cli/commands/node_meta.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 
 import grpc
 
-from cli.commands import group, node_pool, not_found
+from cli.commands import group, node_meta, node_pool, not_found
 from cli.context import CliError, Context, common
 from cli.nodes import write_node_list
 from cli.output import fmt_ago, fmt_time, heading, join, kv, print_json, short, table, to_dict
@@ -62,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_eligibility)
 
     node_pool.register(nodes)
+    node_meta.register(nodes)
 
 
 def list_nodes(ctx: Context, *, prefix: str = "", status: str = "") -> list[node_pb2.NodeListStub]:

@@ -67,7 +67,8 @@ def replication_line(r: federation_pb2.ReplicationStatus) -> str:
     if r.last_success:
         line += (
             f", last success {fmt_ago(r.last_success)} "
-            f"(policies index {r.policies_index}, tokens index {r.tokens_index})"
+            f"(policies index {r.policies_index}, tokens index {r.tokens_index}, "
+            f"roles index {r.roles_index})"
         )
     if r.status == "failed" and r.last_error:
         line += f"; last error {fmt_ago(r.last_error_time)}: {r.last_error}"

@@ -80,6 +80,8 @@ class EventType:
     ACL_POLICY_DELETED = "ACLPolicyDeleted"
     ACL_TOKEN_UPSERTED = "ACLTokenUpserted"
     ACL_TOKEN_DELETED = "ACLTokenDeleted"
+    ACL_ROLE_UPSERTED = "ACLRoleUpserted"
+    ACL_ROLE_DELETED = "ACLRoleDeleted"
 
 
 def _none(_obj: Any) -> tuple[str, ...]:
@@ -321,8 +323,8 @@ ROOT_KEY = Topic(
     namespace=_no_namespace,
     streamed=False,
 )
-# ACL writes are in the change log (key only: a policy name or a token's
-# accessor id, never a secret) so every state process can drop cached
+# ACL writes are in the change log (key only: a policy name, a token's
+# accessor id or a role's id, never a secret) so every state process can drop cached
 # tokens; Event.Stream never offers them.
 ACL_POLICY = Topic(
     name="ACLPolicy",
@@ -340,6 +342,16 @@ ACL_TOKEN = Topic(
     index="",
     tables=(),
     types=(EventType.ACL_TOKEN_UPSERTED, EventType.ACL_TOKEN_DELETED),
+    key=str,
+    namespace=_no_namespace,
+    streamed=False,
+)
+ACL_ROLE = Topic(
+    name="ACLRole",
+    payload="",
+    index="",
+    tables=(),
+    types=(EventType.ACL_ROLE_UPSERTED, EventType.ACL_ROLE_DELETED),
     key=str,
     namespace=_no_namespace,
     streamed=False,
@@ -363,6 +375,7 @@ ALL: tuple[Topic, ...] = (
     ROOT_KEY,
     ACL_POLICY,
     ACL_TOKEN,
+    ACL_ROLE,
 )
 #: the topics `Event.Stream` offers
 STREAMED: tuple[Topic, ...] = tuple(t for t in ALL if t.streamed)
@@ -372,7 +385,7 @@ ANY = "*"
 #: the topics a replica may follow (every one that carries an object)
 FOLLOWED_NAMES: tuple[str, ...] = tuple(t.name for t in ALL if t.payload)
 #: the names of the ACL topics (a change to them re-resolves tokens)
-ACL_NAMES = frozenset((ACL_POLICY.name, ACL_TOKEN.name))
+ACL_NAMES = frozenset((ACL_POLICY.name, ACL_TOKEN.name, ACL_ROLE.name))
 
 _BY_NAME = {t.name: t for t in ALL}
 _BY_PAYLOAD = {t.payload: t for t in ALL if t.payload}

@@ -204,6 +204,12 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ClientAlloc/Signal": PER_OBJECT,
     "/corral.v1.ClientAlloc/Restart": PER_OBJECT,
     "/corral.v1.ClientStats/Stats": scope("node", "read"),
+    # submit-job in the alloc's namespace (Nomad's ClientAllocations.GarbageCollect)
+    "/corral.v1.ClientAlloc/GarbageCollect": PER_OBJECT,
+    # the node's dynamic metadata and its garbage collection (Nomad's NodeMeta, GarbageCollectAll)
+    "/corral.v1.ClientNode/ReadMeta": scope("node", "read"),
+    "/corral.v1.ClientNode/ApplyMeta": scope("node", "write"),
+    "/corral.v1.ClientNode/GarbageCollectAll": scope("node", "write"),
     "/corral.v1.Evals/List": ns(READ_JOB, handler=True),
     "/corral.v1.Evals/Get": PER_OBJECT,
     "/corral.v1.Deployment/List": ns(READ_JOB, handler=True),
@@ -301,7 +307,15 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Federation/Hello": PEER,
     "/corral.v1.Federation/ReplicatePolicies": PEER,
     "/corral.v1.Federation/ReplicateTokens": PEER,
+    "/corral.v1.Federation/ReplicateRoles": PEER,
     "/corral.v1.ACL/UpdateToken": MANAGEMENT,
+    # roles: written with a management token; read by it, or by a token
+    # linking the role (decided by the handler)
+    "/corral.v1.ACL/UpsertRoles": MANAGEMENT,
+    "/corral.v1.ACL/DeleteRoles": MANAGEMENT,
+    "/corral.v1.ACL/ListRoles": PER_OBJECT,
+    "/corral.v1.ACL/GetRole": PER_OBJECT,
+    "/corral.v1.ACL/GetRoleByName": PER_OBJECT,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"

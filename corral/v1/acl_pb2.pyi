@@ -70,6 +70,7 @@ class ACLToken(_message.Message):
     EXPIRATION_TIME_FIELD_NUMBER: _builtins.int
     CREATE_INDEX_FIELD_NUMBER: _builtins.int
     MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
     accessor_id: _builtins.str
     """public id of the token (a UUID)"""
     secret_id: _builtins.str
@@ -90,6 +91,12 @@ class ACLToken(_message.Message):
     def policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """client tokens only"""
 
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLTokenRoleLink]:
+        """Roles the token links (client tokens only): their policies are the
+        token's too, read at each use. A link to a role deleted since is gone.
+        """
+
     def __init__(
         self,
         *,
@@ -103,14 +110,83 @@ class ACLToken(_message.Message):
         expiration_time: _builtins.int = ...,
         create_index: _builtins.int = ...,
         modify_index: _builtins.int = ...,
+        roles: _abc.Iterable[Global___ACLTokenRoleLink] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "create_index", b"create_index", "create_time", b"create_time", "expiration_time", b"expiration_time", "is_global", b"is_global", "modify_index", b"modify_index", "name", b"name", "policies", b"policies", "secret_id", b"secret_id", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "create_index", b"create_index", "create_time", b"create_time", "expiration_time", b"expiration_time", "is_global", b"is_global", "modify_index", b"modify_index", "name", b"name", "policies", b"policies", "roles", b"roles", "secret_id", b"secret_id", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ACLToken: _TypeAlias = ACLToken  # noqa: Y015
+
+@_typing.final
+class ACLTokenRoleLink(_message.Message):
+    """A token's link to a role (Nomad's ACLTokenRoleLink). In a request either
+    field names the role; stored and answered, both are the role's now.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLTokenRoleLink: _TypeAlias = ACLTokenRoleLink  # noqa: Y015
+
+@_typing.final
+class ACLRole(_message.Message):
+    """A named set of policies that tokens link (Nomad's ACLRole)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    POLICIES_FIELD_NUMBER: _builtins.int
+    CREATE_INDEX_FIELD_NUMBER: _builtins.int
+    MODIFY_INDEX_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """a UUID the state assigns; empty to create"""
+    name: _builtins.str
+    """letters, digits and '-', at most 128; unique"""
+    description: _builtins.str
+    """at most 256 characters"""
+    create_index: _builtins.int
+    modify_index: _builtins.int
+    @_builtins.property
+    def policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """names of existing policies, at least one"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        policies: _abc.Iterable[_builtins.str] | None = ...,
+        create_index: _builtins.int = ...,
+        modify_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_index", b"create_index", "description", b"description", "id", b"id", "modify_index", b"modify_index", "name", b"name", "policies", b"policies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLRole: _TypeAlias = ACLRole  # noqa: Y015
 
 @_typing.final
 class ACLBootstrapRequest(_message.Message):
@@ -321,6 +397,7 @@ class ACLCreateTokenRequest(_message.Message):
     POLICIES_FIELD_NUMBER: _builtins.int
     IS_GLOBAL_FIELD_NUMBER: _builtins.int
     EXPIRATION_TTL_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     """"client" (default) or "management" """
@@ -337,6 +414,10 @@ class ACLCreateTokenRequest(_message.Message):
     def policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """client: at least one existing policy; management: none"""
 
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLTokenRoleLink]:
+        """Roles by id or name (client tokens only); each must exist."""
+
     def __init__(
         self,
         *,
@@ -345,10 +426,11 @@ class ACLCreateTokenRequest(_message.Message):
         policies: _abc.Iterable[_builtins.str] | None = ...,
         is_global: _builtins.bool = ...,
         expiration_ttl: _builtins.int = ...,
+        roles: _abc.Iterable[Global___ACLTokenRoleLink] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expiration_ttl", b"expiration_ttl", "is_global", b"is_global", "name", b"name", "policies", b"policies", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expiration_ttl", b"expiration_ttl", "is_global", b"is_global", "name", b"name", "policies", b"policies", "roles", b"roles", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -436,6 +518,7 @@ class ACLUpdateTokenRequest(_message.Message):
     IS_GLOBAL_FIELD_NUMBER: _builtins.int
     EXPIRATION_TTL_FIELD_NUMBER: _builtins.int
     EXPIRATION_TIME_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
     accessor_id: _builtins.str
     name: _builtins.str
     type: _builtins.str
@@ -450,6 +533,10 @@ class ACLUpdateTokenRequest(_message.Message):
     def policies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """as for CreateToken"""
 
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLTokenRoleLink]:
+        """as for CreateToken"""
+
     def __init__(
         self,
         *,
@@ -460,10 +547,11 @@ class ACLUpdateTokenRequest(_message.Message):
         is_global: _builtins.bool = ...,
         expiration_ttl: _builtins.int = ...,
         expiration_time: _builtins.int = ...,
+        roles: _abc.Iterable[Global___ACLTokenRoleLink] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "expiration_time", b"expiration_time", "expiration_ttl", b"expiration_ttl", "is_global", b"is_global", "name", b"name", "policies", b"policies", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accessor_id", b"accessor_id", "expiration_time", b"expiration_time", "expiration_ttl", b"expiration_ttl", "is_global", b"is_global", "name", b"name", "policies", b"policies", "roles", b"roles", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -541,7 +629,7 @@ class ACLResolveTokenResponse(_message.Message):
     """Unix ns; 0 = never expires"""
     @_builtins.property
     def policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLPolicy]:
-        """name and rules of every existing policy the token holds"""
+        """name and rules of every existing policy the token holds, itself or through a role"""
 
     @_builtins.property
     def workload(self) -> Global___WorkloadClaim:
@@ -603,3 +691,186 @@ class WorkloadClaim(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkloadClaim: _TypeAlias = WorkloadClaim  # noqa: Y015
+
+@_typing.final
+class ACLUpsertRolesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLRole]:
+        """id (to update), name, description, policies"""
+
+    def __init__(
+        self,
+        *,
+        roles: _abc.Iterable[Global___ACLRole] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["roles", b"roles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLUpsertRolesRequest: _TypeAlias = ACLUpsertRolesRequest  # noqa: Y015
+
+@_typing.final
+class ACLRolesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLES_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLRole]:
+        """as stored, in the request's order"""
+
+    def __init__(
+        self,
+        *,
+        roles: _abc.Iterable[Global___ACLRole] | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "roles", b"roles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLRolesResponse: _TypeAlias = ACLRolesResponse  # noqa: Y015
+
+@_typing.final
+class ACLDeleteRolesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLDeleteRolesRequest: _TypeAlias = ACLDeleteRolesRequest  # noqa: Y015
+
+@_typing.final
+class ACLListRolesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryOptions:
+        """prefix filters ids; per_page/next_token paginate"""
+
+    def __init__(
+        self,
+        *,
+        query: _query_pb2.QueryOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLListRolesRequest: _TypeAlias = ACLListRolesRequest  # noqa: Y015
+
+@_typing.final
+class ACLListRolesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLES_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ACLRole]: ...
+    @_builtins.property
+    def meta(self) -> _query_pb2.QueryMeta: ...
+    def __init__(
+        self,
+        *,
+        roles: _abc.Iterable[Global___ACLRole] | None = ...,
+        meta: _query_pb2.QueryMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "roles", b"roles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLListRolesResponse: _TypeAlias = ACLListRolesResponse  # noqa: Y015
+
+@_typing.final
+class ACLGetRoleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryOptions: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        query: _query_pb2.QueryOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLGetRoleRequest: _TypeAlias = ACLGetRoleRequest  # noqa: Y015
+
+@_typing.final
+class ACLGetRoleByNameRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def query(self) -> _query_pb2.QueryOptions: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        query: _query_pb2.QueryOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["query", b"query"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLGetRoleByNameRequest: _TypeAlias = ACLGetRoleByNameRequest  # noqa: Y015
+
+@_typing.final
+class ACLRoleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def role(self) -> Global___ACLRole: ...
+    @_builtins.property
+    def meta(self) -> _query_pb2.QueryMeta: ...
+    def __init__(
+        self,
+        *,
+        role: Global___ACLRole | None = ...,
+        meta: _query_pb2.QueryMeta | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "role", b"role"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ACLRoleResponse: _TypeAlias = ACLRoleResponse  # noqa: Y015

@@ -94,6 +94,31 @@ class ACLStub:
                 request_serializer=corral_dot_v1_dot_acl__pb2.ACLResolveTokenRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_acl__pb2.ACLResolveTokenResponse.FromString,
                 _registered_method=True)
+        self.UpsertRoles = channel.unary_unary(
+                '/corral.v1.ACL/UpsertRoles',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLUpsertRolesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLRolesResponse.FromString,
+                _registered_method=True)
+        self.DeleteRoles = channel.unary_unary(
+                '/corral.v1.ACL/DeleteRoles',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLDeleteRolesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLWriteResponse.FromString,
+                _registered_method=True)
+        self.ListRoles = channel.unary_unary(
+                '/corral.v1.ACL/ListRoles',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLListRolesRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLListRolesResponse.FromString,
+                _registered_method=True)
+        self.GetRole = channel.unary_unary(
+                '/corral.v1.ACL/GetRole',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLGetRoleRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLRoleResponse.FromString,
+                _registered_method=True)
+        self.GetRoleByName = channel.unary_unary(
+                '/corral.v1.ACL/GetRoleByName',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLGetRoleByNameRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLRoleResponse.FromString,
+                _registered_method=True)
 
 
 class ACLServicer:
@@ -184,12 +209,52 @@ class ACLServicer:
 
     def ResolveToken(self, request, context):
         """What a secret id may do: its token's type, expiry and the rules of its
-        policies. For the roles that are not the state (RemoteResolver); the
+        policies, its roles' policies included (read at each call). For the roles that are not the state (RemoteResolver); the
         secret in the request is the authorization. An empty secret resolves
         to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
         found"; expired: PERMISSION_DENIED "ACL token expired". A workload
         identity JWT resolves to its implicit policy (`workload`), or
         PERMISSION_DENIED when its signature, expiry or alloc does not hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpsertRoles(self, request, context):
+        """Create or update roles (Nomad's ACL.UpsertRoles; management token). A
+        role without an id is new (its name must be free); one with an id
+        updates that role (it must exist; its name may change if free). Every
+        policy a role links must exist. The roles as stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRoles(self, request, context):
+        """Delete roles by id; all must exist, else nothing is deleted
+        (management token). Tokens linking them lose the link.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRoles(self, request, context):
+        """Roles, prefix on the id (a management token; any other token lists the
+        roles it links).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRole(self, request, context):
+        """One role by id (a management token, or a token linking it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRoleByName(self, request, context):
+        """One role by name (a management token, or a token linking it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -257,6 +322,31 @@ def add_ACLServicer_to_server(servicer, server):
                     servicer.ResolveToken,
                     request_deserializer=corral_dot_v1_dot_acl__pb2.ACLResolveTokenRequest.FromString,
                     response_serializer=corral_dot_v1_dot_acl__pb2.ACLResolveTokenResponse.SerializeToString,
+            ),
+            'UpsertRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertRoles,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLUpsertRolesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLRolesResponse.SerializeToString,
+            ),
+            'DeleteRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRoles,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLDeleteRolesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLWriteResponse.SerializeToString,
+            ),
+            'ListRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRoles,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLListRolesRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLListRolesResponse.SerializeToString,
+            ),
+            'GetRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRole,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLGetRoleRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLRoleResponse.SerializeToString,
+            ),
+            'GetRoleByName': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRoleByName,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLGetRoleByNameRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLRoleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -583,6 +673,141 @@ class ACL:
             '/corral.v1.ACL/ResolveToken',
             corral_dot_v1_dot_acl__pb2.ACLResolveTokenRequest.SerializeToString,
             corral_dot_v1_dot_acl__pb2.ACLResolveTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/UpsertRoles',
+            corral_dot_v1_dot_acl__pb2.ACLUpsertRolesRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLRolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/DeleteRoles',
+            corral_dot_v1_dot_acl__pb2.ACLDeleteRolesRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/ListRoles',
+            corral_dot_v1_dot_acl__pb2.ACLListRolesRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLListRolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/GetRole',
+            corral_dot_v1_dot_acl__pb2.ACLGetRoleRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRoleByName(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/GetRoleByName',
+            corral_dot_v1_dot_acl__pb2.ACLGetRoleByNameRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLRoleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -69,13 +69,31 @@ class ACLStub:
     """
     ResolveToken: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLResolveTokenRequest, _acl_pb2.ACLResolveTokenResponse]
     """What a secret id may do: its token's type, expiry and the rules of its
-    policies. For the roles that are not the state (RemoteResolver); the
+    policies, its roles' policies included (read at each call). For the roles that are not the state (RemoteResolver); the
     secret in the request is the authorization. An empty secret resolves
     to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
     found"; expired: PERMISSION_DENIED "ACL token expired". A workload
     identity JWT resolves to its implicit policy (`workload`), or
     PERMISSION_DENIED when its signature, expiry or alloc does not hold.
     """
+    UpsertRoles: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLUpsertRolesRequest, _acl_pb2.ACLRolesResponse]
+    """Create or update roles (Nomad's ACL.UpsertRoles; management token). A
+    role without an id is new (its name must be free); one with an id
+    updates that role (it must exist; its name may change if free). Every
+    policy a role links must exist. The roles as stored.
+    """
+    DeleteRoles: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLDeleteRolesRequest, _acl_pb2.ACLWriteResponse]
+    """Delete roles by id; all must exist, else nothing is deleted
+    (management token). Tokens linking them lose the link.
+    """
+    ListRoles: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLListRolesRequest, _acl_pb2.ACLListRolesResponse]
+    """Roles, prefix on the id (a management token; any other token lists the
+    roles it links).
+    """
+    GetRole: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLGetRoleRequest, _acl_pb2.ACLRoleResponse]
+    """One role by id (a management token, or a token linking it)."""
+    GetRoleByName: _grpc.UnaryUnaryMultiCallable[_acl_pb2.ACLGetRoleByNameRequest, _acl_pb2.ACLRoleResponse]
+    """One role by name (a management token, or a token linking it)."""
 
 @_typing.type_check_only
 class ACLAsyncStub(ACLStub):
@@ -115,13 +133,31 @@ class ACLAsyncStub(ACLStub):
     """
     ResolveToken: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLResolveTokenRequest, _acl_pb2.ACLResolveTokenResponse]  # type: ignore[assignment]
     """What a secret id may do: its token's type, expiry and the rules of its
-    policies. For the roles that are not the state (RemoteResolver); the
+    policies, its roles' policies included (read at each call). For the roles that are not the state (RemoteResolver); the
     secret in the request is the authorization. An empty secret resolves
     to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
     found"; expired: PERMISSION_DENIED "ACL token expired". A workload
     identity JWT resolves to its implicit policy (`workload`), or
     PERMISSION_DENIED when its signature, expiry or alloc does not hold.
     """
+    UpsertRoles: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLUpsertRolesRequest, _acl_pb2.ACLRolesResponse]  # type: ignore[assignment]
+    """Create or update roles (Nomad's ACL.UpsertRoles; management token). A
+    role without an id is new (its name must be free); one with an id
+    updates that role (it must exist; its name may change if free). Every
+    policy a role links must exist. The roles as stored.
+    """
+    DeleteRoles: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLDeleteRolesRequest, _acl_pb2.ACLWriteResponse]  # type: ignore[assignment]
+    """Delete roles by id; all must exist, else nothing is deleted
+    (management token). Tokens linking them lose the link.
+    """
+    ListRoles: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLListRolesRequest, _acl_pb2.ACLListRolesResponse]  # type: ignore[assignment]
+    """Roles, prefix on the id (a management token; any other token lists the
+    roles it links).
+    """
+    GetRole: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLGetRoleRequest, _acl_pb2.ACLRoleResponse]  # type: ignore[assignment]
+    """One role by id (a management token, or a token linking it)."""
+    GetRoleByName: _aio.UnaryUnaryMultiCallable[_acl_pb2.ACLGetRoleByNameRequest, _acl_pb2.ACLRoleResponse]  # type: ignore[assignment]
+    """One role by name (a management token, or a token linking it)."""
 
 class ACLServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -230,12 +266,60 @@ class ACLServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_acl_pb2.ACLResolveTokenResponse, _abc.Awaitable[_acl_pb2.ACLResolveTokenResponse]]:
         """What a secret id may do: its token's type, expiry and the rules of its
-        policies. For the roles that are not the state (RemoteResolver); the
+        policies, its roles' policies included (read at each call). For the roles that are not the state (RemoteResolver); the
         secret in the request is the authorization. An empty secret resolves
         to the anonymous policy. Unknown: PERMISSION_DENIED "ACL token not
         found"; expired: PERMISSION_DENIED "ACL token expired". A workload
         identity JWT resolves to its implicit policy (`workload`), or
         PERMISSION_DENIED when its signature, expiry or alloc does not hold.
         """
+
+    @_abc_1.abstractmethod
+    def UpsertRoles(
+        self,
+        request: _acl_pb2.ACLUpsertRolesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_acl_pb2.ACLRolesResponse, _abc.Awaitable[_acl_pb2.ACLRolesResponse]]:
+        """Create or update roles (Nomad's ACL.UpsertRoles; management token). A
+        role without an id is new (its name must be free); one with an id
+        updates that role (it must exist; its name may change if free). Every
+        policy a role links must exist. The roles as stored.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteRoles(
+        self,
+        request: _acl_pb2.ACLDeleteRolesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_acl_pb2.ACLWriteResponse, _abc.Awaitable[_acl_pb2.ACLWriteResponse]]:
+        """Delete roles by id; all must exist, else nothing is deleted
+        (management token). Tokens linking them lose the link.
+        """
+
+    @_abc_1.abstractmethod
+    def ListRoles(
+        self,
+        request: _acl_pb2.ACLListRolesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_acl_pb2.ACLListRolesResponse, _abc.Awaitable[_acl_pb2.ACLListRolesResponse]]:
+        """Roles, prefix on the id (a management token; any other token lists the
+        roles it links).
+        """
+
+    @_abc_1.abstractmethod
+    def GetRole(
+        self,
+        request: _acl_pb2.ACLGetRoleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_acl_pb2.ACLRoleResponse, _abc.Awaitable[_acl_pb2.ACLRoleResponse]]:
+        """One role by id (a management token, or a token linking it)."""
+
+    @_abc_1.abstractmethod
+    def GetRoleByName(
+        self,
+        request: _acl_pb2.ACLGetRoleByNameRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_acl_pb2.ACLRoleResponse, _abc.Awaitable[_acl_pb2.ACLRoleResponse]]:
+        """One role by name (a management token, or a token linking it)."""
 
 def add_ACLServicer_to_server(servicer: ACLServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -273,6 +273,41 @@ class AllocSignalResponse(_message.Message):
 Global___AllocSignalResponse: _TypeAlias = AllocSignalResponse  # noqa: Y015
 
 @_typing.final
+class AllocGCRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOC_ID_FIELD_NUMBER: _builtins.int
+    alloc_id: _builtins.str
+    """the full id of an alloc this agent holds"""
+    def __init__(
+        self,
+        *,
+        alloc_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_id", b"alloc_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocGCRequest: _TypeAlias = AllocGCRequest  # noqa: Y015
+
+@_typing.final
+class AllocGCResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AllocGCResponse: _TypeAlias = AllocGCResponse  # noqa: Y015
+
+@_typing.final
 class AllocRestartRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

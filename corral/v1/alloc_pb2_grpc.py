@@ -225,6 +225,11 @@ class ClientAllocStub:
                 request_serializer=corral_dot_v1_dot_alloc__pb2.AllocExecRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocExecResponse.FromString,
                 _registered_method=True)
+        self.GarbageCollect = channel.unary_unary(
+                '/corral.v1.ClientAlloc/GarbageCollect',
+                request_serializer=corral_dot_v1_dot_alloc__pb2.AllocGCRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_alloc__pb2.AllocGCResponse.FromString,
+                _registered_method=True)
 
 
 class ClientAllocServicer:
@@ -289,6 +294,17 @@ class ClientAllocServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GarbageCollect(self, request, context):
+        """Destroy one terminal alloc on its node (Nomad's
+        ClientAllocations.GarbageCollect): its directory, what its tasks kept,
+        its client state. submit-job in the alloc's namespace (as Nomad).
+        FAILED_PRECONDITION for an alloc whose tasks still run; the servers
+        keep the alloc until their own garbage collection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClientAllocServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -321,6 +337,11 @@ def add_ClientAllocServicer_to_server(servicer, server):
                     servicer.Exec,
                     request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocExecRequest.FromString,
                     response_serializer=corral_dot_v1_dot_alloc__pb2.AllocExecResponse.SerializeToString,
+            ),
+            'GarbageCollect': grpc.unary_unary_rpc_method_handler(
+                    servicer.GarbageCollect,
+                    request_deserializer=corral_dot_v1_dot_alloc__pb2.AllocGCRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_alloc__pb2.AllocGCResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -487,6 +508,33 @@ class ClientAlloc:
             '/corral.v1.ClientAlloc/Exec',
             corral_dot_v1_dot_alloc__pb2.AllocExecRequest.SerializeToString,
             corral_dot_v1_dot_alloc__pb2.AllocExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GarbageCollect(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientAlloc/GarbageCollect',
+            corral_dot_v1_dot_alloc__pb2.AllocGCRequest.SerializeToString,
+            corral_dot_v1_dot_alloc__pb2.AllocGCResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -110,6 +110,13 @@ class ClientAllocStub:
     code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
     too). One process per call; it is killed when the caller goes away.
     """
+    GarbageCollect: _grpc.UnaryUnaryMultiCallable[_alloc_pb2.AllocGCRequest, _alloc_pb2.AllocGCResponse]
+    """Destroy one terminal alloc on its node (Nomad's
+    ClientAllocations.GarbageCollect): its directory, what its tasks kept,
+    its client state. submit-job in the alloc's namespace (as Nomad).
+    FAILED_PRECONDITION for an alloc whose tasks still run; the servers
+    keep the alloc until their own garbage collection.
+    """
 
 @_typing.type_check_only
 class ClientAllocAsyncStub(ClientAllocStub):
@@ -149,6 +156,13 @@ class ClientAllocAsyncStub(ClientAllocStub):
     and heartbeats; the answers carry stdout, stderr and, last, the exit
     code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
     too). One process per call; it is killed when the caller goes away.
+    """
+    GarbageCollect: _aio.UnaryUnaryMultiCallable[_alloc_pb2.AllocGCRequest, _alloc_pb2.AllocGCResponse]  # type: ignore[assignment]
+    """Destroy one terminal alloc on its node (Nomad's
+    ClientAllocations.GarbageCollect): its directory, what its tasks kept,
+    its client state. submit-job in the alloc's namespace (as Nomad).
+    FAILED_PRECONDITION for an alloc whose tasks still run; the servers
+    keep the alloc until their own garbage collection.
     """
 
 class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
@@ -222,6 +236,19 @@ class ClientAllocServicer(metaclass=_abc_1.ABCMeta):
         and heartbeats; the answers carry stdout, stderr and, last, the exit
         code. alloc-exec in the alloc's namespace (raw_exec: alloc-node-exec
         too). One process per call; it is killed when the caller goes away.
+        """
+
+    @_abc_1.abstractmethod
+    def GarbageCollect(
+        self,
+        request: _alloc_pb2.AllocGCRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_alloc_pb2.AllocGCResponse, _abc.Awaitable[_alloc_pb2.AllocGCResponse]]:
+        """Destroy one terminal alloc on its node (Nomad's
+        ClientAllocations.GarbageCollect): its directory, what its tasks kept,
+        its client state. submit-job in the alloc's namespace (as Nomad).
+        FAILED_PRECONDITION for an alloc whose tasks still run; the servers
+        keep the alloc until their own garbage collection.
         """
 
 def add_ClientAllocServicer_to_server(servicer: ClientAllocServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -26,7 +26,7 @@ from corral.v1 import acl_pb2 as corral_dot_v1_dot_acl__pb2
 from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63orral/v1/federation.proto\x12\tcorral.v1\x1a\x13\x63orral/v1/acl.proto\x1a\x15\x63orral/v1/query.proto\"\x10\n\x0eRegionsRequest\"\"\n\x0fRegionsResponse\x12\x0f\n\x07regions\x18\x01 \x03(\t\"n\n\x0cRegionServer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\x08\x12\x0f\n\x07version\x18\x06 \x01(\t\"\xc1\x01\n\nRegionLink\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x11\n\taddresses\x18\x02 \x03(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x14\n\x0clast_contact\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x1c\n\x14\x61uthoritative_region\x18\x07 \x01(\t\x12(\n\x07servers\x18\x08 \x03(\x0b\x32\x17.corral.v1.RegionServer\"\xcc\x01\n\x11ReplicationStatus\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x15\n\rsource_region\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x16\n\x0epolicies_index\x18\x04 \x01(\x04\x12\x14\n\x0ctokens_index\x18\x05 \x01(\x04\x12\x14\n\x0clast_success\x18\x06 \x01(\x03\x12\x12\n\nlast_error\x18\x07 \x01(\t\x12\x17\n\x0flast_error_time\x18\x08 \x01(\x03\x12\x0e\n\x06leader\x18\t \x01(\t\"\x19\n\x17\x46\x65\x64\x65rationStatusRequest\"\xc7\x01\n\x10\x46\x65\x64\x65rationStatus\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x1c\n\x14\x61uthoritative_region\x18\x02 \x01(\t\x12(\n\x07servers\x18\x03 \x03(\x0b\x32\x17.corral.v1.RegionServer\x12$\n\x05links\x18\x04 \x03(\x0b\x32\x15.corral.v1.RegionLink\x12\x35\n\x0f\x61\x63l_replication\x18\x05 \x01(\x0b\x32\x1c.corral.v1.ReplicationStatus\"*\n\x15\x46\x65\x64\x65rationJoinRequest\x12\x11\n\taddresses\x18\x01 \x03(\t\"H\n\x16\x46\x65\x64\x65rationJoinResponse\x12\x0e\n\x06joined\x18\x01 \x01(\x05\x12\x0f\n\x07regions\x18\x02 \x03(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"-\n\x1b\x46\x65\x64\x65rationForceLeaveRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"\x1e\n\x1c\x46\x65\x64\x65rationForceLeaveResponse\"|\n\x0f\x46\x65\x64\x65rationHello\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x11\n\taddresses\x18\x02 \x03(\t\x12\x1c\n\x14\x61uthoritative_region\x18\x03 \x01(\t\x12(\n\x07servers\x18\x04 \x03(\x0b\x32\x17.corral.v1.RegionServer\"<\n\x12ReplicationRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"K\n\x12ReplicatedPolicies\x12&\n\x08policies\x18\x01 \x03(\x0b\x32\x14.corral.v1.ACLPolicy\x12\r\n\x05index\x18\x02 \x01(\x04\"J\n\x0fReplicatedToken\x12\"\n\x05token\x18\x01 \x01(\x0b\x32\x13.corral.v1.ACLToken\x12\x13\n\x0bsecret_hash\x18\x02 \x01(\t\"M\n\x10ReplicatedTokens\x12*\n\x06tokens\x18\x01 \x03(\x0b\x32\x1a.corral.v1.ReplicatedToken\x12\r\n\x05index\x18\x02 \x01(\x04\x32\xa8\x04\n\nFederation\x12@\n\x07Regions\x12\x19.corral.v1.RegionsRequest\x1a\x1a.corral.v1.RegionsResponse\x12I\n\x06Status\x12\".corral.v1.FederationStatusRequest\x1a\x1b.corral.v1.FederationStatus\x12K\n\x04Join\x12 .corral.v1.FederationJoinRequest\x1a!.corral.v1.FederationJoinResponse\x12]\n\nForceLeave\x12&.corral.v1.FederationForceLeaveRequest\x1a\'.corral.v1.FederationForceLeaveResponse\x12?\n\x05Hello\x12\x1a.corral.v1.FederationHello\x1a\x1a.corral.v1.FederationHello\x12Q\n\x11ReplicatePolicies\x12\x1d.corral.v1.ReplicationRequest\x1a\x1d.corral.v1.ReplicatedPolicies\x12M\n\x0fReplicateTokens\x12\x1d.corral.v1.ReplicationRequest\x1a\x1b.corral.v1.ReplicatedTokensb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63orral/v1/federation.proto\x12\tcorral.v1\x1a\x13\x63orral/v1/acl.proto\x1a\x15\x63orral/v1/query.proto\"\x10\n\x0eRegionsRequest\"\"\n\x0fRegionsResponse\x12\x0f\n\x07regions\x18\x01 \x03(\t\"n\n\x0cRegionServer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06region\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\x08\x12\x0f\n\x07version\x18\x06 \x01(\t\"\xc1\x01\n\nRegionLink\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x11\n\taddresses\x18\x02 \x03(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x14\n\x0clast_contact\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x1c\n\x14\x61uthoritative_region\x18\x07 \x01(\t\x12(\n\x07servers\x18\x08 \x03(\x0b\x32\x17.corral.v1.RegionServer\"\xe1\x01\n\x11ReplicationStatus\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x15\n\rsource_region\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x16\n\x0epolicies_index\x18\x04 \x01(\x04\x12\x14\n\x0ctokens_index\x18\x05 \x01(\x04\x12\x14\n\x0clast_success\x18\x06 \x01(\x03\x12\x12\n\nlast_error\x18\x07 \x01(\t\x12\x17\n\x0flast_error_time\x18\x08 \x01(\x03\x12\x0e\n\x06leader\x18\t \x01(\t\x12\x13\n\x0broles_index\x18\n \x01(\x04\"\x19\n\x17\x46\x65\x64\x65rationStatusRequest\"\xc7\x01\n\x10\x46\x65\x64\x65rationStatus\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x1c\n\x14\x61uthoritative_region\x18\x02 \x01(\t\x12(\n\x07servers\x18\x03 \x03(\x0b\x32\x17.corral.v1.RegionServer\x12$\n\x05links\x18\x04 \x03(\x0b\x32\x15.corral.v1.RegionLink\x12\x35\n\x0f\x61\x63l_replication\x18\x05 \x01(\x0b\x32\x1c.corral.v1.ReplicationStatus\"*\n\x15\x46\x65\x64\x65rationJoinRequest\x12\x11\n\taddresses\x18\x01 \x03(\t\"H\n\x16\x46\x65\x64\x65rationJoinResponse\x12\x0e\n\x06joined\x18\x01 \x01(\x05\x12\x0f\n\x07regions\x18\x02 \x03(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"-\n\x1b\x46\x65\x64\x65rationForceLeaveRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"\x1e\n\x1c\x46\x65\x64\x65rationForceLeaveResponse\"|\n\x0f\x46\x65\x64\x65rationHello\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x11\n\taddresses\x18\x02 \x03(\t\x12\x1c\n\x14\x61uthoritative_region\x18\x03 \x01(\t\x12(\n\x07servers\x18\x04 \x03(\x0b\x32\x17.corral.v1.RegionServer\"<\n\x12ReplicationRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"K\n\x12ReplicatedPolicies\x12&\n\x08policies\x18\x01 \x03(\x0b\x32\x14.corral.v1.ACLPolicy\x12\r\n\x05index\x18\x02 \x01(\x04\"C\n\x0fReplicatedRoles\x12!\n\x05roles\x18\x01 \x03(\x0b\x32\x12.corral.v1.ACLRole\x12\r\n\x05index\x18\x02 \x01(\x04\"J\n\x0fReplicatedToken\x12\"\n\x05token\x18\x01 \x01(\x0b\x32\x13.corral.v1.ACLToken\x12\x13\n\x0bsecret_hash\x18\x02 \x01(\t\"M\n\x10ReplicatedTokens\x12*\n\x06tokens\x18\x01 \x03(\x0b\x32\x1a.corral.v1.ReplicatedToken\x12\r\n\x05index\x18\x02 \x01(\x04\x32\xf5\x04\n\nFederation\x12@\n\x07Regions\x12\x19.corral.v1.RegionsRequest\x1a\x1a.corral.v1.RegionsResponse\x12I\n\x06Status\x12\".corral.v1.FederationStatusRequest\x1a\x1b.corral.v1.FederationStatus\x12K\n\x04Join\x12 .corral.v1.FederationJoinRequest\x1a!.corral.v1.FederationJoinResponse\x12]\n\nForceLeave\x12&.corral.v1.FederationForceLeaveRequest\x1a\'.corral.v1.FederationForceLeaveResponse\x12?\n\x05Hello\x12\x1a.corral.v1.FederationHello\x1a\x1a.corral.v1.FederationHello\x12Q\n\x11ReplicatePolicies\x12\x1d.corral.v1.ReplicationRequest\x1a\x1d.corral.v1.ReplicatedPolicies\x12M\n\x0fReplicateTokens\x12\x1d.corral.v1.ReplicationRequest\x1a\x1b.corral.v1.ReplicatedTokens\x12K\n\x0eReplicateRoles\x12\x1d.corral.v1.ReplicationRequest\x1a\x1a.corral.v1.ReplicatedRolesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,29 +42,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGIONLINK']._serialized_start=252
   _globals['_REGIONLINK']._serialized_end=445
   _globals['_REPLICATIONSTATUS']._serialized_start=448
-  _globals['_REPLICATIONSTATUS']._serialized_end=652
-  _globals['_FEDERATIONSTATUSREQUEST']._serialized_start=654
-  _globals['_FEDERATIONSTATUSREQUEST']._serialized_end=679
-  _globals['_FEDERATIONSTATUS']._serialized_start=682
-  _globals['_FEDERATIONSTATUS']._serialized_end=881
-  _globals['_FEDERATIONJOINREQUEST']._serialized_start=883
-  _globals['_FEDERATIONJOINREQUEST']._serialized_end=925
-  _globals['_FEDERATIONJOINRESPONSE']._serialized_start=927
-  _globals['_FEDERATIONJOINRESPONSE']._serialized_end=999
-  _globals['_FEDERATIONFORCELEAVEREQUEST']._serialized_start=1001
-  _globals['_FEDERATIONFORCELEAVEREQUEST']._serialized_end=1046
-  _globals['_FEDERATIONFORCELEAVERESPONSE']._serialized_start=1048
-  _globals['_FEDERATIONFORCELEAVERESPONSE']._serialized_end=1078
-  _globals['_FEDERATIONHELLO']._serialized_start=1080
-  _globals['_FEDERATIONHELLO']._serialized_end=1204
-  _globals['_REPLICATIONREQUEST']._serialized_start=1206
-  _globals['_REPLICATIONREQUEST']._serialized_end=1266
-  _globals['_REPLICATEDPOLICIES']._serialized_start=1268
-  _globals['_REPLICATEDPOLICIES']._serialized_end=1343
-  _globals['_REPLICATEDTOKEN']._serialized_start=1345
-  _globals['_REPLICATEDTOKEN']._serialized_end=1419
-  _globals['_REPLICATEDTOKENS']._serialized_start=1421
-  _globals['_REPLICATEDTOKENS']._serialized_end=1498
-  _globals['_FEDERATION']._serialized_start=1501
-  _globals['_FEDERATION']._serialized_end=2053
+  _globals['_REPLICATIONSTATUS']._serialized_end=673
+  _globals['_FEDERATIONSTATUSREQUEST']._serialized_start=675
+  _globals['_FEDERATIONSTATUSREQUEST']._serialized_end=700
+  _globals['_FEDERATIONSTATUS']._serialized_start=703
+  _globals['_FEDERATIONSTATUS']._serialized_end=902
+  _globals['_FEDERATIONJOINREQUEST']._serialized_start=904
+  _globals['_FEDERATIONJOINREQUEST']._serialized_end=946
+  _globals['_FEDERATIONJOINRESPONSE']._serialized_start=948
+  _globals['_FEDERATIONJOINRESPONSE']._serialized_end=1020
+  _globals['_FEDERATIONFORCELEAVEREQUEST']._serialized_start=1022
+  _globals['_FEDERATIONFORCELEAVEREQUEST']._serialized_end=1067
+  _globals['_FEDERATIONFORCELEAVERESPONSE']._serialized_start=1069
+  _globals['_FEDERATIONFORCELEAVERESPONSE']._serialized_end=1099
+  _globals['_FEDERATIONHELLO']._serialized_start=1101
+  _globals['_FEDERATIONHELLO']._serialized_end=1225
+  _globals['_REPLICATIONREQUEST']._serialized_start=1227
+  _globals['_REPLICATIONREQUEST']._serialized_end=1287
+  _globals['_REPLICATEDPOLICIES']._serialized_start=1289
+  _globals['_REPLICATEDPOLICIES']._serialized_end=1364
+  _globals['_REPLICATEDROLES']._serialized_start=1366
+  _globals['_REPLICATEDROLES']._serialized_end=1433
+  _globals['_REPLICATEDTOKEN']._serialized_start=1435
+  _globals['_REPLICATEDTOKEN']._serialized_end=1509
+  _globals['_REPLICATEDTOKENS']._serialized_start=1511
+  _globals['_REPLICATEDTOKENS']._serialized_end=1588
+  _globals['_FEDERATION']._serialized_start=1591
+  _globals['_FEDERATION']._serialized_end=2220
 # @@protoc_insertion_point(module_scope)

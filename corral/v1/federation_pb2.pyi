@@ -160,7 +160,8 @@ Global___RegionLink: _TypeAlias = RegionLink  # noqa: Y015
 @_typing.final
 class ReplicationStatus(_message.Message):
     """ACL replication from the authoritative region, run by the state leader
-    of every other region (Nomad's replicateACLPolicies/replicateACLTokens).
+    of every other region (Nomad's replicateACLPolicies/replicateACLTokens/
+    replicateACLRoles).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -174,6 +175,7 @@ class ReplicationStatus(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_TIME_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
+    ROLES_INDEX_FIELD_NUMBER: _builtins.int
     enabled: _builtins.bool
     """ACLs on and this region is not the authoritative one"""
     source_region: _builtins.str
@@ -191,6 +193,8 @@ class ReplicationStatus(_message.Message):
     """Unix ns"""
     leader: _builtins.str
     """the state server that runs it"""
+    roles_index: _builtins.int
+    """its role index last copied"""
     def __init__(
         self,
         *,
@@ -203,10 +207,11 @@ class ReplicationStatus(_message.Message):
         last_error: _builtins.str = ...,
         last_error_time: _builtins.int = ...,
         leader: _builtins.str = ...,
+        roles_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "last_error", b"last_error", "last_error_time", b"last_error_time", "last_success", b"last_success", "leader", b"leader", "policies_index", b"policies_index", "source_region", b"source_region", "status", b"status", "tokens_index", b"tokens_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enabled", b"enabled", "last_error", b"last_error", "last_error_time", b"last_error_time", "last_success", b"last_success", "leader", b"leader", "policies_index", b"policies_index", "roles_index", b"roles_index", "source_region", b"source_region", "status", b"status", "tokens_index", b"tokens_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -430,6 +435,30 @@ class ReplicatedPolicies(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicatedPolicies: _TypeAlias = ReplicatedPolicies  # noqa: Y015
+
+@_typing.final
+class ReplicatedRoles(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLES_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """where the next blocking query starts (opaque)"""
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[_acl_pb2.ACLRole]: ...
+    def __init__(
+        self,
+        *,
+        roles: _abc.Iterable[_acl_pb2.ACLRole] | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "roles", b"roles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicatedRoles: _TypeAlias = ReplicatedRoles  # noqa: Y015
 
 @_typing.final
 class ReplicatedToken(_message.Message):

@@ -69,6 +69,11 @@ class FederationStub:
                 request_serializer=corral_dot_v1_dot_federation__pb2.ReplicationRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_federation__pb2.ReplicatedTokens.FromString,
                 _registered_method=True)
+        self.ReplicateRoles = channel.unary_unary(
+                '/corral.v1.Federation/ReplicateRoles',
+                request_serializer=corral_dot_v1_dot_federation__pb2.ReplicationRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_federation__pb2.ReplicatedRoles.FromString,
+                _registered_method=True)
 
 
 class FederationServicer:
@@ -137,6 +142,14 @@ class FederationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicateRoles(self, request, context):
+        """Between regions: every ACL role of this (the authoritative) region; a
+        blocking query on the role table's index.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FederationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -174,6 +187,11 @@ def add_FederationServicer_to_server(servicer, server):
                     servicer.ReplicateTokens,
                     request_deserializer=corral_dot_v1_dot_federation__pb2.ReplicationRequest.FromString,
                     response_serializer=corral_dot_v1_dot_federation__pb2.ReplicatedTokens.SerializeToString,
+            ),
+            'ReplicateRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicateRoles,
+                    request_deserializer=corral_dot_v1_dot_federation__pb2.ReplicationRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_federation__pb2.ReplicatedRoles.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -365,6 +383,33 @@ class Federation:
             '/corral.v1.Federation/ReplicateTokens',
             corral_dot_v1_dot_federation__pb2.ReplicationRequest.SerializeToString,
             corral_dot_v1_dot_federation__pb2.ReplicatedTokens.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicateRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.Federation/ReplicateRoles',
+            corral_dot_v1_dot_federation__pb2.ReplicationRequest.SerializeToString,
+            corral_dot_v1_dot_federation__pb2.ReplicatedRoles.FromString,
             options,
             channel_credentials,
             insecure,

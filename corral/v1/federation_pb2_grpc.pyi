@@ -75,6 +75,10 @@ class FederationStub:
     region, with the SHA-256 of its secret (never the secret); a blocking
     query on the token table's index.
     """
+    ReplicateRoles: _grpc.UnaryUnaryMultiCallable[_federation_pb2.ReplicationRequest, _federation_pb2.ReplicatedRoles]
+    """Between regions: every ACL role of this (the authoritative) region; a
+    blocking query on the role table's index.
+    """
 
 @_typing.type_check_only
 class FederationAsyncStub(FederationStub):
@@ -113,6 +117,10 @@ class FederationAsyncStub(FederationStub):
     """Between regions: every global ACL token of this (the authoritative)
     region, with the SHA-256 of its secret (never the secret); a blocking
     query on the token table's index.
+    """
+    ReplicateRoles: _aio.UnaryUnaryMultiCallable[_federation_pb2.ReplicationRequest, _federation_pb2.ReplicatedRoles]  # type: ignore[assignment]
+    """Between regions: every ACL role of this (the authoritative) region; a
+    blocking query on the role table's index.
     """
 
 class FederationServicer(metaclass=_abc_1.ABCMeta):
@@ -191,6 +199,16 @@ class FederationServicer(metaclass=_abc_1.ABCMeta):
         """Between regions: every global ACL token of this (the authoritative)
         region, with the SHA-256 of its secret (never the secret); a blocking
         query on the token table's index.
+        """
+
+    @_abc_1.abstractmethod
+    def ReplicateRoles(
+        self,
+        request: _federation_pb2.ReplicationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_federation_pb2.ReplicatedRoles, _abc.Awaitable[_federation_pb2.ReplicatedRoles]]:
+        """Between regions: every ACL role of this (the authoritative) region; a
+        blocking query on the role table's index.
         """
 
 def add_FederationServicer_to_server(servicer: FederationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -739,6 +739,220 @@ class ClientStatsRequest(_message.Message):
 Global___ClientStatsRequest: _TypeAlias = ClientStatsRequest  # noqa: Y015
 
 @_typing.final
+class NodeMetaReadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """"" or this agent's node id"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeMetaReadRequest: _TypeAlias = NodeMetaReadRequest  # noqa: Y015
+
+@_typing.final
+class NodeMetaApplyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    META_FIELD_NUMBER: _builtins.int
+    UNSET_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """"" or this agent's node id"""
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """keys to set"""
+
+    @_builtins.property
+    def unset(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """keys to unset (Nomad's null values)"""
+
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        unset: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "node_id", b"node_id", "unset", b"unset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeMetaApplyRequest: _TypeAlias = NodeMetaApplyRequest  # noqa: Y015
+
+@_typing.final
+class NodeMetaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetaEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class DynamicEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class StaticEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    META_FIELD_NUMBER: _builtins.int
+    DYNAMIC_FIELD_NUMBER: _builtins.int
+    DYNAMIC_UNSET_FIELD_NUMBER: _builtins.int
+    STATIC_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def meta(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """static and dynamic merged: the node's meta"""
+
+    @_builtins.property
+    def dynamic(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """set through ApplyMeta"""
+
+    @_builtins.property
+    def dynamic_unset(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """static keys unset through ApplyMeta (null in Nomad's Dynamic)"""
+
+    @_builtins.property
+    def static(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """from the agent's configuration (--meta)"""
+
+    def __init__(
+        self,
+        *,
+        meta: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        dynamic: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        dynamic_unset: _abc.Iterable[_builtins.str] | None = ...,
+        static: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dynamic", b"dynamic", "dynamic_unset", b"dynamic_unset", "meta", b"meta", "static", b"static"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeMetaResponse: _TypeAlias = NodeMetaResponse  # noqa: Y015
+
+@_typing.final
+class ClientGCRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    """"" or this agent's node id"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientGCRequest: _TypeAlias = ClientGCRequest  # noqa: Y015
+
+@_typing.final
+class ClientGCResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def collected(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the alloc ids destroyed"""
+
+    def __init__(
+        self,
+        *,
+        collected: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collected", b"collected"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientGCResponse: _TypeAlias = ClientGCResponse  # noqa: Y015
+
+@_typing.final
 class ClientStatsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -661,3 +661,182 @@ class ClientStats:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ClientNodeStub:
+    """Served by each client agent (Node.http_addr): the node's dynamic metadata
+    (Nomad's NodeMeta endpoint) and its garbage collection on demand (Nomad's
+    Allocations.GarbageCollectAll). The agent keeps the dynamic metadata in
+    its client state, merges it into the node's meta and re-registers the
+    node before ApplyMeta answers, so the scheduler's next evaluation sees it.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ReadMeta = channel.unary_unary(
+                '/corral.v1.ClientNode/ReadMeta',
+                request_serializer=corral_dot_v1_dot_node__pb2.NodeMetaReadRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_node__pb2.NodeMetaResponse.FromString,
+                _registered_method=True)
+        self.ApplyMeta = channel.unary_unary(
+                '/corral.v1.ClientNode/ApplyMeta',
+                request_serializer=corral_dot_v1_dot_node__pb2.NodeMetaApplyRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_node__pb2.NodeMetaResponse.FromString,
+                _registered_method=True)
+        self.GarbageCollectAll = channel.unary_unary(
+                '/corral.v1.ClientNode/GarbageCollectAll',
+                request_serializer=corral_dot_v1_dot_node__pb2.ClientGCRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_node__pb2.ClientGCResponse.FromString,
+                _registered_method=True)
+
+
+class ClientNodeServicer:
+    """Served by each client agent (Node.http_addr): the node's dynamic metadata
+    (Nomad's NodeMeta endpoint) and its garbage collection on demand (Nomad's
+    Allocations.GarbageCollectAll). The agent keeps the dynamic metadata in
+    its client state, merges it into the node's meta and re-registers the
+    node before ApplyMeta answers, so the scheduler's next evaluation sees it.
+    """
+
+    def ReadMeta(self, request, context):
+        """The node's metadata, merged, dynamic and static: node:read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyMeta(self, request, context):
+        """Set or unset dynamic metadata keys: node:write. INVALID_ARGUMENT for no
+        key, or a key that is not a dotted identifier (Nomad's rule).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GarbageCollectAll(self, request, context):
+        """Destroy every terminal alloc of the node: its directory, what its
+        tasks kept, its client state (node:write). The servers keep the allocs
+        until their own garbage collection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ClientNodeServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ReadMeta': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadMeta,
+                    request_deserializer=corral_dot_v1_dot_node__pb2.NodeMetaReadRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_node__pb2.NodeMetaResponse.SerializeToString,
+            ),
+            'ApplyMeta': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyMeta,
+                    request_deserializer=corral_dot_v1_dot_node__pb2.NodeMetaApplyRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_node__pb2.NodeMetaResponse.SerializeToString,
+            ),
+            'GarbageCollectAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.GarbageCollectAll,
+                    request_deserializer=corral_dot_v1_dot_node__pb2.ClientGCRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_node__pb2.ClientGCResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'corral.v1.ClientNode', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('corral.v1.ClientNode', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ClientNode:
+    """Served by each client agent (Node.http_addr): the node's dynamic metadata
+    (Nomad's NodeMeta endpoint) and its garbage collection on demand (Nomad's
+    Allocations.GarbageCollectAll). The agent keeps the dynamic metadata in
+    its client state, merges it into the node's meta and re-registers the
+    node before ApplyMeta answers, so the scheduler's next evaluation sees it.
+    """
+
+    @staticmethod
+    def ReadMeta(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientNode/ReadMeta',
+            corral_dot_v1_dot_node__pb2.NodeMetaReadRequest.SerializeToString,
+            corral_dot_v1_dot_node__pb2.NodeMetaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyMeta(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientNode/ApplyMeta',
+            corral_dot_v1_dot_node__pb2.NodeMetaApplyRequest.SerializeToString,
+            corral_dot_v1_dot_node__pb2.NodeMetaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GarbageCollectAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ClientNode/GarbageCollectAll',
+            corral_dot_v1_dot_node__pb2.ClientGCRequest.SerializeToString,
+            corral_dot_v1_dot_node__pb2.ClientGCResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

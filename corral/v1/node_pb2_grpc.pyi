@@ -245,3 +245,88 @@ class ClientStatsServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_node_pb2.ClientStatsResponse, _abc.Awaitable[_node_pb2.ClientStatsResponse]]: ...
 
 def add_ClientStatsServicer_to_server(servicer: ClientStatsServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ClientNodeStub:
+    """Served by each client agent (Node.http_addr): the node's dynamic metadata
+    (Nomad's NodeMeta endpoint) and its garbage collection on demand (Nomad's
+    Allocations.GarbageCollectAll). The agent keeps the dynamic metadata in
+    its client state, merges it into the node's meta and re-registers the
+    node before ApplyMeta answers, so the scheduler's next evaluation sees it.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ClientNodeAsyncStub: ...
+    ReadMeta: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeMetaReadRequest, _node_pb2.NodeMetaResponse]
+    """The node's metadata, merged, dynamic and static: node:read."""
+    ApplyMeta: _grpc.UnaryUnaryMultiCallable[_node_pb2.NodeMetaApplyRequest, _node_pb2.NodeMetaResponse]
+    """Set or unset dynamic metadata keys: node:write. INVALID_ARGUMENT for no
+    key, or a key that is not a dotted identifier (Nomad's rule).
+    """
+    GarbageCollectAll: _grpc.UnaryUnaryMultiCallable[_node_pb2.ClientGCRequest, _node_pb2.ClientGCResponse]
+    """Destroy every terminal alloc of the node: its directory, what its
+    tasks kept, its client state (node:write). The servers keep the allocs
+    until their own garbage collection.
+    """
+
+@_typing.type_check_only
+class ClientNodeAsyncStub(ClientNodeStub):
+    """Served by each client agent (Node.http_addr): the node's dynamic metadata
+    (Nomad's NodeMeta endpoint) and its garbage collection on demand (Nomad's
+    Allocations.GarbageCollectAll). The agent keeps the dynamic metadata in
+    its client state, merges it into the node's meta and re-registers the
+    node before ApplyMeta answers, so the scheduler's next evaluation sees it.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    ReadMeta: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeMetaReadRequest, _node_pb2.NodeMetaResponse]  # type: ignore[assignment]
+    """The node's metadata, merged, dynamic and static: node:read."""
+    ApplyMeta: _aio.UnaryUnaryMultiCallable[_node_pb2.NodeMetaApplyRequest, _node_pb2.NodeMetaResponse]  # type: ignore[assignment]
+    """Set or unset dynamic metadata keys: node:write. INVALID_ARGUMENT for no
+    key, or a key that is not a dotted identifier (Nomad's rule).
+    """
+    GarbageCollectAll: _aio.UnaryUnaryMultiCallable[_node_pb2.ClientGCRequest, _node_pb2.ClientGCResponse]  # type: ignore[assignment]
+    """Destroy every terminal alloc of the node: its directory, what its
+    tasks kept, its client state (node:write). The servers keep the allocs
+    until their own garbage collection.
+    """
+
+class ClientNodeServicer(metaclass=_abc_1.ABCMeta):
+    """Served by each client agent (Node.http_addr): the node's dynamic metadata
+    (Nomad's NodeMeta endpoint) and its garbage collection on demand (Nomad's
+    Allocations.GarbageCollectAll). The agent keeps the dynamic metadata in
+    its client state, merges it into the node's meta and re-registers the
+    node before ApplyMeta answers, so the scheduler's next evaluation sees it.
+    """
+
+    @_abc_1.abstractmethod
+    def ReadMeta(
+        self,
+        request: _node_pb2.NodeMetaReadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.NodeMetaResponse, _abc.Awaitable[_node_pb2.NodeMetaResponse]]:
+        """The node's metadata, merged, dynamic and static: node:read."""
+
+    @_abc_1.abstractmethod
+    def ApplyMeta(
+        self,
+        request: _node_pb2.NodeMetaApplyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.NodeMetaResponse, _abc.Awaitable[_node_pb2.NodeMetaResponse]]:
+        """Set or unset dynamic metadata keys: node:write. INVALID_ARGUMENT for no
+        key, or a key that is not a dotted identifier (Nomad's rule).
+        """
+
+    @_abc_1.abstractmethod
+    def GarbageCollectAll(
+        self,
+        request: _node_pb2.ClientGCRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.ClientGCResponse, _abc.Awaitable[_node_pb2.ClientGCResponse]]:
+        """Destroy every terminal alloc of the node: its directory, what its
+        tasks kept, its client state (node:write). The servers keep the allocs
+        until their own garbage collection.
+        """
+
+def add_ClientNodeServicer_to_server(servicer: ClientNodeServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

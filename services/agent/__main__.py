@@ -23,7 +23,12 @@ from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.agent.client import Agent
 from services.agent.config import AgentSettings
-from services.agent.handlers import ClientAllocServicer, ClientFSServicer, ClientStatsServicer
+from services.agent.handlers import (
+    ClientAllocServicer,
+    ClientFSServicer,
+    ClientNodeServicer,
+    ClientStatsServicer,
+)
 from services.agent.runner import AllocRunner
 
 log = logging.getLogger("services.agent")
@@ -59,6 +64,7 @@ class AgentProcess:
                 self.server.shutting_down,
                 self._alloc,
                 exec_disabled=self.settings.disable_remote_exec,
+                collect=self._collect,
             ),
             alloc_pb2.DESCRIPTOR.services_by_name["ClientAlloc"].full_name,
         )
@@ -72,6 +78,11 @@ class AgentProcess:
             ClientStatsServicer(self._host_stats),
             node_pb2.DESCRIPTOR.services_by_name["ClientStats"].full_name,
         )
+        self.server.add(
+            node_pb2_grpc.add_ClientNodeServicer_to_server,
+            ClientNodeServicer(lambda: self.agent),
+            node_pb2.DESCRIPTOR.services_by_name["ClientNode"].full_name,
+        )
         await self.server.start()
         address = self.settings.advertise or self.server.bound_address
         self.agent = Agent(self.settings, http_addr=address, resolver=self.resolver)
@@ -83,6 +94,11 @@ class AgentProcess:
 
     def _alloc(self, alloc_id: str) -> AllocRunner | None:
         return self.agent.runners.get(alloc_id) if self.agent is not None else None
+
+    async def _collect(self, alloc_id: str) -> None:
+        if self.agent is None:
+            raise Unavailable("the agent is still starting")
+        await self.agent.collect(alloc_id)
 
     def _host_stats(self) -> tuple[str, pb.HostStats]:
         if self.agent is None:

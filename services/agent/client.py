@@ -13,6 +13,14 @@ first answer from the servers then stops what they stopped meanwhile and
 forgets what they garbage collected. A graceful stop leaves the tasks
 running for the next agent, as Nomad's does, unless the agent is told to
 stop them (`--stop-tasks-on-shutdown`, what `corral dev` asks).
+
+Finished allocs are destroyed (their directory and client state removed)
+by the agent's garbage collection (services/agent/gc.py): periodically
+past the disk, inode and alloc-count thresholds, on demand through
+ClientNode.GarbageCollectAll and ClientAlloc.GarbageCollect, and when the
+servers garbage collected them. The node's dynamic metadata
+(services/agent/node_meta.py) is kept in the client state and merged into
+the node the agent registers.
 """
 
 from __future__ import annotations
@@ -31,13 +39,14 @@ import grpc
 import psutil
 
 from corral.domain import structs
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from corral.domain.structs import DesiredStatus, NodeStatus
 from corral.security import transport
 from corral.security.acl_resolve import RemoteResolver
 from corral.security.private_files import private_dir, write_private
 from corral.v1 import node_pb2, node_pb2_grpc, service_pb2, service_pb2_grpc
 from corral.v1 import structs_pb2 as pb
-from services.agent import metrics
+from services.agent import gc, metrics, node_meta
 from services.agent.artifacts import Getter, getter_settings
 from services.agent.cgroups import CgroupManager, Detected, Version, detect
 from services.agent.checks import Checker
@@ -45,6 +54,7 @@ from services.agent.config import AgentSettings
 from services.agent.cpuset import Compute
 from services.agent.drivers.base import Driver
 from services.agent.drivers.build import build as build_drivers
+from services.agent.node_meta import NodeMeta
 from services.agent.runner import AllocRunner
 from services.agent.service_sync import ServiceSync
 from services.agent.state_db import StateDB
@@ -167,7 +177,18 @@ class Agent:
         self.getter = Getter(getter_settings(settings))
         self.node.id, self.node.secret_id = self._identity()
         self.db = StateDB(settings.data_dir)
+        # the node's meta: the configuration's, with the dynamic keys kept in the client state
+        self.meta = NodeMeta(dict(settings.meta), self.db.load_node_meta())
+        self._set_node_meta()
+        self._meta_lock = asyncio.Lock()
+        #: a metadata change the servers have not taken yet (re-registered by the heartbeat loop)
+        self._node_stale = False
         self.runners: dict[str, AllocRunner] = {}
+        #: allocs destroyed here that the servers still list (Nomad keeps the
+        #: destroyed runner until then): never run again
+        self._collected: set[str] = set()
+        #: the last status of destroyed allocs not yet sent to the servers
+        self._final: dict[str, pb.Allocation] = {}
         #: stops of allocs under way (the servers stopped or forgot them)
         self._stops: dict[str, asyncio.Task[None]] = {}
         # the node's side of the service catalog, and the checks' HTTP clients
@@ -196,6 +217,44 @@ class Agent:
         ident = {"node_id": str(uuid.uuid4()), "secret_id": str(uuid.uuid4())}
         write_private(path, json.dumps(ident))
         return ident["node_id"], ident["secret_id"]
+
+    # ------------------------------------------------------------ dynamic metadata
+
+    @property
+    def node_id(self) -> str:
+        return self.node.id
+
+    def _set_node_meta(self) -> None:
+        self.node.meta.clear()
+        self.node.meta.update(self.meta.merged())
+
+    async def apply_meta(self, changes: dict[str, str | None]) -> NodeMeta:
+        """Set (or, with None, unset) dynamic metadata keys (Nomad's
+        NodeMeta.Apply): the node is registered again with them before
+        this returns, so the next evaluation sees them, then they are kept
+        in the client state (a restarted agent registers with them). A
+        node the servers refuse (the state's bounds on meta) changes
+        nothing; servers out of reach get it from the heartbeat loop once
+        they answer."""
+        node_meta.validate(changes)
+        async with self._meta_lock:
+            meta = NodeMeta(self.meta.static, self.meta.applied(changes))
+            node = structs.copy_msg(self.node)
+            node.meta.clear()
+            node.meta.update(meta.merged())
+            stale = False
+            try:
+                await self.stub.Register(node_pb2.NodeRegisterRequest(node=node), timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise InvalidArgument("", f"the servers refused: {exc.details()}") from None
+                log.warning("node metadata kept; registering it failed (%s)", exc.details())
+                stale = True
+            self.db.put_node_meta(meta.dynamic)
+            self.meta = meta
+            self._set_node_meta()
+            self._node_stale = self._node_stale or stale
+        return self.meta
 
     # ------------------------------------------------------------ resource usage
 
@@ -329,6 +388,7 @@ class Agent:
             asyncio.create_task(self._watch_loop(), name="watch-allocs"),
             asyncio.create_task(self._update_loop(), name="alloc-updates"),
             asyncio.create_task(self._stats_loop(), name="stats"),
+            asyncio.create_task(self._gc_loop(), name="alloc-gc"),
         ]
 
     async def stop(self) -> None:
@@ -383,6 +443,9 @@ class Agent:
         failures = 0
         last_ok = time.monotonic()
         while not self._stop.is_set():
+            if self._node_stale:  # a metadata change the servers missed
+                self._node_stale = False
+                await self._register()
             gap = time.monotonic() - last_ok
             try:
                 resp = await self.stub.UpdateStatus(
@@ -468,7 +531,7 @@ class Agent:
                         self._stop_alloc(runner)
                 continue
             if runner is None:
-                if structs.alloc_client_terminal(alloc):
+                if structs.alloc_client_terminal(alloc) or alloc.id in self._collected:
                     continue  # finished before; nothing to run again
                 job = self.jobs.get((alloc.namespace, alloc.job_id, alloc.job_version))
                 if job is None:
@@ -499,6 +562,7 @@ class Agent:
         gone = set(self.runners) - set(resp.allocs)
         for alloc_id in gone:  # garbage collected on the servers
             self._stop_alloc(self.runners.pop(alloc_id), forget=True)
+        self._collected.intersection_update(resp.allocs)
         self._collect_finished()
         # the job versions no alloc of this node runs any more: every version
         # ever placed here was kept before, growing the agent under churn
@@ -509,41 +573,113 @@ class Agent:
             del self.jobs[key]
 
     def _collect_finished(self) -> None:
-        """Nomad's client alloc GC by count (gc_max_allocs): past the limit,
-        forget finished allocs, oldest first, whose end the servers already
-        hold (the servers keep them until their own GC, which with Nomad's
-        thresholds is hours: an agent keeping a runner for each grew by
-        200 MB in an hour of churn). A forgotten alloc's logs and files are
-        no longer served, as in Nomad."""
+        """Nomad's client alloc GC by count (gc_max_allocs), right after the
+        servers' answer: past the limit, destroy finished allocs, oldest
+        first, whose end the servers already hold (they keep them until
+        their own GC, which with Nomad's thresholds is hours: an agent
+        keeping a runner for each grew by 200 MB in an hour of churn). A
+        destroyed alloc's logs and files are gone, as in Nomad."""
         excess = len(self.runners) - self.settings.gc_max_allocs
         if excess <= 0:
             return
-        finished = sorted(
+        for runner in self._gc_candidates(reported=True)[:excess]:
+            self._destroy(runner, "number of allocations is over the limit")
+
+    def _gc_candidates(self, *, reported: bool) -> list[AllocRunner]:
+        """Finished allocs, oldest first: every one whose tasks are all dead
+        (what Nomad's GC queue holds), or with `reported` only those the
+        servers already know finished (the periodic collection must not
+        race the agent's own status update)."""
+        return sorted(
             (
                 r
                 for r in self.runners.values()
                 if r.done
-                and structs.alloc_client_terminal(r.alloc)
-                and r.alloc.id not in self._dirty
                 and r.alloc.id not in self._stops
+                and (
+                    not reported
+                    or (structs.alloc_client_terminal(r.alloc) and r.alloc.id not in self._dirty)
+                )
             ),
             key=lambda r: r.alloc.modify_index,
         )
-        for runner in finished[:excess]:
-            log.debug("forgetting finished alloc %s", runner.alloc.id)
-            self._stop_alloc(self.runners.pop(runner.alloc.id), forget=True)
 
-    def _stop_alloc(self, runner: AllocRunner, *, forget: bool = False) -> None:
+    def _destroy(self, runner: AllocRunner, reason: str) -> asyncio.Task[None]:
+        """Destroy a finished alloc (Nomad's AllocRunner.Destroy): forget it,
+        remove its directory and client state. Its last status still goes
+        to the servers if it has not yet."""
+        alloc_id = runner.alloc.id
+        log.info("garbage collecting alloc %s: %s", alloc_id, reason, extra={"alloc_id": alloc_id})
+        self.runners.pop(alloc_id, None)
+        self._collected.add(alloc_id)
+        if alloc_id in self._dirty:
+            self._final[alloc_id] = runner.update()
+        return self._stop_alloc(runner, forget=True)
+
+    async def collect(self, alloc_id: str) -> None:
+        """Destroy one finished alloc now (Nomad's ClientAllocations.GarbageCollect)."""
+        runner = self.runners.get(alloc_id)
+        if runner is None:
+            raise NotFound(f"No such allocation on client: {alloc_id!r}")
+        if not runner.done or alloc_id in self._stops:
+            raise FailedPrecondition(
+                f"allocation {alloc_id} is not terminal: its tasks still run "
+                "(stop it first); it is not eligible for garbage collection"
+            )
+        await self._destroy(runner, "forced collection")
+
+    async def collect_all(self) -> list[str]:
+        """Destroy every finished alloc now (Nomad's GarbageCollectAll)."""
+        runners = self._gc_candidates(reported=False)
+        await asyncio.gather(*(self._destroy(r, "forced full node collection") for r in runners))
+        return [r.alloc.id for r in runners]
+
+    async def keep_usage_below_threshold(self) -> None:
+        """Nomad's periodic client GC: while the data dir's file system is
+        over its disk or inode threshold, or the node holds more than
+        gc_max_allocs allocs, destroy the oldest finished alloc."""
+        s = self.settings
+        while not self._stop.is_set():
+            usage = await asyncio.to_thread(gc.disk_usage, s.data_dir)
+            reason = gc.over_threshold(
+                usage,
+                len(self.runners),
+                disk=s.gc_disk_usage_threshold,
+                inodes=s.gc_inode_usage_threshold,
+                max_allocs=s.gc_max_allocs,
+            )
+            if not reason:
+                return
+            candidates = self._gc_candidates(reported=True)
+            if not candidates:
+                log.debug("garbage collection skipped, no finished allocs: %s", reason)
+                return
+            await self._destroy(candidates[0], reason)
+
+    async def _gc_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.settings.gc_interval)
+            if self._stop.is_set():
+                return
+            try:
+                await self.keep_usage_below_threshold()
+            except Exception:  # a failed collection must not stop the agent
+                log.exception("garbage collecting allocs")
+
+    def _stop_alloc(self, runner: AllocRunner, *, forget: bool = False) -> asyncio.Task[None]:
         """Stop an alloc's tasks in the background (a shutdown_delay must
-        not hold up the other allocs); `forget` drops it from the client
-        state once its tasks are gone."""
+        not hold up the other allocs); `forget` then destroys it: its
+        directory and its client state go."""
         alloc_id = runner.alloc.id
         if alloc_id in self._stops and not forget:
-            return
+            return self._stops[alloc_id]
 
         async def stop() -> None:
             await runner.stop()
             if forget:
+                for path in runner.kept_dirs():
+                    await asyncio.to_thread(gc.remove_dir, path)
                 self.db.delete_alloc(alloc_id)
 
         task = asyncio.create_task(stop(), name=f"stop-alloc-{alloc_id[:8]}")
@@ -556,6 +692,7 @@ class Agent:
                 log.error("stopping alloc %s", alloc_id, exc_info=t.exception())
 
         task.add_done_callback(finished)
+        return task
 
     def _mark(self, runner: AllocRunner) -> None:
         self._dirty.add(runner.alloc.id)
@@ -573,7 +710,13 @@ class Agent:
             # marks its alloc dirty again and goes out in the next batch
             ids = list(self._dirty)
             self._dirty.clear()
-            updates = [self.runners[i].update() for i in ids if i in self.runners]
+            updates = []
+            for i in ids:
+                runner = self.runners.get(i)
+                if runner is not None:
+                    updates.append(runner.update())
+                elif i in self._final:  # destroyed before its last status went out
+                    updates.append(self._final[i])
             if not updates:
                 continue
             try:
@@ -581,6 +724,8 @@ class Agent:
                     node_pb2.NodeUpdateAllocRequest(allocs=updates, secret_id=self.node.secret_id),
                     timeout=10,
                 )
+                for i in ids:
+                    self._final.pop(i, None)
             except grpc.aio.AioRpcError as exc:
                 self._dirty.update(ids)
                 # FAILED_PRECONDITION: not ready yet (after a disconnect) —

@@ -116,8 +116,30 @@ class AgentSettings(ServerSettings):
     gc_max_allocs: int = Field(
         50,
         ge=1,
-        description="allocs the agent keeps before it forgets finished ones, oldest first, once "
-        "the servers know they finished (Nomad's gc_max_allocs)",
+        description="allocs the agent keeps before it destroys finished ones (their directories "
+        "and client state), oldest first, once the servers know they finished "
+        "(Nomad's gc_max_allocs)",
+    )
+    gc_interval: float = Field(
+        60.0,
+        gt=0,
+        description="seconds between the agent's garbage collections of finished allocs "
+        "(Nomad's gc_interval)",
+    )
+    gc_disk_usage_threshold: float = Field(
+        80.0,
+        ge=0,
+        le=100,
+        description="disk usage (percent) of the data dir's file system above which the agent "
+        "destroys finished allocs, oldest first, until it is below (Nomad's "
+        "gc_disk_usage_threshold)",
+    )
+    gc_inode_usage_threshold: float = Field(
+        70.0,
+        ge=0,
+        le=100,
+        description="inode usage (percent) of the data dir's file system above which the agent "
+        "destroys finished allocs, oldest first (Nomad's gc_inode_usage_threshold)",
     )
     max_kill_timeout: float = Field(
         30.0,

@@ -2,8 +2,9 @@
 (a task's stdout/stderr, from the start or the end, optionally followed
 across rotated files; an alloc's resource usage; the latest results of its
 service checks; signals and restarts of its tasks; a command run in a task,
-`Exec`), `ClientFS` (the files of an alloc's directory) and `ClientStats`
-(the host's)."""
+`Exec`; destroying a finished alloc, `GarbageCollect`), `ClientFS` (the
+files of an alloc's directory), `ClientStats` (the host's) and `ClientNode`
+(the node's dynamic metadata, destroying every finished alloc)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -24,6 +25,7 @@ from corral.domain.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    Unavailable,
 )
 from corral.security import access
 from corral.v1 import alloc_pb2, alloc_pb2_grpc, node_pb2, node_pb2_grpc
@@ -40,6 +42,7 @@ from services.agent.drivers.base import (
     TaskHandle,
     parse_signal,
 )
+from services.agent.node_meta import NodeMeta
 from services.agent.runner import TaskNotRunning
 
 T = TypeVar("T")
@@ -94,11 +97,14 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         lookup: Callable[[str], AllocView | None],
         *,
         exec_disabled: bool = False,
+        collect: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """`collect` destroys a finished alloc (the agent's GC)."""
         self.data_dir = data_dir
         self.stopping = stopping
         self.lookup = lookup
         self.exec_disabled = exec_disabled
+        self.collect = collect
         self.exec_sessions = 0
 
     def _alloc(self, alloc_id: str) -> AllocView:
@@ -194,6 +200,18 @@ class ClientAllocServicer(alloc_pb2_grpc.ClientAllocServicer):
         except TaskNotRunning as exc:
             raise FailedPrecondition(str(exc)) from None
         return alloc_pb2.AllocRestartResponse()
+
+    async def GarbageCollect(
+        self, request: alloc_pb2.AllocGCRequest, context: Any
+    ) -> alloc_pb2.AllocGCResponse:
+        """Nomad's ClientAllocations.GarbageCollect: submit-job in the
+        alloc's namespace; a running alloc is refused."""
+        view = self._alloc(request.alloc_id)
+        access.require_namespace(view.namespace, access.SUBMIT_JOB)
+        if self.collect is None:
+            raise FailedPrecondition("this agent does not garbage collect allocs")
+        await self.collect(request.alloc_id)
+        return alloc_pb2.AllocGCResponse()
 
     async def Exec(
         self, requests: AsyncIterator[alloc_pb2.AllocExecRequest], context: Any
@@ -324,6 +342,68 @@ class ClientStatsServicer(node_pb2_grpc.ClientStatsServicer):
     ) -> node_pb2.ClientStatsResponse:
         node_id, stats = self.host()
         return node_pb2.ClientStatsResponse(stats=stats, node_id=node_id)
+
+
+class NodeView(Protocol):
+    """The agent as ClientNode needs it (services/agent/client.py's Agent)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def meta(self) -> NodeMeta: ...
+
+    async def apply_meta(self, changes: dict[str, str | None]) -> NodeMeta: ...
+
+    async def collect_all(self) -> list[str]: ...
+
+
+def meta_response(meta: NodeMeta) -> node_pb2.NodeMetaResponse:
+    return node_pb2.NodeMetaResponse(
+        meta=meta.merged(),
+        dynamic={k: v for k, v in meta.dynamic.items() if v is not None},
+        dynamic_unset=sorted(k for k, v in meta.dynamic.items() if v is None),
+        static=meta.static,
+    )
+
+
+class ClientNodeServicer(node_pb2_grpc.ClientNodeServicer):
+    """Nomad's NodeMeta (Read: node:read; Apply: node:write, checked by the
+    access table) and Allocations.GarbageCollectAll (node:write) of this
+    node; `agent` answers None while the agent is still starting."""
+
+    def __init__(self, agent: Callable[[], NodeView | None]) -> None:
+        self.agent = agent
+
+    def _node(self, node_id: str) -> NodeView:
+        view = self.agent()
+        if view is None:
+            raise Unavailable("the agent is still starting")
+        if node_id and node_id != view.node_id:
+            raise NotFound(f"node {node_id!r} is not served by this agent")
+        return view
+
+    async def ReadMeta(
+        self, request: node_pb2.NodeMetaReadRequest, context: Any
+    ) -> node_pb2.NodeMetaResponse:
+        return meta_response(self._node(request.node_id).meta)
+
+    async def ApplyMeta(
+        self, request: node_pb2.NodeMetaApplyRequest, context: Any
+    ) -> node_pb2.NodeMetaResponse:
+        view = self._node(request.node_id)
+        both = set(request.meta) & set(request.unset)
+        if both:
+            raise InvalidArgument("unset", f"{sorted(both)[0]!r} is both set and unset")
+        changes: dict[str, str | None] = dict(request.meta)
+        changes.update(dict.fromkeys(request.unset))
+        return meta_response(await view.apply_meta(changes))
+
+    async def GarbageCollectAll(
+        self, request: node_pb2.ClientGCRequest, context: Any
+    ) -> node_pb2.ClientGCResponse:
+        view = self._node(request.node_id)
+        return node_pb2.ClientGCResponse(collected=await view.collect_all())
 
 
 # ------------------------------------------------------------ alloc fs

@@ -1039,6 +1039,12 @@ class AllocRunner:
     def task_names(self) -> list[str]:
         return [t.name for t in self.tasks]
 
+    def kept_dirs(self) -> list[Path]:
+        """What the node keeps for this alloc on disk: its directory and
+        each task's executor state (handle, executor log, artifact
+        staging). Destroying the alloc removes them (services/agent/gc.py)."""
+        return [self.alloc_dir.dir, *(t.state_dir for t in self.tasks)]
+
     def task(self, name: str) -> TaskRunner | None:
         return next((t for t in self.tasks if t.name == name), None)
 

@@ -4,7 +4,9 @@ task its TaskState (state, events, restarts) and its local state — the
 driver handle that finds the run again, the restart counters, whether the
 run loop finished. A restarted agent, even one killed with SIGKILL,
 rebuilds its alloc runners from it and adopts the tasks still running
-(services/agent/runner.py).
+(services/agent/runner.py). It also holds the node's dynamic metadata
+(services/agent/node_meta.py), which the agent merges into the node it
+registers after a restart.
 
 Every change is written before the agent acts on it (an alloc before it
 starts, the intent to launch a task before the executor starts), in its
@@ -27,7 +29,7 @@ from typing import Any
 from corral.v1 import structs_pb2 as pb
 
 #: bump with a migration in `_migrate` when the schema changes
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS allocs (
@@ -42,6 +44,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     state BLOB,                 -- pb.TaskState as last reported
     local TEXT NOT NULL DEFAULT '{}',  -- handle, restart counters, run_complete
     PRIMARY KEY (alloc_id, task)
+);
+-- schema 2: the node's dynamic metadata (a NULL value unsets a static key)
+CREATE TABLE IF NOT EXISTS node_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT
 );
 """
 
@@ -126,7 +133,23 @@ class StateDB:
         """The alloc is gone from this node (garbage collected by the servers)."""
         self._db.execute("DELETE FROM allocs WHERE id = ?", (alloc_id,))
 
+    def put_node_meta(self, dynamic: dict[str, str | None]) -> None:
+        """The node's whole dynamic metadata, replacing what was stored."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM node_meta")
+            self._db.executemany(
+                "INSERT INTO node_meta (key, value) VALUES (?, ?)", sorted(dynamic.items())
+            )
+
     # ---------------------------------------------------------------- reads
+
+    def load_node_meta(self) -> dict[str, str | None]:
+        """The node's dynamic metadata (None: a static key unset)."""
+        return {
+            str(k): (None if v is None else str(v))
+            for k, v in self._db.execute("SELECT key, value FROM node_meta")
+        }
 
     def load(self) -> list[StoredAlloc]:
         """Every alloc stored, with its tasks (at start-up)."""

@@ -48,14 +48,16 @@ class FeedRouter:
         self.enabled = False
         #: test-only fault: lose every eval change (as a failed listener would)
         self.drop_evals = drop_evals
-        self._ready_nodes: set[str] = set()
+        #: ready nodes and their computed class: a node that becomes ready, or
+        #: whose class changes while ready (dynamic metadata), unblocks its class
+        self._ready_nodes: dict[str, str] = {}
         self._terminal_allocs: set[str] = set()
 
     def restore(self, snap: StateSnapshot) -> tuple[int, int]:
         """On becoming leader: every pending eval to the broker, every
         blocked eval to the tracker (exactly once: the caller enables
         routing in the same step, with no await in between)."""
-        self._ready_nodes = {n.id for n in snap.iter_nodes() if node_ready(n)}
+        self._ready_nodes = {n.id: n.computed_class for n in snap.iter_nodes() if node_ready(n)}
         self._terminal_allocs = {
             a.id for a in snap.allocs.values() if a.client_status in ClientStatus.TERMINAL
         }
@@ -80,7 +82,7 @@ class FeedRouter:
         log), so the batches in the gap were never routed: enqueue pending
         evals again (tracked ones are no-ops), drop blocked evals that are
         no longer blocked in state, track new blocked ones, and let nodes
-        that became ready in the gap unblock what they can."""
+        that became ready (or changed class) in the gap unblock what they can."""
         if not self.enabled:
             return
         was_ready = self._ready_nodes
@@ -91,7 +93,9 @@ class FeedRouter:
         )
         self.enabled = False
         self.restore(snap)
-        for node_id in self._ready_nodes - was_ready:
+        for node_id, computed_class in self._ready_nodes.items():
+            if was_ready.get(node_id) == computed_class:
+                continue
             node = snap.node_by_id(node_id)
             if node is not None:
                 self.blocked.unblock(node.computed_class, snap.index)
@@ -162,11 +166,11 @@ class FeedRouter:
     def _route_node(self, event: pb.Event, index: int) -> None:
         node = event.node
         if event.deleted or not node_ready(node):
-            self._ready_nodes.discard(node.id)
+            self._ready_nodes.pop(node.id, None)
             return
-        if node.id in self._ready_nodes:
+        if self._ready_nodes.get(node.id) == node.computed_class:
             return
-        self._ready_nodes.add(node.id)
+        self._ready_nodes[node.id] = node.computed_class
         self.blocked.unblock(node.computed_class, index)
         self.blocked.unblock_node(node.id, index)
 

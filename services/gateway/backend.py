@@ -151,6 +151,10 @@ class Backend:
         """The ClientStats service of the agent at `address`, of `region`."""
         return node_pb2_grpc.ClientStatsStub(self._agent(address, region))
 
+    def client_node(self, address: str, region: str = "") -> node_pb2_grpc.ClientNodeAsyncStub:
+        """The ClientNode service (dynamic metadata, GC) of the agent at `address`."""
+        return node_pb2_grpc.ClientNodeStub(self._agent(address, region))
+
     # -- the singleton roles' statistics -----------------------------------
 
     async def _leader(

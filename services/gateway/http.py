@@ -19,9 +19,10 @@ Nomad's conventions, as its HTTP API documents them:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -384,6 +385,28 @@ def _in_nomads_words(exc: grpc.aio.AioRpcError, message: str) -> str:
     if not message.startswith(field):
         return message
     return nomad_path(field) + message[len(field) :]
+
+
+@contextlib.contextmanager
+def body_fields(strip: str = "") -> Iterator[None]:
+    """Within it, a state's refusal naming a request field by its proto
+    path (`roles[0].policies[1]: ...`) is answered naming Nomad's JSON field
+    of the body (`Policies[1]: ...`), `strip` (what wraps the body in the
+    request: `roles[0]` for the one role of an ACL role write) taken off
+    first."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            raise
+        field = next(
+            (str(v) for k, v in exc.trailing_metadata() or () if k == FIELD_METADATA_KEY), ""
+        )
+        details = _one_line(exc.details() or "")
+        path = field.removeprefix(strip).lstrip(".") if field.startswith(strip) else ""
+        if not path or not details.startswith(field):
+            raise
+        raise NomadError(400, nomad_path(path) + details[len(field) :]) from None
 
 
 async def handle_grpc_error(request: Request, exc: Exception) -> Response:

@@ -41,11 +41,13 @@ log = logging.getLogger(__name__)
 
 POLICIES_TABLE = "acl_policies"
 TOKENS_TABLE = "acl_tokens"
+ROLES_TABLE = "acl_roles"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TOKEN_COLUMNS = (
     "accessor_id, name, type, policies, global, create_time, expiration_time, "
-    "create_index, modify_index"
+    "create_index, modify_index, roles"
 )
+ROLE_COLUMNS = "id, name, description, policies, create_index, modify_index"
 
 
 def to_ns(when: datetime | None) -> int:
@@ -61,8 +63,10 @@ def from_ns(ns: int) -> datetime | None:
 
 
 def token_from_row(row: Sequence[Any]) -> acl_pb2.ACLToken:
-    """An ACLToken (never with a secret) from the `TOKEN_COLUMNS` of a row."""
+    """An ACLToken (never with a secret) from the `TOKEN_COLUMNS` of a row;
+    its role links hold ids only (`link_roles` names them)."""
     return acl_pb2.ACLToken(
+        roles=[acl_pb2.ACLTokenRoleLink(id=r) for r in row[9] or ()],
         accessor_id=row[0],
         name=row[1],
         type=row[2],
@@ -132,16 +136,76 @@ def _policy(row: Sequence[Any]) -> acl_pb2.ACLPolicy:
     )
 
 
+def role_from_row(row: Sequence[Any]) -> acl_pb2.ACLRole:
+    """An ACLRole from the `ROLE_COLUMNS` of a row."""
+    return acl_pb2.ACLRole(
+        id=row[0],
+        name=row[1],
+        description=row[2],
+        policies=list(row[3] or ()),
+        create_index=int(row[4]),
+        modify_index=int(row[5]),
+    )
+
+
+async def list_roles(db: Database) -> list[acl_pb2.ACLRole]:
+    rows = await _rows(db, f"SELECT {ROLE_COLUMNS} FROM acl_roles ORDER BY id")
+    return [role_from_row(r) for r in rows]
+
+
+async def get_roles(db: Database, ids: Sequence[str]) -> list[acl_pb2.ACLRole]:
+    """The roles of `ids` that exist, by id."""
+    if not ids:
+        return []
+    rows = await _rows(
+        db, f"SELECT {ROLE_COLUMNS} FROM acl_roles WHERE id = ANY(%s) ORDER BY id", (list(ids),)
+    )
+    return [role_from_row(r) for r in rows]
+
+
+async def get_role_by_name(db: Database, name: str) -> acl_pb2.ACLRole | None:
+    rows = await _rows(db, f"SELECT {ROLE_COLUMNS} FROM acl_roles WHERE name = %s", (name,))
+    return role_from_row(rows[0]) if rows else None
+
+
+def name_links(tokens: Sequence[acl_pb2.ACLToken], roles: Sequence[acl_pb2.ACLRole]) -> None:
+    """Give each token's role links the roles' current names, dropping
+    links to roles that no longer exist (Nomad's fixTokenRoleLinks: a
+    role's name may change, a deleted role drops out)."""
+    names = {r.id: r.name for r in roles}
+    for t in tokens:
+        links = [
+            acl_pb2.ACLTokenRoleLink(id=link.id, name=names[link.id])
+            for link in t.roles
+            if link.id in names
+        ]
+        del t.roles[:]
+        t.roles.extend(links)
+
+
+async def link_roles(db: Database, tokens: Sequence[acl_pb2.ACLToken]) -> None:
+    """`name_links` with the roles read from the database."""
+    ids = sorted({link.id for t in tokens for link in t.roles})
+    if ids:
+        name_links(tokens, await get_roles(db, ids))
+
+
 async def list_tokens(db: Database) -> list[acl_pb2.ACLToken]:
     rows = await _rows(db, f"SELECT {TOKEN_COLUMNS} FROM acl_tokens ORDER BY accessor_id")
-    return [token_from_row(r) for r in rows]
+    tokens = [token_from_row(r) for r in rows]
+    await link_roles(db, tokens)
+    return tokens
 
 
 async def get_token(db: Database, accessor_id: str) -> acl_pb2.ACLToken | None:
     rows = await _rows(
         db, f"SELECT {TOKEN_COLUMNS} FROM acl_tokens WHERE accessor_id = %s", (accessor_id,)
     )
-    return token_from_row(rows[0]) if rows else None
+    if not rows:
+        return None
+    token = token_from_row(rows[0])
+    await link_roles(db, [token])
+    return token
 
 
 async def any_global(db: Database, accessor_ids: Sequence[str]) -> bool:
@@ -155,14 +219,33 @@ async def any_global(db: Database, accessor_ids: Sequence[str]) -> bool:
     return bool(rows)
 
 
-async def token_by_secret(db: Database, secret_id: str) -> acl_pb2.ACLToken | None:
-    """The token whose secret is `secret_id`, looked up by its hash."""
+async def token_by_secret(
+    db: Database, secret_id: str, *, name_roles: bool = True
+) -> acl_pb2.ACLToken | None:
+    """The token whose secret is `secret_id`, looked up by its hash; its
+    role links named (`link_roles`) unless `name_roles` is false (ids only,
+    deleted roles included: for a caller that reads the roles anyway)."""
     rows = await _rows(
         db,
         f"SELECT {TOKEN_COLUMNS} FROM acl_tokens WHERE secret_hash = %s",
         (acl.secret_hash(secret_id),),
     )
-    return token_from_row(rows[0]) if rows else None
+    if not rows:
+        return None
+    token = token_from_row(rows[0])
+    if name_roles:
+        await link_roles(db, [token])
+    return token
+
+
+async def token_policy_names(db: Database, token: acl_pb2.ACLToken) -> list[str]:
+    """Every policy name a client token holds: its own, then those of the
+    roles it links (read now: a role changed or deleted since the token
+    was made counts as it is), without repeats."""
+    names = list(token.policies)
+    for role in await get_roles(db, [link.id for link in token.roles]):
+        names.extend(role.policies)
+    return list(dict.fromkeys(names))
 
 
 async def lookup(
@@ -176,16 +259,18 @@ async def lookup(
             type=acl.TOKEN_CLIENT,
             policies=[acl_pb2.ACLPolicy(name=p.name, rules=p.rules) for p in policies],
         )
-    token = await token_by_secret(db, secret_id)
+    token = await token_by_secret(db, secret_id, name_roles=False)
     if token is None:
         raise PermissionDenied(NOT_FOUND)
     check_expiry(token.expiration_time, time.time_ns() if now_ns is None else now_ns)
     resp = acl_pb2.ACLResolveTokenResponse(
         accessor_id=token.accessor_id, type=token.type, expiration_time=token.expiration_time
     )
-    if token.type == acl.TOKEN_CLIENT and token.policies:
-        for p in await get_policies(db, token.policies):
-            resp.policies.add(name=p.name, rules=p.rules)
+    if token.type == acl.TOKEN_CLIENT:
+        names = await token_policy_names(db, token)
+        if names:
+            for p in await get_policies(db, names):
+                resp.policies.add(name=p.name, rules=p.rules)
     return resp
 
 

@@ -177,9 +177,9 @@ class FederationSettings(SettingsGroup):
         "",
         pattern=OPTIONAL_REGION_PATTERN,
         description=(
-            "the region that owns ACL policies and global tokens (Nomad's authoritative_region): "
-            "other regions forward their writes to it and replicate them from it "
-            "(default: this region)"
+            "the region that owns ACL policies, roles and global tokens "
+            "(Nomad's authoritative_region): other regions forward their writes to it "
+            "and replicate them from it (default: this region)"
         ),
     )
     replication_backoff: Annotated[

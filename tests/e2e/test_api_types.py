@@ -202,10 +202,21 @@ def _seed(dev: DevProcess) -> World:
     ok("PUT", "/v1/namespace/types-ns", body={"Name": "types-ns", "Description": "d"})
     ok("PUT", "/v1/node/pools", body={"Name": "types-pool", "Meta": {"k": "v"}})
     ok("PUT", "/v1/acl/policy/types-read", body={"Name": "types-read", "Rules": READ_RULES})
+    ok(
+        "PUT",
+        "/v1/acl/role",
+        body={"Name": "types-role", "Description": "d", "Policies": [{"Name": "types-read"}]},
+    )
     client = ok(
         "PUT",
         "/v1/acl/token",
-        body={"Name": "types", "Type": "client", "Policies": ["types-read"], "ExpirationTTL": "1h"},
+        body={
+            "Name": "types",
+            "Type": "client",
+            "Policies": ["types-read"],
+            "Roles": [{"Name": "types-role"}],
+            "ExpirationTTL": "1h",
+        },
     )
     web_allocs = [a["ID"] for a in ok("GET", "/v1/job/web/allocations")]
     policies = ok("GET", "/v1/scaling/policies", params={"job": "web"})
@@ -275,6 +286,11 @@ class Call:
 
 def r(path: str, body: Any = None, **params: str) -> Callable[[World], Req]:
     return lambda w: Req(path, params, body)
+
+
+def _role(w: World) -> dict[str, Any]:
+    role: dict[str, Any] = w.ok("GET", "/v1/acl/role/name/types-role")
+    return role
 
 
 def web_job(w: World) -> dict[str, Any]:
@@ -484,6 +500,24 @@ CALLS: list[Call] = [
                              "Policies": None}), "ACLToken"),
     Call("DELETE", "/v1/acl/token/{accessor_id}",
          lambda w: Req(f"/v1/acl/token/{w.made['token_to_delete']}"), None),
+    Call("GET", "/v1/acl/roles", r("/v1/acl/roles"), "[]ACLRoleListStub"),
+    Call("GET", "/v1/acl/role/name/{name}", r("/v1/acl/role/name/types-role"), "ACLRole"),
+    Call("GET", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{_role(w)['ID']}"), "ACLRole"),
+    Call("PUT", "/v1/acl/role",
+         r("/v1/acl/role", {"Name": "types-role2", "Policies": [{"Name": "types-read"}]}),
+         "ACLRole"),
+    Call("POST", "/v1/acl/role",
+         r("/v1/acl/role", {"Name": "types-role3", "Policies": [{"Name": "types-read"}]}),
+         "ACLRole"),
+    Call("PUT", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{_role(w)['ID']}",
+                       body={**_role(w), "Description": "changed"}), "ACLRole"),
+    Call("POST", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{_role(w)['ID']}",
+                       body={**_role(w), "Description": "again"}), "ACLRole"),
+    Call("DELETE", "/v1/acl/role/{role_id}",
+         lambda w: Req(f"/v1/acl/role/{w.made['role_to_delete']}"), None),
     Call("DELETE", "/v1/acl/policy/{name}", r("/v1/acl/policy/types-two"), None),
     # the event stream (a few lines from the start)
     Call("GET", "/v1/event/stream", r("/v1/event/stream", index="1"), "Events", kind="ndjson"),
@@ -603,6 +637,23 @@ CALLS: list[Call] = [
     Call("POST", "/v1/client/allocation/{alloc_id}/restart",
          lambda w: Req(f"/v1/client/allocation/{w.made['running']}/restart",
                        body={"AllTasks": True}), "any"),
+    # a node's dynamic metadata at its agent (api.NodeMeta), and its client GC
+    Call("GET", "/v1/client/metadata", lambda w: Req("/v1/client/metadata", {"node_id": w.node_id}),
+         "NodeMetaResponse"),
+    Call("POST", "/v1/client/metadata", lambda w: Req("/v1/client/metadata",
+         body={"NodeID": w.node_id, "Meta": {"types": "1"}}), "NodeMetaResponse"),
+    Call("PUT", "/v1/client/metadata", lambda w: Req("/v1/client/metadata",
+         body={"NodeID": w.node_id, "Meta": {"types": None}}), "NodeMetaResponse"),
+    # a running alloc is not collected
+    Call("PUT", "/v1/client/allocation/{alloc_id}/gc",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/gc"), None, status=400),
+    Call("POST", "/v1/client/allocation/{alloc_id}/gc",
+         lambda w: Req(f"/v1/client/allocation/{w.made['running']}/gc"), None, status=400),
+    Call("GET", "/v1/client/allocation/{alloc_id}/gc",
+         lambda w: Req(f"/v1/client/allocation/{w.batch_alloc}/gc"), None),
+    Call("GET", "/v1/client/gc", lambda w: Req("/v1/client/gc", {"node_id": w.node_id}), None),
+    Call("PUT", "/v1/client/gc", lambda w: Req("/v1/client/gc", {"node_id": w.node_id}), None),
+    Call("POST", "/v1/client/gc", lambda w: Req("/v1/client/gc", {"node_id": w.node_id}), None),
     # the end: stop an alloc, delete a service instance, deregister jobs
     Call("PUT", "/v1/allocation/{alloc_id}/stop",
          lambda w: Req(f"/v1/allocation/{w.batch_alloc}/stop"), "AllocStopResponse"),
@@ -632,6 +683,8 @@ NOT_WALKED = {
 #: writes Nomad answers with neither a body nor an index
 NO_INDEX = {
     "/v1/system/gc": "Nomad's force GC answers before anything is written",
+    "/v1/client/gc": "a client's GC writes nothing on the servers",
+    "/v1/client/allocation/{alloc_id}/gc": "a client's GC writes nothing on the servers",
     "/v1/system/reconcile/summaries": "nothing to rewrite: no write, no index (Nomad sends none)",
 }
 
@@ -682,13 +735,20 @@ def _prepare(world: World, call: Call) -> None:
             body={"Name": "bye", "Type": "client", "Policies": ["types-read"]},
         )
         world.made["token_to_delete"] = made["AccessorID"]
+    elif call.template == "/v1/acl/role/{role_id}" and call.method == "DELETE":
+        made = world.ok(
+            "PUT", "/v1/acl/role", body={"Name": "types-bye", "Policies": [{"Name": "types-read"}]}
+        )
+        world.made["role_to_delete"] = made["ID"]
     elif call.template == "/v1/deployment/allocation-health/{deployment_id}":
         d = world.ok("GET", f"/v1/deployment/{world.canary_deployment}")
         world.made["canary"] = d["TaskGroups"]["web"]["PlacedCanaries"][0]
     elif call.template.startswith(("/v1/deployment/promote/", "/v1/deployment/fail/")):
         if call.method == "POST" or "fail" in call.template:
             world.made["deployment"] = _new_deployment(world, healthy="promote" in call.template)
-    elif call.template.endswith(("/signal", "/restart")):
+    elif call.template.endswith(("/signal", "/restart")) or (
+        call.template.endswith("{alloc_id}/gc") and call.method != "GET"
+    ):
         # the deployments replaced web's first allocs: one running now
         world.made["running"] = wait_for(
             "a running web alloc",

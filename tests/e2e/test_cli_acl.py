@@ -1,6 +1,7 @@
 """`corral acl ...` against a real state service process: bootstrap once,
-policy apply/list/info/delete, token create/list/info/self/delete with
-`-token` and CORRAL_TOKEN, clean errors, and no secret in the state's log."""
+policy apply/list/info/delete, role create/list/info/update/delete, token
+create/list/info/self/delete with `-token` and CORRAL_TOKEN (and roles),
+clean errors, and no secret in the state's log."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ POLICY = 'namespace "default" {\n  policy = "read"\n}\nnode {\n  policy = "read"
 def corral(
     addr: str, *args: str, token: str = "", stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
+    # a user: its ACL token only, never the servers' token the suite exports
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_SERVER_TOKEN")}
     env["CORRAL_ADDR"] = addr
     if token:
         env["CORRAL_TOKEN"] = token
@@ -130,6 +132,9 @@ def test_acl_commands(make_cluster: Callable[..., Cluster], tmp_path: Path) -> N
         f"Token {accessor} successfully deleted\n"
     )
     refused(corral(addr, "acl", "token", "info", accessor, token=mgmt), "not found")
+
+    _roles(addr, mgmt)
+
     assert ok(corral(addr, "acl", "policy", "delete", "ops", token=mgmt)) == (
         'Successfully deleted "ops" ACL policy!\n'
     )
@@ -137,3 +142,52 @@ def test_acl_commands(make_cluster: Callable[..., Cluster], tmp_path: Path) -> N
     log = c.log("state")
     for s in (mgmt, secret):
         assert s not in log
+
+
+def _roles(addr: str, mgmt: str) -> None:
+    """`acl role ...` and tokens linking roles (policies `ops` and
+    `readers` exist; `readers` grants node:read). Each CLI call costs a
+    process start: the refusals and the rights a role gives are the
+    integration and HTTP tests' (tests/integration/state_api/test_acl_roles.py)."""
+    role = ("acl", "role")
+    ops = as_json(
+        corral(addr, *role, "create", "-name", "ops-role", "-description", "ops people",
+               "-policy", "ops", "-json", token=mgmt)
+    )  # fmt: skip
+    assert ops["name"] == "ops-role" and ops["policies"] == ["ops"] and ops["id"]
+    text = ok(corral(addr, *role, "create", "-name", "read-role", "-policy", "readers", token=mgmt))
+    assert "= read-role" in text and "Policies     = readers" in text
+    read_id = next(line.split("= ")[1] for line in text.splitlines() if line.startswith("ID "))
+    listed = ok(corral(addr, *role, "list", token=mgmt))
+    assert listed.splitlines()[0].split() == ["ID", "Name", "Description", "Policies"]
+    assert ops["id"] in listed and read_id in listed
+    by_name = ok(corral(addr, *role, "info", "-by-name", "read-role", token=mgmt))
+    assert f"ID           = {read_id}" in by_name
+
+    merged = as_json(
+        corral(addr, *role, "update", ops["id"], "-policy", "readers", "-json", token=mgmt)
+    )
+    assert merged["policies"] == ["ops", "readers"] and merged["description"] == "ops people"
+    replaced = as_json(
+        corral(addr, *role, "update", ops["id"], "-no-merge", "-name", "ops2", "-policy", "ops",
+               "-json", token=mgmt)
+    )  # fmt: skip
+    assert (replaced["name"], replaced["policies"]) == ("ops2", ["ops"])
+    assert not replaced.get("description")
+
+    text = ok(
+        corral(addr, "acl", "token", "create", "-name", "by-role", "-role-name", "ops2",
+               "-role-id", read_id, token=mgmt)
+    )  # fmt: skip
+    assert "Policies     = []" in text and "\nRoles\n" in text
+    assert f"{read_id}  read-role" in text and f"{ops['id']}  ops2" in text
+    secret = next(line.split("= ")[1] for line in text.splitlines() if line.startswith("Secret"))
+    assert ok(corral(addr, *role, "delete", read_id, token=mgmt)) == (
+        f"ACL role {read_id} successfully deleted\n"
+    )
+    # read-role gave the token node:read; deleted, it no longer does
+    refused(corral(addr, "node", "status", token=secret), "Permission denied")
+    me = as_json(corral(addr, "acl", "token", "self", "-json", token=secret))
+    assert [r["name"] for r in me["roles"]] == ["ops2"]
+    ok(corral(addr, *role, "delete", ops["id"], token=mgmt))
+    assert ok(corral(addr, *role, "list", token=mgmt)) == "No ACL roles found\n"

@@ -6,12 +6,15 @@ Skipped, with the reason, only while a role's module does not exist yet."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -469,6 +472,153 @@ def test_operator_members_names_the_state_leader(dev: Dev) -> None:
         return [bool(m.get("leader")) for m in members if m["role"] == "state"]
 
     wait_for("the state member marked leader", lambda: state_leaders() == [True])
+
+
+# --------------------------------------------------------------- node meta and client GC
+
+
+def _http(dev: Dev, method: str, path: str, body: Any = None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"{dev.info['http_addr']}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _node_meta(dev: Dev) -> dict[str, Any] | None:
+    proc = corral(dev, "node", "meta", "read", "-json")
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def _eval_statuses(dev: Dev, job_id: str) -> list[str]:
+    return [e.get("status", "") for e in corral_json(dev, "job", "status", job_id)["evaluations"]]
+
+
+def _agent_pid(dev: Dev) -> int:
+    import psutil
+
+    for child in psutil.Process(dev.proc.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "services.agent" in child.cmdline():
+                return int(child.pid)
+    return 0
+
+
+RACK_CONSTRAINT = 'constraint {\n  attribute = "${meta.rack}"\n  value = "r7"\n}\n'
+
+
+def test_node_meta_applied_places_a_constrained_job_unsets_and_survives_a_restart(
+    dev: Dev,
+) -> None:
+    """`node meta apply` sets dynamic metadata on the node's agent, which
+    registers the node again: a job blocked on `${meta.rack}` is placed,
+    the node read shows the key, `-unset` removes it, and a killed agent
+    (restarted by dev) comes back with it."""
+    spec = (
+        (EXAMPLES / "batch.nomad.hcl")
+        .read_text()
+        .replace('job "batch" {', 'job "on-rack" {\n' + RACK_CONSTRAINT)
+        .replace("count = 3", "count = 1")
+    )
+    run = corral(dev, "job", "run", "-detach", "-", stdin=spec)
+    assert run.returncode == 0, run.stderr
+    wait_for("on-rack blocked", lambda: "blocked" in _eval_statuses(dev, "on-rack"))
+    assert job_allocs(dev, "on-rack") == []
+
+    apply = corral(dev, "node", "meta", "apply", "rack=r7", "team=core")
+    assert apply.returncode == 0, apply.stderr
+    meta = _node_meta(dev)
+    assert meta is not None
+    assert meta["Dynamic"] == {"rack": "r7", "team": "core"}
+    assert meta["Meta"]["rack"] == "r7" and meta["Static"].get("rack") is None
+    node_id = corral_json(dev, "node", "status")[0]["id"]
+    status, body = _http(dev, "GET", f"/v1/node/{node_id}")
+    assert status == 200 and json.loads(body)["Meta"]["rack"] == "r7"
+    status, body = _http(dev, "GET", f"/v1/client/metadata?node_id={node_id}")
+    assert status == 200 and json.loads(body)["Dynamic"]["team"] == "core", body
+    wait_for("on-rack placed and complete", lambda: statuses(dev, "on-rack") == ["complete"])
+
+    # Nomad's JSON: null unsets; a bad key is refused with its reason
+    status, body = _http(
+        dev, "POST", "/v1/client/metadata", {"NodeID": node_id, "Meta": {"team": None}}
+    )
+    assert status == 200, body
+    assert "team" not in json.loads(body)["Meta"] and "team" not in json.loads(body)["Dynamic"]
+    status, body = _http(
+        dev, "POST", "/v1/client/metadata", {"NodeID": node_id, "Meta": {"1x": "v"}}
+    )
+    assert status == 400 and "dotted hcl identifiers" in body, body
+    # past the state's bounds on a node's meta: refused, nothing kept
+    big = {"NodeID": node_id, "Meta": {"big": "x" * 20_000}}
+    status, body = _http(dev, "POST", "/v1/client/metadata", big)
+    assert status == 400 and "longer than" in body, body
+    meta = _node_meta(dev)
+    assert meta is not None and "big" not in meta["Meta"] and "big" not in meta["Dynamic"]
+    status, body = _http(dev, "GET", "/v1/client/metadata")
+    assert status == 400 and "node_id" in body
+    unset = corral(dev, "node", "meta", "apply", "-unset", "rack", "zone=z1")
+    assert unset.returncode == 0, unset.stderr
+    meta = _node_meta(dev)
+    assert meta is not None and "rack" not in meta["Meta"] and meta["Dynamic"] == {"zone": "z1"}
+    bad_key = corral(dev, "node", "meta", "apply", "1x=v")
+    assert bad_key.returncode != 0 and "dotted hcl identifiers" in bad_key.stderr
+    assert "Traceback" not in bad_key.stderr
+    nothing = corral(dev, "node", "meta", "apply")
+    assert nothing.returncode != 0 and "Must specify -unset" in nothing.stderr
+    read = corral(dev, "node", "meta", "read")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.startswith("All Meta") and "Dynamic Meta" in read.stdout
+    assert "Static Meta" in read.stdout and "zone" in read.stdout
+
+    pid = _agent_pid(dev)
+    assert pid
+    os.kill(pid, signal.SIGKILL)
+    wait_for("a new agent", lambda: _agent_pid(dev) not in (0, pid))
+
+    def back() -> bool:
+        m = _node_meta(dev)
+        return m is not None and m["Dynamic"] == {"zone": "z1"} and m["Meta"].get("zone") == "z1"
+
+    wait_for("the restarted agent's meta", back, timeout=WAIT)
+    status, body = _http(dev, "GET", f"/v1/node/{node_id}")
+    assert json.loads(body)["Meta"].get("zone") == "z1" and "rack" not in json.loads(body)["Meta"]
+
+
+def test_client_gc_removes_finished_alloc_dirs_and_refuses_running_ones(dev: Dev) -> None:
+    """Nomad's /v1/client/allocation/:id/gc and /v1/client/gc through
+    python-nomad: a finished alloc's directory is removed (the servers
+    still hold the alloc); a running alloc is refused."""
+    import nomad
+
+    url = urllib.parse.urlparse(dev.info["http_addr"])
+    api = nomad.Nomad(host=url.hostname, port=url.port, timeout=60)
+    spec = (EXAMPLES / "batch.nomad.hcl").read_text().replace('job "batch"', 'job "gc-batch"')
+    assert corral(dev, "job", "run", "-detach", "-", stdin=spec).returncode == 0
+    svc = (EXAMPLES / "mock.nomad.hcl").read_text().replace('job "mock"', 'job "gc-svc"')
+    svc = svc.replace("count = 3", "count = 1")
+    assert corral(dev, "job", "run", "-detach", "-", stdin=svc).returncode == 0
+    wait_for("gc-batch complete", lambda: statuses(dev, "gc-batch") == ["complete"] * 3)
+    wait_for("gc-svc running", lambda: statuses(dev, "gc-svc") == ["running"])
+    allocs_dir = dev.data_dir / "agent" / "allocs"
+    done = [a["id"] for a in job_allocs(dev, "gc-batch")]
+    (running,) = [a["id"] for a in job_allocs(dev, "gc-svc")]
+    assert all((allocs_dir / a).is_dir() for a in [*done, running])
+
+    api.client.gc_allocation.garbage_collect(done[0])
+    assert not (allocs_dir / done[0]).exists()
+    assert api.allocation.get_allocation(done[0])["ClientStatus"] == "complete"
+    with pytest.raises(nomad.api.exceptions.BaseNomadException) as err:
+        api.client.gc_allocation.garbage_collect(running)
+    assert err.value.nomad_resp.status_code == 400
+    assert "not eligible for garbage collection" in err.value.nomad_resp.text
+    node_id = corral_json(dev, "node", "status")[0]["id"]
+    api.client.gc_all_allocations.garbage_collect(node_id)
+    assert not any((allocs_dir / a).exists() for a in done)
+    assert (allocs_dir / running).is_dir()
+    status, _ = _http(dev, "PUT", f"/v1/client/gc?node_id={node_id}")
+    assert status == 200
 
 
 # --------------------------------------------------------------- shutdown (last)

@@ -3,8 +3,9 @@ python-nomad (a Nomad client nobody here wrote) with the bootstrap token
 from dev's exports: /v1/jobs/parse turns HCL into a job that registers
 unchanged; a job with an update block deploys, its canary is promoted, a
 deployment is paused, resumed and failed; `filter` narrows and a bad one
-is a 400; ACL policies and tokens are made through the API and a token
-without the capability gets 403; the event stream delivers a registered
+is a 400; ACL policies, roles and tokens are made through the API and a
+token without the capability gets 403 (a token linking a role has the
+role's policies as they are at each request); the event stream delivers a registered
 job's event, heartbeats when quiet, and closes its gRPC stream when the
 HTTP client leaves; no secret reaches the gateway's log."""
 
@@ -316,6 +317,83 @@ def test_acl_policies_and_tokens(gw: Gateway) -> None:
     assert gw.token not in log and secret not in log
 
 
+def test_acl_roles(gw: Gateway) -> None:
+    """Roles over Nomad's HTTP API (python-nomad has no roles client: plain
+    requests for /v1/acl/role*, python-nomad for tokens and jobs)."""
+    gw.api.acl.create_policy("role-read", {"Name": "role-read", "Rules": POLICY})
+    node_rules = 'node { policy = "read" }'
+    gw.api.acl.create_policy("role-nodes", {"Name": "role-nodes", "Rules": node_rules})
+    made = gw.post(
+        "/v1/acl/role",
+        {"Name": "readers-role", "Description": "d", "Policies": [{"Name": "role-read"}]},
+    )
+    assert made.status_code == 200, made.text
+    role = made.json()
+    assert role["ID"] and role["Policies"] == [{"Name": "role-read"}]
+    assert int(made.headers["X-Nomad-Index"]) == role["ModifyIndex"]
+    assert gw.get("/v1/acl/role/" + role["ID"]).json() == role
+    assert gw.get("/v1/acl/role/name/readers-role").json() == role
+    assert role["ID"] in [r["ID"] for r in gw.get("/v1/acl/roles").json()]
+    assert gw.get("/v1/acl/role/name/no-such").status_code == 404
+
+    before = gw.get("/v1/acl/roles").json()
+    for body, words in [
+        (
+            {"Name": "bad", "Policies": [{"Name": "missing"}]},
+            "Policies: cannot find policy missing",
+        ),
+        ({"Name": "bad"}, "Policies: at least one policy"),
+        (
+            {"Name": "readers-role", "Policies": [{"Name": "role-read"}]},
+            "Name: role with name readers-role already exists",
+        ),
+        ({"Name": "bad", "Policies": "role-read"}, "Policies must be a list"),
+    ]:
+        resp = gw.post("/v1/acl/role", body)
+        assert resp.status_code == 400 and resp.text.startswith(words), resp.text
+        no_traceback(resp)
+    wrong = gw.post("/v1/acl/role/" + role["ID"], {**role, "ID": "other"})
+    assert wrong.status_code == 400 and "does not match request path" in wrong.text
+    assert gw.get("/v1/acl/roles").json() == before
+
+    with pytest.raises(nomad_errors.BadRequestNomadException) as unknown:
+        gw.api.acl.create_token({"Type": "client", "Roles": [{"Name": "no-such"}]})
+    assert unknown.value.nomad_resp.text == "Roles: cannot find role no-such"
+    token = gw.api.acl.create_token(
+        {"Name": "by-role", "Type": "client", "Roles": [{"Name": "readers-role"}]}
+    )
+    assert token["Roles"] == [{"ID": role["ID"], "Name": "readers-role"}]
+    assert token["Policies"] is None
+    reader = gw.client(token["SecretID"])
+    assert isinstance(reader.jobs.get_jobs(), list)  # through the role
+    mine = gw.get("/v1/acl/roles", token=token["SecretID"])
+    assert [r["ID"] for r in mine.json()] == [role["ID"]]
+    assert gw.get("/v1/acl/role/" + role["ID"], token=token["SecretID"]).status_code == 200
+    assert gw.post("/v1/acl/role", {"Name": "x"}, token=token["SecretID"]).status_code == 403
+
+    # the role changed: the next request sees it
+    changed = gw.post("/v1/acl/role/" + role["ID"], {**role, "Policies": [{"Name": "role-nodes"}]})
+    assert changed.status_code == 200, changed.text
+    with pytest.raises(nomad_errors.URLNotAuthorizedNomadException):
+        reader.jobs.get_jobs()
+    assert isinstance(reader.nodes.get_nodes(), list)
+    gw.post("/v1/acl/role/" + role["ID"], role)
+    assert isinstance(reader.jobs.get_jobs(), list)
+
+    # the role deleted: its policies leave the token, and so does the link
+    gone = requests.delete(
+        gw.url + "/v1/acl/role/" + role["ID"], headers={"X-Nomad-Token": gw.token}, timeout=30
+    )
+    assert gone.status_code == 200, gone.text
+    with pytest.raises(nomad_errors.URLNotAuthorizedNomadException):
+        reader.jobs.get_jobs()
+    assert gw.api.acl.get_token(token["AccessorID"])["Roles"] is None
+    assert gw.get("/v1/acl/role/" + role["ID"]).status_code == 404
+    gw.api.acl.delete_token(token["AccessorID"])
+    gw.api.acl.delete_policy("role-read")
+    gw.api.acl.delete_policy("role-nodes")
+
+
 def test_event_stream(gw: Gateway) -> None:
     if not any(j["ID"] == "web" for j in gw.api.jobs.get_jobs()):
         gw.api.jobs.register_job({"Job": gw.api.jobs.parse(HCL)})
@@ -359,7 +437,7 @@ def test_event_stream(gw: Gateway) -> None:
 def test_unknown_and_wrong_method(gw: Gateway) -> None:
     wrong = requests.delete(gw.url + "/v1/deployments", timeout=30)
     assert wrong.status_code == 405
-    unserved = gw.get("/v1/acl/roles")
+    unserved = gw.get("/v1/acl/auth-methods")
     assert unserved.status_code == 501
     no_traceback(unserved)
 

@@ -39,9 +39,14 @@ pytestmark = pytest.mark.slow
 OUTCOMES: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
 #: the services of roles the fuzz cluster does not start (the client
-#: agent serves ClientAlloc, ClientFS and ClientStats; their RPCs are checked by the
-#: agent's own tests)
-NOT_IN_CLUSTER = ("/corral.v1.ClientAlloc/", "/corral.v1.ClientStats/", "/corral.v1.ClientFS/")
+#: agent serves ClientAlloc, ClientFS, ClientStats and ClientNode; their RPCs are
+#: checked by the agent's own tests)
+NOT_IN_CLUSTER = (
+    "/corral.v1.ClientAlloc/",
+    "/corral.v1.ClientStats/",
+    "/corral.v1.ClientFS/",
+    "/corral.v1.ClientNode/",
+)
 
 #: client deadlines: an answer that should come at once, and a blocking
 #: query or stream that may wait (DEADLINE_EXCEEDED is then allowed)

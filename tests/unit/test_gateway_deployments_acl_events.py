@@ -167,13 +167,47 @@ def test_token_create_body() -> None:
         ({"Policies": "readers"}, "Policies must be a list"),
         ({"ExpirationTTL": "soon"}, "ExpirationTTL"),
         ({"ExpirationTTL": True}, "ExpirationTTL"),
-        ({"Roles": [{"Name": "r"}]}, "roles are not supported"),
+        ({"Roles": {"Name": "r"}}, "Roles must be a list"),
+        ({"Roles": ["r"]}, r"Roles\[0\] must be an object"),
+        ({"Roles": [{"ID": 3}]}, r"Roles\[0\].ID must be a string"),
     ]
     for bad, message in refusals:
         with pytest.raises(ValueError, match=message):
             acl.create_token_request(bad)
+    linked = acl.create_token_request({"Roles": [{"ID": "i"}, {"Name": "n"}], "roles": None})
+    assert [(r.id, r.name) for r in linked.roles] == [("i", ""), ("", "n")]
     assert acl.bootstrap_request(None).secret_id == ""
     assert acl.bootstrap_request({"BootstrapSecret": "abc"}).secret_id == "abc"
+
+
+def test_role_body_and_json() -> None:
+    role = acl.role_from_body(
+        {"ID": "r1", "Name": "ops", "Description": "d", "Policies": [{"Name": "a"}, {"Name": "b"}]},
+        "r1",
+    )
+    assert (role.id, role.name, role.description, list(role.policies)) == (
+        "r1",
+        "ops",
+        "d",
+        ["a", "b"],
+    )
+    assert acl.role(role) == {
+        "ID": "r1",
+        "Name": "ops",
+        "Description": "d",
+        "Policies": [{"Name": "a"}, {"Name": "b"}],
+        "CreateIndex": 0,
+        "ModifyIndex": 0,
+    }
+    refusals: list[tuple[dict[str, Any], str, str]] = [
+        ({"ID": "other", "Name": "ops"}, "r1", "does not match request path"),
+        ({"Name": "ops", "Policies": "a"}, "", "Policies must be a list"),
+        ({"Name": "ops", "Policies": ["a"]}, "", r"Policies\[0\] must be an object"),
+        ({"Name": 3}, "", "Name must be a string"),
+    ]
+    for bad, path_id, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            acl.role_from_body(bad, path_id)
 
 
 def test_topics() -> None:

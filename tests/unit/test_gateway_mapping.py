@@ -14,6 +14,7 @@ import grpc
 import pytest
 from starlette.requests import Request
 
+from corral.domain.errors import FIELD_METADATA_KEY
 from corral.v1 import job_pb2, node_pb2
 from corral.v1 import structs_pb2 as pb
 from services.gateway import http
@@ -426,3 +427,34 @@ def test_job_submission_round_trip_as_nomads_client_sends_it() -> None:
     for bad in bad_inputs:
         with pytest.raises(job_map.JobInputError):
             job_map.submission_from_nomad(bad)
+
+
+def _refusal(field: str, problem: str, code: grpc.StatusCode) -> grpc.aio.AioRpcError:
+    trailing = grpc.aio.Metadata((FIELD_METADATA_KEY, field))
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, f"{field}: {problem}")
+
+
+@pytest.mark.parametrize(
+    ("field", "strip", "said"),
+    [
+        ("roles[0].policies", "roles[0]", "Policies: cannot find policy x"),
+        ("roles[0].name", "roles[0]", "Name: cannot find policy x"),
+        ("roles[1].id", "", "Roles[1].ID: cannot find policy x"),
+        ("policies[0].rules", "policies[0]", "Rules: cannot find policy x"),
+        ("expiration_ttl", "", "ExpirationTTL: cannot find policy x"),
+    ],
+)
+def test_body_fields_name_nomads_json(field: str, strip: str, said: str) -> None:
+    with pytest.raises(http.NomadError) as err, http.body_fields(strip):
+        raise _refusal(field, "cannot find policy x", grpc.StatusCode.INVALID_ARGUMENT)
+    assert err.value.status == 400 and err.value.message == said
+
+
+def test_body_fields_leave_other_refusals_alone() -> None:
+    for exc in (
+        _refusal("roles[0].name", "x", grpc.StatusCode.NOT_FOUND),
+        _refusal("roles[0]", "x", grpc.StatusCode.INVALID_ARGUMENT),  # nothing left: as sent
+        _refusal("names[0]", "x", grpc.StatusCode.INVALID_ARGUMENT),  # not under `strip`
+    ):
+        with pytest.raises(grpc.aio.AioRpcError), http.body_fields("roles[0]"):
+            raise exc

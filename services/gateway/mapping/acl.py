@@ -1,6 +1,6 @@
-"""ACL tokens and policies: proto → Nomad's JSON (api/acl.go's `ACLToken`,
-`ACLTokenListStub`, `ACLPolicy`, `ACLPolicyListStub`) and Nomad's request
-bodies → our requests.
+"""ACL tokens, policies and roles: proto → Nomad's JSON (api/acl.go's
+`ACLToken`, `ACLTokenListStub`, `ACLPolicy`, `ACLPolicyListStub`, `ACLRole`,
+`ACLRoleListStub`) and Nomad's request bodies → our requests.
 
 A secret id appears only where our API hands one out (bootstrap, token
 create) and in /v1/acl/token/self, which echoes the caller's own secret as
@@ -13,6 +13,7 @@ from typing import Any
 
 from corral.domain.jobspec.duration import parse_duration
 from corral.domain.nomad_json import body_field as field
+from corral.domain.nomad_json import body_object as _object
 from corral.domain.nomad_json import body_string as _string
 from corral.domain.nomad_json import body_strings as _strings
 from corral.v1 import acl_pb2
@@ -39,7 +40,7 @@ def token_stub(t: acl_pb2.ACLToken) -> dict[str, Any]:
         "Name": t.name,
         "Type": t.type,
         "Policies": list(t.policies) or None,
-        "Roles": None,
+        "Roles": [{"ID": r.id, "Name": r.name} for r in t.roles] or None,
         "Global": t.is_global,
         "CreateTime": rfc3339(t.create_time),
         "ExpirationTime": rfc3339(t.expiration_time) if t.expiration_time else None,
@@ -94,13 +95,11 @@ def create_token_request(body: dict[str, Any]) -> acl_pb2.ACLCreateTokenRequest:
     global_ = field(body, "Global", False)
     if not isinstance(global_, bool):
         raise ValueError("Global must be true or false")
-    roles = field(body, "Roles")
-    if roles:
-        raise ValueError("ACL roles are not supported by Corral; name policies instead")
     return acl_pb2.ACLCreateTokenRequest(
         name=_string(field(body, "Name"), "Name"),
         type=_string(field(body, "Type"), "Type") or "client",
         policies=_strings(field(body, "Policies"), "Policies"),
+        roles=role_links(field(body, "Roles")),
         is_global=global_,
         expiration_ttl=_ttl(field(body, "ExpirationTTL")),
     )
@@ -114,8 +113,6 @@ def update_token_request(accessor_id: str, body: dict[str, Any]) -> acl_pb2.ACLU
     global_ = field(body, "Global", False)
     if not isinstance(global_, bool):
         raise ValueError("Global must be true or false")
-    if field(body, "Roles"):
-        raise ValueError("ACL roles are not supported by Corral; name policies instead")
     expires = field(body, "ExpirationTime")
     if expires is not None and not isinstance(expires, str):
         raise ValueError("ExpirationTime must be an RFC 3339 time")
@@ -124,6 +121,7 @@ def update_token_request(accessor_id: str, body: dict[str, Any]) -> acl_pb2.ACLU
         name=_string(field(body, "Name"), "Name"),
         type=_string(field(body, "Type"), "Type") or "client",
         policies=_strings(field(body, "Policies"), "Policies"),
+        roles=role_links(field(body, "Roles")),
         is_global=global_,
         expiration_ttl=_ttl(field(body, "ExpirationTTL")),
         expiration_time=from_rfc3339(expires) if expires else 0,
@@ -134,3 +132,54 @@ def bootstrap_request(body: dict[str, Any] | None) -> acl_pb2.ACLBootstrapReques
     """`{"BootstrapSecret": "<uuid>"}` chooses the management secret."""
     secret = _string(field(body or {}, "BootstrapSecret"), "BootstrapSecret")
     return acl_pb2.ACLBootstrapRequest(secret_id=secret)
+
+
+def role_links(value: Any) -> list[acl_pb2.ACLTokenRoleLink]:
+    """A token body's `Roles`: `[{"ID": ...} | {"Name": ...}]` (null: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("Roles must be a list of {ID} or {Name} objects")
+    links = []
+    for i, item in enumerate(value):
+        link = _object(item, f"Roles[{i}]") or {}
+        links.append(
+            acl_pb2.ACLTokenRoleLink(
+                id=_string(field(link, "ID"), f"Roles[{i}].ID"),
+                name=_string(field(link, "Name"), f"Roles[{i}].Name"),
+            )
+        )
+    return links
+
+
+def role(r: acl_pb2.ACLRole) -> dict[str, Any]:
+    """Nomad's `ACLRole` (its `ACLRoleListStub` has the same fields)."""
+    return {
+        "ID": r.id,
+        "Name": r.name,
+        "Description": r.description,
+        "Policies": [{"Name": p} for p in r.policies],
+        "CreateIndex": r.create_index,
+        "ModifyIndex": r.modify_index,
+    }
+
+
+def role_from_body(body: dict[str, Any], path_id: str = "") -> acl_pb2.ACLRole:
+    """PUT/POST /v1/acl/role(/:id)'s body (Nomad's `ACLRole`): with a path
+    id, the body's `ID` must be it (Nomad's check)."""
+    role_id = _string(field(body, "ID"), "ID")
+    if path_id and role_id != path_id:
+        raise ValueError("ACL role ID does not match request path")
+    policies = field(body, "Policies")
+    if policies is not None and not isinstance(policies, list):
+        raise ValueError("Policies must be a list of {Name} objects")
+    names = []
+    for i, item in enumerate(policies or ()):
+        link = _object(item, f"Policies[{i}]") or {}
+        names.append(_string(field(link, "Name"), f"Policies[{i}].Name"))
+    return acl_pb2.ACLRole(
+        id=role_id,
+        name=_string(field(body, "Name"), "Name"),
+        description=_string(field(body, "Description"), "Description"),
+        policies=names,
+    )

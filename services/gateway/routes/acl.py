@@ -1,15 +1,15 @@
-"""/v1/acl/*: bootstrap, policies and tokens (Nomad's
+"""/v1/acl/*: bootstrap, policies, roles and tokens (Nomad's
 command/agent/acl_endpoint.go semantics) over the ACL service.
 
-The state decides every permission (management token for all of it but
-token/self); the gateway only carries the request's token. Secrets: the
+The state decides every permission (a management token for all of it but
+token/self, and reading the policies and roles a token holds); the gateway
+only carries the request's token. Secrets: the
 bootstrap and token-create answers carry the new secret, /v1/acl/token/self
 echoes the caller's own; nothing else can, since the state keeps hashes only.
 No secret is ever logged here (the gateway logs no bodies).
 
-Not served (501, docs/http-api.md): updating a token in place
-(POST /v1/acl/token/:accessor; create a new one and delete the old), roles,
-auth methods, binding rules, one-time tokens and login."""
+Not served (501, docs/http-api.md): auth methods, binding rules, one-time
+tokens and login."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from services.gateway.http import (
     QueryOptions,
     backend_of,
     bad_request,
+    body_fields,
     listing,
     metadata_of,
     object_body,
@@ -89,12 +90,80 @@ async def policy(request: Request) -> Response:
         message = acl_map.policy_from_body(name, body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    done = await backend.acl.UpsertPolicies(
-        acl_pb2.ACLUpsertPoliciesRequest(policies=[message]),
-        metadata=metadata_of(request),
-        timeout=DEFAULT_TIMEOUT,
-    )
+    with body_fields("policies[0]"):
+        done = await backend.acl.UpsertPolicies(
+            acl_pb2.ACLUpsertPoliciesRequest(policies=[message]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
     return written(done.index)
+
+
+# -- roles ---------------------------------------------------------------------
+
+
+async def roles(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+
+    async def fetch(query: query_pb2.QueryOptions) -> tuple[list[dict[str, Any]], Any]:
+        resp = await backend_of(request).acl.ListRoles(
+            acl_pb2.ACLListRolesRequest(query=query), metadata=q.metadata, timeout=q.timeout
+        )
+        return [acl_map.role(r) for r in resp.roles], resp.meta
+
+    return await listing(request, q, fetch)
+
+
+async def _upsert_role(request: Request, path_id: str = "") -> Response:
+    body = await object_body(request)
+    try:
+        message = acl_map.role_from_body(body, path_id)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    with body_fields("roles[0]"):
+        resp = await backend_of(request).acl.UpsertRoles(
+            acl_pb2.ACLUpsertRolesRequest(roles=[message]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+    return respond(request, acl_map.role(resp.roles[0]), index=resp.index)
+
+
+async def create_role(request: Request) -> Response:
+    return await _upsert_role(request)
+
+
+async def role(request: Request) -> Response:
+    role_id: str = request.path_params["role_id"]
+    backend = backend_of(request)
+    if request.method == "GET":
+        q = QueryOptions.from_request(request)
+        resp = await backend.acl.GetRole(
+            acl_pb2.ACLGetRoleRequest(id=role_id, query=q.proto(paginate=False)),
+            metadata=q.metadata,
+            timeout=q.timeout,
+        )
+        return respond(request, acl_map.role(resp.role), index=resp.meta.index)
+    if request.method == "DELETE":
+        done = await backend.acl.DeleteRoles(
+            acl_pb2.ACLDeleteRolesRequest(ids=[role_id]),
+            metadata=metadata_of(request),
+            timeout=DEFAULT_TIMEOUT,
+        )
+        return written(done.index)
+    return await _upsert_role(request, role_id)
+
+
+async def role_by_name(request: Request) -> Response:
+    q = QueryOptions.from_request(request)
+    resp = await backend_of(request).acl.GetRoleByName(
+        acl_pb2.ACLGetRoleByNameRequest(
+            name=request.path_params["name"], query=q.proto(paginate=False)
+        ),
+        metadata=q.metadata,
+        timeout=q.timeout,
+    )
+    return respond(request, acl_map.role(resp.role), index=resp.meta.index)
 
 
 # -- tokens --------------------------------------------------------------------
@@ -118,9 +187,10 @@ async def create_token(request: Request) -> Response:
         message = acl_map.create_token_request(body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    resp = await backend_of(request).acl.CreateToken(
-        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
-    )
+    with body_fields():
+        resp = await backend_of(request).acl.CreateToken(
+            message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+        )
     return respond(request, acl_map.token(resp.token), index=resp.index)
 
 
@@ -158,9 +228,10 @@ async def token(request: Request) -> Response:
         message = acl_map.update_token_request(accessor, body)
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    resp = await backend.acl.UpdateToken(
-        message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
-    )
+    with body_fields():
+        resp = await backend.acl.UpdateToken(
+            message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+        )
     return respond(request, acl_map.token(resp.token), index=resp.index)
 
 
@@ -174,16 +245,27 @@ _LISTED_POLICIES = Need(
     filters=True,
 )
 
+_LISTED_ROLES = Need(
+    summary="a management token; any other token lists the roles it links",
+    management=True,
+    filters=True,
+)
+#: Nomad's GetRoleByID/GetRoleByName: a management token, or one linking the role
+OWN_ROLES = Need(summary="a management token, or a token linking the role", management=True)
+
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/acl/bootstrap", bootstrap, {"PUT": BOOTSTRAP, "POST": BOOTSTRAP}),
     ApiRoute("/v1/acl/policies", policies, {"GET": _LISTED_POLICIES}),
     ApiRoute(
         "/v1/acl/policy/{name}", policy, {"GET": OWN_POLICIES, **_MANAGE, "DELETE": MANAGEMENT}
     ),
+    ApiRoute("/v1/acl/roles", roles, {"GET": _LISTED_ROLES}),
+    ApiRoute("/v1/acl/role", create_role, _MANAGE),
+    ApiRoute("/v1/acl/role/name/{name}", role_by_name, {"GET": OWN_ROLES}),
+    ApiRoute("/v1/acl/role/{role_id}", role, {"GET": OWN_ROLES, **_MANAGE, "DELETE": MANAGEMENT}),
     ApiRoute("/v1/acl/tokens", tokens, {"GET": MANAGEMENT}),
     ApiRoute("/v1/acl/token", create_token, _MANAGE),
     ApiRoute("/v1/acl/token/self", token_self, {"GET": ANY_TOKEN}),
-    # updating a token in place is not served (501 to anyone)
     ApiRoute(
         "/v1/acl/token/{accessor_id}",
         token,

@@ -173,7 +173,7 @@ async def node_evaluate(request: Request) -> Response:
 
 
 async def node_action(request: Request) -> Response:
-    """Nomad's other node actions (meta): not served."""
+    """Other node actions: not served (501, or 405 for a wrong method)."""
     from services.gateway.routes.unserved import wrong_method
 
     if wrong_method(request, skip=NODE_ACTION):

@@ -281,6 +281,23 @@ class ACLToken(Base):
     expiration_time: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    #: ids of the roles the token links (a link to a deleted role is
+    #: skipped when read, as Nomad's fixTokenRoleLinks does)
+    roles: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+
+
+class ACLRole(Base):
+    """A named set of policies tokens link (Nomad's ACLRole): its policy
+    names as written; a policy deleted since grants nothing."""
+
+    __tablename__ = "acl_roles"
+    __table_args__ = (UniqueConstraint("name"),)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    description: Mapped[str] = mapped_column(String(256), nullable=False)
+    policies: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class ACLBootstrap(Base):

@@ -228,7 +228,7 @@ class Federation:
 
     @property
     def authoritative(self) -> bool:
-        """Whether this region owns ACL policies and global tokens."""
+        """Whether this region owns ACL policies, roles and global tokens."""
         return self.authoritative_region == self.region
 
     # -- channels ------------------------------------------------------------

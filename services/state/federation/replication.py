@@ -1,18 +1,22 @@
 """ACL replication: the state leader of every region but the authoritative
-one copies the authoritative region's ACL policies and global tokens into
-its own database (Nomad's `replicateACLPolicies` / `replicateACLTokens`).
+one copies the authoritative region's ACL policies, roles and global tokens
+into its own database (Nomad's `replicateACLPolicies` /
+`replicateACLRoles` / `replicateACLTokens`).
 
-Two loops, one per table, each a blocking query on the authoritative
-region (`Federation.ReplicatePolicies` / `ReplicateTokens`, answered once
-that region's table index passes the one last copied, or after 5 minutes):
-the answer is the whole table (every policy with its rules; every global
-token with the SHA-256 of its secret, never the secret), compared by digest
+Three loops, one per table, each a blocking query on the authoritative
+region (`Federation.ReplicatePolicies` / `ReplicateRoles` /
+`ReplicateTokens`, answered once that region's table index passes the one
+last copied, or after 5 minutes): the answer is the whole table (every
+policy with its rules; every role; every global token with the SHA-256 of
+its secret, never the secret, and its role links by id), compared by digest
 with what this region holds, and the difference written in one
 transaction: missing and changed ones upserted, ones the authority no longer
-has deleted. Local tokens are never touched; policies are the authority's
-only (writes of policies and global tokens in this region are forwarded to
-the authoritative region by the ACL handlers, so nothing written here is
-lost). A failure is recorded, logged and tried again after
+has deleted. Local tokens are never touched; policies and roles are the
+authority's only (writes of policies, roles and global tokens in this region
+are forwarded to the authoritative region by the ACL handlers, so nothing
+written here is lost). A role may arrive before a policy it names, a token
+before a role it links: until then the missing one grants nothing. A
+failure is recorded, logged and tried again after
 `--acl-replication-backoff` seconds.
 
 The loops' status (`ReplicationStatus`) is this process's; the state app
@@ -42,6 +46,14 @@ log = logging.getLogger(__name__)
 
 POLICIES = "/corral.v1.Federation/ReplicatePolicies"
 TOKENS = "/corral.v1.Federation/ReplicateTokens"
+ROLES = "/corral.v1.Federation/ReplicateRoles"
+#: what each replication loop copies: its RPC, the answer's type and list
+#: field, and the `ReplicationStatus` field of the index it copied last
+COPIED: dict[str, tuple[str, Any, str, str]] = {
+    "policies": (POLICIES, federation_pb2.ReplicatedPolicies, "policies", "policies_index"),
+    "roles": (ROLES, federation_pb2.ReplicatedRoles, "roles", "roles_index"),
+    "tokens": (TOKENS, federation_pb2.ReplicatedTokens, "tokens", "tokens_index"),
+}
 #: a blocking query's wait on the authoritative region (Nomad's default)
 WAIT_MS = 5 * 60 * 1000
 #: the member tag carrying the replication status
@@ -56,6 +68,14 @@ def policy_digest(p: acl_pb2.ACLPolicy) -> str:
     return h.hexdigest()
 
 
+def role_digest(r: acl_pb2.ACLRole) -> str:
+    h = hashlib.sha256()
+    for part in (r.id, r.name, r.description, "\x1f".join(r.policies)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def token_digest(t: federation_pb2.ReplicatedToken) -> str:
     tok = t.token
     h = hashlib.sha256()
@@ -65,6 +85,7 @@ def token_digest(t: federation_pb2.ReplicatedToken) -> str:
         tok.name,
         tok.type,
         "\x1f".join(tok.policies),
+        "\x1f".join(link.id for link in tok.roles),
         str(tok.create_time),
         str(tok.expiration_time),
     ):
@@ -86,13 +107,13 @@ async def global_tokens(db: Database) -> list[federation_pb2.ReplicatedToken]:
     """Every global token of this region, with its secret's hash."""
     async with db.read() as conn:
         cur = await conn.execute(
-            "SELECT accessor_id, name, type, policies, global, create_time, expiration_time, "
-            "create_index, modify_index, secret_hash FROM acl_tokens WHERE global "
+            f"SELECT {acl_reads.TOKEN_COLUMNS}, secret_hash FROM acl_tokens WHERE global "
             "ORDER BY accessor_id"
         )
         rows = await cur.fetchall()
+    # role links by id only: the same ids in every region, names read there
     return [
-        federation_pb2.ReplicatedToken(token=acl_reads.token_from_row(r), secret_hash=r[9])
+        federation_pb2.ReplicatedToken(token=acl_reads.token_from_row(r), secret_hash=r[10])
         for r in rows
     ]
 
@@ -127,46 +148,32 @@ class Replicator:
         s.source_region = self.federation.authoritative_region
         log.info("ACL replication from region %s starting", s.source_region)
         try:
-            await asyncio.gather(self._loop(POLICIES), self._loop(TOKENS))
+            await asyncio.gather(*(self._loop(what) for what in COPIED))
         finally:
             s.status = "stopped"
 
-    async def _loop(self, method: str) -> None:
+    async def _loop(self, what: str) -> None:
+        """Copy one table (`what`, a key of `COPIED`) for as long as it runs."""
+        method, answer_type, items, index_field = COPIED[what]
+        apply = getattr(self, f"apply_{what}")
         index = 0
         source = self.federation.authoritative_region
         request = federation_pb2.ReplicationRequest(query=query_pb2.QueryOptions(wait_ms=WAIT_MS))
         while True:
             request.query.min_index = index
             try:
-                if method == POLICIES:
-                    policies = await self.federation.call(
-                        source,
-                        method,
-                        request,
-                        federation_pb2.ReplicatedPolicies.FromString,
-                        timeout=WAIT_MS / 1000 + 30,
-                    )
-                    await self.apply_policies(policies.policies)
-                    index = policies.index
-                    self.status.policies_index = index
-                else:
-                    tokens = await self.federation.call(
-                        source,
-                        method,
-                        request,
-                        federation_pb2.ReplicatedTokens.FromString,
-                        timeout=WAIT_MS / 1000 + 30,
-                    )
-                    await self.apply_tokens(tokens.tokens)
-                    index = tokens.index
-                    self.status.tokens_index = index
+                answer = await self.federation.call(
+                    source, method, request, answer_type.FromString, timeout=WAIT_MS / 1000 + 30
+                )
+                await apply(getattr(answer, items))
+                index = answer.index
+                setattr(self.status, index_field, index)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 reason = getattr(exc, "message", None) or (
                     exc.details() if hasattr(exc, "details") else str(exc)
                 )
-                what = "policies" if method == POLICIES else "tokens"
                 log.warning("ACL %s replication from region %s failed: %s", what, source, reason)
                 self.status.status = "failed"
                 self.status.last_error = f"{what}: {reason}"
@@ -191,6 +198,20 @@ class Replicator:
             await acl_writes.replicate_policies(tx, [by_name[n] for n in upsert], delete)
         self.invalidate()
         log.info("ACL policies replicated: %d upserted, %d deleted", len(upsert), len(delete))
+
+    async def apply_roles(self, remote: Sequence[acl_pb2.ACLRole]) -> None:
+        local = await acl_reads.list_roles(self.db)
+        upsert, delete = diff(
+            {r.id: role_digest(r) for r in local},
+            {r.id: role_digest(r) for r in remote},
+        )
+        if not upsert and not delete:
+            return
+        by_id = {r.id: r for r in remote}
+        async with self.write() as tx:
+            await acl_writes.replicate_roles(tx, [by_id[i] for i in upsert], delete)
+        self.invalidate()
+        log.info("ACL roles replicated: %d upserted, %d deleted", len(upsert), len(delete))
 
     async def apply_tokens(self, remote: Sequence[federation_pb2.ReplicatedToken]) -> None:
         local = await global_tokens(self.db)

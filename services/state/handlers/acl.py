@@ -1,15 +1,22 @@
-"""The public `ACL` service: bootstrap, policies and tokens (Nomad's ACL
-API), and `ResolveToken` for the roles that are not the state.
+"""The public `ACL` service: bootstrap, policies, roles and tokens (Nomad's
+ACL API), and `ResolveToken` for the roles that are not the state.
 
 Who may call what is in `corral.security.access.RULES`, checked before a handler
 runs: `Bootstrap` anyone, once; `ResolveToken` anyone holding the secret
 (the secret in the request is the authorization); `TokenSelf` anyone, about
 the token in their own call metadata; everything else a management token,
-except `ListPolicies` and `GetPolicy`, which a token holding a policy may
-use for that policy (decided here, from the caller's ACL in
-`corral.security.acl.CURRENT`). With ACLs off the whole service answers
-FAILED_PRECONDITION. Only `Bootstrap` and `CreateToken` answer with a
-secret id.
+except `ListPolicies` and `GetPolicy`, which a token holding a policy
+(itself or through a role) may use for that policy, and `ListRoles`,
+`GetRole` and `GetRoleByName`, which a token may use for the roles it links
+(decided here, from the caller's ACL in `corral.security.acl.CURRENT` and
+its token).
+
+Roles, as policies, are the authoritative region's in a federation: role
+writes elsewhere are forwarded there, and ACL replication copies them back
+(services/state/federation/replication.py).
+
+With ACLs off the whole service answers FAILED_PRECONDITION. Only
+`Bootstrap` and `CreateToken` answer with a secret id.
 """
 
 from __future__ import annotations
@@ -34,8 +41,21 @@ NS_PER_S = 1_000_000_000
 
 
 def _may_read_policy(name: str) -> bool:
+    """A management token reads every policy; any other the ones it holds,
+    itself or through its roles (its compiled ACL names them all)."""
     caller = acl.CURRENT.get()
     return caller.is_management or name in caller.policies
+
+
+async def _caller_role_ids(ctx: StateContext, context: Context) -> set[str] | None:
+    """The roles the caller may read: None for a management token (every
+    role), else the ids of the roles its token links (Nomad's ListRoles and
+    GetRole*: a token reads the roles it holds)."""
+    if acl.CURRENT.get().is_management:
+        return None
+    secret = acl.token_from_metadata(context.invocation_metadata())
+    token = await acl_reads.token_by_secret(ctx.db, secret) if secret else None
+    return {link.id for link in token.roles} if token is not None else set()
 
 
 async def table_index_after(
@@ -150,6 +170,75 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
         self._written()
         return acl_pb2.ACLWriteResponse(index=tx.index)
 
+    # -------------------------------------------------------------- roles
+
+    async def UpsertRoles(  # type: ignore[override]
+        self, request: acl_pb2.ACLUpsertRolesRequest, context: Context
+    ) -> acl_pb2.ACLRolesResponse | bytes:
+        acl_writes.validate_roles(request.roles)
+        if (forwarded := await self._to_authority("UpsertRoles", request, context)) is not None:
+            return forwarded
+        async with self.ctx.write() as tx:
+            roles = await acl_writes.upsert_roles(tx, request.roles)
+        self._written()
+        return acl_pb2.ACLRolesResponse(roles=roles, index=tx.index)
+
+    async def DeleteRoles(  # type: ignore[override]
+        self, request: acl_pb2.ACLDeleteRolesRequest, context: Context
+    ) -> acl_pb2.ACLWriteResponse | bytes:
+        if (forwarded := await self._to_authority("DeleteRoles", request, context)) is not None:
+            return forwarded
+        async with self.ctx.write() as tx:
+            await acl_writes.delete_roles(tx, request.ids)
+        self._written()
+        return acl_pb2.ACLWriteResponse(index=tx.index)
+
+    async def ListRoles(
+        self, request: acl_pb2.ACLListRolesRequest, context: Context
+    ) -> acl_pb2.ACLListRolesResponse:
+        index = await self._index(request.query, acl_reads.ROLES_TABLE)
+        visible = await _caller_role_ids(self.ctx, context)
+        roles = [
+            r
+            for r in await acl_reads.list_roles(self.ctx.db)
+            if r.id.startswith(request.query.prefix) and (visible is None or r.id in visible)
+        ]
+        page, token = query.paginate(roles, lambda r: r.id, request.query)
+        return acl_pb2.ACLListRolesResponse(
+            roles=page, meta=query_pb2.QueryMeta(index=index, next_token=token, known_leader=True)
+        )
+
+    async def _role_answer(
+        self,
+        found: acl_pb2.ACLRole | None,
+        what: str,
+        context: Context,
+    ) -> acl_pb2.ACLRoleResponse:
+        visible = await _caller_role_ids(self.ctx, context)
+        if visible is not None and (found is None or found.id not in visible):
+            raise PermissionDenied("Permission denied: the token does not hold this role")
+        if found is None:
+            raise NotFound(f"ACL role {what} not found")
+        return acl_pb2.ACLRoleResponse(
+            role=found, meta=query_pb2.QueryMeta(index=found.modify_index, known_leader=True)
+        )
+
+    async def GetRole(
+        self, request: acl_pb2.ACLGetRoleRequest, context: Context
+    ) -> acl_pb2.ACLRoleResponse:
+        acl_writes.accessor_id(request.id, "id")
+        await self._index(request.query, acl_reads.ROLES_TABLE)
+        found = await acl_reads.get_roles(self.ctx.db, [request.id])
+        return await self._role_answer(found[0] if found else None, repr(request.id), context)
+
+    async def GetRoleByName(
+        self, request: acl_pb2.ACLGetRoleByNameRequest, context: Context
+    ) -> acl_pb2.ACLRoleResponse:
+        acl_writes.policy_name(request.name, "name")
+        await self._index(request.query, acl_reads.ROLES_TABLE)
+        found = await acl_reads.get_role_by_name(self.ctx.db, request.name)
+        return await self._role_answer(found, repr(request.name), context)
+
     # ------------------------------------------------------------- tokens
 
     async def CreateToken(  # type: ignore[override]
@@ -203,7 +292,10 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
             return forwarded
         acl_writes.validate_token(
             acl_pb2.ACLCreateTokenRequest(
-                name=request.name, type=request.type, policies=request.policies
+                name=request.name,
+                type=request.type,
+                policies=request.policies,
+                roles=request.roles,
             ),
             self.min_ttl_ns,
             self.max_ttl_ns,

@@ -108,6 +108,17 @@ class FederationServicer(federation_pb2_grpc.FederationServicer):
         tokens = await replication.global_tokens(self.ctx.db)
         return federation_pb2.ReplicatedTokens(tokens=tokens, index=index)
 
+    async def ReplicateRoles(
+        self, request: federation_pb2.ReplicationRequest, context: Context
+    ) -> federation_pb2.ReplicatedRoles:
+        self._authoritative()
+        table = acl_reads.ROLES_TABLE
+        index = await table_index_after(
+            self.ctx, request.query, table, self._replication_index(table)
+        )
+        roles = await acl_reads.list_roles(self.ctx.db)
+        return federation_pb2.ReplicatedRoles(roles=roles, index=index)
+
 
 def register(
     server: GrpcServer, ctx: StateContext, federation: Federation, is_leader: Callable[[], bool]

@@ -1,11 +1,11 @@
-"""ACL writes: bootstrap, policies and tokens, each in an indexed write
+"""ACL writes: bootstrap, policies, roles and tokens, each in an indexed write
 transaction like every other write (`ctx.write()`), deciding on rows read
 inside it.
 
 ACL rows are not in the in-memory state, so these write their tables with
 SQL of their own and record one change-log event per object (topic
-`ACLPolicy`/`ACLToken`, key only: a policy name or an accessor id, never a
-secret), which stamps the index and tells every state process to drop its
+`ACLPolicy`/`ACLToken`/`ACLRole`, key only: a policy name, an accessor id
+or a role id, never a secret), which stamps the index and tells every state process to drop its
 cached tokens. Only the SHA-256 of a secret id reaches the database.
 """
 
@@ -22,9 +22,12 @@ from corral.security import acl
 from corral.v1 import acl_pb2, federation_pb2
 from services.state.acl import (
     POLICIES_TABLE,
+    ROLE_COLUMNS,
+    ROLES_TABLE,
     TOKEN_COLUMNS,
     TOKENS_TABLE,
     from_ns,
+    role_from_row,
     to_ns,
     token_from_row,
 )
@@ -36,6 +39,8 @@ MAX_TOKEN_NAME = 256
 MAX_BATCH = 100
 MAX_TOKEN_POLICIES = 100
 MAX_ACCESSOR_ID = 64
+MAX_TOKEN_ROLES = 100
+MAX_ROLE_POLICIES = 100
 BOOTSTRAP_DONE = "ACL bootstrap already done"
 
 
@@ -95,12 +100,15 @@ def validate_token(req: acl_pb2.ACLCreateTokenRequest, min_ttl_ns: int, max_ttl_
         raise InvalidArgument("type", f"must be one of {', '.join(acl.TOKEN_TYPES)}, not {kind!r}")
     if kind == acl.TOKEN_MANAGEMENT and req.policies:
         raise InvalidArgument("policies", "a management token takes no policies")
-    if kind == acl.TOKEN_CLIENT and not req.policies:
-        raise InvalidArgument("policies", "a client token needs at least one policy")
+    if kind == acl.TOKEN_MANAGEMENT and req.roles:
+        raise InvalidArgument("roles", "a management token takes no roles")
+    if kind == acl.TOKEN_CLIENT and not req.policies and not req.roles:
+        raise InvalidArgument("policies", "a client token needs at least one policy or role")
     if len(req.policies) > MAX_TOKEN_POLICIES:
         raise InvalidArgument("policies", f"has more than {MAX_TOKEN_POLICIES} entries")
     for i, name in enumerate(req.policies):
         policy_name(name, f"policies[{i}]")
+    role_links(req.roles)
     ttl = req.expiration_ttl
     if ttl < 0:
         raise InvalidArgument("expiration_ttl", "must not be negative")
@@ -169,16 +177,27 @@ async def delete_policies(tx: WriteTx, names: Sequence[str]) -> None:
     _batch(len(names), "names")
     for i, name in enumerate(names):
         policy_name(name, f"names[{i}]")
+    await _delete_all(
+        tx, POLICIES_TABLE, "name", names, topics.ACL_POLICY, EventType.ACL_POLICY_DELETED
+    )
+
+
+async def _delete_all(
+    tx: WriteTx, table: str, key: str, keys: Sequence[str], topic: topics.Topic, event: str
+) -> None:
+    """Delete the rows of `table` whose `key` is in `keys`, all or none:
+    one missing is NOT_FOUND naming it (the transaction rolls back)."""
     cur = await tx.conn.execute(
-        "DELETE FROM acl_policies WHERE name = ANY(%s) RETURNING name", (list(names),)
+        f"DELETE FROM {table} WHERE {key} = ANY(%s) RETURNING {key}", (list(keys),)
     )
     deleted = {r[0] for r in await cur.fetchall()}
-    missing = sorted(set(names) - deleted)
+    missing = sorted(set(keys) - deleted)
     if missing:
-        raise NotFound(f"ACL policy not found: {', '.join(missing)}")
-    for name in sorted(deleted):
-        tx.record(topics.ACL_POLICY.event(name, EventType.ACL_POLICY_DELETED, deleted=True))
-    await _touch(tx, POLICIES_TABLE)
+        what = {POLICIES_TABLE: "policy", ROLES_TABLE: "role"}[table]
+        raise NotFound(f"ACL {what} not found: {', '.join(missing)}")
+    for k in sorted(deleted):
+        tx.record(topic.event(k, event, deleted=True))
+    await _touch(tx, table)
 
 
 async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) -> None:
@@ -189,8 +208,8 @@ async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) ->
     token.create_time, token.expiration_time = to_ns(created), to_ns(expires)
     await tx.conn.execute(
         "INSERT INTO acl_tokens (accessor_id, secret_hash, name, type, policies, global, "
-        "create_time, expiration_time, create_index, modify_index) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "create_time, expiration_time, create_index, modify_index, roles) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
             token.accessor_id,
             acl.secret_hash(secret_id),
@@ -202,6 +221,7 @@ async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) ->
             expires,
             tx.index,
             tx.index,
+            [link.id for link in token.roles],
         ),
     )
     tx.record(topics.ACL_TOKEN.event(token.accessor_id, EventType.ACL_TOKEN_UPSERTED))
@@ -267,11 +287,13 @@ async def create_token(
 ) -> tuple[acl_pb2.ACLToken, str]:
     """A new token from a validated request: (token, its secret)."""
     policies = await _existing_policies(tx, req.policies)
+    roles = await _resolve_role_links(tx, req.roles)
     token = acl_pb2.ACLToken(
         accessor_id=acl.new_secret(),
         name=req.name,
         type=req.type or acl.TOKEN_CLIENT,
         policies=policies,
+        roles=roles,
         is_global=req.is_global,
         create_time=tx.now,
         expiration_time=tx.now + req.expiration_ttl if req.expiration_ttl else 0,
@@ -287,7 +309,7 @@ _TIME_SLACK_NS = 1_000
 
 
 async def update_token(tx: WriteTx, req: acl_pb2.ACLUpdateTokenRequest) -> acl_pb2.ACLToken:
-    """Change a token's name, type and policies in place (its secret, Global
+    """Change a token's name, type, policies and roles in place (its secret, Global
     and expiration stay, as Nomad's ACL.UpsertTokens of an existing token
     keeps them). `req` is validated as a creation's (`validate_token`)."""
     cur = await tx.conn.execute(
@@ -308,11 +330,20 @@ async def update_token(tx: WriteTx, req: acl_pb2.ACLUpdateTokenRequest) -> acl_p
         raise InvalidArgument("", "cannot update expiration time")
     token.name, token.type = req.name, req.type or acl.TOKEN_CLIENT
     token.policies[:] = await _existing_policies(tx, req.policies)
+    del token.roles[:]
+    token.roles.extend(await _resolve_role_links(tx, req.roles))
     token.modify_index = tx.index
     await tx.conn.execute(
-        "UPDATE acl_tokens SET name = %s, type = %s, policies = %s, modify_index = %s "
-        "WHERE accessor_id = %s",
-        (token.name, token.type, list(token.policies), tx.index, token.accessor_id),
+        "UPDATE acl_tokens SET name = %s, type = %s, policies = %s, roles = %s, "
+        "modify_index = %s WHERE accessor_id = %s",
+        (
+            token.name,
+            token.type,
+            list(token.policies),
+            [link.id for link in token.roles],
+            tx.index,
+            token.accessor_id,
+        ),
     )
     tx.record(topics.ACL_TOKEN.event(token.accessor_id, EventType.ACL_TOKEN_UPSERTED))
     await _touch(tx, TOKENS_TABLE)
@@ -347,10 +378,11 @@ async def replicate_tokens(
         t = rt.token
         await tx.conn.execute(
             "INSERT INTO acl_tokens (accessor_id, secret_hash, name, type, policies, global, "
-            "create_time, expiration_time, create_index, modify_index) "
-            "VALUES (%s, %s, %s, %s, %s, true, %s, %s, %s, %s) ON CONFLICT (accessor_id) "
+            "create_time, expiration_time, create_index, modify_index, roles) "
+            "VALUES (%s, %s, %s, %s, %s, true, %s, %s, %s, %s, %s) ON CONFLICT (accessor_id) "
             "DO UPDATE SET secret_hash = excluded.secret_hash, name = excluded.name, "
-            "type = excluded.type, policies = excluded.policies, global = true, "
+            "type = excluded.type, policies = excluded.policies, roles = excluded.roles, "
+            "global = true, "
             "create_time = excluded.create_time, expiration_time = excluded.expiration_time, "
             "modify_index = excluded.modify_index",
             (
@@ -363,6 +395,7 @@ async def replicate_tokens(
                 from_ns(t.expiration_time),
                 tx.index,
                 tx.index,
+                [link.id for link in t.roles],
             ),
         )
         tx.record(topics.ACL_TOKEN.event(t.accessor_id, EventType.ACL_TOKEN_UPSERTED))
@@ -394,3 +427,169 @@ async def delete_expired_tokens(
     if deleted:
         await _touch(tx, TOKENS_TABLE)
     return deleted
+
+
+# ---------------------------------------------------------------- roles
+
+
+def role_links(links: Sequence[acl_pb2.ACLTokenRoleLink]) -> None:
+    """A token's role links: each names a role by id or by name."""
+    if len(links) > MAX_TOKEN_ROLES:
+        raise InvalidArgument("roles", f"has more than {MAX_TOKEN_ROLES} entries")
+    for i, link in enumerate(links):
+        if link.id:
+            accessor_id(link.id, f"roles[{i}].id")
+        elif link.name:
+            policy_name(link.name, f"roles[{i}].name")
+        else:
+            raise InvalidArgument(f"roles[{i}]", "names no role: give its id or its name")
+
+
+def validate_roles(roles: Sequence[acl_pb2.ACLRole]) -> None:
+    """What Nomad's ACLRole.Validate checks, and no role twice in one call."""
+    _batch(len(roles), "roles")
+    names: set[str] = set()
+    ids: set[str] = set()
+    for i, r in enumerate(roles):
+        where = f"roles[{i}]"
+        if r.id:
+            accessor_id(r.id, f"{where}.id")
+            if r.id in ids:
+                raise InvalidArgument(f"{where}.id", f"{r.id!r} is given twice")
+            ids.add(r.id)
+        policy_name(r.name, f"{where}.name")
+        if r.name in names:
+            raise InvalidArgument(f"{where}.name", f"{r.name!r} is given twice")
+        names.add(r.name)
+        _no_nul(r.description, f"{where}.description")
+        if len(r.description) > MAX_DESCRIPTION:
+            raise InvalidArgument(
+                f"{where}.description", f"is longer than {MAX_DESCRIPTION} characters"
+            )
+        if not r.policies:
+            raise InvalidArgument(f"{where}.policies", "at least one policy should be specified")
+        if len(r.policies) > MAX_ROLE_POLICIES:
+            raise InvalidArgument(f"{where}.policies", f"has more than {MAX_ROLE_POLICIES} entries")
+        for j, name in enumerate(r.policies):
+            policy_name(name, f"{where}.policies[{j}]")
+
+
+async def _role_row(tx: WriteTx, column: str, value: str) -> acl_pb2.ACLRole | None:
+    cur = await tx.conn.execute(
+        f"SELECT {ROLE_COLUMNS} FROM acl_roles WHERE {column} = %s FOR UPDATE", (value,)
+    )
+    row = await cur.fetchone()
+    return role_from_row(row) if row is not None else None
+
+
+async def _put_role(tx: WriteTx, role: acl_pb2.ACLRole) -> None:
+    """Insert or replace one role (its create index kept on update), with
+    its change-log event."""
+    await tx.conn.execute(
+        "INSERT INTO acl_roles (id, name, description, policies, create_index, modify_index) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+        "name = excluded.name, description = excluded.description, "
+        "policies = excluded.policies, modify_index = excluded.modify_index",
+        (role.id, role.name, role.description, list(role.policies), role.create_index, tx.index),
+    )
+    tx.record(topics.ACL_ROLE.event(role.id, EventType.ACL_ROLE_UPSERTED))
+
+
+async def upsert_roles(tx: WriteTx, roles: Sequence[acl_pb2.ACLRole]) -> list[acl_pb2.ACLRole]:
+    """Create or update each role (validated by `validate_roles`), deciding
+    on the rows as this transaction reads them, as Nomad's UpsertRoles: a
+    role without an id is new and its name must be free; with an id it must
+    exist, and a new name must be free; every linked policy must exist.
+    A role that would not change is left alone. The roles as stored."""
+    out: list[acl_pb2.ACLRole] = []
+    for i, r in enumerate(roles):
+        where = f"roles[{i}]"
+        policies = list(dict.fromkeys(r.policies))
+        cur = await tx.conn.execute(
+            "SELECT name FROM acl_policies WHERE name = ANY(%s)", (policies,)
+        )
+        found = {row[0] for row in await cur.fetchall()}
+        missing = [p for p in policies if p not in found]
+        if missing:
+            raise InvalidArgument(f"{where}.policies", f"cannot find policy {', '.join(missing)}")
+        named = await _role_row(tx, "name", r.name)
+        if r.id:
+            existing = await _role_row(tx, "id", r.id)
+            if existing is None:
+                raise InvalidArgument(f"{where}.id", f"cannot find role {r.id}")
+        else:
+            existing = None
+        if named is not None and (existing is None or named.id != existing.id):
+            raise InvalidArgument(f"{where}.name", f"role with name {r.name} already exists")
+        role = acl_pb2.ACLRole(
+            id=r.id or str(uuid.uuid4()),
+            name=r.name,
+            description=r.description,
+            policies=policies,
+            create_index=existing.create_index if existing else tx.index,
+            modify_index=tx.index,
+        )
+        if existing is not None and (
+            (existing.name, existing.description, list(existing.policies))
+            == (role.name, role.description, policies)
+        ):
+            out.append(existing)
+            continue
+        await _put_role(tx, role)
+        out.append(role)
+    if tx.change_count:
+        await _touch(tx, ROLES_TABLE)
+    return out
+
+
+async def delete_roles(tx: WriteTx, ids: Sequence[str]) -> None:
+    """Delete roles by id; all must exist, else nothing is deleted. Tokens
+    keep the link, which then grants nothing and is no longer shown
+    (Nomad's fixTokenRoleLinks)."""
+    _batch(len(ids), "ids")
+    for i, role_id in enumerate(ids):
+        accessor_id(role_id, f"ids[{i}]")
+    await _delete_all(tx, ROLES_TABLE, "id", ids, topics.ACL_ROLE, EventType.ACL_ROLE_DELETED)
+
+
+async def replicate_roles(
+    tx: WriteTx, upsert: Sequence[acl_pb2.ACLRole], delete: Sequence[str]
+) -> None:
+    """Make this region's roles the authoritative region's (ACL
+    replication): the same ids, names and policy links, written without
+    checking the policies exist here (Nomad's AllowMissingPolicies: they
+    may arrive a moment later). A local role holding a replicated role's
+    name gives way (the authority's names are the federation's)."""
+    for r in upsert:
+        await tx.conn.execute("DELETE FROM acl_roles WHERE name = %s AND id <> %s", (r.name, r.id))
+        await _put_role(
+            tx,
+            acl_pb2.ACLRole(
+                id=r.id,
+                name=r.name,
+                description=r.description,
+                policies=r.policies,
+                create_index=tx.index,
+            ),
+        )
+    if delete:
+        await tx.conn.execute("DELETE FROM acl_roles WHERE id = ANY(%s)", (list(delete),))
+        for role_id in delete:
+            tx.record(topics.ACL_ROLE.event(role_id, EventType.ACL_ROLE_DELETED, deleted=True))
+    await _touch(tx, ROLES_TABLE)
+
+
+async def _resolve_role_links(
+    tx: WriteTx, links: Sequence[acl_pb2.ACLTokenRoleLink]
+) -> list[acl_pb2.ACLTokenRoleLink]:
+    """A token's role links, each by id or name, as the roles now are (id
+    and current name), without repeats; an unknown role is refused."""
+    out: dict[str, acl_pb2.ACLTokenRoleLink] = {}
+    for link in links:
+        role = await _role_row(tx, "id", link.id) if link.id else None
+        if not link.id:
+            role = await _role_row(tx, "name", link.name)
+        if role is None:
+            raise InvalidArgument("roles", f"cannot find role {link.id or link.name}")
+        out.setdefault(role.id, acl_pb2.ACLTokenRoleLink(id=role.id, name=role.name))
+    return list(out.values())

@@ -117,6 +117,12 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         accessor = str(uuid.uuid4())  # none: the state decides (403) before it looks
         return Sample(f"/v1/acl/token/{accessor}", body={"AccessorID": accessor, "Name": "x"})
 
+    role_id = str(uuid.uuid4())  # none: a management token reads 404, writes 400
+
+    def role(method: str) -> Sample:
+        body = {"ID": role_id, "Name": "gw-probe-role", "Policies": [{"Name": "gw-authz-probe"}]}
+        return Sample(f"/v1/acl/role/{role_id}", body=body if method in ("PUT", "POST") else None)
+
     return {
         "/v1/agent/health": const(Sample("/v1/agent/health")),
         "/v1/status/leader": const(Sample("/v1/status/leader")),
@@ -155,6 +161,18 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             body=None if m == "GET" else {"Count": 1, "Target": {"Group": "web"}},
         ),
         "/v1/job/{job_id:path}/dispatch": job_path("/dispatch", cluster.dispatch_job, body={}),
+        "/v1/job/{job_id:path}/dispatch/payload": job_path(
+            "/dispatch/payload", cluster.dispatch_job, body="a payload"
+        ),
+        "/v1/job/{job_id:path}/versions/{name}/tag": lambda m: Sample(
+            f"/v1/job/{d.job_id}/versions/gw-probe-tag/tag",
+            body=None if m == "DELETE" else {"Version": 0, "Description": "probe"},
+        ),
+        "/v1/jobs/statuses": lambda m: Sample(
+            "/v1/jobs/statuses",
+            body=None if m == "GET" else {"Jobs": [{"ID": d.job_id, "Namespace": "default"}]},
+        ),
+        "/v1/system/reconcile/summaries": const(Sample("/v1/system/reconcile/summaries")),
         "/v1/job/{job_id:path}/periodic/force": job_path("/periodic/force", cluster.periodic_job),
         "/v1/allocations": const(Sample("/v1/allocations")),
         "/v1/evaluations/count": const(Sample("/v1/evaluations/count")),
@@ -180,6 +198,17 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             )
         ),
         "/v1/client/stats": const(Sample("/v1/client/stats", params={"node_id": cluster.node_id})),
+        "/v1/client/metadata": lambda m: Sample(
+            "/v1/client/metadata",
+            params={"node_id": cluster.node_id},
+            body=None if m == "GET" else {"Meta": {"sample": "1"}},
+        ),
+        # finished allocs of the node are destroyed on its agent (the servers keep them)
+        "/v1/client/gc": const(Sample("/v1/client/gc", params={"node_id": cluster.node_id})),
+        # a write on team-a's alloc, granted there (running: refused with 400)
+        "/v1/client/allocation/{alloc_id}/gc": const(
+            Sample(f"/v1/client/allocation/{a.alloc_ids[0]}/gc", namespace=a.namespace)
+        ),
         "/v1/services": const(Sample("/v1/services")),
         "/v1/service/{name}": const(Sample("/v1/service/web")),
         "/v1/service/{name}/{id}": const(Sample("/v1/service/web/no-such-instance")),
@@ -274,6 +303,15 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             Sample("/v1/acl/token", body={"Name": "probe", "Type": "client", "Policies": []})
         ),
         "/v1/acl/token/self": const(Sample("/v1/acl/token/self")),
+        "/v1/acl/roles": const(Sample("/v1/acl/roles")),
+        "/v1/acl/role": const(
+            Sample(
+                "/v1/acl/role",
+                body={"Name": "gw-probe-role", "Policies": [{"Name": "gw-authz-probe"}]},
+            )
+        ),
+        "/v1/acl/role/name/{name}": const(Sample("/v1/acl/role/name/gw-probe-role")),
+        "/v1/acl/role/{role_id}": role,
         "/v1/acl/token/{accessor_id}": token,
         "/v1/event/stream": const(Sample("/v1/event/stream", params={"topic": "Job"}, stream=True)),
         "/v1/jobs/parse": const(Sample("/v1/jobs/parse", body=parse_body)),

@@ -250,6 +250,7 @@ def _paths(cluster: Cluster, template: str) -> Iterator[str]:
         "id": [b.alloc_ids[0]],
         "key_id": ["x"],
         "accessor_id": ["self"],
+        "role_id": [b.job_id],
         "rest": ["x"],
         "action": ["allocations"],
         "path": ["app.js", cluster.variable_path],

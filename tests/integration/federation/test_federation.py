@@ -2,8 +2,8 @@
 federation/conftest.py): the regions learn each other; a call naming the
 other region is forwarded with the caller's token and answered unchanged
 (blocking queries and the event stream included); a job carries its
-region; ACL policies and global tokens replicate from the authoritative
-region and writes of them are forwarded there; a region that goes away is
+region; ACL policies, roles and global tokens replicate from the
+authoritative region and writes of them are forwarded there; a region that goes away is
 "No path to region" without retries, and forwarding resumes when it is
 back."""
 
@@ -354,6 +354,87 @@ async def test_policy_writes_in_east_go_to_the_authority(regions: Regions, root:
         return not await _policy(regions.east_addr, root, "from-east")
 
     await until(gone_in_east, timeout=10, what="the deletion replicated to east")
+
+
+async def _role(address: str, token: str, name: str) -> acl_pb2.ACLRole | None:
+    async with dial(address) as ch:
+        try:
+            resp = await acl_pb2_grpc.ACLStub(ch).GetRoleByName(
+                acl_pb2.ACLGetRoleByNameRequest(name=name), metadata=metadata(token)
+            )
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND
+            return None
+    return resp.role
+
+
+async def test_roles_are_the_authoritys_and_replicate_with_their_tokens(
+    regions: Regions, root: str
+) -> None:
+    """A role written in east is written in west (forwarded) and copied
+    back; a global token linking it works in east through the role; a
+    change of the role in the authority reaches east's tokens."""
+    await test_the_bootstrap_token_is_replicated_to_east(regions, root)
+    async with dial(regions.west_addr) as west:
+        await acl_pb2_grpc.ACLStub(west).UpsertPolicies(
+            acl_pb2.ACLUpsertPoliciesRequest(
+                policies=[
+                    acl_pb2.ACLPolicy(
+                        name="role-jobs", rules='namespace "default" { policy = "read" }'
+                    ),
+                    acl_pb2.ACLPolicy(name="role-nodes", rules='node { policy = "read" }'),
+                ]
+            ),
+            metadata=metadata(root),
+        )
+    async with dial(regions.east_addr) as east:
+        made = await acl_pb2_grpc.ACLStub(east).UpsertRoles(
+            acl_pb2.ACLUpsertRolesRequest(
+                roles=[acl_pb2.ACLRole(name="fed-role", policies=["role-jobs"])]
+            ),
+            metadata=metadata(root),
+        )
+    role = made.roles[0]
+    west_role = await _role(regions.west_addr, root, "fed-role")
+    assert west_role is not None and west_role.id == role.id
+    async with dial(regions.west_addr) as west:
+        token = await acl_pb2_grpc.ACLStub(west).CreateToken(
+            acl_pb2.ACLCreateTokenRequest(
+                name="by-role", is_global=True, roles=[acl_pb2.ACLTokenRoleLink(name="fed-role")]
+            ),
+            metadata=metadata(root),
+        )
+    secret = token.token.secret_id
+
+    async def works_in_east() -> bool:
+        return await _can_list_jobs(regions.east_addr, secret) == grpc.StatusCode.OK
+
+    await until(works_in_east, timeout=10, what="the role's token working in east")
+    east_role = await _role(regions.east_addr, root, "fed-role")
+    assert east_role is not None and east_role.id == role.id
+
+    async with dial(regions.west_addr) as west:
+        await acl_pb2_grpc.ACLStub(west).UpsertRoles(
+            acl_pb2.ACLUpsertRolesRequest(
+                roles=[acl_pb2.ACLRole(id=role.id, name="fed-role", policies=["role-nodes"])]
+            ),
+            metadata=metadata(root),
+        )
+
+    async def denied_in_east() -> bool:
+        return await _can_list_jobs(regions.east_addr, secret) == grpc.StatusCode.PERMISSION_DENIED
+
+    await until(denied_in_east, timeout=40, what="the role's change reaching east")
+    async with dial(regions.east_addr) as east:
+        await acl_pb2_grpc.ACLStub(east).DeleteRoles(
+            acl_pb2.ACLDeleteRolesRequest(ids=[role.id]), metadata=metadata(root)
+        )
+    assert await _role(regions.west_addr, root, "fed-role") is None
+
+    async def gone_in_east() -> bool:
+        return await _role(regions.east_addr, root, "fed-role") is None
+
+    await until(gone_in_east, timeout=10, what="the role's deletion replicated to east")
 
 
 async def test_status_shows_links_servers_and_replication(regions: Regions, root: str) -> None:

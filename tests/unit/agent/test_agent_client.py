@@ -125,7 +125,7 @@ async def test_runners_keep_nothing_else_of_the_response_they_came_in(
     assert grown < 60, f"the agent grew {grown:.0f} MB holding 60 allocs"
 
 
-async def test_finished_allocs_past_gc_max_allocs_are_forgotten_oldest_first(
+async def test_finished_allocs_past_gc_max_allocs_are_destroyed_oldest_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Nomad's client alloc GC by count: the hour's soak showed the agent
@@ -169,4 +169,7 @@ async def test_finished_allocs_past_gc_max_allocs_are_forgotten_oldest_first(
     for t in list(agent._stops.values()):
         await t
     assert {s.alloc.id for s in agent.db.load()} == set(agent.runners)
+    # destroyed: their directories are gone too (Nomad's AllocRunner.Destroy)
+    allocs_dir = tmp_path / "agent" / "allocs"
+    assert {p.name for p in allocs_dir.iterdir()} == set(agent.runners)
     await agent.runners[running.id].stop()

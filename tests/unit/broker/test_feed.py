@@ -5,6 +5,7 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 
 from __future__ import annotations
 
+from corral.domain import structs
 from corral.domain.store import StateSnapshot, StateStore
 from corral.domain.topics import EventType
 from corral.testing import mock
@@ -251,3 +252,26 @@ async def test_a_blocked_outcome_is_tracked_with_the_token_and_acked() -> None:
     r.on_batch(b, snap)
     assert r.blocked.tracked(e.id) and r.blocked.total_blocked == 1
     assert not r.broker.outstanding_token(e.id)
+
+
+async def test_a_ready_node_whose_class_changes_unblocks_the_new_class() -> None:
+    """Dynamic node metadata (`node meta apply`) changes a ready node's
+    computed class: an eval blocked because the old class did not fit is
+    tried again (the new class is unknown to it), as Nomad's FSM unblocks
+    on every upsert of a ready node. The same node again does nothing."""
+    r, released = router()
+    node = mock.node()
+    blocked = ev(job="rack", status="blocked")
+    blocked.class_eligibility[node.computed_class] = False
+    snap = StateStore.build(5, nodes=[node], evals=[blocked])
+    r.restore(snap)
+    r.on_batch(batch(6, node), snap)
+    assert not released
+    changed = pb.Node()
+    changed.CopyFrom(node)
+    changed.meta["rack"] = "r7"
+    changed.computed_class = structs.computed_class(changed)
+    assert changed.computed_class != node.computed_class
+    snap = StateStore.build(7, nodes=[changed])
+    r.on_batch(batch(7, changed), snap)
+    assert released == [([blocked.id], 7)]
