@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(VENV)/bin/corral dev $(DEV_ARGS)
 
+# Test modules run in TEST_WORKERS processes (pytest-xdist), each module
+# whole in one of them (its module-scoped cluster is started once); the
+# slowest tests are printed at the end. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) proto-check lint rules-check chromium
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,8 +1,8 @@
 """`corral operator scheduler get-config|set-config`, `operator worker
 status|pause|resume|config` (Nomad's scheduler worker API), `operator
-members` (every registered process of every role) and `operator root
+members` (every registered process of every role), `operator root
 keyring list|rotate|remove` (the keyring of Variables and workload
-identities)."""
+identities) and `operator snapshot save|restore|inspect` (snapshot.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 
 import grpc
 
-from cli.commands import group, keyring
+from cli.commands import group, keyring, snapshot
 from cli.commands.server import replication_line, show_links
 from cli.context import CliError, Context, common, grpc_message
 from cli.output import fmt_ago, heading, kv, print_json, short, table, to_dict
@@ -118,6 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_worker_config)
 
     keyring.register(op)
+    snapshot.register(op)
 
     p = op.add_parser("members", help="Registered processes of every role, with leaders")
     p.add_argument("-role", "--role", default="")

@@ -17,6 +17,10 @@ LEADER_METADATA_KEY = "corral-leader"
 #: the trailing metadata of an INVALID_ARGUMENT that names its field (an
 #: `InvalidArgument.field`), so a gateway can name it in its caller's words
 FIELD_METADATA_KEY = "corral-field"
+#: the trailing metadata of the OUT_OF_RANGE that ends a change-feed stream
+#: because the state was replaced by a snapshot restore (`StateRestored`):
+#: the index the restore committed at
+RESTORED_METADATA_KEY = "corral-restored"
 
 #: The longest status message a caller is sent, in bytes as gRPC carries it
 #: (percent-encoded in the `grpc-message` trailer). Clients drop trailers
@@ -88,6 +92,19 @@ class Aborted(CorralError):
 
 class OutOfRange(CorralError):
     code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class StateRestored(OutOfRange):
+    """A change-feed stream crossed a snapshot restore: the subscriber
+    reloads from a snapshot, and knows (RESTORED_METADATA_KEY) that what it
+    kept beside its copy of the state may be gone."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(
+            f"the state was replaced by a snapshot restore at index {index}; "
+            "re-bootstrap from State.Snapshot"
+        )
+        self.index = index
 
 
 class ResourceExhausted(CorralError):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import grpc
 from prometheus_client import Gauge
 
+from corral.domain.errors import RESTORED_METADATA_KEY
 from corral.domain.store import StateSnapshot, StateStore
 from corral.runtime import feed_view
 from corral.runtime.feed_view import FeedView
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 OnBatch = Callable[[pb.ChangeBatch, StateSnapshot], None]
 OnReset = Callable[[StateSnapshot], None]
+_Listener = tuple[OnBatch, OnReset | None, OnReset | None]
 
 REPLICA_INDEX = Gauge("corral_replica_index", "Newest index applied by the replica", ["replica"])
 REPLICA_LAG = Gauge(
@@ -64,7 +66,7 @@ class Replica:
         # a replica's readers never look at placement metrics: keep allocs lean
         self._store = StateStore(lean=True)
         self._advanced = asyncio.Event()
-        self._listeners: list[tuple[OnBatch, OnReset | None]] = []
+        self._listeners: list[_Listener] = []
         self._running = asyncio.Event()
         self._running.set()
         self._stopping = asyncio.Event()
@@ -108,11 +110,18 @@ class Replica:
                 continue
         return self._store.snapshot()
 
-    def add_listener(self, on_batch: OnBatch, on_reset: OnReset | None = None) -> None:
+    def add_listener(
+        self,
+        on_batch: OnBatch,
+        on_reset: OnReset | None = None,
+        on_restore: OnReset | None = None,
+    ) -> None:
         """Call on_batch after each applied batch (in index order) and
-        on_reset after a full re-bootstrap. Listeners run on the feed task:
-        keep them quick and do not block."""
-        self._listeners.append((on_batch, on_reset))
+        on_reset after a full re-bootstrap; after one that follows a
+        snapshot restore (the state was replaced, not merely too far
+        ahead), on_restore instead when given. Listeners run on the feed
+        task: keep them quick and do not block."""
+        self._listeners.append((on_batch, on_reset, on_restore))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -163,7 +172,9 @@ class Replica:
 
     # ------------------------------------------------------------ feed
 
-    async def _bootstrap(self, stub: state_pb2_grpc.StateAsyncStub) -> None:
+    async def _bootstrap(
+        self, stub: state_pb2_grpc.StateAsyncStub, *, restored: bool = False
+    ) -> None:
         index = 0
         tables: dict[str, int] = {}
         parts: dict[str, list[object]] = {
@@ -207,9 +218,10 @@ class Replica:
         self._bootstraps += 1
         REPLICA_INDEX.labels(self.name).set(index)
         log.info("replica %s bootstrapped at index %d", self.name, index, extra={"index": index})
-        for _, on_reset in self._listeners:
-            if on_reset is not None:
-                on_reset(snap)
+        for _, on_reset, on_restore in self._listeners:
+            handler = on_restore if restored and on_restore is not None else on_reset
+            if handler is not None:
+                handler(snap)
         self._signal()
 
     async def _follow(self, stub: state_pb2_grpc.StateAsyncStub) -> None:
@@ -241,8 +253,10 @@ class Replica:
                 broken_at = broken_at or time.monotonic()
                 if exc.code() == grpc.StatusCode.OUT_OF_RANGE:
                     log.warning("replica %s: %s; re-bootstrapping", self.name, exc.details())
+                    trailers = exc.trailing_metadata() or ()
+                    restored = any(k == RESTORED_METADATA_KEY for k, _ in trailers)
                     with contextlib.suppress(grpc.aio.AioRpcError):
-                        await self._bootstrap(stub)
+                        await self._bootstrap(stub, restored=restored)
                         broken_at = None
                     continue
                 log.info("replica %s: feed interrupted (%s); resuming", self.name, exc.code().name)
@@ -268,7 +282,7 @@ class Replica:
         REPLICA_INDEX.labels(self.name).set(snap.index)
         if batch.time:
             REPLICA_LAG.labels(self.name).set(max(0.0, time.time() - batch.time / 1e9))
-        for on_batch, _ in self._listeners:
+        for on_batch, _, _ in self._listeners:
             try:
                 on_batch(batch, snap)
             except Exception:

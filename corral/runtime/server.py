@@ -28,11 +28,13 @@ from corral.domain.errors import (
     FIELD_METADATA_KEY,
     LEADER_METADATA_KEY,
     NO_RETRY_METADATA,
+    RESTORED_METADATA_KEY,
     CorralError,
     FailedPrecondition,
     InvalidArgument,
     NoRegionPath,
     NotLeader,
+    StateRestored,
     bounded_message,
 )
 from corral.runtime import rpc_metrics
@@ -70,6 +72,8 @@ def _status_for(err: CorralError) -> tuple[grpc.StatusCode, str, tuple[tuple[str
     md: tuple[tuple[str, str], ...] = ()
     if isinstance(err, NotLeader) and err.leader_address:
         md = ((LEADER_METADATA_KEY, err.leader_address),)
+    elif isinstance(err, StateRestored):
+        md = ((RESTORED_METADATA_KEY, str(err.index)),)
     elif isinstance(err, NoRegionPath):
         md = NO_RETRY_METADATA
     elif isinstance(err, InvalidArgument) and _metadata_safe(err.field):

@@ -246,6 +246,10 @@ RULES: dict[str, Rule] = {
     "/corral.v1.Operator/SchedulerGetConfiguration": scope("operator", "read"),
     "/corral.v1.Operator/SchedulerSetConfiguration": scope("operator", "write"),
     "/corral.v1.Operator/Members": scope("operator", "read"),
+    # the whole state, secrets included, out and in: Nomad asks a management
+    # token for both
+    "/corral.v1.Operator/SnapshotSave": MANAGEMENT,
+    "/corral.v1.Operator/SnapshotRestore": MANAGEMENT,
     "/corral.v1.System/GarbageCollect": scope("operator", "write"),
     "/corral.v1.System/ReconcileSummaries": MANAGEMENT,
     "/corral.v1.CoreGC/Force": SERVER,

@@ -176,6 +176,34 @@ class RootKeyMaterial:
             kek.wrap(self.key_id, "rsa key", rsa_der),
         )
 
+    def exported(self) -> dict[str, str]:
+        """The key in clear (base64), for an operator snapshot: a file that
+        is a secret as a whole (0600, docs/operations.md), so a restore into
+        another cluster can wrap the key with that cluster's KEK."""
+        rsa_der = self.rsa_key.private_bytes(
+            serialization.Encoding.DER,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return {
+            "data_key": base64.b64encode(self.data_key).decode(),
+            "rsa_key": base64.b64encode(rsa_der).decode(),
+        }
+
+    @classmethod
+    def imported(cls, key_id: str, exported: dict[str, str]) -> RootKeyMaterial:
+        """A key `exported` wrote; KeyringError when it is not one."""
+        try:
+            data_key = base64.b64decode(exported["data_key"], validate=True)
+            private = serialization.load_der_private_key(
+                base64.b64decode(exported["rsa_key"], validate=True), password=None
+            )
+        except (KeyError, TypeError, ValueError):
+            raise KeyringError(f"root key {key_id}: its material is unreadable") from None
+        if not isinstance(private, rsa.RSAPrivateKey) or len(data_key) != 32:
+            raise KeyringError(f"root key {key_id}: its material is not what a root key holds")
+        return cls(key_id=key_id, data_key=data_key, rsa_key=private)
+
     @classmethod
     def unwrap(
         cls, kek: KeyEncryptionKey, key_id: str, wrapped_key: bytes, wrapped_rsa_key: bytes

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 FILE_MODE = 0o600
@@ -32,13 +33,21 @@ def private_dir(path: Path) -> Path:
 
 def write_private(path: Path, data: str | bytes) -> None:
     """Replace `path` with `data` in a file created 0600."""
+    write_private_chunks(path, [data.encode() if isinstance(data, str) else data])
+
+
+def write_private_chunks(path: Path, chunks: Iterable[bytes]) -> None:
+    """Replace `path` with the bytes `chunks` yields, in a file created
+    0600 (an operator snapshot, streamed as it arrives); if `chunks` raises,
+    the previous file stays."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
         with os.fdopen(fd, "wb") as fh:
             fd = -1
-            fh.write(data.encode() if isinstance(data, str) else data)
+            for chunk in chunks:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

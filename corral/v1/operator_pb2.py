@@ -27,7 +27,7 @@ from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 from corral.v1 import state_pb2 as corral_dot_v1_dot_state__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63orral/v1/operator.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\x1a\x15\x63orral/v1/state.proto\"J\n SchedulerGetConfigurationRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"h\n SchedulerSetConfigurationRequest\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0b\n\x03\x63\x61s\x18\x02 \x01(\x08\"y\n\x1eSchedulerConfigurationResponse\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0f\n\x07updated\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\"\x1e\n\x0eMembersRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\"5\n\x0fMembersResponse\x12\"\n\x07members\x18\x01 \x03(\x0b\x32\x11.corral.v1.Member2\xb6\x02\n\x08Operator\x12s\n\x19SchedulerGetConfiguration\x12+.corral.v1.SchedulerGetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12s\n\x19SchedulerSetConfiguration\x12+.corral.v1.SchedulerSetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12@\n\x07Members\x12\x19.corral.v1.MembersRequest\x1a\x1a.corral.v1.MembersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63orral/v1/operator.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\x1a\x15\x63orral/v1/state.proto\"J\n SchedulerGetConfigurationRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\"h\n SchedulerSetConfigurationRequest\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0b\n\x03\x63\x61s\x18\x02 \x01(\x08\"y\n\x1eSchedulerConfigurationResponse\x12\x37\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\'.corral.v1.types.SchedulerConfiguration\x12\x0f\n\x07updated\x18\x02 \x01(\x08\x12\r\n\x05index\x18\x03 \x01(\x04\"\x1e\n\x0eMembersRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\"5\n\x0fMembersResponse\x12\"\n\x07members\x18\x01 \x03(\x0b\x32\x11.corral.v1.Member\"$\n\x13SnapshotSaveRequest\x12\r\n\x05stale\x18\x01 \x01(\x08\"Q\n\x14SnapshotSaveResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"&\n\x16SnapshotRestoreRequest\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"@\n\x17SnapshotRestoreResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x16\n\x0esnapshot_index\x18\x02 \x01(\x04\x32\xe7\x03\n\x08Operator\x12s\n\x19SchedulerGetConfiguration\x12+.corral.v1.SchedulerGetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12s\n\x19SchedulerSetConfiguration\x12+.corral.v1.SchedulerSetConfigurationRequest\x1a).corral.v1.SchedulerConfigurationResponse\x12@\n\x07Members\x12\x19.corral.v1.MembersRequest\x1a\x1a.corral.v1.MembersResponse\x12Q\n\x0cSnapshotSave\x12\x1e.corral.v1.SnapshotSaveRequest\x1a\x1f.corral.v1.SnapshotSaveResponse0\x01\x12\\\n\x0fSnapshotRestore\x12!.corral.v1.SnapshotRestoreRequest\x1a\".corral.v1.SnapshotRestoreResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,6 +44,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMBERSREQUEST']._serialized_end=445
   _globals['_MEMBERSRESPONSE']._serialized_start=447
   _globals['_MEMBERSRESPONSE']._serialized_end=500
-  _globals['_OPERATOR']._serialized_start=503
-  _globals['_OPERATOR']._serialized_end=813
+  _globals['_SNAPSHOTSAVEREQUEST']._serialized_start=502
+  _globals['_SNAPSHOTSAVEREQUEST']._serialized_end=538
+  _globals['_SNAPSHOTSAVERESPONSE']._serialized_start=540
+  _globals['_SNAPSHOTSAVERESPONSE']._serialized_end=621
+  _globals['_SNAPSHOTRESTOREREQUEST']._serialized_start=623
+  _globals['_SNAPSHOTRESTOREREQUEST']._serialized_end=661
+  _globals['_SNAPSHOTRESTORERESPONSE']._serialized_start=663
+  _globals['_SNAPSHOTRESTORERESPONSE']._serialized_end=727
+  _globals['_OPERATOR']._serialized_start=730
+  _globals['_OPERATOR']._serialized_end=1217
 # @@protoc_insertion_point(module_scope)

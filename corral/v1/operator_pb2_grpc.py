@@ -49,6 +49,16 @@ class OperatorStub:
                 request_serializer=corral_dot_v1_dot_operator__pb2.MembersRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_operator__pb2.MembersResponse.FromString,
                 _registered_method=True)
+        self.SnapshotSave = channel.unary_stream(
+                '/corral.v1.Operator/SnapshotSave',
+                request_serializer=corral_dot_v1_dot_operator__pb2.SnapshotSaveRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_operator__pb2.SnapshotSaveResponse.FromString,
+                _registered_method=True)
+        self.SnapshotRestore = channel.stream_stream(
+                '/corral.v1.Operator/SnapshotRestore',
+                request_serializer=corral_dot_v1_dot_operator__pb2.SnapshotRestoreRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_operator__pb2.SnapshotRestoreResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -73,6 +83,30 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SnapshotSave(self, request, context):
+        """A consistent archive of the whole state at one index (every table read in
+        one REPEATABLE READ transaction): the first message is the header (index,
+        size, checksum), the others the archive's bytes in order. Management
+        token only; the archive holds secrets (docs/operations.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SnapshotRestore(self, request_iterator, context):
+        """Replace the whole state with an archive SnapshotSave made, in one
+        transaction at a new index above both the archive's and the cluster's.
+        The caller streams the archive's bytes (at most --snapshot-max-bytes in
+        all) and half-closes; one response follows. A bad checksum, another
+        schema revision or format is INVALID_ARGUMENT or FAILED_PRECONDITION and
+        changes nothing; so does one naming another region (a stream is not
+        forwarded). Bidirectional only because the server's interceptor checks
+        access on a stream's first message. Management token only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -90,6 +124,16 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.Members,
                     request_deserializer=corral_dot_v1_dot_operator__pb2.MembersRequest.FromString,
                     response_serializer=corral_dot_v1_dot_operator__pb2.MembersResponse.SerializeToString,
+            ),
+            'SnapshotSave': grpc.unary_stream_rpc_method_handler(
+                    servicer.SnapshotSave,
+                    request_deserializer=corral_dot_v1_dot_operator__pb2.SnapshotSaveRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_operator__pb2.SnapshotSaveResponse.SerializeToString,
+            ),
+            'SnapshotRestore': grpc.stream_stream_rpc_method_handler(
+                    servicer.SnapshotRestore,
+                    request_deserializer=corral_dot_v1_dot_operator__pb2.SnapshotRestoreRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_operator__pb2.SnapshotRestoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -173,6 +217,60 @@ class Operator:
             '/corral.v1.Operator/Members',
             corral_dot_v1_dot_operator__pb2.MembersRequest.SerializeToString,
             corral_dot_v1_dot_operator__pb2.MembersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotSave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/corral.v1.Operator/SnapshotSave',
+            corral_dot_v1_dot_operator__pb2.SnapshotSaveRequest.SerializeToString,
+            corral_dot_v1_dot_operator__pb2.SnapshotSaveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotRestore(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/corral.v1.Operator/SnapshotRestore',
+            corral_dot_v1_dot_operator__pb2.SnapshotRestoreRequest.SerializeToString,
+            corral_dot_v1_dot_operator__pb2.SnapshotRestoreResponse.FromString,
             options,
             channel_credentials,
             insecure,

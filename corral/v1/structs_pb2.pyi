@@ -5518,10 +5518,18 @@ class ChangeBatch(_message.Message):
     INDEX_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
+    RESET_FIELD_NUMBER: _builtins.int
     EVAL_DECISIONS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     time: _builtins.int
     """commit time, Unix ns"""
+    reset: _builtins.bool
+    """The whole state was replaced at this index (an operator snapshot
+    restore): the batch holds no events, and every copy of the state (each
+    state process's feed, every replica and event stream) reloads from a
+    snapshot instead of applying it. Never sent to a subscriber: its stream
+    ends with OUT_OF_RANGE.
+    """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]: ...
     @_builtins.property
@@ -5537,11 +5545,12 @@ class ChangeBatch(_message.Message):
         index: _builtins.int = ...,
         time: _builtins.int = ...,
         events: _abc.Iterable[Global___Event] | None = ...,
+        reset: _builtins.bool = ...,
         eval_decisions: _abc.Iterable[Global___EvalDecision] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval_decisions", b"eval_decisions", "events", b"events", "index", b"index", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval_decisions", b"eval_decisions", "events", b"events", "index", b"index", "reset", b"reset", "time", b"time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -83,7 +83,9 @@ class BrokerProcess(runner.LeaderRole):
         return int(resp.index)
 
     def add_services(self) -> None:
-        self.replica.add_listener(self.router.on_batch, self.router.on_reset)
+        self.replica.add_listener(
+            self.router.on_batch, self.router.on_reset, self.router.on_restore
+        )
         self.replica.add_listener(self.periodic.on_batch, self.periodic.on_reset)
         self.replica.add_listener(self.deployments.on_batch, self.deployments.on_reset)
         servicer = EvalServicer(

@@ -77,6 +77,26 @@ class FeedRouter:
         self.enabled = True
         return pending, blocked
 
+    def on_restore(self, snap: StateSnapshot) -> None:
+        """The state was replaced by a snapshot restore: evals the broker
+        holds may be gone, or other evals in the restored state: start
+        over from it, as a new leader does (Nomad's leader reasserts its
+        leadership after a restore, flushing and restoring its broker)."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        for part in (self.broker, self.blocked):
+            part.set_enabled(False)
+            part.set_enabled(True)
+        pending, blocked = self.restore(snap)
+        log.warning(
+            "state restored from a snapshot: broker restarted with %d pending and %d "
+            "blocked evals at index %d",
+            pending,
+            blocked,
+            snap.index,
+        )
+
     def on_reset(self, snap: StateSnapshot) -> None:
         """The replica re-bootstrapped (it fell behind the retained change
         log), so the batches in the gap were never routed: enqueue pending

@@ -42,6 +42,7 @@ class StateApp:
             db=self.db,
             feed=self.feed,
             job_max_source_size=settings.job_max_source_size,
+            snapshot_max_bytes=settings.snapshot_max_bytes,
             shutting_down=self.server.shutting_down,
             limits=CallLimits(settings.max_waiting_per_connection),
             stream_stall_timeout=settings.stream_stall_timeout,
@@ -71,6 +72,14 @@ class StateApp:
         self.drainer = Drainer(self.ctx, settings.heartbeat.drain_interval)
         self.token_gc = TokenGC(self.ctx, settings.acl)
         self.keyring_leader = KeyringLeader(self.ctx)
+        # a snapshot restore replaced the state: what is kept beside the
+        # feed's store starts over
+        self.feed.on_reload += [
+            self.ctx.acl.invalidate,
+            self.ctx.keyring.forget,
+            self.ctx.node_secrets.forget,
+            self.heartbeats.reloaded,
+        ]
         self.election: LeaderElection | None = None
         self._term: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []

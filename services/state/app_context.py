@@ -38,6 +38,8 @@ class StateContext:
     member_id: str = ""
     #: the largest job submission kept (StateSettings.job_max_source_size)
     job_max_source_size: int = 1_000_000
+    #: the largest snapshot a restore accepts (StateSettings.snapshot_max_bytes)
+    snapshot_max_bytes: int = 2 * 2**30
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     #: bounds on the calls that wait (blocking queries, streams)
     limits: CallLimits = field(default_factory=CallLimits)

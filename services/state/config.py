@@ -231,6 +231,12 @@ class StateSettings(ServerSettings):
         description="largest job submission (source plus variables, bytes) kept with a job "
         "version (Nomad's job_max_source_size); a larger one is discarded with a warning",
     )
+    snapshot_max_bytes: int = Field(
+        2 * 2**30,
+        ge=1,
+        description="largest operator snapshot a restore accepts: its archive, and the state "
+        "it unpacks to (bytes); a larger one is refused and nothing changes",
+    )
     heartbeat: HeartbeatSettings = Field(default_factory=HeartbeatSettings)
     acl: ACLSettings = Field(default_factory=ACLSettings)
     keyring: KeyringSettings = Field(default_factory=KeyringSettings)

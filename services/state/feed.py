@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import psycopg
 
 from corral.domain import topics
-from corral.domain.errors import OutOfRange, Unavailable
+from corral.domain.errors import OutOfRange, StateRestored, Unavailable
 from corral.domain.store import StateSnapshot, StateStore
 from corral.runtime.feed_view import FeedView
 from corral.v1 import structs_pb2 as pb
@@ -69,6 +69,10 @@ class ChangeFeed:
         # each batch serialized once per view, for all its subscribers
         self._encoded: OrderedDict[tuple[FeedView, int], bytes] = OrderedDict()
         self._encoded_bytes = 0
+        #: called after the state was reloaded while running (a snapshot
+        #: restore, or a log truncated past this process): caches of state
+        #: outside the store start over
+        self.on_reload: list[Callable[[], None]] = []
         db.on_commit = self.committed
 
     @property
@@ -148,11 +152,21 @@ class ChangeFeed:
                 if len(batches) < READ_BATCH:
                     return
                 continue
-            if fresh[0].index != self.store.index + 1:
-                # The log was truncated past us (we were down a long time): reload.
-                log.warning("change log truncated past index %d; reloading state", self.index)
+            if fresh[0].index != self.store.index + 1 or any(b.reset for b in fresh):
+                # The log was truncated past us (we were down a long time), or
+                # the state was replaced by a snapshot restore: reload.
+                log.warning("change log truncated or reset past index %d; reloading", self.index)
                 await self._bootstrap()
                 self._signal_advance()
+                # every node's blocking alloc query answers from the new state
+                for waiter in self._node_waiters.values():
+                    waiter.set()
+                self._node_waiters.clear()
+                for reloaded in self.on_reload:
+                    try:
+                        reloaded()
+                    except Exception:
+                        log.exception("a state reload listener failed")
                 continue
             self._apply(fresh)
             if len(batches) < READ_BATCH:
@@ -198,7 +212,9 @@ class ChangeFeed:
         round trip; otherwise another process committed in between and the
         reader is woken to fetch the gap (and these) from the log.
         """
-        if batches and batches[0].index == self.store.index + 1 and self._ready.is_set():
+        if any(b.reset for b in batches):
+            self._wake.set()  # a snapshot restore: the reader reloads the state
+        elif batches and batches[0].index == self.store.index + 1 and self._ready.is_set():
             self._apply(batches)
         elif batches and batches[-1].index > self.store.index:
             self._wake.set()
@@ -304,7 +320,9 @@ class ChangeFeed:
 
         Raises OutOfRange when from_index is older than the retained log, or
         newer than anything this state has (the subscriber followed another
-        database): the subscriber must re-bootstrap from a snapshot.
+        database), or when the state was replaced by a snapshot restore
+        after from_index (a `reset` batch): the subscriber must re-bootstrap
+        from a snapshot.
         """
         last = from_index
         if last > self.store.index and last > await self.db.latest_index():
@@ -334,6 +352,8 @@ class ChangeFeed:
                     last = batch.index
                 continue
             batches = await self.db.read_log(last, READ_BATCH, max_bytes=SUBSCRIBER_PAGE_BYTES)
+            if batches and batches[0].reset:
+                raise StateRestored(batches[0].index)
             if not batches or batches[0].index != last + 1:
                 oldest = await self.db.oldest_retained_index()
                 raise OutOfRange(
@@ -341,5 +361,7 @@ class ChangeFeed:
                     f"(oldest retained {oldest}); re-bootstrap from State.Snapshot"
                 )
             for batch in batches:
+                if batch.reset:
+                    raise StateRestored(batch.index)
                 yield batch
                 last = batch.index

@@ -79,6 +79,21 @@ class Heartbeats:
             if node.status != NodeStatus.DOWN:
                 self.reset(node.id, self.settings.failover_ttl)
 
+    def reloaded(self) -> None:
+        """The state was replaced (a snapshot restore): watch the nodes it
+        holds now, each with an ordinary TTL, so a node restored from
+        another cluster that never heartbeats here goes down soon; the
+        nodes of this one heartbeat well within it (a node the restore
+        dropped is told NOT_FOUND and registers again)."""
+        if not self.enabled:
+            return
+        self._deadline.clear()
+        self._heap.clear()
+        for node in self.ctx.feed.snapshot().iter_nodes():
+            if node.status != NodeStatus.DOWN:
+                self.reset(node.id, self.ttl())
+        self._changed.set()
+
     def end_term(self) -> None:
         self.enabled = False
         self._deadline.clear()

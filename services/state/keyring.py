@@ -230,6 +230,13 @@ class Keyring:
         else:
             self._publics.pop(key_id, None)  # its state changed
 
+    def forget(self) -> None:
+        """The state was replaced (a snapshot restore): every cached key
+        may be gone or another."""
+        self._active = None
+        self._materials.clear()
+        self._publics.clear()
+
     def written(self, tx: WriteTx) -> None:
         """After this process's own root-key write committed."""
         for batch in tx.batches:

@@ -96,6 +96,10 @@ class NodeSecrets:
         self.db = db
         self._hashes: dict[str, tuple[int, str]] = {}
 
+    def forget(self) -> None:
+        """The state was replaced (a snapshot restore)."""
+        self._hashes.clear()
+
     async def check(self, node: pb.Node, secret_id: str) -> None:
         """The caller holds the secret of `node` (as the snapshot shows it)."""
         require_secret(secret_id, node.id)

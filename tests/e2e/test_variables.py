@@ -260,3 +260,112 @@ def test_items_are_ciphertext_in_postgresql_and_survive_rotation(dev: DevProcess
             "SELECT key_id FROM variables WHERE path = 'app/after-rotation'"
         ).fetchone()
     assert new_key is not None and new_key[0] not in old_keys and states[new_key[0]] == "active"
+
+
+#: a quick batch job for the restored cluster, on its own node
+AFTER_RESTORE = """
+job "after-restore" {
+  type        = "batch"
+  datacenters = ["dc1"]
+  constraint {
+    attribute = "${node.unique.id}"
+    value     = "%(node)s"
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "%(python)s"
+        args    = ["-c", "print('restored')"]
+      }
+      resources {
+        cpu    = 50
+        memory = 64
+      }
+    }
+  }
+}
+"""
+
+
+def test_operator_snapshot_restores_into_a_fresh_cluster(
+    dev: DevProcess, no_rights: str, tmp_path: Path
+) -> None:
+    """Issue 31: this cluster (jobs, variables, tokens) saved with the CLI,
+    restored into a fresh `corral dev -acl`, which then holds them, honours
+    this cluster's tokens and keeps scheduling."""
+    # only a management token saves, over HTTP as through the CLI
+    assert http(dev, "GET", "/v1/operator/snapshot", no_rights)[0] == 403
+    denied = corral(dev, "operator", "snapshot", "save", str(tmp_path / "x.snap"), token=no_rights)
+    assert denied.returncode == 1 and "management token" in denied.stderr
+    req = urllib.request.Request(
+        dev.http_addr + "/v1/operator/snapshot", headers={"X-Nomad-Token": dev.token}
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        body, digest, index = resp.read(), resp.headers["Digest"], resp.headers["X-Nomad-Index"]
+    assert digest.startswith("sha-256=") and int(index) > 0 and body[:2] == b"\x1f\x8b"
+
+    path = tmp_path / "a.snap"
+    saved = corral(dev, "operator", "snapshot", "save", str(path))
+    assert saved.returncode == 0 and "State file written" in saved.stdout, saved.stderr
+    assert path.stat().st_mode & 0o777 == 0o600
+    inspected = corral(dev, "operator", "snapshot", "inspect", "-json", str(path))
+    assert inspected.returncode == 0, inspected.stderr
+    summary = json.loads(inspected.stdout)
+    rows = {t["Name"]: t["Count"] for t in summary["Tables"]}
+    assert rows["jobs"] >= 1 and rows["variables"] >= 2 and rows["acl_tokens"] >= 2
+    assert summary["Keyring"] is True
+
+    data_dir = Path(tempfile.mkdtemp(prefix="corral-restored-"))
+    fresh = start_dev(data_dir, "-acl")
+    try:
+        nodes = http(fresh, "GET", "/v1/nodes", fresh.token)[1]
+        assert len(nodes) == 1
+        node_id = nodes[0]["ID"]
+        restored = corral(fresh, "operator", "snapshot", "restore", str(path), token=fresh.token)
+        assert restored.returncode == 0 and "Snapshot Restored" in restored.stdout, restored.stderr
+        # the fresh cluster's own token went with its state; this cluster's works
+        assert http(fresh, "GET", "/v1/jobs", fresh.token)[0] == 403
+        status, jobs = http(fresh, "GET", "/v1/jobs", dev.token)
+        assert status == 200 and "web" in {j["ID"] for j in jobs}
+        got = corral(fresh, "var", "get", "-item", "password", "nomad/jobs/web", token=dev.token)
+        assert (got.returncode, got.stdout) == (0, "web-secret"), got.stderr
+        assert http(fresh, "GET", "/v1/acl/token/self", no_rights)[0] == 200
+
+        # again over HTTP, as Nomad's api client does: the index only goes up
+        first = int(restored.stdout.rsplit("index ", 1)[1].rstrip(")\n"))
+        put = urllib.request.Request(
+            fresh.http_addr + "/v1/operator/snapshot",
+            data=path.read_bytes(),
+            method="PUT",
+            headers={"X-Nomad-Token": dev.token},
+        )
+        with urllib.request.urlopen(put, timeout=120) as resp:
+            assert resp.status == 200 and int(resp.headers["X-Nomad-Index"]) > first
+        put.data = b"not a snapshot"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(put, timeout=60)
+        assert refused.value.code == 400 and b"not a readable snapshot" in refused.value.read()
+
+        def node_ready() -> bool:
+            status, node = http(fresh, "GET", f"/v1/node/{node_id}", dev.token)
+            return status == 200 and node.get("Status") == "ready"
+
+        # its agent, dropped with the old state, registers again and runs a new job
+        wait_for("the fresh cluster's node registered again", node_ready, timeout=120)
+        jobfile = tmp_path / "after.nomad.hcl"
+        jobfile.write_text(AFTER_RESTORE % {"python": sys.executable, "node": node_id})
+        run = corral(fresh, "job", "run", "-detach", str(jobfile), token=dev.token)
+        assert run.returncode == 0, run.stderr
+        wait_for(
+            "the new job completed on the restored cluster",
+            lambda: [
+                a
+                for a in http(fresh, "GET", "/v1/job/after-restore/allocations", dev.token)[1]
+                if a["ClientStatus"] == "complete"
+            ],
+            timeout=180,
+        )
+    finally:
+        stop_dev(fresh)
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -1117,6 +1117,21 @@ class Database:
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield conn
 
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A plain read-write transaction, outside the indexed writes: for
+        the snapshot restore only (services/state/backup.py), which takes
+        the index counter's lock itself and replaces every table. Its
+        change batches go to `on_commit` as `write()`'s do."""
+        await self._ensure_open()
+        async with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    async def schema_revision(self) -> str:
+        """The Alembic revision the database was migrated to."""
+        rows = await self._query("SELECT version_num FROM alembic_version")
+        return str(rows[0][0]) if rows else ""
+
     async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         await self._ensure_open()
         async with self.pool.connection() as conn:

@@ -34,7 +34,10 @@ async def follow_health(tx: WriteTx, before: pb.Allocation, after: pb.Allocation
     if cur is None or not deployments.is_active(cur):
         return
     d = copy_msg(cur)
-    at = after.deployment_status.timestamp or tx.now
+    # the client's time of the health change, never past the server's own
+    # clock: a clock ahead (or a node lying) would push the progress deadline
+    # out of reach, and out of int64 range
+    at = min(after.deployment_status.timestamp or tx.now, tx.now)
     if deployments.count_health(d, after.task_group, was, now, at):
         tx.put_deployment(d)
 

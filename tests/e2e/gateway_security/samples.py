@@ -275,6 +275,9 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/operator/scheduler/configuration": lambda m: Sample(
             "/v1/operator/scheduler/configuration", body=None if m == "GET" else scheduler
         ),
+        # PUT/POST without a body: refused (400) before the state changes;
+        # a real archive would replace the cluster's state mid-test
+        "/v1/operator/snapshot": const(Sample("/v1/operator/snapshot")),
         "/v1/deployments": const(Sample("/v1/deployments")),
         "/v1/deployment/allocations/{deployment_id}": objects_path(
             "/v1/deployment/allocations/", d, "deployment"

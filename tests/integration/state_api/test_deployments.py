@@ -72,8 +72,11 @@ async def _deploy(state_app: StateApp, job: pb.Job, node: pb.Node) -> pb.Deploym
     return d
 
 
-async def _health(state_app: StateApp, node: pb.Node, job: pb.Job, healthy: bool) -> None:
-    """A client reports every alloc of the job healthy (or unhealthy)."""
+async def _health(
+    state_app: StateApp, node: pb.Node, job: pb.Job, healthy: bool, at: int = 0
+) -> None:
+    """A client reports every alloc of the job healthy (or unhealthy), at
+    `at` by its clock (default: now)."""
     async with state_app.db.write() as tx:
         allocs = await tx.allocs_by_job(job.namespace, job.id)
         updates = []
@@ -85,7 +88,7 @@ async def _health(state_app: StateApp, node: pb.Node, job: pb.Job, healthy: bool
                 deployment_id=a.deployment_id,
             )
             u.deployment_status.healthy = healthy
-            u.deployment_status.timestamp = tx.now
+            u.deployment_status.timestamp = at or tx.now
             updates.append(u)
         await update_allocs(tx, updates, node.secret_id)
 
@@ -161,6 +164,20 @@ async def test_counts_follow_plans_and_client_health(
     # a repeated report changes nothing
     await _health(state_app, node, job, True)
     assert (await _stored(state_app, d.id)).task_groups["web"].healthy_allocs == 2
+
+
+async def test_a_client_clock_far_ahead_does_not_push_the_deadline(
+    state_app: StateApp, channel: grpc.aio.Channel, node: pb.Node
+) -> None:
+    """A health report stamped near the end of time (a clock far ahead, or
+    a lying node; the gRPC fuzzer sent one) moves the progress deadline from
+    the server's clock, never beyond it (it overflowed int64 before)."""
+    job = await _register(channel, _job("far-ahead"))
+    d = await _deploy(state_app, job, node)
+    await _health(state_app, node, job, True, at=2**63 - 10)
+    stored = (await _stored(state_app, d.id)).task_groups["web"]
+    assert stored.healthy_allocs == 2
+    assert 0 < stored.require_progress_by < 2**62
 
 
 async def test_success_marks_the_version_stable_and_ends_the_deployment(

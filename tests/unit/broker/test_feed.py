@@ -275,3 +275,31 @@ async def test_a_ready_node_whose_class_changes_unblocks_the_new_class() -> None
     snap = StateStore.build(7, nodes=[changed])
     r.on_batch(batch(7, changed), snap)
     assert released == [([blocked.id], 7)]
+
+
+async def test_a_snapshot_restore_starts_the_broker_over_from_the_restored_state() -> None:
+    """Unlike a replica reset, a restore replaced the state: what the broker
+    held (ready, outstanding, blocked) is dropped, and the restored state's
+    pending and blocked evals are all it holds afterwards."""
+    r, _ = router()
+    ready = ev(job="ready")
+    outstanding = ev(job="out")
+    blocked = ev(job="blk", status="blocked", escaped_computed_class=True)
+    r.restore(StateStore.build(3, evals=[ready, outstanding, blocked]))
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    restored_pending = ev(job="restored")
+    restored_blocked = ev(job="rb", status="blocked", escaped_computed_class=True)
+    r.on_restore(StateStore.build(40, evals=[restored_pending, restored_blocked]))
+    assert r.enabled
+    assert r.broker.known_ids() == {restored_pending.id}
+    assert r.blocked.tracked(restored_blocked.id) and not r.blocked.tracked(blocked.id)
+    nxt = await r.broker.dequeue(["service"], 0.1)
+    assert nxt is not None and nxt[0].id == restored_pending.id
+    assert await r.broker.dequeue(["service"], 0.05) is None
+
+
+async def test_a_restore_while_not_leader_changes_nothing() -> None:
+    r, _ = router()
+    r.on_restore(StateStore.build(9, evals=[ev(job="x")]))
+    assert not r.enabled and r.broker.known_ids() == set()
