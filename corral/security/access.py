@@ -137,6 +137,7 @@ RULES: dict[str, Rule] = {
             "Snapshot",
             "Subscribe",
             "UpsertEvals",
+            "DecideEval",
             "ApplyPlans",
             "UpdateAllocDesiredTransitions",
             "UpsertDeployments",
@@ -159,6 +160,7 @@ RULES: dict[str, Rule] = {
             "OutstandingReset",
             "PauseNackTimeout",
             "ResumeNackTimeout",
+            "PlanFence",
             "Heartbeat",
         )
     },  # fmt: skip
