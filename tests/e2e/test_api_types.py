@@ -472,6 +472,14 @@ CALLS: list[Call] = [
     Call("POST", "/v1/operator/scheduler/configuration",
          r("/v1/operator/scheduler/configuration", {"SchedulerAlgorithm": "binpack"}),
          "SchedulerSetConfigurationResponse"),
+    # the snapshot: the archive's bytes (api.Operator().Snapshot reads them
+    # as a stream); a restore here would replace this cluster's state, so
+    # the writes send what is not an archive (Nomad's 400 too)
+    Call("GET", "/v1/operator/snapshot", r("/v1/operator/snapshot"), None, kind="text"),
+    Call("PUT", "/v1/operator/snapshot", r("/v1/operator/snapshot", "not an archive"), None,
+         status=400),
+    Call("POST", "/v1/operator/snapshot", r("/v1/operator/snapshot", "not an archive"), None,
+         status=400),
     # ACL
     Call("GET", "/v1/acl/policies", r("/v1/acl/policies"), "[]ACLPolicyListStub"),
     Call("GET", "/v1/acl/policy/{name}", r("/v1/acl/policy/types-read"), "ACLPolicy"),

@@ -111,6 +111,8 @@ class Fuzz:
     cluster: Cluster
     targets: list[rpcs.Rpc]
     unruled: list[str]
+    #: served methods that take a request stream (not fuzzed: rpcs.discover)
+    request_streams: list[str]
     callers: rpcs.Callers
     probe: StateProbe
     pool: Pool
@@ -280,7 +282,7 @@ def fuzz(
         c.start("planner")
         c.start("worker", "--num-schedulers", str(WORKER_LOOPS))
         addresses = {p.role: p.address for p in c.procs.values()}
-        found, unruled = rpcs.discover(addresses)
+        found, unruled, request_streams = rpcs.discover(addresses)
         token = _bootstrap_token(found) if acl else ""
         pool = Pool()
         # unknown (a deleted token looks the same to the server) and garbage
@@ -288,7 +290,9 @@ def fuzz(
         _seed(c, pool, token)
         probe = StateProbe(c.state_addr, c.dsn)
         pool = refresh(pool, c.dsn)
-        yield Fuzz(c, found, unruled, callers, probe, pool, token, pool.scheduler_config)
+        yield Fuzz(
+            c, found, unruled, request_streams, callers, probe, pool, token, pool.scheduler_config
+        )
     finally:
         if probe is not None:
             probe.close()

@@ -99,13 +99,17 @@ def served_services(address: str) -> list[str]:
         return names
 
 
-def discover(addresses: dict[str, str]) -> tuple[list[Rpc], list[str]]:
+def discover(addresses: dict[str, str]) -> tuple[list[Rpc], list[str], list[str]]:
     """(the RPCs served by the processes `addresses` names (role -> address)
-    that have an access rule, the served methods without one)."""
+    that have an access rule, the served methods without one, the served
+    methods that take a request stream: ruled, but not fuzzed here — the
+    snapshot restore's archive upload and the planner's plan fence have
+    tests of their own)."""
     load_schema()
     pool = descriptor_pool.Default()
     found: list[Rpc] = []
     unruled: list[str] = []
+    request_streams: list[str] = []
     for role, address in addresses.items():
         for service in served_services(address):
             if service in INFRASTRUCTURE:
@@ -117,9 +121,10 @@ def discover(addresses: dict[str, str]) -> tuple[list[Rpc], list[str]]:
                     unruled.append(f"{role}:{method}")
                     continue
                 if m.client_streaming:
-                    continue  # no Corral RPC takes a request stream
+                    request_streams.append(method)
+                    continue
                 found.append(Rpc(method, role, address, rule, m))
-    return found, unruled
+    return found, unruled, request_streams
 
 
 def unserved(rpcs: list[Rpc]) -> list[str]:

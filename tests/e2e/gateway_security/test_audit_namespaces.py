@@ -130,7 +130,7 @@ def _text(messages: list[Message]) -> str:
 def _public_rpcs(cluster: Cluster) -> list[rpcs.Rpc]:
     roles = cluster.dev.info["roles"]
     addresses = {role: r["address"] for role, r in roles.items() if role != "gateway"}
-    found, unruled = rpcs.discover(addresses)
+    found, unruled, _ = rpcs.discover(addresses)
     assert not unruled, unruled
     return [r for r in found if r.rule.caller is Caller.USER]
 

@@ -135,8 +135,10 @@ async def test_exec_on_a_terminal(tmp_path: Path, cgroups: CgroupManager) -> Non
     handle = await started(driver, cfg)
     try:
         session = await driver.exec_task(
-            handle, cfg, ["/bin/sh", "-c", "tty; stty size; read x; echo got $x"], tty=True
+            handle, cfg, ["/bin/sh", "-c", "tty; read x; stty size; echo got $x"], tty=True
         )
+        # the size is asked for after the input the test sends once resized
+        # (asked first, it raced the resize: the command could run before it)
         session.resize(33, 101)
         received = b""
 
@@ -146,13 +148,13 @@ async def test_exec_on_a_terminal(tmp_path: Path, cgroups: CgroupManager) -> Non
                 received += data
 
         reader = asyncio.create_task(read())
-        await until(lambda: b"33 101" in received)
+        await until(lambda: b"/dev/pts/" in received)
         await session.write(b"abc\r")
         await asyncio.wait_for(reader, 10)
         assert await session.wait() == 0
         text = received.decode()
         assert text.startswith("/dev/pts/"), text  # a terminal of the task's own devpts
-        assert "got abc" in text
+        assert "33 101" in text and "got abc" in text, text
         await session.close()
     finally:
         await stop(handle)
