@@ -27,9 +27,9 @@ from corral.v1 import structs_pb2 as pb
 JobKey = tuple[str, str]
 #: (namespace, registration id), as Nomad keys service registrations
 ServiceKey = tuple[str, str]
-#: (datacenter, node pool) of the ready-node index; None stands for every
-#: datacenter or every pool, so a node is under four keys
-ReadyKey = tuple[str | None, str | None]
+#: (datacenter, node pool) of the ready-node index; a None datacenter stands
+#: for every one, so a node is under two keys
+ReadyKey = tuple[str | None, str]
 
 _EMPTY: Map[Any, Any] = Map()
 
@@ -62,7 +62,7 @@ class StateSnapshot:
     allocs_by_eval_map: Map[str, Map[str, pb.Allocation]] = _EMPTY
     nodes_by_dc_map: Map[str, Map[str, pb.Node]] = _EMPTY
     #: the scheduling-ready nodes (`structs.node_ready`) and the others, by
-    #: (datacenter, pool) with None for "every" (`ready_key`): what each
+    #: (datacenter or None for every one, pool) (`ready_keys`): what each
     #: eval asks, kept up to date by each node write instead of found by a
     #: walk of every node per eval (issue 30)
     ready_nodes_map: Map[ReadyKey, Map[str, pb.Node]] = _EMPTY
@@ -138,23 +138,23 @@ class StateSnapshot:
             )
         return out
 
-    def ready_nodes(self, datacenter: str | None, pool: str | None) -> Map[str, pb.Node]:
+    def ready_nodes(self, datacenter: str | None, pool: str) -> Map[str, pb.Node]:
         """The scheduling-ready nodes of one datacenter (None: every one)
-        and node pool (None: every pool), by id. A map iterates in the
+        and node pool, by id. A map iterates in the
         order of its keys' hashes, so these come in the order a walk of
         `nodes` filtered to them would give."""
         m: Map[str, pb.Node] = self.ready_nodes_map.get((datacenter, pool), _EMPTY)
         return m
 
-    def not_ready_nodes(self, datacenter: str | None, pool: str | None) -> Map[str, pb.Node]:
-        """The nodes of one datacenter and pool (None: every) that are not
+    def not_ready_nodes(self, datacenter: str | None, pool: str) -> Map[str, pb.Node]:
+        """The nodes of one datacenter (None: every one) and pool that are not
         scheduling-ready: down, disconnected, initializing, draining or
         ineligible."""
         m: Map[str, pb.Node] = self.not_ready_nodes_map.get((datacenter, pool), _EMPTY)
         return m
 
-    def ready_counts_by_dc(self, pool: str | None) -> dict[str, int]:
-        """Ready nodes per datacenter that has any, in one pool (None: every)."""
+    def ready_counts_by_dc(self, pool: str) -> dict[str, int]:
+        """Ready nodes per datacenter that has any, in one pool."""
         return {
             dc: len(m)
             for (dc, p), m in self.ready_nodes_map.items()
@@ -514,20 +514,25 @@ class StateStore:
             elif kind is topics.NODE:
                 n = ev.node
                 old_node = nodes.get(n.id)
+                into = ready if not ev.deleted and node_ready(n) else not_ready
+                keys = ready_keys(n) if not ev.deleted else ()
                 if old_node is not None:
                     if ev.deleted or old_node.datacenter != n.datacenter:
                         by_dc.delete(old_node.datacenter, n.id)
                     was = ready if node_ready(old_node) else not_ready
-                    for rk in ready_keys(old_node):
-                        was.delete(rk, n.id)
+                    old_keys = ready_keys(old_node)
+                    # the common write (a client's alloc update) keeps the
+                    # node where it was: the sets below replace it there
+                    if was is not into or old_keys != keys:
+                        for rk in old_keys:
+                            was.delete(rk, n.id)
                 if ev.deleted:
                     if n.id in nodes:
                         del nodes[n.id]
                     continue
                 nodes[n.id] = n
                 by_dc.set(n.datacenter, n.id, n)
-                into = ready if node_ready(n) else not_ready
-                for rk in ready_keys(n):
+                for rk in keys:
                     into.set(rk, n.id, n)
             elif kind is topics.JOB_SUMMARY:
                 js = ev.job_summary
@@ -606,9 +611,11 @@ class StateStore:
 
 def ready_keys(node: pb.Node) -> tuple[ReadyKey, ...]:
     """The ready-node index's keys a node is under: its datacenter and pool
-    (a node without one is in the default pool), each or both as "every"."""
-    dc, pool = node.datacenter, node.node_pool or DEFAULT_NODE_POOL
-    return ((dc, pool), (dc, None), (None, pool), (None, None))
+    (a node without one is in the default pool), and every datacenter with
+    its pool. Not "every pool" (`all`, rare): each key costs every node
+    write a map update in every replica, so that question walks the nodes."""
+    pool = node.node_pool or DEFAULT_NODE_POOL
+    return ((node.datacenter, pool), (None, pool))
 
 
 def _put(m: Map[Any, Any], key: Any, value: Any, deleted: bool) -> Map[Any, Any]:

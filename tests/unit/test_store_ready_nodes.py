@@ -58,14 +58,14 @@ def _event(op: tuple[Any, ...]) -> pb.Event:
     return pb.Event(topic=topics.NODE.name, type="NodeRegistration", node=node)
 
 
-def _walk(snap: StateSnapshot, dc: str | None, pool: str | None) -> tuple[list[str], set[str]]:
+def _walk(snap: StateSnapshot, dc: str | None, pool: str) -> tuple[list[str], set[str]]:
     """Ready ids in `nodes` order and not-ready ids, by looking at every node."""
     ready: list[str] = []
     not_ready: set[str] = set()
     for n in snap.nodes.values():
         if dc is not None and n.datacenter != dc:
             continue
-        if pool is not None and (n.node_pool or structs.DEFAULT_NODE_POOL) != pool:
+        if (n.node_pool or structs.DEFAULT_NODE_POOL) != pool:
             continue
         if structs.node_ready(n):
             ready.append(n.id)
@@ -78,7 +78,7 @@ def _answers(snap: StateSnapshot) -> dict[Any, Any]:
     """Every question the index answers, as the snapshot answers it now."""
     out: dict[Any, Any] = {}
     for dc in [*DCS, None]:
-        for pool in ["default", "gpu", None]:
+        for pool in ["default", "gpu"]:
             ready = [n.id for n in snap.ready_nodes(dc, pool).values()]
             not_ready = set(snap.not_ready_nodes(dc, pool).keys())
             assert all(snap.nodes[i] is snap.ready_nodes(dc, pool)[i] for i in ready)
@@ -99,11 +99,11 @@ def test_the_ready_index_equals_a_walk_of_every_node(batches: list[list[tuple[An
         store.apply(pb.ChangeBatch(index=i, events=[_event(op) for op in ops]))
         snap = store.snapshot()
         for dc in [*DCS, None]:
-            for pool in ["default", "gpu", None]:
+            for pool in ["default", "gpu"]:
                 ready, not_ready = _walk(snap, dc, pool)
                 assert [n.id for n in snap.ready_nodes(dc, pool).values()] == ready
                 assert set(snap.not_ready_nodes(dc, pool).keys()) == not_ready
-        for pool in ("default", "gpu", None):
+        for pool in ("default", "gpu"):
             counts = {dc: len(r) for dc in DCS if (r := _walk(snap, dc, pool)[0])}
             assert snap.ready_counts_by_dc(pool) == counts
         # the scheduler's question, answered from the index, as the walk does
@@ -125,9 +125,10 @@ def test_build_indexes_ready_nodes_and_later_writes_leave_old_snapshots_alone() 
     down = pb.Node(id="c", datacenter="dc1", status=NodeStatus.DOWN)
     store = StateStore(StateStore.build(3, nodes=[ready, gpu, down]))
     first = store.snapshot()
-    assert set(first.ready_nodes(None, None).keys()) == {"a", "b"}
+    assert list(first.ready_nodes(None, "default").keys()) == ["a"]
     assert list(first.ready_nodes("dc1", "default").keys()) == ["a"]
-    assert set(first.not_ready_nodes("dc1", None).keys()) == {"c"}
+    assert list(first.ready_nodes(None, "gpu").keys()) == ["b"]
+    assert set(first.not_ready_nodes("dc1", "default").keys()) == {"c"}
     assert first.ready_counts_by_dc("gpu") == {"dc2": 1}
     # a drain takes the node out of every key at once; the old snapshot keeps it
     drained = pb.Node()
@@ -135,11 +136,11 @@ def test_build_indexes_ready_nodes_and_later_writes_leave_old_snapshots_alone() 
     drained.drain = True
     store.apply(pb.ChangeBatch(index=4, events=[pb.Event(topic=topics.NODE.name, node=drained)]))
     second = store.snapshot()
-    assert set(second.ready_nodes(None, None).keys()) == {"b"}
+    assert set(second.ready_nodes(None, "default").keys()) == set()
     assert set(second.not_ready_nodes("dc1", "default").keys()) == {"a", "c"}
-    assert second.ready_counts_by_dc(None) == {"dc2": 1}
-    assert set(first.ready_nodes(None, None).keys()) == {"a", "b"}
-    assert first.ready_nodes("dc1", None)["a"] is first.nodes["a"]
+    assert second.ready_counts_by_dc("default") == {}
+    assert list(first.ready_nodes(None, "default").keys()) == ["a"]
+    assert first.ready_nodes("dc1", "default")["a"] is first.nodes["a"]
     # a write of a ready node that keeps it ready (a client's alloc update
     # stamps the node) swaps in the new message under every key
     stamped = pb.Node()
@@ -148,6 +149,5 @@ def test_build_indexes_ready_nodes_and_later_writes_leave_old_snapshots_alone() 
     store.apply(pb.ChangeBatch(index=5, events=[pb.Event(topic=topics.NODE.name, node=stamped)]))
     third = store.snapshot()
     for dc in ("dc2", None):
-        for pool in ("gpu", None):
-            assert third.ready_nodes(dc, pool)["b"] is third.nodes["b"] == stamped
-    assert second.ready_nodes(None, None)["b"] is first.nodes["b"]
+        assert third.ready_nodes(dc, "gpu")["b"] is third.nodes["b"] == stamped
+    assert second.ready_nodes(None, "gpu")["b"] is first.nodes["b"]

@@ -56,7 +56,7 @@ class SetStatusError(Exception):
 
 
 #: (datacenters, pool) -> (the snapshot's nodes-by-DC index it was computed
-#: from, ready nodes, not-ready ids, ready count per DC); datacenter globs only
+#: from, ready nodes, not-ready ids, ready count per DC): globs and pool `all`
 _ReadyEntry = tuple[object, list[pb.Node], frozenset[str], dict[str, int]]
 _ready_cache: dict[tuple[tuple[str, ...], str], _ReadyEntry] = {}
 _ready_lock = threading.Lock()
@@ -70,36 +70,34 @@ def ready_nodes_in_dcs(
     """Scheduling-ready nodes of the job's datacenters and node pool, the ids
     of the not-ready ones among them, and the count of ready nodes per DC.
 
-    Every eval asks this. Plain datacenter names and `*` (every one, the
-    default) are answered from the store's ready-node index, which each node
-    write updates by that node (`StateSnapshot.ready_nodes`), in the order a
-    walk of every node would give (the stack's shuffle starts from it).
-    Other globs (`dc-*`) walk the nodes, and that answer is kept per
+    Every eval asks this. For one pool and plain datacenter names or `*`
+    (every one, the default) the answer is read from the store's ready-node
+    index, which each node write updates by that node
+    (`StateSnapshot.ready_nodes`), in the order a walk of every node would
+    give (the stack's shuffle starts from it). Other globs (`dc-*`) and
+    every pool (`all`) walk the nodes, and that answer is kept per
     (datacenters, pool) while the snapshot's nodes-by-DC index is the very
     same object (no node written since). Callers get their own copies."""
     dcs = tuple(datacenters)
-    pool_key = None if not pool or pool == "all" else pool
+    if not pool or pool == "all" or any("*" in dc and dc != "*" for dc in dcs):
+        return _walked_ready_nodes(snap, dcs, pool)
     if not dcs or "*" in dcs:
         keys: tuple[str | None, ...] = (None,)
-    elif any("*" in dc for dc in dcs):
-        return _globbed_ready_nodes(snap, dcs, pool)
     else:
         keys = tuple(dict.fromkeys(dcs))
     ready: list[pb.Node] = []
     not_ready: set[str] = set()
     for dc in keys:
-        ready.extend(snap.ready_nodes(dc, pool_key).values())
-        not_ready.update(snap.not_ready_nodes(dc, pool_key).keys())
+        ready.extend(snap.ready_nodes(dc, pool).values())
+        not_ready.update(snap.not_ready_nodes(dc, pool).keys())
     if keys == (None,):
-        by_dc = snap.ready_counts_by_dc(pool_key)
+        by_dc = snap.ready_counts_by_dc(pool)
     else:
-        by_dc = {
-            dc: n for dc in keys if dc is not None and (n := len(snap.ready_nodes(dc, pool_key)))
-        }
+        by_dc = {dc: n for dc in keys if dc is not None and (n := len(snap.ready_nodes(dc, pool)))}
     return ready, not_ready, by_dc
 
 
-def _globbed_ready_nodes(
+def _walked_ready_nodes(
     snap: StateSnapshot, datacenters: tuple[str, ...], pool: str
 ) -> tuple[list[pb.Node], set[str], dict[str, int]]:
     key = (datacenters, pool)
