@@ -39,7 +39,13 @@ from corral.v1 import (
 )
 
 DEFAULT_ADDR = "127.0.0.1:4646"
+#: the gateway's HTTP port under `corral dev` (Nomad's /v1 API and the web UI),
+#: the public gRPC port's neighbour
+DEFAULT_HTTP_PORT = 4647
 ENV_ADDR = "CORRAL_ADDR"
+#: the gateway's HTTP address (Nomad's NOMAD_ADDR): the CLI speaks gRPC to the
+#: state, so the web UI's address is a setting of its own
+ENV_HTTP_ADDR = "CORRAL_HTTP_ADDR"
 ENV_TOKEN = "CORRAL_TOKEN"
 ENV_REGION = "CORRAL_REGION"
 # Unary calls fail after this long rather than hang (blocking queries pass

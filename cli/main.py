@@ -38,6 +38,7 @@ from cli.commands import (
     state,
     system,
     tls,
+    ui,
     var,
     version,
 )
@@ -83,6 +84,7 @@ def build_parser() -> Parser:
         state,
         system,
         tls,
+        ui,
         version,
     ):
         module.register(sub)

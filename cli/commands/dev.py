@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli import dev_metrics, dev_trust
+from cli.client import DEFAULT_HTTP_PORT, ENV_HTTP_ADDR
 from cli.context import CliError, Context
 from cli.output import table
 from cli.supervisor import (
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 
 DEFAULT_DATA_DIR = ".corral/dev"
 DEFAULT_PORT = 4646
-#: the gateway's HTTP port, the public gRPC port's neighbour
-DEFAULT_HTTP_PORT = 4647
 #: the keyring's key-encryption key in the data directory
 KEK_FILE = "keyring.kek"
 
@@ -561,6 +560,7 @@ def _run_roles(
     federated = f" Region {args.region}" + (
         f", federated with {', '.join(args.join)}" if args.join else ""
     )
+    other_http = args.http_port != DEFAULT_HTTP_PORT
     print(
         f"\nCorral is running.{federated}. The public API is at {state.address}"
         + (" (mutual TLS)" if trust.tls else "")
@@ -568,6 +568,7 @@ def _run_roles(
         + f".\nNomad's HTTP API is at {http_addr}/v1 and the web UI at {http_addr}/ui"
         + ".\nIn another terminal:\n\n"
         + (f"    export CORRAL_ADDR={state.address}\n" if port != DEFAULT_PORT else "")
+        + (f"    export {ENV_HTTP_ADDR}={http_addr}\n" if other_http else "")
         + "".join(f"    {line}\n" for line in trust.exports())
         + "    corral job run examples/hello.nomad.hcl\n"
         "    corral job status hello\n\n"

@@ -82,6 +82,8 @@ class EventType:
     ACL_TOKEN_DELETED = "ACLTokenDeleted"
     ACL_ROLE_UPSERTED = "ACLRoleUpserted"
     ACL_ROLE_DELETED = "ACLRoleDeleted"
+    ONE_TIME_TOKEN_UPSERTED = "OneTimeTokenUpserted"
+    ONE_TIME_TOKEN_DELETED = "OneTimeTokenDeleted"
 
 
 def _none(_obj: Any) -> tuple[str, ...]:
@@ -356,6 +358,19 @@ ACL_ROLE = Topic(
     namespace=_no_namespace,
     streamed=False,
 )
+# One-time tokens (key: the ACL token's accessor id, never a secret): in the
+# change log because every write is; they grant nothing by themselves, so no
+# cached token is dropped for them.
+ONE_TIME_TOKEN = Topic(
+    name="OneTimeToken",
+    payload="",
+    index="",
+    tables=(),
+    types=(EventType.ONE_TIME_TOKEN_UPSERTED, EventType.ONE_TIME_TOKEN_DELETED),
+    key=str,
+    namespace=_no_namespace,
+    streamed=False,
+)
 
 #: every topic, in the order users see them listed
 ALL: tuple[Topic, ...] = (
@@ -376,6 +391,7 @@ ALL: tuple[Topic, ...] = (
     ACL_POLICY,
     ACL_TOKEN,
     ACL_ROLE,
+    ONE_TIME_TOKEN,
 )
 #: the topics `Event.Stream` offers
 STREAMED: tuple[Topic, ...] = tuple(t for t in ALL if t.streamed)

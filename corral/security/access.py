@@ -137,6 +137,7 @@ RULES: dict[str, Rule] = {
             "Snapshot",
             "Subscribe",
             "UpsertEvals",
+            "DecideEval",
             "ApplyPlans",
             "UpdateAllocDesiredTransitions",
             "UpsertDeployments",
@@ -159,6 +160,7 @@ RULES: dict[str, Rule] = {
             "OutstandingReset",
             "PauseNackTimeout",
             "ResumeNackTimeout",
+            "PlanFence",
             "Heartbeat",
         )
     },  # fmt: skip
@@ -318,6 +320,11 @@ RULES: dict[str, Rule] = {
     "/corral.v1.ACL/ListRoles": PER_OBJECT,
     "/corral.v1.ACL/GetRole": PER_OBJECT,
     "/corral.v1.ACL/GetRoleByName": PER_OBJECT,
+    # one-time tokens: made by any non-anonymous token for itself (the
+    # handler refuses the anonymous one); exchanged by whoever holds the
+    # one-time secret (the secret in the request is the authorization)
+    "/corral.v1.ACL/UpsertOneTimeToken": PER_OBJECT,
+    "/corral.v1.ACL/ExchangeOneTimeToken": OPEN,
 }
 
 ACL_SERVICE = "/corral.v1.ACL/"

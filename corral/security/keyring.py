@@ -81,11 +81,11 @@ class KeyEncryptionKey:
         return hashlib.sha256(b"corral-kek-id\x00" + self.key).hexdigest()[:32]
 
     def wrap(self, key_id: str, purpose: str, material: bytes) -> bytes:
-        return _seal(self.key, material, _wrap_aad(key_id, purpose))
+        return seal(self.key, material, _wrap_aad(key_id, purpose))
 
     def unwrap(self, key_id: str, purpose: str, blob: bytes) -> bytes:
         try:
-            return _open(self.key, blob, _wrap_aad(key_id, purpose))
+            return unseal(self.key, blob, _wrap_aad(key_id, purpose))
         except KeyringError:
             raise KeyringError(
                 f"root key {key_id}: its {purpose} does not unwrap with this key-encryption key"
@@ -220,11 +220,11 @@ class RootKeyMaterial:
     def encrypt(self, plaintext: bytes, context: bytes) -> bytes:
         """Nonce and ciphertext (with its tag) of `plaintext`, bound to this
         key id and `context`."""
-        return _seal(self.data_key, plaintext, self._aad(context))
+        return seal(self.data_key, plaintext, self._aad(context))
 
     def decrypt(self, blob: bytes, context: bytes) -> bytes:
         try:
-            return _open(self.data_key, blob, self._aad(context))
+            return unseal(self.data_key, blob, self._aad(context))
         except KeyringError:
             raise KeyringError(
                 f"a ciphertext under root key {self.key_id} does not decrypt (tampered, or "
@@ -240,12 +240,15 @@ def variable_context(namespace: str, path: str) -> bytes:
     return f"variable\x00{namespace}\x00{path}".encode()
 
 
-def _seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
+def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    """AES-256-GCM under `key`, bound to `aad`: a fresh nonce + ciphertext."""
     nonce = os.urandom(_NONCE_BYTES)
     return nonce + AESGCM(key).encrypt(nonce, plaintext, aad)
 
 
-def _open(key: bytes, blob: bytes, aad: bytes) -> bytes:
+def unseal(key: bytes, blob: bytes, aad: bytes) -> bytes:
+    """What `seal` sealed; KeyringError when the key or `aad` differ or the
+    blob was changed."""
     if len(blob) < _NONCE_BYTES + 16:
         raise KeyringError("ciphertext too short")
     try:

@@ -119,6 +119,16 @@ class ACLStub:
                 request_serializer=corral_dot_v1_dot_acl__pb2.ACLGetRoleByNameRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_acl__pb2.ACLRoleResponse.FromString,
                 _registered_method=True)
+        self.UpsertOneTimeToken = channel.unary_unary(
+                '/corral.v1.ACL/UpsertOneTimeToken',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLUpsertOneTimeTokenRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLOneTimeTokenResponse.FromString,
+                _registered_method=True)
+        self.ExchangeOneTimeToken = channel.unary_unary(
+                '/corral.v1.ACL/ExchangeOneTimeToken',
+                request_serializer=corral_dot_v1_dot_acl__pb2.ACLExchangeOneTimeTokenRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_acl__pb2.ACLTokenResponse.FromString,
+                _registered_method=True)
 
 
 class ACLServicer:
@@ -260,6 +270,26 @@ class ACLServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpsertOneTimeToken(self, request, context):
+        """A one-time token for the caller's own token (Nomad's
+        ACL.UpsertOneTimeToken, behind `nomad ui -authenticate`): any valid
+        non-anonymous ACL token; it replaces an earlier one-time token of the
+        same token. Valid 10 minutes; its secret is in this answer only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExchangeOneTimeToken(self, request, context):
+        """The ACL token (with its secret) a one-time secret was made for; the
+        one-time token is deleted in the same transaction, so a secret
+        exchanges at most once. The secret in the request is the
+        authorization. Unknown, used or expired: PERMISSION_DENIED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ACLServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -347,6 +377,16 @@ def add_ACLServicer_to_server(servicer, server):
                     servicer.GetRoleByName,
                     request_deserializer=corral_dot_v1_dot_acl__pb2.ACLGetRoleByNameRequest.FromString,
                     response_serializer=corral_dot_v1_dot_acl__pb2.ACLRoleResponse.SerializeToString,
+            ),
+            'UpsertOneTimeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpsertOneTimeToken,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLUpsertOneTimeTokenRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLOneTimeTokenResponse.SerializeToString,
+            ),
+            'ExchangeOneTimeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExchangeOneTimeToken,
+                    request_deserializer=corral_dot_v1_dot_acl__pb2.ACLExchangeOneTimeTokenRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_acl__pb2.ACLTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -808,6 +848,60 @@ class ACL:
             '/corral.v1.ACL/GetRoleByName',
             corral_dot_v1_dot_acl__pb2.ACLGetRoleByNameRequest.SerializeToString,
             corral_dot_v1_dot_acl__pb2.ACLRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpsertOneTimeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/UpsertOneTimeToken',
+            corral_dot_v1_dot_acl__pb2.ACLUpsertOneTimeTokenRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLOneTimeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExchangeOneTimeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.ACL/ExchangeOneTimeToken',
+            corral_dot_v1_dot_acl__pb2.ACLExchangeOneTimeTokenRequest.SerializeToString,
+            corral_dot_v1_dot_acl__pb2.ACLTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,6 +134,62 @@ class EvalAckResponse(_message.Message):
 Global___EvalAckResponse: _TypeAlias = EvalAckResponse  # noqa: Y015
 
 @_typing.final
+class PlanFenceConfirm(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLANNER_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    planner: _builtins.str
+    """the planner's address (first message)"""
+    @_builtins.property
+    def tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """revoked tokens with no plan in flight"""
+
+    def __init__(
+        self,
+        *,
+        planner: _builtins.str = ...,
+        tokens: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["planner", b"planner", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanFenceConfirm: _TypeAlias = PlanFenceConfirm  # noqa: Y015
+
+@_typing.final
+class PlanFenceUpdate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TERM_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    REVOKED_FIELD_NUMBER: _builtins.int
+    term: _builtins.str
+    """the key's name, the first part of every token"""
+    key: _builtins.bytes
+    """HMAC-SHA256 key of this broker leader's tokens"""
+    @_builtins.property
+    def revoked(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """tokens to refuse (and confirm)"""
+
+    def __init__(
+        self,
+        *,
+        term: _builtins.str = ...,
+        key: _builtins.bytes = ...,
+        revoked: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "revoked", b"revoked", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanFenceUpdate: _TypeAlias = PlanFenceUpdate  # noqa: Y015
+
+@_typing.final
 class EvalWriteRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

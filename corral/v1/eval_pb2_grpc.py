@@ -82,6 +82,11 @@ class EvalStub:
                 request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
                 _registered_method=True)
+        self.PlanFence = channel.stream_stream(
+                '/corral.v1.Eval/PlanFence',
+                request_serializer=corral_dot_v1_dot_eval__pb2.PlanFenceConfirm.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_eval__pb2.PlanFenceUpdate.FromString,
+                _registered_method=True)
         self.Stats = channel.unary_unary(
                 '/corral.v1.Eval/Stats',
                 request_serializer=corral_dot_v1_dot_eval__pb2.BrokerStatsRequest.SerializeToString,
@@ -148,9 +153,9 @@ class EvalServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PauseNackTimeout(self, request, context):
-        """The planner pauses an eval's nack timer while its plan waits in the plan
-        queue and is applied, and resumes it (full timeout) afterwards. Both fail
-        FAILED_PRECONDITION when the eval is not outstanding with that token.
+        """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
+        API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
+        that token. The planner no longer calls them: see PlanFence.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -158,6 +163,19 @@ class EvalServicer:
 
     def ResumeNackTimeout(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanFence(self, request_iterator, context):
+        """The planner leader's eval token check, without a call per plan: the
+        broker sends the key its tokens are signed with (corral/security/
+        eval_token.py), then every token it revokes before redelivering an eval
+        whose plan may still be in the planner (a lapsed worker lease, a nack
+        timer); the planner refuses a revoked token from then on and confirms it
+        once no plan of it is queued or being applied, and only then does the
+        broker nack the eval. The planner's first message names it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -224,6 +242,11 @@ def add_EvalServicer_to_server(servicer, server):
                     servicer.ResumeNackTimeout,
                     request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
                     response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
+            ),
+            'PlanFence': grpc.stream_stream_rpc_method_handler(
+                    servicer.PlanFence,
+                    request_deserializer=corral_dot_v1_dot_eval__pb2.PlanFenceConfirm.FromString,
+                    response_serializer=corral_dot_v1_dot_eval__pb2.PlanFenceUpdate.SerializeToString,
             ),
             'Stats': grpc.unary_unary_rpc_method_handler(
                     servicer.Stats,
@@ -482,6 +505,33 @@ class Eval:
             '/corral.v1.Eval/ResumeNackTimeout',
             corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
             corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanFence(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/corral.v1.Eval/PlanFence',
+            corral_dot_v1_dot_eval__pb2.PlanFenceConfirm.SerializeToString,
+            corral_dot_v1_dot_eval__pb2.PlanFenceUpdate.FromString,
             options,
             channel_credentials,
             insecure,

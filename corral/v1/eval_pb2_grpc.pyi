@@ -51,11 +51,20 @@ class EvalStub:
     OutstandingReset: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
     """Reset the nack timer of an outstanding eval during a long scheduling run."""
     PauseNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
-    """The planner pauses an eval's nack timer while its plan waits in the plan
-    queue and is applied, and resumes it (full timeout) afterwards. Both fail
-    FAILED_PRECONDITION when the eval is not outstanding with that token.
+    """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
+    API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
+    that token. The planner no longer calls them: see PlanFence.
     """
     ResumeNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
+    PlanFence: _grpc.StreamStreamMultiCallable[_eval_pb2.PlanFenceConfirm, _eval_pb2.PlanFenceUpdate]
+    """The planner leader's eval token check, without a call per plan: the
+    broker sends the key its tokens are signed with (corral/security/
+    eval_token.py), then every token it revokes before redelivering an eval
+    whose plan may still be in the planner (a lapsed worker lease, a nack
+    timer); the planner refuses a revoked token from then on and confirms it
+    once no plan of it is queued or being applied, and only then does the
+    broker nack the eval. The planner's first message names it.
+    """
     Stats: _grpc.UnaryUnaryMultiCallable[_eval_pb2.BrokerStatsRequest, _eval_pb2.BrokerStats]
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalHeartbeatRequest, _eval_pb2.EvalHeartbeatResponse]
     """Renew a worker process's lease (every ~1 s, independently of scheduling).
@@ -84,11 +93,20 @@ class EvalAsyncStub(EvalStub):
     OutstandingReset: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
     """Reset the nack timer of an outstanding eval during a long scheduling run."""
     PauseNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
-    """The planner pauses an eval's nack timer while its plan waits in the plan
-    queue and is applied, and resumes it (full timeout) afterwards. Both fail
-    FAILED_PRECONDITION when the eval is not outstanding with that token.
+    """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
+    API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
+    that token. The planner no longer calls them: see PlanFence.
     """
     ResumeNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
+    PlanFence: _aio.StreamStreamMultiCallable[_eval_pb2.PlanFenceConfirm, _eval_pb2.PlanFenceUpdate]  # type: ignore[assignment]
+    """The planner leader's eval token check, without a call per plan: the
+    broker sends the key its tokens are signed with (corral/security/
+    eval_token.py), then every token it revokes before redelivering an eval
+    whose plan may still be in the planner (a lapsed worker lease, a nack
+    timer); the planner refuses a revoked token from then on and confirms it
+    once no plan of it is queued or being applied, and only then does the
+    broker nack the eval. The planner's first message names it.
+    """
     Stats: _aio.UnaryUnaryMultiCallable[_eval_pb2.BrokerStatsRequest, _eval_pb2.BrokerStats]  # type: ignore[assignment]
     Heartbeat: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalHeartbeatRequest, _eval_pb2.EvalHeartbeatResponse]  # type: ignore[assignment]
     """Renew a worker process's lease (every ~1 s, independently of scheduling).
@@ -162,9 +180,9 @@ class EvalServicer(metaclass=_abc_1.ABCMeta):
         request: _eval_pb2.EvalAckRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]:
-        """The planner pauses an eval's nack timer while its plan waits in the plan
-        queue and is applied, and resumes it (full timeout) afterwards. Both fail
-        FAILED_PRECONDITION when the eval is not outstanding with that token.
+        """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
+        API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
+        that token. The planner no longer calls them: see PlanFence.
         """
 
     @_abc_1.abstractmethod
@@ -173,6 +191,21 @@ class EvalServicer(metaclass=_abc_1.ABCMeta):
         request: _eval_pb2.EvalAckRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PlanFence(
+        self,
+        request_iterator: _MaybeAsyncIterator[_eval_pb2.PlanFenceConfirm],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_eval_pb2.PlanFenceUpdate], _abc.AsyncIterator[_eval_pb2.PlanFenceUpdate]]:
+        """The planner leader's eval token check, without a call per plan: the
+        broker sends the key its tokens are signed with (corral/security/
+        eval_token.py), then every token it revokes before redelivering an eval
+        whose plan may still be in the planner (a lapsed worker lease, a nack
+        timer); the planner refuses a revoked token from then on and confirms it
+        once no plan of it is queued or being applied, and only then does the
+        broker nack the eval. The planner's first message names it.
+        """
 
     @_abc_1.abstractmethod
     def Stats(

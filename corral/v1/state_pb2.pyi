@@ -321,6 +321,45 @@ class UpsertEvalsRequest(_message.Message):
 Global___UpsertEvalsRequest: _TypeAlias = UpsertEvalsRequest  # noqa: Y015
 
 @_typing.final
+class DecideEvalRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVAL_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    eval_id: _builtins.str
+    """the dequeued eval (required)"""
+    token: _builtins.str
+    """its dequeue's token (required)"""
+    @_builtins.property
+    def outcome(self) -> _structs_pb2.Evaluation:
+        """The eval's outcome (status complete, failed or blocked, with what the
+        run learned); absent when only `created` is written (before a plan
+        that refers to them).
+        """
+
+    @_builtins.property
+    def created(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Evaluation]:
+        """follow-up and blocked evals the run created"""
+
+    def __init__(
+        self,
+        *,
+        eval_id: _builtins.str = ...,
+        token: _builtins.str = ...,
+        outcome: _structs_pb2.Evaluation | None = ...,
+        created: _abc.Iterable[_structs_pb2.Evaluation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "eval_id", b"eval_id", "outcome", b"outcome", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DecideEvalRequest: _TypeAlias = DecideEvalRequest  # noqa: Y015
+
+@_typing.final
 class AppliedPlan(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

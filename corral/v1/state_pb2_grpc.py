@@ -55,6 +55,11 @@ class StateStub:
                 request_serializer=corral_dot_v1_dot_state__pb2.UpsertEvalsRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
                 _registered_method=True)
+        self.DecideEval = channel.unary_unary(
+                '/corral.v1.State/DecideEval',
+                request_serializer=corral_dot_v1_dot_state__pb2.DecideEvalRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
+                _registered_method=True)
         self.ApplyPlans = channel.unary_unary(
                 '/corral.v1.State/ApplyPlans',
                 request_serializer=corral_dot_v1_dot_state__pb2.ApplyPlansRequest.SerializeToString,
@@ -124,6 +129,22 @@ class StateServicer:
         """Insert or update evaluations in one transaction at one index. Completing
         an eval without failed task groups cancels the job's other blocked evals;
         queued_allocations update the job summary.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DecideEval(self, request, context):
+        """A scheduler worker's writes for the eval it holds (Nomad's Eval.Update,
+        Eval.Create, Eval.Reblock and Eval.Ack in one call): the evals its run
+        created and, when `outcome` is set, the eval's outcome, in one
+        transaction at one index. The write carries the dequeue's token in its
+        change batch (ChangeBatch.eval_decisions): the broker leader, applying
+        the batch from the feed, acks the eval (outcome written) or resets its
+        nack timer (created only) when it is still outstanding with that token,
+        and ignores a stale token. Created evals must be new and name the held
+        eval as previous_eval; a `blocked` outcome of an eval stored blocked
+        (or pending after a release) puts it back in the blocked tracker.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -214,6 +235,11 @@ def add_StateServicer_to_server(servicer, server):
             'UpsertEvals': grpc.unary_unary_rpc_method_handler(
                     servicer.UpsertEvals,
                     request_deserializer=corral_dot_v1_dot_state__pb2.UpsertEvalsRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_state__pb2.WriteResponse.SerializeToString,
+            ),
+            'DecideEval': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideEval,
+                    request_deserializer=corral_dot_v1_dot_state__pb2.DecideEvalRequest.FromString,
                     response_serializer=corral_dot_v1_dot_state__pb2.WriteResponse.SerializeToString,
             ),
             'ApplyPlans': grpc.unary_unary_rpc_method_handler(
@@ -359,6 +385,33 @@ class State:
             target,
             '/corral.v1.State/UpsertEvals',
             corral_dot_v1_dot_state__pb2.UpsertEvalsRequest.SerializeToString,
+            corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideEval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.v1.State/DecideEval',
+            corral_dot_v1_dot_state__pb2.DecideEvalRequest.SerializeToString,
             corral_dot_v1_dot_state__pb2.WriteResponse.FromString,
             options,
             channel_credentials,

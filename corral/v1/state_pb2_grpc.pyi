@@ -52,6 +52,18 @@ class StateStub:
     an eval without failed task groups cancels the job's other blocked evals;
     queued_allocations update the job summary.
     """
+    DecideEval: _grpc.UnaryUnaryMultiCallable[_state_pb2.DecideEvalRequest, _state_pb2.WriteResponse]
+    """A scheduler worker's writes for the eval it holds (Nomad's Eval.Update,
+    Eval.Create, Eval.Reblock and Eval.Ack in one call): the evals its run
+    created and, when `outcome` is set, the eval's outcome, in one
+    transaction at one index. The write carries the dequeue's token in its
+    change batch (ChangeBatch.eval_decisions): the broker leader, applying
+    the batch from the feed, acks the eval (outcome written) or resets its
+    nack timer (created only) when it is still outstanding with that token,
+    and ignores a stale token. Created evals must be new and name the held
+    eval as previous_eval; a `blocked` outcome of an eval stored blocked
+    (or pending after a release) puts it back in the blocked tracker.
+    """
     ApplyPlans: _grpc.UnaryUnaryMultiCallable[_state_pb2.ApplyPlansRequest, _state_pb2.ApplyPlansResponse]
     """Commit plan results: each plan at its own consecutive index, all in one
     transaction (group commit).
@@ -105,6 +117,18 @@ class StateAsyncStub(StateStub):
     """Insert or update evaluations in one transaction at one index. Completing
     an eval without failed task groups cancels the job's other blocked evals;
     queued_allocations update the job summary.
+    """
+    DecideEval: _aio.UnaryUnaryMultiCallable[_state_pb2.DecideEvalRequest, _state_pb2.WriteResponse]  # type: ignore[assignment]
+    """A scheduler worker's writes for the eval it holds (Nomad's Eval.Update,
+    Eval.Create, Eval.Reblock and Eval.Ack in one call): the evals its run
+    created and, when `outcome` is set, the eval's outcome, in one
+    transaction at one index. The write carries the dequeue's token in its
+    change batch (ChangeBatch.eval_decisions): the broker leader, applying
+    the batch from the feed, acks the eval (outcome written) or resets its
+    nack timer (created only) when it is still outstanding with that token,
+    and ignores a stale token. Created evals must be new and name the held
+    eval as previous_eval; a `blocked` outcome of an eval stored blocked
+    (or pending after a release) puts it back in the blocked tracker.
     """
     ApplyPlans: _aio.UnaryUnaryMultiCallable[_state_pb2.ApplyPlansRequest, _state_pb2.ApplyPlansResponse]  # type: ignore[assignment]
     """Commit plan results: each plan at its own consecutive index, all in one
@@ -180,6 +204,24 @@ class StateServicer(metaclass=_abc_1.ABCMeta):
         """Insert or update evaluations in one transaction at one index. Completing
         an eval without failed task groups cancels the job's other blocked evals;
         queued_allocations update the job summary.
+        """
+
+    @_abc_1.abstractmethod
+    def DecideEval(
+        self,
+        request: _state_pb2.DecideEvalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.WriteResponse, _abc.Awaitable[_state_pb2.WriteResponse]]:
+        """A scheduler worker's writes for the eval it holds (Nomad's Eval.Update,
+        Eval.Create, Eval.Reblock and Eval.Ack in one call): the evals its run
+        created and, when `outcome` is set, the eval's outcome, in one
+        transaction at one index. The write carries the dequeue's token in its
+        change batch (ChangeBatch.eval_decisions): the broker leader, applying
+        the batch from the feed, acks the eval (outcome written) or resets its
+        nack timer (created only) when it is still outstanding with that token,
+        and ignores a stale token. Created evals must be new and name the held
+        eval as previous_eval; a `blocked` outcome of an eval stored blocked
+        (or pending after a release) puts it back in the blocked tracker.
         """
 
     @_abc_1.abstractmethod

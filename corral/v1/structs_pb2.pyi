@@ -5519,6 +5519,7 @@ class ChangeBatch(_message.Message):
     TIME_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
     RESET_FIELD_NUMBER: _builtins.int
+    EVAL_DECISIONS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     time: _builtins.int
     """commit time, Unix ns"""
@@ -5531,6 +5532,13 @@ class ChangeBatch(_message.Message):
     """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]: ...
+    @_builtins.property
+    def eval_decisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___EvalDecision]:
+        """Scheduler workers' decisions this batch wrote (State.DecideEval): the
+        broker acks each eval still outstanding with its token. Never part of
+        the event stream users read.
+        """
+
     def __init__(
         self,
         *,
@@ -5538,11 +5546,40 @@ class ChangeBatch(_message.Message):
         time: _builtins.int = ...,
         events: _abc.Iterable[Global___Event] | None = ...,
         reset: _builtins.bool = ...,
+        eval_decisions: _abc.Iterable[Global___EvalDecision] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "index", b"index", "reset", b"reset", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval_decisions", b"eval_decisions", "events", b"events", "index", b"index", "reset", b"reset", "time", b"time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ChangeBatch: _TypeAlias = ChangeBatch  # noqa: Y015
+
+@_typing.final
+class EvalDecision(_message.Message):
+    """One worker's write for the eval it holds, by the dequeue's token."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVAL_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    eval_id: _builtins.str
+    token: _builtins.str
+    outcome: _builtins.bool
+    """the outcome was written: ack; else the nack timer restarts"""
+    def __init__(
+        self,
+        *,
+        eval_id: _builtins.str = ...,
+        token: _builtins.str = ...,
+        outcome: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eval_id", b"eval_id", "outcome", b"outcome", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvalDecision: _TypeAlias = EvalDecision  # noqa: Y015

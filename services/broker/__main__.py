@@ -67,6 +67,7 @@ class BrokerProcess(runner.LeaderRole):
         )
         self.periodic = state_dispatcher(self.replica, self.state_channel)
         self.forced_gc = ForcedGC(self.broker, lambda: self.replica.index)
+        self.router.on_ack = self.forced_gc.acked
         self.deployments = watcher_over_state(
             self.replica.snapshot, self.state_channel, lambda: self.address, self.writes
         )
@@ -96,6 +97,7 @@ class BrokerProcess(runner.LeaderRole):
             self.is_leader,
             self.leader_address,
             on_ack=self.forced_gc.acked,
+            shutting_down=self.server.shutting_down,
         )
         self.server.add(
             eval_pb2_grpc.add_EvalServicer_to_server,

@@ -15,7 +15,11 @@
   is handed out, but everything is still recorded, so unpausing loses
   nothing;
 * a dequeue naming a worker id binds the eval to that worker's lease
-  (leases.py): when the lease lapses, the worker's evals are nacked at once.
+  (leases.py): when the lease lapses, the worker's evals are nacked at once;
+* tokens are signed for the planner's own check, and a delivery the broker
+  gives up on (lease lapsed, nack timer) is revoked at the planner before the
+  eval is nacked, so no plan of it can commit after the redelivery
+  (plan_fence.py).
 
 Everything runs on one asyncio loop, so no locks: methods are synchronous
 except `dequeue`, which waits.
@@ -29,7 +33,6 @@ import itertools
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +45,7 @@ from corral.v1 import structs_pb2 as pb
 from services.broker import metrics
 from services.broker.config import BrokerSettings
 from services.broker.leases import WorkerLeases
+from services.broker.plan_fence import PlanFence
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,8 @@ class _Unack:
     queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
     #: when (Unix ns, this process's clock) it became ready for this dequeue
     enqueue_time: int = 0
+    #: given up on: its token is being revoked at the planner, then it is nacked
+    revoking: bool = False
 
 
 @dataclass
@@ -146,6 +152,8 @@ class EvalBroker:
         self._seq = itertools.count()
         self._on_cancelable = on_cancelable
         self.leases = WorkerLeases(settings.worker_lease_ttl, self._lease_expired)
+        self.fence = PlanFence(settings.nack_timeout)
+        self._redeliveries: set[asyncio.Task[None]] = set()
         self._reset()
 
     def _reset(self) -> None:
@@ -168,6 +176,7 @@ class EvalBroker:
         self._cancelable: list[pb.Evaluation] = []
         self._waiters: list[_Waiter] = []
         self.leases.clear()
+        self.fence.new_term()
 
     # ------------------------------------------------------------ enable
 
@@ -373,7 +382,7 @@ class EvalBroker:
             return None
         best = tied[0] if len(tied) == 1 else random.choice(tied)
         ev = heapq.heappop(self._ready[best])[3]
-        token = str(uuid.uuid4())
+        token = self.fence.issue(ev.id)
         self._evals[ev.id] = self._evals.get(ev.id, 0) + 1
         if worker_id:
             self.leases.renew(worker_id)  # the lease runs from the hand-over
@@ -393,7 +402,7 @@ class EvalBroker:
 
     def _nack_timer(self, eval_id: str, token: str) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(
-            self.settings.nack_timeout, self.nack_quietly, eval_id, token
+            self.settings.nack_timeout, self.give_up, eval_id, token
         )
 
     # ------------------------------------------------------------ ack / nack
@@ -516,11 +525,32 @@ class EvalBroker:
         return (count - 1) * self.settings.subsequent_nack_delay
 
     def nack_quietly(self, eval_id: str, token: str) -> None:
-        """The nack timer's nack (or a give-up): errors mean it is gone already."""
+        """A nack whose errors mean it is gone already."""
         try:
             self.nack(eval_id, token)
         except (NotFound, FailedPrecondition):
             pass
+
+    def give_up(self, eval_id: str, token: str) -> None:
+        """The broker gives up on a delivery (its nack timer fired, its
+        worker's lease lapsed): revoke the token at the planner, then nack.
+        Until the planner confirms, the eval stays outstanding: the worker's
+        outcome may still arrive and ack it (its plan committed first)."""
+        unack = self._unack.get(eval_id)
+        if unack is None or unack.token != token or unack.revoking:
+            return
+        unack.revoking = True
+        if unack.timer is not None:
+            unack.timer.cancel()
+            unack.timer = None
+
+        async def revoke_then_nack() -> None:
+            await self.fence.revoke(token)
+            self.nack_quietly(eval_id, token)
+
+        task = asyncio.get_running_loop().create_task(revoke_then_nack())
+        self._redeliveries.add(task)
+        task.add_done_callback(self._redeliveries.discard)
 
     # ------------------------------------------------------------ nack timer control
 
@@ -561,31 +591,25 @@ class EvalBroker:
         return sum(1 for u in self._unack.values() if u.worker_id == worker_id)
 
     def _lease_expired(self, worker_id: str) -> None:
-        """Nack at once every eval the worker holds. One whose plan is in the
-        planner (nack timer paused) is left to the planner's resume, which
-        nacks it; a full nack timer is its backstop should that never come."""
+        """Nack every eval the worker holds, each as soon as the planner has
+        no plan of it in flight (`give_up`)."""
         if not self.enabled:
             return
         metrics.LEASE_EXPIRIES.inc()
-        held = [u for u in self._unack.values() if u.worker_id == worker_id]
-        nacked: list[str] = []
+        held = [u for u in self._unack.values() if u.worker_id == worker_id and not u.revoking]
         for u in held:
-            if u.timer is None:
-                u.timer = self._nack_timer(u.eval.id, u.token)
-                continue
-            self.nack(u.eval.id, u.token)
-            nacked.append(u.eval.id)
-        metrics.LEASE_NACKS.inc(len(nacked))
+            self.give_up(u.eval.id, u.token)
+        metrics.LEASE_NACKS.inc(len(held))
         if not held:
             log.info("worker %s lost its lease holding no evals", worker_id)
             return
+        ids = ",".join(u.eval.id for u in held)
         log.warning(
-            "worker %s lost its lease: nacked %d eval(s) %s, %d waiting for their plan",
+            "worker %s lost its lease: nacked %d eval(s) %s (once no plan of theirs is in flight)",
             worker_id,
-            len(nacked),
-            ",".join(nacked),
-            len(held) - len(nacked),
-            extra={"eval_id": ",".join(nacked)},
+            len(held),
+            ids,
+            extra={"eval_id": ids},
         )
 
     # ------------------------------------------------------------ reaping

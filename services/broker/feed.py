@@ -5,13 +5,21 @@ that becomes ready or eligible, or an alloc that finishes on a node, frees
 capacity and unblocks what it can; the scheduler configuration's
 `pause_eval_broker` pauses and unpauses the broker.
 
+A worker decides the eval it holds with one write to the state
+(`State.DecideEval`: the evals its run created, the outcome); the batch
+carries the decision with the dequeue's token, and the router acks the
+eval here when it is still outstanding with that token (a stale token, from
+a worker whose lease lapsed, is ignored: the eval's redelivery decides it
+again). A decision that only created evals restarts the nack timer.
+
 A blocked eval the broker still holds outstanding is being reblocked by its
-worker: `Eval.Reblock` writes it and tracks it itself, with the worker's
-token, so the router leaves it alone."""
+worker: its decision (or `Eval.Reblock`) tracks it with the worker's token,
+so the router leaves its event alone."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from corral.domain import topics
 from corral.domain.store import StateSnapshot
@@ -26,10 +34,17 @@ log = logging.getLogger(__name__)
 
 class FeedRouter:
     def __init__(
-        self, broker: EvalBroker, blocked: BlockedEvals, *, drop_evals: bool = False
+        self,
+        broker: EvalBroker,
+        blocked: BlockedEvals,
+        *,
+        drop_evals: bool = False,
+        on_ack: Callable[[str], None] | None = None,
     ) -> None:
         self.broker = broker
         self.blocked = blocked
+        #: told of every eval acked by a decision (as Eval.Ack tells it)
+        self.on_ack = on_ack
         self.enabled = False
         #: test-only fault: lose every eval change (as a failed listener would)
         self.drop_evals = drop_evals
@@ -127,9 +142,36 @@ class FeedRouter:
                 self._route_alloc(event, snap, batch.index)
             elif topic is topics.OPERATOR:
                 self.broker.set_paused(event.scheduler_config.pause_eval_broker)
+        if not self.drop_evals:
+            for decision in batch.eval_decisions:
+                self._decide(decision, snap)
+
+    def _decide(self, decision: pb.EvalDecision, snap: StateSnapshot) -> None:
+        """A worker's decision (after this batch's events were routed, so its
+        created evals already wait behind the eval, as Eval.Create's did):
+        ack the eval with what its outcome says, or restart its nack timer."""
+        eval_id, token = decision.eval_id, decision.token
+        if self.broker.outstanding_token(eval_id) != token:
+            log.info(
+                "eval %s: a decision with a token no longer outstanding; ignored",
+                eval_id,
+                extra={"eval_id": eval_id},
+            )
+            return
+        if not decision.outcome:
+            self.broker.outstanding_reset(eval_id, token)
+            return
+        written = snap.eval_by_id(eval_id)
+        if written is not None:
+            if written.status == EvalStatus.BLOCKED:
+                self.blocked.block(written, token)  # Eval.Reblock's tracking
+            self.broker.note_outcome(eval_id, token, written)
+        self.broker.ack(eval_id, token)
+        if self.on_ack is not None:
+            self.on_ack(eval_id)
 
     def _reblocking(self, ev: pb.Evaluation) -> bool:
-        """Tracked already, or outstanding in the broker (Eval.Reblock tracks it)."""
+        """Tracked already, or outstanding in the broker (its decision tracks it)."""
         return self.blocked.tracked(ev.id) or bool(self.broker.outstanding_token(ev.id))
 
     def _route_eval(self, ev: pb.Evaluation) -> None:

@@ -1,19 +1,24 @@
 """The `Eval` gRPC service (proto/corral/v1/eval.proto), served by the broker
 leader; a standby answers UNAVAILABLE with the leader's address.
 
-Eval.Update/Create/Reblock check the worker's token (which also resets the
-eval's nack timer) and write through `State.UpsertEvals`, fenced with this
-leader's address; a `complete` Update also tells the broker the run's
-snapshot index, so its ack cancels the pending evals that snapshot covered.
-Eval.Ack refuses an eval still `pending` in the state (after waiting for the
-broker's replica to reach the eval's last write): the worker must write the
-outcome first, or nack.
+Corral's worker writes its eval's outcome and ack with `State.DecideEval`,
+which the broker learns from the feed (feed.py), and the planner checks
+tokens with the key of `Eval.PlanFence` (plan_fence.py). The broker-side
+writes stay as Nomad's API has them: Eval.Update/Create/Reblock check the
+token (which also resets the eval's nack timer) and write through
+`State.UpsertEvals`, fenced with this leader's address; a `complete` Update
+also tells the broker the run's snapshot index, so its ack cancels the
+pending evals that snapshot covered. Eval.Ack (a run with no outcome to
+write, such as a core eval) refuses an eval still `pending` in the state
+(after waiting for the broker's replica to reach the eval's last write): the
+caller must write the outcome first, or nack.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -105,8 +110,11 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         is_leader: Callable[[], bool],
         leader_address: Callable[[], Awaitable[str]],
         on_ack: Callable[[str], None] | None = None,
+        shutting_down: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
+        #: set when the server stops: the plan fence streams end
+        self.shutting_down = shutting_down or asyncio.Event()
         self.broker = broker
         self.blocked = blocked
         self.replica = replica
@@ -325,6 +333,43 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
             written = ev
         self.blocked.block(written, request.token)
         return eval_pb2.EvalWriteResponse(index=index)
+
+    # ------------------------------------------------------------ the planner's token check
+
+    async def PlanFence(  # type: ignore[override]  # an async generator
+        self, request_iterator: AsyncIterator[eval_pb2.PlanFenceConfirm], context: Context
+    ) -> AsyncIterator[eval_pb2.PlanFenceUpdate]:
+        """The planner leader's stream (plan_fence.py): this term's key, then
+        revoked tokens; the planner's messages confirm them. Ends when this
+        broker's term does (leadership lost) or the planner goes away."""
+        await self._require_leader()
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        fence = self.broker.fence
+        planner = fence.connect(first.planner)
+        log.info("planner %s opened the plan fence", first.planner or "(unnamed)")
+
+        async def confirms() -> None:
+            try:
+                fence.confirm(planner, list(first.tokens))
+                async for msg in request_iterator:
+                    fence.confirm(planner, list(msg.tokens))
+            finally:
+                planner.updates.put_nowait(None)
+
+        async def shutdown() -> None:
+            await self.shutting_down.wait()
+            planner.updates.put_nowait(None)
+
+        tasks = [asyncio.create_task(confirms()), asyncio.create_task(shutdown())]
+        try:
+            while (update := await planner.updates.get()) is not None:
+                yield update
+        finally:
+            for task in tasks:
+                task.cancel()
+            fence.disconnect(planner)
 
     # ------------------------------------------------------------ worker leases
 

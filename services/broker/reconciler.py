@@ -146,7 +146,7 @@ class Reconciler:
         return (
             self.blocked.tracked(ev.id)
             or ev.id in queued
-            or bool(self.broker.outstanding_token(ev.id))  # Eval.Reblock tracks it
+            or bool(self.broker.outstanding_token(ev.id))  # its decision tracks it
             or _untracked_on_purpose(snap, ev)
         )
 

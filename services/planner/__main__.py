@@ -24,8 +24,8 @@ import sys
 from corral.runtime import runner
 from corral.v1 import plan_pb2, plan_pb2_grpc
 from services.planner.applier import PlanApplier
-from services.planner.broker_client import BrokerClient
 from services.planner.config import PlannerProcessSettings
+from services.planner.fence import TokenFence
 from services.planner.handlers import PlanServicer
 from services.planner.plan_queue import PlanQueue
 from services.planner.state_client import StateClient
@@ -38,14 +38,14 @@ class PlannerProcess(runner.LeaderRole):
         super().__init__(settings)
         self.queue = PlanQueue()
         self.state = StateClient(settings.state_addr)
-        self.broker = BrokerClient(settings.broker_addr)
+        self.tokens = TokenFence(settings.broker_addr, lambda: self.address)
         self.applier = PlanApplier(self.queue, self.replica, self.state, settings.planner)
         self._term: asyncio.Task[None] | None = None
 
     def add_services(self) -> None:
         servicer = PlanServicer(
             self.queue,
-            self.broker,
+            self.tokens,
             is_leader=self.is_leader,
             leader_address=self.leader_address,
             stats=lambda: self.applier.stats,
@@ -61,6 +61,7 @@ class PlannerProcess(runner.LeaderRole):
         # the planner's leader lock at commit (a deposed leader cannot write).
         self.state.leader_id = self.address
         log.info("planner elected leader; plan queue enabled")
+        self.tokens.start()
         self.queue.set_enabled(True)
         if self._term is None or self._term.done():
             self._term = asyncio.create_task(self.applier.run(), name="plan-applier")
@@ -68,6 +69,7 @@ class PlannerProcess(runner.LeaderRole):
     async def on_lost(self) -> None:
         log.warning("planner lost leadership; plan queue flushed")
         self.queue.set_enabled(False)
+        await self.tokens.stop()
         if self._term is not None:
             self._term.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -75,7 +77,7 @@ class PlannerProcess(runner.LeaderRole):
 
     async def close(self) -> None:
         await self.state.close()
-        await self.broker.close()
+        await self.tokens.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,11 +2,12 @@
 nomad/plan_endpoint.go).
 
 `Submit`: a standby answers NotLeader (UNAVAILABLE with the leader's
-address); the plan is validated (INVALID_ARGUMENT naming the field); the
-eval's nack timer is paused at the broker, which is the token check (a plan
-whose eval is not outstanding with that token is refused with
-FAILED_PRECONDITION); the plan is queued and the call waits for its result;
-the nack timer is resumed afterwards.
+address); the plan is validated (INVALID_ARGUMENT naming the field); its
+eval token is checked here, without a call to the broker (fence.py: a
+token the broker did not sign for this eval, or has revoked, is refused
+with FAILED_PRECONDITION); the plan is queued and the call waits for its
+result, the token counted in flight meanwhile, so a revocation is
+confirmed to the broker only after it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from corral.v1 import plan_pb2, plan_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.planner import metrics
 from services.planner.applier import ApplierStats
-from services.planner.broker_client import EvalTokenChecker
+from services.planner.fence import TokenFence
 from services.planner.plan_queue import ERR_DISABLED, PlanQueue
 
 log = logging.getLogger(__name__)
@@ -129,14 +130,14 @@ class PlanServicer(plan_pb2_grpc.PlanServicer):
     def __init__(
         self,
         queue: PlanQueue,
-        broker: EvalTokenChecker,
+        tokens: TokenFence,
         *,
         is_leader: Callable[[], bool],
         leader_address: Callable[[], Awaitable[str]],
         stats: Callable[[], ApplierStats],
     ) -> None:
         self.queue = queue
-        self.broker = broker
+        self.tokens = tokens
         self._is_leader = is_leader
         self._leader_address = leader_address
         self._stats = stats
@@ -158,21 +159,19 @@ class PlanServicer(plan_pb2_grpc.PlanServicer):
         validate_plan(plan)
         # the applier's evaluate and apply nest under this call's span
         plan.traceparent = telemetry.current_traceparent() or plan.traceparent
-        await self.broker.pause_nack_timeout(plan.eval_id, plan.eval_token)
         try:
-            pending = self.queue.enqueue(plan)
+            await self.tokens.check(plan.eval_id, plan.eval_token)
+            self.tokens.begin(plan.eval_token)
             try:
-                result = await asyncio.shield(pending.future)
-            except asyncio.CancelledError:
-                pending.future.cancel()  # still queued: the applier skips it
-                raise
+                pending = self.queue.enqueue(plan)
+                try:
+                    result = await asyncio.shield(pending.future)
+                except asyncio.CancelledError:
+                    pending.future.cancel()  # still queued: the applier skips it
+                    raise
+            finally:
+                self.tokens.end(plan.eval_token)
         finally:
-            try:
-                await asyncio.shield(self.broker.resume_nack_timeout(plan.eval_id, plan.eval_token))
-            except Exception as exc:
-                log.warning(
-                    "resuming the nack timer failed: %s", exc, extra={"eval_id": plan.eval_id}
-                )
             metrics.SUBMIT.observe(time.perf_counter() - start)
         return plan_pb2.PlanSubmitResponse(result=result, index=result.alloc_index)
 

@@ -9,6 +9,10 @@ them. Every `token_gc_interval` the leader deletes the tokens that expired
 more than `token_gc_threshold` ago; `corral system gc` deletes every expired
 one at once. The index moves only when a token is deleted: a read looks
 first, the write decides again on the rows it deletes.
+
+Expired one-time tokens (services/state/writes/one_time_tokens.py) go in
+the same pass, as soon as they expire (Nomad's ExpireOneTimeTokens; an
+expired one already exchanges for nothing). They are each region's own.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from services.state.acl import from_ns
 from services.state.app_context import StateContext
 from services.state.config import ACLSettings
+from services.state.writes import one_time_tokens
 from services.state.writes.acl import delete_expired_tokens
 
 log = logging.getLogger(__name__)
@@ -28,24 +33,31 @@ NS_PER_S = 1_000_000_000
 
 
 async def collect_expired(ctx: StateContext, threshold_ns: int) -> list[str]:
-    """Delete the tokens that expired more than `threshold_ns` ago; their
-    accessor ids. Outside the authoritative region of a federation only
-    local ones: global tokens are the authority's to collect (Nomad's
-    leader does the same), and their deletion is replicated here."""
+    """Delete the tokens that expired more than `threshold_ns` ago, and
+    every expired one-time token; the deleted tokens' accessor ids.
+    Outside the authoritative region of a federation only local tokens:
+    global tokens are the authority's to collect (Nomad's leader does the
+    same), and their deletion is replicated here."""
     before = time.time_ns() - threshold_ns
     local_only = ctx.federation is not None and not ctx.federation.authoritative
+    now = time.time_ns()
     async with ctx.db.read() as conn:
         cur = await conn.execute(
-            "SELECT 1 FROM acl_tokens WHERE expiration_time IS NOT NULL "
-            "AND expiration_time < %s AND NOT (global AND %s) LIMIT 1",
-            (from_ns(before), local_only),
+            "SELECT EXISTS (SELECT 1 FROM acl_tokens WHERE expiration_time IS NOT NULL "
+            "AND expiration_time < %s AND NOT (global AND %s)), "
+            "EXISTS (SELECT 1 FROM acl_one_time_tokens WHERE expires_at <= %s)",
+            (from_ns(before), local_only, from_ns(now)),
         )
-        if await cur.fetchone() is None:
+        row = await cur.fetchone()
+        if row is None or not (row[0] or row[1]):
             return []
     async with ctx.write() as tx:
         deleted = await delete_expired_tokens(tx, before, local_only=local_only)
+        one_time = await one_time_tokens.delete_expired(tx, now)
     if deleted:
         log.info("deleted %d expired ACL token(s)", len(deleted))
+    if one_time:
+        log.info("deleted %d expired one-time token(s)", len(one_time))
     return deleted
 
 

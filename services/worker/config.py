@@ -147,7 +147,8 @@ class WorkerSettings(ServerSettings):
     fault: Literal["", "stall-before-ack", "busy-scheduler"] = Field(
         "",
         description="test-only fault injection: stall-before-ack (hang between the plan and "
-        "the ack), busy-scheduler (spin the CPU for 8 s in the scheduler thread first)",
+        "the outcome, which carries the ack), busy-scheduler (spin the CPU for 8 s in the "
+        "scheduler thread first)",
     )
 
     @field_validator("enabled_schedulers")

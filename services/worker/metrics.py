@@ -27,7 +27,8 @@ SUBMIT_PLAN = Histogram(
 )
 EVAL_WRITE = Histogram(
     "corral_worker_eval_write_seconds",
-    "Eval.Update/Create/Reblock round trip (nomad.worker.update_eval, create_eval, reblock_eval)",
+    "State.DecideEval round trip: op=outcome writes the outcome and acks (nomad.worker."
+    "update_eval, reblock_eval), op=create the evals created before a plan (create_eval)",
     ["op"],
 )
 SEND_ACK = Histogram(

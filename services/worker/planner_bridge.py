@@ -7,10 +7,18 @@ scheduler worked from; a partial plan's refresh index is waited for on the
 replica and the fresher snapshot handed back, so the scheduler retries on
 state that includes what made the plan fail.
 
+One hop per decision: the scheduler's eval writes go to the state in one
+`State.DecideEval`, which also acks the eval (the broker acks it when the
+write reaches it on the change feed). Evals the scheduler creates are held
+until then, except that a plan is never submitted before the evals it may
+refer to (an alloc's follow-up eval, a blocked eval) are written: those go
+in a `DecideEval` of their own, without an outcome, before the plan. The
+outcome (`update_eval`, `reblock_eval`) is the run's last write.
+
 The eval's journey (when the broker made it ready, when this worker got it,
 when the scheduler submitted its first plan) rides on the writes of the
-dequeued eval itself (Update, Reblock), so the UI's timeline has those
-stages without a state write of their own; follow-up evals start without.
+dequeued eval itself, so the UI's timeline has those stages without a state
+write of their own; follow-up evals start without.
 """
 
 from __future__ import annotations
@@ -40,7 +48,9 @@ class Loop(Protocol):
 
     async def wait_for_refresh(self, index: int) -> StateSnapshot: ...
 
-    async def eval_write(self, op: str, evals: list[pb.Evaluation], token: str) -> None: ...
+    async def decide_eval(
+        self, eval_id: str, token: str, outcome: pb.Evaluation | None, created: list[pb.Evaluation]
+    ) -> None: ...
 
     async def garbage_collect(self, request: state_pb2.GarbageCollectRequest) -> None: ...
 
@@ -97,6 +107,10 @@ class WorkerPlanner:
         self.journey = journey if journey is not None else Journey()
         #: the process's reservations: settled with each plan result
         self.inflight = inflight
+        #: evals created and not yet written (the next plan or the outcome writes them)
+        self.created: list[pb.Evaluation] = []
+        #: the outcome was written, and with it the ack
+        self.decided = False
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the worker's loop inside the scheduler thread's
@@ -115,6 +129,8 @@ class WorkerPlanner:
     # ------------------------------------------------------------ Planner
 
     def submit_plan(self, plan: pb.Plan) -> tuple[pb.PlanResult, StateSnapshot | None]:
+        if self.created:  # the plan may refer to them: written first
+            self._decide(self.journey.eval_id or plan.eval_id, None)
         plan.eval_token = self.token
         plan.snapshot_index = self.snapshot.index
         # the scheduler's span (this thread's), so the plan's steps nest under it
@@ -141,20 +157,39 @@ class WorkerPlanner:
 
     def update_eval(self, ev: pb.Evaluation) -> None:
         self._stamp(ev)
-        self._run(self.worker.eval_write("Update", [ev], self.token))
+        self._decide(self.journey.eval_id or ev.id, ev)
 
     def create_eval(self, ev: pb.Evaluation) -> None:
         self._stamp(ev)
         if not ev.create_time:
             ev.create_time = ev.modify_time
-        self._run(self.worker.eval_write("Create", [ev], self.token))
+        self.created.append(ev)
 
     def reblock_eval(self, ev: pb.Evaluation) -> None:
-        # Eval.Reblock writes the eval (new queued counts, snapshot index,
-        # class eligibility) before it goes back into the blocked tracker,
-        # so no Eval.Update first, as Nomad's worker needs.
+        # A `blocked` outcome: the state writes the eval (new queued counts,
+        # snapshot index, class eligibility) and the broker puts it back into
+        # the blocked tracker with this token when it acks it, so no
+        # Eval.Update first, as Nomad's worker needs.
         self._stamp(ev)
-        self._run(self.worker.eval_write("Reblock", [ev], self.token))
+        self._decide(self.journey.eval_id or ev.id, ev)
+
+    def write_created(self) -> None:
+        """Write the evals created and not written yet (a run that ended
+        without an outcome), without acking."""
+        if self.created:
+            self._decide(self.journey.eval_id, None)
+
+    def _decide(self, eval_id: str, outcome: pb.Evaluation | None) -> None:
+        """One `State.DecideEval`: the created evals and, if given, the
+        outcome (which acks the eval)."""
+        created, self.created = self.created, []
+        try:
+            self._run(self.worker.decide_eval(eval_id, self.token, outcome, created))
+        except BaseException:
+            self.created[:0] = created  # not known to be written
+            raise
+        if outcome is not None:
+            self.decided = True
 
     # ------------------------------------------------------------ CorePlanner
 

@@ -3,7 +3,10 @@ and long-backoff behaviour of seeds 000/002.
 
     paused? -> wait | Eval.Dequeue -> wait for the replica to reach
     max(eval.modify_index, wait_index) -> invoke the scheduler on that
-    snapshot -> Eval.Ack, or Eval.Nack on any failure.
+    snapshot, whose outcome is written with State.DecideEval, which acks
+    the eval (one hop: the broker acks it from the change feed) -> Eval.Nack
+    on any failure; Eval.Ack only for a run that wrote no outcome (core evals,
+    an eval canceled meanwhile).
 
 A worker whose replica cannot reach the index within the sync limit nacks
 the eval and then waits up to the slow catch-up period, ending early as soon
@@ -108,8 +111,9 @@ async def _first(*events: asyncio.Event) -> None:
             w.cancel()
 
 
-#: test-only fault (CORRAL_WORKER_FAULT): hang after the scheduler ran (its
-#: plan committed) and before the ack, so a test can kill the worker there
+#: test-only fault (CORRAL_WORKER_FAULT): hang after the scheduler's plan
+#: committed and before its outcome and ack (one State.DecideEval) are
+#: written, so a test can kill the worker there
 FAULT_STALL_BEFORE_ACK = "stall-before-ack"
 #: test-only fault: a scheduling run that keeps the CPU busy (in its thread)
 #: for BUSY_SCHEDULER_SECONDS before scheduling, longer than a lease ttl
@@ -252,14 +256,12 @@ class Worker:
                 await self._ack(ev, token)
                 return
             self.workload = Workload.SCHEDULING
-            ok = await self._invoke_scheduler(ev, token, snapshot, journey)
-            if ok and self.pool.settings.fault == FAULT_STALL_BEFORE_ACK:
-                log.error("fault injection: stalling before ack of eval %s", ev.id, extra=extra)
-                await self._interruptible(asyncio.Event().wait())
-            if ok:
-                await self._ack(ev, token)
-            else:
+            decided = await self._invoke_scheduler(ev, token, snapshot, journey)
+            if decided is None:
                 await self._nack(ev, token)
+            elif not decided:
+                # no outcome written (a core eval's is not): ack it here
+                await self._ack(ev, token)
         except WorkerStopping:
             log.warning(
                 "worker %s shutting down with eval outstanding; nacking", self.id, extra=extra
@@ -359,7 +361,9 @@ class Worker:
 
     async def _invoke_scheduler(
         self, ev: pb.Evaluation, token: str, snapshot: StateSnapshot, journey: Journey
-    ) -> bool:
+    ) -> bool | None:
+        """Run the scheduler: None when it failed (nack), else whether its
+        outcome was written (and so the eval acked)."""
         loop = asyncio.get_running_loop()
         inflight = self.pool.inflight
         planner = WorkerPlanner(
@@ -387,6 +391,7 @@ class Worker:
                     inflight=inflight,
                 )
                 sched.process(ev)
+            planner.write_created()
 
         inflight.begin(ev.id, snapshot.index)
         try:
@@ -401,13 +406,13 @@ class Worker:
                 extra={"eval_id": ev.id, "job_id": ev.job_id},
                 exc_info=not isinstance(exc, grpc.aio.AioRpcError),
             )
-            return False
+            return None
         finally:
             inflight.end(ev.id)
             metrics.INVOKE_SCHEDULER.labels(ev.type).observe(time.perf_counter() - start)
         self.evals_processed += 1
         metrics.EVALS_PROCESSED.labels("ok").inc()
-        return True
+        return planner.decided
 
     # ------------------------------------------------------------ RPCs used by the planner bridge
 
@@ -442,14 +447,28 @@ class Worker:
     async def wait_for_refresh(self, index: int) -> StateSnapshot:
         return await self.pool.replica.wait_for_index(index, self.pool.settings.sync_limit)
 
-    async def eval_write(self, op: str, evals: list[pb.Evaluation], token: str) -> None:
+    async def decide_eval(
+        self, eval_id: str, token: str, outcome: pb.Evaluation | None, created: list[pb.Evaluation]
+    ) -> None:
+        """State.DecideEval: the created evals, and the outcome with the ack."""
+        if outcome is not None and self.pool.settings.fault == FAULT_STALL_BEFORE_ACK:
+            log.error(
+                "fault injection: stalling before ack of eval %s",
+                eval_id,
+                extra={"eval_id": eval_id},
+            )
+            await self._interruptible(asyncio.Event().wait())
+        request = state_pb2.DecideEvalRequest(eval_id=eval_id, token=token, created=created)
+        if outcome is not None:
+            request.outcome.CopyFrom(outcome)
         start = time.perf_counter()
         try:
-            await self.pool.broker.call(
-                op, eval_pb2.EvalWriteRequest(evals=evals, token=token), timeout=30.0
-            )
+            with tracer.start_as_current_span("worker.decide_eval"):
+                await self.pool.state.DecideEval(request, timeout=30.0)
         finally:
-            metrics.EVAL_WRITE.labels(op.lower()).observe(time.perf_counter() - start)
+            metrics.EVAL_WRITE.labels("outcome" if outcome is not None else "create").observe(
+                time.perf_counter() - start
+            )
 
     async def garbage_collect(self, request: state_pb2.GarbageCollectRequest) -> None:
         await self.pool.state.GarbageCollect(request, timeout=60.0)

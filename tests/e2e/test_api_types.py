@@ -288,6 +288,12 @@ def r(path: str, body: Any = None, **params: str) -> Callable[[World], Req]:
     return lambda w: Req(path, params, body)
 
 
+def _one_time_secret(w: World) -> dict[str, str]:
+    """An exchange's body naming a fresh one-time token (one exchanges once)."""
+    made = w.ok("PUT", "/v1/acl/token/onetime")
+    return {"OneTimeSecretID": made["OneTimeToken"]["OneTimeSecretID"]}
+
+
 def _role(w: World) -> dict[str, Any]:
     role: dict[str, Any] = w.ok("GET", "/v1/acl/role/name/types-role")
     return role
@@ -478,6 +484,17 @@ CALLS: list[Call] = [
     Call("GET", "/v1/acl/token/self", r("/v1/acl/token/self"), "ACLToken"),
     Call("GET", "/v1/acl/token/{accessor_id}",
          lambda w: Req(f"/v1/acl/token/{w.client_token_accessor}"), "ACLToken"),
+    # api.ACLTokens.UpsertOneTimeToken / ExchangeOneTimeToken
+    Call("PUT", "/v1/acl/token/onetime", r("/v1/acl/token/onetime"),
+         "OneTimeTokenUpsertResponse"),
+    Call("POST", "/v1/acl/token/onetime", r("/v1/acl/token/onetime"),
+         "OneTimeTokenUpsertResponse"),
+    Call("PUT", "/v1/acl/token/onetime/exchange",
+         lambda w: Req("/v1/acl/token/onetime/exchange", body=_one_time_secret(w)),
+         "OneTimeTokenExchangeResponse"),
+    Call("POST", "/v1/acl/token/onetime/exchange",
+         lambda w: Req("/v1/acl/token/onetime/exchange", body=_one_time_secret(w)),
+         "OneTimeTokenExchangeResponse"),
     # what Nomad's Go client sends for a token without a TTL: "ExpirationTTL": ""
     Call("PUT", "/v1/acl/token",
          r("/v1/acl/token", {"Name": "go", "Type": "client", "Policies": ["types-read"],

@@ -303,7 +303,9 @@ def test_errors_have_nomads_shape(dev: DevProcess) -> None:
     assert (status, body) == (405, "Invalid method")
     status, _, body = http(dev, "DELETE", "/v1/job/some-job/summary")
     assert (status, body) == (405, "Invalid method")
-    status, _, body = http(dev, "POST", "/v1/job/some-job/actions")
+    status, _, body = http(dev, "POST", "/v1/job/some-job/actions")  # served: GET only
+    assert (status, body) == (405, "Invalid method")
+    status, _, body = http(dev, "GET", "/v1/acl/auth-methods")
     assert status == 501, body
     status, _, body = http(dev, "GET", "/v1/jobs?index=1&wait=soon")
     assert status == 400 and "wait" in body

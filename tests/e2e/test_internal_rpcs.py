@@ -59,6 +59,12 @@ def _internal_calls(c: Cluster, channel: Callable[[str], grpc.aio.Channel]) -> l
                 state_pb2.GarbageCollectRequest(jobs=[state_pb2.JobRef(job_id=job.id)])
             ),
         ),
+        (
+            "State.DecideEval",  # a worker's outcome and ack (issue 30)
+            lambda: state.DecideEval(
+                state_pb2.DecideEvalRequest(eval_id=ev.id, token="x", outcome=ev)
+            ),
+        ),
         ("State.Snapshot", lambda: _drain(state.Snapshot(state_pb2.SnapshotRequest()))),
         ("State.Subscribe", lambda: _drain(state.Subscribe(state_pb2.SubscribeRequest()))),
         (
@@ -78,6 +84,10 @@ def _internal_calls(c: Cluster, channel: Callable[[str], grpc.aio.Channel]) -> l
             ),
         ),
         ("Eval.Ack", lambda: broker.Ack(eval_pb2.EvalAckRequest(eval_id=ev.id, token="x"))),
+        (
+            "Eval.PlanFence",  # the broker's token signing key: never to a non-server
+            lambda: _drain(broker.PlanFence(iter([eval_pb2.PlanFenceConfirm(planner="x")]))),
+        ),
         (
             "CoreGC.Force",
             lambda: system_pb2_grpc.CoreGCStub(channel(c.broker_addr)).Force(

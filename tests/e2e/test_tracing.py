@@ -190,7 +190,7 @@ async def test_one_trace_per_eval(
 
     root = await until(cli_root, what="the CLI's span")
     expected = {
-        ("corral-broker", "/corral.v1.Eval/Ack"),
+        ("corral-state", "/corral.v1.State/DecideEval"),
         ("corral-agent", "agent.start_task"),
         ("corral-state", "/corral.v1.State/ApplyPlans"),
     }
@@ -200,11 +200,11 @@ async def test_one_trace_per_eval(
         have = {(s.service, s.name) for s in spans}
         return spans if expected <= have else None
 
-    spans = await until(trace, what="the eval's trace through the ack and the agent")
-    # the spans still in flight (the worker's eval ends after the ack) land too
+    spans = await until(trace, what="the eval's trace through its decision and the agent")
+    # the spans still in flight (the worker's eval ends after the decision) land too
     await until(
         lambda: (
-            {"worker.eval", "worker.ack"}
+            {"worker.eval", "worker.decide_eval"}
             <= {s.name for s in rec.snapshot() if s.trace_id == root.trace_id}
         ),
         what="the worker's spans",
@@ -264,9 +264,12 @@ async def test_one_trace_per_eval(
     assert any(
         s.attributes.get("db.system") == "postgresql" and parent(s) == plan_commit for s in spans
     ), "no database spans in the plan's commit"
-    ack = _one(by_name, "worker.ack")
-    assert parent(ack) == worker_eval
-    assert "worker.ack" in ancestors(_one(by_name, "/corral.v1.Eval/Ack", "corral-broker"))
+    # the outcome and the ack: one call to the state (issue 30)
+    decide = _one(by_name, "worker.decide_eval")
+    assert parent(decide) == scheduler
+    decide_server = _one(by_name, "/corral.v1.State/DecideEval", "corral-state")
+    assert "worker.decide_eval" in ancestors(decide_server)
+    assert not by_name.get("/corral.v1.Eval/Ack")  # the broker acks from the feed
     start_alloc = _one(by_name, "agent.start_alloc")
     assert parent(start_alloc) == apply
     assert parent(_one(by_name, "agent.start_task")) == start_alloc
@@ -287,7 +290,7 @@ async def test_one_trace_per_eval(
     # broker's periodic launches on taking leadership)
     everything = rec.snapshot()
     assert not [s for s in everything if s.name == "/corral.v1.Eval/Dequeue"]
-    steps = {"/corral.v1.Eval/Ack", "/corral.v1.Plan/Submit", "/corral.v1.State/ApplyPlans"}
+    steps = {"/corral.v1.State/DecideEval", "/corral.v1.Plan/Submit", "/corral.v1.State/ApplyPlans"}
     stray = [
         (s.service, s.name)
         for s in everything

@@ -205,3 +205,49 @@ def test_signed_out_jobs_page_asks_for_a_token(
         lambda d: d.find_element(By.ID, "live").get_attribute("data-live") == "stream",
     )
     use_token(driver, "")
+
+
+def test_corral_ui_authenticate_signs_the_ui_in(
+    acl_dev: DevProcess, reader_token: str, driver: Any
+) -> None:
+    """`corral ui -authenticate` (Nomad's `nomad ui -authenticate`): the
+    address carries a one-time token, which the page exchanges for the
+    reader's token, keeps as the token box keeps one, and takes out of the
+    address; the same address again is refused and changes nothing."""
+    from selenium.webdriver.common.by import By
+
+    base = http_base(acl_dev)
+    out = corral(
+        acl_dev, "ui", "-authenticate", "-show-url", "-http-addr", base, token=reader_token
+    )
+    assert out.startswith(f"URL for web UI: {base}/ui/?ott=")
+    url = out.strip().split(": ", 1)[1]
+    driver.get(base + "/ui/jobs")
+    driver.execute_script("localStorage.removeItem('corral.token')")
+
+    driver.get(url)
+    wait_until(
+        driver,
+        "the one-time token exchanged",
+        lambda d: d.execute_script("return document.body.dataset.ott") == "exchanged",
+    )
+    assert driver.execute_script("return localStorage.getItem('corral.token')") == reader_token
+    assert "ott=" not in driver.current_url
+    wait_until(
+        driver,
+        "the reader token's status",
+        lambda d: d.find_element(By.ID, "token-status").text == "token: readers",
+    )
+    screenshot(driver, "acl-one-time-token")
+
+    # spent: refused, said so, and the kept token stays
+    driver.get(url)
+    wait_until(
+        driver,
+        "the spent one-time token refused",
+        lambda d: d.execute_script("return document.body.dataset.ott") == "refused",
+    )
+    assert "one-time token refused (403)" in driver.find_element(By.ID, "flash").text
+    assert "ott=" not in driver.current_url
+    assert driver.execute_script("return localStorage.getItem('corral.token')") == reader_token
+    driver.execute_script("localStorage.removeItem('corral.token')")

@@ -3,9 +3,9 @@
 `ACLRoleListStub`) and Nomad's request bodies → our requests.
 
 A secret id appears only where our API hands one out (bootstrap, token
-create) and in /v1/acl/token/self, which echoes the caller's own secret as
-Nomad does; everywhere else `SecretID` is empty (the state keeps only a hash
-of it)."""
+create, one-time token create and exchange) and in /v1/acl/token/self,
+which echoes the caller's own secret as Nomad does; everywhere else
+`SecretID` is empty (the state keeps only a hash of it)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,27 @@ def token(t: acl_pb2.ACLToken, secret_id: str | None = None) -> dict[str, Any]:
         "SecretID": t.secret_id if secret_id is None else secret_id,
         "ExpirationTTL": ttl,
     }
+
+
+def one_time_token(t: acl_pb2.ACLOneTimeToken) -> dict[str, Any]:
+    """Nomad's `OneTimeToken`, its secret included (only the create answer
+    has one)."""
+    return {
+        "OneTimeSecretID": t.one_time_secret_id,
+        "AccessorID": t.accessor_id,
+        "ExpiresAt": rfc3339(t.expires_at),
+        "CreateIndex": t.create_index,
+        "ModifyIndex": t.modify_index,
+    }
+
+
+def exchange_request(body: dict[str, Any]) -> acl_pb2.ACLExchangeOneTimeTokenRequest:
+    """POST /v1/acl/token/onetime/exchange's body (Nomad's
+    `OneTimeTokenExchangeRequest`)."""
+    secret = _string(field(body, "OneTimeSecretID"), "OneTimeSecretID")
+    if not secret:
+        raise ValueError("OneTimeSecretID is required")
+    return acl_pb2.ACLExchangeOneTimeTokenRequest(one_time_secret_id=secret)
 
 
 def policy_from_body(name: str, body: dict[str, Any]) -> acl_pb2.ACLPolicy:

@@ -5,11 +5,12 @@ The state decides every permission (a management token for all of it but
 token/self, and reading the policies and roles a token holds); the gateway
 only carries the request's token. Secrets: the
 bootstrap and token-create answers carry the new secret, /v1/acl/token/self
-echoes the caller's own; nothing else can, since the state keeps hashes only.
-No secret is ever logged here (the gateway logs no bodies).
+echoes the caller's own, a one-time token's create answer its one-time
+secret and its exchange the token's secret; nothing else can, since the
+state keeps hashes only. No secret is ever logged here (the gateway logs no
+bodies).
 
-Not served (501, docs/http-api.md): auth methods, binding rules, one-time
-tokens and login."""
+Not served (501, docs/http-api.md): auth methods, binding rules and login."""
 
 from __future__ import annotations
 
@@ -203,9 +204,35 @@ async def token_self(request: Request) -> Response:
     return respond(request, acl_map.token(resp.token, secret_id=secret), index=resp.index)
 
 
+async def one_time_token(request: Request) -> Response:
+    """Nomad's UpsertOneTimeToken: a one-time token for the caller's own
+    token (the request's body, if any, is ignored, as Nomad's)."""
+    resp = await backend_of(request).acl.UpsertOneTimeToken(
+        acl_pb2.ACLUpsertOneTimeTokenRequest(),
+        metadata=metadata_of(request),
+        timeout=DEFAULT_TIMEOUT,
+    )
+    return respond(
+        request, {"OneTimeToken": acl_map.one_time_token(resp.one_time_token)}, index=resp.index
+    )
+
+
+async def exchange_one_time_token(request: Request) -> Response:
+    body = await object_body(request)
+    try:
+        message = acl_map.exchange_request(body)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    with body_fields():
+        resp = await backend_of(request).acl.ExchangeOneTimeToken(
+            message, metadata=metadata_of(request), timeout=DEFAULT_TIMEOUT
+        )
+    return respond(request, {"Token": acl_map.token(resp.token)}, index=resp.index)
+
+
 async def token(request: Request) -> Response:
     accessor: str = request.path_params["accessor_id"]
-    if accessor == "self":  # /v1/acl/token/self is GET only
+    if accessor in ("self", "onetime"):  # their own routes, with other methods
         raise NomadError(405, "Invalid method")
     backend = backend_of(request)
     if request.method == "GET":
@@ -253,6 +280,11 @@ _LISTED_ROLES = Need(
 #: Nomad's GetRoleByID/GetRoleByName: a management token, or one linking the role
 OWN_ROLES = Need(summary="a management token, or a token linking the role", management=True)
 
+#: Nomad's UpsertOneTimeToken: any non-anonymous token, for itself
+ONE_TIME = Need(summary="any non-anonymous token (a one-time token for itself)", any_token=True)
+#: the one-time secret in the body is the authorization
+EXCHANGE = Need(summary="none (the one-time secret in the body is the authorization)", open=True)
+
 ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/acl/bootstrap", bootstrap, {"PUT": BOOTSTRAP, "POST": BOOTSTRAP}),
     ApiRoute("/v1/acl/policies", policies, {"GET": _LISTED_POLICIES}),
@@ -266,6 +298,12 @@ ROUTES: list[BaseRoute] = [
     ApiRoute("/v1/acl/tokens", tokens, {"GET": MANAGEMENT}),
     ApiRoute("/v1/acl/token", create_token, _MANAGE),
     ApiRoute("/v1/acl/token/self", token_self, {"GET": ANY_TOKEN}),
+    ApiRoute("/v1/acl/token/onetime", one_time_token, {"PUT": ONE_TIME, "POST": ONE_TIME}),
+    ApiRoute(
+        "/v1/acl/token/onetime/exchange",
+        exchange_one_time_token,
+        {"PUT": EXCHANGE, "POST": EXCHANGE},
+    ),
     ApiRoute(
         "/v1/acl/token/{accessor_id}",
         token,

@@ -267,6 +267,9 @@ class WriteTx:
         self.now = time.time_ns()
         self._pending = _Pending()
         self._events: dict[int, list[pb.Event]] = {i: [] for i in indexes}
+        # workers' eval decisions (State.DecideEval) by index: they ride on
+        # the change batch to the broker, which acks by them
+        self._decisions: dict[int, list[pb.EvalDecision]] = {}
         self._system_jobs: dict[tuple[str, str], pb.Job] | None = None
         # reads a transaction may reuse (the index lock keeps them current)
         self.memo: dict[Any, Any] = {}
@@ -293,6 +296,11 @@ class WriteTx:
         ev.index = at
         self._events[at].append(ev)
         return ev
+
+    def record_decision(self, decision: pb.EvalDecision, *, index: int | None = None) -> None:
+        """Put a worker's eval decision on the change batch at `index`
+        (default: the transaction's), next to the eval writes it made."""
+        self._decisions.setdefault(index or self.index, []).append(decision)
 
     def _change(
         self,
@@ -994,7 +1002,9 @@ class WriteTx:
                 table_index = topics.index_of(ev.topic)
                 if table_index:
                     touched[table_index] = at
-            batch = pb.ChangeBatch(index=at, time=self.now, events=events)
+            batch = pb.ChangeBatch(
+                index=at, time=self.now, events=events, eval_decisions=self._decisions.get(at, ())
+            )
             self.batches.append(batch)
             log_rows.append((at, batch.SerializeToString()))
         await self.conn.execute(

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -296,6 +297,26 @@ class ACLRole(Base):
     name: Mapped[str] = mapped_column(String(128), nullable=False)
     description: Mapped[str] = mapped_column(String(256), nullable=False)
     policies: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class ACLOneTimeToken(Base):
+    """A one-time token (Nomad's OneTimeToken), at most one per ACL token
+    (a new one replaces it, as Nomad's table is unique on the accessor).
+    Neither secret is stored in the clear: the one-time secret as its
+    SHA-256 (the lookup), the ACL token's secret sealed under a key derived
+    from the one-time secret (services/state/writes/one_time_tokens.py), so
+    a dump holds nothing that exchanges or authenticates."""
+
+    __tablename__ = "acl_one_time_tokens"
+    __table_args__ = (UniqueConstraint("secret_hash"), Index(None, "expires_at"))
+    accessor_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("acl_tokens.accessor_id", ondelete="CASCADE"), primary_key=True
+    )
+    secret_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    sealed_secret: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     create_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
     modify_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
 

@@ -15,8 +15,12 @@ Roles, as policies, are the authoritative region's in a federation: role
 writes elsewhere are forwarded there, and ACL replication copies them back
 (services/state/federation/replication.py).
 
+`UpsertOneTimeToken` any non-anonymous token, for itself;
+`ExchangeOneTimeToken` anyone holding the one-time secret.
+
 With ACLs off the whole service answers FAILED_PRECONDITION. Only
-`Bootstrap` and `CreateToken` answer with a secret id.
+`Bootstrap`, `CreateToken` and `ExchangeOneTimeToken` answer with a secret
+id.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from corral.domain.errors import NotFound, PermissionDenied
+from corral.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from corral.runtime.server import GrpcServer
 from corral.security import acl
 from corral.security.access import ACL_SERVICE
@@ -35,6 +39,7 @@ from services.state import query
 from services.state.app_context import StateContext
 from services.state.config import ACLSettings
 from services.state.writes import acl as acl_writes
+from services.state.writes import one_time_tokens
 
 Context = Any
 NS_PER_S = 1_000_000_000
@@ -333,6 +338,33 @@ class ACLServicer(acl_pb2_grpc.ACLServicer):
         if token is None:  # deleted since it was cached
             raise PermissionDenied("ACL token not found")
         return acl_pb2.ACLTokenResponse(token=token, index=index)
+
+    # ---------------------------------------------------- one-time tokens
+
+    async def UpsertOneTimeToken(
+        self, request: acl_pb2.ACLUpsertOneTimeTokenRequest, context: Context
+    ) -> acl_pb2.ACLOneTimeTokenResponse:
+        secret = acl.token_from_metadata(context.invocation_metadata())
+        if not secret:
+            raise PermissionDenied(
+                "Permission denied: a one-time token stands for the caller's own ACL token, "
+                "and the request carries none"
+            )
+        async with self.ctx.write() as tx:
+            ott = await one_time_tokens.upsert(tx, secret)
+        return acl_pb2.ACLOneTimeTokenResponse(one_time_token=ott, index=tx.index)
+
+    async def ExchangeOneTimeToken(
+        self, request: acl_pb2.ACLExchangeOneTimeTokenRequest, context: Context
+    ) -> acl_pb2.ACLTokenResponse:
+        if not request.one_time_secret_id:
+            raise InvalidArgument("one_time_secret_id", "is required")
+        if len(request.one_time_secret_id) > acl_writes.MAX_ACCESSOR_ID:
+            raise PermissionDenied(one_time_tokens.NOT_EXCHANGEABLE)
+        async with self.ctx.write() as tx:
+            token = await one_time_tokens.exchange(tx, request.one_time_secret_id)
+        await acl_reads.link_roles(self.ctx.db, [token])
+        return acl_pb2.ACLTokenResponse(token=token, index=tx.index)
 
     async def ResolveToken(
         self, request: acl_pb2.ACLResolveTokenRequest, context: Context

@@ -26,7 +26,12 @@ from services.state.app_context import StateContext
 from services.state.db.database import WriteTx
 from services.state.db.snapshot import Dump, stream_dump
 from services.state.writes import deployments, gc
-from services.state.writes.evals import upsert_evals, validate_evals
+from services.state.writes.evals import (
+    decide_eval,
+    upsert_evals,
+    validate_decision,
+    validate_evals,
+)
 from services.state.writes.fence import require_leader, require_leader_id
 from services.state.writes.plans import apply_plans, validate_plans
 
@@ -160,6 +165,23 @@ class StateServicer(state_pb2_grpc.StateServicer):
             evals=[e.id for e in request.evals],
             jobs={(e.namespace, e.job_id) for e in request.evals},
         )
+        return state_pb2.WriteResponse(index=done.index)
+
+    async def DecideEval(
+        self, request: state_pb2.DecideEvalRequest, context: Context
+    ) -> state_pb2.WriteResponse:
+        """A scheduler worker's eval writes and ack in one call; the broker
+        learns them from the feed (writes/evals.py `decide_eval`)."""
+        validate_decision(request)
+        evals = [e.id for e in request.created] + [request.eval_id]
+        jobs = {(e.namespace, e.job_id) for e in request.created}
+        if request.HasField("outcome"):
+            jobs.add((request.outcome.namespace, request.outcome.job_id))
+
+        async def write(tx: WriteTx) -> None:
+            await decide_eval(tx, request)
+
+        done = await self.ctx.batcher.submit(write, evals=evals, jobs=jobs)
         return state_pb2.WriteResponse(index=done.index)
 
     async def ApplyPlans(

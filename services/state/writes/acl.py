@@ -120,7 +120,9 @@ def validate_token(req: acl_pb2.ACLCreateTokenRequest, min_ttl_ns: int, max_ttl_
         )
 
 
-async def _touch(tx: WriteTx, table: str) -> None:
+async def touch_table(tx: WriteTx, table: str) -> None:
+    """Stamp an ACL table's index with this write's (what its blocking
+    reads and `table_index` report)."""
     await tx.conn.execute(
         "INSERT INTO table_indexes (name, index) VALUES (%s, %s) "
         "ON CONFLICT (name) DO UPDATE SET index = excluded.index",
@@ -145,7 +147,7 @@ async def upsert_policies(tx: WriteTx, policies: Sequence[acl_pb2.ACLPolicy]) ->
             (p.name, p.description, p.rules, tx.index, tx.index),
         )
         tx.record(topics.ACL_POLICY.event(p.name, EventType.ACL_POLICY_UPSERTED))
-    await _touch(tx, POLICIES_TABLE)
+    await touch_table(tx, POLICIES_TABLE)
 
 
 async def replicate_policies(
@@ -168,7 +170,7 @@ async def replicate_policies(
         await tx.conn.execute("DELETE FROM acl_policies WHERE name = ANY(%s)", (list(delete),))
         for name in delete:
             tx.record(topics.ACL_POLICY.event(name, EventType.ACL_POLICY_DELETED, deleted=True))
-    await _touch(tx, POLICIES_TABLE)
+    await touch_table(tx, POLICIES_TABLE)
 
 
 async def delete_policies(tx: WriteTx, names: Sequence[str]) -> None:
@@ -197,7 +199,7 @@ async def _delete_all(
         raise NotFound(f"ACL {what} not found: {', '.join(missing)}")
     for k in sorted(deleted):
         tx.record(topic.event(k, event, deleted=True))
-    await _touch(tx, table)
+    await touch_table(tx, table)
 
 
 async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) -> None:
@@ -225,7 +227,7 @@ async def _insert_token(tx: WriteTx, token: acl_pb2.ACLToken, secret_id: str) ->
         ),
     )
     tx.record(topics.ACL_TOKEN.event(token.accessor_id, EventType.ACL_TOKEN_UPSERTED))
-    await _touch(tx, TOKENS_TABLE)
+    await touch_table(tx, TOKENS_TABLE)
 
 
 async def _secret_in_use(tx: WriteTx, secret_id: str) -> bool:
@@ -346,7 +348,7 @@ async def update_token(tx: WriteTx, req: acl_pb2.ACLUpdateTokenRequest) -> acl_p
         ),
     )
     tx.record(topics.ACL_TOKEN.event(token.accessor_id, EventType.ACL_TOKEN_UPSERTED))
-    await _touch(tx, TOKENS_TABLE)
+    await touch_table(tx, TOKENS_TABLE)
     return token
 
 
@@ -365,7 +367,7 @@ async def delete_tokens(tx: WriteTx, accessor_ids: Sequence[str]) -> None:
         raise NotFound(f"ACL token not found: {', '.join(missing)}")
     for a in sorted(deleted):
         tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
-    await _touch(tx, TOKENS_TABLE)
+    await touch_table(tx, TOKENS_TABLE)
 
 
 async def replicate_tokens(
@@ -405,7 +407,7 @@ async def replicate_tokens(
         )
         for a in delete:
             tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
-    await _touch(tx, TOKENS_TABLE)
+    await touch_table(tx, TOKENS_TABLE)
 
 
 async def delete_expired_tokens(
@@ -425,7 +427,7 @@ async def delete_expired_tokens(
     for a in deleted:
         tx.record(topics.ACL_TOKEN.event(a, EventType.ACL_TOKEN_DELETED, deleted=True))
     if deleted:
-        await _touch(tx, TOKENS_TABLE)
+        await touch_table(tx, TOKENS_TABLE)
     return deleted
 
 
@@ -538,7 +540,7 @@ async def upsert_roles(tx: WriteTx, roles: Sequence[acl_pb2.ACLRole]) -> list[ac
         await _put_role(tx, role)
         out.append(role)
     if tx.change_count:
-        await _touch(tx, ROLES_TABLE)
+        await touch_table(tx, ROLES_TABLE)
     return out
 
 
@@ -576,7 +578,7 @@ async def replicate_roles(
         await tx.conn.execute("DELETE FROM acl_roles WHERE id = ANY(%s)", (list(delete),))
         for role_id in delete:
             tx.record(topics.ACL_ROLE.event(role_id, EventType.ACL_ROLE_DELETED, deleted=True))
-    await _touch(tx, ROLES_TABLE)
+    await touch_table(tx, ROLES_TABLE)
 
 
 async def _resolve_role_links(

@@ -119,6 +119,12 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
 
     role_id = str(uuid.uuid4())  # none: a management token reads 404, writes 400
 
+    def exchange(method: str) -> Sample:
+        """A fresh one-time secret each time (one exchanges once)."""
+        made = cluster.http.ok("PUT", "/v1/acl/token/onetime", token=cluster.management)
+        body = {"OneTimeSecretID": made["OneTimeToken"]["OneTimeSecretID"]}
+        return Sample("/v1/acl/token/onetime/exchange", body=body)
+
     def role(method: str) -> Sample:
         body = {"ID": role_id, "Name": "gw-probe-role", "Policies": [{"Name": "gw-authz-probe"}]}
         return Sample(f"/v1/acl/role/{role_id}", body=body if method in ("PUT", "POST") else None)
@@ -306,6 +312,8 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
             Sample("/v1/acl/token", body={"Name": "probe", "Type": "client", "Policies": []})
         ),
         "/v1/acl/token/self": const(Sample("/v1/acl/token/self")),
+        "/v1/acl/token/onetime": const(Sample("/v1/acl/token/onetime")),
+        "/v1/acl/token/onetime/exchange": exchange,
         "/v1/acl/roles": const(Sample("/v1/acl/roles")),
         "/v1/acl/role": const(
             Sample(

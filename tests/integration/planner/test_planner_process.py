@@ -1,6 +1,7 @@
 """Planner processes (`python -m services.planner`) with a real broker process
-and an in-process state service on the module's PostgreSQL: the token check,
-a standby's answer, and a crash between evaluate and apply
+and an in-process state service on the module's PostgreSQL: the token check
+(made in the planner with the broker's key, issue 30), a plan whose worker's
+lease lapsed refused, a standby's answer, and a crash between evaluate and apply
 (`CORRAL_PLANNER_FAULT=exit-before-apply`) that commits nothing while the
 retry after a restart succeeds."""
 
@@ -57,9 +58,10 @@ async def wait_leader(stub: plan_pb2_grpc.PlanAsyncStub, timeout: float = 30.0) 
 
 
 async def outstanding_eval(
-    state_app: StateApp, cluster: Cluster, job: pb.Job, node: pb.Node
+    state_app: StateApp, cluster: Cluster, job: pb.Job, node: pb.Node, worker_id: str = ""
 ) -> tuple[pb.Evaluation, str, int]:
-    """Seed a node, a job and its pending eval; dequeue it from the broker."""
+    """Seed a node, a job and its pending eval; dequeue it from the broker
+    (under `worker_id`'s lease, which nothing renews, when given)."""
     ev = pb.Evaluation(
         id=new_id(),
         namespace=job.namespace,
@@ -78,7 +80,10 @@ async def outstanding_eval(
         while time.monotonic() < deadline:
             resp = await stub.Dequeue(
                 eval_pb2.EvalDequeueRequest(
-                    schedulers=[JobType.SERVICE], timeout_ms=1000, scheduler_version=1
+                    schedulers=[JobType.SERVICE],
+                    timeout_ms=1000,
+                    scheduler_version=1,
+                    worker_id=worker_id,
                 ),
                 timeout=10,
             )
@@ -160,6 +165,49 @@ async def test_token_check_standby_and_commit(
         if standby is not None:
             await cluster.stop_async(standby.name)
     assert not errors(await check_state(state_addr))
+
+
+async def test_a_plan_after_its_workers_lease_lapsed_is_refused(
+    state_app: StateApp,
+    state_addr: str,
+    cluster: Cluster,
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    """No call to the broker in Plan.Submit, and still: the broker revokes
+    the token of a worker whose lease lapsed at the planner before it
+    redelivers the eval, and the planner refuses the late plan."""
+    leader = await cluster.start_async("planner", name="planner-fenced")
+    try:
+        stub = plan_stub(channels, leader.address)
+        await wait_leader(stub)
+        node, job = mock.node(), mock.job()
+        ev, token, index = await outstanding_eval(state_app, cluster, job, node, "lapsing")
+        async with transport.dial(cluster.broker_addr) as ch:
+            broker = eval_pb2_grpc.EvalStub(ch)
+
+            async def redelivered() -> bool:
+                got = await broker.Dequeue(
+                    eval_pb2.EvalDequeueRequest(
+                        schedulers=[JobType.SERVICE], timeout_ms=200, scheduler_version=1
+                    )
+                )
+                if got.eval.id and got.eval.id != ev.id:
+                    await broker.Nack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+                return got.eval.id == ev.id
+
+            deadline = time.monotonic() + 30
+            while not await redelivered():  # the lease (5 s) lapses, the eval comes back
+                assert time.monotonic() < deadline, "the lapsed worker's eval never came back"
+        late = placement_plan(ev, token, job, node, index)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Submit(plan_pb2.PlanSubmitRequest(plan=late), timeout=30)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "no longer outstanding" in (err.value.details() or "")
+        assert "lost its lease" in cluster.log("broker")
+    finally:
+        await cluster.stop_async(leader.name)
+    snap = await fetch_snapshot(state_addr)
+    assert snap.allocs_by_job(job.namespace, job.id) == []
 
 
 async def test_crash_between_evaluate_and_apply_commits_nothing(

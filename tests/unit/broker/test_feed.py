@@ -6,7 +6,7 @@ re-bootstrap re-routes what the gap hid without running anything twice."""
 from __future__ import annotations
 
 from corral.domain import structs
-from corral.domain.store import StateStore
+from corral.domain.store import StateSnapshot, StateStore
 from corral.domain.topics import EventType
 from corral.testing import mock
 from corral.v1 import structs_pb2 as pb
@@ -179,6 +179,79 @@ async def test_a_plans_eval_bump_does_not_run_the_eval_again() -> None:
     r2.broker.ack(running.id, got[1])
     again = await r2.broker.dequeue(["service"], 0.1)
     assert again is not None and again[0].id == running.id
+
+
+def decided(
+    index: int, token: str, outcome: pb.Evaluation | None, *created: pb.Evaluation
+) -> tuple[pb.ChangeBatch, StateSnapshot]:
+    """The batch a State.DecideEval writes, and the store after it (the
+    snapshot the replica hands its listeners)."""
+    evals = [*created, *([outcome] if outcome is not None else [])]
+    b = batch(index, *evals)
+    held = outcome.id if outcome is not None else created[0].previous_eval
+    b.eval_decisions.add(eval_id=held, token=token, outcome=outcome is not None)
+    return b, StateStore.build(index, evals=evals)
+
+
+async def test_a_decision_acks_with_its_outcome_and_a_stale_token_is_ignored() -> None:
+    """One hop per decision: the worker's outcome write carries its token, and
+    the broker acks from the feed (cancelling what the run's snapshot covered,
+    as Eval.Update + Eval.Ack did); the follow-up written with it waits
+    behind the eval and runs after the ack."""
+    r, _ = router()
+    acked: list[str] = []
+    r.on_ack = acked.append
+    e = ev(job="d", create_index=3, modify_index=3)
+    covered = ev(job="d", create_index=4, modify_index=4)
+    r.restore(StateStore.build(4, evals=[e, covered]))
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None and got[0].id == e.id
+    # a decision with another token (a worker whose lease lapsed) acks nothing
+    done = pb.Evaluation()
+    done.CopyFrom(e)
+    done.status, done.snapshot_index = "complete", 4
+    stale, snap = decided(5, "not-" + got[1], done)
+    r.on_batch(stale, snap)
+    assert r.broker.outstanding_token(e.id) == got[1] and not acked
+    # the holder's decision acks it, with a follow-up created by the run
+    follow = ev(job="d", previous_eval=e.id, wait=1)
+    follow.modify_index = 6
+    mine, snap = decided(6, got[1], done, follow)
+    r.on_batch(mine, snap)
+    assert acked == [e.id] and not r.broker.outstanding_token(e.id)
+    # the covered eval was superseded; the delayed follow-up is kept
+    assert [c.id for c in r.broker.take_cancelable(10)] == [covered.id]
+    assert r.broker.tracked(follow.id)
+
+
+async def test_a_decision_of_created_evals_only_does_not_ack() -> None:
+    r, _ = router()
+    e = ev(job="c")
+    r.restore(StateStore.build(3, evals=[e]))
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    blocked = ev(job="c", status="blocked", previous_eval=e.id)
+    first, snap = decided(4, got[1], None, blocked)
+    r.on_batch(first, snap)
+    assert r.broker.outstanding_token(e.id) == got[1]  # still held: the plan is next
+    assert r.blocked.tracked(blocked.id)
+
+
+async def test_a_blocked_outcome_is_tracked_with_the_token_and_acked() -> None:
+    """The reblock: the eval goes back to the tracker (not run again by the
+    router's own blocked routing) and is acked in the same step."""
+    r, _ = router()
+    e = ev(job="rb", triggered_by="queued-allocs")
+    r.restore(StateStore.build(3, evals=[e]))
+    got = await r.broker.dequeue(["service"], 0.1)
+    assert got is not None
+    reblocked = pb.Evaluation()
+    reblocked.CopyFrom(e)
+    reblocked.status = "blocked"
+    b, snap = decided(4, got[1], reblocked)
+    r.on_batch(b, snap)
+    assert r.blocked.tracked(e.id) and r.blocked.total_blocked == 1
+    assert not r.broker.outstanding_token(e.id)
 
 
 async def test_a_ready_node_whose_class_changes_unblocks_the_new_class() -> None:

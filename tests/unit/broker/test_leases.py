@@ -1,7 +1,8 @@
 """Worker leases in the in-memory broker: a lapsed lease nacks the worker's
 evals at once (long before the nack timer), heartbeats keep a slow worker's
-lease, an eval whose plan is in the planner is nacked when the planner is
-done, and dequeues without a worker id have only the nack timer."""
+lease, an eval whose plan is in the planner is nacked when the planner has
+confirmed the revoked token, and dequeues without a worker id have only the
+nack timer."""
 
 from __future__ import annotations
 
@@ -54,15 +55,42 @@ async def test_heartbeats_keep_the_lease_of_a_slow_worker() -> None:
 
 
 async def test_an_eval_whose_plan_is_in_the_planner_is_nacked_when_the_planner_is_done() -> None:
+    """The plan fence (plan_fence.py): with a planner holding this term's
+    key, a lapsed lease revokes the token there first; the eval is nacked
+    only once the planner confirms that no plan of it is in flight."""
     b = broker()
+    planner = b.fence.connect("planner:1")
+    first = planner.updates.get_nowait()
+    assert first is not None and first.key and first.term == b.fence.term
     e = ev()
     b.enqueue(e)
     got = await b.dequeue(["service"], 0.1, worker_id="w1")
     assert got is not None
-    b.pause_nack_timeout(e.id, got[1])  # the plan waits in the plan queue
     await until(lambda: not b.leases.alive("w1"), timeout=5)
+    revoked = await asyncio.wait_for(planner.updates.get(), 5)
+    assert revoked is not None and list(revoked.revoked) == [got[1]]
+    await asyncio.sleep(0.1)
     assert b.stats().total_unacked == 1  # not nacked under the planner's feet
-    b.resume_nack_timeout(e.id, got[1])  # plan applied: now it goes back
+    b.fence.confirm(planner, [got[1]])  # plan applied: now it goes back
+    again = await b.dequeue(["service"], 1.0)
+    assert again is not None and again[0].id == e.id
+
+
+async def test_a_revocation_owed_by_a_disconnected_planner_waits_for_its_return() -> None:
+    b = broker()
+    gone = b.fence.connect("planner:1")
+    b.fence.disconnect(gone)  # it had the key: it may still hold a plan
+    e = ev()
+    b.enqueue(e)
+    got = await b.dequeue(["service"], 0.1, worker_id="w1")
+    assert got is not None
+    await until(lambda: not b.leases.alive("w1"), timeout=5)
+    await asyncio.sleep(0.1)
+    assert b.stats().total_unacked == 1
+    back = b.fence.connect("planner:1")
+    hello = back.updates.get_nowait()
+    assert hello is not None and list(hello.revoked) == [got[1]]
+    b.fence.confirm(back, [got[1]])
     again = await b.dequeue(["service"], 1.0)
     assert again is not None and again[0].id == e.id
 

@@ -325,6 +325,35 @@ function setupToken() {
   });
 }
 
+// `corral ui -authenticate` (Nomad's `nomad ui -authenticate`) opens the UI
+// with ?ott=<one-time secret>: exchange it for the token it stands for and
+// keep that as a token saved from the token box is kept. `ott` leaves the
+// address first, whatever the answer: it is spent (or refused) and the
+// address bar, history and bookmarks should not keep it. The exchange goes
+// without the stored token and region: the one-time secret is the whole
+// authorization, and it was made in the gateway's own region.
+async function exchangeOneTimeToken() {
+  const url = new URL(location.href);
+  const ott = url.searchParams.get("ott");
+  if (ott === null) return;
+  url.searchParams.delete("ott");
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  if (!ott) return;
+  const resp = await fetch("/v1/acl/token/onetime/exchange", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ OneTimeSecretID: ott }),
+  });
+  const text = (await resp.text()).trim();
+  if (!resp.ok) {
+    document.body.dataset.ott = "refused";
+    flash("one-time token refused (" + resp.status + "): " + (text || resp.statusText));
+    return;
+  }
+  localStorage.setItem(TOKEN_KEY, JSON.parse(text).Token.SecretID);
+  document.body.dataset.ott = "exchanged";
+}
+
 // The region switcher: every region /v1/regions knows; choosing one reloads
 // the page with every request for that region.
 async function setupRegions() {
@@ -1751,6 +1780,7 @@ PAGES.topology = async function () {
 // ------------------------------------------------------------------ start
 
 async function start() {
+  await exchangeOneTimeToken();
   setupToken();
   await setupRegions();
   const ownCaps = ["job", "node"].includes(PAGE) || PAGE === "alloc";
