@@ -140,9 +140,9 @@ class StateSnapshot:
 
     def ready_nodes(self, datacenter: str | None, pool: str) -> Map[str, pb.Node]:
         """The scheduling-ready nodes of one datacenter (None: every one)
-        and node pool, by id. A map iterates in the
-        order of its keys' hashes, so these come in the order a walk of
-        `nodes` filtered to them would give."""
+        and node pool, by id. A map iterates in the order of its keys'
+        hashes, so these come in the order a walk of `nodes` filtered to
+        them would give."""
         m: Map[str, pb.Node] = self.ready_nodes_map.get((datacenter, pool), _EMPTY)
         return m
 
