@@ -16,6 +16,7 @@ from starlette.routing import Mount, Route
 
 from services.gateway import app, authz
 from tests.e2e.gateway_security.conftest import Cluster, Objects, service_job
+from tests.wait import wait_for
 
 
 @dataclass
@@ -64,6 +65,34 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
 
     def job_path(suffix: str, job: str = d.job_id, body: Any = None, **params: str) -> Any:
         return const(Sample(f"/v1/job/{job}{suffix}", params=params, body=body))
+
+    def running_alloc(objects: Objects) -> str:
+        """The job's alloc running on the agent now: the stop sample stops
+        the first one and `/v1/client/gc` then destroys it on the agent,
+        where a refused token would meet "not on this node" first."""
+        q = {"namespace": objects.namespace}
+        path = f"/v1/job/{objects.job_id}/allocations"
+        return str(
+            wait_for(
+                f"a running alloc of {objects.job_id}",
+                lambda: next(
+                    (
+                        a["ID"]
+                        for a in cluster.http.ok("GET", path, token=cluster.management, params=q)
+                        if a["ClientStatus"] == "running"
+                    ),
+                    None,
+                ),
+                timeout=60,
+            )
+        )
+
+    def at_running_alloc(objects: Objects, suffix: str, body: Any = None) -> Any:
+        return lambda method: Sample(
+            f"/v1/client/allocation/{running_alloc(objects)}/{suffix}",
+            namespace=objects.namespace,
+            body=body,
+        )
 
     def objects_path(prefix: str, objects: Objects, kind: str, suffix: str = "") -> Any:
         ident = getattr(objects, f"{kind}_ids")[0]
@@ -188,20 +217,12 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         "/v1/client/allocation/{alloc_id}/stats": const(
             Sample(f"/v1/client/allocation/{d.alloc_ids[0]}/stats")
         ),
-        # writes: on team-a's alloc (the audit ran before), granted there
-        "/v1/client/allocation/{alloc_id}/signal": const(
-            Sample(
-                f"/v1/client/allocation/{a.alloc_ids[0]}/signal",
-                namespace=a.namespace,
-                body={"Signal": "SIGUSR1"},
-            )
+        # writes: on team-a's alloc running now (the audit ran before), granted there
+        "/v1/client/allocation/{alloc_id}/signal": at_running_alloc(
+            a, "signal", {"Signal": "SIGUSR1"}
         ),
-        "/v1/client/allocation/{alloc_id}/restart": const(
-            Sample(
-                f"/v1/client/allocation/{a.alloc_ids[0]}/restart",
-                namespace=a.namespace,
-                body={"AllTasks": True},
-            )
+        "/v1/client/allocation/{alloc_id}/restart": at_running_alloc(
+            a, "restart", {"AllTasks": True}
         ),
         "/v1/client/stats": const(Sample("/v1/client/stats", params={"node_id": cluster.node_id})),
         "/v1/client/metadata": lambda m: Sample(
@@ -212,9 +233,7 @@ def samples(cluster: Cluster) -> dict[str, Callable[[str], Sample]]:
         # finished allocs of the node are destroyed on its agent (the servers keep them)
         "/v1/client/gc": const(Sample("/v1/client/gc", params={"node_id": cluster.node_id})),
         # a write on team-a's alloc, granted there (running: refused with 400)
-        "/v1/client/allocation/{alloc_id}/gc": const(
-            Sample(f"/v1/client/allocation/{a.alloc_ids[0]}/gc", namespace=a.namespace)
-        ),
+        "/v1/client/allocation/{alloc_id}/gc": at_running_alloc(a, "gc"),
         "/v1/services": const(Sample("/v1/services")),
         "/v1/service/{name}": const(Sample("/v1/service/web")),
         "/v1/service/{name}/{id}": const(Sample("/v1/service/web/no-such-instance")),

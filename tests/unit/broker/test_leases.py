@@ -41,12 +41,15 @@ async def test_a_lapsed_lease_nacks_the_workers_evals_at_once() -> None:
 
 
 async def test_heartbeats_keep_the_lease_of_a_slow_worker() -> None:
-    b = broker()
+    # a ttl ten heartbeats long: at 0.2 s, one sleep stretched past it on a
+    # loaded machine lapsed the lease (the test flaked)
+    b = EvalBroker(LEASED.model_copy(update={"worker_lease_ttl": 1.0}))
+    b.set_enabled(True)
     e = ev()
     b.enqueue(e)
     got = await b.dequeue(["service"], 0.1, worker_id="slow")
     assert got is not None
-    for _ in range(10):  # 1 s, five ttls
+    for _ in range(25):  # 2.5 s, two and a half ttls
         assert b.heartbeat("slow") == 1
         await asyncio.sleep(0.1)
     assert b.stats().total_unacked == 1
