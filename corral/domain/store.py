@@ -20,13 +20,16 @@ from typing import Any
 from immutables import Map
 
 from corral.domain import regexp, topics
-from corral.domain.structs import DEFAULT_NAMESPACE
+from corral.domain.structs import DEFAULT_NAMESPACE, DEFAULT_NODE_POOL, node_ready
 from corral.domain.topics import EventType
 from corral.v1 import structs_pb2 as pb
 
 JobKey = tuple[str, str]
 #: (namespace, registration id), as Nomad keys service registrations
 ServiceKey = tuple[str, str]
+#: (datacenter, node pool) of the ready-node index; a None datacenter stands
+#: for every one, so a node is under two keys
+ReadyKey = tuple[str | None, str]
 
 _EMPTY: Map[Any, Any] = Map()
 
@@ -58,6 +61,12 @@ class StateSnapshot:
     allocs_by_node_map: Map[str, Map[str, pb.Allocation]] = _EMPTY
     allocs_by_eval_map: Map[str, Map[str, pb.Allocation]] = _EMPTY
     nodes_by_dc_map: Map[str, Map[str, pb.Node]] = _EMPTY
+    #: the scheduling-ready nodes (`structs.node_ready`) and the others, by
+    #: (datacenter or None for every one, pool) (`ready_keys`): what each
+    #: eval asks, kept up to date by each node write instead of found by a
+    #: walk of every node per eval (issue 30)
+    ready_nodes_map: Map[ReadyKey, Map[str, pb.Node]] = _EMPTY
+    not_ready_nodes_map: Map[ReadyKey, Map[str, pb.Node]] = _EMPTY
     evals_by_job_map: Map[JobKey, Map[str, pb.Evaluation]] = _EMPTY
     deployments_by_job_map: Map[JobKey, Map[str, pb.Deployment]] = _EMPTY
     # service registrations (Nomad's native service discovery) and their
@@ -128,6 +137,29 @@ class StateSnapshot:
                 if n.datacenter not in named and any(g.match(n.datacenter) for g in globs)
             )
         return out
+
+    def ready_nodes(self, datacenter: str | None, pool: str) -> Map[str, pb.Node]:
+        """The scheduling-ready nodes of one datacenter (None: every one)
+        and node pool, by id. A map iterates in the order of its keys'
+        hashes, so these come in the order a walk of `nodes` filtered to
+        them would give."""
+        m: Map[str, pb.Node] = self.ready_nodes_map.get((datacenter, pool), _EMPTY)
+        return m
+
+    def not_ready_nodes(self, datacenter: str | None, pool: str) -> Map[str, pb.Node]:
+        """The nodes of one datacenter (None: every one) and pool that are not
+        scheduling-ready: down, disconnected, initializing, draining or
+        ineligible."""
+        m: Map[str, pb.Node] = self.not_ready_nodes_map.get((datacenter, pool), _EMPTY)
+        return m
+
+    def ready_counts_by_dc(self, pool: str) -> dict[str, int]:
+        """Ready nodes per datacenter that has any, in one pool."""
+        return {
+            dc: len(m)
+            for (dc, p), m in self.ready_nodes_map.items()
+            if dc is not None and p == pool and len(m)
+        }
 
     # ------------------------------------------------------------ allocs
 
@@ -406,6 +438,8 @@ class StateStore:
         by_node = _NestedChanges()
         by_eval = _NestedChanges()
         by_dc = _NestedChanges()
+        ready = _NestedChanges()
+        not_ready = _NestedChanges()
         evals_by_job = _NestedChanges()
         deps_by_job = _NestedChanges()
         services = s.services.mutate()
@@ -480,14 +514,26 @@ class StateStore:
             elif kind is topics.NODE:
                 n = ev.node
                 old_node = nodes.get(n.id)
-                if old_node is not None and (ev.deleted or old_node.datacenter != n.datacenter):
-                    by_dc.delete(old_node.datacenter, n.id)
+                into = ready if not ev.deleted and node_ready(n) else not_ready
+                keys = ready_keys(n) if not ev.deleted else ()
+                if old_node is not None:
+                    if ev.deleted or old_node.datacenter != n.datacenter:
+                        by_dc.delete(old_node.datacenter, n.id)
+                    was = ready if node_ready(old_node) else not_ready
+                    old_keys = ready_keys(old_node)
+                    # the common write (a client's alloc update) keeps the
+                    # node where it was: the sets below replace it there
+                    if was is not into or old_keys != keys:
+                        for rk in old_keys:
+                            was.delete(rk, n.id)
                 if ev.deleted:
                     if n.id in nodes:
                         del nodes[n.id]
                     continue
                 nodes[n.id] = n
                 by_dc.set(n.datacenter, n.id, n)
+                for rk in keys:
+                    into.set(rk, n.id, n)
             elif kind is topics.JOB_SUMMARY:
                 js = ev.job_summary
                 key = _jk(js.namespace, js.job_id)
@@ -549,6 +595,8 @@ class StateStore:
             allocs_by_node_map=by_node.apply(s.allocs_by_node_map),
             allocs_by_eval_map=by_eval.apply(s.allocs_by_eval_map),
             nodes_by_dc_map=by_dc.apply(s.nodes_by_dc_map),
+            ready_nodes_map=ready.apply(s.ready_nodes_map),
+            not_ready_nodes_map=not_ready.apply(s.not_ready_nodes_map),
             evals_by_job_map=evals_by_job.apply(s.evals_by_job_map),
             deployments_by_job_map=deps_by_job.apply(s.deployments_by_job_map),
             services=services.finish(),
@@ -559,6 +607,15 @@ class StateStore:
             scaling_policies_by_job_map=policies_by_job.apply(s.scaling_policies_by_job_map),
         )
         return self._snap
+
+
+def ready_keys(node: pb.Node) -> tuple[ReadyKey, ...]:
+    """The ready-node index's keys a node is under: its datacenter and pool
+    (a node without one is in the default pool), and every datacenter with
+    its pool. Not "every pool" (`all`, rare): each key costs every node
+    write a map update in every replica, so that question walks the nodes."""
+    pool = node.node_pool or DEFAULT_NODE_POOL
+    return ((node.datacenter, pool), (None, pool))
 
 
 def _put(m: Map[Any, Any], key: Any, value: Any, deleted: bool) -> Map[Any, Any]:

@@ -56,7 +56,7 @@ class SetStatusError(Exception):
 
 
 #: (datacenters, pool) -> (the snapshot's nodes-by-DC index it was computed
-#: from, ready nodes, not-ready ids, ready count per DC)
+#: from, ready nodes, not-ready ids, ready count per DC): globs and pool `all`
 _ReadyEntry = tuple[object, list[pb.Node], frozenset[str], dict[str, int]]
 _ready_cache: dict[tuple[tuple[str, ...], str], _ReadyEntry] = {}
 _ready_lock = threading.Lock()
@@ -70,16 +70,41 @@ def ready_nodes_in_dcs(
     """Scheduling-ready nodes of the job's datacenters and node pool, the ids
     of the not-ready ones among them, and the count of ready nodes per DC.
 
-    Every eval asks this and most see the same nodes (a plan commit changes
-    allocs, not nodes), so the answer is kept per (datacenters, pool) and
-    reused while the snapshot's nodes-by-DC index is the very same object:
-    the store replaces that persistent map whenever any node is written, so
-    identity means no node changed. Callers get their own copies."""
-    key = (tuple(datacenters), pool)
+    Every eval asks this. For one pool and plain datacenter names or `*`
+    (every one, the default) the answer is read from the store's ready-node
+    index, which each node write updates by that node
+    (`StateSnapshot.ready_nodes`), in the order a walk of every node would
+    give (the stack's shuffle starts from it). Other globs (`dc-*`) and
+    every pool (`all`) walk the nodes, and that answer is kept per
+    (datacenters, pool) while the snapshot's nodes-by-DC index is the very
+    same object (no node written since). Callers get their own copies."""
+    dcs = tuple(datacenters)
+    if not pool or pool == "all" or any("*" in dc and dc != "*" for dc in dcs):
+        return _walked_ready_nodes(snap, dcs, pool)
+    if not dcs or "*" in dcs:
+        keys: tuple[str | None, ...] = (None,)
+    else:
+        keys = tuple(dict.fromkeys(dcs))
+    ready: list[pb.Node] = []
+    not_ready: set[str] = set()
+    for dc in keys:
+        ready.extend(snap.ready_nodes(dc, pool).values())
+        not_ready.update(snap.not_ready_nodes(dc, pool).keys())
+    if keys == (None,):
+        by_dc = snap.ready_counts_by_dc(pool)
+    else:
+        by_dc = {dc: n for dc in keys if dc is not None and (n := len(snap.ready_nodes(dc, pool)))}
+    return ready, not_ready, by_dc
+
+
+def _walked_ready_nodes(
+    snap: StateSnapshot, datacenters: tuple[str, ...], pool: str
+) -> tuple[list[pb.Node], set[str], dict[str, int]]:
+    key = (datacenters, pool)
     marker = snap.nodes_by_dc_map
     hit = _ready_cache.get(key)
     if hit is None or hit[0] is not marker:
-        hit = (marker, *_compute_ready_nodes(snap, key[0], pool))
+        hit = (marker, *_compute_ready_nodes(snap, datacenters, pool))
         with _ready_lock:  # schedulers run in worker threads
             if key not in _ready_cache and len(_ready_cache) >= READY_CACHE_SIZE:
                 _ready_cache.pop(next(iter(_ready_cache)))
@@ -90,6 +115,8 @@ def ready_nodes_in_dcs(
 def _compute_ready_nodes(
     snap: StateSnapshot, datacenters: tuple[str, ...], pool: str
 ) -> tuple[list[pb.Node], frozenset[str], dict[str, int]]:
+    """The walk: every node of the datacenters, filtered (the index's
+    definition, which the tests compare it with)."""
     ready: list[pb.Node] = []
     not_ready: set[str] = set()
     by_dc: dict[str, int] = {}
