@@ -73,6 +73,13 @@ def accessor_id(value: str, field: str) -> None:
     _no_nul(value, field)
 
 
+def _description(text: str, field: str) -> None:
+    """A policy's or role's description: no NUL, at most MAX_DESCRIPTION."""
+    _no_nul(text, field)
+    if len(text) > MAX_DESCRIPTION:
+        raise InvalidArgument(field, f"is longer than {MAX_DESCRIPTION} characters")
+
+
 def validate_policies(policies: Sequence[acl_pb2.ACLPolicy]) -> None:
     """Every policy named, described briefly and parseable; no name twice."""
     _batch(len(policies), "policies")
@@ -83,11 +90,7 @@ def validate_policies(policies: Sequence[acl_pb2.ACLPolicy]) -> None:
         if p.name in seen:
             raise InvalidArgument(f"{where}.name", f"{p.name!r} is given twice")
         seen.add(p.name)
-        _no_nul(p.description, f"{where}.description")
-        if len(p.description) > MAX_DESCRIPTION:
-            raise InvalidArgument(
-                f"{where}.description", f"is longer than {MAX_DESCRIPTION} characters"
-            )
+        _description(p.description, f"{where}.description")
         acl.parse_policy(p.rules, field=f"{where}.rules")
 
 
@@ -463,11 +466,7 @@ def validate_roles(roles: Sequence[acl_pb2.ACLRole]) -> None:
         if r.name in names:
             raise InvalidArgument(f"{where}.name", f"{r.name!r} is given twice")
         names.add(r.name)
-        _no_nul(r.description, f"{where}.description")
-        if len(r.description) > MAX_DESCRIPTION:
-            raise InvalidArgument(
-                f"{where}.description", f"is longer than {MAX_DESCRIPTION} characters"
-            )
+        _description(r.description, f"{where}.description")
         if not r.policies:
             raise InvalidArgument(f"{where}.policies", "at least one policy should be specified")
         if len(r.policies) > MAX_ROLE_POLICIES:
