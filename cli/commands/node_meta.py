@@ -16,6 +16,7 @@ import grpc
 from cli.commands import not_found
 from cli.context import CliError, Context, common
 from cli.output import heading, kv, print_json
+from corral.domain import node_meta
 from corral.v1 import node_pb2, query_pb2
 
 
@@ -93,19 +94,12 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
-def meta_json(resp: node_pb2.NodeMetaResponse) -> dict[str, Any]:
-    """Nomad's NodeMetaResponse (Dynamic: null for a static key unset)."""
-    dynamic: dict[str, str | None] = dict(resp.dynamic)
-    dynamic.update(dict.fromkeys(resp.dynamic_unset))
-    return {"Meta": dict(resp.meta), "Dynamic": dynamic, "Static": dict(resp.static)}
-
-
 def cmd_read(args: argparse.Namespace, ctx: Context) -> int:
     node_id, address = _agent(ctx, args.node_id)
     resp = ctx.client.client_node(address).ReadMeta(
         node_pb2.NodeMetaReadRequest(node_id=node_id), timeout=30
     )
-    body = meta_json(resp)
+    body = node_meta.nomad_json(resp)
     if args.json:
         print_json(body)
         return 0

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from corral.domain import node_meta
 from corral.v1 import node_pb2
 from services.gateway import http
-from services.gateway.routes.client_node import _changes, meta_response
+from services.gateway.routes.client_node import _changes
 
 
 def test_meta_sets_and_unsets() -> None:
@@ -38,7 +39,7 @@ def test_the_answer_is_nomads_node_meta_response() -> None:
     resp = node_pb2.NodeMetaResponse(
         meta={"rack": "r2"}, dynamic={"rack": "r2"}, dynamic_unset=["zone"], static={"zone": "z"}
     )
-    assert meta_response(resp) == {
+    assert node_meta.nomad_json(resp) == {
         "Meta": {"rack": "r2"},
         "Dynamic": {"rack": "r2", "zone": None},
         "Static": {"zone": "z"},

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from corral.domain import node_meta
 from corral.v1 import alloc_pb2, node_pb2
 from services.gateway.authz import NODE_READ, NODE_WRITE, ApiRoute, at_alloc_agent
 from services.gateway.backend import DEFAULT_TIMEOUT
@@ -44,13 +45,6 @@ async def node_agent(request: Request, node_id: str) -> tuple[str, str]:
     if not got.node.http_addr:
         raise NomadError(404, f"node {got.node.id} has no address to reach its agent")
     return got.node.id, got.node.http_addr
-
-
-def meta_response(resp: node_pb2.NodeMetaResponse) -> dict[str, Any]:
-    """Nomad's NodeMetaResponse: Dynamic holds null for a static key unset."""
-    dynamic: dict[str, str | None] = dict(resp.dynamic)
-    dynamic.update(dict.fromkeys(resp.dynamic_unset))
-    return {"Meta": dict(resp.meta), "Dynamic": dynamic, "Static": dict(resp.static)}
 
 
 def _changes(body: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -86,7 +80,7 @@ async def metadata(request: Request) -> Response:
                 timeout=DEFAULT_TIMEOUT,
             )
         )
-        return respond(request, meta_response(resp))
+        return respond(request, node_meta.nomad_json(resp))
     body = await object_body(request)
     body_node = body.get("NodeID")
     if body_node is not None and not isinstance(body_node, str):
@@ -103,7 +97,7 @@ async def metadata(request: Request) -> Response:
             timeout=DEFAULT_TIMEOUT + 10,
         )
     )
-    return respond(request, meta_response(resp))
+    return respond(request, node_meta.nomad_json(resp))
 
 
 async def client_gc(request: Request) -> Response:
