@@ -687,6 +687,17 @@ def test_force_gc(dev: DevProcess) -> None:
         ),
         timeout=60,
     )
+    # Nomad collects a job whose evaluations are terminal too: the stop's
+    # eval may still be running when its allocs have stopped (a forced GC
+    # before it ended found the job in use, and nothing collects it again)
+    wait_for(
+        "its evaluations to end",
+        lambda: all(
+            e["Status"] in ("complete", "failed", "canceled")
+            for e in n.job.get_evaluations("collected")
+        ),
+        timeout=60,
+    )
     status, _, body = http(dev, "PUT", "/v1/system/gc")
     assert (status, body) == (200, ""), body
     wait_for(
