@@ -113,18 +113,23 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             forwarded = await self._forward(request, context)
             if forwarded is not None:
                 return forwarded
-        # The status decision is taken inside the write transaction on the
+        # A status change is decided inside the write transaction on the
         # committed row, never on the local snapshot: a burst of changes for
         # one node must each be written (or found to change nothing) against
-        # the newest state. A heartbeat that changes nothing is rolled back
-        # and answers with the current index.
+        # the newest state. The one exception is the steady heartbeat
+        # (`_still_ready`), which changes nothing and only resets the timer.
         seen = self.ctx.feed.snapshot().node_by_id(request.node_id)
         ttl = self.heartbeats.ttl()
         if seen is not None and seen.status != NodeStatus.DOWN:
             # only the node itself may keep its timer alive
             await self.ctx.node_secrets.check(seen, request.secret_id)
+            still = self._still_ready(request)
             # the call itself proves the node alive, however long its batch waits
             self.heartbeats.reset(seen.id, ttl)
+            if still is not None:
+                return self._ttl_response(
+                    ttl, node_modify_index=still.modify_index, index=self.ctx.feed.index
+                )
         done = await self.ctx.batcher.submit(
             lambda tx: writes.update_status(
                 tx, request.node_id, request.status, secret_id=request.secret_id
@@ -144,6 +149,22 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         elif seen is None or seen.status == NodeStatus.DOWN:
             self.heartbeats.reset(node.id, ttl)  # not reset above
         return resp
+
+    def _still_ready(self, request: node_pb2.NodeUpdateStatusRequest) -> pb.Node | None:
+        """The node when this heartbeat changes nothing and so needs no
+        write (Nomad's Node.UpdateStatus only resets the timer then): it
+        reports `ready`, this process's replica holds it `ready`, and its
+        timer here is running. On the leader (the only process with timers)
+        every write that takes a node out of `ready` is either the timer's
+        own expiry, which stops the timer before it writes (so an expiry in
+        flight sends the heartbeat through the write, ordered after it), or
+        visible in this replica before it returns. Anything else (a node
+        initializing, disconnected or down, the seed-003 rule, a node with
+        no timer) is decided on the committed row by the write."""
+        if request.status != NodeStatus.READY or not self.heartbeats.running(request.node_id):
+            return None
+        node = self.ctx.feed.snapshot().node_by_id(request.node_id)
+        return node if node is not None and node.status == NodeStatus.READY else None
 
     async def _forward(
         self, request: node_pb2.NodeUpdateStatusRequest, context: Context
