@@ -20,8 +20,9 @@ from corral.domain import structs
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import NodeStatus
+from corral.runtime.rpc import LeaderChannel
 from corral.runtime.server import GrpcServer
-from corral.security import access, transport
+from corral.security import access
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import identities, query, stubs, validate
@@ -42,6 +43,30 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self.ctx = ctx
         self.heartbeats = heartbeats
         self.leader_address = leader_address
+        #: a standby's channel to the leader for relayed heartbeats, one per
+        #: leader address, held between heartbeats (dialing one per call
+        #: cost a connection, and with TLS a handshake, per heartbeat)
+        self._relay: LeaderChannel | None = None
+        self._relay_stubs: dict[str, node_pb2_grpc.NodeAsyncStub] = {}
+
+    @property
+    def relayed_to(self) -> list[str]:
+        """The leader addresses this standby holds a channel to."""
+        return list(self._relay_stubs)
+
+    async def close(self) -> None:
+        if self._relay is not None:
+            await self._relay.close()
+        self._relay = None
+        self._relay_stubs.clear()
+
+    def _leader_stub(self, leader: str) -> node_pb2_grpc.NodeAsyncStub:
+        stub = self._relay_stubs.get(leader)
+        if stub is None:
+            if self._relay is None:
+                self._relay = LeaderChannel([leader])
+            stub = self._relay_stubs[leader] = node_pb2_grpc.NodeStub(self._relay.channel(leader))
+        return stub
 
     def _ttl_response(self, ttl: float | None = None, **kw: Any) -> node_pb2.NodeUpdateResponse:
         ttl = self.heartbeats.ttl() if ttl is None else ttl
@@ -177,11 +202,10 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         if not leader or leader == self.ctx.address:
             return None
         try:
-            async with transport.dial(leader) as ch:
-                resp: node_pb2.NodeUpdateResponse = await node_pb2_grpc.NodeStub(ch).UpdateStatus(
-                    request, timeout=10
-                )
-                resp.leader_address = leader
+            resp: node_pb2.NodeUpdateResponse = await self._leader_stub(leader).UpdateStatus(
+                request, timeout=10
+            )
+            resp.leader_address = leader
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 return None
@@ -364,9 +388,11 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
 
 def register(
     server: GrpcServer, ctx: StateContext, heartbeats: Heartbeats, leader_address: LeaderAddress
-) -> None:
+) -> NodeServicer:
+    servicer = NodeServicer(ctx, heartbeats, leader_address)
     server.add(
         node_pb2_grpc.add_NodeServicer_to_server,
-        NodeServicer(ctx, heartbeats, leader_address),
+        servicer,
         node_pb2.DESCRIPTOR.services_by_name["Node"].full_name,
     )
+    return servicer

@@ -159,6 +159,40 @@ async def test_a_heartbeat_of_a_node_the_committed_row_holds_down_is_written(
     assert stored.events[-1].message == "Node reregistered by heartbeat"
 
 
+async def test_a_standby_relays_heartbeats_to_the_leader_over_one_held_channel(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub, fresh_pg_dsn: str
+) -> None:
+    """Timers live on the leader: a standby relays each heartbeat there
+    (the leader answers a ready node's from its replica, writing nothing)
+    over one channel it keeps, and a node heartbeating only through the
+    standby stays ready past its TTL."""
+    node = await register_ready(app, nodes)
+    standby = StateApp(StateSettings(dsn=fresh_pg_dsn, heartbeat=FAST))
+    await standby.start()
+    try:
+        assert not standby.heartbeats.enabled
+        before_ops = (app.ctx.batcher.ops, standby.ctx.batcher.ops)
+        before_index = await app.db.latest_index()
+        async with transport.dial(standby.server.bound_address) as ch:
+            via_standby = node_pb2_grpc.NodeStub(ch)
+            deadline = time.monotonic() + 2 * (FAST.min_ttl * 2 + FAST.grace)
+            while time.monotonic() < deadline:
+                resp = await via_standby.UpdateStatus(
+                    node_pb2.NodeUpdateStatusRequest(
+                        node_id=node.id, status="ready", secret_id=node.secret_id
+                    )
+                )
+                assert resp.leader_address == app.ctx.address
+                assert status(app, node.id) == "ready"
+                await asyncio.sleep(FAST.min_ttl / 4)
+        assert standby.node_service is not None
+        assert standby.node_service.relayed_to == [app.ctx.address]
+        assert (app.ctx.batcher.ops, standby.ctx.batcher.ops) == before_ops
+        assert await app.db.latest_index() == before_index
+    finally:
+        await standby.stop()
+
+
 async def test_disconnect_and_the_reconnect_ordering_of_seed_003(
     app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
 ) -> None:
