@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +34,8 @@ from services.state.writes import nodes as writes
 
 Context = Any
 TABLES = ("nodes",)
+#: how long a standby relays heartbeats to the leader it last looked up
+LEADER_LOOKUP_S = 1.0
 LeaderAddress = Callable[[], Awaitable[str]]
 
 
@@ -48,6 +51,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         #: cost a connection, and with TLS a handshake, per heartbeat)
         self._relay: LeaderChannel | None = None
         self._relay_stubs: dict[str, node_pb2_grpc.NodeAsyncStub] = {}
+        #: the last leader address looked up, and when (`_leader`)
+        self._leader_seen: tuple[str, float] = ("", 0.0)
 
     @property
     def relayed_to(self) -> list[str]:
@@ -191,6 +196,19 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         node = self.ctx.feed.snapshot().node_by_id(request.node_id)
         return node if node is not None and node.status == NodeStatus.READY else None
 
+    async def _leader(self) -> str:
+        """The leader's address, looked up (a query on PostgreSQL's locks)
+        at most once per `LEADER_LOOKUP_S` rather than per relayed
+        heartbeat. A stale answer is harmless: a former leader still
+        serving relays the heartbeat on to its successor, and one that is
+        gone fails the relay, which makes the next heartbeat look again."""
+        address, at = self._leader_seen
+        now = time.monotonic()
+        if not address or now - at > LEADER_LOOKUP_S:
+            address = await self.leader_address()
+            self._leader_seen = (address, now)
+        return address
+
     async def _forward(
         self, request: node_pb2.NodeUpdateStatusRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse | None:
@@ -198,7 +216,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         None when the leader cannot be reached (this process then handles
         it); the leader's own refusal (unknown node, wrong secret) is the
         caller's answer."""
-        leader = await self.leader_address()
+        leader = await self._leader()
         if not leader or leader == self.ctx.address:
             return None
         try:
@@ -208,6 +226,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             resp.leader_address = leader
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                self._leader_seen = ("", 0.0)  # look it up again next time
                 return None
             await context.abort(exc.code(), exc.details() or "")
             raise  # abort raises; this keeps the type checker informed

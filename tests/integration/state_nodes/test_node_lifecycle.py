@@ -18,6 +18,7 @@ from corral.testing import mock
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
+from services.state.handlers import node as node_handler
 from services.state.heartbeat import HeartbeatSettings
 from services.state.writes import nodes as node_writes
 from tests.wait import until
@@ -160,17 +161,32 @@ async def test_a_heartbeat_of_a_node_the_committed_row_holds_down_is_written(
 
 
 async def test_a_standby_relays_heartbeats_to_the_leader_over_one_held_channel(
-    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub, fresh_pg_dsn: str
+    app: StateApp,
+    nodes: node_pb2_grpc.NodeAsyncStub,
+    fresh_pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Timers live on the leader: a standby relays each heartbeat there
     (the leader answers a ready node's from its replica, writing nothing)
-    over one channel it keeps, and a node heartbeating only through the
-    standby stays ready past its TTL."""
+    over one channel it keeps, looking the leader up once per
+    `LEADER_LOOKUP_S` rather than per heartbeat, and a node heartbeating
+    only through the standby stays ready past its TTL."""
+    monkeypatch.setattr(node_handler, "LEADER_LOOKUP_S", 3600.0)
     node = await register_ready(app, nodes)
     standby = StateApp(StateSettings(dsn=fresh_pg_dsn, heartbeat=FAST))
     await standby.start()
     try:
         assert not standby.heartbeats.enabled
+        assert standby.node_service is not None
+        lookups = 0
+        look_up = standby.node_service.leader_address
+
+        async def counted() -> str:
+            nonlocal lookups
+            lookups += 1
+            return await look_up()
+
+        standby.node_service.leader_address = counted
         before_ops = (app.ctx.batcher.ops, standby.ctx.batcher.ops)
         before_index = await app.db.latest_index()
         async with transport.dial(standby.server.bound_address) as ch:
@@ -185,8 +201,8 @@ async def test_a_standby_relays_heartbeats_to_the_leader_over_one_held_channel(
                 assert resp.leader_address == app.ctx.address
                 assert status(app, node.id) == "ready"
                 await asyncio.sleep(FAST.min_ttl / 4)
-        assert standby.node_service is not None
         assert standby.node_service.relayed_to == [app.ctx.address]
+        assert lookups == 1
         assert (app.ctx.batcher.ops, standby.ctx.batcher.ops) == before_ops
         assert await app.db.latest_index() == before_index
     finally:
