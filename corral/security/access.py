@@ -154,12 +154,6 @@ RULES: dict[str, Rule] = {
             "Dequeue",
             "Ack",
             "Nack",
-            "Reblock",
-            "Update",
-            "Create",
-            "OutstandingReset",
-            "PauseNackTimeout",
-            "ResumeNackTimeout",
             "PlanFence",
             "Heartbeat",
         )

@@ -26,7 +26,7 @@ from corral.v1 import structs_pb2 as corral_dot_v1_dot_structs__pb2
 from corral.v1 import query_pb2 as corral_dot_v1_dot_query__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63orral/v1/eval.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\"j\n\x12\x45valDequeueRequest\x12\x12\n\nschedulers\x18\x01 \x03(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x03\x12\x19\n\x11scheduler_version\x18\x03 \x01(\r\x12\x11\n\tworker_id\x18\x04 \x01(\t\"\x8e\x01\n\x13\x45valDequeueResponse\x12)\n\x04\x65val\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Evaluation\x12\r\n\x05token\x18\x02 \x01(\t\x12\x12\n\nwait_index\x18\x03 \x01(\x04\x12\x13\n\x0btraceparent\x18\x04 \x01(\t\x12\x14\n\x0c\x65nqueue_time\x18\x05 \x01(\x03\"0\n\x0e\x45valAckRequest\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\"\x11\n\x0f\x45valAckResponse\"3\n\x10PlanFenceConfirm\x12\x0f\n\x07planner\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\t\"=\n\x0fPlanFenceUpdate\x12\x0c\n\x04term\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0f\n\x07revoked\x18\x03 \x03(\t\"M\n\x10\x45valWriteRequest\x12*\n\x05\x65vals\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Evaluation\x12\r\n\x05token\x18\x02 \x01(\t\"\"\n\x11\x45valWriteResponse\x12\r\n\x05index\x18\x01 \x01(\x04\")\n\x14\x45valHeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"<\n\x15\x45valHeartbeatResponse\x12\x0e\n\x06ttl_ms\x18\x01 \x01(\x03\x12\x13\n\x0boutstanding\x18\x02 \x01(\x05\"\x14\n\x12\x42rokerStatsRequest\"0\n\x0eSchedulerStats\x12\r\n\x05ready\x18\x01 \x01(\x05\x12\x0f\n\x07unacked\x18\x02 \x01(\x05\"\xaa\x03\n\x0b\x42rokerStats\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x13\n\x0btotal_ready\x18\x02 \x01(\x05\x12\x15\n\rtotal_unacked\x18\x03 \x01(\x05\x12\x15\n\rtotal_pending\x18\x04 \x01(\x05\x12\x15\n\rtotal_waiting\x18\x05 \x01(\x05\x12\x14\n\x0ctotal_failed\x18\x06 \x01(\x05\x12\x18\n\x10total_cancelable\x18\x07 \x01(\x05\x12\x15\n\rtotal_blocked\x18\x08 \x01(\x05\x12\x15\n\rtotal_escaped\x18\t \x01(\x05\x12=\n\x0c\x62y_scheduler\x18\n \x03(\x0b\x32\'.corral.v1.BrokerStats.BySchedulerEntry\x12\x15\n\rdelayed_evals\x18\x0b \x01(\x05\x12\x16\n\x0eleader_address\x18\x0c \x01(\t\x12\x15\n\rworker_leases\x18\r \x01(\x05\x1aM\n\x10\x42ySchedulerEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.corral.v1.SchedulerStats:\x02\x38\x01\"o\n\x0f\x45valListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x14\n\x0ctriggered_by\x18\x04 \x01(\t\"b\n\x10\x45valListResponse\x12*\n\x05\x65vals\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Evaluation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"b\n\x0e\x45valGetRequest\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x17\n\x0finclude_related\x18\x03 \x01(\x08\"\xbb\x01\n\x0f\x45valGetResponse\x12)\n\x04\x65val\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Evaluation\x12,\n\x07related\x18\x02 \x03(\x0b\x32\x1b.corral.v1.types.Evaluation\x12+\n\x06\x61llocs\x18\x03 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x04 \x01(\x0b\x32\x14.corral.v1.QueryMeta2\xd9\x06\n\x04\x45val\x12H\n\x07\x44\x65queue\x12\x1d.corral.v1.EvalDequeueRequest\x1a\x1e.corral.v1.EvalDequeueResponse\x12<\n\x03\x41\x63k\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12=\n\x04Nack\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12\x44\n\x07Reblock\x12\x1b.corral.v1.EvalWriteRequest\x1a\x1c.corral.v1.EvalWriteResponse\x12\x43\n\x06Update\x12\x1b.corral.v1.EvalWriteRequest\x1a\x1c.corral.v1.EvalWriteResponse\x12\x43\n\x06\x43reate\x12\x1b.corral.v1.EvalWriteRequest\x1a\x1c.corral.v1.EvalWriteResponse\x12I\n\x10OutstandingReset\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12I\n\x10PauseNackTimeout\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12J\n\x11ResumeNackTimeout\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12H\n\tPlanFence\x12\x1b.corral.v1.PlanFenceConfirm\x1a\x1a.corral.v1.PlanFenceUpdate(\x01\x30\x01\x12>\n\x05Stats\x12\x1d.corral.v1.BrokerStatsRequest\x1a\x16.corral.v1.BrokerStats\x12N\n\tHeartbeat\x12\x1f.corral.v1.EvalHeartbeatRequest\x1a .corral.v1.EvalHeartbeatResponse2\x86\x01\n\x05\x45vals\x12?\n\x04List\x12\x1a.corral.v1.EvalListRequest\x1a\x1b.corral.v1.EvalListResponse\x12<\n\x03Get\x12\x19.corral.v1.EvalGetRequest\x1a\x1a.corral.v1.EvalGetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63orral/v1/eval.proto\x12\tcorral.v1\x1a\x17\x63orral/v1/structs.proto\x1a\x15\x63orral/v1/query.proto\"j\n\x12\x45valDequeueRequest\x12\x12\n\nschedulers\x18\x01 \x03(\t\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x03\x12\x19\n\x11scheduler_version\x18\x03 \x01(\r\x12\x11\n\tworker_id\x18\x04 \x01(\t\"\x8e\x01\n\x13\x45valDequeueResponse\x12)\n\x04\x65val\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Evaluation\x12\r\n\x05token\x18\x02 \x01(\t\x12\x12\n\nwait_index\x18\x03 \x01(\x04\x12\x13\n\x0btraceparent\x18\x04 \x01(\t\x12\x14\n\x0c\x65nqueue_time\x18\x05 \x01(\x03\"0\n\x0e\x45valAckRequest\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\"\x11\n\x0f\x45valAckResponse\"3\n\x10PlanFenceConfirm\x12\x0f\n\x07planner\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\t\"=\n\x0fPlanFenceUpdate\x12\x0c\n\x04term\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0f\n\x07revoked\x18\x03 \x03(\t\")\n\x14\x45valHeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\"<\n\x15\x45valHeartbeatResponse\x12\x0e\n\x06ttl_ms\x18\x01 \x01(\x03\x12\x13\n\x0boutstanding\x18\x02 \x01(\x05\"\x14\n\x12\x42rokerStatsRequest\"0\n\x0eSchedulerStats\x12\r\n\x05ready\x18\x01 \x01(\x05\x12\x0f\n\x07unacked\x18\x02 \x01(\x05\"\xaa\x03\n\x0b\x42rokerStats\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x13\n\x0btotal_ready\x18\x02 \x01(\x05\x12\x15\n\rtotal_unacked\x18\x03 \x01(\x05\x12\x15\n\rtotal_pending\x18\x04 \x01(\x05\x12\x15\n\rtotal_waiting\x18\x05 \x01(\x05\x12\x14\n\x0ctotal_failed\x18\x06 \x01(\x05\x12\x18\n\x10total_cancelable\x18\x07 \x01(\x05\x12\x15\n\rtotal_blocked\x18\x08 \x01(\x05\x12\x15\n\rtotal_escaped\x18\t \x01(\x05\x12=\n\x0c\x62y_scheduler\x18\n \x03(\x0b\x32\'.corral.v1.BrokerStats.BySchedulerEntry\x12\x15\n\rdelayed_evals\x18\x0b \x01(\x05\x12\x16\n\x0eleader_address\x18\x0c \x01(\t\x12\x15\n\rworker_leases\x18\r \x01(\x05\x1aM\n\x10\x42ySchedulerEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0b\x32\x19.corral.v1.SchedulerStats:\x02\x38\x01\"o\n\x0f\x45valListRequest\x12&\n\x05query\x18\x01 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x14\n\x0ctriggered_by\x18\x04 \x01(\t\"b\n\x10\x45valListResponse\x12*\n\x05\x65vals\x18\x01 \x03(\x0b\x32\x1b.corral.v1.types.Evaluation\x12\"\n\x04meta\x18\x02 \x01(\x0b\x32\x14.corral.v1.QueryMeta\"b\n\x0e\x45valGetRequest\x12\x0f\n\x07\x65val_id\x18\x01 \x01(\t\x12&\n\x05query\x18\x02 \x01(\x0b\x32\x17.corral.v1.QueryOptions\x12\x17\n\x0finclude_related\x18\x03 \x01(\x08\"\xbb\x01\n\x0f\x45valGetResponse\x12)\n\x04\x65val\x18\x01 \x01(\x0b\x32\x1b.corral.v1.types.Evaluation\x12,\n\x07related\x18\x02 \x03(\x0b\x32\x1b.corral.v1.types.Evaluation\x12+\n\x06\x61llocs\x18\x03 \x03(\x0b\x32\x1b.corral.v1.types.Allocation\x12\"\n\x04meta\x18\x04 \x01(\x0b\x32\x14.corral.v1.QueryMeta2\xa7\x03\n\x04\x45val\x12H\n\x07\x44\x65queue\x12\x1d.corral.v1.EvalDequeueRequest\x1a\x1e.corral.v1.EvalDequeueResponse\x12<\n\x03\x41\x63k\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12=\n\x04Nack\x12\x19.corral.v1.EvalAckRequest\x1a\x1a.corral.v1.EvalAckResponse\x12H\n\tPlanFence\x12\x1b.corral.v1.PlanFenceConfirm\x1a\x1a.corral.v1.PlanFenceUpdate(\x01\x30\x01\x12>\n\x05Stats\x12\x1d.corral.v1.BrokerStatsRequest\x1a\x16.corral.v1.BrokerStats\x12N\n\tHeartbeat\x12\x1f.corral.v1.EvalHeartbeatRequest\x1a .corral.v1.EvalHeartbeatResponse2\x86\x01\n\x05\x45vals\x12?\n\x04List\x12\x1a.corral.v1.EvalListRequest\x1a\x1b.corral.v1.EvalListResponse\x12<\n\x03Get\x12\x19.corral.v1.EvalGetRequest\x1a\x1a.corral.v1.EvalGetResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,32 +47,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLANFENCECONFIRM']._serialized_end=456
   _globals['_PLANFENCEUPDATE']._serialized_start=458
   _globals['_PLANFENCEUPDATE']._serialized_end=519
-  _globals['_EVALWRITEREQUEST']._serialized_start=521
-  _globals['_EVALWRITEREQUEST']._serialized_end=598
-  _globals['_EVALWRITERESPONSE']._serialized_start=600
-  _globals['_EVALWRITERESPONSE']._serialized_end=634
-  _globals['_EVALHEARTBEATREQUEST']._serialized_start=636
-  _globals['_EVALHEARTBEATREQUEST']._serialized_end=677
-  _globals['_EVALHEARTBEATRESPONSE']._serialized_start=679
-  _globals['_EVALHEARTBEATRESPONSE']._serialized_end=739
-  _globals['_BROKERSTATSREQUEST']._serialized_start=741
-  _globals['_BROKERSTATSREQUEST']._serialized_end=761
-  _globals['_SCHEDULERSTATS']._serialized_start=763
-  _globals['_SCHEDULERSTATS']._serialized_end=811
-  _globals['_BROKERSTATS']._serialized_start=814
-  _globals['_BROKERSTATS']._serialized_end=1240
-  _globals['_BROKERSTATS_BYSCHEDULERENTRY']._serialized_start=1163
-  _globals['_BROKERSTATS_BYSCHEDULERENTRY']._serialized_end=1240
-  _globals['_EVALLISTREQUEST']._serialized_start=1242
-  _globals['_EVALLISTREQUEST']._serialized_end=1353
-  _globals['_EVALLISTRESPONSE']._serialized_start=1355
-  _globals['_EVALLISTRESPONSE']._serialized_end=1453
-  _globals['_EVALGETREQUEST']._serialized_start=1455
-  _globals['_EVALGETREQUEST']._serialized_end=1553
-  _globals['_EVALGETRESPONSE']._serialized_start=1556
-  _globals['_EVALGETRESPONSE']._serialized_end=1743
-  _globals['_EVAL']._serialized_start=1746
-  _globals['_EVAL']._serialized_end=2603
-  _globals['_EVALS']._serialized_start=2606
-  _globals['_EVALS']._serialized_end=2740
+  _globals['_EVALHEARTBEATREQUEST']._serialized_start=521
+  _globals['_EVALHEARTBEATREQUEST']._serialized_end=562
+  _globals['_EVALHEARTBEATRESPONSE']._serialized_start=564
+  _globals['_EVALHEARTBEATRESPONSE']._serialized_end=624
+  _globals['_BROKERSTATSREQUEST']._serialized_start=626
+  _globals['_BROKERSTATSREQUEST']._serialized_end=646
+  _globals['_SCHEDULERSTATS']._serialized_start=648
+  _globals['_SCHEDULERSTATS']._serialized_end=696
+  _globals['_BROKERSTATS']._serialized_start=699
+  _globals['_BROKERSTATS']._serialized_end=1125
+  _globals['_BROKERSTATS_BYSCHEDULERENTRY']._serialized_start=1048
+  _globals['_BROKERSTATS_BYSCHEDULERENTRY']._serialized_end=1125
+  _globals['_EVALLISTREQUEST']._serialized_start=1127
+  _globals['_EVALLISTREQUEST']._serialized_end=1238
+  _globals['_EVALLISTRESPONSE']._serialized_start=1240
+  _globals['_EVALLISTRESPONSE']._serialized_end=1338
+  _globals['_EVALGETREQUEST']._serialized_start=1340
+  _globals['_EVALGETREQUEST']._serialized_end=1438
+  _globals['_EVALGETRESPONSE']._serialized_start=1441
+  _globals['_EVALGETRESPONSE']._serialized_end=1628
+  _globals['_EVAL']._serialized_start=1631
+  _globals['_EVAL']._serialized_end=2054
+  _globals['_EVALS']._serialized_start=2057
+  _globals['_EVALS']._serialized_end=2191
 # @@protoc_insertion_point(module_scope)

@@ -190,48 +190,6 @@ class PlanFenceUpdate(_message.Message):
 Global___PlanFenceUpdate: _TypeAlias = PlanFenceUpdate  # noqa: Y015
 
 @_typing.final
-class EvalWriteRequest(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    EVALS_FIELD_NUMBER: _builtins.int
-    TOKEN_FIELD_NUMBER: _builtins.int
-    token: _builtins.str
-    @_builtins.property
-    def evals(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Evaluation]: ...
-    def __init__(
-        self,
-        *,
-        evals: _abc.Iterable[_structs_pb2.Evaluation] | None = ...,
-        token: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["evals", b"evals", "token", b"token"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___EvalWriteRequest: _TypeAlias = EvalWriteRequest  # noqa: Y015
-
-@_typing.final
-class EvalWriteResponse(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    INDEX_FIELD_NUMBER: _builtins.int
-    index: _builtins.int
-    def __init__(
-        self,
-        *,
-        index: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___EvalWriteResponse: _TypeAlias = EvalWriteResponse  # noqa: Y015
-
-@_typing.final
 class EvalHeartbeatRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -52,36 +52,6 @@ class EvalStub:
                 request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
                 _registered_method=True)
-        self.Reblock = channel.unary_unary(
-                '/corral.v1.Eval/Reblock',
-                request_serializer=corral_dot_v1_dot_eval__pb2.EvalWriteRequest.SerializeToString,
-                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalWriteResponse.FromString,
-                _registered_method=True)
-        self.Update = channel.unary_unary(
-                '/corral.v1.Eval/Update',
-                request_serializer=corral_dot_v1_dot_eval__pb2.EvalWriteRequest.SerializeToString,
-                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalWriteResponse.FromString,
-                _registered_method=True)
-        self.Create = channel.unary_unary(
-                '/corral.v1.Eval/Create',
-                request_serializer=corral_dot_v1_dot_eval__pb2.EvalWriteRequest.SerializeToString,
-                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalWriteResponse.FromString,
-                _registered_method=True)
-        self.OutstandingReset = channel.unary_unary(
-                '/corral.v1.Eval/OutstandingReset',
-                request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
-                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
-                _registered_method=True)
-        self.PauseNackTimeout = channel.unary_unary(
-                '/corral.v1.Eval/PauseNackTimeout',
-                request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
-                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
-                _registered_method=True)
-        self.ResumeNackTimeout = channel.unary_unary(
-                '/corral.v1.Eval/ResumeNackTimeout',
-                request_serializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
-                response_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
-                _registered_method=True)
         self.PlanFence = channel.stream_stream(
                 '/corral.v1.Eval/PlanFence',
                 request_serializer=corral_dot_v1_dot_eval__pb2.PlanFenceConfirm.SerializeToString,
@@ -113,56 +83,20 @@ class EvalServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Ack(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Release a dequeued eval that has no outcome to write (a core eval, an
+        eval canceled while it was held): a worker's decision is acked from the
+        state's change feed instead (State.DecideEval). Refused
+        (FAILED_PRECONDITION) while the eval is still `pending` in the state:
+        its outcome was never written, so the caller nacks it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Nack(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Reblock(self, request, context):
-        """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker.
+        """Hand a dequeued eval back: it is redelivered after the nack delay, or
+        failed (with a follow-up) at the delivery limit.
         """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Update(self, request, context):
-        """Write an outstanding eval's new status (resets its nack timer).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Create(self, request, context):
-        """Create a follow-up eval whose previous_eval is outstanding with the token.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def OutstandingReset(self, request, context):
-        """Reset the nack timer of an outstanding eval during a long scheduling run.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def PauseNackTimeout(self, request, context):
-        """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
-        API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
-        that token. The planner no longer calls them: see PlanFence.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ResumeNackTimeout(self, request, context):
-        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -210,36 +144,6 @@ def add_EvalServicer_to_server(servicer, server):
             ),
             'Nack': grpc.unary_unary_rpc_method_handler(
                     servicer.Nack,
-                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
-                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
-            ),
-            'Reblock': grpc.unary_unary_rpc_method_handler(
-                    servicer.Reblock,
-                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalWriteRequest.FromString,
-                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalWriteResponse.SerializeToString,
-            ),
-            'Update': grpc.unary_unary_rpc_method_handler(
-                    servicer.Update,
-                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalWriteRequest.FromString,
-                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalWriteResponse.SerializeToString,
-            ),
-            'Create': grpc.unary_unary_rpc_method_handler(
-                    servicer.Create,
-                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalWriteRequest.FromString,
-                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalWriteResponse.SerializeToString,
-            ),
-            'OutstandingReset': grpc.unary_unary_rpc_method_handler(
-                    servicer.OutstandingReset,
-                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
-                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
-            ),
-            'PauseNackTimeout': grpc.unary_unary_rpc_method_handler(
-                    servicer.PauseNackTimeout,
-                    request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
-                    response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
-            ),
-            'ResumeNackTimeout': grpc.unary_unary_rpc_method_handler(
-                    servicer.ResumeNackTimeout,
                     request_deserializer=corral_dot_v1_dot_eval__pb2.EvalAckRequest.FromString,
                     response_serializer=corral_dot_v1_dot_eval__pb2.EvalAckResponse.SerializeToString,
             ),
@@ -341,168 +245,6 @@ class Eval:
             request,
             target,
             '/corral.v1.Eval/Nack',
-            corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
-            corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Reblock(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.v1.Eval/Reblock',
-            corral_dot_v1_dot_eval__pb2.EvalWriteRequest.SerializeToString,
-            corral_dot_v1_dot_eval__pb2.EvalWriteResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Update(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.v1.Eval/Update',
-            corral_dot_v1_dot_eval__pb2.EvalWriteRequest.SerializeToString,
-            corral_dot_v1_dot_eval__pb2.EvalWriteResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Create(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.v1.Eval/Create',
-            corral_dot_v1_dot_eval__pb2.EvalWriteRequest.SerializeToString,
-            corral_dot_v1_dot_eval__pb2.EvalWriteResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def OutstandingReset(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.v1.Eval/OutstandingReset',
-            corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
-            corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def PauseNackTimeout(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.v1.Eval/PauseNackTimeout',
-            corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
-            corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ResumeNackTimeout(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.v1.Eval/ResumeNackTimeout',
             corral_dot_v1_dot_eval__pb2.EvalAckRequest.SerializeToString,
             corral_dot_v1_dot_eval__pb2.EvalAckResponse.FromString,
             options,

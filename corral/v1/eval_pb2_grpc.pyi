@@ -41,21 +41,16 @@ class EvalStub:
     Dequeue: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalDequeueRequest, _eval_pb2.EvalDequeueResponse]
     """Long-poll for the highest-priority ready eval of the given scheduler types."""
     Ack: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
-    Nack: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
-    Reblock: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]
-    """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker."""
-    Update: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]
-    """Write an outstanding eval's new status (resets its nack timer)."""
-    Create: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]
-    """Create a follow-up eval whose previous_eval is outstanding with the token."""
-    OutstandingReset: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
-    """Reset the nack timer of an outstanding eval during a long scheduling run."""
-    PauseNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
-    """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
-    API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
-    that token. The planner no longer calls them: see PlanFence.
+    """Release a dequeued eval that has no outcome to write (a core eval, an
+    eval canceled while it was held): a worker's decision is acked from the
+    state's change feed instead (State.DecideEval). Refused
+    (FAILED_PRECONDITION) while the eval is still `pending` in the state:
+    its outcome was never written, so the caller nacks it.
     """
-    ResumeNackTimeout: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
+    Nack: _grpc.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]
+    """Hand a dequeued eval back: it is redelivered after the nack delay, or
+    failed (with a follow-up) at the delivery limit.
+    """
     PlanFence: _grpc.StreamStreamMultiCallable[_eval_pb2.PlanFenceConfirm, _eval_pb2.PlanFenceUpdate]
     """The planner leader's eval token check, without a call per plan: the
     broker sends the key its tokens are signed with (corral/security/
@@ -83,21 +78,16 @@ class EvalAsyncStub(EvalStub):
     Dequeue: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalDequeueRequest, _eval_pb2.EvalDequeueResponse]  # type: ignore[assignment]
     """Long-poll for the highest-priority ready eval of the given scheduler types."""
     Ack: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
-    Nack: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
-    Reblock: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]  # type: ignore[assignment]
-    """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker."""
-    Update: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]  # type: ignore[assignment]
-    """Write an outstanding eval's new status (resets its nack timer)."""
-    Create: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalWriteRequest, _eval_pb2.EvalWriteResponse]  # type: ignore[assignment]
-    """Create a follow-up eval whose previous_eval is outstanding with the token."""
-    OutstandingReset: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
-    """Reset the nack timer of an outstanding eval during a long scheduling run."""
-    PauseNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
-    """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
-    API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
-    that token. The planner no longer calls them: see PlanFence.
+    """Release a dequeued eval that has no outcome to write (a core eval, an
+    eval canceled while it was held): a worker's decision is acked from the
+    state's change feed instead (State.DecideEval). Refused
+    (FAILED_PRECONDITION) while the eval is still `pending` in the state:
+    its outcome was never written, so the caller nacks it.
     """
-    ResumeNackTimeout: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
+    Nack: _aio.UnaryUnaryMultiCallable[_eval_pb2.EvalAckRequest, _eval_pb2.EvalAckResponse]  # type: ignore[assignment]
+    """Hand a dequeued eval back: it is redelivered after the nack delay, or
+    failed (with a follow-up) at the delivery limit.
+    """
     PlanFence: _aio.StreamStreamMultiCallable[_eval_pb2.PlanFenceConfirm, _eval_pb2.PlanFenceUpdate]  # type: ignore[assignment]
     """The planner leader's eval token check, without a call per plan: the
     broker sends the key its tokens are signed with (corral/security/
@@ -133,64 +123,23 @@ class EvalServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _eval_pb2.EvalAckRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]: ...
+    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]:
+        """Release a dequeued eval that has no outcome to write (a core eval, an
+        eval canceled while it was held): a worker's decision is acked from the
+        state's change feed instead (State.DecideEval). Refused
+        (FAILED_PRECONDITION) while the eval is still `pending` in the state:
+        its outcome was never written, so the caller nacks it.
+        """
 
     @_abc_1.abstractmethod
     def Nack(
         self,
         request: _eval_pb2.EvalAckRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]: ...
-
-    @_abc_1.abstractmethod
-    def Reblock(
-        self,
-        request: _eval_pb2.EvalWriteRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalWriteResponse, _abc.Awaitable[_eval_pb2.EvalWriteResponse]]:
-        """Write an outstanding blocked eval (what its re-run learned) and put it back into the blocked tracker."""
-
-    @_abc_1.abstractmethod
-    def Update(
-        self,
-        request: _eval_pb2.EvalWriteRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalWriteResponse, _abc.Awaitable[_eval_pb2.EvalWriteResponse]]:
-        """Write an outstanding eval's new status (resets its nack timer)."""
-
-    @_abc_1.abstractmethod
-    def Create(
-        self,
-        request: _eval_pb2.EvalWriteRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalWriteResponse, _abc.Awaitable[_eval_pb2.EvalWriteResponse]]:
-        """Create a follow-up eval whose previous_eval is outstanding with the token."""
-
-    @_abc_1.abstractmethod
-    def OutstandingReset(
-        self,
-        request: _eval_pb2.EvalAckRequest,
-        context: _ServicerContext,
     ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]:
-        """Reset the nack timer of an outstanding eval during a long scheduling run."""
-
-    @_abc_1.abstractmethod
-    def PauseNackTimeout(
-        self,
-        request: _eval_pb2.EvalAckRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]:
-        """Pause an eval's nack timer, and resume it (full timeout) afterwards (Nomad's
-        API). Both fail FAILED_PRECONDITION when the eval is not outstanding with
-        that token. The planner no longer calls them: see PlanFence.
+        """Hand a dequeued eval back: it is redelivered after the nack delay, or
+        failed (with a follow-up) at the delivery limit.
         """
-
-    @_abc_1.abstractmethod
-    def ResumeNackTimeout(
-        self,
-        request: _eval_pb2.EvalAckRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_eval_pb2.EvalAckResponse, _abc.Awaitable[_eval_pb2.EvalAckResponse]]: ...
 
     @_abc_1.abstractmethod
     def PlanFence(

@@ -251,7 +251,7 @@ class NodeClientAllocsResponse(_message.Message):
 
     @_builtins.property
     def full_allocs(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Allocation]:
-        """the non-terminal allocs (and terminal ones changed after min_index)"""
+        """the allocs changed after min_index (from 0: every alloc the client has not finished)"""
 
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_structs_pb2.Job]:

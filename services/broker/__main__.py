@@ -93,7 +93,6 @@ class BrokerProcess(runner.LeaderRole):
             self.broker,
             self.blocked,
             self.replica,
-            self.writes,
             self.is_leader,
             self.leader_address,
             on_ack=self.forced_gc.acked,

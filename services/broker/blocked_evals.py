@@ -19,19 +19,12 @@ writes them back as pending so workers wait for the state that unblocked them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from corral.domain.structs import JobType, Trigger, job_key
 from corral.v1 import structs_pb2 as pb
 
 JobKey = tuple[str, str]
-Release = Callable[[list[tuple[pb.Evaluation, str]], int], None]
-
-
-@dataclass
-class _Blocked:
-    eval: pb.Evaluation
-    token: str
+Release = Callable[[list[pb.Evaluation], int], None]
 
 
 class BlockedEvals:
@@ -41,8 +34,8 @@ class BlockedEvals:
         self._reset()
 
     def _reset(self) -> None:
-        self._captured: dict[str, _Blocked] = {}
-        self._escaped: dict[str, _Blocked] = {}
+        self._captured: dict[str, pb.Evaluation] = {}
+        self._escaped: dict[str, pb.Evaluation] = {}
         self._by_job: dict[JobKey, str] = {}
         self._system: dict[tuple[JobKey, str], str] = {}  # (job, node) -> eval id
         self._unblock_index: dict[str, int] = {}  # computed class -> last unblock index
@@ -58,8 +51,8 @@ class BlockedEvals:
 
     # ------------------------------------------------------------ block
 
-    def block(self, ev: pb.Evaluation, token: str = "") -> None:
-        """Track a blocked eval (Eval.Reblock passes the worker's token)."""
+    def block(self, ev: pb.Evaluation) -> None:
+        """Track a blocked eval (new, or reblocked by its worker's decision)."""
         if not self.enabled:
             return
         key = job_key(ev.namespace, ev.job_id)
@@ -69,20 +62,19 @@ class BlockedEvals:
         elif existing_id is not None:
             existing = self._get(existing_id)
             if existing is not None:
-                if _age(existing.eval) <= _age(ev):
+                if _age(existing) <= _age(ev):
                     self._remove(existing_id)
-                    self.duplicates.append(existing.eval)
+                    self.duplicates.append(existing)
                 else:
                     self.duplicates.append(ev)
                     return
         if self._missed_unblock(ev):
-            self.on_release([(ev, token)], max(self._any_unblock_index, ev.snapshot_index))
+            self.on_release([ev], max(self._any_unblock_index, ev.snapshot_index))
             return
-        entry = _Blocked(ev, token)
         if ev.escaped_computed_class:
-            self._escaped[ev.id] = entry
+            self._escaped[ev.id] = ev
         else:
-            self._captured[ev.id] = entry
+            self._captured[ev.id] = ev
         self._by_job[key] = ev.id
         if ev.type == JobType.SYSTEM and ev.node_id:
             self._system[(key, ev.node_id)] = ev.id
@@ -98,20 +90,19 @@ class BlockedEvals:
                 return True
         return False
 
-    def _get(self, eval_id: str) -> _Blocked | None:
+    def _get(self, eval_id: str) -> pb.Evaluation | None:
         return self._captured.get(eval_id) or self._escaped.get(eval_id)
 
-    def _remove(self, eval_id: str) -> _Blocked | None:
-        entry = self._captured.pop(eval_id, None) or self._escaped.pop(eval_id, None)
-        if entry is None:
+    def _remove(self, eval_id: str) -> pb.Evaluation | None:
+        ev = self._captured.pop(eval_id, None) or self._escaped.pop(eval_id, None)
+        if ev is None:
             return None
-        ev = entry.eval
         key = job_key(ev.namespace, ev.job_id)
         if self._by_job.get(key) == eval_id:
             del self._by_job[key]
         for k in [k for k, v in self._system.items() if v == eval_id]:
             del self._system[k]
-        return entry
+        return ev
 
     def untrack(self, namespace: str, job_id: str) -> None:
         """The job's eval completed with everything placed."""
@@ -121,9 +112,9 @@ class BlockedEvals:
 
     def retain(self, keep: Callable[[pb.Evaluation], bool]) -> None:
         """Drop the tracked evals `keep` rejects (after a replica reset)."""
-        for entry in [*self._captured.values(), *self._escaped.values()]:
-            if not keep(entry.eval):
-                self._remove(entry.eval.id)
+        for ev in [*self._captured.values(), *self._escaped.values()]:
+            if not keep(ev):
+                self._remove(ev.id)
 
     def tracked(self, eval_id: str) -> bool:
         return self._get(eval_id) is not None
@@ -137,9 +128,9 @@ class BlockedEvals:
         self._unblock_index[computed_class] = max(index, self._unblock_index.get(computed_class, 0))
         self._any_unblock_index = max(self._any_unblock_index, index)
         released = list(self._escaped.values())
-        for entry in self._captured.values():
-            if entry.eval.class_eligibility.get(computed_class, True):
-                released.append(entry)
+        for ev in self._captured.values():
+            if ev.class_eligibility.get(computed_class, True):
+                released.append(ev)
         self._release(released, index)
 
     def unblock_node(self, node_id: str, index: int) -> None:
@@ -155,16 +146,16 @@ class BlockedEvals:
         released = [
             e
             for e in [*self._captured.values(), *self._escaped.values()]
-            if e.eval.triggered_by == Trigger.MAX_PLAN_ATTEMPTS
+            if e.triggered_by == Trigger.MAX_PLAN_ATTEMPTS
         ]
         self._release(released, self._any_unblock_index)
 
-    def _release(self, entries: list[_Blocked], index: int) -> None:
-        if not entries:
+    def _release(self, evals: list[pb.Evaluation], index: int) -> None:
+        if not evals:
             return
-        for e in entries:
-            self._remove(e.eval.id)
-        self.on_release([(e.eval, e.token) for e in entries], index)
+        for ev in evals:
+            self._remove(ev.id)
+        self.on_release(evals, index)
 
     # ------------------------------------------------------------ stats
 
@@ -179,7 +170,7 @@ class BlockedEvals:
     def by_scheduler(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for e in [*self._captured.values(), *self._escaped.values()]:
-            out[e.eval.type] = out.get(e.eval.type, 0) + 1
+            out[e.type] = out.get(e.type, 0) + 1
         return out
 
     @property

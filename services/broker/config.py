@@ -69,12 +69,6 @@ class BrokerSettings(SettingsGroup):
         "pending evals and re-tracks blocked evals of the state the broker does not hold; "
         "0 = only on taking office",
     )
-    ack_index_wait: float = Field(
-        5.0,
-        gt=0,
-        description="seconds an Ack waits for the broker's replica to reach the eval's last "
-        "write before checking that the eval is no longer pending",
-    )
     dequeue_default_timeout: float = Field(
         1.0, gt=0, description="long-poll of a Dequeue that names no timeout (s)"
     )

@@ -65,12 +65,9 @@ class _Unack:
     timer: asyncio.TimerHandle | None = None
     #: the lease the eval is bound to ("" = none: only the nack timer)
     worker_id: str = ""
-    #: the highest state index this broker wrote for the eval while it was
-    #: outstanding (Eval.Update/Create/Reblock): Ack waits for its replica
-    #: to reach it before reading the eval's status
-    written_index: int = 0
-    #: the snapshot index of the run's `complete` outcome (Eval.Update): its
-    #: job's pending evals written at or below it were seen by that run
+    #: the snapshot index of the run's `complete` outcome (its decision, from
+    #: the feed): its job's pending evals written at or below it were seen
+    #: by that run
     covered_index: int = 0
     queued: trace.Span | None = None  # its `broker.enqueue` span, ended at the dequeue
     #: when (Unix ns, this process's clock) it became ready for this dequeue
@@ -221,15 +218,16 @@ class EvalBroker:
         queue, or canceled-to-be (the reconciler's notion of "known")."""
         return set(self._evals) | {ev.id for ev in self._cancelable}
 
-    def enqueue(self, ev: pb.Evaluation, token: str = "") -> None:
+    def enqueue(self, ev: pb.Evaluation) -> None:
         """Route a pending eval. An eval already tracked is ignored, unless it
-        is unacked (with `token`, when given): then it is re-enqueued once
-        that dequeue is acked (Nomad's EnqueueAll requeue)."""
+        is unacked: then it is re-enqueued once that dequeue is acked
+        (Nomad's EnqueueAll requeue: a blocked eval released while its
+        worker still held it)."""
         if not self.enabled:
             return
         if ev.id in self._evals:
             unack = self._unack.get(ev.id)
-            if unack is not None and (not token or unack.token == token):
+            if unack is not None:
                 self._requeue[unack.token] = ev
             return
         self._evals[ev.id] = 0
@@ -433,12 +431,6 @@ class EvalBroker:
         """NotFound / FailedPrecondition unless outstanding with `token`."""
         self._outstanding(eval_id, token)
 
-    def note_write(self, eval_id: str, token: str, index: int) -> None:
-        """The broker wrote the outstanding eval (or a follow-up of it) at `index`."""
-        unack = self._unack.get(eval_id)
-        if unack is not None and unack.token == token:
-            unack.written_index = max(unack.written_index, index)
-
     def note_outcome(self, eval_id: str, token: str, ev: pb.Evaluation) -> None:
         """The outstanding eval's outcome was written: a `complete` run covered
         its job as of its snapshot (`snapshot_index`), which the ack uses to
@@ -448,10 +440,6 @@ class EvalBroker:
         if unack is not None and unack.token == token:
             covered = ev.snapshot_index if ev.status == EvalStatus.COMPLETE else 0
             unack.covered_index = covered
-
-    def written_index(self, eval_id: str) -> int:
-        unack = self._unack.get(eval_id)
-        return unack.written_index if unack is not None else 0
 
     def requeue_pending(self, token: str) -> bool:
         """A newer pending write of the eval arrived while this dequeue held
@@ -552,36 +540,16 @@ class EvalBroker:
         self._redeliveries.add(task)
         task.add_done_callback(self._redeliveries.discard)
 
-    # ------------------------------------------------------------ nack timer control
+    # ------------------------------------------------------------ nack timer
 
     def outstanding_reset(self, eval_id: str, token: str) -> None:
+        """Restart the nack timer (Nomad's OutstandingReset): a worker's
+        decision that only created evals, before its plan, says the run
+        goes on."""
         unack = self._outstanding(eval_id, token)
         if unack.timer is not None:
             unack.timer.cancel()
         unack.timer = self._nack_timer(eval_id, token)
-
-    def pause_nack_timeout(self, eval_id: str, token: str) -> None:
-        unack = self._outstanding(eval_id, token)
-        if unack.timer is not None:
-            unack.timer.cancel()
-            unack.timer = None
-
-    def resume_nack_timeout(self, eval_id: str, token: str) -> None:
-        """The planner is done with the eval's plan. If the worker holding it
-        lost its lease meanwhile, nack it now (its plan is committed, so the
-        redelivery sees it); otherwise restart the nack timer."""
-        unack = self._outstanding(eval_id, token)
-        if unack.worker_id and not self.leases.alive(unack.worker_id):
-            log.warning(
-                "eval %s: nacked after its plan; its worker %s lost its lease",
-                eval_id,
-                unack.worker_id,
-                extra={"eval_id": eval_id},
-            )
-            metrics.LEASE_NACKS.inc()
-            self.nack(eval_id, token)
-            return
-        self.outstanding_reset(eval_id, token)
 
     # ------------------------------------------------------------ worker leases
 

@@ -13,8 +13,9 @@ a worker whose lease lapsed, is ignored: the eval's redelivery decides it
 again). A decision that only created evals restarts the nack timer.
 
 A blocked eval the broker still holds outstanding is being reblocked by its
-worker: its decision (or `Eval.Reblock`) tracks it with the worker's token,
-so the router leaves its event alone."""
+worker: the decision that comes with the write (routed after the batch's
+events) tracks it and acks it, so the router leaves its event alone rather
+than tracking it twice."""
 
 from __future__ import annotations
 
@@ -148,8 +149,8 @@ class FeedRouter:
 
     def _decide(self, decision: pb.EvalDecision, snap: StateSnapshot) -> None:
         """A worker's decision (after this batch's events were routed, so its
-        created evals already wait behind the eval, as Eval.Create's did):
-        ack the eval with what its outcome says, or restart its nack timer."""
+        created evals already wait behind the eval): ack the eval with what
+        its outcome says, or restart its nack timer."""
         eval_id, token = decision.eval_id, decision.token
         if self.broker.outstanding_token(eval_id) != token:
             log.info(
@@ -164,7 +165,7 @@ class FeedRouter:
         written = snap.eval_by_id(eval_id)
         if written is not None:
             if written.status == EvalStatus.BLOCKED:
-                self.blocked.block(written, token)  # Eval.Reblock's tracking
+                self.blocked.block(written)  # the reblock: tracked again
             self.broker.note_outcome(eval_id, token, written)
         self.broker.ack(eval_id, token)
         if self.on_ack is not None:

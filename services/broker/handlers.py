@@ -1,17 +1,14 @@
 """The `Eval` gRPC service (proto/corral/v1/eval.proto), served by the broker
 leader; a standby answers UNAVAILABLE with the leader's address.
 
-Corral's worker writes its eval's outcome and ack with `State.DecideEval`,
-which the broker learns from the feed (feed.py), and the planner checks
-tokens with the key of `Eval.PlanFence` (plan_fence.py). The broker-side
-writes stay as Nomad's API has them: Eval.Update/Create/Reblock check the
-token (which also resets the eval's nack timer) and write through
-`State.UpsertEvals`, fenced with this leader's address; a `complete` Update
-also tells the broker the run's snapshot index, so its ack cancels the
-pending evals that snapshot covered. Eval.Ack (a run with no outcome to
-write, such as a core eval) refuses an eval still `pending` in the state
-(after waiting for the broker's replica to reach the eval's last write): the
-caller must write the outcome first, or nack.
+The broker takes no eval writes: a worker writes its eval's outcome, the
+evals its run created and its ack in one `State.DecideEval` to the state,
+and the broker acks the eval when the write reaches it on the change feed
+(feed.py); the planner checks tokens with the key of `Eval.PlanFence`
+(plan_fence.py). What is left here is the queue itself: Dequeue, Nack,
+worker leases (Heartbeat), Stats, and Eval.Ack for a run with no outcome to
+write (a core eval, an eval canceled while it was held), which is refused
+while the eval is still `pending` in the state: the caller must nack it.
 """
 
 from __future__ import annotations
@@ -24,15 +21,8 @@ from typing import Any
 from opentelemetry import trace
 from prometheus_client import Gauge
 
-from corral.domain.errors import (
-    AlreadyExists,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    NotLeader,
-    TakingOffice,
-)
-from corral.domain.structs import EvalStatus, JobType, is_blocked_eval
+from corral.domain.errors import FailedPrecondition, InvalidArgument, NotLeader, TakingOffice
+from corral.domain.structs import EvalStatus, JobType
 from corral.runtime import telemetry
 from corral.runtime.replica import Replica
 from corral.runtime.server import GrpcServer
@@ -54,7 +44,6 @@ from services.broker.periodic import PeriodicDispatcher
 
 Context = Any
 tracer = telemetry.tracer("corral.broker")
-WriteEvals = Callable[[list[pb.Evaluation]], Awaitable[int]]
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +64,6 @@ async def require_in_office(
 
 #: the longest worker id a Dequeue or Heartbeat may name
 MAX_WORKER_ID = 128
-# how long Reblock waits for its own write to reach the replica (and so the
-# feed router) before tracking the eval; past it, it tracks the eval anyway
-REBLOCK_FEED_WAIT = 5.0
 
 GAUGES = {
     name: Gauge(
@@ -106,7 +92,6 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         broker: EvalBroker,
         blocked: BlockedEvals,
         replica: Replica,
-        write: WriteEvals,
         is_leader: Callable[[], bool],
         leader_address: Callable[[], Awaitable[str]],
         on_ack: Callable[[str], None] | None = None,
@@ -118,7 +103,6 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         self.broker = broker
         self.blocked = blocked
         self.replica = replica
-        self.write = write
         self.is_leader = is_leader
         self.leader_address = leader_address
         #: told of every acked eval id (a forced GC waits for its own)
@@ -197,20 +181,14 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         redelivered, within the delivery limit like any failing eval."""
         await self._require_leader()
         self.broker.check_outstanding(request.eval_id, request.token)
-        await self._check_not_pending(request.eval_id, request.token)
+        self._check_not_pending(request.eval_id, request.token)
         self.broker.ack(request.eval_id, request.token)
         if self.on_ack is not None:
             self.on_ack(request.eval_id)
         return eval_pb2.EvalAckResponse()
 
-    async def _check_not_pending(self, eval_id: str, token: str) -> None:
-        written = self.broker.written_index(eval_id)
+    def _check_not_pending(self, eval_id: str, token: str) -> None:
         snap = self.replica.snapshot()
-        if snap.index < written:
-            try:
-                snap = await self.replica.wait_for_index(written, self.settings.ack_index_wait)
-            except TimeoutError:
-                snap = self.replica.snapshot()
         stored = snap.eval_by_id(eval_id)
         if (
             stored is None  # never stored (core evals) or collected: nothing to leave behind
@@ -228,111 +206,15 @@ class EvalServicer(eval_pb2_grpc.EvalServicer):
         )
         raise FailedPrecondition(
             f"evaluation {eval_id} is still pending in the state (index {snap.index}): write "
-            "its outcome with Eval.Update before acking it, or nack it"
+            "its outcome with State.DecideEval (which acks it), or nack it"
         )
-
-    async def _by_token(
-        self, op: Callable[[str, str], object], request: eval_pb2.EvalAckRequest
-    ) -> eval_pb2.EvalAckResponse:
-        """An operation on an outstanding eval, by its id and the token of
-        its delivery (the broker checks the token)."""
-        await self._require_leader()
-        op(request.eval_id, request.token)
-        return eval_pb2.EvalAckResponse()
 
     async def Nack(
         self, request: eval_pb2.EvalAckRequest, context: Context
     ) -> eval_pb2.EvalAckResponse:
-        return await self._by_token(self.broker.nack, request)
-
-    async def OutstandingReset(
-        self, request: eval_pb2.EvalAckRequest, context: Context
-    ) -> eval_pb2.EvalAckResponse:
-        return await self._by_token(self.broker.outstanding_reset, request)
-
-    async def PauseNackTimeout(
-        self, request: eval_pb2.EvalAckRequest, context: Context
-    ) -> eval_pb2.EvalAckResponse:
-        return await self._by_token(self.broker.pause_nack_timeout, request)
-
-    async def ResumeNackTimeout(
-        self, request: eval_pb2.EvalAckRequest, context: Context
-    ) -> eval_pb2.EvalAckResponse:
-        return await self._by_token(self.broker.resume_nack_timeout, request)
-
-    # ------------------------------------------------------------ writes from workers
-
-    def _single(self, request: eval_pb2.EvalWriteRequest) -> pb.Evaluation:
-        if len(request.evals) != 1:
-            raise InvalidArgument("evals", "exactly one evaluation is required")
-        ev = request.evals[0]
-        if not ev.id:
-            raise InvalidArgument("evals[0].id", "is required")
-        return ev
-
-    async def Update(
-        self, request: eval_pb2.EvalWriteRequest, context: Context
-    ) -> eval_pb2.EvalWriteResponse:
         await self._require_leader()
-        ev = self._single(request)
-        self.broker.outstanding_reset(ev.id, request.token)
-        index = await self.write([ev])
-        self.broker.note_write(ev.id, request.token, index)
-        self.broker.note_outcome(ev.id, request.token, ev)
-        return eval_pb2.EvalWriteResponse(index=index)
-
-    async def Create(
-        self, request: eval_pb2.EvalWriteRequest, context: Context
-    ) -> eval_pb2.EvalWriteResponse:
-        await self._require_leader()
-        ev = self._single(request)
-        if not ev.previous_eval:
-            raise InvalidArgument(
-                "evals[0].previous_eval", "is required (the outstanding eval creating it)"
-            )
-        self.broker.outstanding_reset(ev.previous_eval, request.token)
-        if self.replica.snapshot().eval_by_id(ev.id) is not None:
-            raise AlreadyExists(f"evaluation {ev.id} already exists")
-        index = await self.write([ev])
-        self.broker.note_write(ev.previous_eval, request.token, index)
-        return eval_pb2.EvalWriteResponse(index=index)
-
-    async def Reblock(
-        self, request: eval_pb2.EvalWriteRequest, context: Context
-    ) -> eval_pb2.EvalWriteResponse:
-        """Put a blocked eval that still cannot place everything back in the
-        tracker, under the same id. The eval is written first, with what the
-        re-run learned (queued allocations, snapshot index, class
-        eligibility, escaped class, failed groups): the stored eval and the
-        job summary must not keep the counts of the run that blocked it.
-
-        The stored eval must be a blocked eval (`blocked`, or `pending` after
-        a capacity change released it) and the one sent must say `blocked`.
-        The feed router leaves a blocked write of an outstanding eval to this
-        method, which waits for its write to reach the replica and then
-        tracks the stored eval with the worker's token (so a release while
-        it is still outstanding re-queues it only after the ack)."""
-        await self._require_leader()
-        ev = self._single(request)
-        self.broker.outstanding_reset(ev.id, request.token)
-        stored = self.replica.snapshot().eval_by_id(ev.id)
-        if stored is None:
-            raise NotFound(f"evaluation {ev.id} not found")
-        if not is_blocked_eval(stored):
-            raise FailedPrecondition(f"evaluation {ev.id} is not blocked (status {stored.status})")
-        if ev.status != EvalStatus.BLOCKED:
-            raise InvalidArgument("evals[0].status", f"must be blocked, not {ev.status!r}")
-        index = await self.write([ev])
-        self.broker.note_write(ev.id, request.token, index)
-        try:
-            snap = await self.replica.wait_for_index(index, REBLOCK_FEED_WAIT)
-        except TimeoutError:
-            snap = self.replica.snapshot()
-        written = snap.eval_by_id(ev.id)
-        if written is None or written.modify_index < index:
-            written = ev
-        self.blocked.block(written, request.token)
-        return eval_pb2.EvalWriteResponse(index=index)
+        self.broker.nack(request.eval_id, request.token)
+        return eval_pb2.EvalAckResponse()
 
     # ------------------------------------------------------------ the planner's token check
 

@@ -50,8 +50,8 @@ class Reaper:
         self.wake = asyncio.Event()
         self._released: list[pb.Evaluation] = []
 
-    def on_release(self, released: list[tuple[pb.Evaluation, str]], index: int) -> None:
-        for ev, _token in released:
+    def on_release(self, released: list[pb.Evaluation], index: int) -> None:
+        for ev in released:
             out = copy_msg(ev)
             out.status = EvalStatus.PENDING
             out.status_description = f"unblocked by a capacity change at index {index}"

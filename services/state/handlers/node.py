@@ -276,10 +276,15 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         jobs: dict[tuple[str, str, int], pb.Job] = {}
         for a in allocs:
             resp.allocs[a.id] = a.alloc_modify_index
-            reconnecting = request.min_index == 0
-            if reconnecting and structs.alloc_client_terminal(a):
-                continue  # seed 003: a reconnecting client must not restart finished work
-            if structs.alloc_terminal(a) and a.alloc_modify_index <= request.min_index:
+            if request.min_index == 0:
+                if structs.alloc_client_terminal(a):
+                    continue  # seed 003: a reconnecting client must not restart finished work
+            elif a.alloc_modify_index <= request.min_index:
+                # the client has it: its previous answer (index >= this
+                # alloc's) carried it. Nomad's client pulls only the allocs
+                # whose modify index moved, too (`Alloc.GetAllocs`); sending
+                # every live alloc of the node again, with its job, on each
+                # change was most of a placement's bytes (issue 30's ledger)
                 continue
             resp.full_allocs.append(a)
             job = snap.job_by_version(a.namespace, a.job_id, a.job_version)

@@ -45,7 +45,6 @@ async def test_paused_broker_records_but_hands_out_nothing_until_unpaused(
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub, 5000)
         assert got.eval.id == held.id  # outstanding while the broker is paused
-        await stub.PauseNackTimeout(eval_pb2.EvalAckRequest(eval_id=held.id, token=got.token))
 
         await set_paused(cluster, True)
         # written after the pause, so once the broker has it, it has the pause too
@@ -60,11 +59,11 @@ async def test_paused_broker_records_but_hands_out_nothing_until_unpaused(
         nothing = await dequeue(stub, 1000)
         assert not nothing.eval.id
         assert await ready_count(stub) == 1
-        # what was outstanding is still acked with its token
-        await finish(stub, got)
+        # what was outstanding is still acked with its token, from the feed
+        await finish(cluster, stub, got)
 
         waiting = asyncio.create_task(dequeue(stub, 30_000))
         await set_paused(cluster, False)
         woken = await asyncio.wait_for(waiting, 30)
         assert woken.eval.id == late.id
-        await finish(stub, woken)
+        await finish(cluster, stub, woken)

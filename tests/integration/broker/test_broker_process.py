@@ -21,16 +21,19 @@ from corral.runtime.leader import find_leader
 from corral.runtime.rpc import LeaderChannel
 from corral.security import transport
 from corral.testing import mock
-from corral.v1 import eval_pb2, eval_pb2_grpc
+from corral.v1 import eval_pb2, eval_pb2_grpc, state_pb2, state_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.db.database import Database
 from tests.cluster import Cluster
 from tests.leaders import TEST_LEADER_ADDRESS, hold_leadership, in_office
 from tests.wait import until
 
+#: short nack delays and reaper sweeps; the nack timer is long enough that a
+#: worker's decision reaches the broker through the state's feed on a busy
+#: machine before the broker gives up on the eval (tests nack explicitly)
 FAST = [
     "--nack-timeout",
-    "1",
+    "30",
     "--initial-nack-delay",
     "0.2",
     "--subsequent-nack-delay",
@@ -92,14 +95,57 @@ async def dequeue(
     return resp
 
 
-async def finish(stub: eval_pb2_grpc.EvalAsyncStub, got: eval_pb2.EvalDequeueResponse) -> None:
-    """What a worker does with a dequeued eval: write its outcome, then ack
-    (the broker refuses the ack of an eval still pending in the state)."""
-    done = pb.Evaluation()
-    done.CopyFrom(got.eval)
-    done.status = "complete"
-    await stub.Update(eval_pb2.EvalWriteRequest(evals=[done], token=got.token))
-    await stub.Ack(eval_pb2.EvalAckRequest(eval_id=got.eval.id, token=got.token))
+async def held(stub: eval_pb2_grpc.EvalAsyncStub, eval_id: str) -> bool:
+    """Whether the broker holds the eval outstanding (under any token). An
+    Ack with a token no dequeue was given fails "token does not match"
+    exactly then, and changes nothing."""
+    try:
+        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=eval_id, token="not-a-token"))
+    except grpc.aio.AioRpcError as exc:
+        return "token does not match" in (exc.details() or "")
+    raise AssertionError(f"an ack of {eval_id} with a made-up token passed")
+
+
+async def decide(c: Cluster, token: str, outcome: pb.Evaluation) -> state_pb2.WriteResponse:
+    """A worker's decision: the eval's outcome under its dequeue's token, one
+    `State.DecideEval` to the state (the broker acks it from the feed)."""
+    async with transport.dial(c.state_addr) as ch:
+        resp: state_pb2.WriteResponse = await state_pb2_grpc.StateStub(ch).DecideEval(
+            state_pb2.DecideEvalRequest(eval_id=outcome.id, token=token, outcome=outcome)
+        )
+    return resp
+
+
+async def ignored(c: Cluster, eval_id: str) -> None:
+    """Wait until the broker has read a decision of the eval under a token it
+    no longer holds it with, and ignored it (its log says so)."""
+    line = f"eval {eval_id}: a decision with a token no longer outstanding; ignored"
+    await until(lambda: line in c.log("broker"), what=f"the broker ignores {eval_id}'s decision")
+
+
+async def finish(
+    c: Cluster,
+    stub: eval_pb2_grpc.EvalAsyncStub,
+    got: eval_pb2.EvalDequeueResponse,
+    status: str = "complete",
+    *,
+    outcome: pb.Evaluation | None = None,
+) -> int:
+    """What a worker does with a dequeued eval: write its outcome (the eval
+    with `status`, unless given) with its token; returns the write's index
+    once the broker, reading that write from its feed, has acked the eval
+    (no longer holds it)."""
+    if outcome is None:
+        outcome = pb.Evaluation()
+        outcome.CopyFrom(got.eval)
+        outcome.status = status
+    resp = await decide(c, got.token, outcome)
+
+    async def acked() -> bool:
+        return not await held(stub, got.eval.id)
+
+    await until(acked, timeout=20, what=f"the broker acks eval {got.eval.id} from its feed")
+    return int(resp.index)
 
 
 @pytest.fixture
@@ -128,7 +174,7 @@ async def test_tokens_version_and_wait_index(cluster: Cluster) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token="stale"))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        await finish(stub, got)
+        await finish(cluster, stub, got)
 
 
 async def test_standby_redirects_to_leader(cluster: Cluster) -> None:
@@ -215,7 +261,7 @@ async def test_one_ack_cancels_999_of_1000_queued_evals(cluster: Cluster) -> Non
     async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub)
-        await finish(stub, got)
+        await finish(cluster, stub, got)
         await until(
             lambda: (
                 sum(1 for s, _ in eval_rows(cluster.dsn, "storm").values() if s == "canceled")
@@ -227,7 +273,7 @@ async def test_one_ack_cancels_999_of_1000_queued_evals(cluster: Cluster) -> Non
         assert set(canceled) == {"canceled after more recent eval was processed"}
         last = await dequeue(stub)
         assert last.eval.id == evals[-1].id  # the newest one is what runs
-        await finish(stub, last)
+        await finish(cluster, stub, last)
 
 
 async def test_blocked_eval_released_by_a_matching_node_class_only(cluster: Cluster) -> None:
@@ -272,7 +318,7 @@ async def test_restore_after_the_leader_is_killed(cluster: Cluster) -> None:
                 continue
             if got.eval.id:
                 seen.append(got.eval.id)
-                await finish(stub, got)
+                await finish(cluster, stub, got)
         # the old leader's tokens mean nothing to the new one
         with pytest.raises(grpc.aio.AioRpcError):
             await stub.Ack(eval_pb2.EvalAckRequest(eval_id=held[0].eval.id, token=held[0].token))

@@ -2,8 +2,8 @@
 PostgreSQL: priority across scheduler types then FIFO within one (types tied
 on priority are picked at random), one outstanding eval
 per job with the rest pending (superseded ones canceled on ack), escaped
-blocked evals released by any node, Reblock's token and status checks, and
-the Stats totals."""
+blocked evals released by any node, a reblock decision's checks (a blocked
+eval's, under the holder's token) and its tracking, and the Stats totals."""
 
 from __future__ import annotations
 
@@ -12,15 +12,19 @@ import asyncio
 import grpc
 import pytest
 
+from corral.domain.structs import copy_msg
 from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from tests.cluster import Cluster
 from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)
+    decide,
     dequeue,
     eval_rows,
     finish,
+    held,
+    ignored,
     pending,
     write,
 )
@@ -83,11 +87,11 @@ async def test_one_outstanding_eval_per_job(cluster: Cluster) -> None:  # noqa: 
         stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
         assert (stats.total_pending, stats.total_unacked) == (2, 2)
         mine = got1 if got1.eval.id == first.id else got2
-        await finish(stub, mine)
+        await finish(cluster, stub, mine)
         nxt = await dequeue(stub)
         assert nxt.eval.id == newer.id  # highest modify index wins
         await until(lambda: eval_rows(cluster.dsn, "same")[older.id][0] == "canceled")
-        await finish(stub, nxt)
+        await finish(cluster, stub, nxt)
         # an ack twice: the token is stale now
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Ack(eval_pb2.EvalAckRequest(eval_id=newer.id, token=nxt.token))
@@ -117,47 +121,49 @@ async def test_escaped_blocked_eval_released_by_any_node(cluster: Cluster) -> No
         assert got.eval.id == e.id
 
 
-async def test_reblock_checks_token_and_status_then_tracks(cluster: Cluster) -> None:  # noqa: F811
-    e = pending("rb")
-    await write(cluster.dsn, mock.job(job_id="rb"), e)
+async def test_a_reblock_decision_needs_a_blocked_eval_and_the_holders_token(
+    cluster: Cluster,  # noqa: F811
+) -> None:
+    """What `Eval.Reblock` checked, on the worker's decision: the state
+    refuses a `blocked` outcome of an eval that is not a blocked one; the
+    broker ignores one under a token it no longer holds the eval with; the
+    holder's reblock acks the eval and tracks it again under its id, and the
+    next capacity change releases it."""
+    plain = pending("rb-plain")
+    released = pending("rb", triggered_by="queued-allocs")  # as a release writes it back
+    await write(cluster.dsn, mock.job(job_id="rb-plain"), mock.job(job_id="rb"), plain)
+    await write(cluster.dsn, released)  # a later create index: dequeued second
     async with transport.dial(cluster.procs["broker"].address) as ch:
         stub = eval_pb2_grpc.EvalStub(ch)
         got = await dequeue(stub)
-        assert got.eval.id == e.id
-        ev = got.eval
-        ev.status = "blocked"
-        # wrong token: refused, nothing written
+        assert got.eval.id == plain.id
+        reblocked = copy_msg(got.eval)
+        reblocked.status = "blocked"
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token="stale"))
-        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        # right token but the eval is not blocked in state
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
+            await decide(cluster, got.token, reblocked)
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "not blocked" in (err.value.details() or "")
-        # the worker records it blocked, reblocks it, acks
-        await stub.Update(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
-        await until(lambda: eval_rows(cluster.dsn, "rb")[e.id][0] == "blocked")
-        for _ in range(200):  # until the broker's replica has the blocked status
-            try:
-                await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
-                break
-            except grpc.aio.AioRpcError as exc:
-                assert "not blocked" in (exc.details() or "")
-                await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("Reblock never accepted the blocked eval")
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token=got.token))
+        assert eval_rows(cluster.dsn, "rb-plain")[plain.id][0] == "pending"  # nothing written
+        assert await held(stub, plain.id)
+        await finish(cluster, stub, got)
+
+        got = await dequeue(stub)
+        assert got.eval.id == released.id
+        reblocked = copy_msg(got.eval)
+        reblocked.status = "blocked"
+        # a decision under a token the broker does not hold it with (a worker
+        # whose lease lapsed) is written, but acks and tracks nothing
+        await decide(cluster, "stale-token", reblocked)
+        await ignored(cluster, released.id)
+        assert await held(stub, released.id)
         stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
-        assert stats.total_blocked == 1 and stats.total_unacked == 0
-        # not outstanding any more: a second reblock is refused
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[ev], token=got.token))
-        assert err.value.code() in (
-            grpc.StatusCode.FAILED_PRECONDITION,
-            grpc.StatusCode.NOT_FOUND,
-        )
+        assert (stats.total_blocked, stats.total_unacked) == (0, 1)
+        # the holder's reblock: acked, and tracked again under the same id
+        await finish(cluster, stub, got, status="blocked")
+        stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
+        assert (stats.total_blocked, stats.total_unacked) == (1, 0)
+        assert eval_rows(cluster.dsn, "rb") == {released.id: ("blocked", "")}
         await write(cluster.dsn, mock.node())
-        await until(lambda: eval_rows(cluster.dsn, "rb")[e.id][0] == "pending")
+        await until(lambda: eval_rows(cluster.dsn, "rb")[released.id][0] == "pending")
         again = await dequeue(stub)
-        assert again.eval.id == e.id
+        assert again.eval.id == released.id

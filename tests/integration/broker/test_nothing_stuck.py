@@ -1,8 +1,9 @@
 """Nothing stays stuck in a real broker process (issue 19): an Ack of an
 eval still pending in the state is refused and the eval stays outstanding,
-so a nack redelivers it; the normal path (outcome written, then ack)
-passes; and the leader's reconciler finds evals of the state its feed lost
-(a test-only fault drops every eval change the router sees)."""
+so a nack redelivers it; the first delivery's late decision acks nothing;
+the normal path (the holder's decision, acked from the feed) releases it;
+and the leader's reconciler finds evals of the state its feed lost (a
+test-only fault drops every eval change the router sees)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,17 @@ from corral.security import transport
 from corral.testing import mock
 from corral.v1 import eval_pb2, eval_pb2_grpc
 from tests.cluster import Cluster
-from tests.integration.broker.test_broker_process import FAST, dequeue, eval_rows, pending, write
+from tests.integration.broker.test_broker_process import (
+    FAST,
+    decide,
+    dequeue,
+    eval_rows,
+    finish,
+    held,
+    ignored,
+    pending,
+    write,
+)
 from tests.wait import until
 
 
@@ -40,13 +51,16 @@ async def test_ack_of_a_pending_eval_is_refused_and_it_is_redelivered(
         stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
         assert stats.total_unacked == 1  # still held with its token
         await stub.Nack(eval_pb2.EvalAckRequest(eval_id=e.id, token=got.token))
-        # redelivered; this time the outcome is written first, and the ack passes
         again = await dequeue(stub, 5000)
         assert again.eval.id == e.id
-        done = copy_msg(again.eval)
-        done.status = "complete"
-        await stub.Update(eval_pb2.EvalWriteRequest(evals=[done], token=again.token))
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=e.id, token=again.token))
+        # the first delivery decides late: written, but it acks nothing
+        late = copy_msg(got.eval)
+        late.status = "failed"
+        await decide(c, got.token, late)
+        await ignored(c, e.id)
+        assert await held(stub, e.id)
+        # the redelivery's decision is the one the broker acks
+        await finish(c, stub, again)
     assert eval_rows(c.dsn, "unwritten")[e.id][0] == "complete"
     assert "refused the ack of eval " + e.id in c.log("broker")
 

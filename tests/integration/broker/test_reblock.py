@@ -1,5 +1,6 @@
-"""Reblocking through the real processes: `Eval.Reblock` writes what the
-re-run learned before the eval goes back to the tracker, and a blocked eval
+"""Reblocking through the real processes: a worker's `blocked` decision
+(`State.DecideEval`) writes what the re-run learned and the broker, acking
+it from the feed, puts the same eval back in the tracker; and a blocked eval
 released by a capacity change that still cannot place everything is
 reblocked under the same id by a real worker — no new blocked eval."""
 
@@ -7,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import grpc
 import psycopg
-import pytest
 
 from corral.security import transport
 from corral.testing import mock
@@ -19,6 +18,7 @@ from tests.cluster import Cluster
 from tests.integration.broker.test_broker_process import (
     cluster,  # noqa: F401  (fixture)
     dequeue,
+    finish,
     pending,
     write,
 )
@@ -58,10 +58,6 @@ async def test_reblock_writes_what_the_rerun_learned(cluster: Cluster) -> None: 
         assert got.eval.id == blocked.id
         rerun = pb.Evaluation()
         rerun.CopyFrom(got.eval)
-        # a status other than blocked is refused, and nothing is written
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[rerun], token=got.token))
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         rerun.status = "blocked"
         rerun.status_description = "created to place remaining allocations"
         rerun.escaped_computed_class = False
@@ -69,9 +65,9 @@ async def test_reblock_writes_what_the_rerun_learned(cluster: Cluster) -> None: 
         rerun.queued_allocations["web"] = 1
         rerun.failed_tg_allocs["web"].nodes_exhausted = 1
         rerun.snapshot_index = got.wait_index
-        resp = await stub.Reblock(eval_pb2.EvalWriteRequest(evals=[rerun], token=got.token))
+        index = await finish(cluster, stub, got, outcome=rerun)
         stored = evals_of(cluster.dsn, "rw")[blocked.id]
-        assert stored.modify_index == resp.index
+        assert stored.modify_index == index
         assert stored.status == "blocked"
         assert dict(stored.queued_allocations) == {"web": 1}
         assert dict(stored.class_eligibility) == {small.computed_class: False}
@@ -79,7 +75,6 @@ async def test_reblock_writes_what_the_rerun_learned(cluster: Cluster) -> None: 
         assert stored.snapshot_index == got.wait_index
         assert stored.failed_tg_allocs["web"].nodes_exhausted == 1
         assert queued_in_summary(cluster.dsn, "rw") == {"web": 1}
-        await stub.Ack(eval_pb2.EvalAckRequest(eval_id=blocked.id, token=got.token))
         stats = await stub.Stats(eval_pb2.BrokerStatsRequest())
         assert (stats.total_blocked, stats.total_escaped) == (1, 0)
         assert len(evals_of(cluster.dsn, "rw")) == 1

@@ -274,6 +274,24 @@ async def test_get_client_allocs_blocks_until_the_node_allocs_change(
     assert [a.id for a in resp.full_allocs] == [alloc.id]
     assert [j.id for j in resp.jobs] == ["pull"]
 
+    # the next answer lists every alloc of the node but carries only what
+    # changed since, with its job: the client already has the rest
+    other = await place(app, node, mock.job(job_id="pull-2", count=1))
+    nxt = await nodes.GetClientAllocs(
+        node_pb2.NodeClientAllocsRequest(
+            node_id=node.id, min_index=resp.index, wait_ms=20_000, secret_id=node.secret_id
+        )
+    )
+    assert set(nxt.allocs) == {alloc.id, other.id}
+    assert [a.id for a in nxt.full_allocs] == [other.id]
+    assert [j.id for j in nxt.jobs] == ["pull-2"]
+    # from index 0 (a client starting over) it carries every live alloc again
+    again = await nodes.GetClientAllocs(
+        node_pb2.NodeClientAllocsRequest(node_id=node.id, secret_id=node.secret_id)
+    )
+    assert {a.id for a in again.full_allocs} == {alloc.id, other.id}
+    assert {j.id for j in again.jobs} == {"pull", "pull-2"}
+
 
 async def test_eligibility_and_drain_migrate_allocs_in_batches(
     app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub

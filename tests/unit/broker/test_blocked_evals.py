@@ -28,7 +28,7 @@ def blocked(
 
 def tracker() -> tuple[BlockedEvals, list[tuple[list[str], int]]]:
     released: list[tuple[list[str], int]] = []
-    b = BlockedEvals(lambda evs, index: released.append(([e.id for e, _ in evs], index)))
+    b = BlockedEvals(lambda evs, index: released.append(([e.id for e in evs], index)))
     b.set_enabled(True)
     return b, released
 

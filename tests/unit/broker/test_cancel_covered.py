@@ -14,7 +14,7 @@ from tests.unit.broker.test_eval_broker import broker, ev
 
 
 def outcome(e: pb.Evaluation, snapshot_index: int, status: str = "complete") -> pb.Evaluation:
-    """What the worker's Eval.Update writes at the end of its run."""
+    """The outcome a worker's decision writes at the end of its run."""
     done = pb.Evaluation()
     done.CopyFrom(e)
     done.status = status

@@ -152,16 +152,21 @@ async def test_explicit_nack_delays_and_stale_ack_after_timer() -> None:
         b.ack(e.id, again[1])
 
 
-async def test_pause_and_reset_nack_timer() -> None:
+async def test_reset_nack_timer() -> None:
+    """A decision that only created evals restarts the eval's nack timer
+    (Nomad's OutstandingReset), under the holder's token only."""
     b = broker()
     e = ev()
     b.enqueue(e)
     got = await b.dequeue(["service"], 0.1)
     assert got is not None
-    b.pause_nack_timeout(e.id, got[1])
-    await asyncio.sleep(0.3)
-    b.resume_nack_timeout(e.id, got[1])
+    with pytest.raises(FailedPrecondition, match="token does not match"):
+        b.outstanding_reset(e.id, "stale")
+    loop = asyncio.get_running_loop()
+    before = loop.time()
     b.outstanding_reset(e.id, got[1])
+    timer = b._unack[e.id].timer
+    assert timer is not None and timer.when() >= before + FAST.nack_timeout
     b.ack(e.id, got[1])
 
 

@@ -18,7 +18,7 @@ from tests.unit.broker.test_eval_broker import broker, ev
 def router() -> tuple[FeedRouter, list[tuple[list[str], int]]]:
     released: list[tuple[list[str], int]] = []
     b = broker()
-    blocked = BlockedEvals(lambda evs, i: released.append(([e.id for e, _ in evs], i)))
+    blocked = BlockedEvals(lambda evs, i: released.append(([e.id for e in evs], i)))
     blocked.set_enabled(True)
     return FeedRouter(b, blocked), released
 
@@ -132,10 +132,10 @@ async def test_scheduler_config_pauses_and_unpauses_the_broker() -> None:
     assert r.broker.paused
 
 
-async def test_blocked_write_of_an_outstanding_eval_is_left_to_reblock() -> None:
-    """Eval.Reblock writes the eval as blocked while its worker still holds
-    it, then tracks it with the worker's token: the router must not track
-    it first without one."""
+async def test_blocked_write_of_an_outstanding_eval_is_left_to_its_decision() -> None:
+    """A reblock writes the eval as blocked while its worker still holds it;
+    the worker's decision (routed after the batch's events) tracks it and
+    acks it: the router must not track it first on its own."""
     r, _ = router()
     e = ev(job="rb", triggered_by="queued-allocs")
     snap = StateStore.build(3, evals=[e])
@@ -196,7 +196,7 @@ def decided(
 async def test_a_decision_acks_with_its_outcome_and_a_stale_token_is_ignored() -> None:
     """One hop per decision: the worker's outcome write carries its token, and
     the broker acks from the feed (cancelling what the run's snapshot covered,
-    as Eval.Update + Eval.Ack did); the follow-up written with it waits
+    as Nomad's Eval.Update + Eval.Ack do); the follow-up written with it waits
     behind the eval and runs after the ack."""
     r, _ = router()
     acked: list[str] = []
@@ -237,7 +237,7 @@ async def test_a_decision_of_created_evals_only_does_not_ack() -> None:
     assert r.blocked.tracked(blocked.id)
 
 
-async def test_a_blocked_outcome_is_tracked_with_the_token_and_acked() -> None:
+async def test_a_blocked_outcome_is_tracked_again_and_acked() -> None:
     """The reblock: the eval goes back to the tracker (not run again by the
     router's own blocked routing) and is acked in the same step."""
     r, _ = router()
