@@ -581,6 +581,9 @@ def figures(run: Mapping[str, Any]) -> dict[str, float]:
             "scheduler_runs",
             "evals_cancelled",
             "node_status_changes",
+            "state_calls_per_s",
+            "state_cpu_ms_per_call",
+            "state_sql_per_call",
             "burst_s",
             "quiescence_s",
             "placed_after_resume_s",
@@ -739,6 +742,9 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
             ("min_ready_nodes", "fewest nodes ready"),
             ("node_status_changes", "node status changes"),
             ("state_cpu_share", "state CPU share"),
+            ("state_calls_per_s", "state calls/s"),
+            ("state_cpu_ms_per_call", "state CPU-ms per call"),
+            ("state_sql_per_call", "state SQL per call"),
             ("sim_cpu_share", "simulator CPU share"),
             ("system_allocs", "system allocs"),
             ("detect_s", "failure to all down s"),
@@ -761,6 +767,9 @@ def _section_workloads(run: Mapping[str, Any]) -> list[str]:
         ):
             if key in w:
                 bits.append(f"{name} {_fmt(w[key], 2)}")
+        by_method = w.get("state_calls_by_method")
+        if isinstance(by_method, Mapping) and by_method:
+            bits.append("state calls " + ", ".join(f"{m} {n:,}" for m, n in by_method.items()))
         if bits:
             extras.append(f"- {label}: " + ", ".join(bits))
     if extras:

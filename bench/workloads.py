@@ -302,6 +302,24 @@ async def check_invariants(ctx: Context) -> dict[str, Any]:
     return {"ok": not found, "violations": [str(v) for v in found[:20]], "count": len(found)}
 
 
+def state_call_costs(d: ledger.Scrape, cpu_s: float, elapsed_s: float) -> dict[str, Any]:
+    """What the calls the state served in an idle window (N1: heartbeats,
+    client alloc polls, feed streams) cost it: calls per second by method,
+    CPU-ms and SQL statements per call (issue 30: client traffic)."""
+    calls = {m: n for m, n in d.rpc_server.items() if m not in ledger.PROBE_METHODS and n > 0}
+    total = sum(calls.values())
+    sql = sum(d.sql.values())
+    return {
+        "state_calls_per_s": round(total / elapsed_s, 1) if elapsed_s else 0.0,
+        "state_calls_by_method": {
+            m.rsplit(".", 1)[-1]: int(n)  # "Node/UpdateStatus"
+            for m, n in sorted(calls.items(), key=lambda kv: -kv[1])
+        },
+        "state_cpu_ms_per_call": round(cpu_s * 1000 / total, 3) if total else 0.0,
+        "state_sql_per_call": round(sql / total, 3) if total else 0.0,
+    }
+
+
 # ------------------------------------------------------------------ workloads
 
 
@@ -317,7 +335,10 @@ async def n1_heartbeats(ctx: Context) -> dict[str, Any]:
     }
     with ctx.db() as conn:
         start = measure.latest_index(conn)
+    ledger_before = await scrape_ledger(ctx)
     ctx.cluster.mark()
+    profiler = Profiler(ctx.results_dir / "profiles")
+    profiler.start(ctx.cluster.pids(), "N1")
     worst_ready = p.nodes
     t0 = time.monotonic()
     with ctx.db() as conn:
@@ -331,7 +352,19 @@ async def n1_heartbeats(ctx: Context) -> dict[str, Any]:
         changed = int(row[0]) if row else 0
         end = measure.latest_index(conn)
     elapsed = time.monotonic() - t0
+    ledger_after = await scrape_ledger(ctx)
     out["processes"] = ctx.cluster.process_figures()
+    out["profile_top"] = profiler.stop()
+    if profiler.error:
+        out["profile_error"] = profiler.error
+    if "state" in ledger_before and "state" in ledger_after:
+        out.update(
+            state_call_costs(
+                ledger.diff(ledger_before["state"], ledger_after["state"]),
+                out["processes"]["state"]["cpu_s"],
+                elapsed,
+            )
+        )
     out["min_ready_nodes"] = worst_ready
     out["node_status_changes"] = changed
     out["indexes"] = end - start

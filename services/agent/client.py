@@ -157,6 +157,18 @@ def setup_cgroups(settings: AgentSettings, compute: Compute) -> CgroupManager:
     return manager
 
 
+def heartbeat_interval(ttl: float, failures: int) -> float:
+    """Seconds until the next heartbeat: half the TTL the servers gave,
+    which grows with the cluster (at least nodes / `--heartbeats-per-second`),
+    so the servers see at most twice that rate however many nodes there
+    are (a cap of 10 s made 5,000 nodes send 500 a second; Nomad's client
+    waits the whole TTL, its grace covering the latency); after failures,
+    a retry within 2 s per failure, at most 10 s."""
+    if failures:
+        return min(2.0 * failures, 10.0)
+    return ttl / 2
+
+
 class Agent:
     def __init__(
         self,
@@ -473,9 +485,7 @@ class Agent:
                     await self._register()  # the server lost us (state reset, GC)
                 else:
                     log.warning("heartbeat failed: %s", exc.details())
-            await asyncio.sleep(
-                min(self._ttl / 2, 10.0) if not failures else min(2.0 * failures, 10.0)
-            )
+            await asyncio.sleep(heartbeat_interval(self._ttl, failures))
 
     # ------------------------------------------------------------ allocations
 

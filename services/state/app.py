@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 class StateApp:
     def __init__(self, settings: StateSettings) -> None:
         self.settings = settings
+        self.node_service: node.NodeServicer | None = None
         self.db = Database(settings.dsn, pool_size=settings.pool_size)
         self.feed = ChangeFeed(self.db, ring_bytes=settings.feed_ring_bytes)
         self.server = GrpcServer(
@@ -164,7 +165,9 @@ class StateApp:
         """Public API servicers (Job, Node, Alloc, Evals, Event, Operator,
         Variables, Keyring, ACL)."""
         handlers.register(self.server, self.ctx)
-        node.register(self.server, self.ctx, self.heartbeats, self.leader_address)
+        self.node_service = node.register(
+            self.server, self.ctx, self.heartbeats, self.leader_address
+        )
         acl.register(self.server, self.ctx, self.settings.acl)
         federation.register(self.server, self.ctx, self.federation, self._is_leader)
 
@@ -183,6 +186,8 @@ class StateApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.federation.close()
+        if self.node_service is not None:
+            await self.node_service.close()
         await self.feed.stop()
         await self.db.close()
 

@@ -62,6 +62,11 @@ class Heartbeats:
         if self._heap[0][1] == node_id:
             self._changed.set()
 
+    def running(self, node_id: str) -> bool:
+        """Whether this process (the leader) runs a timer for the node that
+        has not expired: an expiry stops it before its write starts."""
+        return self.enabled and node_id in self._deadline
+
     @property
     def active(self) -> int:
         """Nodes with a running timer (nomad.nomad.heartbeat.active)."""

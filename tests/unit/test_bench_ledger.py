@@ -402,3 +402,33 @@ def test_ab_checks_out_a_revision_into_a_worktree_and_removes_it(tmp_path: Path)
         ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     assert str(tree) not in listed
+
+
+def test_n1_reports_what_the_states_calls_cost_per_call() -> None:
+    """N1 has no placements: the state's calls in the window (the probes
+    left out) give its CPU-ms and SQL statements per call, and the figures
+    reach the A/B comparison and the summary."""
+    from bench.workloads import state_call_costs
+
+    d = ledger.Scrape(
+        rpc_server={
+            "/corral.v1.Node/UpdateStatus": 300.0,
+            "/corral.v1.Node/GetClientAllocs": 100.0,
+            "/corral.v1.Eval/Stats": 50.0,  # the bench's own poll
+        },
+        sql={"UPDATE index_counter SET value = value + %s": 40.0, "SELECT 1": 20.0},
+    )
+    got = state_call_costs(d, cpu_s=0.8, elapsed_s=10.0)
+    assert got == {
+        "state_calls_per_s": 40.0,
+        "state_calls_by_method": {"Node/UpdateStatus": 300, "Node/GetClientAllocs": 100},
+        "state_cpu_ms_per_call": 2.0,
+        "state_sql_per_call": 0.15,
+    }
+    run: dict[str, Any] = {"workloads": {"N1": {"name": "idle", **got}}}
+    figures = report.figures(run)
+    assert figures["N1 state_cpu_ms_per_call"] == 2.0
+    assert figures["N1 state_sql_per_call"] == 0.15
+    summary = report.markdown(run)
+    assert "state CPU-ms per call 2.00" in summary
+    assert "state calls Node/UpdateStatus 300, Node/GetClientAllocs 100" in summary

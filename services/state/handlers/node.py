@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,8 +21,9 @@ from corral.domain import structs
 from corral.domain.errors import InvalidArgument, NotFound
 from corral.domain.store import StateSnapshot
 from corral.domain.structs import NodeStatus
+from corral.runtime.rpc import LeaderChannel
 from corral.runtime.server import GrpcServer
-from corral.security import access, transport
+from corral.security import access
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state import identities, query, stubs, validate
@@ -32,6 +34,8 @@ from services.state.writes import nodes as writes
 
 Context = Any
 TABLES = ("nodes",)
+#: how long a standby relays heartbeats to the leader it last looked up
+LEADER_LOOKUP_S = 1.0
 LeaderAddress = Callable[[], Awaitable[str]]
 
 
@@ -42,6 +46,32 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         self.ctx = ctx
         self.heartbeats = heartbeats
         self.leader_address = leader_address
+        #: a standby's channel to the leader for relayed heartbeats, one per
+        #: leader address, held between heartbeats (dialing one per call
+        #: cost a connection, and with TLS a handshake, per heartbeat)
+        self._relay: LeaderChannel | None = None
+        self._relay_stubs: dict[str, node_pb2_grpc.NodeAsyncStub] = {}
+        #: the last leader address looked up, and when (`_leader`)
+        self._leader_seen: tuple[str, float] = ("", 0.0)
+
+    @property
+    def relayed_to(self) -> list[str]:
+        """The leader addresses this standby holds a channel to."""
+        return list(self._relay_stubs)
+
+    async def close(self) -> None:
+        if self._relay is not None:
+            await self._relay.close()
+        self._relay = None
+        self._relay_stubs.clear()
+
+    def _leader_stub(self, leader: str) -> node_pb2_grpc.NodeAsyncStub:
+        stub = self._relay_stubs.get(leader)
+        if stub is None:
+            if self._relay is None:
+                self._relay = LeaderChannel([leader])
+            stub = self._relay_stubs[leader] = node_pb2_grpc.NodeStub(self._relay.channel(leader))
+        return stub
 
     def _ttl_response(self, ttl: float | None = None, **kw: Any) -> node_pb2.NodeUpdateResponse:
         ttl = self.heartbeats.ttl() if ttl is None else ttl
@@ -113,18 +143,23 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             forwarded = await self._forward(request, context)
             if forwarded is not None:
                 return forwarded
-        # The status decision is taken inside the write transaction on the
+        # A status change is decided inside the write transaction on the
         # committed row, never on the local snapshot: a burst of changes for
         # one node must each be written (or found to change nothing) against
-        # the newest state. A heartbeat that changes nothing is rolled back
-        # and answers with the current index.
+        # the newest state. The one exception is the steady heartbeat
+        # (`_still_ready`), which changes nothing and only resets the timer.
         seen = self.ctx.feed.snapshot().node_by_id(request.node_id)
         ttl = self.heartbeats.ttl()
         if seen is not None and seen.status != NodeStatus.DOWN:
             # only the node itself may keep its timer alive
             await self.ctx.node_secrets.check(seen, request.secret_id)
+            still = self._still_ready(request)
             # the call itself proves the node alive, however long its batch waits
             self.heartbeats.reset(seen.id, ttl)
+            if still is not None:
+                return self._ttl_response(
+                    ttl, node_modify_index=still.modify_index, index=self.ctx.feed.index
+                )
         done = await self.ctx.batcher.submit(
             lambda tx: writes.update_status(
                 tx, request.node_id, request.status, secret_id=request.secret_id
@@ -145,6 +180,35 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
             self.heartbeats.reset(node.id, ttl)  # not reset above
         return resp
 
+    def _still_ready(self, request: node_pb2.NodeUpdateStatusRequest) -> pb.Node | None:
+        """The node when this heartbeat changes nothing and so needs no
+        write (Nomad's Node.UpdateStatus only resets the timer then): it
+        reports `ready`, this process's replica holds it `ready`, and its
+        timer here is running. On the leader (the only process with timers)
+        every write that takes a node out of `ready` is either the timer's
+        own expiry, which stops the timer before it writes (so an expiry in
+        flight sends the heartbeat through the write, ordered after it), or
+        visible in this replica before it returns. Anything else (a node
+        initializing, disconnected or down, the seed-003 rule, a node with
+        no timer) is decided on the committed row by the write."""
+        if request.status != NodeStatus.READY or not self.heartbeats.running(request.node_id):
+            return None
+        node = self.ctx.feed.snapshot().node_by_id(request.node_id)
+        return node if node is not None and node.status == NodeStatus.READY else None
+
+    async def _leader(self) -> str:
+        """The leader's address, looked up (a query on PostgreSQL's locks)
+        at most once per `LEADER_LOOKUP_S` rather than per relayed
+        heartbeat. A stale answer is harmless: a former leader still
+        serving relays the heartbeat on to its successor, and one that is
+        gone fails the relay, which makes the next heartbeat look again."""
+        address, at = self._leader_seen
+        now = time.monotonic()
+        if not address or now - at > LEADER_LOOKUP_S:
+            address = await self.leader_address()
+            self._leader_seen = (address, now)
+        return address
+
     async def _forward(
         self, request: node_pb2.NodeUpdateStatusRequest, context: Context
     ) -> node_pb2.NodeUpdateResponse | None:
@@ -152,17 +216,17 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         None when the leader cannot be reached (this process then handles
         it); the leader's own refusal (unknown node, wrong secret) is the
         caller's answer."""
-        leader = await self.leader_address()
+        leader = await self._leader()
         if not leader or leader == self.ctx.address:
             return None
         try:
-            async with transport.dial(leader) as ch:
-                resp: node_pb2.NodeUpdateResponse = await node_pb2_grpc.NodeStub(ch).UpdateStatus(
-                    request, timeout=10
-                )
-                resp.leader_address = leader
+            resp: node_pb2.NodeUpdateResponse = await self._leader_stub(leader).UpdateStatus(
+                request, timeout=10
+            )
+            resp.leader_address = leader
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                self._leader_seen = ("", 0.0)  # look it up again next time
                 return None
             await context.abort(exc.code(), exc.details() or "")
             raise  # abort raises; this keeps the type checker informed
@@ -348,9 +412,11 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
 
 def register(
     server: GrpcServer, ctx: StateContext, heartbeats: Heartbeats, leader_address: LeaderAddress
-) -> None:
+) -> NodeServicer:
+    servicer = NodeServicer(ctx, heartbeats, leader_address)
     server.add(
         node_pb2_grpc.add_NodeServicer_to_server,
-        NodeServicer(ctx, heartbeats, leader_address),
+        servicer,
         node_pb2.DESCRIPTOR.services_by_name["Node"].full_name,
     )
+    return servicer

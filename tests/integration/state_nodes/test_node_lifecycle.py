@@ -18,7 +18,9 @@ from corral.testing import mock
 from corral.v1 import node_pb2, node_pb2_grpc
 from corral.v1 import structs_pb2 as pb
 from services.state.app import StateApp, StateSettings
+from services.state.handlers import node as node_handler
 from services.state.heartbeat import HeartbeatSettings
+from services.state.writes import nodes as node_writes
 from tests.wait import until
 
 FAST = HeartbeatSettings(
@@ -86,6 +88,125 @@ async def test_heartbeats_do_not_write_and_a_missed_ttl_makes_the_node_down(
     await until(lambda: status(app, node.id) == "down")
     evals = app.feed.snapshot().evals_by_job("default", "web")
     assert [(e.triggered_by, e.node_id) for e in evals] == [("node-update", node.id)]
+
+
+async def test_a_ready_nodes_heartbeat_skips_the_write_and_keeps_it_alive_past_its_ttl(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """The steady heartbeat (ready, and ready in the leader's replica, its
+    timer running) only resets the timer: no write transaction, no batch,
+    no index, however many TTLs it keeps the node alive for."""
+    node = await register_ready(app, nodes)
+    before_index = await app.db.latest_index()
+    before_ops = app.ctx.batcher.ops
+    deadline = time.monotonic() + 3 * (FAST.min_ttl * 2 + FAST.grace)
+    beats = 0
+    while time.monotonic() < deadline:
+        resp = await nodes.UpdateStatus(
+            node_pb2.NodeUpdateStatusRequest(
+                node_id=node.id, status="ready", secret_id=node.secret_id
+            )
+        )
+        beats += 1
+        assert resp.index >= before_index and resp.heartbeat_ttl_ms >= 500
+        assert status(app, node.id) == "ready"
+        await asyncio.sleep(FAST.min_ttl / 4)  # the client's cadence, well inside the TTL
+    assert beats > 10
+    assert app.ctx.batcher.ops == before_ops  # not one heartbeat went through the batcher
+    assert await app.db.latest_index() == before_index
+    assert app.heartbeats.running(node.id)
+    # the wrong secret is still refused on the fast path
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await nodes.UpdateStatus(
+            node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id="nope")
+        )
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_heartbeat_while_the_timer_expires_goes_through_the_write(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """An expiry stops the node's timer before its write: a heartbeat that
+    finds no timer running may race that write, so it is written (ordered
+    after it) rather than answered from the replica, and starts the timer
+    again."""
+    node = await register_ready(app, nodes)
+    app.heartbeats.forget(node.id)  # what an expiry does before it writes
+    before_ops = app.ctx.batcher.ops
+    await _heartbeat(nodes, app, node)
+    assert app.ctx.batcher.ops == before_ops + 1
+    assert app.heartbeats.running(node.id)
+    assert status(app, node.id) == "ready"
+
+
+async def test_a_heartbeat_of_a_node_the_committed_row_holds_down_is_written(
+    app: StateApp, nodes: node_pb2_grpc.NodeAsyncStub
+) -> None:
+    """Only a node already ready skips the write: one the committed row
+    holds down comes back through the write (its event recorded, its
+    index moved)."""
+    node = await register_ready(app, nodes)
+    async with app.db.write() as tx:
+        await node_writes.update_status(tx, node.id, "down")
+    await app.feed.wait_for_index(tx.index, 10)
+    resp = await nodes.UpdateStatus(
+        node_pb2.NodeUpdateStatusRequest(node_id=node.id, status="ready", secret_id=node.secret_id)
+    )
+    assert resp.index > tx.index
+    await app.feed.wait_for_index(resp.index, 10)
+    stored = app.feed.snapshot().node_by_id(node.id)
+    assert stored is not None and stored.status == "ready"
+    assert stored.modify_index == resp.index
+    assert stored.events[-1].message == "Node reregistered by heartbeat"
+
+
+async def test_a_standby_relays_heartbeats_to_the_leader_over_one_held_channel(
+    app: StateApp,
+    nodes: node_pb2_grpc.NodeAsyncStub,
+    fresh_pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Timers live on the leader: a standby relays each heartbeat there
+    (the leader answers a ready node's from its replica, writing nothing)
+    over one channel it keeps, looking the leader up once per
+    `LEADER_LOOKUP_S` rather than per heartbeat, and a node heartbeating
+    only through the standby stays ready past its TTL."""
+    monkeypatch.setattr(node_handler, "LEADER_LOOKUP_S", 3600.0)
+    node = await register_ready(app, nodes)
+    standby = StateApp(StateSettings(dsn=fresh_pg_dsn, heartbeat=FAST))
+    await standby.start()
+    try:
+        assert not standby.heartbeats.enabled
+        assert standby.node_service is not None
+        lookups = 0
+        look_up = standby.node_service.leader_address
+
+        async def counted() -> str:
+            nonlocal lookups
+            lookups += 1
+            return await look_up()
+
+        standby.node_service.leader_address = counted
+        before_ops = (app.ctx.batcher.ops, standby.ctx.batcher.ops)
+        before_index = await app.db.latest_index()
+        async with transport.dial(standby.server.bound_address) as ch:
+            via_standby = node_pb2_grpc.NodeStub(ch)
+            deadline = time.monotonic() + 2 * (FAST.min_ttl * 2 + FAST.grace)
+            while time.monotonic() < deadline:
+                resp = await via_standby.UpdateStatus(
+                    node_pb2.NodeUpdateStatusRequest(
+                        node_id=node.id, status="ready", secret_id=node.secret_id
+                    )
+                )
+                assert resp.leader_address == app.ctx.address
+                assert status(app, node.id) == "ready"
+                await asyncio.sleep(FAST.min_ttl / 4)
+        assert standby.node_service.relayed_to == [app.ctx.address]
+        assert lookups == 1
+        assert (app.ctx.batcher.ops, standby.ctx.batcher.ops) == before_ops
+        assert await app.db.latest_index() == before_index
+    finally:
+        await standby.stop()
 
 
 async def test_disconnect_and_the_reconnect_ordering_of_seed_003(

@@ -15,7 +15,7 @@ from corral.runtime.settings import load
 from corral.testing import mock
 from corral.v1 import node_pb2
 from corral.v1 import structs_pb2 as pb
-from services.agent.client import Agent
+from services.agent.client import Agent, heartbeat_interval
 from services.agent.config import AgentSettings
 from tests.wait import until
 
@@ -173,3 +173,14 @@ async def test_finished_allocs_past_gc_max_allocs_are_destroyed_oldest_first(
     allocs_dir = tmp_path / "agent" / "allocs"
     assert {p.name for p in allocs_dir.iterdir()} == set(agent.runners)
     await agent.runners[running.id].stop()
+
+
+def test_the_heartbeat_interval_grows_with_the_ttl_the_servers_give() -> None:
+    """Half the TTL with no cap: at 5,000 nodes the servers give a TTL of
+    100–200 s (50 heartbeats/s by default), and a client heartbeating every
+    10 s regardless sent them 500 a second."""
+    assert heartbeat_interval(15.0, 0) == 7.5
+    assert heartbeat_interval(150.0, 0) == 75.0
+    # after failures: retry soon, whatever the TTL
+    assert heartbeat_interval(150.0, 1) == 2.0
+    assert heartbeat_interval(150.0, 9) == 10.0
