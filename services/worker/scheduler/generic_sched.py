@@ -319,7 +319,7 @@ class GenericScheduler(EvalScheduler):
         assert job is not None and self.placer is not None
         placer = self.placer
         placer.set_nodes_for_job(job)
-        placer.begin_placements()
+        placer.begin_placements(len(result.destructive_update) + len(result.place))
         now = structs.now_ns()
         plan = self.plan
         for batch in (result.destructive_update, result.place):

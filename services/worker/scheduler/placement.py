@@ -66,11 +66,15 @@ class Placer:
         )
         self.stack.set_nodes(self.nodes)
 
-    def begin_placements(self) -> None:
-        """The placement loop starts: from here on every plan edit goes
-        through `new_alloc` or is reported with `plan_edited`, so the
-        stack's counts follow the plan by journal (`track_plan_edits`)."""
+    def begin_placements(self, selects: int) -> None:
+        """The placement loop of about `selects` placements starts: from
+        here on every plan edit goes through `new_alloc` or is reported with
+        `plan_edited`, so the stack's counts follow the plan by journal
+        (`track_plan_edits`); the count tells the stack whether the class
+        index will pay for itself (`GenericStack.expect_selects`)."""
         self.ctx.track_plan_edits()
+        if isinstance(self.stack, GenericStack):
+            self.stack.expect_selects(selects)
 
     def plan_edited(self, node_id: str) -> None:
         """The caller changed the plan's entries for `node_id`."""

@@ -108,7 +108,7 @@ def _stops(plan: pb.Plan) -> list[pb.AllocStop]:
 def _old_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scheduler as before: no plan-edit journal, so no index and the
     property sets walk the plan before every select."""
-    monkeypatch.setattr(Placer, "begin_placements", lambda self: None)
+    monkeypatch.setattr(Placer, "begin_placements", lambda self, selects: None)
 
 
 def _even_spread(job: pb.Job) -> None:
@@ -313,3 +313,27 @@ def test_journaled_property_counts_match_a_fresh_count() -> None:
     ps.populate_proposed()
     fresh = PropertySet(EvalContext(snap, plan), job, "${meta.rack}", task_group="web")
     assert ps.combined_use() == fresh.combined_use()
+
+
+def test_a_placement_loop_too_short_to_pay_for_the_index_walks(indexed: list[int]) -> None:
+    """The index reads every node once per placement loop: a loop whose
+    walks would visit fewer nodes in all (a few replacements in a large
+    cluster) walks instead; a long one (many spread placements) asks the
+    index. Placements are the walk's either way (VERIFY)."""
+    nodes = _cluster(500)
+
+    def run(count: int) -> int:
+        h = Harness()
+        h.upsert_nodes(*nodes)
+        job = mock.job(job_id=f"loop-{count}", count=count, cpu=100, memory_mb=64)
+        job.datacenters[:] = ["dc1", "dc2", "dc3"]
+        _even_spread(job)
+        h.upsert_jobs(job)
+        before = indexed[0]
+        _run(h, h.job(job.namespace, job.id))
+        return indexed[0] - before
+
+    # a spread select visits up to 100 nodes: 2 placements visit 200 < 500
+    assert run(2) == 0
+    # 30 placements would visit 3,000: the index answers from the second on
+    assert run(30) > 0

@@ -168,6 +168,11 @@ class GenericStack(_BaseStack):
         assert self.spread is not None
         self.index = class_index.ClassIndex(ctx, self.checker, self.ranker, self.spread)
         self._visits = 0  # nodes the last select visited
+        #: selects the placement loop still expects (`expect_selects`)
+        self._remaining = 0
+        #: the class index answered a select of this placement loop: its
+        #: fixed cost is paid, the next selects only re-read edited nodes
+        self._indexed = False
         self.batch = batch
         self.limit = 2
         self._shuffled_input: list[pb.Node] | None = None
@@ -215,6 +220,33 @@ class GenericStack(_BaseStack):
             option = self._select(tg, replace(opts, preempt=True))
         return option
 
+    def expect_selects(self, selects: int) -> None:
+        """The placement loop about to start makes about `selects` selects."""
+        self._remaining = selects
+        self._indexed = False
+
+    def _index_pays(self, limit: int, n: int) -> bool:
+        """Whether this select should go to the class index. The index
+        reads every node's usage once per placement loop (its fixed cost,
+        about one walk over all `n` nodes, more with in-flight claims
+        re-read), then each select costs only the nodes edited since; a
+        walk costs the nodes it visits. So the index answers when the walks
+        left in the loop would visit at least every node once: spreads or
+        affinities (the limit is the group's count) over many placements,
+        or long walks (few nodes feasible or fitting) over enough of them.
+        A loop of a few placements walks even when each walk is long: in a
+        nearly full 5,000-node cluster, building the index for the handful
+        of replacements of a node-down eval tripled W4's replacement times
+        (issue 30)."""
+        if n < class_index.MIN_NODES:
+            return False
+        if self._indexed:
+            return True
+        per_select = max(limit, self._visits)
+        if per_select < class_index.MIN_VISITS:
+            return False
+        return per_select * max(self._remaining, 1) >= n
+
     def set_job(self, job: pb.Job) -> None:
         key = self._job_key
         super().set_job(job)
@@ -229,19 +261,15 @@ class GenericStack(_BaseStack):
             limit = max(tg.count, NODE_LIMIT_FOR_FEASIBILITY_CHECKS)
         src = self.source
         n = len(src.nodes)
-        # the index's fixed cost pays off only for long walks: with spreads
-        # or affinities (the limit is the group's count), or when the last
-        # select had to visit many nodes (few feasible or fitting)
-        if (
-            n >= class_index.MIN_NODES
-            and max(limit, self._visits) >= class_index.MIN_VISITS
-            and self.index.usable()
-        ):
+        pays = self._index_pays(limit, n)
+        self._remaining = max(self._remaining - 1, 0)
+        if pays and self.index.usable():
             offset = src.offset
             lowest = self.spread.lowest_boost if self.spread is not None else 0.0
             found = self.index.select(tg, src.nodes, offset, limit)
             if found is not None:
                 option, visited = found
+                self._indexed = True
                 src.offset = (offset + visited) % n
                 src.seen = self._visits = visited
                 if class_index.VERIFY:
