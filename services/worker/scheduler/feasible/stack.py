@@ -171,7 +171,7 @@ class GenericStack(_BaseStack):
         #: selects the placement loop still expects (`expect_selects`)
         self._remaining = 0
         #: the class index answered a select of this placement loop: its
-        #: fixed cost is paid, the next selects only re-read edited nodes
+        #: fixed cost is paid, the next long selects only re-read edited nodes
         self._indexed = False
         self.batch = batch
         self.limit = 2
@@ -240,12 +240,10 @@ class GenericStack(_BaseStack):
         (issue 30)."""
         if n < class_index.MIN_NODES:
             return False
-        if self._indexed:
-            return True
         per_select = max(limit, self._visits)
         if per_select < class_index.MIN_VISITS:
-            return False
-        return per_select * max(self._remaining, 1) >= n
+            return False  # a short walk (binpack's ⌈log2 n⌉) costs less than a select
+        return self._indexed or per_select * max(self._remaining, 1) >= n
 
     def set_job(self, job: pb.Job) -> None:
         key = self._job_key
